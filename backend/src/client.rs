@@ -1,0 +1,204 @@
+//! The runner client: captures operations into a segment and runs it on the device's executor.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use burn_backend::{Backend, DType, DTypeUsageSet, ExecutionError, TensorData};
+use burn_flex::{Flex, FlexDevice};
+use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
+use burn_router::{RouterTensor, RunnerClient};
+use burn_std::future::DynFut;
+
+use crate::executor::{self, Executor};
+use crate::segment::Segment;
+use crate::stats::{self, StatsCounters};
+use crate::{BackendError, TrainiumDevice};
+
+/// The number of captured operations after which a segment runs even if nothing is read.
+pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
+
+/// Tensor ids are unique across every device of the process.
+static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(0);
+
+fn next_tensor_id() -> TensorId {
+    TensorId::new(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+fn segment_caps() -> &'static Mutex<HashMap<TrainiumDevice, usize>> {
+    static CAPS: OnceLock<Mutex<HashMap<TrainiumDevice, usize>>> = OnceLock::new();
+    CAPS.get_or_init(Default::default)
+}
+
+fn segment_cap(device: &TrainiumDevice) -> usize {
+    let caps = segment_caps().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    caps.get(device).copied().unwrap_or(DEFAULT_SEGMENT_CAP)
+}
+
+/// Sets how many operations a segment of `device` may hold before it runs on its own.
+///
+/// Takes effect at the next captured operation. A cap of 0 is treated as 1 (run every operation).
+pub fn set_segment_cap(device: &TrainiumDevice, cap: usize) {
+    let mut caps = segment_caps().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    caps.insert(*device, cap.max(1));
+}
+
+/// Checks that the executor of `device` can be opened on this machine.
+///
+/// Burn creates clients lazily and cannot report an error there, so a program that wants a clear
+/// message instead of a panic on first use calls this first.
+pub fn check_device(device: &TrainiumDevice) -> Result<(), BackendError> {
+    executor::open(device).map(|_| ())
+}
+
+/// The mutable state behind one device's client.
+struct ClientState {
+    segment: Segment,
+    executor: Box<dyn Executor>,
+    /// Tensors held by the executor once the waiting segment has run.
+    live: HashSet<TensorId>,
+    /// An execution error not yet reported (operations are captured without a return value).
+    pending_error: Option<BackendError>,
+}
+
+/// The runner client of one Trainium device, shared by every tensor on it.
+#[derive(Clone)]
+pub struct TrainiumClient {
+    device: TrainiumDevice,
+    state: Arc<Mutex<ClientState>>,
+    counters: Arc<StatsCounters>,
+}
+
+impl TrainiumClient {
+    /// Opens the executor of `device`.
+    ///
+    /// # Panics
+    /// When the executor is unavailable; [`check_device`] reports the same error as a value.
+    pub(crate) fn new(device: &TrainiumDevice) -> Self {
+        let executor = executor::open(device).unwrap_or_else(|error| panic!("{error}"));
+        log::debug!("opened Trainium device {device}");
+        Self {
+            device: *device,
+            state: Arc::new(Mutex::new(ClientState {
+                segment: Segment::default(),
+                executor,
+                live: HashSet::new(),
+                pending_error: None,
+            })),
+            counters: stats::counters(device),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs the waiting segment, if any, and reports the first unreported error.
+    fn flush(&self, state: &mut ClientState) -> Result<(), BackendError> {
+        if !state.segment.is_empty() {
+            let segment = state.segment.take();
+            StatsCounters::add(&self.counters.segments_run, 1);
+            log::debug!(
+                "{}: running a segment of {} operations ({:?})",
+                self.device,
+                segment.len(),
+                stats::stats(&self.device)
+            );
+            if let Err(error) = state.executor.run(segment) {
+                state.pending_error.get_or_insert(error);
+            }
+        }
+        match state.pending_error.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    fn update_live_gauge(&self, state: &ClientState) {
+        self.counters
+            .live_tensors
+            .store(state.live.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Copies a tensor to the host, running the waiting segment first.
+    pub(crate) fn read_data(&self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+        let mut state = self.lock();
+        self.flush(&mut state)?;
+        let data = state.executor.read(tensor)?;
+        if tensor.status == TensorStatus::ReadWrite {
+            state.live.remove(&tensor.id);
+            self.update_live_gauge(&state);
+        }
+        Ok(data)
+    }
+}
+
+impl RunnerClient for TrainiumClient {
+    type Device = TrainiumDevice;
+
+    fn register_op(&self, operation: OperationIr) {
+        StatsCounters::add(&self.counters.operations_captured, 1);
+        // The data of an `Init` was registered with the executor already.
+        if matches!(operation, OperationIr::Init(_)) {
+            return;
+        }
+        let mut state = self.lock();
+        let is_drop = matches!(operation, OperationIr::Drop(_));
+        for input in operation.inputs() {
+            if is_drop || input.status == TensorStatus::ReadWrite {
+                state.live.remove(&input.id);
+            }
+        }
+        for output in operation.outputs() {
+            state.live.insert(output.id);
+        }
+        self.update_live_gauge(&state);
+        state.segment.push(operation);
+        if state.segment.len() >= segment_cap(&self.device)
+            && let Err(error) = self.flush(&mut state)
+        {
+            // Reported at the next read or sync: capture itself has no way to return it.
+            state.pending_error = Some(error);
+        }
+    }
+
+    fn read_tensor_async(&self, tensor: TensorIr) -> DynFut<Result<TensorData, ExecutionError>> {
+        let result = self.read_data(&tensor).map_err(ExecutionError::from);
+        Box::pin(async move { result })
+    }
+
+    fn sync(&self) -> Result<(), ExecutionError> {
+        let mut state = self.lock();
+        self.flush(&mut state).map_err(ExecutionError::from)
+    }
+
+    fn create_empty_handle(&self) -> TensorId {
+        next_tensor_id()
+    }
+
+    fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
+        let id = next_tensor_id();
+        let shape = data.shape.clone();
+        let dtype = data.dtype;
+        let mut state = self.lock();
+        if let Err(error) = state.executor.register_data(id, data) {
+            state.pending_error.get_or_insert(error);
+        }
+        state.live.insert(id);
+        self.update_live_gauge(&state);
+        drop(state);
+        RouterTensor::new(id, shape.into(), dtype, self.clone())
+    }
+
+    fn device(&self) -> Self::Device {
+        self.device
+    }
+
+    fn seed(&self, seed: u64) {
+        self.lock().executor.seed(seed);
+    }
+
+    fn dtype_usage(&self, dtype: DType) -> DTypeUsageSet {
+        Flex::dtype_usage(&FlexDevice, dtype)
+    }
+}

@@ -1,0 +1,46 @@
+use thiserror::Error;
+
+/// Errors raised by the Trainium backend: device selection, executors and segment execution.
+#[derive(Debug, Error, Clone)]
+pub enum BackendError {
+    /// The device string (from code or `TRAINIUM_DEVICE`) could not be parsed.
+    #[error("invalid Trainium device `{value}`: {reason} (expected `host`, `xla` or `neuron`, optionally followed by `:N`)")]
+    InvalidDevice {
+        /// The text that was given.
+        value: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The executor asked for cannot run on this machine.
+    #[error("the `{executor}` executor is unavailable: {reason}")]
+    ExecutorUnavailable {
+        /// The executor kind (`xla`, `neuron`).
+        executor: &'static str,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// An executor failed while running a segment or moving a tensor.
+    #[error("the `{executor}` executor failed: {reason}")]
+    Execution {
+        /// The executor kind.
+        executor: &'static str,
+        /// The executor's message.
+        reason: String,
+    },
+    /// An operation or data type has no support in this executor.
+    #[error("unsupported by the `{executor}` executor: {what}")]
+    Unsupported {
+        /// The executor kind.
+        executor: &'static str,
+        /// What is not supported.
+        what: String,
+    },
+}
+
+impl From<BackendError> for burn_backend::ExecutionError {
+    fn from(error: BackendError) -> Self {
+        burn_backend::ExecutionError::WithContext {
+            reason: error.to_string(),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! # burn-trainium
+//!
+//! A [Burn](https://burn.dev) backend for AWS Trainium.
+//!
+//! Trainium is an XLA device: instead of dispatching every operation, the backend captures Burn's
+//! intermediate representation ([`burn_ir::OperationIr`]) lazily and runs it in *segments*, when a
+//! tensor is read, on `sync`, or when a segment reaches its size cap. A segment is handed to an
+//! executor:
+//!
+//! - `host`: replays the segment on [`burn_flex`] through [`burn_router::Runner`]. It is the
+//!   default device and the reference every other executor is checked against.
+//! - `xla`: lowers the segment to one XLA HLO module and runs it through a PJRT plugin.
+//! - `neuron`: compiles the same HLO module with `neuronx-cc` and runs it on NeuronCores.
+//!
+//! ```no_run
+//! use burn_trainium::{Trainium, TrainiumDevice};
+//! type B = Trainium; // or `burn::backend::Autodiff<Trainium>` for training
+//! let device = TrainiumDevice::default(); // reads TRAINIUM_DEVICE, `host:0` when unset
+//! ```
+
+mod channel;
+mod client;
+mod device;
+mod error;
+mod executor;
+mod segment;
+mod stats;
+
+pub use channel::TrainiumChannel;
+pub use client::{DEFAULT_SEGMENT_CAP, check_device, set_segment_cap};
+pub use device::{DEVICE_ENV, ExecutorKind, TrainiumDevice};
+pub use error::BackendError;
+pub use stats::{Stats, reset_stats, stats};
+
+/// The Trainium backend: Burn's router backend over this crate's channel and client.
+///
+/// Use `burn::backend::Autodiff<Trainium>` to train.
+pub type Trainium = burn_router::BackendRouter<TrainiumChannel>;

@@ -1,0 +1,97 @@
+//! A segment: the operations captured between two executions, and its boundary.
+
+use std::collections::{HashMap, HashSet};
+
+use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
+
+/// The operations captured on one device since its last execution, in capture order.
+#[derive(Debug, Default, Clone)]
+pub struct Segment {
+    operations: Vec<OperationIr>,
+}
+
+/// What a segment exchanges with the tensors that live outside it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SegmentBoundary {
+    /// Tensors the segment reads but did not produce, in order of first use.
+    pub inputs: Vec<TensorIr>,
+    /// Tensors the segment produced that are still alive at its end, in order of production.
+    pub outputs: Vec<TensorIr>,
+    /// Inputs whose last use is inside the segment (consumed or dropped): their buffers can be
+    /// released, or donated, once the segment has run.
+    pub released_inputs: Vec<TensorId>,
+}
+
+impl Segment {
+    /// Appends one captured operation.
+    pub fn push(&mut self, operation: OperationIr) {
+        self.operations.push(operation);
+    }
+
+    /// The captured operations in capture order.
+    pub fn operations(&self) -> &[OperationIr] {
+        &self.operations
+    }
+
+    /// How many operations are waiting.
+    pub fn len(&self) -> usize {
+        self.operations.len()
+    }
+
+    /// Whether no operation is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.operations.is_empty()
+    }
+
+    /// Takes the waiting operations, leaving an empty segment behind.
+    pub fn take(&mut self) -> Segment {
+        std::mem::take(self)
+    }
+
+    /// Computes the inputs, live outputs and released inputs of the segment.
+    ///
+    /// A tensor's life ends at a `Drop` operation or at a use with the `ReadWrite` status (Burn's
+    /// mark of a last use).
+    pub fn boundary(&self) -> SegmentBoundary {
+        let mut produced: HashMap<TensorId, TensorIr> = HashMap::new();
+        let mut production_order = Vec::new();
+        let mut seen_inputs = HashSet::new();
+        let mut boundary = SegmentBoundary::default();
+        let mut ended = HashSet::new();
+
+        for operation in &self.operations {
+            for input in operation.inputs() {
+                if !produced.contains_key(&input.id) && seen_inputs.insert(input.id) {
+                    boundary.inputs.push(TensorIr {
+                        status: TensorStatus::ReadOnly,
+                        ..input.clone()
+                    });
+                }
+                let last_use =
+                    matches!(operation, OperationIr::Drop(_)) || input.status == TensorStatus::ReadWrite;
+                if last_use {
+                    ended.insert(input.id);
+                }
+            }
+            for output in operation.outputs() {
+                ended.remove(&output.id);
+                if produced.insert(output.id, output.clone()).is_none() {
+                    production_order.push(output.id);
+                }
+            }
+        }
+
+        boundary.outputs = production_order
+            .into_iter()
+            .filter(|id| !ended.contains(id))
+            .map(|id| produced.remove(&id).expect("produced tensor is recorded"))
+            .collect();
+        boundary.released_inputs = boundary
+            .inputs
+            .iter()
+            .map(|input| input.id)
+            .filter(|id| ended.contains(id))
+            .collect();
+        boundary
+    }
+}

@@ -1,0 +1,100 @@
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::TrainiumDevice;
+
+/// Counters of one device, shared between its client and executor.
+#[derive(Debug, Default)]
+pub(crate) struct StatsCounters {
+    pub operations_captured: AtomicU64,
+    pub segments_run: AtomicU64,
+    pub compiles: AtomicU64,
+    pub compile_micros: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub host_fallbacks: AtomicU64,
+    pub bytes_to_device: AtomicU64,
+    pub bytes_to_host: AtomicU64,
+    pub live_tensors: AtomicU64,
+}
+
+impl StatsCounters {
+    /// Adds `amount` to one counter.
+    pub fn add(counter: &AtomicU64, amount: u64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Stats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Stats {
+            operations_captured: load(&self.operations_captured),
+            segments_run: load(&self.segments_run),
+            compiles: load(&self.compiles),
+            compile_seconds: load(&self.compile_micros) as f64 * 1e-6,
+            cache_hits: load(&self.cache_hits),
+            host_fallbacks: load(&self.host_fallbacks),
+            bytes_to_device: load(&self.bytes_to_device),
+            bytes_to_host: load(&self.bytes_to_host),
+            live_tensors: load(&self.live_tensors),
+        }
+    }
+
+    fn reset(&self) {
+        for counter in [
+            &self.operations_captured,
+            &self.segments_run,
+            &self.compiles,
+            &self.compile_micros,
+            &self.cache_hits,
+            &self.host_fallbacks,
+            &self.bytes_to_device,
+            &self.bytes_to_host,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A snapshot of one device's execution statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stats {
+    /// Operations captured from Burn (including `Drop`s).
+    pub operations_captured: u64,
+    /// Segments handed to the executor.
+    pub segments_run: u64,
+    /// Programs compiled (XLA or Neuron executors).
+    pub compiles: u64,
+    /// Seconds spent compiling.
+    pub compile_seconds: f64,
+    /// Segments whose program was found in the compile cache.
+    pub cache_hits: u64,
+    /// Operations that had no lowering and ran on the host executor instead.
+    pub host_fallbacks: u64,
+    /// Bytes copied from the host to the device.
+    pub bytes_to_device: u64,
+    /// Bytes copied from the device to the host.
+    pub bytes_to_host: u64,
+    /// Tensors currently held by the device (a gauge, not reset by [`reset_stats`]).
+    pub live_tensors: u64,
+}
+
+fn registry() -> &'static Mutex<HashMap<TrainiumDevice, Arc<StatsCounters>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<TrainiumDevice, Arc<StatsCounters>>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+/// The shared counters of `device`, created on first use.
+pub(crate) fn counters(device: &TrainiumDevice) -> Arc<StatsCounters> {
+    let mut registry = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    registry.entry(*device).or_default().clone()
+}
+
+/// The execution statistics of `device` since the start of the process (or the last reset).
+pub fn stats(device: &TrainiumDevice) -> Stats {
+    counters(device).snapshot()
+}
+
+/// Sets every counter of `device` back to zero, except the live tensor gauge.
+pub fn reset_stats(device: &TrainiumDevice) {
+    counters(device).reset();
+}

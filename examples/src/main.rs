@@ -1,0 +1,52 @@
+//! The `hlat` command line: pretrain, data, convert, generate, eval, info, compile, bench.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+/// HLAT: train LLaMA-style models on AWS Trainium (or anywhere) with Burn.
+#[derive(Parser)]
+#[command(name = "hlat", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Pretrain or continue pretraining an HLAT model.
+    Pretrain(commands::pretrain::PretrainArgs),
+    /// Prepare data: tokenizers, encoding, token shards.
+    Data(commands::data::DataArgs),
+    /// Convert checkpoints between Hugging Face and native layouts.
+    Convert(commands::convert::ConvertArgs),
+    /// Generate text from a checkpoint.
+    Generate(commands::generate::GenerateArgs),
+    /// Evaluate validation loss and perplexity of a checkpoint.
+    Eval(commands::eval::EvalArgs),
+    /// Print a configuration and its parameter count.
+    Info(commands::info::InfoArgs),
+    /// Compile the training step ahead of time into the Neuron compile cache.
+    Compile(commands::compile::CompileArgs),
+    /// Measure performance side by side.
+    Bench(commands::bench::BenchArgs),
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Pretrain(args) => commands::pretrain::run(args),
+        Command::Data(args) => commands::data::run(args),
+        Command::Convert(args) => commands::convert::run(args),
+        Command::Generate(args) => commands::generate::run(args),
+        Command::Eval(args) => commands::eval::run(args),
+        Command::Info(args) => commands::info::run(args),
+        Command::Compile(args) => commands::compile::run(args),
+        Command::Bench(args) => commands::bench::run(args),
+    };
+    if let Err(error) = result {
+        eprintln!("error: {error:#}");
+        std::process::exit(1);
+    }
+}

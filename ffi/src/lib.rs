@@ -1,0 +1,1 @@
+//! Dynamic bindings to the PJRT C API and the Neuron runtime, loaded with `libloading`.

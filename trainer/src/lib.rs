@@ -1,0 +1,1 @@
+//! HLAT training.
