@@ -1,0 +1,1 @@
+//! The data pipeline: tokenizers, token shards, packing, mixing and resumable sampling.
