@@ -49,9 +49,13 @@ impl RunnerChannel for TrainiumChannel {
     }
 
     fn get_tensor_handle(tensor: &TensorIr, client: &TrainiumClient) -> TensorData {
-        client
-            .read_data(tensor)
-            .unwrap_or_else(|error| panic!("moving tensor {:?} off {}: {error}", tensor.id, client.device()))
+        client.read_data(tensor).unwrap_or_else(|error| {
+            panic!(
+                "moving tensor {:?} off {}: {error}",
+                tensor.id,
+                client.device()
+            )
+        })
     }
 
     fn register_tensor(

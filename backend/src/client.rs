@@ -31,7 +31,9 @@ fn segment_caps() -> &'static Mutex<HashMap<TrainiumDevice, usize>> {
 }
 
 fn segment_cap(device: &TrainiumDevice) -> usize {
-    let caps = segment_caps().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let caps = segment_caps()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     caps.get(device).copied().unwrap_or(DEFAULT_SEGMENT_CAP)
 }
 
@@ -39,7 +41,9 @@ fn segment_cap(device: &TrainiumDevice) -> usize {
 ///
 /// Takes effect at the next captured operation. A cap of 0 is treated as 1 (run every operation).
 pub fn set_segment_cap(device: &TrainiumDevice, cap: usize) {
-    let mut caps = segment_caps().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut caps = segment_caps()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     caps.insert(*device, cap.max(1));
 }
 
@@ -90,7 +94,9 @@ impl TrainiumClient {
     }
 
     fn lock(&self) -> MutexGuard<'_, ClientState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs the waiting segment, if any, and reports the first unreported error.

@@ -21,7 +21,8 @@ pub enum ExecutorKind {
 
 impl ExecutorKind {
     /// Every executor kind, in the order of their device type ids.
-    pub const ALL: [ExecutorKind; 3] = [ExecutorKind::Host, ExecutorKind::Xla, ExecutorKind::Neuron];
+    pub const ALL: [ExecutorKind; 3] =
+        [ExecutorKind::Host, ExecutorKind::Xla, ExecutorKind::Neuron];
 
     /// The name used in device strings and logs.
     pub fn name(self) -> &'static str {
@@ -157,23 +158,39 @@ mod tests {
 
     #[test]
     fn parses_kinds_and_indices() {
-        assert_eq!("host".parse::<TrainiumDevice>().unwrap(), TrainiumDevice::HOST);
-        assert_eq!("xla:1".parse::<TrainiumDevice>().unwrap(), TrainiumDevice::xla(1));
-        assert_eq!(" Neuron:3 ".parse::<TrainiumDevice>().unwrap(), TrainiumDevice::neuron(3));
+        assert_eq!(
+            "host".parse::<TrainiumDevice>().unwrap(),
+            TrainiumDevice::HOST
+        );
+        assert_eq!(
+            "xla:1".parse::<TrainiumDevice>().unwrap(),
+            TrainiumDevice::xla(1)
+        );
+        assert_eq!(
+            " Neuron:3 ".parse::<TrainiumDevice>().unwrap(),
+            TrainiumDevice::neuron(3)
+        );
         assert_eq!(TrainiumDevice::neuron(3).to_string(), "neuron:3");
     }
 
     #[test]
     fn rejects_unknown_values_with_the_value_in_the_message() {
         let error = "tpu:0".parse::<TrainiumDevice>().unwrap_err().to_string();
-        assert!(error.contains("tpu:0") && error.contains("unknown executor `tpu`"), "{error}");
+        assert!(
+            error.contains("tpu:0") && error.contains("unknown executor `tpu`"),
+            "{error}"
+        );
         let error = "xla:x".parse::<TrainiumDevice>().unwrap_err().to_string();
         assert!(error.contains("`x` is not a device index"), "{error}");
     }
 
     #[test]
     fn device_ids_round_trip() {
-        for device in [TrainiumDevice::HOST, TrainiumDevice::xla(2), TrainiumDevice::neuron(7)] {
+        for device in [
+            TrainiumDevice::HOST,
+            TrainiumDevice::xla(2),
+            TrainiumDevice::neuron(7),
+        ] {
             assert_eq!(TrainiumDevice::from_id(device.to_id()), device);
         }
     }

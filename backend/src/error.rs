@@ -4,7 +4,9 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone)]
 pub enum BackendError {
     /// The device string (from code or `TRAINIUM_DEVICE`) could not be parsed.
-    #[error("invalid Trainium device `{value}`: {reason} (expected `host`, `xla` or `neuron`, optionally followed by `:N`)")]
+    #[error(
+        "invalid Trainium device `{value}`: {reason} (expected `host`, `xla` or `neuron`, optionally followed by `:N`)"
+    )]
     InvalidDevice {
         /// The text that was given.
         value: String,

@@ -67,8 +67,8 @@ impl Segment {
                         ..input.clone()
                     });
                 }
-                let last_use =
-                    matches!(operation, OperationIr::Drop(_)) || input.status == TensorStatus::ReadWrite;
+                let last_use = matches!(operation, OperationIr::Drop(_))
+                    || input.status == TensorStatus::ReadWrite;
                 if last_use {
                     ended.insert(input.id);
                 }
@@ -93,5 +93,74 @@ impl Segment {
             .filter(|id| ended.contains(id))
             .collect();
         boundary
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_backend::{DType, Shape};
+    use burn_ir::{BinaryOpIr, FloatOperationIr, NumericOperationIr, UnaryOpIr};
+
+    use super::*;
+
+    fn tensor(id: u64, status: TensorStatus) -> TensorIr {
+        TensorIr {
+            id: TensorId::new(id),
+            shape: Shape::from(vec![2, 2]),
+            status,
+            dtype: DType::F32,
+        }
+    }
+
+    fn add(lhs: TensorIr, rhs: TensorIr, out: u64) -> OperationIr {
+        OperationIr::NumericFloat(
+            DType::F32,
+            NumericOperationIr::Add(BinaryOpIr {
+                lhs,
+                rhs,
+                out: tensor(out, TensorStatus::NotInit),
+            }),
+        )
+    }
+
+    fn exp(input: TensorIr, out: u64) -> OperationIr {
+        OperationIr::Float(
+            DType::F32,
+            FloatOperationIr::Exp(UnaryOpIr {
+                input,
+                out: tensor(out, TensorStatus::NotInit),
+            }),
+        )
+    }
+
+    #[test]
+    fn boundary_has_inputs_live_outputs_and_released_inputs() {
+        use TensorStatus::{ReadOnly, ReadWrite};
+        let mut segment = Segment::default();
+        // 1 and 2 come from outside; 1 stays alive, 2 is consumed.
+        segment.push(add(tensor(1, ReadOnly), tensor(2, ReadWrite), 3));
+        // 3 is consumed by its last use; 4 is dropped; 5 stays alive.
+        segment.push(exp(tensor(3, ReadWrite), 4));
+        segment.push(exp(tensor(4, ReadOnly), 5));
+        segment.push(OperationIr::Drop(tensor(4, ReadWrite)));
+
+        let boundary = segment.boundary();
+        let ids = |tensors: &[TensorIr]| tensors.iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(&boundary.inputs),
+            vec![TensorId::new(1), TensorId::new(2)]
+        );
+        assert_eq!(ids(&boundary.outputs), vec![TensorId::new(5)]);
+        assert_eq!(boundary.released_inputs, vec![TensorId::new(2)]);
+    }
+
+    #[test]
+    fn an_input_dropped_inside_the_segment_is_released() {
+        let mut segment = Segment::default();
+        segment.push(exp(tensor(7, TensorStatus::ReadOnly), 8));
+        segment.push(OperationIr::Drop(tensor(7, TensorStatus::ReadWrite)));
+        let boundary = segment.boundary();
+        assert_eq!(boundary.released_inputs, vec![TensorId::new(7)]);
+        assert_eq!(boundary.outputs.len(), 1);
     }
 }

@@ -85,7 +85,9 @@ fn registry() -> &'static Mutex<HashMap<TrainiumDevice, Arc<StatsCounters>>> {
 
 /// The shared counters of `device`, created on first use.
 pub(crate) fn counters(device: &TrainiumDevice) -> Arc<StatsCounters> {
-    let mut registry = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut registry = registry()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     registry.entry(*device).or_default().clone()
 }
 

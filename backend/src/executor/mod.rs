@@ -31,7 +31,10 @@ pub(crate) fn open(device: &TrainiumDevice) -> Result<Box<dyn Executor>, Backend
         ExecutorKind::Host => Ok(Box::new(HostExecutor::new())),
         ExecutorKind::Xla | ExecutorKind::Neuron => Err(BackendError::ExecutorUnavailable {
             executor: device.executor.name(),
-            reason: format!("this build has no `{}` executor yet", device.executor.name()),
+            reason: format!(
+                "this build has no `{}` executor yet",
+                device.executor.name()
+            ),
         }),
     }
 }

@@ -1,0 +1,112 @@
+//! Segment behaviour of the lazy client: when segments run, what they keep alive, and the size cap.
+//!
+//! Each test uses its own host device index: devices have their own client and statistics, so
+//! tests running in parallel don't see each other's counters.
+
+use burn::tensor::{Tensor, TensorData};
+use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, set_segment_cap, stats};
+
+fn host(index: u16) -> TrainiumDevice {
+    TrainiumDevice::new(ExecutorKind::Host, index)
+}
+
+fn ramp(device: &TrainiumDevice) -> Tensor<Trainium, 2> {
+    Tensor::from_data(
+        TensorData::new((0..12).map(|i| i as f32 / 4.0).collect::<Vec<_>>(), [3, 4]),
+        device,
+    )
+}
+
+#[test]
+fn reading_runs_the_pending_segment_once() {
+    let device = host(11);
+    let x = ramp(&device);
+    let first = x.clone().exp() * 2.0;
+    let second = x.matmul(Tensor::ones([4, 2], &device)) + 1.0;
+    let before = stats(&device);
+    assert_eq!(before.segments_run, 0, "nothing runs before a read");
+    assert!(before.operations_captured >= 5, "{before:?}");
+
+    let first = first.into_data();
+    let after_first = stats(&device);
+    assert_eq!(after_first.segments_run, 1);
+
+    // `second` was computed by the same segment: reading it runs nothing new.
+    let second = second.into_data();
+    assert_eq!(stats(&device).segments_run, 1);
+
+    first.assert_approx_eq::<f32>(
+        &TensorData::new(
+            (0..12)
+                .map(|i| (i as f32 / 4.0).exp() * 2.0)
+                .collect::<Vec<_>>(),
+            [3, 4],
+        ),
+        burn::tensor::Tolerance::default(),
+    );
+    let row_sums: Vec<f32> = (0..3)
+        .flat_map(|r| {
+            let sum: f32 = (0..4).map(|c| (r * 4 + c) as f32 / 4.0).sum();
+            [sum + 1.0, sum + 1.0]
+        })
+        .collect();
+    second.assert_eq(&TensorData::new(row_sums, [3, 2]), false);
+}
+
+#[test]
+fn dropped_intermediates_are_not_kept() {
+    let device = host(12);
+    let mut value = ramp(&device);
+    for _ in 0..200 {
+        value = value * 0.5 + 1.0;
+    }
+    let data = value.into_data();
+    // 200 multiplications and 200 additions made 400 intermediates; none of them may survive.
+    assert_eq!(stats(&device).live_tensors, 0, "{:?}", stats(&device));
+    // Fixed point of v -> v/2 + 1 is 2; after 200 steps every element is 2.
+    data.assert_approx_eq::<f32>(
+        &TensorData::new(vec![2.0f32; 12], [3, 4]),
+        burn::tensor::Tolerance::default(),
+    );
+}
+
+#[test]
+fn live_tensors_count_what_the_program_still_holds() {
+    let device = host(13);
+    let kept = ramp(&device) * 3.0;
+    let also_kept = kept.clone().exp();
+    Trainium::sync(&device).unwrap();
+    assert_eq!(stats(&device).live_tensors, 2, "{:?}", stats(&device));
+    drop(kept);
+    drop(also_kept);
+    Trainium::sync(&device).unwrap();
+    assert_eq!(stats(&device).live_tensors, 0, "{:?}", stats(&device));
+}
+
+fn long_chain(device: &TrainiumDevice) -> TensorData {
+    let mut value = ramp(device);
+    let weight =
+        Tensor::<Trainium, 2>::from_data(TensorData::new(vec![0.25f32; 16], [4, 4]), device);
+    for step in 0..30 {
+        value = (value.matmul(weight.clone()) + step as f32).tanh() * 2.0;
+    }
+    value.into_data()
+}
+
+#[test]
+fn a_segment_cap_splits_long_streams_without_changing_results() {
+    let (capped, uncapped) = (host(14), host(15));
+    set_segment_cap(&capped, 3);
+    let capped_result = long_chain(&capped);
+    let uncapped_result = long_chain(&uncapped);
+
+    capped_result.assert_eq(&uncapped_result, true);
+    assert_eq!(stats(&uncapped).segments_run, 1);
+    let capped_stats = stats(&capped);
+    assert!(
+        capped_stats.segments_run >= capped_stats.operations_captured / 3 - 1,
+        "a cap of 3 must split the stream: {capped_stats:?}"
+    );
+}
+
+use burn::tensor::backend::Backend;
