@@ -1,1 +1,63 @@
 //! The data pipeline: tokenizers, token shards, packing, mixing and resumable sampling.
+//!
+//! From text to training batches:
+//!
+//! 1. [`TextTokenizer`] loads any Hugging Face `tokenizer.json`
+//!    ([`TextTokenizer::from_file`]) or trains a byte-level BPE one
+//!    ([`TextTokenizer::train_byte_level_bpe`]).
+//! 2. [`ingest()`] reads text and JSONL files ([`documents`]), tokenizes them on all cores and
+//!    writes token shards ([`shard`]): every document followed by EOS, whole documents held out
+//!    for validation. [`ShardSet`] reads a split back, memory-mapped, as one [`TokenStream`].
+//! 3. [`PackedRows`] cuts a token stream into rows of `seq_len + 1` tokens and is a
+//!    [`RowSource`]; the tail that fills no row is dropped and counted ([`packing`]).
+//! 4. [`Mixture`] combines row sources by weight, in tokens (e.g. 0.99 domain and 0.01 general).
+//! 5. [`Sampler`] draws batches of rows, shuffled per epoch; its [`SamplerState`]
+//!    (`epoch`, `position`, `seed`) goes into checkpoints, and [`Sampler::restore`] continues with
+//!    exactly the rows an uninterrupted run would have seen.
+//!
+//! [`builtin_dataset`] skips steps 1 and 2 with a generated corpus and its own tokenizer
+//! ([`builtin`]).
+//!
+//! ```no_run
+//! use hlat_train::data::{
+//!     PackedRows, RowSource, Sampler, ShardSet, Split, inputs_and_targets,
+//! };
+//!
+//! let tokens = ShardSet::open_split("data/shards", Split::Train)?;
+//! let rows = PackedRows::new(tokens, 4096)?;
+//! let mut sampler = Sampler::new(rows, 42)?;
+//! for row in sampler.next_batch(8) {
+//!     let (inputs, targets) = inputs_and_targets(&row);
+//!     assert_eq!((inputs.len(), targets.len()), (4096, 4096));
+//! }
+//! let saved = sampler.state(); // serialize with serde into the checkpoint
+//! sampler.restore(saved)?;
+//! # Ok::<(), hlat_train::data::DataError>(())
+//! ```
+
+pub mod builtin;
+pub mod documents;
+pub mod error;
+pub mod ingest;
+pub mod mixing;
+pub mod packing;
+pub mod rng;
+pub mod rows;
+pub mod sampler;
+pub mod shard;
+pub mod split;
+pub mod tokenizer;
+pub mod tokens;
+
+pub use builtin::{
+    BuiltinDataConfig, BuiltinDataset, builtin_dataset, builtin_document, default_tokenizer,
+};
+pub use error::DataError;
+pub use ingest::{IngestConfig, IngestSummary, ingest};
+pub use mixing::Mixture;
+pub use packing::PackedRows;
+pub use rows::{RowSource, inputs_and_targets};
+pub use sampler::{Sampler, SamplerState};
+pub use shard::{ShardSet, Split, TokenShard};
+pub use tokenizer::TextTokenizer;
+pub use tokens::TokenStream;
