@@ -19,7 +19,11 @@ fn llama2_ids_match_the_python_tokenizers_library() {
     for case in cases {
         let text = case["text"].as_str().unwrap();
         let ids: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
-        assert_eq!(tokenizer.encode(text, true).unwrap(), ids, "ids of {text:?}");
+        assert_eq!(
+            tokenizer.encode(text, true).unwrap(),
+            ids,
+            "ids of {text:?}"
+        );
         // Without special tokens the post-processor's BOS is absent.
         assert_eq!(tokenizer.encode(text, false).unwrap(), ids[1..], "{text:?}");
         let decoded = tokenizer.decode(&ids[1..]).unwrap();
@@ -33,7 +37,12 @@ fn llama2_ids_match_the_python_tokenizers_library() {
 
 fn corpus() -> Vec<String> {
     (0..200)
-        .map(|i| format!("The cat number {i} sat on the mat. The dog {} barked.\n", i * 7))
+        .map(|i| {
+            format!(
+                "The cat number {i} sat on the mat. The dog {} barked.\n",
+                i * 7
+            )
+        })
         .collect()
 }
 
@@ -56,7 +65,13 @@ fn trained_byte_level_bpe_round_trips_and_adds_bos() {
     assert_eq!(with_bos[1..], tokenizer.encode(text, false).unwrap());
     assert_eq!(tokenizer.decode(&with_bos[1..]).unwrap(), text);
     // Frequent words became single tokens: far fewer ids than bytes.
-    assert!(tokenizer.encode(" The cat sat on the mat.", false).unwrap().len() <= 8);
+    assert!(
+        tokenizer
+            .encode(" The cat sat on the mat.", false)
+            .unwrap()
+            .len()
+            <= 8
+    );
 }
 
 #[test]
@@ -80,7 +95,10 @@ fn too_small_vocabulary_and_missing_file_are_errors() {
         .err()
         .unwrap()
         .to_string();
-    assert!(error.contains("vocabulary size") && error.contains("100"), "{error}");
+    assert!(
+        error.contains("vocabulary size") && error.contains("100"),
+        "{error}"
+    );
     let error = TextTokenizer::from_file("/nonexistent/tokenizer.json")
         .err()
         .unwrap()

@@ -111,10 +111,19 @@ fn person_sentence(rng: &mut SplitMix64, who: &Person) -> String {
     match rng.below(9) {
         0 => format!("{name} lives in {}.", who.city),
         1 => format!("{name} works as a {} in {}.", who.job, who.city),
-        2 => format!("{name} is a {}. {} likes the color {}.", who.job, capitalized(he), who.color),
+        2 => format!(
+            "{name} is a {}. {} likes the color {}.",
+            who.job,
+            capitalized(he),
+            who.color
+        ),
         3 => format!("{name} has {pet_words}."),
         4 => format!("Every morning {name} feeds {food} to the {animals}."),
-        5 => format!("Where does {name} live? {} lives in {}.", capitalized(he), who.city),
+        5 => format!(
+            "Where does {name} live? {} lives in {}.",
+            capitalized(he),
+            who.city
+        ),
         6 => format!("What does {name} do? {} is a {}.", capitalized(he), who.job),
         7 => format!("The favorite color of {name} is {}.", who.color),
         _ => format!("{name} has a {animal}. The {animal} {sound}."),
@@ -143,11 +152,7 @@ fn world_sentence(rng: &mut SplitMix64) -> String {
         }
         _ => {
             let n = rng.below(9) as usize;
-            format!(
-                "After {} comes {}.",
-                NUMBER_WORDS[n],
-                NUMBER_WORDS[n + 1]
-            )
+            format!("After {} comes {}.", NUMBER_WORDS[n], NUMBER_WORDS[n + 1])
         }
     }
 }
@@ -167,10 +172,7 @@ pub fn builtin_document(seed: u64, index: u64) -> String {
             parts.push(match rng.below(6) {
                 0 | 1 | 2 => person_sentence(&mut rng, &main),
                 3 => person_sentence(&mut rng, &other),
-                4 => format!(
-                    "{} visits {} in {}.",
-                    other.name, main.name, main.city
-                ),
+                4 => format!("{} visits {} in {}.", other.name, main.name, main.city),
                 _ => world_sentence(&mut rng),
             });
         }

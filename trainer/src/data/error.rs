@@ -17,7 +17,9 @@ pub enum DataError {
     #[error("empty input: {0}")]
     EmptyInput(String),
     /// A file is not valid UTF-8.
-    #[error("{path}: invalid UTF-8 at byte offset {offset} (pass --skip-invalid-utf8 to skip such documents)")]
+    #[error(
+        "{path}: invalid UTF-8 at byte offset {offset} (pass --skip-invalid-utf8 to skip such documents)"
+    )]
     InvalidUtf8 {
         /// The file.
         path: PathBuf,

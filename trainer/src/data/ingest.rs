@@ -204,12 +204,15 @@ impl Ingest<'_> {
         self.batch_bytes = 0;
         for tokens in encoded {
             let index = self.summary.train_documents + self.summary.validation_documents;
-            let (writer, count) =
-                if is_validation(self.config.split_seed, index, self.config.validation_fraction) {
-                    (&mut self.validation, &mut self.summary.validation_documents)
-                } else {
-                    (&mut self.train, &mut self.summary.train_documents)
-                };
+            let (writer, count) = if is_validation(
+                self.config.split_seed,
+                index,
+                self.config.validation_fraction,
+            ) {
+                (&mut self.validation, &mut self.summary.validation_documents)
+            } else {
+                (&mut self.train, &mut self.summary.train_documents)
+            };
             writer.write(&tokens)?;
             writer.write(&[self.eos])?;
             *count += 1;

@@ -99,7 +99,10 @@ impl Mixture {
 
     /// The number of mixture rows each source contributes.
     pub fn rows_per_source(&self) -> Vec<usize> {
-        self.starts.windows(2).map(|pair| pair[1] - pair[0]).collect()
+        self.starts
+            .windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .collect()
     }
 
     /// The source and the source row behind mixture row `index`.

@@ -40,7 +40,10 @@ impl<R: RowSource> Sampler<R> {
         if u32::try_from(rows).is_err() {
             return Err(DataError::setting(
                 "row count",
-                format!("{rows} rows are more than the sampler's limit of {}", u32::MAX),
+                format!(
+                    "{rows} rows are more than the sampler's limit of {}",
+                    u32::MAX
+                ),
             ));
         }
         let state = SamplerState {

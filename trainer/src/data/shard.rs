@@ -319,7 +319,10 @@ impl ShardWriter {
             return Err(DataError::setting("shard size", "0 tokens per shard"));
         }
         let vocab_size = u32::try_from(vocab_size).map_err(|_| {
-            DataError::setting("vocabulary size", format!("{vocab_size} does not fit in u32"))
+            DataError::setting(
+                "vocabulary size",
+                format!("{vocab_size} does not fit in u32"),
+            )
         })?;
         Ok(Self {
             folder: folder.to_path_buf(),
@@ -350,7 +353,10 @@ impl ShardWriter {
             if let Some(token) = now.iter().find(|&&token| token >= self.vocab_size) {
                 return Err(DataError::setting(
                     "token",
-                    format!("id {token} is outside the vocabulary of {}", self.vocab_size),
+                    format!(
+                        "id {token} is outside the vocabulary of {}",
+                        self.vocab_size
+                    ),
                 ));
             }
             let mut bytes = Vec::with_capacity(now.len() * self.width as usize);
@@ -418,7 +424,10 @@ impl ShardWriter {
             vocab_size: self.vocab_size,
         };
         let io_error = |error| DataError::io(&path, error);
-        let mut file = open.file.into_inner().map_err(|error| io_error(error.into_error()))?;
+        let mut file = open
+            .file
+            .into_inner()
+            .map_err(|error| io_error(error.into_error()))?;
         file.seek(SeekFrom::Start(0)).map_err(io_error)?;
         file.write_all(&header.to_bytes()).map_err(io_error)?;
         file.sync_all().map_err(io_error)?;
