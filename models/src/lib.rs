@@ -1,1 +1,28 @@
-//! The HLAT model.
+//! # hlat
+//!
+//! The HLAT model (arXiv 2404.10630): a LLaMA-style decoder for Burn, generic over the backend.
+//!
+//! - [`HlatConfig`]: architecture, presets (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`,
+//!   `bench-tiny`), parameter count and training FLOPs.
+//! - [`Hlat`]: logits and next-token cross-entropy; [`KvCache`] for incremental decoding.
+//! - [`generate`]: greedy or sampled generation with a KV cache.
+
+
+mod attention;
+mod block;
+mod cache;
+mod config;
+pub mod generate;
+mod linear;
+mod mlp;
+mod model;
+mod norm;
+mod rotary;
+
+pub use attention::Attention;
+pub use block::DecoderLayer;
+pub use cache::KvCache;
+pub use config::{ConfigError, HlatConfig};
+pub use mlp::Mlp;
+pub use model::Hlat;
+pub use norm::RmsNorm;

@@ -1,0 +1,121 @@
+//! Causal self-attention with rotary embeddings and grouped key/value heads.
+
+use burn::module::Module;
+use burn::nn::Linear;
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, DType, Tensor};
+
+use crate::cache::KvCache;
+use crate::config::HlatConfig;
+use crate::linear::projection;
+use crate::rotary::RotaryTables;
+
+/// Multi-head causal self-attention; `num_heads / num_kv_heads` query heads share each key/value
+/// head (grouped-query attention, as Hugging Face's `repeat_kv`).
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    /// Query projection `hidden -> heads·head_dim`.
+    pub q_proj: Linear<B>,
+    /// Key projection `hidden -> kv_heads·head_dim`.
+    pub k_proj: Linear<B>,
+    /// Value projection `hidden -> kv_heads·head_dim`.
+    pub v_proj: Linear<B>,
+    /// Output projection `heads·head_dim -> hidden`.
+    pub o_proj: Linear<B>,
+    /// Number of query heads.
+    pub num_heads: usize,
+    /// Number of key/value heads.
+    pub num_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+}
+
+/// Where the keys and values of earlier positions come from.
+pub enum Context<'a, B: Backend> {
+    /// The whole sequence is in the input: attend causally within it.
+    Full,
+    /// Earlier positions are in the cache (for layer `layer`); the input continues them.
+    Cached {
+        /// The cache of the whole model.
+        cache: &'a mut KvCache<B>,
+        /// The index of this layer in it.
+        layer: usize,
+    },
+}
+
+impl<B: Backend> Attention<B> {
+    /// A freshly initialised attention layer.
+    pub fn new(config: &HlatConfig, device: &B::Device) -> Self {
+        let head_dim = config.head_dim();
+        let hidden = config.hidden_size;
+        let kv_width = config.num_kv_heads * head_dim;
+        Self {
+            q_proj: projection(config, hidden, config.num_heads * head_dim, device),
+            k_proj: projection(config, hidden, kv_width, device),
+            v_proj: projection(config, hidden, kv_width, device),
+            o_proj: projection(config, config.num_heads * head_dim, hidden, device),
+            num_heads: config.num_heads,
+            num_kv_heads: config.num_kv_heads,
+            head_dim,
+        }
+    }
+
+    /// Attends `x` `[batch, seq, hidden]` whose first position is `rotary`'s first position.
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        rotary: &RotaryTables<B>,
+        context: Context<'_, B>,
+    ) -> Tensor<B, 3> {
+        let [batch, seq, _] = x.dims();
+        let dtype = x.dtype();
+        let device = x.device();
+        let heads = |t: Tensor<B, 3>, count: usize| {
+            t.reshape([batch, seq, count, self.head_dim])
+                .swap_dims(1, 2)
+        };
+        let queries = rotary.apply(heads(self.q_proj.forward(x.clone()), self.num_heads));
+        let keys = rotary.apply(heads(self.k_proj.forward(x.clone()), self.num_kv_heads));
+        let values = heads(self.v_proj.forward(x), self.num_kv_heads);
+
+        let (keys, values, past) = match context {
+            Context::Full => (keys, values, 0),
+            Context::Cached { cache, layer } => {
+                let past = cache.len();
+                let (keys, values) = cache.append(layer, keys, values);
+                (keys, values, past)
+            }
+        };
+        let total = past + seq;
+        let keys = self.repeat_kv(keys);
+        let values = self.repeat_kv(values);
+
+        let scale = (self.head_dim as f64).powf(-0.5);
+        let scores = queries.matmul(keys.swap_dims(2, 3)) * scale;
+        // Query i (absolute position past + i) sees keys 0 ..= past + i.
+        let future = Tensor::<B, 2, Bool>::tril_mask([seq, total], past as i64, &device)
+            .unsqueeze::<4>()
+            .expand([batch, self.num_heads, seq, total]);
+        let scores = scores.mask_fill(future, f32::NEG_INFINITY);
+        let weights = softmax(scores.cast(DType::F32), 3).cast(dtype);
+        let output = weights.matmul(values).swap_dims(1, 2).reshape([
+            batch,
+            seq,
+            self.num_heads * self.head_dim,
+        ]);
+        self.o_proj.forward(output)
+    }
+
+    /// Repeats each key/value head for the query heads of its group: `[b, kv, t, d] -> [b, h, t, d]`.
+    fn repeat_kv(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let groups = self.num_heads / self.num_kv_heads;
+        if groups == 1 {
+            return x;
+        }
+        let [batch, kv_heads, positions, head_dim] = x.dims();
+        x.unsqueeze_dim::<5>(2)
+            .expand([batch, kv_heads, groups, positions, head_dim])
+            .reshape([batch, kv_heads * groups, positions, head_dim])
+    }
+}

@@ -1,0 +1,53 @@
+//! One pre-norm decoder block.
+
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+use crate::attention::{Attention, Context};
+use crate::config::HlatConfig;
+use crate::mlp::Mlp;
+use crate::norm::RmsNorm;
+use crate::rotary::RotaryTables;
+
+/// `h = x + attn(norm(x)); out = h + mlp(norm(h))`.
+#[derive(Module, Debug)]
+pub struct DecoderLayer<B: Backend> {
+    /// Causal self-attention.
+    pub self_attn: Attention<B>,
+    /// SwiGLU feed-forward network.
+    pub mlp: Mlp<B>,
+    /// Norm before attention.
+    pub input_layernorm: RmsNorm<B>,
+    /// Norm before the feed-forward network.
+    pub post_attention_layernorm: RmsNorm<B>,
+}
+
+impl<B: Backend> DecoderLayer<B> {
+    /// A freshly initialised block.
+    pub fn new(config: &HlatConfig, device: &B::Device) -> Self {
+        Self {
+            self_attn: Attention::new(config, device),
+            mlp: Mlp::new(config, device),
+            input_layernorm: RmsNorm::new(config.hidden_size, config.rms_norm_eps, device),
+            post_attention_layernorm: RmsNorm::new(config.hidden_size, config.rms_norm_eps, device),
+        }
+    }
+
+    /// Applies the block to `[batch, seq, hidden]`.
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        rotary: &RotaryTables<B>,
+        context: Context<'_, B>,
+    ) -> Tensor<B, 3> {
+        let attended =
+            self.self_attn
+                .forward(self.input_layernorm.forward(x.clone()), rotary, context);
+        let x = x + attended;
+        let transformed = self
+            .mlp
+            .forward(self.post_attention_layernorm.forward(x.clone()));
+        x + transformed
+    }
+}
