@@ -172,8 +172,7 @@ fn ingest_error(
             ..config(vec![input.path().to_path_buf()], out.path())
         },
     )
-    .err()
-    .expect("ingest fails");
+    .expect_err("ingest fails");
     let leftovers: Vec<_> = fs::read_dir(out.path()).unwrap().collect();
     assert!(
         leftovers.is_empty(),

@@ -170,7 +170,7 @@ pub fn builtin_document(seed: u64, index: u64) -> String {
         let mut parts = Vec::with_capacity(sentences as usize);
         for _ in 0..sentences {
             parts.push(match rng.below(6) {
-                0 | 1 | 2 => person_sentence(&mut rng, &main),
+                0..=2 => person_sentence(&mut rng, &main),
                 3 => person_sentence(&mut rng, &other),
                 4 => format!("{} visits {} in {}.", other.name, main.name, main.city),
                 _ => world_sentence(&mut rng),

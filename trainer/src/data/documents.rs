@@ -68,6 +68,27 @@ fn has_extension(path: &Path, extensions: &[&str]) -> bool {
         .is_some_and(|extension| extensions.contains(&extension.to_ascii_lowercase().as_str()))
 }
 
+/// Reads the documents of every file `inputs` name (see [`list_input_files`]), in order. Fails
+/// when they hold no document with text.
+pub fn read_inputs(
+    inputs: &[PathBuf],
+    skip_invalid_utf8: bool,
+) -> Result<FileDocuments, DataError> {
+    let mut all = FileDocuments::default();
+    for file in list_input_files(inputs)? {
+        let documents = read_documents(&file, skip_invalid_utf8)?;
+        all.texts.extend(documents.texts);
+        all.skipped_invalid_utf8 += documents.skipped_invalid_utf8;
+    }
+    if all.texts.is_empty() {
+        return Err(DataError::EmptyInput(format!(
+            "no document with text in {inputs:?} ({} skipped as invalid UTF-8)",
+            all.skipped_invalid_utf8
+        )));
+    }
+    Ok(all)
+}
+
 /// Reads the documents of `path` (see the module documentation for the formats).
 pub fn read_documents(path: &Path, skip_invalid_utf8: bool) -> Result<FileDocuments, DataError> {
     let bytes = fs::read(path).map_err(|error| DataError::io(path, error))?;

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// A file or folder could not be read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file or folder.
         path: PathBuf,
-        /// The underlying I/O error.
-        source: std::io::Error,
+        /// The underlying I/O error (part of the message, so not repeated as a source).
+        error: std::io::Error,
     },
     /// The inputs hold no document with any text.
     #[error("empty input: {0}")]
@@ -78,10 +78,10 @@ pub enum DataError {
 
 impl DataError {
     /// Wraps an I/O error with the path it concerns.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Self::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 
