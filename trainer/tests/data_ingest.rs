@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use hlat_train::data::shard::{SHARD_HEADER_BYTES, ShardWriter};
 use hlat_train::data::{
-    DataError, IngestConfig, ShardSet, Split, TextTokenizer, TokenShard, TokenStream, ingest,
+    DataError, IngestConfig, ShardSet, Split, TOKENIZER_FILE, TextTokenizer, TokenShard,
+    TokenStream, ingest,
 };
 
 fn tokenizer() -> TextTokenizer {
@@ -97,9 +98,12 @@ fn text_and_jsonl_folders_round_trip_through_small_shards() {
     assert!(
         names
             .iter()
-            .all(|name| name.starts_with("train-") && name.ends_with(".bin")),
+            .all(|name| name == TOKENIZER_FILE
+                || name.starts_with("train-") && name.ends_with(".bin")),
         "{names:?}"
     );
+    let saved = TextTokenizer::from_file(out.path().join(TOKENIZER_FILE)).unwrap();
+    assert_eq!(saved.to_json().unwrap(), tokenizer.to_json().unwrap());
 }
 
 #[test]
@@ -278,6 +282,35 @@ fn an_output_that_holds_shards_is_refused() {
         fs::read(out.path().join("train-00000.bin")).unwrap(),
         before
     );
+}
+
+#[test]
+fn an_output_holding_the_same_tokenizer_is_used_and_another_refused() {
+    let input = tempfile::tempdir().unwrap();
+    fs::write(input.path().join("a.txt"), "text").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let tokenizer = tokenizer();
+    tokenizer.save(out.path().join(TOKENIZER_FILE)).unwrap();
+    ingest(
+        &tokenizer,
+        &config(vec![input.path().join("a.txt")], out.path()),
+    )
+    .unwrap();
+
+    let other_out = tempfile::tempdir().unwrap();
+    let other = TextTokenizer::train_byte_level_bpe(&["something else entirely"], 270).unwrap();
+    other.save(other_out.path().join(TOKENIZER_FILE)).unwrap();
+    let error = ingest(
+        &tokenizer,
+        &config(vec![input.path().join("a.txt")], other_out.path()),
+    )
+    .expect_err("a different tokenizer is refused");
+    assert!(
+        error.to_string().contains("a different tokenizer.json"),
+        "{error}"
+    );
+    let left: Vec<_> = fs::read_dir(other_out.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "only the tokenizer that was there");
 }
 
 fn shard_error(bytes: &[u8]) -> String {

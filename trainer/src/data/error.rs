@@ -61,10 +61,12 @@ pub enum DataError {
         candidates: &'static [&'static str],
     },
     /// An output that would overwrite earlier results.
-    #[error("{path} already holds token shards; choose an empty output folder")]
+    #[error("{path} already holds {what}; choose an empty output folder")]
     OutputExists {
         /// The output folder.
         path: PathBuf,
+        /// What it holds.
+        what: &'static str,
     },
     /// A setting or argument out of its valid range.
     #[error("invalid {name}: {problem}")]

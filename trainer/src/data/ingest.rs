@@ -3,7 +3,8 @@
 //! Documents are read in a stable order (see [`super::documents`]), tokenized in parallel batches,
 //! each followed by EOS, and written to the train or validation shards of the output folder
 //! (`train-00000.bin`..., `val-00000.bin`...; see [`super::shard`]). The validation split holds
-//! out whole documents, chosen by [`is_validation`] from the document's index. Nothing is
+//! out whole documents, chosen by [`is_validation`] from the document's index. The tokenizer is
+//! saved beside the shards as [`TOKENIZER_FILE`], so the folder describes itself. Nothing is
 //! renamed into place before every input has been read, so a failed ingest leaves no shard.
 
 use std::fs;
@@ -16,6 +17,9 @@ use super::error::DataError;
 use super::shard::{ShardWriter, Split};
 use super::split::is_validation;
 use super::tokenizer::TextTokenizer;
+
+/// The tokenizer's file in a shard folder.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 /// The bytes of text tokenized together in one parallel batch.
 const BATCH_BYTES: usize = 16 << 20;
@@ -87,7 +91,8 @@ pub fn ingest(
     }
     let eos = tokenizer.eos_id()?;
     let files = list_input_files(&config.inputs)?;
-    prepare_output(&config.out_dir)?;
+    let tokenizer_json = tokenizer.to_json()?;
+    prepare_output(&config.out_dir, &tokenizer_json)?;
     let writer = |split| {
         ShardWriter::new(
             &config.out_dir,
@@ -140,11 +145,16 @@ pub fn ingest(
     summary.validation_tokens = validation.total_tokens();
     summary.train_shards = train.commit()?;
     summary.validation_shards = validation.commit()?;
+    let tokenizer_path = config.out_dir.join(TOKENIZER_FILE);
+    fs::write(&tokenizer_path, tokenizer_json)
+        .map_err(|error| DataError::io(&tokenizer_path, error))?;
     Ok(summary)
 }
 
-/// Creates the output folder, refusing one that already holds shards.
-fn prepare_output(out_dir: &Path) -> Result<(), DataError> {
+/// Creates the output folder, refusing one that already holds shards or another tokenizer
+/// (the tokenizer the shards were made with may already be there, as from
+/// `hlat data train-tokenizer --out DIR/tokenizer.json`).
+fn prepare_output(out_dir: &Path, tokenizer_json: &str) -> Result<(), DataError> {
     fs::create_dir_all(out_dir).map_err(|error| DataError::io(out_dir, error))?;
     let holds_shards = [Split::Train, Split::Validation]
         .iter()
@@ -152,7 +162,18 @@ fn prepare_output(out_dir: &Path) -> Result<(), DataError> {
     if holds_shards {
         return Err(DataError::OutputExists {
             path: out_dir.to_path_buf(),
+            what: "token shards",
         });
+    }
+    let tokenizer_path = out_dir.join(TOKENIZER_FILE);
+    if tokenizer_path.exists() {
+        let existing = TextTokenizer::from_file(&tokenizer_path)?.to_json()?;
+        if existing != tokenizer_json {
+            return Err(DataError::OutputExists {
+                path: out_dir.to_path_buf(),
+                what: "a different tokenizer.json",
+            });
+        }
     }
     Ok(())
 }

@@ -53,7 +53,7 @@ pub use builtin::{
     BuiltinDataConfig, BuiltinDataset, builtin_dataset, builtin_document, default_tokenizer,
 };
 pub use error::DataError;
-pub use ingest::{IngestConfig, IngestSummary, ingest};
+pub use ingest::{IngestConfig, IngestSummary, TOKENIZER_FILE, ingest};
 pub use mixing::Mixture;
 pub use packing::PackedRows;
 pub use rows::{RowSource, inputs_and_targets};

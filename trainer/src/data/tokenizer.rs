@@ -103,10 +103,15 @@ impl TextTokenizer {
     /// Saves the tokenizer as a Hugging Face `tokenizer.json`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), DataError> {
         let path = path.as_ref();
+        std::fs::write(path, self.to_json()?).map_err(|error| DataError::io(path, error))
+    }
+
+    /// The tokenizer in Hugging Face `tokenizer.json` form.
+    pub fn to_json(&self) -> Result<String, DataError> {
         self.inner
-            .save(path, true)
+            .to_string(true)
             .map_err(|error| DataError::Tokenizer {
-                context: format!("saving {}", path.display()),
+                context: "serializing".into(),
                 message: error.to_string(),
             })
     }
