@@ -10,7 +10,8 @@
 //! Invalid UTF-8 is an error that names the file and the byte offset, unless it is asked to be
 //! skipped: then the document holding it (the file, or the JSONL line) is skipped and counted.
 
-use std::fs;
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use super::error::DataError;
@@ -18,10 +19,10 @@ use super::error::DataError;
 const JSONL_EXTENSIONS: [&str; 2] = ["jsonl", "ndjson"];
 const FOLDER_EXTENSIONS: [&str; 5] = ["txt", "text", "md", "jsonl", "ndjson"];
 
-/// The documents of one file.
+/// Documents read from several files.
 #[derive(Debug, Default)]
-pub struct FileDocuments {
-    /// The documents' texts, in file order; empty texts are left out.
+pub struct Documents {
+    /// The documents' texts, in input order; empty texts are left out.
     pub texts: Vec<String>,
     /// Documents skipped because they were not valid UTF-8.
     pub skipped_invalid_utf8: usize,
@@ -70,15 +71,13 @@ fn has_extension(path: &Path, extensions: &[&str]) -> bool {
 
 /// Reads the documents of every file `inputs` name (see [`list_input_files`]), in order. Fails
 /// when they hold no document with text.
-pub fn read_inputs(
-    inputs: &[PathBuf],
-    skip_invalid_utf8: bool,
-) -> Result<FileDocuments, DataError> {
-    let mut all = FileDocuments::default();
+pub fn read_inputs(inputs: &[PathBuf], skip_invalid_utf8: bool) -> Result<Documents, DataError> {
+    let mut all = Documents::default();
     for file in list_input_files(inputs)? {
-        let documents = read_documents(&file, skip_invalid_utf8)?;
-        all.texts.extend(documents.texts);
-        all.skipped_invalid_utf8 += documents.skipped_invalid_utf8;
+        all.skipped_invalid_utf8 += for_each_document(&file, skip_invalid_utf8, |text| {
+            all.texts.push(text);
+            Ok(())
+        })?;
     }
     if all.texts.is_empty() {
         return Err(DataError::EmptyInput(format!(
@@ -89,72 +88,83 @@ pub fn read_inputs(
     Ok(all)
 }
 
-/// Reads the documents of `path` (see the module documentation for the formats).
-pub fn read_documents(path: &Path, skip_invalid_utf8: bool) -> Result<FileDocuments, DataError> {
-    let bytes = fs::read(path).map_err(|error| DataError::io(path, error))?;
-    if has_extension(path, &JSONL_EXTENSIONS) {
-        read_jsonl(path, &bytes, skip_invalid_utf8)
-    } else {
-        let mut documents = FileDocuments::default();
-        match decode_utf8(path, &bytes, 0, skip_invalid_utf8)? {
-            Some(text) if !text.is_empty() => documents.texts.push(text.to_owned()),
-            Some(_) => {}
-            None => documents.skipped_invalid_utf8 += 1,
-        }
-        Ok(documents)
+/// Calls `visit` with every non-empty document of `path` in file order (see the module
+/// documentation for the formats), stopping at its first error. JSONL files are streamed line by
+/// line, so they need not fit in memory. Returns the number of documents skipped as invalid UTF-8.
+pub fn for_each_document(
+    path: &Path,
+    skip_invalid_utf8: bool,
+    mut visit: impl FnMut(String) -> Result<(), DataError>,
+) -> Result<usize, DataError> {
+    let io_error = |error| DataError::io(path, error);
+    let file = File::open(path).map_err(io_error)?;
+    if !has_extension(path, &JSONL_EXTENSIONS) {
+        let mut bytes = Vec::new();
+        BufReader::new(file)
+            .read_to_end(&mut bytes)
+            .map_err(io_error)?;
+        return match decode_utf8(path, bytes, 0, skip_invalid_utf8)? {
+            Some(text) if !text.is_empty() => visit(text).map(|()| 0),
+            Some(_) => Ok(0),
+            None => Ok(1),
+        };
     }
+    let mut reader = BufReader::new(file);
+    let mut skipped = 0;
+    let mut offset = 0u64;
+    for number in 1.. {
+        let mut line = Vec::new();
+        let read = reader.read_until(b'\n', &mut line).map_err(io_error)?;
+        if read == 0 {
+            break;
+        }
+        let line_offset = offset;
+        offset += read as u64;
+        let Some(line) = decode_utf8(path, line, line_offset, skip_invalid_utf8)? else {
+            skipped += 1;
+            continue;
+        };
+        if let Some(text) = jsonl_text(path, number, &line)? {
+            visit(text)?;
+        }
+    }
+    Ok(skipped)
 }
 
-fn read_jsonl(
-    path: &Path,
-    bytes: &[u8],
-    skip_invalid_utf8: bool,
-) -> Result<FileDocuments, DataError> {
-    let mut documents = FileDocuments::default();
-    let mut line_start = 0usize;
-    for (index, line) in bytes.split(|byte| *byte == b'\n').enumerate() {
-        let offset = line_start as u64;
-        line_start += line.len() + 1;
-        let Some(line) = decode_utf8(path, line, offset, skip_invalid_utf8)? else {
-            documents.skipped_invalid_utf8 += 1;
-            continue;
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad_line = |problem: String| DataError::BadJsonLine {
-            path: path.to_path_buf(),
-            line: index + 1,
-            problem,
-        };
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|error| bad_line(format!("bad JSON: {error}")))?;
-        let text = value
-            .get("text")
-            .ok_or_else(|| bad_line("no field `text`".into()))?
-            .as_str()
-            .ok_or_else(|| bad_line("field `text` is not a string".into()))?;
-        if !text.is_empty() {
-            documents.texts.push(text.to_owned());
-        }
+/// The non-empty `text` of JSONL line `number` of `path`; `None` for a blank line or empty text.
+fn jsonl_text(path: &Path, number: usize, line: &str) -> Result<Option<String>, DataError> {
+    if line.trim().is_empty() {
+        return Ok(None);
     }
-    Ok(documents)
+    let bad_line = |problem: String| DataError::BadJsonLine {
+        path: path.to_path_buf(),
+        line: number,
+        problem,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|error| bad_line(format!("bad JSON: {error}")))?;
+    match value.get("text") {
+        None => Err(bad_line("no field `text`".into())),
+        Some(serde_json::Value::String(text)) if text.is_empty() => Ok(None),
+        Some(serde_json::Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(bad_line("field `text` is not a string".into())),
+    }
 }
 
 /// `bytes` as text; `None` when they are not UTF-8 and skipping was asked, an error naming the
 /// file offset (`offset` is where `bytes` start in the file) otherwise.
-fn decode_utf8<'a>(
+fn decode_utf8(
     path: &Path,
-    bytes: &'a [u8],
+    bytes: Vec<u8>,
     offset: u64,
     skip_invalid_utf8: bool,
-) -> Result<Option<&'a str>, DataError> {
-    match std::str::from_utf8(bytes) {
+) -> Result<Option<String>, DataError> {
+    match String::from_utf8(bytes) {
         Ok(text) => Ok(Some(text)),
         Err(_) if skip_invalid_utf8 => Ok(None),
         Err(error) => Err(DataError::InvalidUtf8 {
             path: path.to_path_buf(),
-            offset: offset + error.valid_up_to() as u64,
+            offset: offset + error.utf8_error().valid_up_to() as u64,
         }),
     }
 }

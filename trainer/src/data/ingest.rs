@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::documents::{list_input_files, read_documents};
+use super::documents::{for_each_document, list_input_files};
 use super::error::DataError;
 use super::shard::{ShardWriter, Split};
 use super::split::is_validation;
@@ -112,20 +112,21 @@ pub fn ingest(
         batch_bytes: 0,
     };
     let progress = progress_bar(&files, config.show_progress);
+    let mut files_bytes = 0;
     for file in &files {
-        let documents = read_documents(file, config.skip_invalid_utf8)?;
-        if documents.skipped_invalid_utf8 > 0 {
+        let skipped = for_each_document(file, config.skip_invalid_utf8, |text| {
+            progress.inc(text.len() as u64);
+            ingest.push(text)
+        })?;
+        if skipped > 0 {
             log::warn!(
-                "{}: skipped {} document(s) of invalid UTF-8",
-                file.display(),
-                documents.skipped_invalid_utf8
+                "{}: skipped {skipped} document(s) of invalid UTF-8",
+                file.display()
             );
         }
-        ingest.summary.skipped_invalid_utf8 += documents.skipped_invalid_utf8 as u64;
-        for text in documents.texts {
-            ingest.push(text)?;
-        }
-        progress.inc(fs::metadata(file).map(|m| m.len()).unwrap_or(0));
+        ingest.summary.skipped_invalid_utf8 += skipped as u64;
+        files_bytes += file_size(file);
+        progress.set_position(files_bytes);
     }
     ingest.flush()?;
     progress.finish_and_clear();
@@ -178,14 +179,17 @@ fn prepare_output(out_dir: &Path, tokenizer_json: &str) -> Result<(), DataError>
     Ok(())
 }
 
+/// The size of `file` for the progress bar (0 when it cannot be read: reading it will fail
+/// with the reason).
+fn file_size(file: &Path) -> u64 {
+    fs::metadata(file).map_or(0, |metadata| metadata.len())
+}
+
 fn progress_bar(files: &[PathBuf], show: bool) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }
-    let total = files
-        .iter()
-        .map(|file| fs::metadata(file).map(|m| m.len()).unwrap_or(0))
-        .sum();
+    let total = files.iter().map(|file| file_size(file)).sum();
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template(
