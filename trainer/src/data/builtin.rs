@@ -158,11 +158,13 @@ fn world_sentence(rng: &mut SplitMix64) -> String {
 }
 
 /// Document number `index` of the corpus of `seed`: a title and a few paragraphs about one main
-/// person, a visitor, and the world.
+/// person, another person who visits, and the world.
 pub fn builtin_document(seed: u64, index: u64) -> String {
     let mut rng = SplitMix64::for_stream(seed, index);
-    let main = person(rng.below(PEOPLE.len() as u64) as usize);
-    let other = person(rng.below(PEOPLE.len() as u64) as usize);
+    let people = PEOPLE.len() as u64;
+    let main_index = rng.below(people);
+    let other_index = (main_index + 1 + rng.below(people - 1)) % people;
+    let (main, other) = (person(main_index as usize), person(other_index as usize));
     let mut text = format!("A story about {}.\n\n", main.name);
     let paragraphs = 1 + rng.below(3);
     for paragraph in 0..paragraphs {
