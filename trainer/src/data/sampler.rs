@@ -81,7 +81,8 @@ impl<R: RowSource> Sampler<R> {
         self.state
     }
 
-    /// Continues from a saved state. Fails when the state does not fit this row source.
+    /// Continues from a saved state, whose seed replaces the one given to [`Sampler::new`].
+    /// Fails when the state does not fit this row source.
     pub fn restore(&mut self, state: SamplerState) -> Result<(), DataError> {
         let rows = self.order.len();
         if state.position > rows as u64 {
