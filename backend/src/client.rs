@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
 use burn_backend::{Backend, DType, DTypeUsageSet, ExecutionError, TensorData};
 use burn_flex::{Flex, FlexDevice};
@@ -143,6 +144,7 @@ impl RunnerClient for TrainiumClient {
     type Device = TrainiumDevice;
 
     fn register_op(&self, operation: OperationIr) {
+        let start = Instant::now();
         StatsCounters::add(&self.counters.operations_captured, 1);
         // The data of an `Init` was registered with the executor already.
         if matches!(operation, OperationIr::Init(_)) {
@@ -160,6 +162,7 @@ impl RunnerClient for TrainiumClient {
         }
         self.update_live_gauge(&state);
         state.segment.push(operation);
+        StatsCounters::add_elapsed(&self.counters.capture_micros, start);
         if state.segment.len() >= segment_cap(&self.device)
             && let Err(error) = self.flush(&mut state)
         {
@@ -201,7 +204,12 @@ impl RunnerClient for TrainiumClient {
     }
 
     fn seed(&self, seed: u64) {
-        self.lock().executor.seed(seed);
+        // Random operations captured before the seed must draw from the old state.
+        let mut state = self.lock();
+        if let Err(error) = self.flush(&mut state) {
+            state.pending_error.get_or_insert(error);
+        }
+        state.executor.seed(seed);
     }
 
     fn dtype_usage(&self, dtype: DType) -> DTypeUsageSet {

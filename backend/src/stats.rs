@@ -8,7 +8,9 @@ use crate::TrainiumDevice;
 #[derive(Debug, Default)]
 pub(crate) struct StatsCounters {
     pub operations_captured: AtomicU64,
+    pub capture_micros: AtomicU64,
     pub segments_run: AtomicU64,
+    pub prepare_micros: AtomicU64,
     pub compiles: AtomicU64,
     pub compile_micros: AtomicU64,
     pub cache_hits: AtomicU64,
@@ -24,11 +26,18 @@ impl StatsCounters {
         counter.fetch_add(amount, Ordering::Relaxed);
     }
 
+    /// Adds the time elapsed since `start`, in microseconds, to one counter.
+    pub fn add_elapsed(counter: &AtomicU64, start: std::time::Instant) {
+        Self::add(counter, start.elapsed().as_micros() as u64);
+    }
+
     fn snapshot(&self) -> Stats {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
             operations_captured: load(&self.operations_captured),
+            capture_seconds: load(&self.capture_micros) as f64 * 1e-6,
             segments_run: load(&self.segments_run),
+            prepare_seconds: load(&self.prepare_micros) as f64 * 1e-6,
             compiles: load(&self.compiles),
             compile_seconds: load(&self.compile_micros) as f64 * 1e-6,
             cache_hits: load(&self.cache_hits),
@@ -42,7 +51,9 @@ impl StatsCounters {
     fn reset(&self) {
         for counter in [
             &self.operations_captured,
+            &self.capture_micros,
             &self.segments_run,
+            &self.prepare_micros,
             &self.compiles,
             &self.compile_micros,
             &self.cache_hits,
@@ -60,8 +71,13 @@ impl StatsCounters {
 pub struct Stats {
     /// Operations captured from Burn (including `Drop`s).
     pub operations_captured: u64,
+    /// Seconds spent capturing operations (the client's own overhead, execution excluded).
+    pub capture_seconds: f64,
     /// Segments handed to the executor.
     pub segments_run: u64,
+    /// Seconds executors spent preparing segments before running them: hashing, lowering and
+    /// compile cache look-ups (compiles themselves are counted in `compile_seconds`).
+    pub prepare_seconds: f64,
     /// Programs compiled (XLA or Neuron executors).
     pub compiles: u64,
     /// Seconds spent compiling.

@@ -3,6 +3,7 @@
 //! Each test uses its own host device index: devices have their own client and statistics, so
 //! tests running in parallel don't see each other's counters.
 
+use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, set_segment_cap, stats};
 
@@ -109,4 +110,40 @@ fn a_segment_cap_splits_long_streams_without_changing_results() {
     );
 }
 
-use burn::tensor::backend::Backend;
+#[test]
+fn seeding_applies_after_the_operations_captured_before_it() {
+    let device = host(16);
+    let draw = || Tensor::<Trainium, 1>::random([64], burn::tensor::Distribution::Default, &device);
+    Trainium::seed(&device, 42);
+    let first = draw();
+    Trainium::seed(&device, 42);
+    let second = draw();
+    first.into_data().assert_eq(&second.into_data(), true);
+}
+
+#[test]
+fn a_failing_kernel_is_reported_as_an_error_naming_the_operation() {
+    let device = host(17);
+    let values = Tensor::<Trainium, 1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
+    let out_of_range =
+        Tensor::<Trainium, 1, burn::tensor::Int>::from_data(TensorData::from([7i32]), &device);
+    let picked = values.select(0, out_of_range);
+    let error = picked
+        .try_into_data()
+        .expect_err("an index past the end must fail");
+    let message = error.to_string();
+    assert!(
+        message.contains("host") && message.contains("Select"),
+        "{message}"
+    );
+    // The device stays closed with the first failure as the reason.
+    let later = Tensor::<Trainium, 1>::ones([2], &device)
+        .try_into_data()
+        .expect_err("device is broken");
+    assert!(
+        later
+            .to_string()
+            .contains("unusable after an earlier failure"),
+        "{later}"
+    );
+}
