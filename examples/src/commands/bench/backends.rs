@@ -1,0 +1,127 @@
+//! The backends a benchmark can compare, and running one measurement in a child process.
+
+use std::fmt;
+use std::process::Command;
+use std::str::FromStr;
+
+use anyhow::{Context, bail};
+use serde::de::DeserializeOwned;
+
+/// A backend (and executor) that `hlat bench` can measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendName {
+    /// `Trainium` on the `host` executor.
+    TrainiumHost,
+    /// `Trainium` on the `xla` executor (plugin from `TRAINIUM_PJRT_PLUGIN`).
+    TrainiumXla,
+    /// Burn's `NdArray` backend.
+    NdArray,
+    /// Burn's `Flex` backend.
+    Flex,
+}
+
+impl BackendName {
+    /// Every backend, in table order.
+    pub const ALL: [BackendName; 4] = [
+        BackendName::TrainiumHost,
+        BackendName::TrainiumXla,
+        BackendName::NdArray,
+        BackendName::Flex,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendName::TrainiumHost => "host",
+            BackendName::TrainiumXla => "xla",
+            BackendName::NdArray => "ndarray",
+            BackendName::Flex => "flex",
+        }
+    }
+}
+
+impl fmt::Display for BackendName {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendName {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|backend| backend.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(|backend| backend.name()).collect();
+                format!(
+                    "unknown backend `{text}` (expected one of {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// The marker line a worker prints before its JSON result, so that logs cannot be mistaken for it.
+const RESULT_MARKER: &str = "HLAT-BENCH-RESULT ";
+
+/// Prints a worker's result for the parent process.
+pub fn emit_result<T: serde::Serialize>(result: &T) -> anyhow::Result<()> {
+    println!("{RESULT_MARKER}{}", serde_json::to_string(result)?);
+    Ok(())
+}
+
+/// Runs this executable again with `arguments` plus `--worker`, and parses the result it emits.
+pub fn run_worker<T: DeserializeOwned>(arguments: &[String], what: &str) -> anyhow::Result<T> {
+    let executable = std::env::current_exe().context("locating the hlat executable")?;
+    let output = Command::new(&executable)
+        .args(arguments)
+        .arg("--worker")
+        .output()
+        .with_context(|| format!("starting {} for {what}", executable.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let line = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(RESULT_MARKER))
+        .with_context(|| format!("{what} printed no result"))?;
+    serde_json::from_str(line).with_context(|| format!("parsing the result of {what}"))
+}
+
+/// The peak resident memory of this process so far, in bytes (Linux `VmHWM`).
+pub fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kilobytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kilobytes * 1024)
+}
+
+/// Median of a non-empty list of seconds.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let middle = sorted.len() / 2;
+    if sorted.len() % 2 == 0 {
+        (sorted[middle - 1] + sorted[middle]) / 2.0
+    } else {
+        sorted[middle]
+    }
+}
+
+/// Parses a comma-separated list of backends.
+pub fn parse_backends(text: &str) -> anyhow::Result<Vec<BackendName>> {
+    text.split(',')
+        .map(|name| {
+            name.trim()
+                .parse::<BackendName>()
+                .map_err(anyhow::Error::msg)
+        })
+        .collect()
+}

@@ -1,0 +1,39 @@
+//! `hlat bench`: side-by-side performance measurement of backends and executors.
+//!
+//! Every backend is measured in its own child process (the same `hlat` binary, started with the
+//! hidden `--worker` flag), so that peak memory is per backend and one backend's threads or caches
+//! don't disturb another. The parent collects one JSON line from each child, prints a table with
+//! ratios against a chosen baseline, and writes a JSON file (and, on request, a Markdown report
+//! with a PNG plot).
+
+mod backends;
+mod ops;
+mod report;
+mod train;
+
+use clap::{Args, Subcommand};
+
+pub use backends::BackendName;
+
+/// Arguments of `hlat bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The HLAT training step on several backends, after warmup.
+    Train(train::TrainBenchArgs),
+    /// Micro-benchmarks of the model's operations (matmul, softmax, RMSNorm, attention).
+    Ops(ops::OpsBenchArgs),
+}
+
+/// Runs `hlat bench`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Train(args) => train::run(args),
+        BenchCommand::Ops(args) => ops::run(args),
+    }
+}

@@ -1,0 +1,259 @@
+//! `hlat bench ops`: micro-benchmarks of the model's operations, per backend.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::backend::{Flex, NdArray};
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Distribution, IntDType, Tensor};
+use burn_trainium::{Trainium, TrainiumDevice};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::backends::{self, BackendName, emit_result, median, parse_backends};
+use super::train::{load_config, parse_precision};
+
+/// Arguments of `hlat bench ops`.
+#[derive(Args, Clone)]
+pub struct OpsBenchArgs {
+    /// Model preset whose shapes are measured (or a config JSON file).
+    #[arg(long, default_value = "bench-tiny")]
+    pub preset: String,
+    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
+    #[arg(long, default_value = "host,xla,ndarray,flex")]
+    pub backends: String,
+    /// Sequences in the measured batch.
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 256)]
+    pub seq_len: usize,
+    /// Timed repetitions of each operation (after two untimed ones).
+    #[arg(long, default_value_t = 10)]
+    pub repeats: usize,
+    /// Float precision: f32 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench-ops.json")]
+    pub json: PathBuf,
+    /// Internal: measure one backend in this process and print its result.
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+/// One operation measured on one backend.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpMeasurement {
+    /// The backend.
+    pub backend: String,
+    /// The operation and its shape.
+    pub operation: String,
+    /// Median seconds per call.
+    pub median_seconds: f64,
+    /// Throughput: GFLOP/s for compute-bound operations, GB/s for memory-bound ones.
+    pub throughput: f64,
+    /// The unit of `throughput`.
+    pub unit: String,
+}
+
+/// Runs `hlat bench ops`.
+pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
+    let backends = parse_backends(&args.backends)?;
+    if args.worker {
+        let [backend] = backends[..] else {
+            anyhow::bail!(
+                "a worker measures exactly one backend, got `{}`",
+                args.backends
+            );
+        };
+        return emit_result(&measure_backend(backend, &args)?);
+    }
+    let mut all = Vec::new();
+    for backend in backends {
+        let arguments = vec![
+            "bench".to_string(),
+            "ops".to_string(),
+            "--preset".to_string(),
+            args.preset.clone(),
+            "--backends".to_string(),
+            backend.name().to_string(),
+            "--batch".to_string(),
+            args.batch.to_string(),
+            "--seq-len".to_string(),
+            args.seq_len.to_string(),
+            "--repeats".to_string(),
+            args.repeats.to_string(),
+            "--precision".to_string(),
+            args.precision.clone(),
+        ];
+        eprintln!("measuring operations on {backend}...");
+        match backends::run_worker::<Vec<OpMeasurement>>(
+            &arguments,
+            &format!("the {backend} worker"),
+        ) {
+            Ok(measurements) => all.extend(measurements),
+            Err(error) => eprintln!("{backend}: {error:#}"),
+        }
+    }
+    println!("| backend | operation | median | throughput |");
+    println!("| --- | --- | ---: | ---: |");
+    for measurement in &all {
+        println!(
+            "| {} | {} | {:.3} ms | {:.2} {} |",
+            measurement.backend,
+            measurement.operation,
+            measurement.median_seconds * 1e3,
+            measurement.throughput,
+            measurement.unit
+        );
+    }
+    std::fs::write(&args.json, serde_json::to_string_pretty(&all)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    Ok(())
+}
+
+fn measure_backend(
+    backend: BackendName,
+    args: &OpsBenchArgs,
+) -> anyhow::Result<Vec<OpMeasurement>> {
+    match backend {
+        BackendName::TrainiumHost => measure_all::<Trainium>(backend, TrainiumDevice::HOST, args),
+        BackendName::TrainiumXla => {
+            let device = TrainiumDevice::xla(0);
+            burn_trainium::check_device(&device)?;
+            measure_all::<Trainium>(backend, device, args)
+        }
+        BackendName::NdArray => measure_all::<NdArray>(backend, Default::default(), args),
+        BackendName::Flex => measure_all::<Flex>(backend, Default::default(), args),
+    }
+}
+
+/// Times `operation` (which must end by synchronising the device) and returns the median.
+fn time<B: Backend>(device: &B::Device, repeats: usize, mut operation: impl FnMut()) -> f64 {
+    for _ in 0..2 {
+        operation();
+        B::sync(device).expect("synchronising the device");
+    }
+    let samples: Vec<f64> = (0..repeats.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            operation();
+            B::sync(device).expect("synchronising the device");
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    median(&samples)
+}
+
+fn measure_all<B: Backend>(
+    backend: BackendName,
+    device: B::Device,
+    args: &OpsBenchArgs,
+) -> anyhow::Result<Vec<OpMeasurement>> {
+    let config = load_config(&args.preset)?;
+    let precision = parse_precision(&args.precision)?;
+    burn::tensor::set_default_dtypes::<B>(&device, precision, IntDType::I32).map_err(|error| {
+        anyhow::anyhow!("{backend} cannot run in {}: {error:?}", args.precision)
+    })?;
+    let element_bytes = if args.precision == "bf16" { 2.0 } else { 4.0 };
+    let tokens = args.batch * args.seq_len;
+    let (hidden, ffn, vocab) = (config.hidden_size, config.ffn_size, config.vocab_size);
+    let heads = config.num_heads;
+    let head_dim = hidden / heads;
+    let random =
+        |shape: Vec<usize>| Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+    let mut results = Vec::new();
+    let mut record = |operation: String, seconds: f64, amount: f64, unit: &str| {
+        results.push(OpMeasurement {
+            backend: backend.name().to_string(),
+            operation,
+            median_seconds: seconds,
+            throughput: amount / seconds / 1e9,
+            unit: unit.to_string(),
+        });
+    };
+
+    for (name, n) in [
+        ("qkv/o projection", hidden),
+        ("ffn up", ffn),
+        ("lm head", vocab),
+    ] {
+        let (activations, weight) = (random(vec![tokens, hidden]), random(vec![hidden, n]));
+        let seconds = time::<B>(&device, args.repeats, || {
+            let _ = activations.clone().matmul(weight.clone());
+        });
+        record(
+            format!("matmul {name} [{tokens}x{hidden}]x[{hidden}x{n}]"),
+            seconds,
+            2.0 * (tokens * hidden * n) as f64,
+            "GFLOP/s",
+        );
+    }
+
+    let scores = Tensor::<B, 3>::random(
+        [args.batch * heads, args.seq_len, args.seq_len],
+        Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    let seconds = time::<B>(&device, args.repeats, || {
+        let _ = softmax(scores.clone(), 2);
+    });
+    let scores_bytes =
+        2.0 * (args.batch * heads * args.seq_len * args.seq_len) as f64 * element_bytes;
+    record(
+        format!(
+            "softmax [{}x{}x{}]",
+            args.batch * heads,
+            args.seq_len,
+            args.seq_len
+        ),
+        seconds,
+        scores_bytes,
+        "GB/s",
+    );
+
+    let activations = random(vec![tokens, hidden]);
+    let weight = Tensor::<B, 1>::ones([hidden], &device);
+    let seconds = time::<B>(&device, args.repeats, || {
+        let x = activations.clone();
+        let scale = (x.clone().powf_scalar(2.0).mean_dim(1) + config.rms_norm_eps)
+            .sqrt()
+            .recip();
+        let _ = x * scale * weight.clone().unsqueeze();
+    });
+    record(
+        format!("rmsnorm [{tokens}x{hidden}]"),
+        seconds,
+        2.0 * (tokens * hidden) as f64 * element_bytes,
+        "GB/s",
+    );
+
+    let shape = [args.batch, heads, args.seq_len, head_dim];
+    let (query, key, value) = (
+        Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
+        Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
+        Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
+    );
+    let causal =
+        Tensor::<B, 2, Bool>::triu_mask([args.seq_len, args.seq_len], 1, &device).unsqueeze::<4>();
+    let seconds = time::<B>(&device, args.repeats, || {
+        let scores = query.clone().matmul(key.clone().swap_dims(2, 3)) / (head_dim as f64).sqrt();
+        let _ =
+            softmax(scores.mask_fill(causal.clone(), f32::NEG_INFINITY), 3).matmul(value.clone());
+    });
+    let attention_flops =
+        4.0 * (args.batch * heads * args.seq_len * args.seq_len * head_dim) as f64;
+    record(
+        format!(
+            "causal attention [{}x{}x{}x{}]",
+            args.batch, heads, args.seq_len, head_dim
+        ),
+        seconds,
+        attention_flops,
+        "GFLOP/s",
+    );
+    Ok(results)
+}
