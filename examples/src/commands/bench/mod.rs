@@ -13,8 +13,6 @@ mod train;
 
 use clap::{Args, Subcommand};
 
-pub use backends::BackendName;
-
 /// Arguments of `hlat bench`.
 #[derive(Args)]
 pub struct BenchArgs {
