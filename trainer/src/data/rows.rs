@@ -1,7 +1,5 @@
 //! Row sources: training examples of a fixed number of tokens.
 
-use std::sync::Arc;
-
 /// Rows of `row_len()` tokens (`seq_len + 1`: the inputs are `row[..seq_len]` and the targets
 /// `row[1..]`), with random access.
 pub trait RowSource: Send + Sync {
@@ -16,20 +14,6 @@ pub trait RowSource: Send + Sync {
 }
 
 impl<R: RowSource + ?Sized> RowSource for Box<R> {
-    fn row_len(&self) -> usize {
-        (**self).row_len()
-    }
-
-    fn num_rows(&self) -> usize {
-        (**self).num_rows()
-    }
-
-    fn row(&self, index: usize) -> Vec<u32> {
-        (**self).row(index)
-    }
-}
-
-impl<R: RowSource + ?Sized> RowSource for Arc<R> {
     fn row_len(&self) -> usize {
         (**self).row_len()
     }
