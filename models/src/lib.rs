@@ -6,18 +6,22 @@
 //!   `bench-tiny`), parameter count and training FLOPs.
 //! - [`Hlat`]: logits and next-token cross-entropy; [`KvCache`] for incremental decoding.
 //! - [`generate`]: greedy or sampled generation with a KV cache.
-
+//! - [`checkpoint`]: native checkpoints (`config.json` + `model.bpk`) and [`checkpoint::load_any`].
+//! - [`hf`]: Hugging Face `LlamaForCausalLM` import/export and `tokenizer.json`.
 
 mod attention;
 mod block;
 mod cache;
+pub mod checkpoint;
 mod config;
 pub mod generate;
+pub mod hf;
 mod linear;
 mod mlp;
 mod model;
 mod norm;
 mod rotary;
+mod staging;
 
 pub use attention::Attention;
 pub use block::DecoderLayer;
@@ -26,3 +30,4 @@ pub use config::{ConfigError, HlatConfig};
 pub use mlp::Mlp;
 pub use model::Hlat;
 pub use norm::RmsNorm;
+pub use tokenizers::Tokenizer;

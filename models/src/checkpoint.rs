@@ -1,0 +1,197 @@
+//! Native checkpoints, and loading whatever folder a user points at.
+//!
+//! Native layout (shared by `hlat generate`, `hlat convert` and `hlat pretrain`):
+//! `DIR/config.json` ([`HlatConfig`] as our JSON), `DIR/model.bpk` (burn-store burnpack) and,
+//! optionally, `DIR/tokenizer.json`. A training run folder holds
+//! `DIR/checkpoints/newest` (a text file naming a subfolder of `DIR/checkpoints`) and
+//! `DIR/checkpoints/<name>/model/` in native layout.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::Backend;
+use burn_store::{BurnpackStore, ModuleSnapshot};
+use tokenizers::Tokenizer;
+
+use crate::config::{ConfigError, HlatConfig};
+use crate::hf::{self, HfError, WeightDtype};
+use crate::model::Hlat;
+use crate::staging::Staging;
+
+/// The configuration file of a native checkpoint.
+pub const NATIVE_CONFIG_FILE: &str = "config.json";
+/// The weights file of a native checkpoint.
+pub const NATIVE_WEIGHTS_FILE: &str = "model.bpk";
+
+/// Errors of native checkpoints and of [`load_any`].
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The configuration is missing or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The burnpack file could not be written or read.
+    #[error("{}: {message}", path.display())]
+    Burnpack {
+        /// The `model.bpk`.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// The folder is a Hugging Face folder that failed to import.
+    #[error(transparent)]
+    Hf(#[from] HfError),
+    /// The folder is neither a native checkpoint, a Hugging Face folder nor a training run.
+    #[error(
+        "{}: not a model folder (expected `model.bpk` + `config.json`, `model.safetensors` or `model.safetensors.index.json` + `config.json`, or `checkpoints/newest`)",
+        dir.display()
+    )]
+    NotAModel {
+        /// The folder.
+        dir: PathBuf,
+    },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError {
+    let path = path.to_path_buf();
+    move |source| CheckpointError::Io { path, source }
+}
+
+/// Saves `model` and `config` as a native checkpoint in `dir`, replacing it if it exists.
+///
+/// Written to a temporary sibling folder and renamed into place: `dir` is either the old
+/// checkpoint or the complete new one.
+pub fn save_native<B: Backend>(
+    model: &Hlat<B>,
+    config: &HlatConfig,
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    save_native_with_tokenizer(model, config, None, dir)
+}
+
+/// [`save_native`], also writing `tokenizer.json` when a tokenizer is given.
+pub fn save_native_with_tokenizer<B: Backend>(
+    model: &Hlat<B>,
+    config: &HlatConfig,
+    tokenizer: Option<&Tokenizer>,
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    let staging = Staging::new(dir).map_err(io_error(dir))?;
+    config.save(&staging.path().join(NATIVE_CONFIG_FILE))?;
+    let weights = staging.path().join(NATIVE_WEIGHTS_FILE);
+    let mut store = BurnpackStore::from_file(&weights).overwrite(true);
+    model
+        .save_into(&mut store)
+        .map_err(|error| CheckpointError::Burnpack {
+            path: weights.clone(),
+            message: error.to_string(),
+        })?;
+    if let Some(tokenizer) = tokenizer {
+        hf::save_tokenizer(tokenizer, staging.path())?;
+    }
+    staging.commit(true).map_err(io_error(dir))
+}
+
+/// Loads a native checkpoint (weights keep the dtype they were saved with).
+pub fn load_native<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(HlatConfig, Hlat<B>), CheckpointError> {
+    let config = HlatConfig::load(&dir.join(NATIVE_CONFIG_FILE))?;
+    let weights = dir.join(NATIVE_WEIGHTS_FILE);
+    if !weights.is_file() {
+        return Err(CheckpointError::Io {
+            path: weights,
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        });
+    }
+    let mut model = config.try_init::<B>(device)?;
+    let burnpack_error = |message: String| CheckpointError::Burnpack {
+        path: weights.clone(),
+        message,
+    };
+    let mut store = BurnpackStore::from_file(&weights);
+    let result = model
+        .load_from(&mut store)
+        .map_err(|error| burnpack_error(error.to_string()))?;
+    if let Some(error) = result.errors.first() {
+        return Err(burnpack_error(error.to_string()));
+    }
+    if let Some((path, _)) = result.missing.first() {
+        return Err(burnpack_error(format!("missing tensor `{path}`")));
+    }
+    if let Some(path) = result.unused.first() {
+        return Err(burnpack_error(format!("unexpected tensor `{path}`")));
+    }
+    Ok((config, model))
+}
+
+/// Loads a model from a native checkpoint, a Hugging Face folder (weights as f32) or a training
+/// run folder (its newest checkpoint), detected by the files present. The tokenizer is
+/// `tokenizer.json` of the model folder (for a run: of the checkpoint's `model/` folder, else of
+/// the run folder), when there is one.
+pub fn load_any<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(HlatConfig, Hlat<B>, Option<Tokenizer>), CheckpointError> {
+    let newest = dir.join("checkpoints").join("newest");
+    if newest.is_file() {
+        let name = std::fs::read_to_string(&newest).map_err(io_error(&newest))?;
+        let model_dir = dir.join("checkpoints").join(name.trim()).join("model");
+        log::info!(
+            "{}: newest checkpoint {}",
+            dir.display(),
+            model_dir.display()
+        );
+        let (config, model, tokenizer) = load_model_folder(&model_dir, device)?;
+        let tokenizer = match tokenizer {
+            Some(tokenizer) => Some(tokenizer),
+            None => hf::find_tokenizer(dir)?,
+        };
+        return Ok((config, model, tokenizer));
+    }
+    load_model_folder(dir, device)
+}
+
+/// The kind of model folder `dir` is, from the files present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FolderKind {
+    /// `config.json` + `model.bpk`.
+    Native,
+    /// `config.json` + `model.safetensors` or `model.safetensors.index.json`.
+    HuggingFace,
+}
+
+/// Detects the kind of model folder, if it is one.
+pub fn folder_kind(dir: &Path) -> Option<FolderKind> {
+    if dir.join(NATIVE_WEIGHTS_FILE).is_file() {
+        Some(FolderKind::Native)
+    } else if dir.join(hf::WEIGHTS_FILE).is_file() || dir.join(hf::INDEX_FILE).is_file() {
+        Some(FolderKind::HuggingFace)
+    } else {
+        None
+    }
+}
+
+fn load_model_folder<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+) -> Result<(HlatConfig, Hlat<B>, Option<Tokenizer>), CheckpointError> {
+    let (config, model) = match folder_kind(dir) {
+        Some(FolderKind::Native) => load_native(dir, device)?,
+        Some(FolderKind::HuggingFace) => hf::import_hf(dir, device, WeightDtype::F32)?,
+        None => {
+            return Err(CheckpointError::NotAModel {
+                dir: dir.to_path_buf(),
+            });
+        }
+    };
+    let tokenizer = hf::find_tokenizer(dir)?;
+    Ok((config, model, tokenizer))
+}

@@ -1,0 +1,137 @@
+//! Import of a Hugging Face `LlamaForCausalLM` folder.
+
+use std::path::Path;
+use std::rc::Rc;
+
+use burn::module::ParamId;
+use burn::tensor::backend::Backend;
+use burn_store::{ModuleSnapshot, TensorSnapshot};
+
+use super::config::read_hf_config;
+use super::dtype::{WeightDtype, decode};
+use super::error::HfError;
+use super::names::{TensorSpec, is_derived_buffer, tensor_specs};
+use super::reader::Weights;
+use crate::config::HlatConfig;
+use crate::model::Hlat;
+
+/// Imports the model of `DIR` (`config.json` + safetensors, single or sharded) with its weights
+/// converted to `dtype`.
+///
+/// Every tensor name, shape and dtype is checked before any data is read; the data is then read
+/// tensor by tensor from the memory-mapped files straight into the model.
+pub fn import_hf<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+    dtype: WeightDtype,
+) -> Result<(HlatConfig, Hlat<B>), HfError> {
+    let config = read_hf_config(dir)?;
+    let weights = Rc::new(Weights::open(dir)?);
+    let specs = tensor_specs(&config);
+    check_tensors(&weights, &specs)?;
+
+    let snapshots = specs
+        .into_iter()
+        .map(|spec| snapshot(&weights, spec, dtype))
+        .collect();
+    let mut model = Hlat::new(config.clone(), device);
+    let result = model.apply(snapshots, None, None, false);
+    let failure = result
+        .errors
+        .first()
+        .map(|error| (String::new(), error.to_string()))
+        .or_else(|| {
+            result
+                .missing
+                .first()
+                .map(|(path, _)| (path.clone(), "no weight was provided".to_string()))
+        })
+        .or_else(|| {
+            result
+                .unused
+                .first()
+                .map(|path| (path.clone(), "the model has no such parameter".to_string()))
+        });
+    if let Some((tensor, message)) = failure {
+        return Err(HfError::Load {
+            file: weights.listing.clone(),
+            tensor,
+            message,
+        });
+    }
+    log::info!(
+        "imported {} ({} parameters) as {:?}",
+        dir.display(),
+        config.num_params(),
+        dtype
+    );
+    Ok((config, model))
+}
+
+/// Checks names, shapes and dtypes of the stored tensors against `specs`.
+fn check_tensors(weights: &Weights, specs: &[TensorSpec]) -> Result<(), HfError> {
+    for name in weights.tensors.keys() {
+        if is_derived_buffer(name) {
+            log::debug!("skipping {name}: recomputed from the configuration");
+        } else if !specs.iter().any(|spec| &spec.hf_name == name) {
+            return Err(HfError::UnexpectedTensor {
+                file: weights.file_of(name).to_path_buf(),
+                tensor: name.clone(),
+            });
+        }
+    }
+    for spec in specs {
+        let Some(located) = weights.tensors.get(&spec.hf_name) else {
+            return Err(HfError::MissingTensor {
+                file: weights.listing.clone(),
+                tensor: spec.hf_name.clone(),
+            });
+        };
+        let file = || weights.file_of(&spec.hf_name).to_path_buf();
+        if located.info.shape != spec.hf_shape {
+            return Err(HfError::ShapeMismatch {
+                file: file(),
+                tensor: spec.hf_name.clone(),
+                expected: spec.hf_shape.clone(),
+                found: located.info.shape.clone(),
+            });
+        }
+        if WeightDtype::from_safetensors(located.info.dtype).is_none() {
+            return Err(HfError::UnsupportedDtype {
+                file: file(),
+                tensor: spec.hf_name.clone(),
+                dtype: format!("{:?}", located.info.dtype),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A lazy snapshot that decodes, transposes and converts one stored tensor when applied.
+fn snapshot(weights: &Rc<Weights>, spec: TensorSpec, dtype: WeightDtype) -> TensorSnapshot {
+    let stored = WeightDtype::from_safetensors(weights.tensors[&spec.hf_name].info.dtype)
+        .expect("dtypes are checked before snapshots are built");
+    let mut burn_shape = spec.hf_shape.clone();
+    if spec.transposed {
+        burn_shape.reverse();
+    }
+    let path_stack = spec.burn_path.split('.').map(str::to_string).collect();
+    let weights = Rc::clone(weights);
+    let read = move || {
+        let data = decode(
+            weights.bytes(&spec.hf_name),
+            stored,
+            &spec.hf_shape,
+            spec.transposed,
+        );
+        Ok(data.convert_dtype(dtype.burn()))
+    };
+    TensorSnapshot::from_closure(
+        Rc::new(read),
+        dtype.burn(),
+        burn_shape.into(),
+        path_stack,
+        Vec::new(),
+        ParamId::new(),
+    )
+}

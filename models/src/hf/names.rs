@@ -1,0 +1,99 @@
+//! The Hugging Face `LlamaForCausalLM` tensor names of an HLAT model, and their Burn paths.
+
+use crate::config::HlatConfig;
+
+/// One weight: its Hugging Face name and shape, its Burn path, and whether the stored matrix is
+/// the transpose of Burn's (torch `Linear` is `[out, in]`, Burn's `[in, out]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    /// Hugging Face name, e.g. `model.layers.0.self_attn.q_proj.weight`.
+    pub hf_name: String,
+    /// Burn module path, e.g. `layers.0.self_attn.q_proj.weight`.
+    pub burn_path: String,
+    /// Shape as stored by Hugging Face.
+    pub hf_shape: Vec<usize>,
+    /// Whether the Burn tensor is the transpose of the stored one.
+    pub transposed: bool,
+}
+
+/// Every weight of a model of `config`, in the order transformers saves them.
+pub fn tensor_specs(config: &HlatConfig) -> Vec<TensorSpec> {
+    let hidden = config.hidden_size;
+    let kv_width = config.num_kv_heads * config.head_dim();
+    let q_width = config.num_heads * config.head_dim();
+    let vector = |path: String| TensorSpec {
+        hf_name: format!("model.{path}"),
+        burn_path: path,
+        hf_shape: vec![hidden],
+        transposed: false,
+    };
+    let linear = |path: String, out: usize, input: usize| TensorSpec {
+        hf_name: format!("model.{path}"),
+        burn_path: path,
+        hf_shape: vec![out, input],
+        transposed: true,
+    };
+    let mut specs = vec![TensorSpec {
+        hf_name: "model.embed_tokens.weight".into(),
+        burn_path: "embed_tokens.weight".into(),
+        hf_shape: vec![config.vocab_size, hidden],
+        transposed: false,
+    }];
+    for layer in 0..config.num_layers {
+        let prefix = format!("layers.{layer}");
+        specs.push(vector(format!("{prefix}.input_layernorm.weight")));
+        for (name, out) in [("q", q_width), ("k", kv_width), ("v", kv_width)] {
+            specs.push(linear(
+                format!("{prefix}.self_attn.{name}_proj.weight"),
+                out,
+                hidden,
+            ));
+        }
+        specs.push(linear(
+            format!("{prefix}.self_attn.o_proj.weight"),
+            hidden,
+            q_width,
+        ));
+        specs.push(vector(format!("{prefix}.post_attention_layernorm.weight")));
+        for name in ["gate", "up"] {
+            specs.push(linear(
+                format!("{prefix}.mlp.{name}_proj.weight"),
+                config.ffn_size,
+                hidden,
+            ));
+        }
+        specs.push(linear(
+            format!("{prefix}.mlp.down_proj.weight"),
+            hidden,
+            config.ffn_size,
+        ));
+    }
+    specs.push(vector("norm.weight".into()));
+    let mut lm_head = linear("lm_head.weight".into(), config.vocab_size, hidden);
+    lm_head.hf_name = "lm_head.weight".into();
+    specs.push(lm_head);
+    specs
+}
+
+/// Buffers older transformers versions saved that carry no weights (recomputed from the config).
+pub fn is_derived_buffer(name: &str) -> bool {
+    name.ends_with(".self_attn.rotary_emb.inv_freq")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_cover_every_parameter_once() {
+        let config = HlatConfig::preset("hlat-tiny").unwrap();
+        let specs = tensor_specs(&config);
+        let total: usize = specs
+            .iter()
+            .map(|s| s.hf_shape.iter().product::<usize>())
+            .sum();
+        assert_eq!(total as u64, config.num_params());
+        assert_eq!(specs.len(), 2 + 9 * config.num_layers + 1);
+        assert_eq!(specs.last().unwrap().hf_name, "lm_head.weight");
+    }
+}

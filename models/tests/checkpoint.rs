@@ -1,0 +1,63 @@
+//! Native checkpoints and folder detection of `load_any`.
+
+use std::path::Path;
+
+use burn::backend::NdArray;
+use burn::tensor::{Int, Tensor, TensorData};
+use hlat::HlatConfig;
+use hlat::checkpoint::{CheckpointError, load_any, load_native, save_native};
+use hlat::hf::{WeightDtype, import_hf};
+
+fn logits(model: &hlat::Hlat<NdArray>) -> TensorData {
+    let ids = Tensor::<NdArray, 2, Int>::from_data(
+        TensorData::new(vec![1i64, 7, 3, 9, 12], [1, 5]),
+        &Default::default(),
+    );
+    model.forward(ids).into_data()
+}
+
+#[test]
+fn native_save_then_load_gives_the_same_model() {
+    let device = Default::default();
+    let config = HlatConfig::preset("hlat-test").unwrap();
+    let model = config.init::<NdArray>(&device);
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("model");
+    save_native(&model, &config, &dir).unwrap();
+    // Saving again replaces the checkpoint atomically and leaves no temporary folder.
+    save_native(&model, &config, &dir).unwrap();
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 1);
+    let (loaded_config, loaded) = load_native::<NdArray>(&dir, &device).unwrap();
+    assert_eq!(loaded_config, config);
+    logits(&loaded).assert_eq(&logits(&model), true);
+}
+
+#[test]
+fn load_any_reads_hf_native_and_run_folders() {
+    let device = Default::default();
+    let fixture = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures/hf-tiny-llama"
+    ));
+    let (config, model) = import_hf::<NdArray>(fixture, &device, WeightDtype::F32).unwrap();
+    let (from_hf_config, from_hf, tokenizer) = load_any::<NdArray>(fixture, &device).unwrap();
+    assert_eq!(from_hf_config, config);
+    assert!(tokenizer.is_none());
+    logits(&from_hf).assert_eq(&logits(&model), true);
+
+    let run = tempfile::tempdir().unwrap();
+    let step = run.path().join("checkpoints/step-00000010/model");
+    save_native(&model, &config, &step).unwrap();
+    std::fs::write(run.path().join("checkpoints/newest"), "step-00000010\n").unwrap();
+    let (_, from_run, _) = load_any::<NdArray>(run.path(), &device).unwrap();
+    logits(&from_run).assert_eq(&logits(&model), true);
+
+    let (_, from_native, _) = load_any::<NdArray>(&step, &device).unwrap();
+    logits(&from_native).assert_eq(&logits(&model), true);
+
+    let empty = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        load_any::<NdArray>(empty.path(), &device),
+        Err(CheckpointError::NotAModel { .. })
+    ));
+}

@@ -1,0 +1,459 @@
+//! Hugging Face import/export against the transformers fixtures in `../shared/fixtures`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::backend::NdArray;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_store::ModuleSnapshot;
+use burn_trainium::{Trainium, TrainiumDevice};
+use hlat::generate::{GenerationOptions, Sampling, generate};
+use hlat::hf::{ExportOptions, HfError, WeightDtype, export_hf, import_hf, load_tokenizer};
+use hlat::{Hlat, HlatConfig};
+use safetensors::SafeTensors;
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures"
+    ))
+    .join(name)
+}
+
+fn expected() -> Value {
+    let text = std::fs::read_to_string(fixture("hf-tiny-llama/expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(value: &Value) -> Vec<f32> {
+    match value {
+        Value::Array(items) => items.iter().flat_map(floats).collect(),
+        number => vec![number.as_f64().unwrap() as f32],
+    }
+}
+
+fn ints(value: &Value) -> Vec<i64> {
+    match value {
+        Value::Array(items) => items.iter().flat_map(ints).collect(),
+        number => vec![number.as_i64().unwrap()],
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Checks the fixture's logits and greedy continuation on backend `B`.
+fn check_fixture<B: Backend>(device: &B::Device) {
+    let expected = expected();
+    let (config, model) =
+        import_hf::<B>(&fixture("hf-tiny-llama"), device, WeightDtype::F32).unwrap();
+    assert_eq!(
+        config.num_params(),
+        expected["num_parameters"].as_u64().unwrap()
+    );
+
+    let input_ids = ints(&expected["input_ids"]);
+    let seq = input_ids.len() / 2;
+    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(input_ids, [2, seq]), device);
+    let logits = model.forward(ids);
+    let vocab = config.vocab_size;
+    let first = logits
+        .clone()
+        .narrow(1, 0, 4)
+        .into_data()
+        .into_vec::<f32>()
+        .unwrap();
+    let last = logits
+        .clone()
+        .narrow(1, seq - 1, 1)
+        .into_data()
+        .into_vec::<f32>()
+        .unwrap();
+    assert_eq!(last.len(), 2 * vocab);
+    let first_diff = max_abs_diff(&first, &floats(&expected["logits_first_positions"]));
+    let last_diff = max_abs_diff(&last, &floats(&expected["logits_last_position"]));
+    assert!(first_diff <= 1e-4, "first positions differ by {first_diff}");
+    assert!(last_diff <= 1e-4, "last position differs by {last_diff}");
+    let sum: f64 = logits.into_data().iter::<f32>().map(|v| v as f64).sum();
+    let expected_sum = expected["logits_sum"].as_f64().unwrap();
+    assert!(
+        (sum - expected_sum).abs() < 1e-2,
+        "logits sum {sum} vs {expected_sum}"
+    );
+
+    let prompt: Vec<u32> = ints(&expected["greedy_prompt"])
+        .iter()
+        .map(|&id| id as u32)
+        .collect();
+    let continuation: Vec<u32> = ints(&expected["greedy_continuation"])
+        .iter()
+        .map(|&id| id as u32)
+        .collect();
+    let options = GenerationOptions {
+        max_new_tokens: continuation.len(),
+        sampling: Sampling::Greedy,
+        seed: 0,
+        stop_ids: vec![config.eos_token_id],
+    };
+    let mut streamed = Vec::new();
+    let generated = generate(&model, &prompt, &options, |token| streamed.push(token)).unwrap();
+    assert_eq!(generated, continuation);
+    assert_eq!(streamed, continuation);
+}
+
+#[test]
+fn fixture_logits_and_greedy_continuation_on_ndarray() {
+    check_fixture::<NdArray>(&Default::default());
+}
+
+#[test]
+fn fixture_logits_and_greedy_continuation_on_trainium_host() {
+    check_fixture::<Trainium>(&TrainiumDevice::HOST);
+}
+
+fn parameters<B: Backend>(model: &Hlat<B>) -> HashMap<String, TensorData> {
+    model
+        .collect(None, None, false)
+        .into_iter()
+        .map(|snapshot| (snapshot.full_path(), snapshot.to_data().unwrap()))
+        .collect()
+}
+
+/// Exports `model` as `dtype` and imports it back as `dtype` on backend `B`: every parameter
+/// must keep its exact bits.
+fn check_round_trip<B: Backend>(
+    model: &Hlat<B>,
+    device: &B::Device,
+    dtype: WeightDtype,
+    max_shard_size: u64,
+) {
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("exported");
+    let options = ExportOptions {
+        dtype,
+        max_shard_size,
+    };
+    export_hf(model, &out, &options, None).unwrap();
+    let sharded = out.join("model.safetensors.index.json").is_file();
+    assert_eq!(sharded, max_shard_size < 1_000_000, "sharding of {dtype:?}");
+    let (_, back) = import_hf::<B>(&out, device, dtype).unwrap();
+    let (before, after) = (parameters(model), parameters(&back));
+    assert_eq!(before.len(), after.len());
+    for (path, data) in &before {
+        let as_exported = |data: &TensorData| data.clone().convert_dtype(dtype.burn());
+        assert_eq!(
+            as_exported(data).as_bytes(),
+            as_exported(&after[path]).as_bytes(),
+            "{path} changed"
+        );
+    }
+    // Exporting the imported model again writes the same bytes.
+    let again = work.path().join("again");
+    export_hf(&back, &again, &options, None).unwrap();
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let name = entry.unwrap().file_name();
+        let first = std::fs::read(out.join(&name)).unwrap();
+        assert_eq!(
+            first,
+            std::fs::read(again.join(&name)).unwrap(),
+            "{name:?} differs"
+        );
+    }
+    // Nothing is overwritten.
+    let overwrite = export_hf(model, &out, &options, None);
+    assert!(matches!(overwrite, Err(HfError::OutputExists { .. })));
+}
+
+#[test]
+fn export_then_import_round_trips_bit_exactly_in_f32() {
+    let device = Default::default();
+    let (_, model) =
+        import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
+    check_round_trip(&model, &device, WeightDtype::F32, 5_000_000_000);
+}
+
+#[test]
+fn export_then_import_round_trips_bit_exactly_in_bf16_and_shards() {
+    let device = TrainiumDevice::HOST;
+    let (_, model) =
+        import_hf::<Trainium>(&fixture("hf-tiny-llama"), &device, WeightDtype::BF16).unwrap();
+    check_round_trip(&model, &device, WeightDtype::BF16, 200_000);
+}
+
+#[test]
+fn exported_folder_opens_with_python_safetensors() {
+    let device = Default::default();
+    let (_, model) =
+        import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("exported");
+    let options = ExportOptions {
+        dtype: WeightDtype::BF16,
+        max_shard_size: 200_000,
+    };
+    export_hf(&model, &out, &options, None).unwrap();
+    let script = r#"
+import json, sys, os
+try:
+    from safetensors.numpy import load_file
+    from safetensors import safe_open
+except ImportError as error:
+    print("MISSING", error)
+    sys.exit(3)
+folder = sys.argv[1]
+index = json.load(open(os.path.join(folder, "model.safetensors.index.json")))
+found = {}
+for name in sorted(set(index["weight_map"].values())):
+    with safe_open(os.path.join(folder, name), framework="numpy") as handle:
+        assert handle.metadata().get("format") == "pt", handle.metadata()
+    # numpy has no bfloat16: read the header through the torch-free metadata API.
+    import struct
+    with open(os.path.join(folder, name), "rb") as raw:
+        size = struct.unpack("<Q", raw.read(8))[0]
+        header = json.loads(raw.read(size))
+    for tensor, info in header.items():
+        if tensor != "__metadata__":
+            assert index["weight_map"][tensor] == name
+            found[tensor] = [info["dtype"], info["shape"]]
+print(json.dumps(found))
+"#;
+    let output = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&out)
+        .output()
+        .expect("python3 must be installed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.code() != Some(3),
+        "the Python `safetensors` package is missing ({stdout}): run `pip install safetensors numpy`"
+    );
+    assert!(
+        output.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let found: HashMap<String, (String, Vec<usize>)> = serde_json::from_str(&stdout).unwrap();
+    let specs = hlat::hf::tensor_specs(model.config());
+    assert_eq!(found.len(), specs.len());
+    for spec in specs {
+        assert_eq!(
+            found[&spec.hf_name],
+            ("BF16".to_string(), spec.hf_shape),
+            "{}",
+            spec.hf_name
+        );
+    }
+}
+
+#[test]
+fn exported_f32_weights_equal_the_fixture_file_in_python() {
+    let device = Default::default();
+    let (_, model) =
+        import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let out = work.path().join("exported");
+    export_hf(&model, &out, &ExportOptions::default(), None).unwrap();
+    let script = r#"
+import sys
+try:
+    from safetensors.numpy import load_file
+except ImportError as error:
+    print("MISSING", error)
+    sys.exit(3)
+ours = load_file(sys.argv[1] + "/model.safetensors")
+theirs = load_file(sys.argv[2] + "/model.safetensors")
+assert sorted(ours) == sorted(theirs), (sorted(ours), sorted(theirs))
+for name, value in theirs.items():
+    assert ours[name].dtype == value.dtype and ours[name].shape == value.shape, name
+    assert (ours[name] == value).all(), name
+print("ok", len(ours))
+"#;
+    let output = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&out)
+        .arg(fixture("hf-tiny-llama"))
+        .output()
+        .expect("python3 must be installed");
+    assert!(
+        output.status.code() != Some(3),
+        "the Python `safetensors` package is missing: run `pip install safetensors numpy`"
+    );
+    assert!(
+        output.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn tokenizer_matches_the_python_tokenizers_library() {
+    let tokenizer = load_tokenizer(&fixture("llama2-tokenizer/tokenizer.json")).unwrap();
+    let text = std::fs::read_to_string(fixture("llama2-tokenizer/expected.json")).unwrap();
+    let expected: Value = serde_json::from_str(&text).unwrap();
+    for case in expected["cases"].as_array().unwrap() {
+        let input = case["text"].as_str().unwrap();
+        let encoding = tokenizer.encode(input, true).unwrap();
+        let ids: Vec<i64> = encoding.get_ids().iter().map(|&id| id as i64).collect();
+        assert_eq!(ids, ints(&case["ids"]), "ids of {input:?}");
+        let decoded = tokenizer.decode(encoding.get_ids(), true).unwrap();
+        assert_eq!(
+            decoded,
+            case["decoded"].as_str().unwrap(),
+            "decoding of {input:?}"
+        );
+    }
+}
+
+/// A copy of the fixture (config.json edited by `edit_config`, tensors by `edit_tensors`).
+fn broken_fixture(
+    edit_config: impl FnOnce(&mut Value),
+    edit_tensors: impl FnOnce(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let source = fixture("hf-tiny-llama");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap())
+            .unwrap();
+    edit_config(&mut config);
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let bytes = std::fs::read(source.join("model.safetensors")).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<_> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            (
+                name,
+                view.dtype(),
+                view.shape().to_vec(),
+                view.data().to_vec(),
+            )
+        })
+        .collect();
+    edit_tensors(&mut tensors);
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(name, dtype, shape, data)| {
+            (
+                name.clone(),
+                safetensors::tensor::TensorView::new(*dtype, shape.clone(), data).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+fn import_error(dir: &Path) -> HfError {
+    match import_hf::<NdArray>(dir, &Default::default(), WeightDtype::F32) {
+        Ok(_) => panic!("importing {} should fail", dir.display()),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn each_bad_input_gets_its_own_error() {
+    let unchanged = |_: &mut Value| {};
+    let keep = |_: &mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>| {};
+
+    let dir = broken_fixture(unchanged, |t| {
+        t.retain(|(name, ..)| name != "model.layers.1.mlp.up_proj.weight")
+    });
+    let error = import_error(dir.path());
+    assert!(
+        matches!(&error, HfError::MissingTensor { file, tensor } if tensor == "model.layers.1.mlp.up_proj.weight" && file.ends_with("model.safetensors")),
+        "{error}"
+    );
+
+    let dir = broken_fixture(unchanged, |t| {
+        t.push((
+            "model.layers.0.self_attn.q_proj.bias".into(),
+            safetensors::Dtype::F32,
+            vec![64],
+            vec![0; 256],
+        ))
+    });
+    let error = import_error(dir.path());
+    assert!(
+        matches!(&error, HfError::UnexpectedTensor { tensor, .. } if tensor == "model.layers.0.self_attn.q_proj.bias"),
+        "{error}"
+    );
+
+    let dir = broken_fixture(unchanged, |t| {
+        let norm = t
+            .iter_mut()
+            .find(|(name, ..)| name == "model.norm.weight")
+            .unwrap();
+        norm.2 = vec![32];
+        norm.3.truncate(128);
+    });
+    let error = import_error(dir.path());
+    assert!(
+        matches!(&error, HfError::ShapeMismatch { tensor, expected, found, .. } if tensor == "model.norm.weight" && expected == &vec![64] && found == &vec![32]),
+        "{error}"
+    );
+    assert!(error.to_string().contains("model.safetensors"), "{error}");
+
+    for (field, value) in [
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "linear", "factor": 2.0}),
+        ),
+        ("attention_bias", Value::Bool(true)),
+        ("mlp_bias", Value::Bool(true)),
+    ] {
+        let dir = broken_fixture(|c| c[field] = value.clone(), keep);
+        let error = import_error(dir.path());
+        assert!(
+            matches!(&error, HfError::UnsupportedConfig { field: found, path, .. } if found == field && path.ends_with("config.json")),
+            "{field}: {error}"
+        );
+    }
+
+    let dir = broken_fixture(unchanged, keep);
+    let weights = dir.path().join("model.safetensors");
+    let length = std::fs::metadata(&weights).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&weights)
+        .unwrap()
+        .set_len(length - 100)
+        .unwrap();
+    let error = import_error(dir.path());
+    assert!(
+        matches!(&error, HfError::CorruptSafetensors { file, .. } if file == &weights),
+        "{error}"
+    );
+}
+
+#[test]
+fn legacy_rope_theta_and_defaults_are_read() {
+    let dir = broken_fixture(
+        |c| {
+            let object = c.as_object_mut().unwrap();
+            object.remove("rope_parameters");
+            object.remove("num_key_value_heads");
+            object.remove("dtype");
+            object.insert("rope_theta".into(), serde_json::json!(500000.0));
+            object.insert("torch_dtype".into(), serde_json::json!("float32"));
+        },
+        |_| {},
+    );
+    let config = hlat::hf::read_hf_config(dir.path()).unwrap();
+    assert_eq!(config.rope_theta, 500000.0);
+    assert_eq!(config.num_kv_heads, config.num_heads);
+    let expected = HlatConfig {
+        rope_theta: 500000.0,
+        ..hlat::hf::read_hf_config(&fixture("hf-tiny-llama")).unwrap()
+    };
+    assert_eq!(config, expected);
+}
