@@ -1,3 +1,31 @@
 //! HLAT training: the data pipeline, Burn learner wiring, optimizer and schedule, parallelism.
+//!
+//! The pieces of a run, top to bottom:
+//! - [`pretrain::pretrain`] is the job behind `hlat pretrain`: data, model setup (fresh, imported
+//!   or resumed), the step loop with validation, metrics ([`metrics`]) and checkpoints
+//!   ([`checkpoint`]).
+//! - [`trainer::Trainer`] runs one optimizer step: gradient accumulation, the global gradient
+//!   norm ([`clip`]), skipping non-finite steps, and the update.
+//! - [`step::LanguageModel`] is the HLAT model as Burn's learner sees it (`TrainStep`,
+//!   `InferenceStep`); [`optimizer::HlatAdamW`] is AdamW as torch computes it, with f32 state,
+//!   optional norm exclusion from weight decay and bf16 stochastic rounding ([`rounding`]).
+//! - [`config::TrainConfig`] holds HLAT's recipe; [`schedule::WarmupCosine`] its LR schedule;
+//!   [`precision::Precision`] its three precision modes.
+//! - [`data`] reads, packs, mixes and samples the training rows.
 
+pub mod checkpoint;
+pub mod clip;
+pub mod config;
 pub mod data;
+pub mod data_spec;
+pub mod error;
+pub mod eval;
+pub mod fs;
+pub mod metrics;
+pub mod optimizer;
+pub mod precision;
+pub mod pretrain;
+pub mod rounding;
+pub mod schedule;
+pub mod step;
+pub mod trainer;

@@ -1,0 +1,76 @@
+//! Global-norm gradient measurement and scaling (Burn's built-in clipping is per tensor).
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, Tensor};
+
+/// The sum of squares of every gradient of `module`, in f32, as a one-element tensor (lazy: no
+/// read back). Parameters without a gradient are skipped.
+pub fn grad_sum_of_squares<B, M>(
+    module: &M,
+    grads: &GradientsParams,
+) -> Option<Tensor<B::InnerBackend, 1>>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    let mut visitor = SumOfSquares::<B> { grads, total: None };
+    module.visit(&mut visitor);
+    visitor.total
+}
+
+/// Multiplies every gradient of `module` by `factor`.
+pub fn scale_grads<B, M>(module: &M, grads: &mut GradientsParams, factor: f64)
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    module.visit(&mut Scale::<B> {
+        grads,
+        factor,
+        backend: Default::default(),
+    });
+}
+
+/// The factor torch's `clip_grad_norm_` multiplies gradients by: `max_norm / (norm + 1e-6)`
+/// capped at 1; clipping is off when `max_norm` is 0.
+pub fn clip_coefficient(norm: f64, max_norm: f64) -> f64 {
+    if max_norm == 0.0 {
+        1.0
+    } else {
+        (max_norm / (norm + 1e-6)).min(1.0)
+    }
+}
+
+struct SumOfSquares<'a, B: AutodiffBackend> {
+    grads: &'a GradientsParams,
+    total: Option<Tensor<B::InnerBackend, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for SumOfSquares<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let squares = grad.cast(DType::F32).square().sum();
+        self.total = Some(match self.total.take() {
+            Some(total) => total + squares,
+            None => squares,
+        });
+    }
+}
+
+struct Scale<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    factor: f64,
+    backend: std::marker::PhantomData<B>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            self.grads.register(param.id, grad.mul_scalar(self.factor));
+        }
+    }
+}

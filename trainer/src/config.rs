@@ -1,0 +1,233 @@
+//! The training configuration: HLAT's recipe as defaults, read from TOML and overridden by flags.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TrainError;
+use crate::precision::Precision;
+
+/// Everything that defines a training run except the model architecture and the data.
+///
+/// `TrainConfig::default()` is HLAT's recipe (arXiv 2404.10630): AdamW β 0.9/0.95, eps 1e-8,
+/// weight decay 0.1 on every parameter, peak LR 3e-4, 2000 warmup steps then cosine decay to 10%
+/// of the peak, global-norm clipping at 1.0, rows of 4096 tokens and a global batch of 4M tokens.
+/// A TOML file holds any subset of these fields (same names); missing ones keep the recipe value,
+/// unknown ones are an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Model preset trained from scratch when neither a checkpoint nor `--init-from-hf` is given.
+    pub preset: String,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Linear warmup steps from 0 to `lr`.
+    pub warmup_steps: u64,
+    /// Steps of the cosine decay after warmup; `None` decays over the rest of `max_steps`.
+    pub decay_steps: Option<u64>,
+    /// Final learning rate as a fraction of the peak.
+    pub min_lr_ratio: f64,
+    /// Optimizer steps of the run.
+    pub max_steps: u64,
+    /// AdamW β1.
+    pub beta1: f64,
+    /// AdamW β2.
+    pub beta2: f64,
+    /// AdamW ε (added to the bias-corrected √v, as torch does).
+    pub eps: f64,
+    /// Decoupled weight decay (`p -= lr * wd * p`).
+    pub weight_decay: f64,
+    /// Leaves the norm gains (the one-dimensional parameters) out of weight decay.
+    pub exclude_norms_from_weight_decay: bool,
+    /// Global gradient norm bound; 0 disables clipping.
+    pub clip_grad_norm: f64,
+    /// Tokens per row (the model sees `seq_len` inputs and `seq_len` shifted targets).
+    pub seq_len: usize,
+    /// Tokens per optimizer step; must be a multiple of `seq_len * micro_batch_rows`.
+    pub batch_tokens: usize,
+    /// Rows per forward/backward pass; the gradients of `batch_tokens / (seq_len *
+    /// micro_batch_rows)` passes are accumulated into one optimizer step.
+    pub micro_batch_rows: usize,
+    /// Parameter and compute precision.
+    pub precision: Precision,
+    /// Seed of the model initialisation, the data order and the stochastic rounding.
+    pub seed: u64,
+    /// Save a checkpoint every this many steps (and always at the end); 0 saves only at the end.
+    pub checkpoint_every: u64,
+    /// Checkpoints kept; older ones are deleted.
+    pub keep_checkpoints: usize,
+    /// Measure validation loss every this many steps (and at the end); 0 disables validation.
+    pub eval_every: u64,
+    /// Validation rows measured each time.
+    pub eval_rows: usize,
+    /// The run stops with an error after this many consecutive non-finite steps.
+    pub max_consecutive_skips: u32,
+    /// Peak FLOP/s of the device, the denominator of MFU; `None` reports no MFU.
+    pub peak_flops: Option<f64>,
+    /// Show a live progress bar.
+    pub progress: bool,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            preset: "hlat-7b".to_string(),
+            lr: 3e-4,
+            warmup_steps: 2000,
+            decay_steps: None,
+            min_lr_ratio: 0.1,
+            max_steps: 250_000,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            exclude_norms_from_weight_decay: false,
+            clip_grad_norm: 1.0,
+            seq_len: 4096,
+            batch_tokens: 4 * 1024 * 1024,
+            micro_batch_rows: 1,
+            precision: Precision::Bf16StochasticRounding,
+            seed: 42,
+            checkpoint_every: 1000,
+            keep_checkpoints: 3,
+            eval_every: 1000,
+            eval_rows: 64,
+            max_consecutive_skips: 10,
+            peak_flops: None,
+            progress: true,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The profile of `hlat pretrain` without `--config`: the `hlat-tiny` preset on short rows,
+    /// sized to show a clearly falling loss within minutes on two CPU cores. Every other value is
+    /// HLAT's recipe.
+    pub fn quickstart() -> Self {
+        Self {
+            preset: "hlat-tiny".to_string(),
+            lr: 3e-3,
+            warmup_steps: 20,
+            max_steps: 300,
+            seq_len: 128,
+            batch_tokens: 16 * 128,
+            micro_batch_rows: 16,
+            precision: Precision::F32,
+            checkpoint_every: 100,
+            keep_checkpoints: 2,
+            eval_every: 100,
+            eval_rows: 32,
+            ..Self::default()
+        }
+    }
+
+    /// Reads a TOML file; fields it leaves out keep the value of `base`.
+    pub fn load_toml(path: &Path, base: &TrainConfig) -> Result<Self, TrainError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let overrides: toml::Table = toml::from_str(&text).map_err(|error| TrainError::Config {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        let mut merged = toml::Table::try_from(base).map_err(|error| TrainError::Config {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        merged.extend(overrides);
+        let config: TrainConfig =
+            toml::Value::Table(merged)
+                .try_into()
+                .map_err(|error: toml::de::Error| TrainError::Config {
+                    path: path.to_path_buf(),
+                    message: error.to_string(),
+                })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Rows per optimizer step.
+    pub fn rows_per_step(&self) -> usize {
+        self.batch_tokens / self.seq_len
+    }
+
+    /// Forward/backward passes accumulated into one optimizer step.
+    pub fn accumulation_steps(&self) -> usize {
+        self.rows_per_step() / self.micro_batch_rows
+    }
+
+    /// Checks the values against each other; the error names the offending field.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let invalid = |field: &'static str, message: String| {
+            Err(TrainError::InvalidConfig { field, message })
+        };
+        if self.seq_len == 0 {
+            return invalid("seq_len", "must be positive".into());
+        }
+        if self.micro_batch_rows == 0 {
+            return invalid("micro_batch_rows", "must be positive".into());
+        }
+        let micro_tokens = self.seq_len * self.micro_batch_rows;
+        if self.batch_tokens == 0 || self.batch_tokens % micro_tokens != 0 {
+            return invalid(
+                "batch_tokens",
+                format!(
+                    "{} is not a positive multiple of seq_len * micro_batch_rows = {micro_tokens}",
+                    self.batch_tokens
+                ),
+            );
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return invalid("lr", format!("{} is not a positive number", self.lr));
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_ratio) {
+            return invalid(
+                "min_lr_ratio",
+                format!("{} is not in [0, 1]", self.min_lr_ratio),
+            );
+        }
+        for (field, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return invalid(field, format!("{beta} is not in [0, 1)"));
+            }
+        }
+        if !(self.eps > 0.0) {
+            return invalid("eps", format!("{} is not positive", self.eps));
+        }
+        if !(self.weight_decay >= 0.0) {
+            return invalid("weight_decay", format!("{} is negative", self.weight_decay));
+        }
+        if !(self.clip_grad_norm >= 0.0) {
+            return invalid(
+                "clip_grad_norm",
+                format!("{} is negative", self.clip_grad_norm),
+            );
+        }
+        if self.max_steps == 0 {
+            return invalid("max_steps", "must be positive".into());
+        }
+        if self.keep_checkpoints == 0 {
+            return invalid("keep_checkpoints", "must keep at least one".into());
+        }
+        if self.max_consecutive_skips == 0 {
+            return invalid("max_consecutive_skips", "must be positive".into());
+        }
+        if self.eval_every > 0 && self.eval_rows == 0 {
+            return invalid(
+                "eval_rows",
+                "must be positive when eval_every is set".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the configuration as TOML (the run records what it was started with).
+    pub fn save_toml(&self, path: &Path) -> Result<(), TrainError> {
+        let text = toml::to_string_pretty(self).map_err(|error| TrainError::Config {
+            path: PathBuf::from(path),
+            message: error.to_string(),
+        })?;
+        crate::fs::write_atomic(path, text.as_bytes())
+    }
+}

@@ -1,0 +1,85 @@
+//! Validation loss and perplexity of a saved model (`hlat eval`).
+
+use std::path::Path;
+
+use burn::tensor::backend::Backend;
+use hlat::Hlat;
+
+use crate::config::TrainConfig;
+use crate::error::TrainError;
+use crate::pretrain::{DataChoice, validation_source};
+use crate::step::{LanguageModel, LmBatch};
+use crate::trainer::evaluate;
+
+/// The result of an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalReport {
+    /// Mean next-token cross-entropy over the rows.
+    pub loss: f64,
+    /// `exp(loss)`.
+    pub perplexity: f64,
+    /// Rows measured.
+    pub rows: usize,
+    /// Target tokens measured.
+    pub tokens: usize,
+}
+
+/// Measures `model` on up to `rows` validation rows of `data`, split and cut as a run with
+/// `config` does (`seq_len`, seed and corpus budgets), in batches of `micro_batch_rows`.
+pub fn evaluate_model<B: Backend>(
+    model: Hlat<B>,
+    data: &DataChoice,
+    config: &TrainConfig,
+    rows: usize,
+    device: &B::Device,
+) -> Result<EvalReport, TrainError> {
+    let seq_len = config.seq_len;
+    if seq_len > model.config().max_seq_len {
+        return Err(TrainError::Mismatch(format!(
+            "seq_len {seq_len} is longer than the model's context of {} tokens",
+            model.config().max_seq_len
+        )));
+    }
+    let source = validation_source(data, config)?;
+    let rows: Vec<Vec<u32>> = (0..rows.min(source.num_rows()))
+        .map(|index| source.row(index))
+        .collect();
+    if rows.is_empty() {
+        return Err(TrainError::Data("the validation data holds no row".into()));
+    }
+    if let Some(&max) = rows.iter().flatten().max()
+        && max as usize >= model.config().vocab_size
+    {
+        return Err(TrainError::Mismatch(format!(
+            "the validation data holds token {max}, the model's vocabulary has {} tokens",
+            model.config().vocab_size
+        )));
+    }
+    let model = LanguageModel::new(model, None);
+    let tokens = rows.len() * seq_len;
+    let batches = rows
+        .chunks(config.micro_batch_rows.max(1))
+        .map(|chunk| LmBatch::from_rows(chunk, device))
+        .collect();
+    let loss = evaluate(&model, batches);
+    Ok(EvalReport {
+        loss,
+        perplexity: loss.exp(),
+        rows: rows.len(),
+        tokens,
+    })
+}
+
+/// Loads any checkpoint `hlat::checkpoint::load_any` accepts (native, Hugging Face, or a run
+/// folder) and evaluates it.
+pub fn evaluate_checkpoint<B: Backend>(
+    dir: &Path,
+    data: &DataChoice,
+    config: &TrainConfig,
+    rows: usize,
+    device: &B::Device,
+) -> Result<EvalReport, TrainError> {
+    let (_, model, _) = hlat::checkpoint::load_any::<B>(dir, device)
+        .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))?;
+    evaluate_model(model, data, config, rows, device)
+}

@@ -1,0 +1,140 @@
+//! Per-step metrics: appended to `OUT/metrics.jsonl` and shown live on a progress bar.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::error::TrainError;
+
+/// The metrics log file in a run's output folder.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+
+/// One line of `metrics.jsonl`: one optimizer step. Non-finite values are written as `null`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// Optimizer step (1-based).
+    pub step: u64,
+    /// Mean training loss of the step.
+    pub loss: f64,
+    /// `exp(loss)`.
+    pub perplexity: f64,
+    /// Learning rate of the step.
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Target tokens trained on in this step.
+    pub tokens: usize,
+    /// Target tokens trained on since the start of the run.
+    pub tokens_seen: u64,
+    /// Training throughput of this step.
+    pub tokens_per_s: f64,
+    /// Model FLOPs utilisation against the configured peak, when one is configured.
+    pub mfu: Option<f64>,
+    /// Compiled programs so far (Trainium backend only).
+    pub compiles: Option<u64>,
+    /// The update was skipped for a non-finite loss or gradient.
+    pub skipped: bool,
+    /// Validation loss, on the steps where it was measured.
+    pub val_loss: Option<f64>,
+    /// Validation perplexity, on the steps where it was measured.
+    pub val_perplexity: Option<f64>,
+}
+
+/// Appends [`StepMetrics`] to `metrics.jsonl`.
+pub struct MetricsLog {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl MetricsLog {
+    /// Opens the log of the run in `out` for appending. Lines of steps after `resumed_step`
+    /// (written by an interrupted run after its last checkpoint) are dropped first, so the log
+    /// holds each step once.
+    pub fn open(out: &Path, resumed_step: u64) -> Result<Self, TrainError> {
+        let path = out.join(METRICS_FILE);
+        let io = |source| TrainError::Io {
+            path: path.clone(),
+            source,
+        };
+        if path.exists() {
+            let text = std::fs::read_to_string(&path).map_err(io)?;
+            let kept: String = text
+                .lines()
+                .filter(|line| {
+                    serde_json::from_str::<StepMetrics>(line)
+                        .is_ok_and(|metrics| metrics.step <= resumed_step)
+                })
+                .flat_map(|line| [line, "\n"])
+                .collect();
+            crate::fs::write_atomic(&path, kept.as_bytes())?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
+        Ok(Self { path, file })
+    }
+
+    /// Appends one step.
+    pub fn append(&mut self, metrics: &StepMetrics) -> Result<(), TrainError> {
+        let mut line = serde_json::to_string(metrics).expect("metrics serialize");
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(|source| TrainError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+/// A progress bar over the run's steps showing the latest metrics.
+pub struct LiveView {
+    bar: ProgressBar,
+}
+
+impl LiveView {
+    /// A bar from `start` to `end` steps; hidden when `visible` is false.
+    pub fn new(start: u64, end: u64, visible: bool) -> Self {
+        let bar = if visible {
+            ProgressBar::new(end)
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta}] {msg}")
+                .expect("the progress template is valid"),
+        );
+        bar.set_position(start);
+        Self { bar }
+    }
+
+    /// Shows a finished step.
+    pub fn update(&self, metrics: &StepMetrics) {
+        let mut message = format!(
+            "loss {:.4} ppl {:.2} lr {:.2e} |g| {:.3} {:.0} tok/s",
+            metrics.loss, metrics.perplexity, metrics.lr, metrics.grad_norm, metrics.tokens_per_s
+        );
+        if let Some(mfu) = metrics.mfu {
+            message.push_str(&format!(" mfu {:.1}%", mfu * 100.0));
+        }
+        if let Some(val_loss) = metrics.val_loss {
+            message.push_str(&format!(" val {val_loss:.4}"));
+        }
+        self.bar.set_position(metrics.step);
+        self.bar.set_message(message);
+    }
+
+    /// Prints a line above the bar.
+    pub fn println(&self, line: impl AsRef<str>) {
+        self.bar.println(line);
+    }
+
+    /// Leaves the bar in its final state.
+    pub fn finish(&self) {
+        self.bar.finish();
+    }
+}

@@ -1,0 +1,42 @@
+//! Stochastic rounding of f32 values to bf16.
+
+use burn::tensor::{DType, Distribution, Tensor, backend::Backend};
+
+/// Smallest normal bf16 (and f32) magnitude; below it bf16 values are spaced like at it.
+const MIN_NORMAL: f32 = f32::MIN_POSITIVE;
+/// bf16 keeps 7 explicit mantissa bits: neighbours in `[2^e, 2^(e+1))` are `2^(e-7)` apart.
+const MANTISSA_BITS: i32 = 7;
+
+/// Rounds every element of an f32 tensor to one of its two neighbouring bf16 values, the upper
+/// one with probability equal to the distance from the lower one in units of their spacing, so
+/// that the rounding is unbiased: `E[round(x)] = x`. Randomness comes from the backend's seeded
+/// generator. Returns a bf16 tensor.
+pub fn stochastic_round_bf16<B: Backend, const D: usize>(values: Tensor<B, D>) -> Tensor<B, D> {
+    let values = values.cast(DType::F32);
+    let magnitude = values.clone().abs().clamp_min(MIN_NORMAL);
+    // Binade exponent: floor(log2 |x|), corrected where `ln` rounding puts it one off.
+    let exponent = magnitude
+        .clone()
+        .log()
+        .div_scalar(std::f32::consts::LN_2)
+        .floor();
+    let mut binade = magnitude.ones_like().mul_scalar(2.0).powf(exponent);
+    let too_high = binade.clone().greater(magnitude.clone());
+    binade = binade.clone().mask_where(too_high, binade.div_scalar(2.0));
+    let too_low = binade.clone().mul_scalar(2.0).lower_equal(magnitude);
+    binade = binade.clone().mask_where(too_low, binade.mul_scalar(2.0));
+    let spacing = binade.mul_scalar(2f32.powi(-MANTISSA_BITS));
+
+    let lower = values
+        .clone()
+        .div(spacing.clone())
+        .floor()
+        .mul(spacing.clone());
+    let fraction = values.sub(lower.clone()).div(spacing.clone());
+    let draw = fraction.random_like(Distribution::Uniform(0.0, 1.0));
+    let round_up = draw.lower(fraction);
+    lower
+        .clone()
+        .mask_where(round_up, lower.add(spacing))
+        .cast(DType::BF16)
+}

@@ -1,0 +1,34 @@
+//! The learning-rate schedule: linear warmup, then cosine decay to a floor.
+
+use serde::{Deserialize, Serialize};
+
+/// Linear warmup from 0 to `peak` over `warmup_steps`, then cosine decay to `peak * min_ratio`
+/// over `decay_steps`, constant afterwards. Steps count from 1 (the first optimizer step uses
+/// `peak / warmup_steps`), so the schedule is a pure function of the step and resumes exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WarmupCosine {
+    /// Peak learning rate, reached at the end of warmup.
+    pub peak: f64,
+    /// Warmup length in steps.
+    pub warmup_steps: u64,
+    /// Cosine length in steps, counted from the end of warmup.
+    pub decay_steps: u64,
+    /// Final learning rate as a fraction of the peak.
+    pub min_ratio: f64,
+}
+
+impl WarmupCosine {
+    /// The learning rate of optimizer step `step` (1-based).
+    pub fn lr(&self, step: u64) -> f64 {
+        if step <= self.warmup_steps {
+            return self.peak * step as f64 / self.warmup_steps as f64;
+        }
+        let floor = self.peak * self.min_ratio;
+        let since_warmup = step - self.warmup_steps;
+        if self.decay_steps == 0 || since_warmup >= self.decay_steps {
+            return floor;
+        }
+        let progress = since_warmup as f64 / self.decay_steps as f64;
+        floor + (self.peak - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+    }
+}

@@ -1,0 +1,145 @@
+//! The HLAT model as Burn's learner sees it: a module with `TrainStep` and `InferenceStep`.
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
+use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
+use hlat::Hlat;
+
+/// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
+/// to a lower precision (the f32 master weights of `bf16-mixed` stay in the wrapped model).
+#[derive(Module, Debug)]
+pub struct LanguageModel<B: Backend> {
+    /// The model (master weights).
+    pub hlat: Hlat<B>,
+    /// The dtype the forward pass runs in when it differs from the stored parameters.
+    #[module(skip)]
+    pub compute_cast: Option<DType>,
+}
+
+/// A batch of packed rows: inputs and the same rows shifted by one token as targets.
+#[derive(Debug, Clone)]
+pub struct LmBatch<B: Backend> {
+    /// Token ids `[rows, seq_len]`.
+    pub inputs: Tensor<B, 2, Int>,
+    /// Next-token ids `[rows, seq_len]`.
+    pub targets: Tensor<B, 2, Int>,
+}
+
+/// The loss of one batch, still on the device until synced.
+pub struct LmOutput<B: Backend> {
+    /// Mean next-token cross-entropy, `[1]`.
+    pub loss: Tensor<B, 1>,
+    /// Target tokens in the batch.
+    pub tokens: usize,
+}
+
+/// [`LmOutput`] read back to the host.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LmOutputSync {
+    /// Mean next-token cross-entropy.
+    pub loss: f64,
+    /// Target tokens in the batch.
+    pub tokens: usize,
+}
+
+impl<B: Backend> LanguageModel<B> {
+    /// Wraps a model; `compute_cast` is the forward-pass dtype of mixed precision.
+    pub fn new(hlat: Hlat<B>, compute_cast: Option<DType>) -> Self {
+        Self { hlat, compute_cast }
+    }
+
+    /// Mean next-token cross-entropy of a batch, as f32.
+    pub fn loss(&self, batch: &LmBatch<B>) -> Tensor<B, 1> {
+        let inputs = batch.inputs.clone();
+        let targets = batch.targets.clone();
+        let loss = match self.compute_cast {
+            Some(dtype) => {
+                let model = self.hlat.clone().map(&mut CastParams { dtype });
+                model.loss(inputs, targets, None)
+            }
+            None => self.hlat.loss(inputs, targets, None),
+        };
+        loss.cast(DType::F32)
+    }
+}
+
+impl<B: Backend> LmBatch<B> {
+    /// Builds a batch from rows of `seq_len + 1` tokens each.
+    ///
+    /// # Panics
+    /// If `rows` is empty or the rows differ in length or are shorter than 2 tokens.
+    pub fn from_rows(rows: &[Vec<u32>], device: &B::Device) -> Self {
+        let width = rows[0].len();
+        assert!(width >= 2, "rows need at least 2 tokens, got {width}");
+        let ids: Vec<i64> = rows
+            .iter()
+            .flat_map(|row| {
+                assert_eq!(row.len(), width, "rows of one batch differ in length");
+                row.iter().map(|&id| i64::from(id))
+            })
+            .collect();
+        let tokens =
+            Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [rows.len(), width]), device);
+        let count = rows.len();
+        Self {
+            inputs: tokens.clone().slice([0..count, 0..width - 1]),
+            targets: tokens.slice([0..count, 1..width]),
+        }
+    }
+
+    /// Target tokens in the batch.
+    pub fn tokens(&self) -> usize {
+        self.targets.shape().num_elements()
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for LanguageModel<B> {
+    type Input = LmBatch<B>;
+    type Output = LmOutput<B>;
+
+    fn step(&self, batch: LmBatch<B>) -> TrainOutput<LmOutput<B>> {
+        let loss = self.loss(&batch);
+        let grads = loss.backward();
+        let output = LmOutput {
+            loss: loss.detach(),
+            tokens: batch.tokens(),
+        };
+        TrainOutput::new(self, grads, output)
+    }
+}
+
+impl<B: Backend> InferenceStep for LanguageModel<B> {
+    type Input = LmBatch<B>;
+    type Output = LmOutput<B>;
+
+    fn step(&self, batch: LmBatch<B>) -> LmOutput<B> {
+        LmOutput {
+            loss: self.loss(&batch),
+            tokens: batch.tokens(),
+        }
+    }
+}
+
+impl<B: Backend> ItemLazy for LmOutput<B> {
+    type ItemSync = LmOutputSync;
+
+    fn sync(self) -> LmOutputSync {
+        LmOutputSync {
+            loss: self.loss.into_scalar().elem::<f64>(),
+            tokens: self.tokens,
+        }
+    }
+}
+
+/// Casts every float parameter, keeping it in the autodiff graph of the original.
+struct CastParams {
+    dtype: DType,
+}
+
+impl<B: Backend> ModuleMapper<B> for CastParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        Param::from_mapped_value(id, tensor.cast(self.dtype), mapper)
+    }
+}

@@ -1,0 +1,85 @@
+//! Ten AdamW steps from the Hugging Face fixture's weights give the losses torch computed
+//! (`../shared/fixtures/hf-tiny-llama/expected.json`, `train`).
+
+use std::path::Path;
+
+use burn::backend::{Autodiff, NdArray};
+use hlat::hf::{WeightDtype, import_hf};
+use hlat_train::optimizer::AdamWSettings;
+use hlat_train::schedule::WarmupCosine;
+use hlat_train::step::{LanguageModel, LmBatch};
+use hlat_train::trainer::Trainer;
+use serde_json::Value;
+
+type B = Autodiff<NdArray>;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/fixtures/hf-tiny-llama"
+);
+
+#[test]
+fn ten_adamw_steps_match_torch() {
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(FIXTURE).join("expected.json")).unwrap(),
+    )
+    .unwrap();
+    let train = &expected["train"];
+    let number = |key: &str| train[key].as_f64().unwrap();
+    let rows: Vec<Vec<u32>> = train["batch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect();
+    let losses: Vec<f64> = train["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|loss| loss.as_f64().unwrap())
+        .collect();
+
+    let device = Default::default();
+    let (_, model) = import_hf::<B>(Path::new(FIXTURE), &device, WeightDtype::F32).unwrap();
+    let settings = AdamWSettings {
+        beta1: train["betas"][0].as_f64().unwrap(),
+        beta2: train["betas"][1].as_f64().unwrap(),
+        eps: number("eps"),
+        weight_decay: number("weight_decay"),
+        exclude_norms_from_weight_decay: false,
+    };
+    // A constant learning rate: no warmup, no decay.
+    let schedule = WarmupCosine {
+        peak: number("lr"),
+        warmup_steps: 0,
+        decay_steps: 0,
+        min_ratio: 1.0,
+    };
+    let mut trainer = Trainer::new(
+        LanguageModel::new(model, None),
+        settings,
+        schedule,
+        number("clip_global_norm"),
+        0,
+        1,
+    );
+    for (step, expected) in losses.iter().enumerate() {
+        let report = trainer
+            .train_step(vec![LmBatch::from_rows(&rows, &device)])
+            .unwrap();
+        assert!(!report.skipped);
+        let relative = (report.loss - expected).abs() / expected.abs();
+        assert!(
+            relative < 1e-3,
+            "step {}: loss {} vs torch {expected} (relative {relative:.2e})",
+            step + 1,
+            report.loss
+        );
+    }
+}

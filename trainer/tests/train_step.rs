@@ -1,0 +1,146 @@
+//! One optimizer step of the HLAT model: gradient accumulation and non-finite skipping.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::module::{Module, ModuleMapper, Param};
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+use hlat::HlatConfig;
+use hlat_train::error::TrainError;
+use hlat_train::optimizer::AdamWSettings;
+use hlat_train::schedule::WarmupCosine;
+use hlat_train::step::{LanguageModel, LmBatch};
+use hlat_train::trainer::Trainer;
+
+type B = Autodiff<NdArray>;
+
+fn trainer(model: LanguageModel<B>, max_consecutive_skips: u32) -> Trainer<B> {
+    let settings = AdamWSettings {
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        exclude_norms_from_weight_decay: false,
+    };
+    let schedule = WarmupCosine {
+        peak: 1e-2,
+        warmup_steps: 0,
+        decay_steps: 0,
+        min_ratio: 1.0,
+    };
+    Trainer::new(model, settings, schedule, 1.0, 3, max_consecutive_skips)
+}
+
+fn tiny_model() -> LanguageModel<B> {
+    let device = Default::default();
+    B::seed(&device, 11);
+    let config = HlatConfig::preset("hlat-test").unwrap();
+    LanguageModel::new(config.init::<B>(&device), None)
+}
+
+fn rows() -> Vec<Vec<u32>> {
+    (0..2u32)
+        .map(|row| (0..17).map(|i| (i * 7 + row * 13 + 3) % 64).collect())
+        .collect()
+}
+
+fn flat_params(model: &LanguageModel<B>) -> Vec<f32> {
+    let mut values = Vec::new();
+    struct Collect<'a>(&'a mut Vec<f32>);
+    impl<B: Backend> burn::module::ModuleVisitor<B> for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.extend(
+                param
+                    .val()
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .unwrap(),
+            );
+        }
+    }
+    model.visit(&mut Collect(&mut values));
+    values
+}
+
+#[test]
+fn accumulated_micro_batches_equal_one_batch() {
+    let device = Default::default();
+    let rows = rows();
+    let model = tiny_model();
+    // Parameters initialise lazily: read them once so both clones hold the same values.
+    let initial = flat_params(&model);
+
+    let mut whole = trainer(model.clone(), 3);
+    let whole_report = whole
+        .train_step(vec![LmBatch::from_rows(&rows, &device)])
+        .unwrap();
+    let mut split = trainer(model.clone(), 3);
+    assert!(flat_params(&model) == initial, "the first step changed the shared model");
+    let split_report = split
+        .train_step(vec![
+            LmBatch::from_rows(&rows[..1], &device),
+            LmBatch::from_rows(&rows[1..], &device),
+        ])
+        .unwrap();
+
+    assert_eq!(whole_report.tokens, 32);
+    assert_eq!(split_report.tokens, 32);
+    assert!(
+        (whole_report.loss - split_report.loss).abs() < 1e-5,
+        "{whole_report:?} vs {split_report:?}"
+    );
+    assert!(
+        (whole_report.grad_norm - split_report.grad_norm).abs() < 1e-5 * whole_report.grad_norm
+    );
+    // The norm at this init exceeds 1, so clipping took part in both updates.
+    assert!(whole_report.grad_norm > 1.0, "{}", whole_report.grad_norm);
+    let max_difference = flat_params(&whole.model)
+        .iter()
+        .zip(flat_params(&split.model))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        max_difference < 1e-5,
+        "parameters differ by {max_difference}"
+    );
+}
+
+/// Multiplies every parameter by NaN.
+struct Poison;
+
+impl<B: Backend> ModuleMapper<B> for Poison {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        param.map(|tensor| tensor.mul_scalar(f32::NAN))
+    }
+}
+
+#[test]
+fn non_finite_steps_are_skipped_then_stop_the_run() {
+    let device = Default::default();
+    let rows = rows();
+    let mut trainer = trainer(tiny_model().map(&mut Poison), 3);
+    for step in 1..=2 {
+        let report = trainer
+            .train_step(vec![LmBatch::from_rows(&rows, &device)])
+            .unwrap();
+        assert!(report.skipped);
+        assert_eq!(report.step, step);
+        assert_eq!(trainer.progress.skipped_steps, step);
+        assert_eq!(trainer.progress.consecutive_skips, step as u32);
+    }
+    let error = trainer
+        .train_step(vec![LmBatch::from_rows(&rows, &device)])
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            TrainError::NonFinite {
+                step: 3,
+                count: 3,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("3 consecutive"), "{error}");
+}
