@@ -18,7 +18,12 @@ pub const CONFIG_FILE: &str = "config.json";
 /// (RoPE scaling, attention or MLP biases, tied embeddings, another activation or head width) are
 /// errors naming the field.
 pub fn read_hf_config(dir: &Path) -> Result<HlatConfig, HfError> {
-    let path = dir.join(CONFIG_FILE);
+    read_hf_config_file(&dir.join(CONFIG_FILE))
+}
+
+/// [`read_hf_config`] for a `config.json` given by its own path.
+pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
+    let path = path.to_path_buf();
     let text = std::fs::read_to_string(&path).map_err(HfError::io(&path))?;
     let json: Value = serde_json::from_str(&text).map_err(|source| HfError::Json {
         path: path.clone(),

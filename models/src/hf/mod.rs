@@ -13,7 +13,7 @@ mod names;
 mod reader;
 mod tokenizer;
 
-pub use config::{CONFIG_FILE, hf_config_json, read_hf_config};
+pub use config::{CONFIG_FILE, hf_config_json, read_hf_config, read_hf_config_file};
 pub use dtype::{UnknownDtype, WeightDtype};
 pub use error::HfError;
 pub use export::{DEFAULT_MAX_SHARD_SIZE, ExportOptions, export_hf};
