@@ -108,14 +108,14 @@ impl TrainConfig {
             preset: "hlat-tiny".to_string(),
             lr: 3e-3,
             warmup_steps: 20,
-            max_steps: 300,
+            max_steps: 200,
             seq_len: 128,
             batch_tokens: 16 * 128,
             micro_batch_rows: 16,
             precision: Precision::F32,
-            checkpoint_every: 100,
+            checkpoint_every: 50,
             keep_checkpoints: 2,
-            eval_every: 100,
+            eval_every: 50,
             eval_rows: 32,
             ..Self::default()
         }

@@ -31,8 +31,10 @@ use crate::trainer::{Trainer, evaluate};
 pub const RUN_CONFIG_FILE: &str = "train.toml";
 /// The tokenizer file inside a model folder or a shard folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
-/// The built-in corpus never generates more training tokens than this; longer runs repeat it.
-const BUILTIN_MAX_TRAIN_TOKENS: usize = 8 * 1024 * 1024;
+/// Training tokens of the built-in corpus.
+const BUILTIN_TRAIN_TOKENS: usize = 512 * 1024;
+/// Validation tokens of the built-in corpus.
+const BUILTIN_VALIDATION_TOKENS: usize = 16 * 1024;
 
 /// Where the training rows come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -364,17 +366,15 @@ fn validation_rows(rows: &dyn RowSource, count: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// The built-in corpus budgets of a run: enough training tokens for every step (up to a cap;
-/// longer runs repeat it) and `eval_rows` validation rows. Documents are split between training
-/// and validation by these budgets, so evaluating a run's model on the same split needs the same
-/// configuration.
+/// The built-in corpus of a run: a fixed budget of training tokens (longer runs repeat it) and of
+/// validation tokens, whatever the run's length, so that a resumed or extended run and `hlat
+/// eval` see the same documents on the same side of the split.
 fn builtin_config(config: &TrainConfig) -> BuiltinDataConfig {
     let row = config.seq_len + 1;
-    let wanted = config.batch_tokens as u64 * config.max_steps;
     BuiltinDataConfig {
         seq_len: config.seq_len,
-        train_tokens: (wanted.min(BUILTIN_MAX_TRAIN_TOKENS as u64) as usize).max(row),
-        validation_tokens: (config.eval_rows * row).max(row),
+        train_tokens: BUILTIN_TRAIN_TOKENS.max(row),
+        validation_tokens: BUILTIN_VALIDATION_TOKENS.max(row),
         seed: config.seed,
     }
 }

@@ -1,12 +1,203 @@
-//! `hlat pretrain`.
+//! `hlat pretrain`: pretrain or continue pretraining an HLAT model.
+//!
+//! Without arguments it trains the `hlat-tiny` preset on the built-in corpus on the default
+//! device (`TRAINIUM_DEVICE`, else the host executor) into `runs/hlat-tiny`, in a few minutes on
+//! two CPU cores. Running it again in a folder that holds a checkpoint resumes from the newest one.
 
+use std::path::PathBuf;
+
+use anyhow::Context;
+use burn::backend::{Autodiff, NdArray};
+use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
+use hlat_train::config::TrainConfig;
+use hlat_train::data_spec::parse_data_spec;
+use hlat_train::precision::Precision;
+use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 
 /// Arguments of `hlat pretrain`.
 #[derive(Args)]
-pub struct PretrainArgs {}
+pub struct PretrainArgs {
+    /// Training configuration (TOML, fields of `hlat_train::config::TrainConfig`); fields it
+    /// leaves out take HLAT's recipe. Without it the quick CPU profile is used.
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// Model preset trained from scratch (hlat-tiny, hlat-test, hlat-7b, hlat-70b, bench-tiny).
+    #[arg(long)]
+    preset: Option<String>,
+    /// Output folder for checkpoints, metrics.jsonl and train.toml [default: runs/PRESET].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Stop after this optimizer step.
+    #[arg(long, value_name = "N")]
+    max_steps: Option<u64>,
+    /// Start from this Hugging Face (or native) checkpoint: continual pretraining.
+    #[arg(long, value_name = "DIR")]
+    init_from_hf: Option<PathBuf>,
+    /// Prepared shard folders with mixing weights: `[NAME=]FOLDER[:WEIGHT],...`, e.g.
+    /// `domain=shards/a:0.99,general=shards/b:0.01` [default: the built-in corpus].
+    #[arg(long, value_name = "SPEC")]
+    data: Option<String>,
+    /// Device: `ndarray`, or a Trainium device such as `host:0`, `xla:0`, `neuron:0`
+    /// [default: TRAINIUM_DEVICE, else host:0].
+    #[arg(long)]
+    device: Option<String>,
+    /// Precision: f32, bf16-sr (bf16 parameters, stochastic rounding) or bf16-mixed (bf16
+    /// compute, f32 master weights).
+    #[arg(long)]
+    precision: Option<Precision>,
+    /// Seed of initialisation, data order and stochastic rounding.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Peak learning rate.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Linear warmup steps.
+    #[arg(long, value_name = "N")]
+    warmup_steps: Option<u64>,
+    /// Tokens per optimizer step (gradient accumulation fills it with micro-batches).
+    #[arg(long, value_name = "N")]
+    batch_tokens: Option<usize>,
+    /// Rows per forward/backward pass.
+    #[arg(long, value_name = "N")]
+    micro_batch_rows: Option<usize>,
+    /// Tokens per row.
+    #[arg(long, value_name = "N")]
+    seq_len: Option<usize>,
+    /// Save a checkpoint every N steps (and at the end).
+    #[arg(long, value_name = "N")]
+    checkpoint_every: Option<u64>,
+    /// Checkpoints kept.
+    #[arg(long, value_name = "K")]
+    keep_checkpoints: Option<usize>,
+    /// Measure validation loss every M steps (0: never).
+    #[arg(long, value_name = "M")]
+    eval_every: Option<u64>,
+    /// Peak FLOP/s of the device, for MFU.
+    #[arg(long, value_name = "FLOPS")]
+    peak_flops: Option<f64>,
+    /// Hide the progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
 
 /// Runs `hlat pretrain`.
-pub fn run(_args: PretrainArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`hlat pretrain` is not available in this build yet")
+pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => TrainConfig::load_toml(path, &TrainConfig::default())?,
+        None => TrainConfig::quickstart(),
+    };
+    if let Some(v) = args.max_steps {
+        config.max_steps = v;
+    }
+    if let Some(v) = args.precision {
+        config.precision = v;
+    }
+    if let Some(v) = args.seed {
+        config.seed = v;
+    }
+    if let Some(v) = args.lr {
+        config.lr = v;
+    }
+    if let Some(v) = args.warmup_steps {
+        config.warmup_steps = v;
+    }
+    if let Some(v) = args.batch_tokens {
+        config.batch_tokens = v;
+    }
+    if let Some(v) = args.micro_batch_rows {
+        config.micro_batch_rows = v;
+    }
+    if let Some(v) = args.seq_len {
+        config.seq_len = v;
+    }
+    if let Some(v) = args.checkpoint_every {
+        config.checkpoint_every = v;
+    }
+    if let Some(v) = args.keep_checkpoints {
+        config.keep_checkpoints = v;
+    }
+    if let Some(v) = args.eval_every {
+        config.eval_every = v;
+    }
+    if let Some(v) = args.peak_flops {
+        config.peak_flops = Some(v);
+    }
+    if let Some(preset) = args.preset {
+        config.preset = preset;
+    }
+    if args.no_progress {
+        config.progress = false;
+    }
+    config.validate()?;
+    let data = match &args.data {
+        Some(spec) => DataChoice::Shards(parse_data_spec(spec)?),
+        None => DataChoice::Builtin,
+    };
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("runs").join(&config.preset));
+    let options = PretrainOptions {
+        config,
+        out,
+        data,
+        init_from: args.init_from_hf,
+    };
+    let summary = match DeviceChoice::parse(args.device.as_deref())? {
+        DeviceChoice::NdArray => pretrain::<Autodiff<NdArray>>(
+            &options,
+            &Default::default(),
+            DeviceInfo { compiles: None },
+        )?,
+        DeviceChoice::Trainium(device) => {
+            let compiles = || burn_trainium::stats(&device).compiles;
+            pretrain::<Autodiff<Trainium>>(
+                &options,
+                &device,
+                DeviceInfo {
+                    compiles: Some(&compiles),
+                },
+            )?
+        }
+    };
+    match (summary.losses.first(), summary.losses.last()) {
+        (Some(first), Some(last)) => println!(
+            "trained steps {}..{}: loss {first:.4} -> {last:.4}",
+            summary.start_step + 1,
+            summary.end_step
+        ),
+        _ => println!("nothing to train: already at step {}", summary.end_step),
+    }
+    if let Some(val_loss) = summary.val_loss {
+        println!(
+            "validation loss {val_loss:.4}, perplexity {:.2}",
+            val_loss.exp()
+        );
+    }
+    if let Some(dir) = summary.checkpoint {
+        println!("checkpoint: {}", dir.display());
+    }
+    println!("model: {}", options.out.display());
+    Ok(())
+}
+
+/// The device a command runs on.
+pub enum DeviceChoice {
+    /// Burn's NdArray backend on the CPU.
+    NdArray,
+    /// A Trainium device (host, xla or neuron executor).
+    Trainium(TrainiumDevice),
+}
+
+impl DeviceChoice {
+    /// `ndarray`, a Trainium device name, or `None` for `TrainiumDevice::default()`.
+    pub fn parse(name: Option<&str>) -> anyhow::Result<Self> {
+        match name {
+            Some("ndarray") => Ok(DeviceChoice::NdArray),
+            Some(name) => Ok(DeviceChoice::Trainium(
+                name.parse().with_context(|| format!("--device {name}"))?,
+            )),
+            None => Ok(DeviceChoice::Trainium(TrainiumDevice::default())),
+        }
+    }
 }

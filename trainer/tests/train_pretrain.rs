@@ -1,0 +1,59 @@
+//! `hlat pretrain`'s job on a tiny preset: the loss falls, metrics are logged every step, and the
+//! run folder holds a checkpoint the model crate loads with its tokenizer.
+
+use burn::backend::{Autodiff, NdArray};
+use hlat_train::config::TrainConfig;
+use hlat_train::metrics::METRICS_FILE;
+use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
+
+type B = Autodiff<NdArray>;
+
+#[test]
+fn pretraining_a_tiny_preset_lowers_the_loss() {
+    let out = tempfile::tempdir().unwrap();
+    let options = PretrainOptions {
+        config: TrainConfig {
+            preset: "hlat-test".into(),
+            lr: 1e-2,
+            warmup_steps: 5,
+            max_steps: 40,
+            seq_len: 32,
+            batch_tokens: 32 * 8,
+            micro_batch_rows: 8,
+            eval_rows: 8,
+            eval_every: 20,
+            progress: false,
+            ..TrainConfig::quickstart()
+        },
+        out: out.path().to_path_buf(),
+        data: DataChoice::Builtin,
+        init_from: None,
+    };
+    let device = Default::default();
+    let summary = pretrain::<B>(&options, &device, DeviceInfo { compiles: None }).unwrap();
+
+    let mean = |losses: &[f64]| losses.iter().sum::<f64>() / losses.len() as f64;
+    let first = mean(&summary.losses[..5]);
+    let last = mean(&summary.losses[35..]);
+    assert!(last < first - 1.0, "loss went from {first:.3} to {last:.3}");
+    let val_loss = summary.val_loss.unwrap();
+    assert!(val_loss < first - 1.0, "validation loss {val_loss:.3}");
+
+    let log = std::fs::read_to_string(out.path().join(METRICS_FILE)).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 40);
+    for (index, line) in lines.iter().enumerate() {
+        assert_eq!(line["step"], index as u64 + 1);
+        for key in ["loss", "lr", "grad_norm", "tokens_per_s"] {
+            assert!(line[key].is_number(), "step {}: no {key}", index + 1);
+        }
+    }
+
+    let (config, _model, tokenizer) =
+        hlat::checkpoint::load_any::<NdArray>(out.path(), &device).unwrap();
+    assert!(tokenizer.is_some(), "the checkpoint holds no tokenizer");
+    assert_eq!(config.num_layers, 2);
+}
