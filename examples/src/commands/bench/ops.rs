@@ -7,13 +7,13 @@ use anyhow::Context;
 use burn::backend::{Flex, NdArray};
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Distribution, IntDType, Tensor};
+use burn::tensor::{Bool, Distribution, FloatDType, IntDType, Tensor};
 use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{self, BackendName, emit_result, median, parse_backends};
-use super::train::{load_config, parse_precision};
+use super::train::load_config;
 
 /// Arguments of `hlat bench ops`.
 #[derive(Args, Clone)]
@@ -256,4 +256,13 @@ fn measure_all<B: Backend>(
         "GFLOP/s",
     );
     Ok(results)
+}
+
+/// The float precision named on the command line.
+fn parse_precision(text: &str) -> anyhow::Result<FloatDType> {
+    match text {
+        "f32" => Ok(FloatDType::F32),
+        "bf16" => Ok(FloatDType::BF16),
+        other => anyhow::bail!("unknown precision `{other}` (expected f32 or bf16)"),
+    }
 }

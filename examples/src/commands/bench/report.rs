@@ -39,8 +39,8 @@ pub fn train_table(report: &TrainReport) -> String {
         .find(|result| result.backend == report.baseline)
         .map(|result| result.tokens_per_second);
     let mut table = String::from(
-        "| backend | median step | tokens/s | vs baseline | MFU | compiles | host fallbacks | capture µs/op | peak RSS | final loss |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| backend | median step | tokens/s | vs baseline | MFU | compiles | host fallbacks | ops/step | capture µs/op | prepare µs/segment | peak RSS | final loss |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for result in &report.results {
         let ratio = baseline
@@ -48,7 +48,7 @@ pub fn train_table(report: &TrainReport) -> String {
             .unwrap_or_else(|| "n/a".to_string());
         let _ = writeln!(
             table,
-            "| {} | {:.1} ms | {:.0} | {} | {:.2}% | {} | {} | {:.1} | {:.0} MiB | {:.4} |",
+            "| {} | {:.1} ms | {:.0} | {} | {:.2}% | {} | {} | {} | {:.2} | {:.1} | {:.0} MiB | {:.4} |",
             result.backend,
             result.median_step_seconds * 1e3,
             result.tokens_per_second,
@@ -56,7 +56,9 @@ pub fn train_table(report: &TrainReport) -> String {
             result.mfu * 100.0,
             result.compiles,
             result.host_fallbacks,
+            result.operations_per_step,
             result.capture_micros_per_operation,
+            result.prepare_micros_per_segment,
             result.peak_rss_bytes as f64 / (1024.0 * 1024.0),
             result.final_loss
         );
@@ -65,7 +67,7 @@ pub fn train_table(report: &TrainReport) -> String {
         let reason = reason.lines().next().unwrap_or_default();
         let _ = writeln!(
             table,
-            "| {backend} | did not run: {reason} | | | | | | | | |"
+            "| {backend} | did not run: {reason} | | | | | | | | | | |"
         );
     }
     table

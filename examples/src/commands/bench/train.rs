@@ -5,12 +5,16 @@ use std::time::Instant;
 
 use anyhow::Context;
 use burn::backend::{Autodiff, Flex, NdArray};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{ElementConversion, FloatDType, Int, IntDType, Tensor, TensorData};
 use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use hlat::HlatConfig;
+use hlat_train::config::TrainConfig;
+use hlat_train::optimizer::AdamWSettings;
+use hlat_train::precision::{Precision, cast_params};
+use hlat_train::schedule::WarmupCosine;
+use hlat_train::step::{LanguageModel, LmBatch};
+use hlat_train::trainer::Trainer;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
@@ -42,7 +46,8 @@ pub struct TrainBenchArgs {
     /// Timed steps.
     #[arg(long, default_value_t = 5)]
     pub steps: usize,
-    /// Float precision of the model: f32 or bf16.
+    /// Precision mode of the trainer: f32, bf16-sr (bf16 parameters, stochastic rounding) or
+    /// bf16-mixed (bf16 compute, f32 master weights).
     #[arg(long, default_value = "f32")]
     pub precision: String,
     /// Peak FLOP/s of the machine, for MFU (default: a nominal 100 GFLOP/s CPU core pair).
@@ -78,10 +83,13 @@ pub struct TrainMeasurement {
     pub operations_per_step: u64,
     /// Microseconds of capture overhead per captured operation (Trainium only).
     pub capture_micros_per_operation: f64,
+    /// Microseconds per segment spent hashing, lowering and looking up the compile cache
+    /// (Trainium executors that compile).
+    pub prepare_micros_per_segment: f64,
     /// Peak resident memory of the process, bytes.
     pub peak_rss_bytes: u64,
     /// The loss after the last step (a sanity check that every backend trains the same model).
-    pub final_loss: f32,
+    pub final_loss: f64,
 }
 
 /// A full `hlat bench train` run.
@@ -200,15 +208,6 @@ pub fn load_config(preset: &str) -> anyhow::Result<HlatConfig> {
     Ok(config)
 }
 
-/// The float precision named on the command line.
-pub fn parse_precision(text: &str) -> anyhow::Result<FloatDType> {
-    match text {
-        "f32" => Ok(FloatDType::F32),
-        "bf16" => Ok(FloatDType::BF16),
-        other => anyhow::bail!("unknown precision `{other}` (expected f32 or bf16)"),
-    }
-}
-
 /// Trainium statistics when `device` is a Trainium device, for counters other backends lack.
 fn trainium_stats<B: AutodiffBackend>(device: &B::Device) -> Option<burn_trainium::Stats> {
     (device as &dyn std::any::Any)
@@ -225,39 +224,39 @@ fn measure<B: AutodiffBackend>(
 where
     B::Device: 'static,
 {
-    let precision = parse_precision(&args.precision)?;
-    burn::tensor::set_default_dtypes::<B>(&device, precision, IntDType::I32).map_err(|error| {
-        anyhow::anyhow!("{backend} cannot run in {}: {error:?}", args.precision)
-    })?;
+    let precision: Precision = args.precision.parse().map_err(anyhow::Error::msg)?;
     B::seed(&device, 7);
-    let mut model = config.try_init::<B>(&device)?;
-    let mut optimizer = AdamWConfig::new()
-        .with_beta_1(0.9)
-        .with_beta_2(0.95)
-        .with_epsilon(1e-8)
-        .with_weight_decay(0.1)
-        .init::<B, hlat::Hlat<B>>();
-
-    let tokens = batch_tokens(config.vocab_size, args.batch, args.seq_len);
-    let row = args.seq_len + 1;
-    let all = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [args.batch, row]), &device);
-    let inputs = all.clone().slice([0..args.batch, 0..args.seq_len]);
-    let targets = all.slice([0..args.batch, 1..row]);
+    let model = cast_params(config.try_init::<B>(&device)?, precision.param_dtype());
+    let recipe = TrainConfig::default();
+    let total_steps = (args.warmup + args.steps) as u64;
+    // The learning rate changes every step, as under HLAT's schedule.
+    let schedule = WarmupCosine {
+        peak: recipe.lr,
+        warmup_steps: total_steps,
+        decay_steps: 0,
+        min_ratio: recipe.min_lr_ratio,
+    };
+    let mut trainer = Trainer::new(
+        LanguageModel::new(model, precision.compute_cast()),
+        AdamWSettings::from_config(&recipe),
+        schedule,
+        recipe.clip_grad_norm,
+        recipe.seed,
+        recipe.max_consecutive_skips,
+    );
+    let rows = batch_rows(config.vocab_size, args.batch, args.seq_len);
 
     let mut step_seconds = Vec::new();
-    let mut final_loss = f32::NAN;
+    let mut final_loss = f64::NAN;
     let mut timed_start = None;
     for step in 0..args.warmup + args.steps {
         if step == args.warmup {
             timed_start = trainium_stats::<B>(&device);
         }
         let start = Instant::now();
-        let loss = model.loss(inputs.clone(), targets.clone(), None);
-        let gradients = GradientsParams::from_grads(loss.backward(), &model);
-        // The learning rate changes every step, as under a schedule.
-        let learning_rate = 3e-4 * (step as f64 + 1.0) / (args.warmup + args.steps) as f64;
-        model = optimizer.step(learning_rate, model, gradients);
-        final_loss = loss.into_scalar().elem();
+        // `train_step` reads the loss and gradient norm back, so the step has fully run.
+        let report = trainer.train_step(vec![LmBatch::from_rows(&rows, &device)])?;
+        final_loss = report.loss;
         if step >= args.warmup {
             step_seconds.push(start.elapsed().as_secs_f64());
         }
@@ -276,25 +275,37 @@ where
         compiles: end.compiles,
         host_fallbacks: end.host_fallbacks - start.host_fallbacks,
         operations_per_step: operations / args.steps.max(1) as u64,
-        capture_micros_per_operation: if operations == 0 {
-            0.0
-        } else {
-            (end.capture_seconds - start.capture_seconds) * 1e6 / operations as f64
-        },
+        capture_micros_per_operation: micros_per(
+            end.capture_seconds - start.capture_seconds,
+            operations,
+        ),
+        prepare_micros_per_segment: micros_per(
+            end.prepare_seconds - start.prepare_seconds,
+            end.segments_run - start.segments_run,
+        ),
         peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
         final_loss,
     })
 }
 
-/// Deterministic token ids for the benchmark batch.
-fn batch_tokens(vocab_size: usize, batch: usize, seq_len: usize) -> Vec<i32> {
+fn micros_per(seconds: f64, count: u64) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        seconds * 1e6 / count as f64
+    }
+}
+
+/// Deterministic rows of `seq_len + 1` token ids for the benchmark batch.
+fn batch_rows(vocab_size: usize, batch: usize, seq_len: usize) -> Vec<Vec<u32>> {
     let mut state = 0x2545_F491_4F6C_DD1Du64;
-    (0..batch * (seq_len + 1))
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % vocab_size as u64) as i32
-        })
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % vocab_size as u64) as u32
+    };
+    (0..batch)
+        .map(|_| (0..=seq_len).map(|_| next()).collect())
         .collect()
 }
