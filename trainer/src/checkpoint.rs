@@ -90,10 +90,7 @@ impl RunCheckpoints {
                 name.trim()
             );
         }
-        Ok(self
-            .complete_steps()?
-            .last()
-            .map(|&(_, ref dir)| dir.clone()))
+        Ok(self.complete_steps()?.last().map(|(_, dir)| dir.clone()))
     }
 
     /// Publishes a checkpoint for `step`: `fill` writes its files into a temporary folder, which

@@ -162,6 +162,9 @@ impl TrainConfig {
         let invalid = |field: &'static str, message: String| {
             Err(TrainError::InvalidConfig { field, message })
         };
+        // Written so that NaN fails too.
+        let positive = |value: f64| value.is_finite() && value > 0.0;
+        let non_negative = |value: f64| value.is_finite() && value >= 0.0;
         if self.seq_len == 0 {
             return invalid("seq_len", "must be positive".into());
         }
@@ -169,7 +172,7 @@ impl TrainConfig {
             return invalid("micro_batch_rows", "must be positive".into());
         }
         let micro_tokens = self.seq_len * self.micro_batch_rows;
-        if self.batch_tokens == 0 || self.batch_tokens % micro_tokens != 0 {
+        if self.batch_tokens == 0 || !self.batch_tokens.is_multiple_of(micro_tokens) {
             return invalid(
                 "batch_tokens",
                 format!(
@@ -178,7 +181,7 @@ impl TrainConfig {
                 ),
             );
         }
-        if !(self.lr > 0.0 && self.lr.is_finite()) {
+        if !positive(self.lr) {
             return invalid("lr", format!("{} is not a positive number", self.lr));
         }
         if !(0.0..=1.0).contains(&self.min_lr_ratio) {
@@ -192,13 +195,13 @@ impl TrainConfig {
                 return invalid(field, format!("{beta} is not in [0, 1)"));
             }
         }
-        if !(self.eps > 0.0) {
+        if !positive(self.eps) {
             return invalid("eps", format!("{} is not positive", self.eps));
         }
-        if !(self.weight_decay >= 0.0) {
+        if !non_negative(self.weight_decay) {
             return invalid("weight_decay", format!("{} is negative", self.weight_decay));
         }
-        if !(self.clip_grad_norm >= 0.0) {
+        if !non_negative(self.clip_grad_norm) {
             return invalid(
                 "clip_grad_norm",
                 format!("{} is negative", self.clip_grad_norm),
