@@ -457,3 +457,23 @@ fn legacy_rope_theta_and_defaults_are_read() {
     };
     assert_eq!(config, expected);
 }
+
+#[test]
+fn a_dtype_the_backend_lacks_is_an_error() {
+    let device = Default::default();
+    let mut checked = 0;
+    for dtype in [WeightDtype::BF16, WeightDtype::F16] {
+        if !<NdArray as Backend>::supports_dtype(&device, dtype.burn()) {
+            let result = import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, dtype);
+            assert!(
+                matches!(result, Err(HfError::BackendDtype { .. })),
+                "{dtype:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 0,
+        "NdArray supports every dtype: nothing was checked"
+    );
+}

@@ -97,3 +97,22 @@ fn describe(config: &HlatConfig) -> String {
         .map(|(key, value)| format!("{key}: {value}\n"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_and_hf_folders_print_their_parameter_count() {
+        let (_, config) = resolve("hlat-70b").unwrap();
+        assert!(describe(&config).contains("\nparameters: 68976648192\n"));
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/fixtures/hf-tiny-llama"
+        );
+        let (source, config) = resolve(fixture).unwrap();
+        assert!(source.starts_with("Hugging Face folder"), "{source}");
+        assert!(describe(&config).contains("\nparameters: 230208\n"));
+        assert!(resolve("hlat-13b").is_err());
+    }
+}

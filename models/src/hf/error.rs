@@ -95,6 +95,16 @@ pub enum HfError {
         /// Its dtype.
         dtype: String,
     },
+    /// The backend cannot hold weights of the requested element type.
+    #[error(
+        "the {backend} backend does not support {dtype:?} weights; import as f32 or use another backend"
+    )]
+    BackendDtype {
+        /// The backend's name.
+        backend: String,
+        /// The requested type.
+        dtype: super::WeightDtype,
+    },
     /// Building the model from the tensors failed.
     #[error("{}: loading tensor `{tensor}` failed: {message}", file.display())]
     Load {

@@ -25,6 +25,12 @@ pub fn import_hf<B: Backend>(
     device: &B::Device,
     dtype: WeightDtype,
 ) -> Result<(HlatConfig, Hlat<B>), HfError> {
+    if !B::supports_dtype(device, dtype.burn()) {
+        return Err(HfError::BackendDtype {
+            backend: B::name(device),
+            dtype,
+        });
+    }
     let config = read_hf_config(dir)?;
     let weights = Rc::new(Weights::open(dir)?);
     let specs = tensor_specs(&config);
