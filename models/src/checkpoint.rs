@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::Backend;
-use burn_store::{BurnpackStore, ModuleSnapshot};
+use burn_store::{BurnpackStore, ModuleSnapshot, ModuleStore};
 use tokenizers::Tokenizer;
 
 use crate::config::{ConfigError, HlatConfig};
@@ -117,6 +117,19 @@ pub fn load_native<B: Backend>(
         message,
     };
     let mut store = BurnpackStore::from_file(&weights);
+    let stored = store
+        .get_all_snapshots()
+        .map_err(|error| burnpack_error(error.to_string()))?;
+    if let Some((path, snapshot)) = stored
+        .iter()
+        .find(|(_, snapshot)| !B::supports_dtype(device, snapshot.dtype))
+    {
+        return Err(burnpack_error(format!(
+            "tensor `{path}` is {:?}, which the {} backend does not support",
+            snapshot.dtype,
+            B::name(device)
+        )));
+    }
     let result = model
         .load_from(&mut store)
         .map_err(|error| burnpack_error(error.to_string()))?;
