@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
+use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
 use hlat::{Hlat, HlatConfig};
 
@@ -287,8 +288,10 @@ fn save_checkpoint<B: AutodiffBackend>(
     };
     checkpoints.publish(trainer.progress.step, keep, |dir| {
         let model_dir = dir.join(MODEL_DIR);
-        let hlat = &trainer.model.hlat;
-        hlat::checkpoint::save_native(hlat, hlat.config(), &model_dir)
+        // Saved in f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
+        // back), so that any tool can read the model.
+        let hlat = cast_params(trainer.model.hlat.valid(), DType::F32);
+        hlat::checkpoint::save_native(&hlat, hlat.config(), &model_dir)
             .map_err(|error| TrainError::Model(error.to_string()))?;
         if let Some(tokenizer) = &data.tokenizer {
             tokenizer
