@@ -75,7 +75,10 @@ fn accumulated_micro_batches_equal_one_batch() {
         .train_step(vec![LmBatch::from_rows(&rows, &device)])
         .unwrap();
     let mut split = trainer(model.clone(), 3);
-    assert!(flat_params(&model) == initial, "the first step changed the shared model");
+    assert!(
+        flat_params(&model) == initial,
+        "the first step changed the shared model"
+    );
     let split_report = split
         .train_step(vec![
             LmBatch::from_rows(&rows[..1], &device),
