@@ -1,0 +1,111 @@
+//! The main job end to end through the `hlat` binary: `hlat pretrain` on a small preset, then
+//! `hlat generate` and `hlat eval` from the run folder it wrote.
+
+use std::process::Command;
+
+fn hlat(arguments: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hlat"))
+        .args(arguments)
+        .output()
+        .expect("running hlat")
+}
+
+fn succeed(arguments: &[&str]) -> String {
+    let output = hlat(arguments);
+    assert!(
+        output.status.success(),
+        "hlat {arguments:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn pretrain_then_generate_and_eval_from_the_run_folder() {
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("run");
+    let out = out.to_str().unwrap();
+    succeed(&[
+        "pretrain",
+        "--preset",
+        "hlat-test",
+        "--out",
+        out,
+        "--max-steps",
+        "30",
+        "--seq-len",
+        "32",
+        "--batch-tokens",
+        "256",
+        "--micro-batch-rows",
+        "8",
+        "--lr",
+        "0.01",
+        "--warmup-steps",
+        "5",
+        "--eval-every",
+        "0",
+        "--checkpoint-every",
+        "30",
+        "--no-progress",
+    ]);
+
+    let metrics = std::fs::read_to_string(folder.path().join("run/metrics.jsonl")).unwrap();
+    let losses: Vec<f64> = metrics
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .inspect(|record| {
+            for key in ["step", "loss", "lr", "grad_norm", "tokens_per_s"] {
+                assert!(
+                    record.get(key).is_some(),
+                    "metrics.jsonl lacks `{key}`: {record}"
+                );
+            }
+        })
+        .map(|record| record["loss"].as_f64().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 30);
+    let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
+    let last: f64 = losses[25..].iter().sum::<f64>() / 5.0;
+    assert!(
+        last < first * 0.8,
+        "the loss must fall clearly: first steps {first:.3}, last steps {last:.3}"
+    );
+
+    let generated = succeed(&[
+        "generate",
+        "--model",
+        out,
+        "--prompt-ids",
+        "1,5,6",
+        "--max-new-tokens",
+        "5",
+        "--greedy",
+        "--format",
+        "ids",
+    ]);
+    let ids: Vec<u32> = generated
+        .trim()
+        .split(',')
+        .map(|id| id.trim().parse().unwrap())
+        .collect();
+    assert!(!ids.is_empty() && ids.len() <= 5, "{generated}");
+
+    let evaluated = succeed(&["eval", "--model", out]);
+    assert!(evaluated.contains("perplexity"), "{evaluated}");
+}
+
+#[test]
+fn pretrain_rejects_an_unknown_preset_by_name() {
+    let folder = tempfile::tempdir().unwrap();
+    let output = hlat(&[
+        "pretrain",
+        "--preset",
+        "hlat-13b",
+        "--out",
+        folder.path().to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("hlat-13b"), "{stderr}");
+}
