@@ -23,6 +23,7 @@ mod client;
 mod device;
 mod error;
 mod executor;
+pub mod neuron;
 mod segment;
 mod stats;
 
