@@ -1,8 +1,11 @@
 //! Executors: what runs a captured segment. One file per executor, behind one trait.
 
 mod host;
+mod xla;
 
 pub(crate) use host::HostExecutor;
+pub(crate) use xla::XlaExecutor;
+pub use xla::{COMPILE_CACHE_CAPACITY, CPU_DEVICES_ENV, PLUGIN_ENV};
 
 use burn_backend::TensorData;
 use burn_ir::{TensorId, TensorIr};
@@ -29,9 +32,16 @@ pub(crate) trait Executor: Send {
 pub(crate) fn open(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
     match device.executor {
         ExecutorKind::Host => Ok(Box::new(HostExecutor::new())),
-        ExecutorKind::Xla | ExecutorKind::Neuron => Err(BackendError::ExecutorUnavailable {
+        ExecutorKind::Xla => Ok(Box::new(XlaExecutor::new(
+            device,
+            crate::stats::counters(device),
+        )?)),
+        ExecutorKind::Neuron => Err(BackendError::ExecutorUnavailable {
             executor: device.executor.name(),
-            reason: format!("this build has no `{}` executor yet", device.executor.name()),
+            reason: format!(
+                "this build has no `{}` executor yet",
+                device.executor.name()
+            ),
         }),
     }
 }

@@ -1,0 +1,155 @@
+//! Lowering: a segment of Burn's IR becomes one XLA `HloModuleProto`.
+//!
+//! Shared by every executor that runs HLO (`xla` through PJRT, `neuron` through `neuronx-cc`).
+//! The module's parameters are, in order, the segment's inputs (tensors read but not produced)
+//! and then one vector per element type holding the segment's scalar operands (hoisted, so that
+//! a learning rate that changes every step does not change the program). The entry computation
+//! returns a tuple of the segment's outputs (tensors produced and still alive at its end).
+//!
+//! Files follow the kinds of operations: [`elementwise`], [`reduce`], [`shape`], [`index`],
+//! [`matmul`] (matmul and the linear module), [`creation`].
+
+mod builder;
+mod context;
+mod coverage;
+mod creation;
+mod dispatch;
+mod dump;
+mod elementwise;
+mod index;
+mod matmul;
+mod reduce;
+mod shape;
+
+use std::hash::{Hash, Hasher};
+
+use burn_backend::TensorData;
+use burn_ir::{OperationIr, TensorIr};
+use prost::Message;
+
+use crate::hlo::HloModuleProto;
+use crate::segment::SegmentBoundary;
+
+pub use coverage::{COVERAGE, Coverage, coverage_markdown};
+pub use dump::{DUMP_DIR_ENV, dump_module};
+
+use context::Lowering;
+
+/// Why a segment could not be lowered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    /// Operation `index` of the segment has no lowering (yet); it can run elsewhere.
+    #[error("operation {index} ({operation}) has no XLA lowering: {reason}")]
+    Unsupported {
+        /// Its position in the segment.
+        index: usize,
+        /// Its kind, e.g. `Float::Random`.
+        operation: String,
+        /// What is not supported.
+        reason: String,
+    },
+    /// The segment is inconsistent (a tensor used before it exists, a shape that disagrees).
+    #[error("cannot lower operation {index} ({operation}): {reason}")]
+    Invalid {
+        /// Its position in the segment.
+        index: usize,
+        /// Its kind.
+        operation: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The structural key of a program: equal for segments that differ only in tensor ids and in
+/// the values of their scalar operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StructuralKey(pub u64);
+
+impl std::fmt::Display for StructuralKey {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "{:016x}", self.0)
+    }
+}
+
+/// One segment lowered to HLO, with what the executor must pass and collect.
+#[derive(Debug, Clone)]
+pub struct LoweredProgram {
+    /// The module.
+    pub module: HloModuleProto,
+    /// Its serialized bytes (the `"hlo"` program format of PJRT).
+    pub bytes: Vec<u8>,
+    /// Hash of `bytes`: the compile cache key.
+    pub key: StructuralKey,
+    /// The first parameters: the segment's inputs, in order.
+    pub inputs: Vec<TensorIr>,
+    /// The following parameters: the hoisted scalars, one rank-1 array per element type.
+    pub scalars: Vec<TensorData>,
+    /// The elements of the result tuple: the segment's outputs, in order.
+    pub outputs: Vec<TensorIr>,
+}
+
+/// A short name of an operation's kind, e.g. `NumericFloat::Add` or `Module::Embedding`.
+pub fn operation_name(operation: &OperationIr) -> String {
+    let debug = format!("{operation:?}");
+    let outer_end = debug.find('(').unwrap_or(debug.len());
+    let outer = &debug[..outer_end];
+    let rest = debug.get(outer_end + 1..).unwrap_or("");
+    // `NumericFloat(F32, Add(...))` and `Float(BF16, Exp(...))` carry a dtype first.
+    let rest = match rest.split_once(", ") {
+        Some((first, tail))
+            if !first.contains('(')
+                && !first.contains('{')
+                && first.chars().all(char::is_alphanumeric) =>
+        {
+            tail
+        }
+        _ => rest,
+    };
+    let inner_end = rest.find(['(', ' ', '{']).unwrap_or(rest.len());
+    let inner = &rest[..inner_end];
+    match outer {
+        "Drop" | "Custom" | "Init" => outer.to_string(),
+        _ => format!("{outer}::{inner}"),
+    }
+}
+
+/// Lowers `operations` (a whole segment or a run of it) whose boundary is `boundary`.
+///
+/// `Drop` operations only end lifetimes and lower to nothing. Inputs listed in
+/// `boundary.released_inputs` are marked as buffer donors.
+pub fn lower_segment(
+    operations: &[OperationIr],
+    boundary: &SegmentBoundary,
+) -> Result<LoweredProgram, LowerError> {
+    let mut lowering = Lowering::new(&boundary.inputs).map_err(|reason| LowerError::Invalid {
+        index: 0,
+        operation: "inputs".into(),
+        reason,
+    })?;
+    for (index, operation) in operations.iter().enumerate() {
+        lowering.builder.op_name = format!("{index}:{}", operation_name(operation));
+        lowering
+            .lower(operation)
+            .map_err(|error| error.at(index, operation))?;
+    }
+    let outputs = boundary
+        .outputs
+        .iter()
+        .map(|tensor| lowering.get(tensor))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| error.at_outputs())?;
+    let (mut module, scalars) = lowering.finish(&outputs, boundary);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    module.encode_to_vec().hash(&mut hasher);
+    let key = StructuralKey(hasher.finish());
+    module.name = format!("segment_{key}");
+    let bytes = module.encode_to_vec();
+    Ok(LoweredProgram {
+        module,
+        bytes,
+        key,
+        inputs: boundary.inputs.clone(),
+        scalars,
+        outputs: boundary.outputs.clone(),
+    })
+}
