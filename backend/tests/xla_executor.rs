@@ -1,0 +1,133 @@
+//! Behaviour of the `xla` executor beyond single operations: random tensors (host fallback),
+//! reading any live tensor, several devices on one PJRT client, buffers released when tensors
+//! die, scalar hoisting, and errors.
+
+mod xla_support;
+
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use burn_trainium::{Trainium, TrainiumDevice, reset_stats, stats};
+use xla_support::xla;
+
+type B = Trainium;
+
+#[test]
+fn random_tensors_run_on_the_host_and_are_counted() {
+    let device = xla(0);
+    let before = stats(&device).host_fallbacks;
+    let noise = Tensor::<B, 2>::random([64, 32], Distribution::Uniform(-1.0, 1.0), &device);
+    let doubled = noise.clone() * 2.0;
+    let values: Vec<f32> = noise.into_data().to_vec().unwrap();
+    let doubled: Vec<f32> = doubled.into_data().to_vec().unwrap();
+    assert!(values.iter().all(|value| (-1.0..1.0).contains(value)));
+    assert!(
+        values.iter().any(|value| *value != values[0]),
+        "values are random"
+    );
+    for (value, double) in values.iter().zip(&doubled) {
+        assert_eq!(value * 2.0, *double);
+    }
+    assert!(
+        stats(&device).host_fallbacks > before,
+        "{:?}",
+        stats(&device)
+    );
+}
+
+#[test]
+fn any_live_tensor_can_be_read_between_and_after_segments() {
+    let device = xla(0);
+    let a = Tensor::<B, 1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
+    let b = a.clone() * 3.0;
+    let c = b.clone() + a.clone();
+    let indices = c.clone().argmax(0);
+    assert_eq!(
+        b.clone().into_data().to_vec::<f32>().unwrap(),
+        [3.0, 6.0, 9.0]
+    );
+    assert_eq!(c.into_data().to_vec::<f32>().unwrap(), [4.0, 8.0, 12.0]);
+    assert_eq!(indices.into_data().to_vec::<i32>().unwrap(), [2]);
+    let integers = Tensor::<B, 1, Int>::arange(0..5, &device) * 2;
+    assert_eq!(
+        integers.into_data().to_vec::<i32>().unwrap(),
+        [0, 2, 4, 6, 8]
+    );
+    assert_eq!(a.into_data().to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
+    assert_eq!(b.into_data().to_vec::<f32>().unwrap(), [3.0, 6.0, 9.0]);
+}
+
+#[test]
+fn two_devices_share_one_client_and_exchange_tensors() {
+    let first = xla(0);
+    let second = xla(1);
+    let a = Tensor::<B, 2>::from_data(TensorData::from([[1.0f32, 2.0], [3.0, 4.0]]), &first);
+    let b = (a.clone() + 1.0).to_device(&second);
+    let product = b.clone().matmul(b) * 0.5;
+    let back = product.to_device(&first) - a;
+    assert_eq!(
+        back.into_data().to_vec::<f32>().unwrap(),
+        [7.0, 8.5, 11.0, 14.5]
+    );
+    assert!(stats(&second).compiles + stats(&second).cache_hits > 0);
+}
+
+#[test]
+fn dropped_tensors_release_their_device_buffers() {
+    // A device no other test of this file uses: the live tensor gauge is per device.
+    let device = xla(2);
+    let x = Tensor::<B, 2>::ones([8, 8], &device);
+    let live_before = {
+        x.clone().sum().into_data();
+        stats(&device).live_tensors
+    };
+    for _ in 0..5 {
+        let y = (x.clone() * 2.0).exp();
+        y.sum().into_data();
+    }
+    assert_eq!(
+        stats(&device).live_tensors,
+        live_before,
+        "temporaries leaked on the device"
+    );
+}
+
+#[test]
+fn changing_scalars_reuse_the_compiled_program() {
+    let device = xla(0);
+    let x = Tensor::<B, 1>::from_data(TensorData::from([1.0f32, -2.0, 4.0]), &device);
+    reset_stats(&device);
+    let mut results = Vec::new();
+    for step in 0..5 {
+        let scale = 0.5 + step as f32;
+        results.push(
+            (x.clone() * scale + step as f32)
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap(),
+        );
+    }
+    for (step, result) in results.iter().enumerate() {
+        let scale = 0.5 + step as f32;
+        let expected: Vec<f32> = [1.0f32, -2.0, 4.0]
+            .iter()
+            .map(|v| v * scale + step as f32)
+            .collect();
+        assert_eq!(result, &expected);
+    }
+    let after = stats(&device);
+    assert!(
+        after.cache_hits >= 4,
+        "one program for five scalar values: {after:?}"
+    );
+}
+
+#[test]
+fn a_missing_device_index_is_a_clear_error() {
+    xla_support::require_plugin();
+    let error = burn_trainium::check_device(&TrainiumDevice::xla(99))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("xla:99") && error.contains("devices"),
+        "{error}"
+    );
+}
