@@ -1,103 +1,13 @@
-//! The persistent NEFF cache, driven with a stand-in compiler: a shell script written by these
-//! tests that plays `neuronx-cc` (it is NOT the Neuron compiler). It answers `--version`, records
-//! every `compile` invocation in a file beside itself, sleeps a little so concurrent callers
-//! overlap, and writes `NEFF(<module bytes>)` as the "NEFF", or fails when the module contains
-//! `FAIL`.
+//! The persistent NEFF cache, driven by the stand-in compiler of `neuron_support` (a shell
+//! script written by the tests that plays `neuronx-cc`; it is NOT the Neuron compiler).
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+mod neuron_support;
+
+use std::path::Path;
 use std::process::Command;
 
 use burn_trainium::neuron::{CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronTarget};
-
-const STAND_IN_COMPILER: &str = r#"#!/bin/sh
-# Stand-in for neuronx-cc written by backend/tests/neuron_cache.rs. NOT the Neuron compiler.
-here=$(dirname "$0")
-if [ "$1" = "--version" ]; then
-    echo "NeuronX Compiler version 0.0.0+stand-in"
-    exit 0
-fi
-if [ "$1" != "compile" ]; then
-    echo "stand-in neuronx-cc: unexpected command '$1'" >&2
-    exit 2
-fi
-input=$2
-shift 2
-echo "$*" > "$here/last-arguments"
-output=""
-while [ $# -gt 0 ]; do
-    if [ "$1" = "--output" ]; then output=$2; fi
-    shift
-done
-echo "$$" >> "$here/invocations"
-sleep 0.3
-if grep -q FAIL "$input"; then
-    echo "stand-in neuronx-cc: error: unsupported operator in $input" >&2
-    exit 1
-fi
-{ printf 'NEFF('; cat "$input"; printf ')'; } > "$output"
-echo "stand-in neuronx-cc: compiled $input"
-"#;
-
-/// A temporary folder holding the stand-in compiler and a cache root; removed on drop.
-struct Workspace {
-    dir: PathBuf,
-}
-
-impl Workspace {
-    fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("hlat-neff-cache-{name}-{}", std::process::id()));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).unwrap();
-        }
-        std::fs::create_dir_all(dir.join("bin")).unwrap();
-        let script = dir.join("bin").join("stand-in-neuronx-cc");
-        std::fs::write(&script, STAND_IN_COMPILER).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Self { dir }
-    }
-
-    fn compiler_path(&self) -> PathBuf {
-        self.dir.join("bin").join("stand-in-neuronx-cc")
-    }
-
-    fn compiler(&self) -> NeuronCompiler {
-        NeuronCompiler::new(
-            self.compiler_path(),
-            NeuronTarget::Trn1,
-            vec!["--model-type".into(), "transformer".into()],
-        )
-        .unwrap()
-    }
-
-    fn cache_root(&self) -> PathBuf {
-        self.dir.join("cache")
-    }
-
-    fn cache(&self) -> NeffCache {
-        NeffCache::new(self.cache_root(), false)
-    }
-
-    /// How many times the stand-in compiled.
-    fn invocations(&self) -> usize {
-        match std::fs::read_to_string(self.dir.join("bin").join("invocations")) {
-            Ok(text) => text.lines().count(),
-            Err(_) => 0,
-        }
-    }
-
-    fn last_arguments(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.join("bin").join("last-arguments")).unwrap();
-        text.trim_end().to_string()
-    }
-}
-
-impl Drop for Workspace {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use neuron_support::Workspace;
 
 fn file_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)

@@ -1,6 +1,7 @@
 //! Executors: what runs a captured segment. One file per executor, behind one trait.
 
 mod host;
+mod neuron;
 mod xla;
 
 pub(crate) use host::HostExecutor;
@@ -36,12 +37,9 @@ pub(crate) fn open(device: &TrainiumDevice) -> Result<Box<dyn Executor>, Backend
             device,
             crate::stats::counters(device),
         )?)),
-        ExecutorKind::Neuron => Err(BackendError::ExecutorUnavailable {
-            executor: device.executor.name(),
-            reason: format!(
-                "this build has no `{}` executor yet",
-                device.executor.name()
-            ),
-        }),
+        ExecutorKind::Neuron => Ok(Box::new(neuron::NeuronExecutor::new(
+            device,
+            crate::stats::counters(device),
+        )?)),
     }
 }

@@ -7,12 +7,16 @@
 //! shared by every process of the machine (`NEURON_COMPILE_CACHE_URL`, default
 //! `/var/tmp/neuron-compile-cache`), which `hlat compile` can fill ahead of time.
 
+mod binding;
 mod cache;
+mod compile_only;
 mod compiler;
 mod error;
 mod settings;
 
+pub(crate) use binding::{Binding, bind};
 pub use cache::{CacheKey, CacheOutcome, CachedNeff, NeffCache};
+pub use compile_only::{COMPILE_ONLY_ENV, compile_only, set_compile_only};
 pub use compiler::{CompiledNeff, MODULE_FILE, NEFF_FILE, NeuronCompiler};
 pub use error::NeuronError;
 pub use settings::{
