@@ -227,7 +227,7 @@ impl XlaExecutor {
         StatsCounters::add(&self.counters.bytes_to_device, data.as_bytes().len() as u64);
         Ok(DeviceTensor {
             buffer,
-            shape: data.shape.clone().into(),
+            shape: data.shape.clone(),
             dtype: data.dtype,
         })
     }
