@@ -5,7 +5,8 @@
 mod xla_support;
 
 use burn::tensor::activation::{log_softmax, relu, softmax};
-use burn::tensor::module::{embedding, linear};
+use burn::tensor::module::{attention, embedding, linear};
+use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 use burn_trainium::{Trainium, TrainiumDevice, stats};
 use rand::rngs::StdRng;
@@ -400,4 +401,99 @@ fn casts_and_integers() {
     differential("bool to float", 0.0, |d| {
         int::<2>(&i, d).lower_elem(20).float().into_data()
     });
+}
+
+#[test]
+fn inverse_trigonometry() {
+    let unit = uniform(&[3, 5], -0.9, 0.9, 23);
+    let above_one = uniform(&[3, 5], 1.1, 4.0, 24);
+    for dtype in FLOATS {
+        let t = tolerance(dtype) * 2.0;
+        differential("acos", t, |d| {
+            float::<2>(&unit, dtype, d).acos().into_data()
+        });
+        differential("asin", t, |d| {
+            float::<2>(&unit, dtype, d).asin().into_data()
+        });
+        differential("atan", t, |d| {
+            float::<2>(&above_one, dtype, d).atan().into_data()
+        });
+        differential("atanh", t, |d| {
+            float::<2>(&unit, dtype, d).atanh().into_data()
+        });
+        differential("asinh", t, |d| {
+            float::<2>(&unit, dtype, d).asinh().into_data()
+        });
+        differential("acosh", t, |d| {
+            float::<2>(&above_one, dtype, d).acosh().into_data()
+        });
+    }
+}
+
+#[test]
+fn cumulative_operations() {
+    let a = uniform(&[3, 6], 0.5, 1.5, 25);
+    let i = integers(&[3, 6], 9, 26);
+    for dtype in FLOATS {
+        let t = tolerance(dtype) * 4.0;
+        differential("cumsum", t, |d| {
+            float::<2>(&a, dtype, d).cumsum(1).into_data()
+        });
+        differential("cumprod", t, |d| {
+            float::<2>(&a, dtype, d).cumprod(1).into_data()
+        });
+        differential("cummin", t, |d| {
+            float::<2>(&a, dtype, d).cummin(0).into_data()
+        });
+        differential("cummax", t, |d| {
+            float::<2>(&a, dtype, d).cummax(1).into_data()
+        });
+    }
+    differential("int cumsum", 0.0, |d| int::<2>(&i, d).cumsum(1).into_data());
+}
+
+#[test]
+fn attention_module() {
+    let q = uniform(&[2, 3, 5, 4], -1.0, 1.0, 27);
+    let k = uniform(&[2, 3, 7, 4], -1.0, 1.0, 28);
+    let v = uniform(&[2, 3, 7, 6], -1.0, 1.0, 29);
+    let bias = uniform(&[2, 3, 5, 7], -0.5, 0.5, 30);
+    let mask = uniform(&[2, 3, 5, 7], 0.0, 1.0, 31);
+    for dtype in FLOATS {
+        let t = tolerance(dtype) * 4.0;
+        differential("attention causal", t, |d| {
+            let options = AttentionModuleOptions {
+                scale: None,
+                softcap: None,
+                is_causal: true,
+            };
+            attention(
+                float(&q, dtype, d),
+                float(&k, dtype, d),
+                float(&v, dtype, d),
+                None,
+                None,
+                options,
+            )
+            .into_data()
+        });
+        differential("attention mask bias softcap", t, |d| {
+            let options = AttentionModuleOptions {
+                scale: Some(0.3),
+                softcap: Some(2.0),
+                is_causal: false,
+            };
+            let hidden = float::<4>(&mask, DType::F32, d).greater_elem(0.8);
+            let bias = Some(float(&bias, dtype, d));
+            attention(
+                float(&q, dtype, d),
+                float(&k, dtype, d),
+                float(&v, dtype, d),
+                Some(hidden),
+                bias,
+                options,
+            )
+            .into_data()
+        });
+    }
 }

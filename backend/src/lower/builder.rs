@@ -565,3 +565,42 @@ impl Builder {
         self.broadcast(&squeezed, dims, &mapping)
     }
 }
+
+impl Builder {
+    /// The running `combiner` of `operand` along `dimension` (inclusive prefix: a window of the
+    /// whole dimension, padded before with `init`).
+    pub fn cumulative(
+        &mut self,
+        operand: &Value,
+        init: f64,
+        dimension: usize,
+        combiner: Combiner,
+    ) -> Value {
+        let element_type = operand.element_type;
+        let init = self.constant(element_type, init);
+        let computation = self.combiner(combiner, element_type);
+        let mut instruction = self.op(
+            "reduce-window",
+            element_type,
+            &operand.dims.clone(),
+            &[operand, &init],
+        );
+        instruction.window = Some(hlo::Window {
+            dimensions: operand
+                .dims
+                .iter()
+                .enumerate()
+                .map(|(d, &size)| hlo::WindowDimension {
+                    size: if d == dimension { size } else { 1 },
+                    stride: 1,
+                    padding_low: if d == dimension { size - 1 } else { 0 },
+                    padding_high: 0,
+                    window_dilation: 1,
+                    base_dilation: 1,
+                })
+                .collect(),
+        });
+        instruction.called_computation_ids = vec![computation];
+        self.push(instruction)
+    }
+}

@@ -82,11 +82,11 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ("NumericOperationIr::ArgMax", Coverage::Lowered),
     (
         "NumericOperationIr::ArgTopK",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::HostFallback("no lowering yet (needs a sort)"),
     ),
     (
         "NumericOperationIr::TopK",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::HostFallback("no lowering yet (needs a sort)"),
     ),
     ("NumericOperationIr::ArgMin", Coverage::Lowered),
     ("NumericOperationIr::Max", Coverage::Lowered),
@@ -104,22 +104,10 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ),
     ("NumericOperationIr::Powi", Coverage::Lowered),
     ("NumericOperationIr::PowiScalar", Coverage::Lowered),
-    (
-        "NumericOperationIr::CumSum",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "NumericOperationIr::CumProd",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "NumericOperationIr::CumMin",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "NumericOperationIr::CumMax",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("NumericOperationIr::CumSum", Coverage::Lowered),
+    ("NumericOperationIr::CumProd", Coverage::Lowered),
+    ("NumericOperationIr::CumMin", Coverage::Lowered),
+    ("NumericOperationIr::CumMax", Coverage::Lowered),
     ("FloatOperationIr::Exp", Coverage::Lowered),
     ("FloatOperationIr::Log", Coverage::Lowered),
     ("FloatOperationIr::Log1p", Coverage::Lowered),
@@ -132,30 +120,12 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ("FloatOperationIr::Sinh", Coverage::Lowered),
     ("FloatOperationIr::Tan", Coverage::Lowered),
     ("FloatOperationIr::Tanh", Coverage::Lowered),
-    (
-        "FloatOperationIr::ArcCos",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "FloatOperationIr::ArcCosh",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "FloatOperationIr::ArcSin",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "FloatOperationIr::ArcSinh",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "FloatOperationIr::ArcTan",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "FloatOperationIr::ArcTanh",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("FloatOperationIr::ArcCos", Coverage::Lowered),
+    ("FloatOperationIr::ArcCosh", Coverage::Lowered),
+    ("FloatOperationIr::ArcSin", Coverage::Lowered),
+    ("FloatOperationIr::ArcSinh", Coverage::Lowered),
+    ("FloatOperationIr::ArcTan", Coverage::Lowered),
+    ("FloatOperationIr::ArcTanh", Coverage::Lowered),
     ("FloatOperationIr::ArcTan2", Coverage::Lowered),
     ("FloatOperationIr::Round", Coverage::Lowered),
     ("FloatOperationIr::Floor", Coverage::Lowered),
@@ -351,10 +321,7 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
         "ModuleOperationIr::IRfft",
         Coverage::HostFallback("no lowering yet"),
     ),
-    (
-        "ModuleOperationIr::Attention",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::Attention", Coverage::Lowered),
     (
         "ModuleOperationIr::CtcLoss",
         Coverage::HostFallback("no lowering yet"),

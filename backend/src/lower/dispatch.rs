@@ -9,7 +9,7 @@ use super::builder::Direction;
 use super::context::{Lowered, Lowering, unsupported};
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
-use super::{creation, index, matmul, shape};
+use super::{attention, creation, index, matmul, shape};
 
 impl Lowering {
     /// Lowers one operation, or says why it has no lowering.
@@ -103,12 +103,11 @@ impl Lowering {
             Op::Powi(ir) => elementwise::power_int(self, ir),
             Op::PowiScalar(ir) => elementwise::power_scalar(self, ir, dtype),
             Op::IntRandom(_) => unsupported("random numbers are drawn on the host"),
-            Op::ArgTopK(_)
-            | Op::TopK(_)
-            | Op::CumSum(_)
-            | Op::CumProd(_)
-            | Op::CumMin(_)
-            | Op::CumMax(_) => unsupported("no lowering yet"),
+            Op::CumSum(ir) => reduce::cumulative(self, Reduction::Sum, ir),
+            Op::CumProd(ir) => reduce::cumulative(self, Reduction::Prod, ir),
+            Op::CumMin(ir) => reduce::cumulative(self, Reduction::Min, ir),
+            Op::CumMax(ir) => reduce::cumulative(self, Reduction::Max, ir),
+            Op::ArgTopK(_) | Op::TopK(_) => unsupported("no lowering yet (needs a sort)"),
         }
     }
 
@@ -171,16 +170,15 @@ impl Lowering {
             Op::IsInf(ir) => elementwise::unary(self, Function::IsInf, ir),
             Op::Powf(ir) => elementwise::binary(self, Arithmetic::Pow, ir),
             Op::Random(_) => unsupported("random numbers are drawn on the host"),
-            Op::ArcCos(_)
-            | Op::ArcCosh(_)
-            | Op::ArcSin(_)
-            | Op::ArcSinh(_)
-            | Op::ArcTan(_)
-            | Op::ArcTanh(_)
-            | Op::Cross(_)
-            | Op::Quantize(_)
-            | Op::Dequantize(_)
-            | Op::GridSample2d(_) => unsupported("no lowering yet"),
+            Op::ArcCos(ir) => elementwise::unary(self, Function::ArcCos, ir),
+            Op::ArcCosh(ir) => elementwise::unary(self, Function::ArcCosh, ir),
+            Op::ArcSin(ir) => elementwise::unary(self, Function::ArcSin, ir),
+            Op::ArcSinh(ir) => elementwise::unary(self, Function::ArcSinh, ir),
+            Op::ArcTan(ir) => elementwise::unary(self, Function::ArcTan, ir),
+            Op::ArcTanh(ir) => elementwise::unary(self, Function::ArcTanh, ir),
+            Op::Cross(_) | Op::Quantize(_) | Op::Dequantize(_) | Op::GridSample2d(_) => {
+                unsupported("no lowering yet")
+            }
         }
     }
 
@@ -193,6 +191,7 @@ impl Lowering {
             Op::LinearXBackward(ir) => matmul::linear_x_backward(self, ir),
             Op::LinearWeightBackward(ir) => matmul::linear_weight_backward(self, ir),
             Op::LinearBiasBackward(ir) => matmul::linear_bias_backward(self, ir),
+            Op::Attention(ir) => attention::attention(self, ir),
             _ => unsupported("no lowering yet"),
         }
     }

@@ -133,6 +133,12 @@ pub(crate) enum Function {
     Recip,
     IsNan,
     IsInf,
+    ArcCos,
+    ArcSin,
+    ArcTan,
+    ArcCosh,
+    ArcSinh,
+    ArcTanh,
     Not,
     BitNot,
 }
@@ -188,6 +194,46 @@ pub(crate) fn unary(cx: &mut Lowering, function: Function, ir: &UnaryOpIr) -> Lo
             let magnitude = builder.unary("abs", &input);
             let infinity = builder.filled(input.element_type, f64::INFINITY, &input.dims);
             builder.compare(Direction::Eq, &magnitude, &infinity)
+        }
+        Function::ArcCos | Function::ArcSin => {
+            // acos x = atan2(sqrt(1 - x²), x), asin x = atan2(x, sqrt(1 - x²))
+            let one = one(builder);
+            let square = builder.binary("multiply", &input, &input);
+            let rest = builder.binary("subtract", &one, &square);
+            let root = builder.unary("sqrt", &rest);
+            if function == Function::ArcCos {
+                builder.binary("atan2", &root, &input)
+            } else {
+                builder.binary("atan2", &input, &root)
+            }
+        }
+        Function::ArcTan => {
+            let one = one(builder);
+            builder.binary("atan2", &input, &one)
+        }
+        Function::ArcCosh | Function::ArcSinh => {
+            // acosh x = ln(x + sqrt(x² - 1)), asinh x = ln(x + sqrt(x² + 1))
+            let one = one(builder);
+            let square = builder.binary("multiply", &input, &input);
+            let opcode = if function == Function::ArcCosh {
+                "subtract"
+            } else {
+                "add"
+            };
+            let shifted = builder.binary(opcode, &square, &one);
+            let root = builder.unary("sqrt", &shifted);
+            let sum = builder.binary("add", &input, &root);
+            builder.unary("log", &sum)
+        }
+        Function::ArcTanh => {
+            // atanh x = ln((1 + x) / (1 - x)) / 2
+            let one = one(builder);
+            let numerator = builder.binary("add", &one, &input);
+            let denominator = builder.binary("subtract", &one, &input);
+            let ratio = builder.binary("divide", &numerator, &denominator);
+            let log = builder.unary("log", &ratio);
+            let half = builder.filled(input.element_type, 0.5, &input.dims);
+            builder.binary("multiply", &log, &half)
         }
         Function::Not | Function::BitNot => builder.unary("not", &input),
     };

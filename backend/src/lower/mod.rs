@@ -7,8 +7,9 @@
 //! returns a tuple of the segment's outputs (tensors produced and still alive at its end).
 //!
 //! Files follow the kinds of operations: [`elementwise`], [`reduce`], [`shape`], [`index`],
-//! [`matmul`] (matmul and the linear module), [`creation`].
+//! [`matmul`] (matmul and the linear module), [`attention`], [`creation`].
 
+mod attention;
 mod builder;
 mod context;
 mod coverage;

@@ -1,7 +1,7 @@
 //! Reductions: sum, mean, product, max, min (of values or magnitudes), over all dimensions or
 //! one, and the indices of maxima and minima.
 
-use burn_ir::{ReduceDimOpIr, ReduceDimWithIndicesOpIr, ReduceOpIr, TensorIr};
+use burn_ir::{DimOpIr, ReduceDimOpIr, ReduceDimWithIndicesOpIr, ReduceOpIr, TensorIr};
 
 use super::builder::{Combiner, Direction, Value};
 use super::context::{Lowered, Lowering, dims, element_type};
@@ -163,4 +163,28 @@ pub(crate) fn with_indices(
 fn set_reshaped(cx: &mut Lowering, out: &TensorIr, value: &Value) -> Lowered {
     let value = cx.builder.reshape(value, &dims(out));
     cx.set(out, value)
+}
+
+/// Running sums, products, minima and maxima along an axis.
+pub(crate) fn cumulative(cx: &mut Lowering, reduction: Reduction, ir: &DimOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let narrow = matches!(input.element_type, PrimitiveType::Bf16 | PrimitiveType::F16);
+    let wide = if narrow && matches!(reduction, Reduction::Sum | Reduction::Prod) {
+        // Accumulate half-precision floats in f32, as the host does.
+        cx.builder.convert(&input, PrimitiveType::F32)
+    } else {
+        input.clone()
+    };
+    let element_type = wide.element_type;
+    let (init, combiner) = match reduction {
+        Reduction::Sum => (0.0, Combiner::Add),
+        Reduction::Prod => (1.0, Combiner::Multiply),
+        Reduction::Max => (lowest(element_type), Combiner::Maximum),
+        Reduction::Min => (highest(element_type), Combiner::Minimum),
+        Reduction::Mean | Reduction::MaxAbs => {
+            return super::context::unsupported(format!("cumulative {reduction:?}"));
+        }
+    };
+    let value = cx.builder.cumulative(&wide, init, ir.axis, combiner);
+    cx.set(&ir.out, value)
 }
