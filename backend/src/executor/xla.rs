@@ -15,7 +15,7 @@ use trainium_ffi::pjrt::{
 };
 
 use super::{Executor, HostExecutor};
-use crate::lower::{self, LowerError, LoweredProgram, StructuralKey};
+use crate::lower::{self, LoweredProgram, Step, StructuralKey};
 use crate::segment::Segment;
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
@@ -285,11 +285,7 @@ impl XlaExecutor {
     }
 
     /// Runs a lowered program: inputs from the device, hoisted scalars uploaded, outputs kept.
-    fn execute(
-        &mut self,
-        program: &LoweredProgram,
-        released: &[TensorId],
-    ) -> Result<(), BackendError> {
+    fn execute(&mut self, program: &LoweredProgram) -> Result<(), BackendError> {
         if !program.outputs.is_empty() {
             let executable = self.executable(program)?;
             let scalars = program
@@ -322,7 +318,7 @@ impl XlaExecutor {
                 );
             }
         }
-        for id in released {
+        for id in &program.released {
             self.tensors.remove(id);
         }
         Ok(())
@@ -330,10 +326,10 @@ impl XlaExecutor {
 
     /// Runs one operation on the host executor: inputs copied out, outputs copied back.
     fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
+        let boundary = lower::boundary_of(std::slice::from_ref(operation));
+        let mut host = HostExecutor::new();
         let mut segment = Segment::default();
         segment.push(operation.clone());
-        let boundary = segment.boundary();
-        let mut host = HostExecutor::new();
         for input in &boundary.inputs {
             host.register_data(input.id, self.download(input.id)?)?;
         }
@@ -357,38 +353,6 @@ impl XlaExecutor {
         );
         Ok(())
     }
-
-    /// Lowers and runs `operations`, splitting around operations that have no lowering.
-    fn run_operations(&mut self, operations: &[OperationIr]) -> Result<(), BackendError> {
-        let mut start = 0;
-        while start < operations.len() {
-            let mut end = operations.len();
-            loop {
-                let piece = &operations[start..end];
-                let mut segment = Segment::default();
-                piece
-                    .iter()
-                    .cloned()
-                    .for_each(|operation| segment.push(operation));
-                let boundary = segment.boundary();
-                match lower::lower_segment(piece, &boundary) {
-                    Ok(program) => {
-                        self.execute(&program, &boundary.released_inputs)?;
-                        start = end;
-                        break;
-                    }
-                    Err(LowerError::Unsupported { index: 0, .. }) => {
-                        self.run_on_host(&operations[start])?;
-                        start += 1;
-                        break;
-                    }
-                    Err(LowerError::Unsupported { index, .. }) => end = start + index,
-                    Err(error @ LowerError::Invalid { .. }) => return Err(failure(error)),
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Executor for XlaExecutor {
@@ -399,7 +363,13 @@ impl Executor for XlaExecutor {
     }
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
-        self.run_operations(segment.operations())
+        for step in lower::plan_segment(segment.operations()).map_err(failure)? {
+            match step {
+                Step::Program(program) => self.execute(&program)?,
+                Step::Fallback(operation) => self.run_on_host(&operation)?,
+            }
+        }
+        Ok(())
     }
 
     fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {

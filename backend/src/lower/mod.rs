@@ -25,11 +25,11 @@ mod shape;
 use std::hash::{Hash, Hasher};
 
 use burn_backend::TensorData;
-use burn_ir::{OperationIr, TensorIr};
+use burn_ir::{OperationIr, TensorId, TensorIr};
 use prost::Message;
 
 use crate::hlo::HloModuleProto;
-use crate::segment::SegmentBoundary;
+use crate::segment::{Segment, SegmentBoundary};
 
 pub use coverage::{COVERAGE, Coverage, coverage_markdown};
 pub use dump::{DUMP_DIR_ENV, dump_module};
@@ -87,6 +87,56 @@ pub struct LoweredProgram {
     pub scalars: Vec<TensorData>,
     /// The elements of the result tuple: the segment's outputs, in order.
     pub outputs: Vec<TensorIr>,
+    /// Inputs whose life ends in the segment: their buffers are released after the run (and
+    /// offered to the program as buffer donors).
+    pub released: Vec<TensorId>,
+}
+
+/// One step of running a segment: a lowered program, or one operation without a lowering.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A run of consecutive operations, lowered to one program.
+    Program(Box<LoweredProgram>),
+    /// An operation with no lowering, to run elsewhere (the host executor).
+    Fallback(Box<OperationIr>),
+}
+
+/// Splits `operations` into lowered programs and the operations between them that have no
+/// lowering, in order: each program is as long as possible.
+pub fn plan_segment(operations: &[OperationIr]) -> Result<Vec<Step>, LowerError> {
+    let mut steps = Vec::new();
+    let mut start = 0;
+    while start < operations.len() {
+        let mut end = operations.len();
+        loop {
+            let piece = &operations[start..end];
+            match lower_segment(piece, &boundary_of(piece)) {
+                Ok(program) => {
+                    steps.push(Step::Program(Box::new(program)));
+                    start = end;
+                    break;
+                }
+                Err(LowerError::Unsupported { index: 0, .. }) => {
+                    steps.push(Step::Fallback(Box::new(operations[start].clone())));
+                    start += 1;
+                    break;
+                }
+                Err(LowerError::Unsupported { index, .. }) => end = start + index,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(steps)
+}
+
+/// The boundary of a run of operations.
+pub fn boundary_of(operations: &[OperationIr]) -> SegmentBoundary {
+    let mut segment = Segment::default();
+    operations
+        .iter()
+        .cloned()
+        .for_each(|operation| segment.push(operation));
+    segment.boundary()
 }
 
 /// A short name of an operation's kind, e.g. `NumericFloat::Add` or `Module::Embedding`.
@@ -152,5 +202,6 @@ pub fn lower_segment(
         inputs: boundary.inputs.clone(),
         scalars,
         outputs: boundary.outputs.clone(),
+        released: boundary.released_inputs.clone(),
     })
 }
