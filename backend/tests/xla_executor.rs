@@ -131,3 +131,39 @@ fn a_missing_device_index_is_a_clear_error() {
         "{error}"
     );
 }
+
+#[test]
+fn empty_boolean_and_wide_tensors_round_trip() {
+    let device = xla(0);
+    let empty = Tensor::<B, 2>::zeros([0, 3], &device) + 1.0;
+    assert_eq!(empty.into_data().shape, [0, 3].into());
+
+    let flags = Tensor::<B, 1, burn::tensor::Bool>::from_data(
+        TensorData::from([true, false, true]),
+        &device,
+    );
+    let flipped = flags.clone().bool_not();
+    assert_eq!(
+        flipped.into_data().to_vec::<bool>().unwrap(),
+        [false, true, false]
+    );
+    assert_eq!(
+        flags.into_data().to_vec::<bool>().unwrap(),
+        [true, false, true]
+    );
+
+    let wide = Tensor::<B, 1, Int>::from_data(
+        TensorData::from([1i64 << 20, -3]),
+        (&device, burn::tensor::DType::I64),
+    );
+    // Burn's router reads integers back as its int element (i32), so values stay in range.
+    let wide = (wide * 2 + 1).into_data().convert::<i64>();
+    assert_eq!(wide.to_vec::<i64>().unwrap(), [(1i64 << 21) + 1, -5]);
+
+    let double = Tensor::<B, 1>::from_data(
+        TensorData::from([1.0f64 / 3.0, 2.0]),
+        (&device, burn::tensor::DType::F64),
+    );
+    let double = (double * 3.0).into_data().convert::<f64>();
+    assert_eq!(double.to_vec::<f64>().unwrap(), [1.0, 6.0]);
+}
