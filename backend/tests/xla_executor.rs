@@ -4,33 +4,71 @@
 
 mod xla_support;
 
+use burn::prelude::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use burn_trainium::{Trainium, TrainiumDevice, reset_stats, stats};
 use xla_support::xla;
 
 type B = Trainium;
 
+/// Mean and standard deviation of `values`.
+fn moments(values: &[f32]) -> (f64, f64) {
+    let count = values.len() as f64;
+    let mean = values.iter().map(|&v| v as f64).sum::<f64>() / count;
+    let variance = values
+        .iter()
+        .map(|&v| (v as f64 - mean).powi(2))
+        .sum::<f64>()
+        / count;
+    (mean, variance.sqrt())
+}
+
 #[test]
-fn random_tensors_run_on_the_host_and_are_counted() {
-    let device = xla(0);
+fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
+    let device = xla(1);
+    B::seed(&device, 11);
+    let draw = |distribution| {
+        let values: Vec<f32> = Tensor::<B, 2>::random([200, 100], distribution, &device)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        values
+    };
     let before = stats(&device).host_fallbacks;
-    let noise = Tensor::<B, 2>::random([64, 32], Distribution::Uniform(-1.0, 1.0), &device);
-    let doubled = noise.clone() * 2.0;
-    let values: Vec<f32> = noise.into_data().to_vec().unwrap();
-    let doubled: Vec<f32> = doubled.into_data().to_vec().unwrap();
-    assert!(values.iter().all(|value| (-1.0..1.0).contains(value)));
+    let uniform = draw(Distribution::Uniform(-1.0, 3.0));
+    assert!(uniform.iter().all(|value| (-1.0..3.0).contains(value)));
+    let (mean, std) = moments(&uniform);
     assert!(
-        values.iter().any(|value| *value != values[0]),
-        "values are random"
+        (mean - 1.0).abs() < 0.05 && (std - 4.0 / 12f64.sqrt()).abs() < 0.05,
+        "{mean} {std}"
     );
-    for (value, double) in values.iter().zip(&doubled) {
-        assert_eq!(value * 2.0, *double);
-    }
+    let normal = draw(Distribution::Normal(2.0, 0.5));
+    let (mean, std) = moments(&normal);
     assert!(
-        stats(&device).host_fallbacks > before,
-        "{:?}",
-        stats(&device)
+        (mean - 2.0).abs() < 0.02 && (std - 0.5).abs() < 0.02,
+        "{mean} {std}"
     );
+    let bernoulli = draw(Distribution::Bernoulli(0.3));
+    assert!(bernoulli.iter().all(|value| *value == 0.0 || *value == 1.0));
+    let (mean, _) = moments(&bernoulli);
+    assert!((mean - 0.3).abs() < 0.02, "{mean}");
+    let default = draw(Distribution::Default);
+    assert!(default.iter().all(|value| (0.0..1.0).contains(value)));
+    assert_eq!(
+        stats(&device).host_fallbacks,
+        before,
+        "random tensors fell back to the host"
+    );
+
+    // The same program draws new numbers at every run; a seed replays them.
+    let again = draw(Distribution::Default);
+    assert_ne!(default, again);
+    B::seed(&device, 11);
+    let replay: Vec<Vec<f32>> = [Distribution::Uniform(-1.0, 3.0)]
+        .into_iter()
+        .map(draw)
+        .collect();
+    assert_eq!(replay[0], uniform);
 }
 
 #[test]

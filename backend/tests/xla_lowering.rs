@@ -1,10 +1,10 @@
 //! The lowering on its own (no plugin): structural keys, hoisted scalars, segment boundaries,
 //! the split around operations without a lowering, and `TRAINIUM_DUMP_DIR`.
 
-use burn::tensor::{DType, Distribution};
+use burn::tensor::DType;
 use burn_ir::{
-    BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, RandomOpIr, ScalarIr,
-    ScalarOpIr, TensorId, TensorIr, TensorStatus,
+    BinaryOpIr, CustomOpIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
+    TensorIr, TensorStatus,
 };
 use burn_trainium::hlo::HloModuleProto;
 use burn_trainium::lower::{self, LowerError, Step, boundary_of, lower_segment, plan_segment};
@@ -91,13 +91,11 @@ fn scalars_are_parameters_after_the_inputs() {
 #[test]
 fn segments_split_around_operations_without_a_lowering() {
     let mut operations = scaled_sum(10, &[4], 2.0);
-    operations.push(OperationIr::Float(
-        DType::F32,
-        FloatOperationIr::Random(RandomOpIr {
-            out: tensor(20, &[4], TensorStatus::NotInit),
-            distribution: Distribution::Default,
-        }),
-    ));
+    operations.push(OperationIr::Custom(CustomOpIr::new(
+        "no_lowering",
+        &[tensor(12, &[4], TensorStatus::ReadOnly)],
+        &[tensor(20, &[4], TensorStatus::NotInit)],
+    )));
     operations.push(OperationIr::NumericFloat(
         DType::F32,
         NumericOperationIr::Add(BinaryOpIr {
@@ -108,17 +106,14 @@ fn segments_split_around_operations_without_a_lowering() {
     ));
     let error = lower_segment(&operations, &boundary_of(&operations)).unwrap_err();
     assert!(
-        matches!(&error, LowerError::Unsupported { index: 2, operation, .. } if operation == "Float::Random"),
+        matches!(&error, LowerError::Unsupported { index: 2, operation, .. } if operation == "Custom"),
         "{error}"
     );
     let steps = plan_segment(&operations).unwrap();
     assert_eq!(steps.len(), 3);
     match (&steps[0], &steps[1], &steps[2]) {
         (Step::Program(first), Step::Fallback(fallback), Step::Program(last)) => {
-            assert!(matches!(
-                fallback.as_ref(),
-                OperationIr::Float(_, FloatOperationIr::Random(_))
-            ));
+            assert!(matches!(fallback.as_ref(), OperationIr::Custom(_)));
             assert_eq!(
                 first.outputs.iter().map(|t| t.id).collect::<Vec<_>>(),
                 [TensorId::new(12)]

@@ -188,6 +188,10 @@ pub(crate) struct XlaExecutor {
     tensors: HashMap<TensorId, DeviceTensor>,
     cache: ProgramCache,
     counters: Arc<StatsCounters>,
+    /// The Threefry key of random tensors drawn on the device (set by `seed`).
+    random_key: u64,
+    /// Random states handed out so far under `random_key`.
+    random_counter: u64,
 }
 
 impl XlaExecutor {
@@ -213,6 +217,10 @@ impl XlaExecutor {
             tensors: HashMap::new(),
             cache: ProgramCache::default(),
             counters,
+            random_key: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_nanos() as u64),
+            random_counter: 0,
         })
     }
 
@@ -293,6 +301,16 @@ impl XlaExecutor {
                 .iter()
                 .map(|data| self.upload(data))
                 .collect::<Result<Vec<_>, _>>()?;
+            let mut scalars = scalars;
+            if program.random_draws > 0 {
+                let states: Vec<u64> = (0..program.random_draws)
+                    .flat_map(|_| {
+                        self.random_counter += 1;
+                        [self.random_key, self.random_counter]
+                    })
+                    .collect();
+                scalars.push(self.upload(&TensorData::new(states, [2 * program.random_draws]))?);
+            }
             let mut arguments = Vec::with_capacity(program.inputs.len() + scalars.len());
             for input in &program.inputs {
                 let tensor = self.tensors.get(&input.id).ok_or_else(|| {
@@ -381,7 +399,9 @@ impl Executor for XlaExecutor {
     }
 
     fn seed(&mut self, seed: u64) {
-        // Random tensors are drawn by the host executor.
+        self.random_key = seed;
+        self.random_counter = 0;
+        // Operations that fall back to the host draw from the host's generator.
         HostExecutor::new().seed(seed);
     }
 }

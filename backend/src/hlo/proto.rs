@@ -244,9 +244,14 @@ pub struct HloInstructionProto {
     pub indices_are_sorted: bool,
     #[prost(bool, tag = "69")]
     pub unique_indices: bool,
+    #[prost(int32, tag = "70")]
+    pub rng_algorithm: i32,
     #[prost(string, tag = "72")]
     pub comparison_type: String,
 }
+
+/// `xla.RandomAlgorithm::RNG_THREE_FRY`: a `u64[2]` state.
+pub const RNG_THREE_FRY: i32 = 1;
 
 /// `xla.HloComputationProto`.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -604,3 +604,45 @@ impl Builder {
         self.push(instruction)
     }
 }
+
+impl Builder {
+    /// Reinterprets the bits of `operand` as `element_type` (of the same width).
+    pub fn bitcast(&mut self, operand: &Value, element_type: PrimitiveType) -> Value {
+        let instruction = self.op(
+            "bitcast-convert",
+            element_type,
+            &operand.dims.clone(),
+            &[operand],
+        );
+        self.push(instruction)
+    }
+
+    /// Random `u32` bits of shape `dims` from a Threefry `u64[2]` state.
+    pub fn random_bits(&mut self, state: &Value, dims: &[i64]) -> Value {
+        let id = fresh_id(&mut self.next_id);
+        let shape = hlo::tuple_shape(vec![
+            hlo::array_shape(PrimitiveType::U64, &[2]),
+            hlo::array_shape(PrimitiveType::U32, dims),
+        ]);
+        let mut generator = HloInstructionProto {
+            name: format!("rng_bit_generator.{id}"),
+            opcode: "rng-bit-generator".to_string(),
+            shape: Some(shape),
+            id,
+            operand_ids: vec![state.id],
+            rng_algorithm: hlo::RNG_THREE_FRY,
+            ..Default::default()
+        };
+        if !self.op_name.is_empty() {
+            generator.metadata = Some(OpMetadata {
+                op_type: String::new(),
+                op_name: self.op_name.clone(),
+            });
+        }
+        self.instructions.push(generator);
+        let mut bits = self.op("get-tuple-element", PrimitiveType::U32, dims, &[]);
+        bits.operand_ids = vec![id];
+        bits.tuple_index = 1;
+        self.push(bits)
+    }
+}

@@ -92,12 +92,22 @@ struct ScalarPack {
     values: Vec<ScalarIr>,
 }
 
+/// A finished lowering: the module, its hoisted scalars, and how many random states it draws.
+pub(crate) struct Finished {
+    pub module: hlo::HloModuleProto,
+    pub scalars: Vec<TensorData>,
+    pub random_draws: usize,
+}
+
 /// One lowering in progress.
 pub(crate) struct Lowering {
     pub builder: Builder,
     values: HashMap<TensorId, Value>,
     parameters: Vec<hlo::ShapeProto>,
     packs: Vec<ScalarPack>,
+    /// The `u64[2 * draws]` parameter of random states, once a random tensor is drawn.
+    random_states: Option<Value>,
+    random_draws: i64,
 }
 
 impl Lowering {
@@ -108,6 +118,8 @@ impl Lowering {
             values: HashMap::new(),
             parameters: Vec::new(),
             packs: Vec::new(),
+            random_states: None,
+            random_draws: 0,
         };
         for (number, input) in inputs.iter().enumerate() {
             let element_type =
@@ -174,6 +186,22 @@ impl Lowering {
         Ok(self.builder.reshape(&element, &[]))
     }
 
+    /// A fresh `u64[2]` Threefry state, read from the random-state parameter.
+    pub fn random_state(&mut self) -> Value {
+        let states = match &self.random_states {
+            Some(states) => states.clone(),
+            None => {
+                // Numbered and sized in `finish`, after the scalar packs.
+                let states = self.builder.parameter(-1, PrimitiveType::U64, &[0]);
+                self.random_states = Some(states.clone());
+                states
+            }
+        };
+        let start = 2 * self.random_draws;
+        self.random_draws += 1;
+        self.builder.slice(&states, &[start], &[start + 2], &[1])
+    }
+
     /// `scalar` broadcast to `dims`.
     pub fn scalar_filled(
         &mut self,
@@ -186,11 +214,7 @@ impl Lowering {
     }
 
     /// Finishes the module and returns it with the hoisted scalar arguments.
-    pub fn finish(
-        mut self,
-        outputs: &[Value],
-        boundary: &SegmentBoundary,
-    ) -> (hlo::HloModuleProto, Vec<TensorData>) {
+    pub fn finish(mut self, outputs: &[Value], boundary: &SegmentBoundary) -> Finished {
         let first_pack = self.parameters.len() as i64;
         let mut scalars = Vec::new();
         for (position, pack) in self.packs.iter().enumerate() {
@@ -201,6 +225,14 @@ impl Lowering {
                 .renumber_parameter(&pack.parameter, first_pack + position as i64);
             self.parameters.push(shape);
             scalars.push(scalar_data(&pack.values, pack.dtype));
+        }
+        if let Some(states) = &self.random_states {
+            let shape = self
+                .builder
+                .resize_parameter(states, &[2 * self.random_draws]);
+            self.builder
+                .renumber_parameter(states, self.parameters.len() as i64);
+            self.parameters.push(shape);
         }
         let donors: Vec<BufferDonorEntryProto> = boundary
             .inputs
@@ -216,7 +248,11 @@ impl Lowering {
         if !donors.is_empty() {
             module.buffer_donor = Some(HloBufferDonorProto { entries: donors });
         }
-        (module, scalars)
+        Finished {
+            module,
+            scalars,
+            random_draws: self.random_draws as usize,
+        }
     }
 }
 

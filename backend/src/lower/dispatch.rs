@@ -9,7 +9,7 @@ use super::builder::Direction;
 use super::context::{Lowered, Lowering, unsupported};
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
-use super::{attention, creation, index, matmul, shape};
+use super::{attention, creation, index, matmul, random, shape};
 
 impl Lowering {
     /// Lowers one operation, or says why it has no lowering.
@@ -102,7 +102,7 @@ impl Lowering {
             Op::Clamp(ir) => elementwise::clamp(self, ir),
             Op::Powi(ir) => elementwise::power_int(self, ir),
             Op::PowiScalar(ir) => elementwise::power_scalar(self, ir, dtype),
-            Op::IntRandom(_) => unsupported("random numbers are drawn on the host"),
+            Op::IntRandom(ir) => random::random(self, ir, true),
             Op::CumSum(ir) => reduce::cumulative(self, Reduction::Sum, ir),
             Op::CumProd(ir) => reduce::cumulative(self, Reduction::Prod, ir),
             Op::CumMin(ir) => reduce::cumulative(self, Reduction::Min, ir),
@@ -169,7 +169,7 @@ impl Lowering {
             Op::IsNan(ir) => elementwise::unary(self, Function::IsNan, ir),
             Op::IsInf(ir) => elementwise::unary(self, Function::IsInf, ir),
             Op::Powf(ir) => elementwise::binary(self, Arithmetic::Pow, ir),
-            Op::Random(_) => unsupported("random numbers are drawn on the host"),
+            Op::Random(ir) => random::random(self, ir, false),
             Op::ArcCos(ir) => elementwise::unary(self, Function::ArcCos, ir),
             Op::ArcCosh(ir) => elementwise::unary(self, Function::ArcCosh, ir),
             Op::ArcSin(ir) => elementwise::unary(self, Function::ArcSin, ir),

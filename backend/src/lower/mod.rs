@@ -1,10 +1,10 @@
 //! Lowering: a segment of Burn's IR becomes one XLA `HloModuleProto`.
 //!
 //! Shared by every executor that runs HLO (`xla` through PJRT, `neuron` through `neuronx-cc`).
-//! The module's parameters are, in order, the segment's inputs (tensors read but not produced)
-//! and then one vector per element type holding the segment's scalar operands (hoisted, so that
-//! a learning rate that changes every step does not change the program). The entry computation
-//! returns a tuple of the segment's outputs (tensors produced and still alive at its end).
+//! The module's parameters are, in order, the segment's inputs (tensors read but not produced),
+//! one vector per element type holding the segment's scalar operands (hoisted, so that a learning
+//! rate that changes every step does not change the program), and the states of the random
+//! tensors it draws. The entry computation returns a tuple of the segment's outputs (tensors produced and still alive at its end).
 //!
 //! Files follow the kinds of operations: [`elementwise`], [`reduce`], [`shape`], [`index`],
 //! [`matmul`] (matmul and the linear module), [`attention`], [`creation`].
@@ -19,6 +19,7 @@ mod dump;
 mod elementwise;
 mod index;
 mod matmul;
+mod random;
 mod reduce;
 mod shape;
 
@@ -87,6 +88,9 @@ pub struct LoweredProgram {
     pub scalars: Vec<TensorData>,
     /// The elements of the result tuple: the segment's outputs, in order.
     pub outputs: Vec<TensorIr>,
+    /// The last parameter, when non-zero: `u64[2 * random_draws]`, one fresh Threefry state
+    /// (`[key, counter]`) per random tensor the program draws, filled by the executor at each run.
+    pub random_draws: usize,
     /// Inputs whose life ends in the segment: their buffers are released after the run (and
     /// offered to the program as buffer donors).
     pub released: Vec<TensorId>,
@@ -189,7 +193,11 @@ pub fn lower_segment(
         .map(|tensor| lowering.get(tensor))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| error.at_outputs())?;
-    let (mut module, scalars) = lowering.finish(&outputs, boundary);
+    let context::Finished {
+        mut module,
+        scalars,
+        random_draws,
+    } = lowering.finish(&outputs, boundary);
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     module.encode_to_vec().hash(&mut hasher);
     let key = StructuralKey(hasher.finish());
@@ -202,6 +210,7 @@ pub fn lower_segment(
         inputs: boundary.inputs.clone(),
         scalars,
         outputs: boundary.outputs.clone(),
+        random_draws,
         released: boundary.released_inputs.clone(),
     })
 }
