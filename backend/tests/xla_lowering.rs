@@ -7,7 +7,9 @@ use burn_ir::{
     TensorIr, TensorStatus,
 };
 use burn_trainium::hlo::HloModuleProto;
-use burn_trainium::lower::{self, LowerError, Step, boundary_of, lower_segment, plan_segment};
+use burn_trainium::lower::{
+    self, LowerError, LowerOptions, Step, boundary_of, lower_segment, plan_segment,
+};
 use prost::Message;
 
 fn tensor(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
@@ -109,7 +111,7 @@ fn segments_split_around_operations_without_a_lowering() {
         matches!(&error, LowerError::Unsupported { index: 2, operation, .. } if operation == "Custom"),
         "{error}"
     );
-    let steps = plan_segment(&operations).unwrap();
+    let steps = plan_segment(&operations, &LowerOptions::default()).unwrap();
     assert_eq!(steps.len(), 3);
     match (&steps[0], &steps[1], &steps[2]) {
         (Step::Program(first), Step::Fallback(fallback), Step::Program(last)) => {

@@ -15,7 +15,7 @@ use trainium_ffi::pjrt::{
 };
 
 use super::{Executor, HostExecutor};
-use crate::lower::{self, LoweredProgram, Step, StructuralKey};
+use crate::lower::{self, LowerOptions, LoweredProgram, Step, StructuralKey};
 use crate::segment::Segment;
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
@@ -381,7 +381,10 @@ impl Executor for XlaExecutor {
     }
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
-        for step in lower::plan_segment(segment.operations()).map_err(failure)? {
+        let options = LowerOptions {
+            random_on_device: true,
+        };
+        for step in lower::plan_segment(segment.operations(), &options).map_err(failure)? {
             match step {
                 Step::Program(program) => self.execute(&program)?,
                 Step::Fallback(operation) => self.run_on_host(&operation)?,

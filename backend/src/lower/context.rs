@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use burn_backend::{DType, TensorData};
 use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
 
-use super::LowerError;
 use super::builder::{Builder, Value};
+use super::{LowerError, LowerOptions};
 use crate::hlo::{self, BufferDonorEntryProto, HloBufferDonorProto, PrimitiveType};
 use crate::segment::SegmentBoundary;
 
@@ -108,11 +108,13 @@ pub(crate) struct Lowering {
     /// The `u64[2 * draws]` parameter of random states, once a random tensor is drawn.
     random_states: Option<Value>,
     random_draws: i64,
+    /// Executor-dependent choices.
+    pub options: LowerOptions,
 }
 
 impl Lowering {
     /// Starts a lowering whose first parameters are `inputs`.
-    pub fn new(inputs: &[TensorIr]) -> Result<Self, String> {
+    pub fn new(inputs: &[TensorIr], options: LowerOptions) -> Result<Self, String> {
         let mut lowering = Lowering {
             builder: Builder::default(),
             values: HashMap::new(),
@@ -120,6 +122,7 @@ impl Lowering {
             packs: Vec::new(),
             random_states: None,
             random_draws: 0,
+            options,
         };
         for (number, input) in inputs.iter().enumerate() {
             let element_type =

@@ -342,7 +342,9 @@ pub fn coverage_markdown() -> String {
          The others run on the host executor, one operation at a time, when they appear in a segment \
          of the `xla` executor (counted in `Stats::host_fallbacks`). A lowered kind still falls back for the arguments it does not cover: slices with \
          negative steps, slice assignments with steps other than 1, `select` with indices of rank other than 1, integers drawn from the default \
-         or normal distribution, data types other than floats, integers and booleans.\n\n| Operation | Lowering |\n| --- | --- |\n",
+         or normal distribution, data types other than floats, integers and booleans. Random tensors \
+         are lowered only for executors that pass random states (`LowerOptions::random_on_device`: \
+         the `xla` executor).\n\n| Operation | Lowering |\n| --- | --- |\n",
         COVERAGE.len()
     );
     for (name, coverage) in COVERAGE {

@@ -105,16 +105,28 @@ pub enum Step {
     Fallback(Box<OperationIr>),
 }
 
+/// Choices of the lowering that depend on the executor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// Draw random tensors on the device (`rng-bit-generator`). The executor must then pass
+    /// [`LoweredProgram::random_draws`] states as the last parameter. When off, random tensors
+    /// have no lowering.
+    pub random_on_device: bool,
+}
+
 /// Splits `operations` into lowered programs and the operations between them that have no
 /// lowering, in order: each program is as long as possible.
-pub fn plan_segment(operations: &[OperationIr]) -> Result<Vec<Step>, LowerError> {
+pub fn plan_segment(
+    operations: &[OperationIr],
+    options: &LowerOptions,
+) -> Result<Vec<Step>, LowerError> {
     let mut steps = Vec::new();
     let mut start = 0;
     while start < operations.len() {
         let mut end = operations.len();
         loop {
             let piece = &operations[start..end];
-            match lower_segment(piece, &boundary_of(piece)) {
+            match lower_segment_with(piece, &boundary_of(piece), options) {
                 Ok(program) => {
                     steps.push(Step::Program(Box::new(program)));
                     start = end;
@@ -171,16 +183,27 @@ pub fn operation_name(operation: &OperationIr) -> String {
 /// Lowers `operations` (a whole segment or a run of it) whose boundary is `boundary`.
 ///
 /// `Drop` operations only end lifetimes and lower to nothing. Inputs listed in
-/// `boundary.released_inputs` are marked as buffer donors.
+/// `boundary.released_inputs` are marked as buffer donors. Random tensors are not lowered (see
+/// [`lower_segment_with`]).
 pub fn lower_segment(
     operations: &[OperationIr],
     boundary: &SegmentBoundary,
 ) -> Result<LoweredProgram, LowerError> {
-    let mut lowering = Lowering::new(&boundary.inputs).map_err(|reason| LowerError::Invalid {
-        index: 0,
-        operation: "inputs".into(),
-        reason,
-    })?;
+    lower_segment_with(operations, boundary, &LowerOptions::default())
+}
+
+/// [`lower_segment`] with explicit [`LowerOptions`].
+pub fn lower_segment_with(
+    operations: &[OperationIr],
+    boundary: &SegmentBoundary,
+    options: &LowerOptions,
+) -> Result<LoweredProgram, LowerError> {
+    let mut lowering =
+        Lowering::new(&boundary.inputs, *options).map_err(|reason| LowerError::Invalid {
+            index: 0,
+            operation: "inputs".into(),
+            reason,
+        })?;
     for (index, operation) in operations.iter().enumerate() {
         lowering.builder.op_name = format!("{index}:{}", operation_name(operation));
         lowering

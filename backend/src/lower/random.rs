@@ -29,6 +29,9 @@ fn parameter(cx: &mut Lowering, value: f64, dims: &[i64]) -> Lowered<Value> {
 
 /// `Float::Random` and `Numeric::IntRandom`.
 pub(crate) fn random(cx: &mut Lowering, ir: &RandomOpIr, integer: bool) -> Lowered {
+    if !cx.options.random_on_device {
+        return unsupported("random numbers are drawn on the host for this executor");
+    }
     let out_dims = dims(&ir.out);
     let value = match ir.distribution {
         Distribution::Default if integer => {
