@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod hlat_step;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
