@@ -176,12 +176,21 @@ impl NeuronExecutor {
         let storage = match &self.core {
             None => Storage::Stub,
             Some(core) => {
+                let bytes = data.as_bytes();
+                if bytes.len() != size {
+                    return Err(failure(format!(
+                        "host data of {:?} {:?} holds {} bytes, expected {size}",
+                        shape,
+                        data.dtype,
+                        bytes.len()
+                    )));
+                }
                 // The runtime refuses empty allocations; an empty tensor still gets one byte.
                 let mut tensor = core
                     .runtime
                     .allocate_tensor(TensorPlacement::Device, core.index, size.max(1), "")
                     .map_err(failure)?;
-                tensor.write(&data.as_bytes()[..size], 0).map_err(failure)?;
+                tensor.write(bytes, 0).map_err(failure)?;
                 StatsCounters::add(&self.counters.bytes_to_device, size as u64);
                 Storage::Device(tensor)
             }

@@ -53,6 +53,15 @@ fn parse_version(output: &str) -> Option<String> {
     (!version.is_empty() && !version.eq_ignore_ascii_case("version")).then_some(version)
 }
 
+/// A relative path with a folder (`bin/neuronx-cc`) made absolute, since compiles run in a work
+/// folder; a bare name (`neuronx-cc`) stays as is, for a search of `PATH`.
+fn resolve_executable(executable: PathBuf) -> Result<PathBuf, NeuronError> {
+    if executable.is_absolute() || executable.components().count() < 2 {
+        return Ok(executable);
+    }
+    std::path::absolute(&executable).map_err(NeuronError::io("resolve", executable))
+}
+
 impl NeuronCompiler {
     /// A driver for `executable`; runs `executable --version` once, since the version is part of
     /// every cache key.
@@ -61,7 +70,7 @@ impl NeuronCompiler {
         target: NeuronTarget,
         flags: Vec<String>,
     ) -> Result<Self, NeuronError> {
-        let executable = executable.into();
+        let executable = resolve_executable(executable.into())?;
         let output = Command::new(&executable)
             .arg("--version")
             .output()
@@ -193,6 +202,19 @@ mod tests {
         );
         assert_eq!(parse_version("neuronx-cc: version\n"), None);
         assert_eq!(parse_version("usage: neuronx-cc\n"), None);
+    }
+
+    #[test]
+    fn relative_compiler_paths_survive_the_work_folder() {
+        let bare = resolve_executable(PathBuf::from("neuronx-cc")).unwrap();
+        assert_eq!(bare, PathBuf::from("neuronx-cc"));
+        let relative = resolve_executable(PathBuf::from("bin/neuronx-cc")).unwrap();
+        assert_eq!(
+            relative,
+            std::env::current_dir().unwrap().join("bin/neuronx-cc")
+        );
+        let absolute = resolve_executable(PathBuf::from("/opt/cc")).unwrap();
+        assert_eq!(absolute, PathBuf::from("/opt/cc"));
     }
 
     #[test]
