@@ -220,14 +220,15 @@ impl NeuronExecutor {
         ))
     }
 
-    /// The NEFF of `program`: from the cache, or compiled now.
-    fn neff(&self, program: &LoweredProgram) -> Result<Vec<u8>, BackendError> {
+    /// The NEFF of `module` (the HLO of `program` with the NEFF tensor names requested): from
+    /// the cache, or compiled now.
+    fn neff(&self, program: &LoweredProgram, module: &[u8]) -> Result<Vec<u8>, BackendError> {
         if let Err(error) = lower::dump_module(program) {
             log::warn!("could not dump {}: {error}", program.module.name);
         }
         let cached = self
             .cache
-            .get_or_compile(&self.compiler, &program.bytes)
+            .get_or_compile(&self.compiler, module)
             .map_err(|error| failure(format!("compiling {}: {error}", program.module.name)))?;
         match cached.outcome {
             CacheOutcome::Hit => StatsCounters::add(&self.counters.cache_hits, 1),
@@ -246,12 +247,14 @@ impl NeuronExecutor {
         released: &[TensorId],
     ) -> Result<(), BackendError> {
         if !program.outputs.is_empty() {
-            let key = CacheKey::for_compiler(&program.bytes, &self.compiler);
+            let module = neuron::request_neff_names(&program.bytes)
+                .map_err(|reason| failure(format!("{}: {reason}", program.module.name)))?;
+            let key = CacheKey::for_compiler(&module, &self.compiler);
             if self.core.is_some() {
-                self.run_on_core(program, key)?;
+                self.run_on_core(program, &module, key)?;
             } else {
                 if !self.compiled.contains(&key) {
-                    self.neff(program)?;
+                    self.neff(program, &module)?;
                     self.compiled.insert(key);
                 } else {
                     StatsCounters::add(&self.counters.cache_hits, 1);
@@ -276,7 +279,12 @@ impl NeuronExecutor {
 
     /// Loads the NEFF of `program` on the core unless it is loaded, evicting the least recently
     /// used beyond [`LOADED_MODEL_CAPACITY`].
-    fn load(&mut self, program: &LoweredProgram, key: &CacheKey) -> Result<(), BackendError> {
+    fn load(
+        &mut self,
+        program: &LoweredProgram,
+        module: &[u8],
+        key: &CacheKey,
+    ) -> Result<(), BackendError> {
         let loaded = self
             .core
             .as_ref()
@@ -285,7 +293,7 @@ impl NeuronExecutor {
             StatsCounters::add(&self.counters.cache_hits, 1);
             return Ok(());
         }
-        let neff = self.neff(program)?;
+        let neff = self.neff(program, module)?;
         let core = self.core.as_mut().expect("called with a core");
         if core.models.len() >= LOADED_MODEL_CAPACITY
             && let Some(oldest) = core
@@ -317,8 +325,13 @@ impl NeuronExecutor {
         Ok(())
     }
 
-    fn run_on_core(&mut self, program: &LoweredProgram, key: CacheKey) -> Result<(), BackendError> {
-        self.load(program, &key)?;
+    fn run_on_core(
+        &mut self,
+        program: &LoweredProgram,
+        module: &[u8],
+        key: CacheKey,
+    ) -> Result<(), BackendError> {
+        self.load(program, module, &key)?;
         let scalars = program
             .scalars
             .iter()

@@ -33,11 +33,10 @@ fn position(name: &str, prefix: &str) -> Option<usize> {
 ///
 /// The rule is `input<N>` for parameter N and `output<N>` for element N of the result tuple:
 /// the names torch-neuronx gives NEFF tensors, which it requests through the frontend attributes
-/// `neff_input_names="input<N>"` on each parameter and `neff_output_names` on the root tuple of
-/// the HLO it hands to `neuronx-cc`. The lowering does not set those attributes yet, so the
-/// names `neuronx-cc` picks without them are unverified. Any other name, a parameter out of
-/// range, a missing result or a duplicate is an error naming every tensor, so a NEFF that does
-/// not follow the rule fails loudly instead of binding data to the wrong tensor.
+/// `neff_input_names` / `neff_output_names` that [`super::request_neff_names`] adds here too.
+/// Any other name, a parameter out of range, a missing result or a duplicate is an error naming
+/// every tensor, so a NEFF that does not follow the rule fails loudly instead of binding data
+/// to the wrong tensor.
 pub fn bind(
     infos: &[ModelTensorInfo],
     parameters: usize,

@@ -12,6 +12,7 @@ mod cache;
 mod compile_only;
 mod compiler;
 mod error;
+mod names;
 mod settings;
 
 pub(crate) use binding::{Binding, bind};
@@ -19,6 +20,7 @@ pub use cache::{CacheKey, CacheOutcome, CachedNeff, NeffCache};
 pub use compile_only::{COMPILE_ONLY_ENV, compile_only, set_compile_only};
 pub use compiler::{CompiledNeff, MODULE_FILE, NEFF_FILE, NeuronCompiler};
 pub use error::NeuronError;
+pub use names::request_neff_names;
 pub use settings::{
     CACHE_URL_ENV, COMPILER_ENV, DEFAULT_CACHE_ROOT, DEFAULT_COMPILER, DEFAULT_FLAGS, FLAGS_ENV,
     NeuronSettings, NeuronTarget, RawSettings, TARGET_ENV,

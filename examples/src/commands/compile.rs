@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 use burn_trainium::neuron::{
-    CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronSettings, set_compile_only,
+    CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronSettings, request_neff_names,
+    set_compile_only,
 };
 use burn_trainium::{DEVICE_ENV, ExecutorKind, TrainiumDevice, stats};
 use clap::Args;
@@ -119,6 +120,12 @@ fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
             action: "read",
             path: file.to_path_buf(),
             source,
+        })?;
+        // The executor compiles modules with the NEFF tensor names requested: so must this.
+        let module = request_neff_names(&module).map_err(|reason| NeuronError::InvalidSetting {
+            name: "--modules",
+            value: file.display().to_string(),
+            reason,
         })?;
         cache
             .get_or_compile(&compiler, &module)
