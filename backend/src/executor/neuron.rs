@@ -17,7 +17,7 @@ use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 use trainium_ffi::nrt::{Model, NeuronRuntime, Tensor, TensorPlacement};
 
 use super::{Executor, HostExecutor};
-use crate::lower::{self, LowerError, LoweredProgram};
+use crate::lower::{self, LowerOptions, LoweredProgram, Step};
 use crate::neuron::{
     self, Binding, CacheKey, CacheOutcome, NeffCache, NeuronCompiler, NeuronSettings,
 };
@@ -241,11 +241,7 @@ impl NeuronExecutor {
     }
 
     /// Runs a lowered program: inputs from device memory, hoisted scalars uploaded, outputs kept.
-    fn execute(
-        &mut self,
-        program: &LoweredProgram,
-        released: &[TensorId],
-    ) -> Result<(), BackendError> {
+    fn execute(&mut self, program: &LoweredProgram) -> Result<(), BackendError> {
         if !program.outputs.is_empty() {
             let module = neuron::request_neff_names(&program.bytes)
                 .map_err(|reason| failure(format!("{}: {reason}", program.module.name)))?;
@@ -271,7 +267,7 @@ impl NeuronExecutor {
                 }
             }
         }
-        for id in released {
+        for id in &program.released {
             self.tensors.remove(id);
         }
         Ok(())
@@ -451,33 +447,13 @@ impl NeuronExecutor {
         Ok(())
     }
 
-    /// Lowers and runs `operations`, splitting around operations that have no lowering.
+    /// Lowers and runs `operations`, splitting around operations that have no lowering (random
+    /// tensors among them: they are drawn on the host).
     fn run_operations(&mut self, operations: &[OperationIr]) -> Result<(), BackendError> {
-        let mut start = 0;
-        while start < operations.len() {
-            let mut end = operations.len();
-            loop {
-                let piece = &operations[start..end];
-                let mut segment = Segment::default();
-                piece
-                    .iter()
-                    .cloned()
-                    .for_each(|operation| segment.push(operation));
-                let boundary = segment.boundary();
-                match lower::lower_segment(piece, &boundary) {
-                    Ok(program) => {
-                        self.execute(&program, &boundary.released_inputs)?;
-                        start = end;
-                        break;
-                    }
-                    Err(LowerError::Unsupported { index: 0, .. }) => {
-                        self.run_on_host(&operations[start])?;
-                        start += 1;
-                        break;
-                    }
-                    Err(LowerError::Unsupported { index, .. }) => end = start + index,
-                    Err(error @ LowerError::Invalid { .. }) => return Err(failure(error)),
-                }
+        for step in lower::plan_segment(operations, &LowerOptions::default()).map_err(failure)? {
+            match step {
+                Step::Program(program) => self.execute(&program)?,
+                Step::Fallback(operation) => self.run_on_host(&operation)?,
             }
         }
         Ok(())
