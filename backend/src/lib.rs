@@ -33,7 +33,9 @@ pub use channel::TrainiumChannel;
 pub use client::{DEFAULT_SEGMENT_CAP, check_device, set_segment_cap};
 pub use device::{DEVICE_ENV, ExecutorKind, TrainiumDevice};
 pub use error::BackendError;
-pub use executor::{COMPILE_CACHE_CAPACITY, CPU_DEVICES_ENV, PLUGIN_ENV};
+pub use executor::{
+    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, PLUGIN_ENV,
+};
 pub use segment::{Segment, SegmentBoundary};
 pub use stats::{Stats, reset_stats, stats};
 

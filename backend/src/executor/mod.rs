@@ -6,7 +6,7 @@ mod xla;
 
 pub(crate) use host::HostExecutor;
 pub(crate) use xla::XlaExecutor;
-pub use xla::{COMPILE_CACHE_CAPACITY, CPU_DEVICES_ENV, PLUGIN_ENV};
+pub use xla::{COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, PLUGIN_ENV};
 
 use burn_backend::TensorData;
 use burn_ir::{TensorId, TensorIr};

@@ -29,6 +29,12 @@ pub const CPU_DEVICES_ENV: &str = "TRAINIUM_PJRT_CPU_DEVICES";
 /// How many compiled programs each device keeps.
 pub const COMPILE_CACHE_CAPACITY: usize = 256;
 
+/// How many HLO instructions the programs a device keeps may hold together. Compiled code is
+/// mapped into the process (the XLA CPU plugin maps a few regions per kernel) and the kernel
+/// count grows with the instruction count: without this bound, hundreds of large programs
+/// exhaust the process's memory mappings and LLVM aborts.
+pub const COMPILE_CACHE_INSTRUCTIONS: usize = 16_384;
+
 const EXECUTOR: &str = "xla";
 
 fn failure(reason: impl ToString) -> BackendError {
@@ -138,13 +144,16 @@ struct DeviceTensor {
 struct CachedProgram {
     module: Vec<u8>,
     executable: Arc<LoadedExecutable>,
+    instructions: usize,
     last_use: u64,
 }
 
-/// Compiled programs of one device, keyed by structural key, least recently used evicted.
+/// Compiled programs of one device, keyed by structural key, least recently used evicted
+/// beyond [`COMPILE_CACHE_CAPACITY`] programs or [`COMPILE_CACHE_INSTRUCTIONS`] instructions.
 #[derive(Default)]
 struct ProgramCache {
     programs: HashMap<StructuralKey, CachedProgram>,
+    instructions: usize,
     clock: u64,
 }
 
@@ -160,23 +169,39 @@ impl ProgramCache {
     }
 
     fn insert(&mut self, program: &LoweredProgram, executable: Arc<LoadedExecutable>) {
-        if self.programs.len() >= COMPILE_CACHE_CAPACITY
-            && let Some(oldest) = self
+        let instructions = program
+            .module
+            .computations
+            .iter()
+            .map(|computation| computation.instructions.len())
+            .sum();
+        while !self.programs.is_empty()
+            && (self.programs.len() >= COMPILE_CACHE_CAPACITY
+                || self.instructions + instructions > COMPILE_CACHE_INSTRUCTIONS)
+        {
+            let oldest = self
                 .programs
                 .iter()
                 .min_by_key(|(_, entry)| entry.last_use)
                 .map(|(key, _)| *key)
-        {
-            self.programs.remove(&oldest);
+                .expect("the cache is not empty");
+            if let Some(evicted) = self.programs.remove(&oldest) {
+                self.instructions -= evicted.instructions;
+            }
         }
-        self.programs.insert(
+        self.instructions += instructions;
+        let replaced = self.programs.insert(
             program.key,
             CachedProgram {
                 module: program.bytes.clone(),
                 executable,
+                instructions,
                 last_use: self.clock,
             },
         );
+        if let Some(replaced) = replaced {
+            self.instructions -= replaced.instructions;
+        }
     }
 }
 
