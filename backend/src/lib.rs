@@ -23,6 +23,9 @@ mod client;
 mod device;
 mod error;
 mod executor;
+pub mod hlo;
+pub mod lower;
+pub mod neuron;
 mod segment;
 mod stats;
 
@@ -30,6 +33,10 @@ pub use channel::TrainiumChannel;
 pub use client::{DEFAULT_SEGMENT_CAP, check_device, set_segment_cap};
 pub use device::{DEVICE_ENV, ExecutorKind, TrainiumDevice};
 pub use error::BackendError;
+pub use executor::{
+    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, PLUGIN_ENV,
+};
+pub use segment::{Segment, SegmentBoundary};
 pub use stats::{Stats, reset_stats, stats};
 
 /// The Trainium backend: Burn's router backend over this crate's channel and client.

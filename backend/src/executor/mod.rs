@@ -1,8 +1,12 @@
 //! Executors: what runs a captured segment. One file per executor, behind one trait.
 
 mod host;
+mod neuron;
+mod xla;
 
 pub(crate) use host::HostExecutor;
+pub(crate) use xla::XlaExecutor;
+pub use xla::{COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, PLUGIN_ENV};
 
 use burn_backend::TensorData;
 use burn_ir::{TensorId, TensorIr};
@@ -29,12 +33,13 @@ pub(crate) trait Executor: Send {
 pub(crate) fn open(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
     match device.executor {
         ExecutorKind::Host => Ok(Box::new(HostExecutor::new())),
-        ExecutorKind::Xla | ExecutorKind::Neuron => Err(BackendError::ExecutorUnavailable {
-            executor: device.executor.name(),
-            reason: format!(
-                "this build has no `{}` executor yet",
-                device.executor.name()
-            ),
-        }),
+        ExecutorKind::Xla => Ok(Box::new(XlaExecutor::new(
+            device,
+            crate::stats::counters(device),
+        )?)),
+        ExecutorKind::Neuron => Ok(Box::new(neuron::NeuronExecutor::new(
+            device,
+            crate::stats::counters(device),
+        )?)),
     }
 }

@@ -1,12 +1,169 @@
-//! `hlat compile`.
+//! `hlat compile`: fills the Neuron compile cache ahead of time, like `neuron_parallel_compile`.
+//!
+//! Two ways, both without a NeuronCore:
+//! - with the flags of `hlat pretrain` (and `TRAINIUM_DEVICE=neuron`), the training run is
+//!   traced in compile-only mode: every segment is lowered and compiled into the cache, nothing
+//!   runs and every tensor reads as zeros;
+//! - with `--modules`, serialized HLO modules (e.g. the `*.hlo.pb` files of a
+//!   `TRAINIUM_DUMP_DIR`) are compiled into the cache, several at a time.
+//!
+//! The compiler, flags, target and cache come from `NEURON_CC`, `NEURON_CC_FLAGS`,
+//! `HLAT_NEURON_TARGET` and `NEURON_COMPILE_CACHE_URL`, as for the `neuron` executor, so the
+//! later training run finds every program in the cache.
 
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, bail};
+use burn_trainium::neuron::{
+    CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronSettings, request_neff_names,
+    set_compile_only,
+};
+use burn_trainium::{DEVICE_ENV, ExecutorKind, TrainiumDevice, stats};
 use clap::Args;
+
+use super::pretrain::{self, PretrainArgs};
 
 /// Arguments of `hlat compile`.
 #[derive(Args)]
-pub struct CompileArgs {}
+pub struct CompileArgs {
+    /// Serialized HLO modules to compile instead of tracing a training run: `.hlo.pb` files,
+    /// or folders searched (not recursively) for them.
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    pub modules: Vec<PathBuf>,
+    /// How many compiler processes run at once with `--modules` (each can use several GB).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub compile_jobs: usize,
+    /// The training run to trace: the same flags as `hlat pretrain`.
+    #[command(flatten)]
+    pub pretrain: PretrainArgs,
+}
 
 /// Runs `hlat compile`.
-pub fn run(_args: CompileArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`hlat compile` is not available in this build yet")
+pub fn run(args: CompileArgs) -> anyhow::Result<()> {
+    if args.modules.is_empty() {
+        trace_training(args.pretrain)
+    } else {
+        compile_modules(&args.modules, args.compile_jobs)
+    }
+}
+
+/// Runs `hlat pretrain` with the `neuron` executor in compile-only mode.
+fn trace_training(pretrain: PretrainArgs) -> anyhow::Result<()> {
+    let device = TrainiumDevice::from_env()?;
+    if device.executor != ExecutorKind::Neuron {
+        bail!(
+            "`hlat compile` traces the training run on the `neuron` executor, but {DEVICE_ENV} selects \
+             `{device}`: run it with {DEVICE_ENV}=neuron (or pass --modules)"
+        );
+    }
+    set_compile_only(true);
+    log::info!("tracing the training run on {device} in compile-only mode");
+    pretrain::run(pretrain).context("tracing the training run")?;
+    let stats = stats(&device);
+    let settings = NeuronSettings::from_env()?;
+    println!(
+        "{} programs compiled in {:.1} s, {} found in the cache {}",
+        stats.compiles,
+        stats.compile_seconds,
+        stats.cache_hits,
+        settings.cache_root.display()
+    );
+    Ok(())
+}
+
+/// The `.hlo.pb` files named by `paths` (files as given, folders searched one level).
+fn module_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .map(|entry| entry.map(|entry| entry.path()))
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("reading {}", path.display()))?;
+            found.retain(|file| file.to_string_lossy().ends_with(".hlo.pb"));
+            if found.is_empty() {
+                bail!("{} holds no `.hlo.pb` file", path.display());
+            }
+            found.sort();
+            files.extend(found);
+        } else if path.is_file() {
+            files.push(path.clone());
+        } else {
+            bail!("{} does not exist", path.display());
+        }
+    }
+    Ok(files)
+}
+
+/// Compiles every module of `paths` into the cache with `jobs` compiles at a time.
+fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
+    let files = module_files(paths)?;
+    let settings = NeuronSettings::from_env()?;
+    let compiler = NeuronCompiler::from_settings(&settings)?;
+    let cache = NeffCache::from_settings(&settings);
+    println!(
+        "compiling {} modules with {} (neuronx-cc {}, target {}) into {}",
+        files.len(),
+        settings.compiler.display(),
+        compiler.version(),
+        compiler.target(),
+        cache.root().display()
+    );
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let compiled = AtomicUsize::new(0);
+    let compile_one = |file: &Path| -> Result<CacheOutcome, NeuronError> {
+        let module = std::fs::read(file).map_err(|source| NeuronError::Io {
+            action: "read",
+            path: file.to_path_buf(),
+            source,
+        })?;
+        // The executor compiles modules with the NEFF tensor names requested: so must this.
+        let module = request_neff_names(&module).map_err(|reason| NeuronError::InvalidSetting {
+            name: "--modules",
+            value: file.display().to_string(),
+            reason,
+        })?;
+        cache
+            .get_or_compile(&compiler, &module)
+            .map(|cached| cached.outcome)
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, files.len()) {
+            scope.spawn(|| {
+                while let Some(file) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    match compile_one(file) {
+                        Ok(CacheOutcome::Hit) => println!("{}: in the cache", file.display()),
+                        Ok(CacheOutcome::Compiled { seconds }) => {
+                            compiled.fetch_add(1, Ordering::Relaxed);
+                            println!("{}: compiled in {seconds:.1} s", file.display());
+                        }
+                        Err(error) => {
+                            eprintln!("{}: {error}", file.display());
+                            let mut failures = failures.lock().unwrap_or_else(|p| p.into_inner());
+                            failures.push(file.display().to_string());
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    let compiled = compiled.into_inner();
+    println!(
+        "{compiled} compiled, {} already in the cache, {} failed",
+        files.len() - compiled - failures.len(),
+        failures.len()
+    );
+    if !failures.is_empty() {
+        bail!(
+            "{} modules failed to compile: {}",
+            failures.len(),
+            failures.join(", ")
+        );
+    }
+    Ok(())
 }

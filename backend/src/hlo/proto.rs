@@ -1,0 +1,304 @@
+//! The subset of `xla/service/hlo.proto` and `xla/xla_data.proto` this crate writes, declared with
+//! the field numbers of those files (proto3; unknown fields are simply absent).
+
+#![allow(missing_docs)]
+
+/// `xla.PrimitiveType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum PrimitiveType {
+    Invalid = 0,
+    Pred = 1,
+    S8 = 2,
+    S16 = 3,
+    S32 = 4,
+    S64 = 5,
+    U8 = 6,
+    U16 = 7,
+    U32 = 8,
+    U64 = 9,
+    F16 = 10,
+    F32 = 11,
+    F64 = 12,
+    Tuple = 13,
+    Bf16 = 16,
+}
+
+/// `xla.LayoutProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LayoutProto {
+    #[prost(int64, repeated, tag = "1")]
+    pub minor_to_major: Vec<i64>,
+}
+
+/// `xla.ShapeProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ShapeProto {
+    #[prost(enumeration = "PrimitiveType", tag = "2")]
+    pub element_type: i32,
+    #[prost(int64, repeated, tag = "3")]
+    pub dimensions: Vec<i64>,
+    #[prost(message, repeated, tag = "4")]
+    pub tuple_shapes: Vec<ShapeProto>,
+    #[prost(message, optional, tag = "5")]
+    pub layout: Option<LayoutProto>,
+}
+
+/// `xla.ProgramShapeProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProgramShapeProto {
+    #[prost(message, repeated, tag = "1")]
+    pub parameters: Vec<ShapeProto>,
+    #[prost(message, optional, tag = "2")]
+    pub result: Option<ShapeProto>,
+    #[prost(string, repeated, tag = "3")]
+    pub parameter_names: Vec<String>,
+}
+
+/// `xla.LiteralProto` (scalar constants of the types the lowering emits).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LiteralProto {
+    #[prost(message, optional, tag = "1")]
+    pub shape: Option<ShapeProto>,
+    #[prost(bool, repeated, tag = "2")]
+    pub preds: Vec<bool>,
+    #[prost(bytes = "vec", tag = "3")]
+    pub u8s: Vec<u8>,
+    #[prost(int32, repeated, tag = "4")]
+    pub s32s: Vec<i32>,
+    #[prost(int64, repeated, tag = "5")]
+    pub s64s: Vec<i64>,
+    #[prost(uint32, repeated, tag = "6")]
+    pub u32s: Vec<u32>,
+    #[prost(uint64, repeated, tag = "7")]
+    pub u64s: Vec<u64>,
+    #[prost(float, repeated, tag = "8")]
+    pub f32s: Vec<f32>,
+    #[prost(double, repeated, tag = "9")]
+    pub f64s: Vec<f64>,
+    #[prost(bytes = "vec", tag = "11")]
+    pub f16s: Vec<u8>,
+    #[prost(bytes = "vec", tag = "13")]
+    pub bf16s: Vec<u8>,
+    #[prost(bytes = "vec", tag = "15")]
+    pub s8s: Vec<u8>,
+    #[prost(bytes = "vec", tag = "16")]
+    pub u16s: Vec<u8>,
+    #[prost(bytes = "vec", tag = "17")]
+    pub s16s: Vec<u8>,
+}
+
+/// `xla.OpMetadata` (only the names).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OpMetadata {
+    #[prost(string, tag = "1")]
+    pub op_type: String,
+    #[prost(string, tag = "2")]
+    pub op_name: String,
+}
+
+/// `xla.HloInstructionProto.SliceDimensions`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SliceDimensions {
+    #[prost(int64, tag = "1")]
+    pub start: i64,
+    #[prost(int64, tag = "2")]
+    pub limit: i64,
+    #[prost(int64, tag = "3")]
+    pub stride: i64,
+}
+
+/// `xla.PaddingConfig.PaddingConfigDimension`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PaddingConfigDimension {
+    #[prost(int64, tag = "1")]
+    pub edge_padding_low: i64,
+    #[prost(int64, tag = "2")]
+    pub edge_padding_high: i64,
+    #[prost(int64, tag = "3")]
+    pub interior_padding: i64,
+}
+
+/// `xla.PaddingConfig`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PaddingConfig {
+    #[prost(message, repeated, tag = "1")]
+    pub dimensions: Vec<PaddingConfigDimension>,
+}
+
+/// `xla.WindowDimension`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WindowDimension {
+    #[prost(int64, tag = "1")]
+    pub size: i64,
+    #[prost(int64, tag = "2")]
+    pub stride: i64,
+    #[prost(int64, tag = "3")]
+    pub padding_low: i64,
+    #[prost(int64, tag = "4")]
+    pub padding_high: i64,
+    #[prost(int64, tag = "5")]
+    pub window_dilation: i64,
+    #[prost(int64, tag = "6")]
+    pub base_dilation: i64,
+}
+
+/// `xla.Window`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Window {
+    #[prost(message, repeated, tag = "1")]
+    pub dimensions: Vec<WindowDimension>,
+}
+
+/// `xla.DotDimensionNumbers`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DotDimensionNumbers {
+    #[prost(int64, repeated, tag = "1")]
+    pub lhs_contracting_dimensions: Vec<i64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub rhs_contracting_dimensions: Vec<i64>,
+    #[prost(int64, repeated, tag = "3")]
+    pub lhs_batch_dimensions: Vec<i64>,
+    #[prost(int64, repeated, tag = "4")]
+    pub rhs_batch_dimensions: Vec<i64>,
+}
+
+/// `xla.GatherDimensionNumbers`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GatherDimensionNumbers {
+    #[prost(int64, repeated, tag = "1")]
+    pub offset_dims: Vec<i64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub collapsed_slice_dims: Vec<i64>,
+    #[prost(int64, repeated, tag = "3")]
+    pub start_index_map: Vec<i64>,
+    #[prost(int64, tag = "4")]
+    pub index_vector_dim: i64,
+    #[prost(int64, repeated, tag = "5")]
+    pub operand_batching_dims: Vec<i64>,
+    #[prost(int64, repeated, tag = "6")]
+    pub start_indices_batching_dims: Vec<i64>,
+}
+
+/// `xla.ScatterDimensionNumbers`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ScatterDimensionNumbers {
+    #[prost(int64, repeated, tag = "1")]
+    pub update_window_dims: Vec<i64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub inserted_window_dims: Vec<i64>,
+    #[prost(int64, repeated, tag = "3")]
+    pub scatter_dims_to_operand_dims: Vec<i64>,
+    #[prost(int64, tag = "4")]
+    pub index_vector_dim: i64,
+    #[prost(int64, repeated, tag = "5")]
+    pub input_batching_dims: Vec<i64>,
+    #[prost(int64, repeated, tag = "6")]
+    pub scatter_indices_batching_dims: Vec<i64>,
+}
+
+/// `xla.HloInstructionProto` (the fields the lowering sets).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HloInstructionProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub opcode: String,
+    #[prost(message, optional, tag = "3")]
+    pub shape: Option<ShapeProto>,
+    #[prost(message, optional, tag = "7")]
+    pub metadata: Option<OpMetadata>,
+    #[prost(message, optional, tag = "8")]
+    pub literal: Option<LiteralProto>,
+    #[prost(int64, tag = "9")]
+    pub parameter_number: i64,
+    #[prost(int64, tag = "13")]
+    pub tuple_index: i64,
+    #[prost(int64, repeated, tag = "14")]
+    pub dimensions: Vec<i64>,
+    #[prost(message, optional, tag = "15")]
+    pub window: Option<Window>,
+    #[prost(message, repeated, tag = "17")]
+    pub slice_dimensions: Vec<SliceDimensions>,
+    #[prost(message, optional, tag = "21")]
+    pub padding_config: Option<PaddingConfig>,
+    #[prost(message, optional, tag = "30")]
+    pub dot_dimension_numbers: Option<DotDimensionNumbers>,
+    #[prost(message, optional, tag = "33")]
+    pub gather_dimension_numbers: Option<GatherDimensionNumbers>,
+    #[prost(int64, repeated, tag = "34")]
+    pub gather_slice_sizes: Vec<i64>,
+    #[prost(int64, tag = "35")]
+    pub id: i64,
+    #[prost(int64, repeated, tag = "36")]
+    pub operand_ids: Vec<i64>,
+    #[prost(int64, repeated, tag = "38")]
+    pub called_computation_ids: Vec<i64>,
+    #[prost(message, optional, tag = "48")]
+    pub scatter_dimension_numbers: Option<ScatterDimensionNumbers>,
+    #[prost(bool, tag = "60")]
+    pub is_stable: bool,
+    #[prost(string, tag = "63")]
+    pub comparison_direction: String,
+    #[prost(bool, tag = "67")]
+    pub indices_are_sorted: bool,
+    #[prost(bool, tag = "69")]
+    pub unique_indices: bool,
+    #[prost(int32, tag = "70")]
+    pub rng_algorithm: i32,
+    #[prost(string, tag = "72")]
+    pub comparison_type: String,
+}
+
+/// `xla.RandomAlgorithm::RNG_THREE_FRY`: a `u64[2]` state.
+pub const RNG_THREE_FRY: i32 = 1;
+
+/// `xla.HloComputationProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HloComputationProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(message, repeated, tag = "2")]
+    pub instructions: Vec<HloInstructionProto>,
+    #[prost(message, optional, tag = "4")]
+    pub program_shape: Option<ProgramShapeProto>,
+    #[prost(int64, tag = "5")]
+    pub id: i64,
+    #[prost(int64, tag = "6")]
+    pub root_id: i64,
+}
+
+/// `xla.HloBufferDonorProto.BufferDonorEntryProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BufferDonorEntryProto {
+    #[prost(int64, tag = "1")]
+    pub parameter_number: i64,
+    #[prost(int64, repeated, tag = "2")]
+    pub parameter_shape_index: Vec<i64>,
+}
+
+/// `xla.HloBufferDonorProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HloBufferDonorProto {
+    #[prost(message, repeated, tag = "1")]
+    pub entries: Vec<BufferDonorEntryProto>,
+}
+
+/// `xla.HloModuleProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HloModuleProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub entry_computation_name: String,
+    #[prost(message, repeated, tag = "3")]
+    pub computations: Vec<HloComputationProto>,
+    #[prost(message, optional, tag = "4")]
+    pub host_program_shape: Option<ProgramShapeProto>,
+    #[prost(int64, tag = "5")]
+    pub id: i64,
+    #[prost(int64, tag = "6")]
+    pub entry_computation_id: i64,
+    #[prost(message, optional, tag = "18")]
+    pub buffer_donor: Option<HloBufferDonorProto>,
+}

@@ -1,0 +1,648 @@
+//! Builds HLO instructions and computations with fresh ids, checking nothing but bookkeeping:
+//! the shapes given are the shapes written (the lowering computes them from Burn's IR).
+
+use std::collections::HashMap;
+
+use crate::hlo::{
+    self, DotDimensionNumbers, GatherDimensionNumbers, HloComputationProto, HloInstructionProto,
+    LiteralProto, OpMetadata, PrimitiveType, ProgramShapeProto, ScatterDimensionNumbers,
+    SliceDimensions,
+};
+
+/// A value of the computation being built: an instruction id and its array shape.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Value {
+    pub id: i64,
+    pub element_type: PrimitiveType,
+    pub dims: Vec<i64>,
+}
+
+impl Value {
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+}
+
+/// The binary computations used by reductions and scatters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Combiner {
+    Add,
+    Multiply,
+    Maximum,
+    Minimum,
+    Or,
+    And,
+    /// Keeps the update (scatter assignment).
+    Replace,
+}
+
+impl Combiner {
+    fn opcode(self) -> Option<&'static str> {
+        match self {
+            Combiner::Add => Some("add"),
+            Combiner::Multiply => Some("multiply"),
+            Combiner::Maximum => Some("maximum"),
+            Combiner::Minimum => Some("minimum"),
+            Combiner::Or => Some("or"),
+            Combiner::And => Some("and"),
+            Combiner::Replace => None,
+        }
+    }
+}
+
+/// An HLO comparison direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Direction {
+    fn name(self) -> &'static str {
+        match self {
+            Direction::Eq => "EQ",
+            Direction::Ne => "NE",
+            Direction::Lt => "LT",
+            Direction::Le => "LE",
+            Direction::Gt => "GT",
+            Direction::Ge => "GE",
+        }
+    }
+}
+
+/// Builds the entry computation of one module, and the small computations it calls.
+#[derive(Default)]
+pub(crate) struct Builder {
+    next_id: i64,
+    instructions: Vec<HloInstructionProto>,
+    computations: Vec<HloComputationProto>,
+    combiners: HashMap<(Combiner, PrimitiveType), i64>,
+    /// The Burn operation being lowered, recorded as metadata of each instruction.
+    pub op_name: String,
+}
+
+fn fresh_id(next_id: &mut i64) -> i64 {
+    *next_id += 1;
+    *next_id
+}
+
+fn instruction(
+    id: i64,
+    opcode: &str,
+    element_type: PrimitiveType,
+    dims: &[i64],
+    operands: &[&Value],
+) -> HloInstructionProto {
+    HloInstructionProto {
+        name: format!("{}.{id}", opcode.replace('-', "_")),
+        opcode: opcode.to_string(),
+        shape: Some(hlo::array_shape(element_type, dims)),
+        id,
+        operand_ids: operands.iter().map(|operand| operand.id).collect(),
+        ..Default::default()
+    }
+}
+
+/// A scalar literal of `element_type` holding `value`.
+fn scalar_literal(element_type: PrimitiveType, value: f64) -> LiteralProto {
+    let mut literal = LiteralProto {
+        shape: Some(hlo::array_shape(element_type, &[])),
+        ..Default::default()
+    };
+    match element_type {
+        PrimitiveType::Pred => literal.preds = vec![value != 0.0],
+        PrimitiveType::S8 => literal.s8s = vec![value as i8 as u8],
+        PrimitiveType::U8 => literal.u8s = vec![value as u8],
+        PrimitiveType::S16 => literal.s16s = (value as i16).to_le_bytes().to_vec(),
+        PrimitiveType::U16 => literal.u16s = (value as u16).to_le_bytes().to_vec(),
+        PrimitiveType::S32 => literal.s32s = vec![value as i32],
+        PrimitiveType::S64 => literal.s64s = vec![value as i64],
+        PrimitiveType::U32 => literal.u32s = vec![value as u32],
+        PrimitiveType::U64 => literal.u64s = vec![value as u64],
+        PrimitiveType::F16 => literal.f16s = half::f16::from_f64(value).to_le_bytes().to_vec(),
+        PrimitiveType::Bf16 => literal.bf16s = half::bf16::from_f64(value).to_le_bytes().to_vec(),
+        PrimitiveType::F32 => literal.f32s = vec![value as f32],
+        PrimitiveType::F64 => literal.f64s = vec![value],
+        PrimitiveType::Tuple | PrimitiveType::Invalid => {}
+    }
+    literal
+}
+
+impl Builder {
+    fn push(&mut self, mut instruction: HloInstructionProto) -> Value {
+        if !self.op_name.is_empty() {
+            instruction.metadata = Some(OpMetadata {
+                op_type: String::new(),
+                op_name: self.op_name.clone(),
+            });
+        }
+        let shape = instruction
+            .shape
+            .as_ref()
+            .expect("array instructions have a shape");
+        let value = Value {
+            id: instruction.id,
+            element_type: PrimitiveType::try_from(shape.element_type)
+                .unwrap_or(PrimitiveType::Invalid),
+            dims: shape.dimensions.clone(),
+        };
+        self.instructions.push(instruction);
+        value
+    }
+
+    fn op(
+        &mut self,
+        opcode: &str,
+        element_type: PrimitiveType,
+        dims: &[i64],
+        operands: &[&Value],
+    ) -> HloInstructionProto {
+        let id = fresh_id(&mut self.next_id);
+        instruction(id, opcode, element_type, dims, operands)
+    }
+
+    /// The entry parameter `number`.
+    pub fn parameter(&mut self, number: i64, element_type: PrimitiveType, dims: &[i64]) -> Value {
+        let mut parameter = self.op("parameter", element_type, dims, &[]);
+        parameter.parameter_number = number;
+        parameter.name = format!("p{number}.{}", parameter.id);
+        self.push(parameter)
+    }
+
+    /// A scalar constant.
+    pub fn constant(&mut self, element_type: PrimitiveType, value: f64) -> Value {
+        let mut constant = self.op("constant", element_type, &[], &[]);
+        constant.literal = Some(scalar_literal(element_type, value));
+        self.push(constant)
+    }
+
+    /// A constant of shape `dims`, every element `value`.
+    pub fn filled(&mut self, element_type: PrimitiveType, value: f64, dims: &[i64]) -> Value {
+        let scalar = self.constant(element_type, value);
+        self.broadcast(&scalar, dims, &[])
+    }
+
+    /// An elementwise operation on one operand.
+    pub fn unary(&mut self, opcode: &str, operand: &Value) -> Value {
+        let instruction = self.op(opcode, operand.element_type, &operand.dims, &[operand]);
+        self.push(instruction)
+    }
+
+    /// An elementwise operation on two operands of the same shape; the result has their type.
+    pub fn binary(&mut self, opcode: &str, lhs: &Value, rhs: &Value) -> Value {
+        let instruction = self.op(opcode, lhs.element_type, &lhs.dims, &[lhs, rhs]);
+        self.push(instruction)
+    }
+
+    /// An elementwise comparison of two operands of the same shape and type.
+    pub fn compare(&mut self, direction: Direction, lhs: &Value, rhs: &Value) -> Value {
+        let mut instruction = self.op("compare", PrimitiveType::Pred, &lhs.dims, &[lhs, rhs]);
+        instruction.comparison_direction = direction.name().to_string();
+        self.push(instruction)
+    }
+
+    /// `on_true` where `predicate`, else `on_false` (all of one shape).
+    pub fn select(&mut self, predicate: &Value, on_true: &Value, on_false: &Value) -> Value {
+        let instruction = self.op(
+            "select",
+            on_true.element_type,
+            &on_true.dims,
+            &[predicate, on_true, on_false],
+        );
+        self.push(instruction)
+    }
+
+    /// Converts the element type (round to nearest even for floats, truncation toward zero
+    /// from float to integer).
+    pub fn convert(&mut self, operand: &Value, element_type: PrimitiveType) -> Value {
+        if operand.element_type == element_type {
+            return operand.clone();
+        }
+        let instruction = self.op("convert", element_type, &operand.dims, &[operand]);
+        self.push(instruction)
+    }
+
+    /// Broadcasts `operand` into `dims`; operand dimension `i` becomes result dimension
+    /// `mapping[i]`.
+    pub fn broadcast(&mut self, operand: &Value, dims: &[i64], mapping: &[i64]) -> Value {
+        if operand.dims == dims && mapping.iter().enumerate().all(|(i, d)| i as i64 == *d) {
+            return operand.clone();
+        }
+        let mut instruction = self.op("broadcast", operand.element_type, dims, &[operand]);
+        instruction.dimensions = mapping.to_vec();
+        self.push(instruction)
+    }
+
+    /// Changes the dimensions, keeping the row-major element order.
+    pub fn reshape(&mut self, operand: &Value, dims: &[i64]) -> Value {
+        if operand.dims == dims {
+            return operand.clone();
+        }
+        let instruction = self.op("reshape", operand.element_type, dims, &[operand]);
+        self.push(instruction)
+    }
+
+    /// Permutes dimensions: result dimension `i` is operand dimension `permutation[i]`.
+    pub fn transpose(&mut self, operand: &Value, permutation: &[i64]) -> Value {
+        if permutation.iter().enumerate().all(|(i, d)| i as i64 == *d) {
+            return operand.clone();
+        }
+        let dims: Vec<i64> = permutation
+            .iter()
+            .map(|&d| operand.dims[d as usize])
+            .collect();
+        let mut instruction = self.op("transpose", operand.element_type, &dims, &[operand]);
+        instruction.dimensions = permutation.to_vec();
+        self.push(instruction)
+    }
+
+    /// Reverses the order of elements along `dims`.
+    pub fn reverse(&mut self, operand: &Value, dims: &[i64]) -> Value {
+        if dims.is_empty() {
+            return operand.clone();
+        }
+        let mut instruction = self.op("reverse", operand.element_type, &operand.dims, &[operand]);
+        instruction.dimensions = dims.to_vec();
+        self.push(instruction)
+    }
+
+    /// A static strided slice `[start, limit)` with `stride` per dimension.
+    pub fn slice(
+        &mut self,
+        operand: &Value,
+        start: &[i64],
+        limit: &[i64],
+        stride: &[i64],
+    ) -> Value {
+        let dims: Vec<i64> = (0..operand.rank())
+            .map(|d| (limit[d] - start[d] + stride[d] - 1).max(0) / stride[d])
+            .collect();
+        if dims == operand.dims {
+            return operand.clone();
+        }
+        let mut instruction = self.op("slice", operand.element_type, &dims, &[operand]);
+        instruction.slice_dimensions = (0..operand.rank())
+            .map(|d| SliceDimensions {
+                start: start[d],
+                limit: limit[d],
+                stride: stride[d],
+            })
+            .collect();
+        self.push(instruction)
+    }
+
+    /// Joins `operands` along `dimension`.
+    pub fn concatenate(&mut self, operands: &[Value], dimension: usize) -> Value {
+        if operands.len() == 1 {
+            return operands[0].clone();
+        }
+        let mut dims = operands[0].dims.clone();
+        dims[dimension] = operands.iter().map(|operand| operand.dims[dimension]).sum();
+        let references: Vec<&Value> = operands.iter().collect();
+        let mut instruction = self.op("concatenate", operands[0].element_type, &dims, &references);
+        instruction.dimensions = vec![dimension as i64];
+        self.push(instruction)
+    }
+
+    /// Writes `update` into `operand` at the static offsets `start`.
+    pub fn update_slice(&mut self, operand: &Value, update: &Value, start: &[i64]) -> Value {
+        let offsets: Vec<Value> = start
+            .iter()
+            .map(|&s| self.constant(PrimitiveType::S32, s as f64))
+            .collect();
+        let mut operands = vec![operand, update];
+        operands.extend(offsets.iter());
+        let instruction = self.op(
+            "dynamic-update-slice",
+            operand.element_type,
+            &operand.dims,
+            &operands,
+        );
+        self.push(instruction)
+    }
+
+    /// Counts `0, 1, ...` along `dimension` of an array of `dims`.
+    pub fn iota(&mut self, element_type: PrimitiveType, dims: &[i64], dimension: usize) -> Value {
+        let mut instruction = self.op("iota", element_type, dims, &[]);
+        instruction.dimensions = vec![dimension as i64];
+        self.push(instruction)
+    }
+
+    /// A general dot product; the result has `dims` and the type of `lhs`.
+    pub fn dot(
+        &mut self,
+        lhs: &Value,
+        rhs: &Value,
+        numbers: DotDimensionNumbers,
+        dims: &[i64],
+    ) -> Value {
+        let mut instruction = self.op("dot", lhs.element_type, dims, &[lhs, rhs]);
+        instruction.dot_dimension_numbers = Some(numbers);
+        self.push(instruction)
+    }
+
+    /// Reduces `dimensions` of `operand` with `combiner`, starting from `init`.
+    pub fn reduce(
+        &mut self,
+        operand: &Value,
+        init: f64,
+        dimensions: &[usize],
+        combiner: Combiner,
+    ) -> Value {
+        let element_type = operand.element_type;
+        let init = self.constant(element_type, init);
+        let computation = self.combiner(combiner, element_type);
+        let dims: Vec<i64> = (0..operand.rank())
+            .filter(|d| !dimensions.contains(d))
+            .map(|d| operand.dims[d])
+            .collect();
+        let mut instruction = self.op("reduce", element_type, &dims, &[operand, &init]);
+        instruction.dimensions = dimensions.iter().map(|&d| d as i64).collect();
+        instruction.called_computation_ids = vec![computation];
+        self.push(instruction)
+    }
+
+    /// A gather (see XLA's operation semantics); the result has `dims`.
+    pub fn gather(
+        &mut self,
+        operand: &Value,
+        indices: &Value,
+        numbers: GatherDimensionNumbers,
+        slice_sizes: &[i64],
+        dims: &[i64],
+    ) -> Value {
+        let mut instruction = self.op("gather", operand.element_type, dims, &[operand, indices]);
+        instruction.gather_dimension_numbers = Some(numbers);
+        instruction.gather_slice_sizes = slice_sizes.to_vec();
+        self.push(instruction)
+    }
+
+    /// A scatter of `updates` into `operand` combined with `combiner`.
+    pub fn scatter(
+        &mut self,
+        operand: &Value,
+        indices: &Value,
+        updates: &Value,
+        numbers: ScatterDimensionNumbers,
+        combiner: Combiner,
+    ) -> Value {
+        let computation = self.combiner(combiner, operand.element_type);
+        let mut instruction = self.op(
+            "scatter",
+            operand.element_type,
+            &operand.dims,
+            &[operand, indices, updates],
+        );
+        instruction.scatter_dimension_numbers = Some(numbers);
+        instruction.called_computation_ids = vec![computation];
+        self.push(instruction)
+    }
+
+    /// The id of the computation `(a, b) -> combiner(a, b)` on scalars of `element_type`.
+    fn combiner(&mut self, combiner: Combiner, element_type: PrimitiveType) -> i64 {
+        if let Some(&id) = self.combiners.get(&(combiner, element_type)) {
+            return id;
+        }
+        let scalar = hlo::array_shape(element_type, &[]);
+        let mut lhs = instruction(
+            fresh_id(&mut self.next_id),
+            "parameter",
+            element_type,
+            &[],
+            &[],
+        );
+        lhs.name = format!("lhs.{}", lhs.id);
+        let mut rhs = instruction(
+            fresh_id(&mut self.next_id),
+            "parameter",
+            element_type,
+            &[],
+            &[],
+        );
+        rhs.name = format!("rhs.{}", rhs.id);
+        rhs.parameter_number = 1;
+        let lhs_value = Value {
+            id: lhs.id,
+            element_type,
+            dims: Vec::new(),
+        };
+        let rhs_value = Value {
+            id: rhs.id,
+            element_type,
+            dims: Vec::new(),
+        };
+        let mut instructions = vec![lhs, rhs];
+        let root_id = match combiner.opcode() {
+            Some(opcode) => {
+                let root = instruction(
+                    fresh_id(&mut self.next_id),
+                    opcode,
+                    element_type,
+                    &[],
+                    &[&lhs_value, &rhs_value],
+                );
+                let id = root.id;
+                instructions.push(root);
+                id
+            }
+            None => rhs_value.id,
+        };
+        let id = fresh_id(&mut self.next_id);
+        let name = format!("{combiner:?}_{element_type:?}.{id}").to_lowercase();
+        self.computations.push(HloComputationProto {
+            name,
+            instructions,
+            program_shape: Some(ProgramShapeProto {
+                parameters: vec![scalar.clone(), scalar.clone()],
+                result: Some(scalar),
+                parameter_names: vec!["lhs".into(), "rhs".into()],
+            }),
+            id,
+            root_id,
+        });
+        self.combiners.insert((combiner, element_type), id);
+        id
+    }
+
+    /// Finishes the module: the entry computation returns a tuple of `outputs`.
+    pub fn finish(
+        mut self,
+        name: &str,
+        parameters: Vec<hlo::ShapeProto>,
+        outputs: &[Value],
+    ) -> hlo::HloModuleProto {
+        self.op_name.clear();
+        let shapes: Vec<hlo::ShapeProto> = outputs
+            .iter()
+            .map(|output| hlo::array_shape(output.element_type, &output.dims))
+            .collect();
+        let result = hlo::tuple_shape(shapes);
+        let id = fresh_id(&mut self.next_id);
+        let tuple = HloInstructionProto {
+            name: format!("tuple.{id}"),
+            opcode: "tuple".to_string(),
+            shape: Some(result.clone()),
+            id,
+            operand_ids: outputs.iter().map(|output| output.id).collect(),
+            ..Default::default()
+        };
+        self.instructions.push(tuple);
+        let program_shape = ProgramShapeProto {
+            parameter_names: (0..parameters.len())
+                .map(|number| format!("p{number}"))
+                .collect(),
+            parameters,
+            result: Some(result),
+        };
+        let entry_id = fresh_id(&mut self.next_id);
+        let entry_name = format!("main.{entry_id}");
+        self.computations.push(HloComputationProto {
+            name: entry_name.clone(),
+            instructions: self.instructions,
+            program_shape: Some(program_shape.clone()),
+            id: entry_id,
+            root_id: id,
+        });
+        hlo::HloModuleProto {
+            name: name.to_string(),
+            entry_computation_name: entry_name,
+            computations: self.computations,
+            host_program_shape: Some(program_shape),
+            id: 0,
+            entry_computation_id: entry_id,
+            buffer_donor: None,
+        }
+    }
+}
+
+impl Builder {
+    /// Sets the dimensions of an already built parameter (scalar packs grow while lowering).
+    pub fn resize_parameter(&mut self, parameter: &Value, dims: &[i64]) -> hlo::ShapeProto {
+        let shape = hlo::array_shape(parameter.element_type, dims);
+        if let Some(instruction) = self
+            .instructions
+            .iter_mut()
+            .find(|instruction| instruction.id == parameter.id)
+        {
+            instruction.shape = Some(shape.clone());
+        }
+        shape
+    }
+}
+
+impl Builder {
+    /// Sets the number of an already built parameter.
+    pub fn renumber_parameter(&mut self, parameter: &Value, number: i64) {
+        if let Some(instruction) = self
+            .instructions
+            .iter_mut()
+            .find(|instruction| instruction.id == parameter.id)
+        {
+            instruction.parameter_number = number;
+            instruction.name = format!("p{number}.{}", instruction.id);
+        }
+    }
+}
+
+impl Builder {
+    /// Broadcasts `operand` to `dims` with NumPy rules: dimensions aligned on the right, size-1
+    /// dimensions stretched, missing leading dimensions added.
+    pub fn broadcast_to(&mut self, operand: &Value, dims: &[i64]) -> Value {
+        if operand.dims == dims {
+            return operand.clone();
+        }
+        let offset = dims.len() - operand.rank();
+        let kept: Vec<usize> = (0..operand.rank())
+            .filter(|&d| operand.dims[d] == dims[d + offset])
+            .collect();
+        let kept_dims: Vec<i64> = kept.iter().map(|&d| operand.dims[d]).collect();
+        let squeezed = self.reshape(operand, &kept_dims);
+        let mapping: Vec<i64> = kept.iter().map(|&d| (d + offset) as i64).collect();
+        self.broadcast(&squeezed, dims, &mapping)
+    }
+}
+
+impl Builder {
+    /// The running `combiner` of `operand` along `dimension` (inclusive prefix: a window of the
+    /// whole dimension, padded before with `init`).
+    pub fn cumulative(
+        &mut self,
+        operand: &Value,
+        init: f64,
+        dimension: usize,
+        combiner: Combiner,
+    ) -> Value {
+        let element_type = operand.element_type;
+        let init = self.constant(element_type, init);
+        let computation = self.combiner(combiner, element_type);
+        let mut instruction = self.op(
+            "reduce-window",
+            element_type,
+            &operand.dims.clone(),
+            &[operand, &init],
+        );
+        instruction.window = Some(hlo::Window {
+            dimensions: operand
+                .dims
+                .iter()
+                .enumerate()
+                .map(|(d, &size)| hlo::WindowDimension {
+                    size: if d == dimension { size } else { 1 },
+                    stride: 1,
+                    padding_low: if d == dimension { size - 1 } else { 0 },
+                    padding_high: 0,
+                    window_dilation: 1,
+                    base_dilation: 1,
+                })
+                .collect(),
+        });
+        instruction.called_computation_ids = vec![computation];
+        self.push(instruction)
+    }
+}
+
+impl Builder {
+    /// Reinterprets the bits of `operand` as `element_type` (of the same width).
+    pub fn bitcast(&mut self, operand: &Value, element_type: PrimitiveType) -> Value {
+        let instruction = self.op(
+            "bitcast-convert",
+            element_type,
+            &operand.dims.clone(),
+            &[operand],
+        );
+        self.push(instruction)
+    }
+
+    /// Random `u32` bits of shape `dims` from a Threefry `u64[2]` state.
+    pub fn random_bits(&mut self, state: &Value, dims: &[i64]) -> Value {
+        let id = fresh_id(&mut self.next_id);
+        let shape = hlo::tuple_shape(vec![
+            hlo::array_shape(PrimitiveType::U64, &[2]),
+            hlo::array_shape(PrimitiveType::U32, dims),
+        ]);
+        let mut generator = HloInstructionProto {
+            name: format!("rng_bit_generator.{id}"),
+            opcode: "rng-bit-generator".to_string(),
+            shape: Some(shape),
+            id,
+            operand_ids: vec![state.id],
+            rng_algorithm: hlo::RNG_THREE_FRY,
+            ..Default::default()
+        };
+        if !self.op_name.is_empty() {
+            generator.metadata = Some(OpMetadata {
+                op_type: String::new(),
+                op_name: self.op_name.clone(),
+            });
+        }
+        self.instructions.push(generator);
+        let mut bits = self.op("get-tuple-element", PrimitiveType::U32, dims, &[]);
+        bits.operand_ids = vec![id];
+        bits.tuple_index = 1;
+        self.push(bits)
+    }
+}

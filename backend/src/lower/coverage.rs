@@ -1,0 +1,358 @@
+//! Which operations of Burn's IR have a lowering (the table behind `docs/xla-coverage.md`).
+
+/// Whether an operation kind has a lowering.
+///
+/// `Lowered` can still fall back for some arguments, named in the error: slices with negative
+/// steps, slice assignments with steps other than 1, `select` with indices of rank other than 1, integers drawn from the default or normal
+/// distribution, data types other than floats, integers and booleans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    /// Lowered to HLO.
+    Lowered,
+    /// No lowering: the `xla` executor runs it on the host (counted in `host_fallbacks`).
+    HostFallback(&'static str),
+}
+
+/// Every operation kind of `burn-ir` 0.21 and its coverage, named `Enum::Variant`.
+pub const COVERAGE: &[(&str, Coverage)] = &[
+    (
+        "OperationIr::Init",
+        Coverage::HostFallback("never reaches an executor: its data is registered directly"),
+    ),
+    (
+        "OperationIr::Custom",
+        Coverage::HostFallback("custom operations have no lowering"),
+    ),
+    ("OperationIr::Drop", Coverage::Lowered),
+    ("BaseOperationIr::Reshape", Coverage::Lowered),
+    ("BaseOperationIr::SwapDims", Coverage::Lowered),
+    ("BaseOperationIr::Permute", Coverage::Lowered),
+    ("BaseOperationIr::Flip", Coverage::Lowered),
+    ("BaseOperationIr::Expand", Coverage::Lowered),
+    (
+        "BaseOperationIr::Unfold",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    ("BaseOperationIr::Slice", Coverage::Lowered),
+    ("BaseOperationIr::SliceAssign", Coverage::Lowered),
+    ("BaseOperationIr::Select", Coverage::Lowered),
+    ("BaseOperationIr::SelectAssign", Coverage::Lowered),
+    ("BaseOperationIr::MaskWhere", Coverage::Lowered),
+    ("BaseOperationIr::MaskFill", Coverage::Lowered),
+    ("BaseOperationIr::Gather", Coverage::Lowered),
+    ("BaseOperationIr::Scatter", Coverage::Lowered),
+    (
+        "BaseOperationIr::ScatterNd",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "BaseOperationIr::GatherNd",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    ("BaseOperationIr::Equal", Coverage::Lowered),
+    ("BaseOperationIr::EqualElem", Coverage::Lowered),
+    ("BaseOperationIr::RepeatDim", Coverage::Lowered),
+    ("BaseOperationIr::Cat", Coverage::Lowered),
+    ("BaseOperationIr::Cast", Coverage::Lowered),
+    ("BaseOperationIr::Empty", Coverage::Lowered),
+    ("BaseOperationIr::Ones", Coverage::Lowered),
+    ("BaseOperationIr::Zeros", Coverage::Lowered),
+    ("NumericOperationIr::Add", Coverage::Lowered),
+    ("NumericOperationIr::AddScalar", Coverage::Lowered),
+    ("NumericOperationIr::Sub", Coverage::Lowered),
+    ("NumericOperationIr::SubScalar", Coverage::Lowered),
+    ("NumericOperationIr::Div", Coverage::Lowered),
+    ("NumericOperationIr::DivScalar", Coverage::Lowered),
+    ("NumericOperationIr::Rem", Coverage::Lowered),
+    ("NumericOperationIr::RemScalar", Coverage::Lowered),
+    ("NumericOperationIr::Mul", Coverage::Lowered),
+    ("NumericOperationIr::MulScalar", Coverage::Lowered),
+    ("NumericOperationIr::Abs", Coverage::Lowered),
+    ("NumericOperationIr::Full", Coverage::Lowered),
+    ("NumericOperationIr::MeanDim", Coverage::Lowered),
+    ("NumericOperationIr::Mean", Coverage::Lowered),
+    ("NumericOperationIr::Sum", Coverage::Lowered),
+    ("NumericOperationIr::SumDim", Coverage::Lowered),
+    ("NumericOperationIr::Prod", Coverage::Lowered),
+    ("NumericOperationIr::ProdDim", Coverage::Lowered),
+    ("NumericOperationIr::Greater", Coverage::Lowered),
+    ("NumericOperationIr::GreaterElem", Coverage::Lowered),
+    ("NumericOperationIr::GreaterEqual", Coverage::Lowered),
+    ("NumericOperationIr::GreaterEqualElem", Coverage::Lowered),
+    ("NumericOperationIr::Lower", Coverage::Lowered),
+    ("NumericOperationIr::LowerElem", Coverage::Lowered),
+    ("NumericOperationIr::LowerEqual", Coverage::Lowered),
+    ("NumericOperationIr::LowerEqualElem", Coverage::Lowered),
+    ("NumericOperationIr::ArgMax", Coverage::Lowered),
+    (
+        "NumericOperationIr::ArgTopK",
+        Coverage::HostFallback("no lowering yet (needs a sort)"),
+    ),
+    (
+        "NumericOperationIr::TopK",
+        Coverage::HostFallback("no lowering yet (needs a sort)"),
+    ),
+    ("NumericOperationIr::ArgMin", Coverage::Lowered),
+    ("NumericOperationIr::Max", Coverage::Lowered),
+    ("NumericOperationIr::MaxDimWithIndices", Coverage::Lowered),
+    ("NumericOperationIr::MinDimWithIndices", Coverage::Lowered),
+    ("NumericOperationIr::Min", Coverage::Lowered),
+    ("NumericOperationIr::MaxDim", Coverage::Lowered),
+    ("NumericOperationIr::MinDim", Coverage::Lowered),
+    ("NumericOperationIr::MaxAbs", Coverage::Lowered),
+    ("NumericOperationIr::MaxAbsDim", Coverage::Lowered),
+    ("NumericOperationIr::Clamp", Coverage::Lowered),
+    ("NumericOperationIr::IntRandom", Coverage::Lowered),
+    ("NumericOperationIr::Powi", Coverage::Lowered),
+    ("NumericOperationIr::PowiScalar", Coverage::Lowered),
+    ("NumericOperationIr::CumSum", Coverage::Lowered),
+    ("NumericOperationIr::CumProd", Coverage::Lowered),
+    ("NumericOperationIr::CumMin", Coverage::Lowered),
+    ("NumericOperationIr::CumMax", Coverage::Lowered),
+    ("FloatOperationIr::Exp", Coverage::Lowered),
+    ("FloatOperationIr::Log", Coverage::Lowered),
+    ("FloatOperationIr::Log1p", Coverage::Lowered),
+    ("FloatOperationIr::Erf", Coverage::Lowered),
+    ("FloatOperationIr::PowfScalar", Coverage::Lowered),
+    ("FloatOperationIr::Sqrt", Coverage::Lowered),
+    ("FloatOperationIr::Cos", Coverage::Lowered),
+    ("FloatOperationIr::Cosh", Coverage::Lowered),
+    ("FloatOperationIr::Sin", Coverage::Lowered),
+    ("FloatOperationIr::Sinh", Coverage::Lowered),
+    ("FloatOperationIr::Tan", Coverage::Lowered),
+    ("FloatOperationIr::Tanh", Coverage::Lowered),
+    ("FloatOperationIr::ArcCos", Coverage::Lowered),
+    ("FloatOperationIr::ArcCosh", Coverage::Lowered),
+    ("FloatOperationIr::ArcSin", Coverage::Lowered),
+    ("FloatOperationIr::ArcSinh", Coverage::Lowered),
+    ("FloatOperationIr::ArcTan", Coverage::Lowered),
+    ("FloatOperationIr::ArcTanh", Coverage::Lowered),
+    ("FloatOperationIr::ArcTan2", Coverage::Lowered),
+    ("FloatOperationIr::Round", Coverage::Lowered),
+    ("FloatOperationIr::Floor", Coverage::Lowered),
+    ("FloatOperationIr::Ceil", Coverage::Lowered),
+    ("FloatOperationIr::Trunc", Coverage::Lowered),
+    ("FloatOperationIr::IntoInt", Coverage::Lowered),
+    ("FloatOperationIr::Matmul", Coverage::Lowered),
+    (
+        "FloatOperationIr::Cross",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    ("FloatOperationIr::Random", Coverage::Lowered),
+    ("FloatOperationIr::Recip", Coverage::Lowered),
+    ("FloatOperationIr::IsNan", Coverage::Lowered),
+    ("FloatOperationIr::IsInf", Coverage::Lowered),
+    (
+        "FloatOperationIr::Quantize",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "FloatOperationIr::Dequantize",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "FloatOperationIr::GridSample2d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    ("FloatOperationIr::Powf", Coverage::Lowered),
+    ("IntOperationIr::IntoFloat", Coverage::Lowered),
+    ("IntOperationIr::BitwiseAnd", Coverage::Lowered),
+    ("IntOperationIr::BitwiseAndScalar", Coverage::Lowered),
+    ("IntOperationIr::BitwiseOr", Coverage::Lowered),
+    ("IntOperationIr::BitwiseOrScalar", Coverage::Lowered),
+    ("IntOperationIr::BitwiseXor", Coverage::Lowered),
+    ("IntOperationIr::BitwiseXorScalar", Coverage::Lowered),
+    ("IntOperationIr::BitwiseNot", Coverage::Lowered),
+    ("IntOperationIr::BitwiseLeftShift", Coverage::Lowered),
+    ("IntOperationIr::BitwiseLeftShiftScalar", Coverage::Lowered),
+    ("IntOperationIr::BitwiseRightShift", Coverage::Lowered),
+    ("IntOperationIr::BitwiseRightShiftScalar", Coverage::Lowered),
+    ("IntOperationIr::Matmul", Coverage::Lowered),
+    ("BoolOperationIr::IntoFloat", Coverage::Lowered),
+    ("BoolOperationIr::IntoInt", Coverage::Lowered),
+    ("BoolOperationIr::Not", Coverage::Lowered),
+    ("BoolOperationIr::And", Coverage::Lowered),
+    ("BoolOperationIr::Or", Coverage::Lowered),
+    ("ModuleOperationIr::Embedding", Coverage::Lowered),
+    ("ModuleOperationIr::EmbeddingBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Linear", Coverage::Lowered),
+    ("ModuleOperationIr::LinearXBackward", Coverage::Lowered),
+    ("ModuleOperationIr::LinearWeightBackward", Coverage::Lowered),
+    ("ModuleOperationIr::LinearBiasBackward", Coverage::Lowered),
+    (
+        "ModuleOperationIr::Conv1d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv1dXBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv1dWeightBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv1dBiasBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv2d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv2dXBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv2dWeightBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv2dBiasBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv3d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv3dXBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv3dWeightBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Conv3dBiasBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::DeformableConv2d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::DeformableConv2dBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose1d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose2d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose3d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AvgPool1d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AvgPool2d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AvgPool1dBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AvgPool2dBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AdaptiveAvgPool1d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AdaptiveAvgPool2d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AdaptiveAvgPool1dBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::AdaptiveAvgPool2dBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::MaxPool1d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::MaxPool1dWithIndices",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::MaxPool1dWithIndicesBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::MaxPool2d",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::MaxPool2dWithIndices",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::MaxPool2dWithIndicesBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Interpolate",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::InterpolateBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::Rfft",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::IRfft",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    ("ModuleOperationIr::Attention", Coverage::Lowered),
+    (
+        "ModuleOperationIr::CtcLoss",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+    (
+        "ModuleOperationIr::CtcLossBackward",
+        Coverage::HostFallback("no lowering yet"),
+    ),
+];
+
+/// The coverage table as Markdown.
+pub fn coverage_markdown() -> String {
+    let lowered = COVERAGE
+        .iter()
+        .filter(|(_, coverage)| *coverage == Coverage::Lowered)
+        .count();
+    let mut text = format!(
+        "# XLA lowering coverage\n\nGenerated from `backend/src/lower/coverage.rs` by the test \
+         `xla_coverage`; do not edit by hand.\n\n{lowered} of {} operation kinds of `burn-ir` 0.21 are lowered to HLO. \
+         The others run on the host executor, one operation at a time, when they appear in a segment \
+         of the `xla` executor (counted in `Stats::host_fallbacks`). A lowered kind still falls back for the arguments it does not cover: slices with \
+         negative steps, slice assignments with steps other than 1, `select` with indices of rank other than 1, integers drawn from the default \
+         or normal distribution, data types other than floats, integers and booleans. Random tensors \
+         are lowered only for executors that pass random states (`LowerOptions::random_on_device`: \
+         the `xla` executor).\n\n| Operation | Lowering |\n| --- | --- |\n",
+        COVERAGE.len()
+    );
+    for (name, coverage) in COVERAGE {
+        let status = match coverage {
+            Coverage::Lowered => "lowered".to_string(),
+            Coverage::HostFallback(reason) => format!("host fallback: {reason}"),
+        };
+        text.push_str(&format!("| `{name}` | {status} |\n"));
+    }
+    text
+}

@@ -1,0 +1,32 @@
+//! `TRAINIUM_DUMP_DIR`: every lowered module written as binary protobuf and as text.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::LoweredProgram;
+use crate::hlo;
+
+/// The environment variable naming the folder modules are dumped to.
+pub const DUMP_DIR_ENV: &str = "TRAINIUM_DUMP_DIR";
+
+/// Writes `bytes` to `path` through a temporary file, so a reader never sees half a file.
+fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, path)
+}
+
+/// Writes `program` to `$TRAINIUM_DUMP_DIR/<module name>.hlo.pb` and `.hlo.txt` when the variable
+/// is set; returns the path of the binary file.
+pub fn dump_module(program: &LoweredProgram) -> io::Result<Option<PathBuf>> {
+    let Some(folder) = std::env::var_os(DUMP_DIR_ENV).filter(|value| !value.is_empty()) else {
+        return Ok(None);
+    };
+    let folder = PathBuf::from(folder);
+    std::fs::create_dir_all(&folder)?;
+    let binary = folder.join(format!("{}.hlo.pb", program.module.name));
+    let text = folder.join(format!("{}.hlo.txt", program.module.name));
+    write_whole(&binary, &program.bytes)?;
+    write_whole(&text, hlo::module_to_text(&program.module).as_bytes())?;
+    Ok(Some(binary))
+}

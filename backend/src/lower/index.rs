@@ -1,0 +1,217 @@
+//! Indexed reads and writes: gather, scatter, select, select-assign, masks, and the embedding
+//! module with its backward pass.
+
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_ir::{
+    EmbeddingBackwardOpIr, EmbeddingOpIr, GatherOpIr, MaskFillOpIr, MaskWhereOpIr, ScatterOpIr,
+    SelectAssignOpIr, SelectOpIr,
+};
+
+use super::builder::{Combiner, Value};
+use super::context::{Lowered, Lowering, dims, unsupported};
+use crate::hlo::{GatherDimensionNumbers, PrimitiveType, ScatterDimensionNumbers};
+
+/// The combiner of an indexed update on values of `element_type`.
+fn combiner(update: &IndexingUpdateOp, element_type: PrimitiveType) -> Combiner {
+    let boolean = element_type == PrimitiveType::Pred;
+    match update {
+        IndexingUpdateOp::Assign => Combiner::Replace,
+        IndexingUpdateOp::Add if boolean => Combiner::Or,
+        IndexingUpdateOp::Add => Combiner::Add,
+        IndexingUpdateOp::Mul if boolean => Combiner::And,
+        IndexingUpdateOp::Mul => Combiner::Multiply,
+        IndexingUpdateOp::Min => Combiner::Minimum,
+        IndexingUpdateOp::Max => Combiner::Maximum,
+    }
+}
+
+/// Full coordinates `[..shape, rank]` into a tensor of rank `rank`: `indices` along `dim`, the
+/// position itself along every other dimension.
+fn coordinates(cx: &mut Lowering, indices: &Value, dim: usize, rank: usize) -> Value {
+    let mut column_dims = indices.dims.clone();
+    column_dims.push(1);
+    let columns: Vec<Value> = (0..rank)
+        .map(|d| {
+            let column = if d == dim {
+                indices.clone()
+            } else {
+                cx.builder.iota(indices.element_type, &indices.dims, d)
+            };
+            cx.builder.reshape(&column, &column_dims)
+        })
+        .collect();
+    cx.builder.concatenate(&columns, indices.rank())
+}
+
+/// `gather(dim, tensor, indices)`: `out[i] = tensor[i with i[dim] = indices[i]]`.
+pub(crate) fn gather(cx: &mut Lowering, ir: &GatherOpIr) -> Lowered {
+    let tensor = cx.get(&ir.tensor)?;
+    let indices = cx.get(&ir.indices)?;
+    let rank = tensor.rank();
+    let coordinates = coordinates(cx, &indices, ir.dim, rank);
+    let all: Vec<i64> = (0..rank as i64).collect();
+    let numbers = GatherDimensionNumbers {
+        offset_dims: Vec::new(),
+        collapsed_slice_dims: all.clone(),
+        start_index_map: all,
+        index_vector_dim: rank as i64,
+        ..Default::default()
+    };
+    let value = cx.builder.gather(
+        &tensor,
+        &coordinates,
+        numbers,
+        &vec![1; rank],
+        &indices.dims,
+    );
+    cx.set(&ir.out, value)
+}
+
+/// `scatter(dim, tensor, indices, value)`: `tensor[i with i[dim] = indices[i]] op= value[i]`.
+pub(crate) fn scatter(cx: &mut Lowering, ir: &ScatterOpIr) -> Lowered {
+    let tensor = cx.get(&ir.tensor)?;
+    let indices = cx.get(&ir.indices)?;
+    let value = cx.get(&ir.value)?;
+    let rank = tensor.rank();
+    let zeros = vec![0; rank];
+    let ones = vec![1; rank];
+    let updates = cx.builder.slice(&value, &zeros, &indices.dims, &ones);
+    let updates = cx.builder.convert(&updates, tensor.element_type);
+    let coordinates = coordinates(cx, &indices, ir.dim, rank);
+    let all: Vec<i64> = (0..rank as i64).collect();
+    let numbers = ScatterDimensionNumbers {
+        update_window_dims: Vec::new(),
+        inserted_window_dims: all.clone(),
+        scatter_dims_to_operand_dims: all,
+        index_vector_dim: rank as i64,
+        ..Default::default()
+    };
+    let combiner = combiner(&ir.update, tensor.element_type);
+    let result = cx
+        .builder
+        .scatter(&tensor, &coordinates, &updates, numbers, combiner);
+    cx.set(&ir.out, result)
+}
+
+/// `select(tensor, dim, indices)`: the slices of `tensor` at `indices` along `dim`.
+pub(crate) fn select(cx: &mut Lowering, ir: &SelectOpIr) -> Lowered {
+    let tensor = cx.get(&ir.tensor)?;
+    let indices = cx.get(&ir.indices)?;
+    if indices.rank() != 1 {
+        return unsupported(format!("select with indices of rank {}", indices.rank()));
+    }
+    let rank = tensor.rank();
+    let count = indices.dims[0];
+    let starts = cx.builder.reshape(&indices, &[count, 1]);
+    let numbers = GatherDimensionNumbers {
+        offset_dims: (0..rank as i64).filter(|&d| d != ir.dim as i64).collect(),
+        collapsed_slice_dims: vec![ir.dim as i64],
+        start_index_map: vec![ir.dim as i64],
+        index_vector_dim: 1,
+        ..Default::default()
+    };
+    let mut slice_sizes = tensor.dims.clone();
+    slice_sizes[ir.dim] = 1;
+    let mut out_dims = tensor.dims.clone();
+    out_dims[ir.dim] = count;
+    let value = cx
+        .builder
+        .gather(&tensor, &starts, numbers, &slice_sizes, &out_dims);
+    cx.set(&ir.out, value)
+}
+
+/// `select_add` and friends: `tensor[.., indices[i], ..] op= value[.., i, ..]` along `dim`.
+pub(crate) fn select_assign(cx: &mut Lowering, ir: &SelectAssignOpIr) -> Lowered {
+    let tensor = cx.get(&ir.tensor)?;
+    let indices = cx.get(&ir.indices)?;
+    let value = cx.get(&ir.value)?;
+    if indices.rank() != 1 {
+        return unsupported(format!(
+            "select_assign with indices of rank {}",
+            indices.rank()
+        ));
+    }
+    let rank = tensor.rank();
+    let starts = cx.builder.reshape(&indices, &[indices.dims[0], 1]);
+    let updates = cx.builder.convert(&value, tensor.element_type);
+    let numbers = ScatterDimensionNumbers {
+        update_window_dims: (0..rank as i64).filter(|&d| d != ir.dim as i64).collect(),
+        inserted_window_dims: vec![ir.dim as i64],
+        scatter_dims_to_operand_dims: vec![ir.dim as i64],
+        index_vector_dim: 1,
+        ..Default::default()
+    };
+    let combiner = combiner(&ir.update, tensor.element_type);
+    let result = cx
+        .builder
+        .scatter(&tensor, &starts, &updates, numbers, combiner);
+    cx.set(&ir.out, result)
+}
+
+/// `mask_where(tensor, mask, value)`: `value` where the mask is true, with broadcasting.
+pub(crate) fn mask_where(cx: &mut Lowering, ir: &MaskWhereOpIr) -> Lowered {
+    let out_dims = dims(&ir.out);
+    let tensor = cx.get(&ir.tensor)?;
+    let mask = cx.get(&ir.mask)?;
+    let value = cx.get(&ir.value)?;
+    let tensor = cx.builder.broadcast_to(&tensor, &out_dims);
+    let mask = cx.builder.broadcast_to(&mask, &out_dims);
+    let value = cx.builder.convert(&value, tensor.element_type);
+    let value = cx.builder.broadcast_to(&value, &out_dims);
+    let result = cx.builder.select(&mask, &value, &tensor);
+    cx.set(&ir.out, result)
+}
+
+/// `mask_fill(tensor, mask, scalar)`.
+pub(crate) fn mask_fill(cx: &mut Lowering, ir: &MaskFillOpIr) -> Lowered {
+    let out_dims = dims(&ir.out);
+    let tensor = cx.get(&ir.tensor)?;
+    let mask = cx.get(&ir.mask)?;
+    let tensor = cx.builder.broadcast_to(&tensor, &out_dims);
+    let mask = cx.builder.broadcast_to(&mask, &out_dims);
+    let fill = cx.scalar_filled(ir.value, ir.tensor.dtype, &out_dims)?;
+    let result = cx.builder.select(&mask, &fill, &tensor);
+    cx.set(&ir.out, result)
+}
+
+/// `embedding(weights [V, D], indices [..]) -> [.., D]`.
+pub(crate) fn embedding(cx: &mut Lowering, ir: &EmbeddingOpIr) -> Lowered {
+    let weights = cx.get(&ir.weights)?;
+    let indices = cx.get(&ir.indices)?;
+    let batch = indices.rank() as i64;
+    let numbers = GatherDimensionNumbers {
+        offset_dims: vec![batch],
+        collapsed_slice_dims: vec![0],
+        start_index_map: vec![0],
+        index_vector_dim: batch,
+        ..Default::default()
+    };
+    let value = cx.builder.gather(
+        &weights,
+        &indices,
+        numbers,
+        &[1, weights.dims[1]],
+        &dims(&ir.out),
+    );
+    cx.set(&ir.out, value)
+}
+
+/// The gradient of `embedding` for the weights: `out_grad` rows summed into `[V, D]`.
+pub(crate) fn embedding_backward(cx: &mut Lowering, ir: &EmbeddingBackwardOpIr) -> Lowered {
+    let gradient = cx.get(&ir.out_grad)?;
+    let indices = cx.get(&ir.indices)?;
+    let out_dims = dims(&ir.out);
+    let zeros = cx.builder.filled(gradient.element_type, 0.0, &out_dims);
+    let batch = indices.rank() as i64;
+    let numbers = ScatterDimensionNumbers {
+        update_window_dims: vec![batch],
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: batch,
+        ..Default::default()
+    };
+    let result = cx
+        .builder
+        .scatter(&zeros, &indices, &gradient, numbers, Combiner::Add);
+    cx.set(&ir.out, result)
+}

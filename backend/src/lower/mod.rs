@@ -1,0 +1,239 @@
+//! Lowering: a segment of Burn's IR becomes one XLA `HloModuleProto`.
+//!
+//! Shared by every executor that runs HLO (`xla` through PJRT, `neuron` through `neuronx-cc`).
+//! The module's parameters are, in order, the segment's inputs (tensors read but not produced),
+//! one vector per element type holding the segment's scalar operands (hoisted, so that a learning
+//! rate that changes every step does not change the program), and the states of the random
+//! tensors it draws. The entry computation returns a tuple of the segment's outputs (tensors produced and still alive at its end).
+//!
+//! Files follow the kinds of operations: [`elementwise`], [`reduce`], [`shape`], [`index`],
+//! [`matmul`] (matmul and the linear module), [`attention`], [`creation`].
+
+mod attention;
+mod builder;
+mod context;
+mod coverage;
+mod creation;
+mod dispatch;
+mod dump;
+mod elementwise;
+mod index;
+mod matmul;
+mod random;
+mod reduce;
+mod shape;
+
+use std::hash::{Hash, Hasher};
+
+use burn_backend::TensorData;
+use burn_ir::{OperationIr, TensorId, TensorIr};
+use prost::Message;
+
+use crate::hlo::HloModuleProto;
+use crate::segment::{Segment, SegmentBoundary};
+
+pub use coverage::{COVERAGE, Coverage, coverage_markdown};
+pub use dump::{DUMP_DIR_ENV, dump_module};
+
+use context::Lowering;
+
+/// Why a segment could not be lowered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    /// Operation `index` of the segment has no lowering (yet); it can run elsewhere.
+    #[error("operation {index} ({operation}) has no XLA lowering: {reason}")]
+    Unsupported {
+        /// Its position in the segment.
+        index: usize,
+        /// Its kind, e.g. `Float::Random`.
+        operation: String,
+        /// What is not supported.
+        reason: String,
+    },
+    /// The segment is inconsistent (a tensor used before it exists, a shape that disagrees).
+    #[error("cannot lower operation {index} ({operation}): {reason}")]
+    Invalid {
+        /// Its position in the segment.
+        index: usize,
+        /// Its kind.
+        operation: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The structural key of a program: equal for segments that differ only in tensor ids and in
+/// the values of their scalar operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StructuralKey(pub u64);
+
+impl std::fmt::Display for StructuralKey {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "{:016x}", self.0)
+    }
+}
+
+/// One segment lowered to HLO, with what the executor must pass and collect.
+#[derive(Debug, Clone)]
+pub struct LoweredProgram {
+    /// The module.
+    pub module: HloModuleProto,
+    /// Its serialized bytes (the `"hlo"` program format of PJRT).
+    pub bytes: Vec<u8>,
+    /// Hash of `bytes`: the compile cache key.
+    pub key: StructuralKey,
+    /// The first parameters: the segment's inputs, in order.
+    pub inputs: Vec<TensorIr>,
+    /// The following parameters: the hoisted scalars, one rank-1 array per element type.
+    pub scalars: Vec<TensorData>,
+    /// The elements of the result tuple: the segment's outputs, in order.
+    pub outputs: Vec<TensorIr>,
+    /// The last parameter, when non-zero: `u64[2 * random_draws]`, one fresh Threefry state
+    /// (`[key, counter]`) per random tensor the program draws, filled by the executor at each run.
+    pub random_draws: usize,
+    /// Inputs whose life ends in the segment: their buffers are released after the run (and
+    /// offered to the program as buffer donors).
+    pub released: Vec<TensorId>,
+}
+
+/// One step of running a segment: a lowered program, or one operation without a lowering.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A run of consecutive operations, lowered to one program.
+    Program(Box<LoweredProgram>),
+    /// An operation with no lowering, to run elsewhere (the host executor).
+    Fallback(Box<OperationIr>),
+}
+
+/// Choices of the lowering that depend on the executor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// Draw random tensors on the device (`rng-bit-generator`). The executor must then pass
+    /// [`LoweredProgram::random_draws`] states as the last parameter. When off, random tensors
+    /// have no lowering.
+    pub random_on_device: bool,
+}
+
+/// Splits `operations` into lowered programs and the operations between them that have no
+/// lowering, in order: each program is as long as possible.
+pub fn plan_segment(
+    operations: &[OperationIr],
+    options: &LowerOptions,
+) -> Result<Vec<Step>, LowerError> {
+    let mut steps = Vec::new();
+    let mut start = 0;
+    while start < operations.len() {
+        let mut end = operations.len();
+        loop {
+            let piece = &operations[start..end];
+            match lower_segment_with(piece, &boundary_of(piece), options) {
+                Ok(program) => {
+                    steps.push(Step::Program(Box::new(program)));
+                    start = end;
+                    break;
+                }
+                Err(LowerError::Unsupported { index: 0, .. }) => {
+                    steps.push(Step::Fallback(Box::new(operations[start].clone())));
+                    start += 1;
+                    break;
+                }
+                Err(LowerError::Unsupported { index, .. }) => end = start + index,
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(steps)
+}
+
+/// The boundary of a run of operations.
+pub fn boundary_of(operations: &[OperationIr]) -> SegmentBoundary {
+    let mut segment = Segment::default();
+    operations
+        .iter()
+        .cloned()
+        .for_each(|operation| segment.push(operation));
+    segment.boundary()
+}
+
+/// A short name of an operation's kind, e.g. `NumericFloat::Add` or `Module::Embedding`.
+pub fn operation_name(operation: &OperationIr) -> String {
+    let debug = format!("{operation:?}");
+    let outer_end = debug.find('(').unwrap_or(debug.len());
+    let outer = &debug[..outer_end];
+    let rest = debug.get(outer_end + 1..).unwrap_or("");
+    // `NumericFloat(F32, Add(...))` and `Float(BF16, Exp(...))` carry a dtype first.
+    let rest = match rest.split_once(", ") {
+        Some((first, tail))
+            if !first.contains('(')
+                && !first.contains('{')
+                && first.chars().all(char::is_alphanumeric) =>
+        {
+            tail
+        }
+        _ => rest,
+    };
+    let inner_end = rest.find(['(', ' ', '{']).unwrap_or(rest.len());
+    let inner = &rest[..inner_end];
+    match outer {
+        "Drop" | "Custom" | "Init" => outer.to_string(),
+        _ => format!("{outer}::{inner}"),
+    }
+}
+
+/// Lowers `operations` (a whole segment or a run of it) whose boundary is `boundary`.
+///
+/// `Drop` operations only end lifetimes and lower to nothing. Inputs listed in
+/// `boundary.released_inputs` are marked as buffer donors. Random tensors are not lowered (see
+/// [`lower_segment_with`]).
+pub fn lower_segment(
+    operations: &[OperationIr],
+    boundary: &SegmentBoundary,
+) -> Result<LoweredProgram, LowerError> {
+    lower_segment_with(operations, boundary, &LowerOptions::default())
+}
+
+/// [`lower_segment`] with explicit [`LowerOptions`].
+pub fn lower_segment_with(
+    operations: &[OperationIr],
+    boundary: &SegmentBoundary,
+    options: &LowerOptions,
+) -> Result<LoweredProgram, LowerError> {
+    let mut lowering =
+        Lowering::new(&boundary.inputs, *options).map_err(|reason| LowerError::Invalid {
+            index: 0,
+            operation: "inputs".into(),
+            reason,
+        })?;
+    for (index, operation) in operations.iter().enumerate() {
+        lowering.builder.op_name = format!("{index}:{}", operation_name(operation));
+        lowering
+            .lower(operation)
+            .map_err(|error| error.at(index, operation))?;
+    }
+    let outputs = boundary
+        .outputs
+        .iter()
+        .map(|tensor| lowering.get(tensor))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| error.at_outputs())?;
+    let context::Finished {
+        mut module,
+        scalars,
+        random_draws,
+    } = lowering.finish(&outputs, boundary);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    module.encode_to_vec().hash(&mut hasher);
+    let key = StructuralKey(hasher.finish());
+    module.name = format!("segment_{key}");
+    let bytes = module.encode_to_vec();
+    Ok(LoweredProgram {
+        module,
+        bytes,
+        key,
+        inputs: boundary.inputs.clone(),
+        scalars,
+        outputs: boundary.outputs.clone(),
+        random_draws,
+        released: boundary.released_inputs.clone(),
+    })
+}

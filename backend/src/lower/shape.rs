@@ -1,0 +1,128 @@
+//! Operations that move elements without computing: reshape, transposes, flips, expansion,
+//! slices (read and assign), concatenation and repetition.
+
+use burn_backend::Slice;
+use burn_ir::{
+    CatOpIr, FlipOpIr, PermuteOpIr, RepeatDimOpIr, ShapeOpIr, SliceAssignOpIr, SliceOpIr,
+    SwapDimsOpIr,
+};
+
+use super::context::{Lowered, Lowering, dims, unsupported};
+
+/// `reshape`: same elements, new dimensions.
+pub(crate) fn reshape(cx: &mut Lowering, ir: &ShapeOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let value = cx.builder.reshape(&input, &dims(&ir.out));
+    cx.set(&ir.out, value)
+}
+
+/// `expand`: NumPy broadcasting to the output shape.
+pub(crate) fn expand(cx: &mut Lowering, ir: &ShapeOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let value = cx.builder.broadcast_to(&input, &dims(&ir.out));
+    cx.set(&ir.out, value)
+}
+
+/// `swap_dims`.
+pub(crate) fn swap_dims(cx: &mut Lowering, ir: &SwapDimsOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let mut permutation: Vec<i64> = (0..input.rank() as i64).collect();
+    permutation.swap(ir.dim1, ir.dim2);
+    let value = cx.builder.transpose(&input, &permutation);
+    cx.set(&ir.out, value)
+}
+
+/// `permute`.
+pub(crate) fn permute(cx: &mut Lowering, ir: &PermuteOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let permutation: Vec<i64> = ir.axes.iter().map(|&axis| axis as i64).collect();
+    let value = cx.builder.transpose(&input, &permutation);
+    cx.set(&ir.out, value)
+}
+
+/// `flip`.
+pub(crate) fn flip(cx: &mut Lowering, ir: &FlipOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let axes: Vec<i64> = ir.axes.iter().map(|&axis| axis as i64).collect();
+    let value = cx.builder.reverse(&input, &axes);
+    cx.set(&ir.out, value)
+}
+
+/// A slice as static `(start, limit, stride)` with a positive stride, or why not.
+fn bounds(slice: &Slice, size: i64) -> Lowered<(i64, i64, i64)> {
+    let normalize = |index: isize| {
+        let index = index as i64;
+        if index < 0 {
+            (index + size).max(0)
+        } else {
+            index.min(size)
+        }
+    };
+    let start = normalize(slice.start);
+    let end = slice.end.map_or(size, normalize);
+    if slice.step <= 0 {
+        return unsupported(format!("slice step {}", slice.step));
+    }
+    Ok((start, end.max(start), slice.step as i64))
+}
+
+/// Per-dimension bounds of `ranges` over `dims` (missing ranges take the whole dimension).
+fn all_bounds(ranges: &[Slice], dims: &[i64]) -> Lowered<(Vec<i64>, Vec<i64>, Vec<i64>)> {
+    let (mut starts, mut limits, mut strides) = (Vec::new(), Vec::new(), Vec::new());
+    for (d, &size) in dims.iter().enumerate() {
+        let (start, limit, stride) = match ranges.get(d) {
+            Some(slice) => bounds(slice, size)?,
+            None => (0, size, 1),
+        };
+        starts.push(start);
+        limits.push(limit);
+        strides.push(stride);
+    }
+    Ok((starts, limits, strides))
+}
+
+/// `slice` with positive steps.
+pub(crate) fn slice(cx: &mut Lowering, ir: &SliceOpIr) -> Lowered {
+    let input = cx.get(&ir.tensor)?;
+    let (starts, limits, strides) = all_bounds(&ir.ranges, &input.dims)?;
+    let value = cx.builder.slice(&input, &starts, &limits, &strides);
+    cx.set(&ir.out, value)
+}
+
+/// `slice_assign` with unit steps: the value is written over the slice.
+pub(crate) fn slice_assign(cx: &mut Lowering, ir: &SliceAssignOpIr) -> Lowered {
+    let tensor = cx.get(&ir.tensor)?;
+    let value = cx.get(&ir.value)?;
+    let (starts, _, strides) = all_bounds(&ir.ranges, &tensor.dims)?;
+    if strides.iter().any(|&stride| stride != 1) {
+        return unsupported(format!("slice_assign with steps {strides:?}"));
+    }
+    let value = cx.builder.convert(&value, tensor.element_type);
+    let result = cx.builder.update_slice(&tensor, &value, &starts);
+    cx.set(&ir.out, result)
+}
+
+/// `cat` along one dimension.
+pub(crate) fn cat(cx: &mut Lowering, ir: &CatOpIr) -> Lowered {
+    let values = ir
+        .tensors
+        .iter()
+        .map(|tensor| cx.get(tensor))
+        .collect::<Lowered<Vec<_>>>()?;
+    let value = cx.builder.concatenate(&values, ir.dim);
+    cx.set(&ir.out, value)
+}
+
+/// `repeat_dim`: the tensor repeated `times` along `dim`.
+pub(crate) fn repeat_dim(cx: &mut Lowering, ir: &RepeatDimOpIr) -> Lowered {
+    let input = cx.get(&ir.tensor)?;
+    // [.., d, ..] -> broadcast to [.., times, d, ..] -> reshape to [.., times * d, ..].
+    let mut stretched = input.dims.clone();
+    stretched.insert(ir.dim, ir.times as i64);
+    let mapping: Vec<i64> = (0..input.rank())
+        .map(|d| if d < ir.dim { d as i64 } else { d as i64 + 1 })
+        .collect();
+    let repeated = cx.builder.broadcast(&input, &stretched, &mapping);
+    let value = cx.builder.reshape(&repeated, &dims(&ir.out));
+    cx.set(&ir.out, value)
+}

@@ -1,0 +1,27 @@
+//! The Neuron toolchain of the `neuron` executor: settings, the `neuronx-cc` driver and the
+//! persistent NEFF cache.
+//!
+//! A segment lowered to an XLA HLO module (the same bytes the `xla` executor compiles) is
+//! compiled by `neuronx-cc compile --framework XLA --target trn1|trn2` into a NEFF, which the
+//! Neuron runtime loads on a NeuronCore. Compiles take minutes, so NEFFs are kept in a cache
+//! shared by every process of the machine (`NEURON_COMPILE_CACHE_URL`, default
+//! `/var/tmp/neuron-compile-cache`), which `hlat compile` can fill ahead of time.
+
+mod binding;
+mod cache;
+mod compile_only;
+mod compiler;
+mod error;
+mod names;
+mod settings;
+
+pub(crate) use binding::{Binding, bind};
+pub use cache::{CacheKey, CacheOutcome, CachedNeff, NeffCache};
+pub use compile_only::{COMPILE_ONLY_ENV, compile_only, set_compile_only};
+pub use compiler::{CompiledNeff, MODULE_FILE, NEFF_FILE, NeuronCompiler};
+pub use error::NeuronError;
+pub use names::request_neff_names;
+pub use settings::{
+    CACHE_URL_ENV, COMPILER_ENV, DEFAULT_CACHE_ROOT, DEFAULT_COMPILER, DEFAULT_FLAGS, FLAGS_ENV,
+    NeuronSettings, NeuronTarget, RawSettings, TARGET_ENV,
+};

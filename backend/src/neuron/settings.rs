@@ -1,0 +1,269 @@
+use core::fmt;
+use core::str::FromStr;
+use std::path::PathBuf;
+
+use super::NeuronError;
+
+/// The environment variable naming the compiler executable (a path or a name on `PATH`).
+pub const COMPILER_ENV: &str = "NEURON_CC";
+/// The compiler run when [`COMPILER_ENV`] is unset.
+pub const DEFAULT_COMPILER: &str = "neuronx-cc";
+/// The environment variable holding extra compiler flags, as for torch-neuronx.
+pub const FLAGS_ENV: &str = "NEURON_CC_FLAGS";
+/// The compiler flags used when [`FLAGS_ENV`] is unset.
+pub const DEFAULT_FLAGS: &str = "--model-type transformer";
+/// The environment variable choosing the compile target (`trn1` or `trn2`).
+pub const TARGET_ENV: &str = "HLAT_NEURON_TARGET";
+/// The environment variable naming the compile cache folder, as for torch-neuronx.
+pub const CACHE_URL_ENV: &str = "NEURON_COMPILE_CACHE_URL";
+/// The compile cache folder used when [`CACHE_URL_ENV`] is unset, as for torch-neuronx.
+pub const DEFAULT_CACHE_ROOT: &str = "/var/tmp/neuron-compile-cache";
+
+/// The Trainium generation a NEFF is compiled for (`neuronx-cc --target`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum NeuronTarget {
+    /// trn1 / trn1n instances (NeuronCore-v2).
+    #[default]
+    Trn1,
+    /// trn2 instances (NeuronCore-v3).
+    Trn2,
+}
+
+impl NeuronTarget {
+    /// The name `neuronx-cc --target` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Trn1 => "trn1",
+            Self::Trn2 => "trn2",
+        }
+    }
+}
+
+impl fmt::Display for NeuronTarget {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl FromStr for NeuronTarget {
+    type Err = NeuronError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "trn1" => Ok(Self::Trn1),
+            "trn2" => Ok(Self::Trn2),
+            _ => Err(NeuronError::InvalidSetting {
+                name: TARGET_ENV,
+                value: text.to_string(),
+                reason: "expected `trn1` or `trn2`".to_string(),
+            }),
+        }
+    }
+}
+
+/// How the Neuron toolchain is configured: compiler, target, flags and cache folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeuronSettings {
+    /// The compiler executable.
+    pub compiler: PathBuf,
+    /// The compile target.
+    pub target: NeuronTarget,
+    /// Flags passed to `neuronx-cc compile` after `--framework XLA --target ...`.
+    pub compiler_flags: Vec<String>,
+    /// The root folder of the NEFF cache.
+    pub cache_root: PathBuf,
+    /// Whether a remembered compile failure is retried instead of reported.
+    pub retry_failed: bool,
+}
+
+/// The raw text of each setting, as read from the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawSettings {
+    /// [`COMPILER_ENV`].
+    pub compiler: Option<String>,
+    /// [`FLAGS_ENV`].
+    pub flags: Option<String>,
+    /// [`TARGET_ENV`].
+    pub target: Option<String>,
+    /// [`CACHE_URL_ENV`].
+    pub cache_url: Option<String>,
+}
+
+impl RawSettings {
+    /// Reads the variables; empty values count as unset.
+    pub fn from_env() -> Self {
+        let read = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|value| !value.trim().is_empty())
+        };
+        Self {
+            compiler: read(COMPILER_ENV),
+            flags: read(FLAGS_ENV),
+            target: read(TARGET_ENV),
+            cache_url: read(CACHE_URL_ENV),
+        }
+    }
+}
+
+impl NeuronSettings {
+    /// The settings named by the environment variables of this module.
+    pub fn from_env() -> Result<Self, NeuronError> {
+        Self::parse(&RawSettings::from_env())
+    }
+
+    /// Validates raw settings.
+    ///
+    /// `NEURON_CC_FLAGS` is split on whitespace. Two of its flags belong to the cache rather than
+    /// the compiler, as in torch-neuronx: `--cache_dir=PATH` (takes precedence over
+    /// `NEURON_COMPILE_CACHE_URL`) and `--retry_failed_compilation`. `--target` is rejected: the
+    /// target is part of the cache key and comes from `HLAT_NEURON_TARGET`.
+    pub fn parse(raw: &RawSettings) -> Result<Self, NeuronError> {
+        let target = raw
+            .target
+            .as_deref()
+            .map(str::parse)
+            .transpose()?
+            .unwrap_or_default();
+        let flags_text = raw.flags.as_deref().unwrap_or(DEFAULT_FLAGS);
+        let invalid_flags = |reason: &str| NeuronError::InvalidSetting {
+            name: FLAGS_ENV,
+            value: flags_text.to_string(),
+            reason: reason.to_string(),
+        };
+        let mut compiler_flags = Vec::new();
+        let mut cache_dir = None;
+        let mut retry_failed = false;
+        let mut words = flags_text.split_whitespace();
+        while let Some(word) = words.next() {
+            if word == "--retry_failed_compilation" {
+                retry_failed = true;
+            } else if let Some(path) = word.strip_prefix("--cache_dir=") {
+                cache_dir = Some(path.to_string());
+            } else if word == "--cache_dir" {
+                let path = words
+                    .next()
+                    .ok_or_else(|| invalid_flags("`--cache_dir` needs a path"))?;
+                cache_dir = Some(path.to_string());
+            } else if word == "--target" || word.starts_with("--target=") {
+                return Err(invalid_flags(&format!(
+                    "set the target with {TARGET_ENV} instead of `--target`"
+                )));
+            } else {
+                compiler_flags.push(word.to_string());
+            }
+        }
+        let cache_root = match cache_dir {
+            Some(path) => local_cache_root("--cache_dir", &path)?,
+            None => match raw.cache_url.as_deref() {
+                Some(url) => local_cache_root(CACHE_URL_ENV, url)?,
+                None => PathBuf::from(DEFAULT_CACHE_ROOT),
+            },
+        };
+        Ok(Self {
+            compiler: PathBuf::from(raw.compiler.as_deref().unwrap_or(DEFAULT_COMPILER)),
+            target,
+            compiler_flags,
+            cache_root,
+            retry_failed,
+        })
+    }
+}
+
+/// A local cache folder: a plain path or a `file://` URL. Remote caches (`s3://`) are refused.
+fn local_cache_root(name: &'static str, value: &str) -> Result<PathBuf, NeuronError> {
+    let value = value.trim();
+    if let Some(path) = value.strip_prefix("file://") {
+        return Ok(PathBuf::from(path));
+    }
+    if value.contains("://") {
+        return Err(NeuronError::InvalidSetting {
+            name,
+            value: value.to_string(),
+            reason: "only a local folder is supported as the compile cache (no s3:// or other remote cache)".to_string(),
+        });
+    }
+    Ok(PathBuf::from(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_torch_neuronx() {
+        let settings = NeuronSettings::parse(&RawSettings::default()).unwrap();
+        assert_eq!(settings.compiler, PathBuf::from("neuronx-cc"));
+        assert_eq!(settings.target, NeuronTarget::Trn1);
+        assert_eq!(settings.compiler_flags, ["--model-type", "transformer"]);
+        assert_eq!(
+            settings.cache_root,
+            PathBuf::from("/var/tmp/neuron-compile-cache")
+        );
+        assert!(!settings.retry_failed);
+    }
+
+    #[test]
+    fn cache_flags_are_taken_out_of_the_compiler_flags() {
+        let raw = RawSettings {
+            flags: Some(
+                "--model-type=transformer --cache_dir=/tmp/c -O1 --retry_failed_compilation".into(),
+            ),
+            cache_url: Some("/ignored".into()),
+            target: Some("TRN2".into()),
+            compiler: Some("/opt/cc".into()),
+        };
+        let settings = NeuronSettings::parse(&raw).unwrap();
+        assert_eq!(settings.compiler_flags, ["--model-type=transformer", "-O1"]);
+        assert_eq!(settings.cache_root, PathBuf::from("/tmp/c"));
+        assert!(settings.retry_failed);
+        assert_eq!(settings.target, NeuronTarget::Trn2);
+        assert_eq!(settings.compiler, PathBuf::from("/opt/cc"));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let parse = |raw: RawSettings| NeuronSettings::parse(&raw).unwrap_err().to_string();
+        let error = parse(RawSettings {
+            cache_url: Some("s3://bucket/cache".into()),
+            ..Default::default()
+        });
+        assert!(
+            error.contains("NEURON_COMPILE_CACHE_URL") && error.contains("s3://bucket/cache"),
+            "{error}"
+        );
+        let error = parse(RawSettings {
+            target: Some("inf1".into()),
+            ..Default::default()
+        });
+        assert!(
+            error.contains("HLAT_NEURON_TARGET") && error.contains("inf1"),
+            "{error}"
+        );
+        let error = parse(RawSettings {
+            flags: Some("--target trn2".into()),
+            ..Default::default()
+        });
+        assert!(
+            error.contains("NEURON_CC_FLAGS") && error.contains("HLAT_NEURON_TARGET"),
+            "{error}"
+        );
+        let error = parse(RawSettings {
+            flags: Some("--cache_dir".into()),
+            ..Default::default()
+        });
+        assert!(error.contains("needs a path"), "{error}");
+    }
+
+    #[test]
+    fn file_urls_are_local_paths() {
+        let raw = RawSettings {
+            cache_url: Some("file:///data/cache".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            NeuronSettings::parse(&raw).unwrap().cache_root,
+            PathBuf::from("/data/cache")
+        );
+    }
+}

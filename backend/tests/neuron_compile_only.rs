@@ -1,0 +1,66 @@
+//! The `neuron` executor in compile-only mode, on this machine (no Neuron runtime): segments are
+//! lowered, compiled by the stand-in compiler of `neuron_support` into the NEFF cache, and not
+//! run. Checks the wiring of lowering, cache and statistics, and that a second executor (another
+//! process in real use) finds the programs in the cache.
+
+mod neuron_support;
+
+use burn::tensor::{Tensor, TensorData};
+use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
+use neuron_support::{Workspace, cached_modules, use_stand_in_for_the_executor};
+
+fn small_program(device: &TrainiumDevice) -> TensorData {
+    let a = Tensor::<Trainium, 2>::from_data(
+        TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
+        device,
+    );
+    let b = Tensor::<Trainium, 2>::from_data(
+        TensorData::new(vec![0.5f32, -1.0, 0.25, 2.0], [2, 2]),
+        device,
+    );
+    (a.matmul(b).exp() + 1.0).into_data()
+}
+
+#[test]
+fn compile_only_mode_fills_the_cache_and_reuses_it() {
+    let workspace = Workspace::new("compile-only");
+    // SAFETY: the only test of this binary; no device is open yet.
+    unsafe { use_stand_in_for_the_executor(&workspace) };
+    let device = TrainiumDevice::neuron(0);
+    check_device(&device).unwrap();
+
+    let result = small_program(&device);
+    // Nothing runs in compile-only mode: results read as zeros of the right shape and type.
+    assert_eq!(result, TensorData::new(vec![0.0f32; 4], [2, 2]));
+    let first = stats(&device);
+    assert!(first.compiles >= 1, "{first:?}");
+    assert_eq!(workspace.invocations() as u64, first.compiles);
+    let modules = cached_modules(&workspace.cache_root());
+    assert_eq!(modules.len() as u64, first.compiles);
+    for module in &modules {
+        assert!(
+            module.with_file_name("model.neff").is_file(),
+            "{}",
+            module.display()
+        );
+    }
+    assert!(
+        workspace
+            .last_arguments()
+            .starts_with("--framework XLA --target trn1 --model-type transformer")
+    );
+
+    // The same program again: found in memory, no compile.
+    small_program(&device);
+    let second = stats(&device);
+    assert_eq!(second.compiles, first.compiles);
+    assert!(second.cache_hits > first.cache_hits, "{second:?}");
+
+    // A new executor (as in a new process) finds every program in the cache on disk.
+    let other = TrainiumDevice::neuron(1);
+    small_program(&other);
+    let other_stats = stats(&other);
+    assert_eq!(other_stats.compiles, 0, "{other_stats:?}");
+    assert_eq!(other_stats.cache_hits, first.compiles);
+    assert_eq!(workspace.invocations() as u64, first.compiles);
+}

@@ -1,0 +1,137 @@
+//! The `neuron` executor on a NeuronCore, compared with the host executor. These tests need a
+//! Trainium instance with the Neuron SDK (runtime, driver and `neuronx-cc`) and have never run
+//! yet; on a trn1/trn2 instance:
+//!
+//! ```text
+//! cargo test -p burn-trainium --test neuron_on_chip -- --ignored --test-threads=1
+//! ```
+//!
+//! They use the real compiler (`NEURON_CC`, default `neuronx-cc` on `PATH`) and the cache
+//! (`NEURON_COMPILE_CACHE_URL`, default `/var/tmp/neuron-compile-cache`).
+
+use burn::backend::Autodiff;
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::prelude::Backend;
+use burn::tensor::activation::softmax;
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
+use trainium_ffi::nrt::NeuronRuntime;
+
+fn assert_close(name: &str, expected: &TensorData, actual: &TensorData, tolerance: f64) {
+    assert_eq!(expected.shape, actual.shape, "{name}: shapes differ");
+    let expected: Vec<f64> = expected.clone().convert::<f64>().to_vec().unwrap();
+    let actual: Vec<f64> = actual.clone().convert::<f64>().to_vec().unwrap();
+    for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
+        assert!(
+            (e - a).abs() <= tolerance * (1.0 + e.abs()),
+            "{name}: element {index} is {a} on neuron, {e} on host (tolerance {tolerance})"
+        );
+    }
+}
+
+fn neuron() -> TrainiumDevice {
+    let device = TrainiumDevice::neuron(0);
+    check_device(&device).unwrap();
+    device
+}
+
+#[test]
+#[ignore = "needs a Trainium (trn1/trn2) instance"]
+fn the_runtime_reports_its_version_and_cores() {
+    let runtime = NeuronRuntime::global().unwrap();
+    let version = runtime.version().unwrap();
+    assert!(version.numbers[0] >= 2, "{version:?}");
+    let visible = runtime.visible_core_count().unwrap();
+    assert!(visible >= 1 && visible <= runtime.total_core_count().unwrap());
+    println!(
+        "libnrt {version} from {}: {visible} cores visible",
+        runtime.library().path().display()
+    );
+}
+
+fn small_program<B: Backend>(device: &B::Device, dtype_bf16: bool) -> TensorData {
+    let a: Vec<f32> = (0..64)
+        .map(|i| ((i * 37 % 17) as f32 - 8.0) / 8.0)
+        .collect();
+    let b: Vec<f32> = (0..64)
+        .map(|i| ((i * 11 % 13) as f32 - 6.0) / 6.0)
+        .collect();
+    let mut a = Tensor::<B, 2>::from_data(TensorData::new(a, [8, 8]), device);
+    let mut b = Tensor::<B, 2>::from_data(TensorData::new(b, [8, 8]), device);
+    if dtype_bf16 {
+        a = a.cast(burn::tensor::DType::BF16);
+        b = b.cast(burn::tensor::DType::BF16);
+    }
+    let product = a.matmul(b.clone());
+    let result = softmax(product * 0.5, 1) + b.exp().sum_dim(0);
+    result.cast(burn::tensor::DType::F32).into_data()
+}
+
+#[test]
+#[ignore = "needs a Trainium (trn1/trn2) instance"]
+fn a_small_program_matches_the_host() {
+    let device = neuron();
+    let expected = small_program::<Trainium>(&TrainiumDevice::HOST, false);
+    let actual = small_program::<Trainium>(&device, false);
+    assert_close("f32 program", &expected, &actual, 1e-3);
+    let expected = small_program::<Trainium>(&TrainiumDevice::HOST, true);
+    let actual = small_program::<Trainium>(&device, true);
+    assert_close("bf16 program", &expected, &actual, 3e-2);
+    assert!(stats(&device).compiles + stats(&device).cache_hits >= 2);
+}
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    hidden: Linear<B>,
+    output: Linear<B>,
+    activation: Relu,
+}
+
+/// Five AdamW steps of a small MLP from the same initial weights; the loss of each step.
+fn train(device: &TrainiumDevice) -> Vec<f32> {
+    type B = Autodiff<Trainium>;
+    B::seed(&TrainiumDevice::HOST, 5);
+    let host = TrainiumDevice::HOST;
+    let mut model = Mlp::<B> {
+        hidden: LinearConfig::new(8, 32).init(&host),
+        output: LinearConfig::new(32, 4).init(&host),
+        activation: Relu::new(),
+    }
+    .to_device(device);
+    let x: Vec<f32> = (0..128)
+        .map(|i| ((i * 29 % 23) as f32 - 11.0) / 11.0)
+        .collect();
+    let y: Vec<f32> = (0..64).map(|i| ((i * 5 % 7) as f32 - 3.0) / 3.0).collect();
+    let x = Tensor::<B, 2>::from_data(TensorData::new(x, [16, 8]), device);
+    let y = Tensor::<B, 2>::from_data(TensorData::new(y, [16, 4]), device);
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(0.1)
+        .init::<B, Mlp<B>>();
+    let mut losses = Vec::new();
+    for _ in 0..5 {
+        let prediction = model
+            .output
+            .forward(model.activation.forward(model.hidden.forward(x.clone())));
+        let loss = (prediction - y.clone()).powi_scalar(2).mean();
+        losses.push(loss.clone().into_scalar().elem::<f32>());
+        let gradients = GradientsParams::from_grads(loss.backward(), &model);
+        model = optimizer.step(1e-2, model, gradients);
+    }
+    losses
+}
+
+#[test]
+#[ignore = "needs a Trainium (trn1/trn2) instance"]
+fn training_steps_match_the_host() {
+    let device = neuron();
+    let expected = train(&TrainiumDevice::HOST);
+    let actual = train(&device);
+    assert_close(
+        "losses",
+        &TensorData::new(expected, [5]),
+        &TensorData::new(actual, [5]),
+        1e-3,
+    );
+}

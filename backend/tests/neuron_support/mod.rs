@@ -1,0 +1,143 @@
+//! Shared by the `neuron_*` tests: a stand-in for `neuronx-cc`, written by the tests into a
+//! temporary folder. It is NOT the Neuron compiler: it answers `--version`, records every
+//! `compile` invocation in a file beside itself, sleeps a little so concurrent callers overlap,
+//! and writes `NEFF(<module bytes>)` as the "NEFF", or fails when the module contains `FAIL`.
+
+#![allow(dead_code)]
+
+pub mod hlat_step;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use burn_trainium::neuron::{NeffCache, NeuronCompiler, NeuronTarget};
+
+const STAND_IN_COMPILER: &str = r#"#!/bin/sh
+# Stand-in for neuronx-cc written by backend/tests/neuron_support. NOT the Neuron compiler.
+here=$(dirname "$0")
+if [ "$1" = "--version" ]; then
+    echo "NeuronX Compiler version 0.0.0+stand-in"
+    exit 0
+fi
+if [ "$1" != "compile" ]; then
+    echo "stand-in neuronx-cc: unexpected command '$1'" >&2
+    exit 2
+fi
+input=$2
+shift 2
+echo "$*" > "$here/last-arguments"
+output=""
+while [ $# -gt 0 ]; do
+    if [ "$1" = "--output" ]; then output=$2; fi
+    shift
+done
+echo "$$" >> "$here/invocations"
+sleep 0.3
+if grep -q FAIL "$input"; then
+    echo "stand-in neuronx-cc: error: unsupported operator in $input" >&2
+    exit 1
+fi
+{ printf 'NEFF('; cat "$input"; printf ')'; } > "$output"
+echo "stand-in neuronx-cc: compiled $input"
+"#;
+
+/// A temporary folder holding the stand-in compiler and a cache root; removed on drop.
+pub struct Workspace {
+    dir: PathBuf,
+}
+
+impl Workspace {
+    pub fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("hlat-neff-cache-{name}-{}", std::process::id()));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        let script = dir.join("bin").join("stand-in-neuronx-cc");
+        std::fs::write(&script, STAND_IN_COMPILER).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Self { dir }
+    }
+
+    pub fn compiler_path(&self) -> PathBuf {
+        self.dir.join("bin").join("stand-in-neuronx-cc")
+    }
+
+    pub fn compiler(&self) -> NeuronCompiler {
+        NeuronCompiler::new(
+            self.compiler_path(),
+            NeuronTarget::Trn1,
+            vec!["--model-type".into(), "transformer".into()],
+        )
+        .unwrap()
+    }
+
+    pub fn cache_root(&self) -> PathBuf {
+        self.dir.join("cache")
+    }
+
+    pub fn cache(&self) -> NeffCache {
+        NeffCache::new(self.cache_root(), false)
+    }
+
+    /// How many times the stand-in compiled.
+    pub fn invocations(&self) -> usize {
+        match std::fs::read_to_string(self.dir.join("bin").join("invocations")) {
+            Ok(text) => text.lines().count(),
+            Err(_) => 0,
+        }
+    }
+
+    pub fn last_arguments(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("bin").join("last-arguments")).unwrap();
+        text.trim_end().to_string()
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Points the `neuron` executor of this test process at the stand-in compiler and a cache in
+/// `workspace`, and puts it in compile-only mode.
+///
+/// # Safety
+/// Sets environment variables: call it from the only test of its binary, before any device is
+/// opened, while no other thread reads the environment.
+pub unsafe fn use_stand_in_for_the_executor(workspace: &Workspace) {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        std::env::set_var(
+            burn_trainium::neuron::COMPILER_ENV,
+            workspace.compiler_path(),
+        );
+        std::env::set_var(burn_trainium::neuron::CACHE_URL_ENV, workspace.cache_root());
+        std::env::remove_var(burn_trainium::neuron::FLAGS_ENV);
+        std::env::remove_var(burn_trainium::neuron::TARGET_ENV);
+    }
+    burn_trainium::neuron::set_compile_only(true);
+}
+
+/// Every `model.hlo_module.pb` under `root`, sorted.
+pub fn cached_modules(root: &std::path::Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path
+                .file_name()
+                .is_some_and(|name| name == burn_trainium::neuron::MODULE_FILE)
+            {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}

@@ -1,0 +1,207 @@
+//! Behaviour of the `xla` executor beyond single operations: random tensors (host fallback),
+//! reading any live tensor, several devices on one PJRT client, buffers released when tensors
+//! die, scalar hoisting, and errors.
+
+mod xla_support;
+
+use burn::prelude::Backend;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use burn_trainium::{Trainium, TrainiumDevice, reset_stats, stats};
+use xla_support::xla;
+
+type B = Trainium;
+
+/// Mean and standard deviation of `values`.
+fn moments(values: &[f32]) -> (f64, f64) {
+    let count = values.len() as f64;
+    let mean = values.iter().map(|&v| v as f64).sum::<f64>() / count;
+    let variance = values
+        .iter()
+        .map(|&v| (v as f64 - mean).powi(2))
+        .sum::<f64>()
+        / count;
+    (mean, variance.sqrt())
+}
+
+#[test]
+fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
+    let device = xla(1);
+    B::seed(&device, 11);
+    let draw = |distribution| {
+        let values: Vec<f32> = Tensor::<B, 2>::random([200, 100], distribution, &device)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        values
+    };
+    let before = stats(&device).host_fallbacks;
+    let uniform = draw(Distribution::Uniform(-1.0, 3.0));
+    assert!(uniform.iter().all(|value| (-1.0..3.0).contains(value)));
+    let (mean, std) = moments(&uniform);
+    assert!(
+        (mean - 1.0).abs() < 0.05 && (std - 4.0 / 12f64.sqrt()).abs() < 0.05,
+        "{mean} {std}"
+    );
+    let normal = draw(Distribution::Normal(2.0, 0.5));
+    let (mean, std) = moments(&normal);
+    assert!(
+        (mean - 2.0).abs() < 0.02 && (std - 0.5).abs() < 0.02,
+        "{mean} {std}"
+    );
+    let bernoulli = draw(Distribution::Bernoulli(0.3));
+    assert!(bernoulli.iter().all(|value| *value == 0.0 || *value == 1.0));
+    let (mean, _) = moments(&bernoulli);
+    assert!((mean - 0.3).abs() < 0.02, "{mean}");
+    let default = draw(Distribution::Default);
+    assert!(default.iter().all(|value| (0.0..1.0).contains(value)));
+    assert_eq!(
+        stats(&device).host_fallbacks,
+        before,
+        "random tensors fell back to the host"
+    );
+
+    // The same program draws new numbers at every run; a seed replays them.
+    let again = draw(Distribution::Default);
+    assert_ne!(default, again);
+    B::seed(&device, 11);
+    let replay: Vec<Vec<f32>> = [Distribution::Uniform(-1.0, 3.0)]
+        .into_iter()
+        .map(draw)
+        .collect();
+    assert_eq!(replay[0], uniform);
+}
+
+#[test]
+fn any_live_tensor_can_be_read_between_and_after_segments() {
+    let device = xla(0);
+    let a = Tensor::<B, 1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
+    let b = a.clone() * 3.0;
+    let c = b.clone() + a.clone();
+    let indices = c.clone().argmax(0);
+    assert_eq!(
+        b.clone().into_data().to_vec::<f32>().unwrap(),
+        [3.0, 6.0, 9.0]
+    );
+    assert_eq!(c.into_data().to_vec::<f32>().unwrap(), [4.0, 8.0, 12.0]);
+    assert_eq!(indices.into_data().to_vec::<i32>().unwrap(), [2]);
+    let integers = Tensor::<B, 1, Int>::arange(0..5, &device) * 2;
+    assert_eq!(
+        integers.into_data().to_vec::<i32>().unwrap(),
+        [0, 2, 4, 6, 8]
+    );
+    assert_eq!(a.into_data().to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
+    assert_eq!(b.into_data().to_vec::<f32>().unwrap(), [3.0, 6.0, 9.0]);
+}
+
+#[test]
+fn two_devices_share_one_client_and_exchange_tensors() {
+    let first = xla(0);
+    let second = xla(1);
+    let a = Tensor::<B, 2>::from_data(TensorData::from([[1.0f32, 2.0], [3.0, 4.0]]), &first);
+    let b = (a.clone() + 1.0).to_device(&second);
+    let product = b.clone().matmul(b) * 0.5;
+    let back = product.to_device(&first) - a;
+    assert_eq!(
+        back.into_data().to_vec::<f32>().unwrap(),
+        [7.0, 8.5, 11.0, 14.5]
+    );
+    assert!(stats(&second).compiles + stats(&second).cache_hits > 0);
+}
+
+#[test]
+fn dropped_tensors_release_their_device_buffers() {
+    // A device no other test of this file uses: the live tensor gauge is per device.
+    let device = xla(2);
+    let x = Tensor::<B, 2>::ones([8, 8], &device);
+    let live_before = {
+        x.clone().sum().into_data();
+        stats(&device).live_tensors
+    };
+    for _ in 0..5 {
+        let y = (x.clone() * 2.0).exp();
+        y.sum().into_data();
+    }
+    assert_eq!(
+        stats(&device).live_tensors,
+        live_before,
+        "temporaries leaked on the device"
+    );
+}
+
+#[test]
+fn changing_scalars_reuse_the_compiled_program() {
+    let device = xla(0);
+    let x = Tensor::<B, 1>::from_data(TensorData::from([1.0f32, -2.0, 4.0]), &device);
+    reset_stats(&device);
+    let mut results = Vec::new();
+    for step in 0..5 {
+        let scale = 0.5 + step as f32;
+        results.push(
+            (x.clone() * scale + step as f32)
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap(),
+        );
+    }
+    for (step, result) in results.iter().enumerate() {
+        let scale = 0.5 + step as f32;
+        let expected: Vec<f32> = [1.0f32, -2.0, 4.0]
+            .iter()
+            .map(|v| v * scale + step as f32)
+            .collect();
+        assert_eq!(result, &expected);
+    }
+    let after = stats(&device);
+    assert!(
+        after.cache_hits >= 4,
+        "one program for five scalar values: {after:?}"
+    );
+}
+
+#[test]
+fn a_missing_device_index_is_a_clear_error() {
+    xla_support::require_plugin();
+    let error = burn_trainium::check_device(&TrainiumDevice::xla(99))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("xla:99") && error.contains("devices"),
+        "{error}"
+    );
+}
+
+#[test]
+fn empty_boolean_and_wide_tensors_round_trip() {
+    let device = xla(0);
+    let empty = Tensor::<B, 2>::zeros([0, 3], &device) + 1.0;
+    assert_eq!(empty.into_data().shape, [0, 3].into());
+
+    let flags = Tensor::<B, 1, burn::tensor::Bool>::from_data(
+        TensorData::from([true, false, true]),
+        &device,
+    );
+    let flipped = flags.clone().bool_not();
+    assert_eq!(
+        flipped.into_data().to_vec::<bool>().unwrap(),
+        [false, true, false]
+    );
+    assert_eq!(
+        flags.into_data().to_vec::<bool>().unwrap(),
+        [true, false, true]
+    );
+
+    let wide = Tensor::<B, 1, Int>::from_data(
+        TensorData::from([1i64 << 20, -3]),
+        (&device, burn::tensor::DType::I64),
+    );
+    // Burn's router reads integers back as its int element (i32), so values stay in range.
+    let wide = (wide * 2 + 1).into_data().convert::<i64>();
+    assert_eq!(wide.to_vec::<i64>().unwrap(), [(1i64 << 21) + 1, -5]);
+
+    let double = Tensor::<B, 1>::from_data(
+        TensorData::from([1.0f64 / 3.0, 2.0]),
+        (&device, burn::tensor::DType::F64),
+    );
+    let double = (double * 3.0).into_data().convert::<f64>();
+    assert_eq!(double.to_vec::<f64>().unwrap(), [1.0, 6.0]);
+}

@@ -1,0 +1,145 @@
+//! The lowering on its own (no plugin): structural keys, hoisted scalars, segment boundaries,
+//! the split around operations without a lowering, and `TRAINIUM_DUMP_DIR`.
+
+use burn::tensor::DType;
+use burn_ir::{
+    BinaryOpIr, CustomOpIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
+    TensorIr, TensorStatus,
+};
+use burn_trainium::hlo::HloModuleProto;
+use burn_trainium::lower::{
+    self, LowerError, LowerOptions, Step, boundary_of, lower_segment, plan_segment,
+};
+use prost::Message;
+
+fn tensor(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
+    TensorIr {
+        id: TensorId::new(id),
+        shape: shape.to_vec().into(),
+        status,
+        dtype: DType::F32,
+    }
+}
+
+/// `out = (x * scale + x) ` with ids from `first` on: `x` is an input, used up by the add.
+fn scaled_sum(first: u64, shape: &[usize], scale: f64) -> Vec<OperationIr> {
+    let x = |status| tensor(first, shape, status);
+    let scaled = |status| tensor(first + 1, shape, status);
+    let out = tensor(first + 2, shape, TensorStatus::NotInit);
+    vec![
+        OperationIr::NumericFloat(
+            DType::F32,
+            NumericOperationIr::MulScalar(ScalarOpIr {
+                lhs: x(TensorStatus::ReadOnly),
+                rhs: ScalarIr::Float(scale),
+                out: scaled(TensorStatus::NotInit),
+            }),
+        ),
+        OperationIr::NumericFloat(
+            DType::F32,
+            NumericOperationIr::Add(BinaryOpIr {
+                lhs: scaled(TensorStatus::ReadWrite),
+                rhs: x(TensorStatus::ReadWrite),
+                out,
+            }),
+        ),
+    ]
+}
+
+fn lower(operations: &[OperationIr]) -> lower::LoweredProgram {
+    lower_segment(operations, &boundary_of(operations)).expect("lowers")
+}
+
+#[test]
+fn the_key_ignores_tensor_ids_and_scalar_values_but_not_shapes() {
+    let first = lower(&scaled_sum(10, &[2, 3], 0.1));
+    let renumbered = lower(&scaled_sum(500, &[2, 3], 0.7));
+    let reshaped = lower(&scaled_sum(10, &[3, 2], 0.1));
+    assert_eq!(first.key, renumbered.key);
+    assert_eq!(first.bytes, renumbered.bytes);
+    assert_ne!(first.key, reshaped.key);
+}
+
+#[test]
+fn scalars_are_parameters_after_the_inputs() {
+    let program = lower(&scaled_sum(10, &[2, 3], 0.25));
+    assert_eq!(
+        program.inputs.iter().map(|t| t.id).collect::<Vec<_>>(),
+        [TensorId::new(10)]
+    );
+    assert_eq!(
+        program.outputs.iter().map(|t| t.id).collect::<Vec<_>>(),
+        [TensorId::new(12)]
+    );
+    assert_eq!(program.released, [TensorId::new(10)]);
+    assert_eq!(program.scalars.len(), 1);
+    assert_eq!(program.scalars[0].to_vec::<f32>().unwrap(), [0.25]);
+    let entry = program
+        .module
+        .computations
+        .iter()
+        .find(|computation| computation.id == program.module.entry_computation_id)
+        .unwrap();
+    let parameters = entry.program_shape.as_ref().unwrap().parameters.len();
+    assert_eq!(parameters, 2, "one input, one scalar pack");
+    let donors = program
+        .module
+        .buffer_donor
+        .as_ref()
+        .expect("the used-up input is a donor");
+    assert_eq!(donors.entries[0].parameter_number, 0);
+}
+
+#[test]
+fn segments_split_around_operations_without_a_lowering() {
+    let mut operations = scaled_sum(10, &[4], 2.0);
+    operations.push(OperationIr::Custom(CustomOpIr::new(
+        "no_lowering",
+        &[tensor(12, &[4], TensorStatus::ReadOnly)],
+        &[tensor(20, &[4], TensorStatus::NotInit)],
+    )));
+    operations.push(OperationIr::NumericFloat(
+        DType::F32,
+        NumericOperationIr::Add(BinaryOpIr {
+            lhs: tensor(12, &[4], TensorStatus::ReadWrite),
+            rhs: tensor(20, &[4], TensorStatus::ReadWrite),
+            out: tensor(21, &[4], TensorStatus::NotInit),
+        }),
+    ));
+    let error = lower_segment(&operations, &boundary_of(&operations)).unwrap_err();
+    assert!(
+        matches!(&error, LowerError::Unsupported { index: 2, operation, .. } if operation == "Custom"),
+        "{error}"
+    );
+    let steps = plan_segment(&operations, &LowerOptions::default()).unwrap();
+    assert_eq!(steps.len(), 3);
+    match (&steps[0], &steps[1], &steps[2]) {
+        (Step::Program(first), Step::Fallback(fallback), Step::Program(last)) => {
+            assert!(matches!(fallback.as_ref(), OperationIr::Custom(_)));
+            assert_eq!(
+                first.outputs.iter().map(|t| t.id).collect::<Vec<_>>(),
+                [TensorId::new(12)]
+            );
+            let inputs: Vec<TensorId> = last.inputs.iter().map(|t| t.id).collect();
+            assert_eq!(inputs, [TensorId::new(12), TensorId::new(20)]);
+        }
+        other => panic!("unexpected plan {other:?}"),
+    }
+}
+
+#[test]
+fn dumps_hold_the_module_as_binary_and_text() {
+    let folder = std::env::temp_dir().join(format!("xla-dump-test-{}", std::process::id()));
+    // SAFETY: the only test of this binary that reads or writes the variable.
+    unsafe { std::env::set_var(lower::DUMP_DIR_ENV, &folder) };
+    let program = lower(&scaled_sum(1, &[2], 3.0));
+    let binary = lower::dump_module(&program).unwrap().expect("dumped");
+    let decoded = HloModuleProto::decode(std::fs::read(&binary).unwrap().as_slice()).unwrap();
+    assert_eq!(decoded, program.module);
+    let text = std::fs::read_to_string(binary.with_extension("txt")).unwrap();
+    assert!(
+        text.contains("HloModule segment_") && text.contains("multiply("),
+        "{text}"
+    );
+    std::fs::remove_dir_all(folder).unwrap();
+}

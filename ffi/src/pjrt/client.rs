@@ -1,0 +1,291 @@
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use super::event;
+use super::raw;
+use super::{Buffer, CompileOptions, ElementType, LoadedExecutable, PjrtError, Plugin};
+
+/// The program formats `PJRT_Client_Compile` accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgramFormat {
+    /// A serialized `HloModuleProto`.
+    Hlo,
+    /// StableHLO, as MLIR text or bytecode.
+    Mlir,
+}
+
+impl ProgramFormat {
+    fn name(self) -> &'static str {
+        match self {
+            ProgramFormat::Hlo => "hlo",
+            ProgramFormat::Mlir => "mlir",
+        }
+    }
+}
+
+/// A client creation option (`PJRT_NamedValue` of type int64), e.g. `cpu_device_count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateOption {
+    /// The option's name.
+    pub name: String,
+    /// Its value.
+    pub value: i64,
+}
+
+/// The plugin-side client; destroyed when the last [`Client`], buffer or executable goes.
+pub(crate) struct ClientHandle {
+    pub(crate) plugin: Arc<Plugin>,
+    pub(crate) raw: *mut raw::PjrtClient,
+}
+
+// SAFETY: PJRT clients are thread-safe.
+unsafe impl Send for ClientHandle {}
+// SAFETY: as above.
+unsafe impl Sync for ClientHandle {}
+
+impl Drop for ClientHandle {
+    fn drop(&mut self) {
+        // SAFETY: a valid zeroed argument struct; `raw` is owned by this value.
+        let mut args = unsafe { raw::args::<raw::ClientDestroyArgs>() };
+        args.client = self.raw;
+        if let Err(error) = self.plugin.call(
+            "PJRT_Client_Destroy",
+            self.plugin.api().client_destroy,
+            &mut args,
+        ) {
+            log::warn!("{error}");
+        }
+    }
+}
+
+/// A PJRT client: the devices of one plugin, and what compiles and moves data for them.
+#[derive(Clone)]
+pub struct Client {
+    handle: Arc<ClientHandle>,
+    devices: Vec<Device>,
+}
+
+/// An addressable device of a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Device {
+    raw: *mut raw::PjrtDevice,
+    /// The device id (`PJRT_DeviceDescription_Id`), used in device assignments.
+    pub id: i64,
+}
+
+// SAFETY: a device handle is owned by its client and valid while the client lives; PJRT devices
+// are thread-safe.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
+
+impl Client {
+    /// Creates a client of `plugin` with the given creation options.
+    pub fn new(plugin: &Arc<Plugin>, options: &[CreateOption]) -> Result<Client, PjrtError> {
+        let values: Vec<raw::NamedValue> = options
+            .iter()
+            .map(|option| {
+                // SAFETY: a valid zeroed struct.
+                let mut value = unsafe { raw::args::<raw::NamedValue>() };
+                value.name = option.name.as_ptr() as *const c_char;
+                value.name_size = option.name.len();
+                value.value_type = raw::NAMED_VALUE_INT64;
+                value.int64_value = option.value;
+                value.value_size = 1;
+                value
+            })
+            .collect();
+        // SAFETY: a valid zeroed argument struct; `values` outlives the call.
+        let mut args = unsafe { raw::args::<raw::ClientCreateArgs>() };
+        args.create_options = values.as_ptr();
+        args.num_options = values.len();
+        plugin.call("PJRT_Client_Create", plugin.api().client_create, &mut args)?;
+        let handle = Arc::new(ClientHandle {
+            plugin: plugin.clone(),
+            raw: args.client,
+        });
+        let devices = addressable_devices(&handle)?;
+        Ok(Client { handle, devices })
+    }
+
+    /// The platform name reported by the plugin (`cpu`, `cuda`, `neuron`, ...).
+    pub fn platform_name(&self) -> Result<String, PjrtError> {
+        let plugin = &self.handle.plugin;
+        // SAFETY: a valid zeroed argument struct.
+        let mut args = unsafe { raw::args::<raw::ClientPlatformNameArgs>() };
+        args.client = self.handle.raw;
+        plugin.call(
+            "PJRT_Client_PlatformName",
+            plugin.api().client_platform_name,
+            &mut args,
+        )?;
+        // SAFETY: the plugin returned a string of that size owned by the client.
+        Ok(unsafe { string(args.platform_name, args.platform_name_size) })
+    }
+
+    /// The devices this client can run on, in the plugin's order.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// A readable description of `device`.
+    pub fn describe(&self, device: &Device) -> Result<String, PjrtError> {
+        let plugin = &self.handle.plugin;
+        let description = device_description(&self.handle, device.raw)?;
+        // SAFETY: a valid zeroed argument struct.
+        let mut args = unsafe { raw::args::<raw::DeviceDescriptionDebugStringArgs>() };
+        args.device_description = description;
+        plugin.call(
+            "PJRT_DeviceDescription_DebugString",
+            plugin.api().device_description_debug_string,
+            &mut args,
+        )?;
+        // SAFETY: the plugin returned a string of that size owned by the device.
+        Ok(unsafe { string(args.debug_string, args.debug_string_size) })
+    }
+
+    /// Compiles `code` (in `format`) with `options`.
+    pub fn compile(
+        &self,
+        code: &[u8],
+        format: ProgramFormat,
+        options: &CompileOptions,
+    ) -> Result<LoadedExecutable, PjrtError> {
+        let plugin = &self.handle.plugin;
+        let format = format.name();
+        let options = options.encode();
+        // SAFETY: valid zeroed argument structs; every pointer outlives the call.
+        let mut program = unsafe { raw::args::<raw::Program>() };
+        program.code = code.as_ptr() as *const c_char;
+        program.code_size = code.len();
+        program.format = format.as_ptr() as *const c_char;
+        program.format_size = format.len();
+        let mut args = unsafe { raw::args::<raw::ClientCompileArgs>() };
+        args.client = self.handle.raw;
+        args.program = &program;
+        args.compile_options = options.as_ptr() as *const c_char;
+        args.compile_options_size = options.len();
+        plugin.call(
+            "PJRT_Client_Compile",
+            plugin.api().client_compile,
+            &mut args,
+        )?;
+        LoadedExecutable::new(self.handle.clone(), args.executable)
+    }
+
+    /// Copies host data (dense, row-major, `dims` of `element_type`) to `device`.
+    pub fn buffer_from_host(
+        &self,
+        data: &[u8],
+        element_type: ElementType,
+        dims: &[i64],
+        device: &Device,
+    ) -> Result<Buffer, PjrtError> {
+        let elements: i64 = dims.iter().product();
+        let expected = elements as usize * element_type.size_in_bytes();
+        if dims.iter().any(|dim| *dim < 0) || data.len() != expected {
+            return Err(PjrtError::InvalidRequest(format!(
+                "{} bytes of host data for a {element_type:?} buffer of dimensions {dims:?} ({expected} bytes)",
+                data.len()
+            )));
+        }
+        let plugin = &self.handle.plugin;
+        // SAFETY: a valid zeroed argument struct; `data` and `dims` outlive the call, and the
+        // semantics ask the plugin to copy the data before returning.
+        let mut args = unsafe { raw::args::<raw::BufferFromHostBufferArgs>() };
+        args.client = self.handle.raw;
+        args.data = data.as_ptr().cast();
+        args.element_type = element_type.code();
+        args.dims = dims.as_ptr();
+        args.num_dims = dims.len();
+        args.host_buffer_semantics = raw::HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL;
+        args.device = device.raw;
+        plugin.call(
+            "PJRT_Client_BufferFromHostBuffer",
+            plugin.api().client_buffer_from_host_buffer,
+            &mut args,
+        )?;
+        let buffer = Buffer::new(self.handle.clone(), args.buffer);
+        event::wait(
+            plugin,
+            args.done_with_host_buffer,
+            "PJRT_Client_BufferFromHostBuffer",
+        )?;
+        Ok(buffer)
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "Client({:?}, {} devices)",
+            self.handle.plugin,
+            self.devices.len()
+        )
+    }
+}
+
+fn device_description(
+    handle: &ClientHandle,
+    device: *mut raw::PjrtDevice,
+) -> Result<*mut raw::PjrtDeviceDescription, PjrtError> {
+    // SAFETY: a valid zeroed argument struct.
+    let mut args = unsafe { raw::args::<raw::DeviceGetDescriptionArgs>() };
+    args.device = device;
+    handle.plugin.call(
+        "PJRT_Device_GetDescription",
+        handle.plugin.api().device_get_description,
+        &mut args,
+    )?;
+    Ok(args.device_description)
+}
+
+fn addressable_devices(handle: &ClientHandle) -> Result<Vec<Device>, PjrtError> {
+    let plugin = &handle.plugin;
+    // SAFETY: a valid zeroed argument struct.
+    let mut args = unsafe { raw::args::<raw::ClientAddressableDevicesArgs>() };
+    args.client = handle.raw;
+    plugin.call(
+        "PJRT_Client_AddressableDevices",
+        plugin.api().client_addressable_devices,
+        &mut args,
+    )?;
+    let raw_devices = if args.num_devices == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the plugin returned an array of that length owned by the client.
+        unsafe { std::slice::from_raw_parts(args.devices, args.num_devices) }
+    };
+    raw_devices
+        .iter()
+        .map(|&device| {
+            let description = device_description(handle, device)?;
+            // SAFETY: a valid zeroed argument struct.
+            let mut id_args = unsafe { raw::args::<raw::DeviceDescriptionIdArgs>() };
+            id_args.device_description = description;
+            plugin.call(
+                "PJRT_DeviceDescription_Id",
+                plugin.api().device_description_id,
+                &mut id_args,
+            )?;
+            Ok(Device {
+                raw: device,
+                id: id_args.id as i64,
+            })
+        })
+        .collect()
+}
+
+/// Copies a string returned by the plugin.
+///
+/// # Safety
+/// `text` must point to `size` readable bytes, or be null.
+unsafe fn string(text: *const c_char, size: usize) -> String {
+    if text.is_null() {
+        return String::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    let bytes = unsafe { std::slice::from_raw_parts(text as *const u8, size) };
+    String::from_utf8_lossy(bytes).into_owned()
+}

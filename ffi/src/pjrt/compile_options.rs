@@ -1,0 +1,98 @@
+/// The compile options passed with every program (a serialized `CompileOptionsProto`).
+///
+/// A plugin aborts the process when the build options lack the replica or partition count, so
+/// both are always written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// `executable_build_options.num_replicas`.
+    pub num_replicas: i64,
+    /// `executable_build_options.num_partitions`.
+    pub num_partitions: i64,
+    /// The PJRT device id (`PJRT_DeviceDescription_Id`) a single-replica program runs on.
+    pub device_id: Option<i64>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        Self {
+            num_replicas: 1,
+            num_partitions: 1,
+            device_id: None,
+        }
+    }
+}
+
+impl CompileOptions {
+    /// One replica, one partition, pinned to the device with PJRT id `device_id`.
+    pub fn on_device(device_id: i64) -> Self {
+        Self {
+            device_id: Some(device_id),
+            ..Self::default()
+        }
+    }
+
+    /// The protobuf encoding of `CompileOptionsProto`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut build = Vec::new();
+        put_varint_field(&mut build, 4, self.num_replicas as u64); // num_replicas
+        put_varint_field(&mut build, 5, self.num_partitions as u64); // num_partitions
+        if let Some(device_id) = self.device_id {
+            // DeviceAssignmentProto { replica_count: 1, computation_count: 1,
+            //   computation_devices: [{ replica_device_ids: [device_id] }] }
+            let mut computation_device = Vec::new();
+            put_varint_field(&mut computation_device, 1, device_id as u64);
+            let mut assignment = Vec::new();
+            put_varint_field(&mut assignment, 1, 1);
+            put_varint_field(&mut assignment, 2, 1);
+            put_bytes_field(&mut assignment, 3, &computation_device);
+            put_bytes_field(&mut build, 9, &assignment); // device_assignment
+        }
+        let mut options = Vec::new();
+        put_bytes_field(&mut options, 3, &build); // executable_build_options
+        options
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn put_varint_field(out: &mut Vec<u8>, field: u64, value: u64) {
+    put_varint(out, field << 3);
+    put_varint(out, value);
+}
+
+fn put_bytes_field(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
+    put_varint(out, (field << 3) | 2);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options_are_the_smallest_working_bytes() {
+        assert_eq!(
+            CompileOptions::default().encode(),
+            [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]
+        );
+    }
+
+    #[test]
+    fn device_assignment_is_nested_under_field_nine() {
+        let bytes = CompileOptions::on_device(3).encode();
+        assert_eq!(
+            bytes,
+            [
+                0x1a, 0x0e, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x08, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x02,
+                0x08, 0x03
+            ]
+        );
+    }
+}

@@ -1,0 +1,122 @@
+use std::ptr;
+use std::sync::Arc;
+
+use super::client::ClientHandle;
+use super::{Buffer, PjrtError, event, raw};
+
+/// A compiled program loaded on its device (`PJRT_LoadedExecutable`), destroyed on drop.
+pub struct LoadedExecutable {
+    client: Arc<ClientHandle>,
+    raw: *mut raw::PjrtLoadedExecutable,
+    num_outputs: usize,
+}
+
+// SAFETY: PJRT executables are thread-safe handles; the client outlives them through the `Arc`.
+unsafe impl Send for LoadedExecutable {}
+// SAFETY: as above.
+unsafe impl Sync for LoadedExecutable {}
+
+impl LoadedExecutable {
+    pub(crate) fn new(
+        client: Arc<ClientHandle>,
+        raw: *mut raw::PjrtLoadedExecutable,
+    ) -> Result<Self, PjrtError> {
+        let mut executable = LoadedExecutable {
+            client,
+            raw,
+            num_outputs: 0,
+        };
+        executable.num_outputs = executable.query_num_outputs()?;
+        Ok(executable)
+    }
+
+    fn query_num_outputs(&self) -> Result<usize, PjrtError> {
+        let plugin = &self.client.plugin;
+        // SAFETY: valid zeroed argument structs.
+        let mut get = unsafe { raw::args::<raw::LoadedExecutableGetExecutableArgs>() };
+        get.loaded_executable = self.raw;
+        plugin.call(
+            "PJRT_LoadedExecutable_GetExecutable",
+            plugin.api().loaded_executable_get_executable,
+            &mut get,
+        )?;
+        let mut count = unsafe { raw::args::<raw::ExecutableNumOutputsArgs>() };
+        count.executable = get.executable;
+        let result = plugin.call(
+            "PJRT_Executable_NumOutputs",
+            plugin.api().executable_num_outputs,
+            &mut count,
+        );
+        let mut destroy = unsafe { raw::args::<raw::ExecutableDestroyArgs>() };
+        destroy.executable = get.executable;
+        plugin.call(
+            "PJRT_Executable_Destroy",
+            plugin.api().executable_destroy,
+            &mut destroy,
+        )?;
+        result.map(|()| count.num_outputs)
+    }
+
+    /// The number of buffers one execution returns.
+    pub fn num_outputs(&self) -> usize {
+        self.num_outputs
+    }
+
+    /// Runs the program once on the device it was compiled for and waits for it to finish.
+    ///
+    /// The arguments stay valid unless the program donates them (input/output aliasing).
+    pub fn execute(&self, arguments: &[&Buffer]) -> Result<Vec<Buffer>, PjrtError> {
+        let plugin = &self.client.plugin;
+        let argument_list: Vec<*mut raw::PjrtBuffer> =
+            arguments.iter().map(|buffer| buffer.raw()).collect();
+        let argument_lists = [argument_list.as_ptr()];
+        let mut outputs: Vec<*mut raw::PjrtBuffer> = vec![ptr::null_mut(); self.num_outputs];
+        let output_lists = [outputs.as_mut_ptr()];
+        let mut complete_events = [ptr::null_mut::<raw::PjrtEvent>()];
+        // SAFETY: valid zeroed argument structs; every array outlives the call and the wait.
+        let mut options = unsafe { raw::args::<raw::ExecuteOptions>() };
+        let mut args = unsafe { raw::args::<raw::ExecuteArgs>() };
+        args.executable = self.raw;
+        args.options = &mut options;
+        args.argument_lists = argument_lists.as_ptr();
+        args.num_devices = 1;
+        args.num_args = argument_list.len();
+        args.output_lists = output_lists.as_ptr();
+        args.device_complete_events = complete_events.as_mut_ptr();
+        plugin.call(
+            "PJRT_LoadedExecutable_Execute",
+            plugin.api().loaded_executable_execute,
+            &mut args,
+        )?;
+        let buffers: Vec<Buffer> = outputs
+            .into_iter()
+            .filter(|buffer| !buffer.is_null())
+            .map(|buffer| Buffer::new(self.client.clone(), buffer))
+            .collect();
+        event::wait(plugin, complete_events[0], "PJRT_LoadedExecutable_Execute")?;
+        if buffers.len() != self.num_outputs {
+            return Err(PjrtError::InvalidRequest(format!(
+                "the executable returned {} buffers, {} expected",
+                buffers.len(),
+                self.num_outputs
+            )));
+        }
+        Ok(buffers)
+    }
+}
+
+impl Drop for LoadedExecutable {
+    fn drop(&mut self) {
+        let plugin = &self.client.plugin;
+        // SAFETY: a valid zeroed argument struct; `raw` is owned by this value.
+        let mut args = unsafe { raw::args::<raw::LoadedExecutableDestroyArgs>() };
+        args.executable = self.raw;
+        if let Err(error) = plugin.call(
+            "PJRT_LoadedExecutable_Destroy",
+            plugin.api().loaded_executable_destroy,
+            &mut args,
+        ) {
+            log::warn!("{error}");
+        }
+    }
+}
