@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use burn_backend::{BoolStore, DType, Shape, TensorData};
 use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
@@ -450,7 +451,10 @@ impl NeuronExecutor {
     /// Lowers and runs `operations`, splitting around operations that have no lowering (random
     /// tensors among them: they are drawn on the host).
     fn run_operations(&mut self, operations: &[OperationIr]) -> Result<(), BackendError> {
-        for step in lower::plan_segment(operations, &LowerOptions::default()).map_err(failure)? {
+        let start = Instant::now();
+        let steps = lower::plan_segment(operations, &LowerOptions::default()).map_err(failure)?;
+        StatsCounters::add_elapsed(&self.counters.prepare_micros, start);
+        for step in steps {
             match step {
                 Step::Program(program) => self.execute(&program)?,
                 Step::Fallback(operation) => self.run_on_host(&operation)?,

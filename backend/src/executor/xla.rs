@@ -409,7 +409,10 @@ impl Executor for XlaExecutor {
         let options = LowerOptions {
             random_on_device: true,
         };
-        for step in lower::plan_segment(segment.operations(), &options).map_err(failure)? {
+        let start = Instant::now();
+        let steps = lower::plan_segment(segment.operations(), &options).map_err(failure)?;
+        StatsCounters::add_elapsed(&self.counters.prepare_micros, start);
+        for step in steps {
             match step {
                 Step::Program(program) => self.execute(&program)?,
                 Step::Fallback(operation) => self.run_on_host(&operation)?,
