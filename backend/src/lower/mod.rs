@@ -198,6 +198,24 @@ pub fn lower_segment_with(
     boundary: &SegmentBoundary,
     options: &LowerOptions,
 ) -> Result<LoweredProgram, LowerError> {
+    // Inputs only dropped here are released but not passed: the program does not change with
+    // the drops that happen to land in a segment.
+    let used: std::collections::HashSet<TensorId> = operations
+        .iter()
+        .filter(|operation| !matches!(operation, OperationIr::Drop(_)))
+        .flat_map(|operation| operation.inputs().map(|input| input.id))
+        .collect();
+    let inputs: Vec<TensorIr> = boundary
+        .inputs
+        .iter()
+        .filter(|input| used.contains(&input.id))
+        .cloned()
+        .collect();
+    let boundary = &SegmentBoundary {
+        inputs,
+        outputs: boundary.outputs.clone(),
+        released_inputs: boundary.released_inputs.clone(),
+    };
     let mut lowering =
         Lowering::new(&boundary.inputs, *options).map_err(|reason| LowerError::Invalid {
             index: 0,
