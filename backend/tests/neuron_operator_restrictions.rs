@@ -1,9 +1,8 @@
 //! The published XLA operator list also restricts `power`: "Exponent argument must be a
 //! compile-time integer constant". The lowering hoists scalar operands into parameters (so a
-//! changing learning rate does not change the program), which turns the exponents of
-//! `powf_scalar` / `powi_scalar` (e.g. RMSNorm's square) into run-time
-//! values. This test checks the restriction on the HLAT-like step; it fails today and is ignored
-//! until the lowering keeps exponents constant. Whether `neuronx-cc` (rather than the older
+//! changing learning rate does not change the program) but keeps the exponents of `powf_scalar` /
+//! `powi_scalar` (e.g. RMSNorm's square) as constants; this test checks the restriction on the
+//! HLAT-like step. Whether `neuronx-cc` (rather than the older
 //! `neuron-cc` the list was written for) still enforces the restriction is not known here.
 
 mod neuron_support;
@@ -13,7 +12,6 @@ use neuron_support::hlat_step::{scan_modules, train};
 use neuron_support::{Workspace, use_stand_in_for_the_executor};
 
 #[test]
-#[ignore = "fails: the lowering hoists power exponents into parameters (see docs/neuron.md)"]
 fn hlat_training_step_raises_to_constant_powers_only() {
     let workspace = Workspace::new("restrictions");
     // SAFETY: the only test of this binary; no device is open yet.

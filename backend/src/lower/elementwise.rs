@@ -270,9 +270,14 @@ pub(crate) fn power_int(cx: &mut Lowering, ir: &BinaryOpIr) -> Lowered {
 }
 
 /// `lhs ^ scalar`.
-pub(crate) fn power_scalar(cx: &mut Lowering, ir: &ScalarOpIr, dtype: DType) -> Lowered {
+/// `lhs ^ exponent` with the exponent as a compile-time constant, not a hoisted parameter: the
+/// Neuron compiler's XLA operator list requires constant exponents, and exponents (RMSNorm's
+/// square, a square root written as a power) do not change from step to step.
+pub(crate) fn power_scalar(cx: &mut Lowering, ir: &ScalarOpIr, _dtype: DType) -> Lowered {
     let lhs = cx.get(&ir.lhs)?;
-    let exponent = cx.scalar_filled(ir.rhs, dtype, &lhs.dims)?;
+    let exponent = cx
+        .builder
+        .filled(lhs.element_type, ir.rhs.elem::<f64>(), &lhs.dims);
     let value = cx.builder.binary("power", &lhs, &exponent);
     cx.set(&ir.out, value)
 }
