@@ -196,7 +196,7 @@ impl RunnerClient for TrainiumClient {
         state.live.insert(id);
         self.update_live_gauge(&state);
         drop(state);
-        RouterTensor::new(id, shape.into(), dtype, self.clone())
+        RouterTensor::new(id, shape, dtype, self.clone())
     }
 
     fn device(&self) -> Self::Device {

@@ -2,14 +2,16 @@
 
 use burn_backend::{Backend, TensorData};
 use burn_flex::{Flex, FlexDevice};
-use burn_ir::{OperationIr, TensorId, TensorIr};
+use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 use burn_router::{Runner, RunnerClient};
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::Executor;
-use crate::BackendError;
+use crate::lower;
 use crate::segment::Segment;
+use crate::stats::StatsCounters;
+use crate::{BackendError, TrainiumDevice};
 
 /// Replays captured operations one by one on the embedded CPU backend.
 pub(crate) struct HostExecutor {
@@ -104,4 +106,50 @@ impl Executor for HostExecutor {
     fn seed(&mut self, seed: u64) {
         Flex::seed(&FlexDevice, seed);
     }
+}
+
+/// What running one operation on the host produced for a device executor.
+pub(crate) struct HostFallback {
+    /// The operation's outputs, to copy back to the device.
+    pub outputs: Vec<(TensorId, TensorData)>,
+    /// Inputs whose life ended in the operation, to release on the device.
+    pub released: Vec<TensorId>,
+}
+
+/// Runs one operation that a device executor has no lowering for on a fresh host executor:
+/// `download` copies each input off the device. Counted in `host_fallbacks`.
+pub(crate) fn run_on_host(
+    operation: &OperationIr,
+    download: impl Fn(TensorId) -> Result<TensorData, BackendError>,
+    counters: &StatsCounters,
+    device: &TrainiumDevice,
+) -> Result<HostFallback, BackendError> {
+    let mut segment = Segment::default();
+    segment.push(operation.clone());
+    let boundary = segment.boundary();
+    let mut host = HostExecutor::new();
+    for input in &boundary.inputs {
+        host.register_data(input.id, download(input.id)?)?;
+    }
+    host.run(segment)?;
+    let outputs = boundary
+        .outputs
+        .iter()
+        .map(|output| {
+            let readable = TensorIr {
+                status: TensorStatus::ReadOnly,
+                ..output.clone()
+            };
+            Ok((output.id, host.read(&readable)?))
+        })
+        .collect::<Result<_, BackendError>>()?;
+    StatsCounters::add(&counters.host_fallbacks, 1);
+    log::debug!(
+        "{device}: ran {} on the host",
+        lower::operation_name(operation)
+    );
+    Ok(HostFallback {
+        outputs,
+        released: boundary.released_inputs,
+    })
 }

@@ -17,7 +17,7 @@ use burn_backend::{BoolStore, DType, Shape, TensorData};
 use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 use trainium_ffi::nrt::{Model, NeuronRuntime, Tensor, TensorPlacement};
 
-use super::{Executor, HostExecutor};
+use super::{Executor, HostExecutor, host};
 use crate::lower::{self, LowerOptions, LoweredProgram, Step};
 use crate::neuron::{
     self, Binding, CacheKey, CacheOutcome, NeffCache, NeuronCompiler, NeuronSettings,
@@ -420,31 +420,19 @@ impl NeuronExecutor {
 
     /// Runs one operation on the host executor: inputs copied out, outputs copied back.
     fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
-        let mut segment = Segment::default();
-        segment.push(operation.clone());
-        let boundary = segment.boundary();
-        let mut host = HostExecutor::new();
-        for input in &boundary.inputs {
-            host.register_data(input.id, self.download(input.id)?)?;
-        }
-        host.run(segment)?;
-        for output in &boundary.outputs {
-            let data = host.read(&TensorIr {
-                status: TensorStatus::ReadOnly,
-                ..output.clone()
-            })?;
+        let fallback = host::run_on_host(
+            operation,
+            |id| self.download(id),
+            &self.counters,
+            &self.device,
+        )?;
+        for (id, data) in fallback.outputs {
             let tensor = self.upload(&data)?;
-            self.tensors.insert(output.id, tensor);
+            self.tensors.insert(id, tensor);
         }
-        for id in &boundary.released_inputs {
+        for id in &fallback.released {
             self.tensors.remove(id);
         }
-        StatsCounters::add(&self.counters.host_fallbacks, 1);
-        log::debug!(
-            "{}: ran {} on the host",
-            self.device,
-            lower::operation_name(operation)
-        );
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use trainium_ffi::pjrt::{
     ProgramFormat,
 };
 
-use super::{Executor, HostExecutor};
+use super::{Executor, HostExecutor, host};
 use crate::lower::{self, LowerOptions, LoweredProgram, Step, StructuralKey};
 use crate::segment::Segment;
 use crate::stats::StatsCounters;
@@ -369,31 +369,19 @@ impl XlaExecutor {
 
     /// Runs one operation on the host executor: inputs copied out, outputs copied back.
     fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
-        let boundary = lower::boundary_of(std::slice::from_ref(operation));
-        let mut host = HostExecutor::new();
-        let mut segment = Segment::default();
-        segment.push(operation.clone());
-        for input in &boundary.inputs {
-            host.register_data(input.id, self.download(input.id)?)?;
-        }
-        host.run(segment)?;
-        for output in &boundary.outputs {
-            let data = host.read(&TensorIr {
-                status: TensorStatus::ReadOnly,
-                ..output.clone()
-            })?;
+        let fallback = host::run_on_host(
+            operation,
+            |id| self.download(id),
+            &self.counters,
+            &self.device,
+        )?;
+        for (id, data) in fallback.outputs {
             let tensor = self.upload(&data)?;
-            self.tensors.insert(output.id, tensor);
+            self.tensors.insert(id, tensor);
         }
-        for id in &boundary.released_inputs {
+        for id in &fallback.released {
             self.tensors.remove(id);
         }
-        StatsCounters::add(&self.counters.host_fallbacks, 1);
-        log::debug!(
-            "{}: ran {} on the host",
-            self.device,
-            lower::operation_name(operation)
-        );
         Ok(())
     }
 }
