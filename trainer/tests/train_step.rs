@@ -17,7 +17,11 @@ fn trainer(model: LanguageModel<B>, max_consecutive_skips: u32) -> Trainer<B> {
     let settings = AdamWSettings {
         beta1: 0.9,
         beta2: 0.95,
-        eps: 1e-8,
+        // A large ε keeps Adam's first step smooth in the gradient: with 1e-8, a parameter whose
+        // gradient is nearly zero moves by up to ±lr depending on rounding noise in the
+        // gradient (the order of parallel sums varies with load), which is not what these tests
+        // are about.
+        eps: 1e-3,
         weight_decay: 0.1,
         exclude_norms_from_weight_decay: false,
     };
