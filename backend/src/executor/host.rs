@@ -108,48 +108,47 @@ impl Executor for HostExecutor {
     }
 }
 
-/// What running one operation on the host produced for a device executor.
-pub(crate) struct HostFallback {
-    /// The operation's outputs, to copy back to the device.
-    pub outputs: Vec<(TensorId, TensorData)>,
-    /// Inputs whose life ended in the operation, to release on the device.
-    pub released: Vec<TensorId>,
+/// A device executor's tensors, as the host fallback reaches them.
+pub(crate) trait DeviceTensors {
+    /// Copies a tensor off the device.
+    fn download(&self, id: TensorId) -> Result<TensorData, BackendError>;
+    /// Copies host data onto the device under `id`.
+    fn upload_as(&mut self, id: TensorId, data: &TensorData) -> Result<(), BackendError>;
+    /// Frees a device tensor whose life has ended.
+    fn release(&mut self, id: TensorId);
 }
 
 /// Runs one operation that a device executor has no lowering for on a fresh host executor:
-/// `download` copies each input off the device. Counted in `host_fallbacks`.
+/// inputs copied off the device, outputs copied back, ended inputs released. Counted in
+/// `host_fallbacks`.
 pub(crate) fn run_on_host(
+    tensors: &mut impl DeviceTensors,
     operation: &OperationIr,
-    download: impl Fn(TensorId) -> Result<TensorData, BackendError>,
     counters: &StatsCounters,
     device: &TrainiumDevice,
-) -> Result<HostFallback, BackendError> {
+) -> Result<(), BackendError> {
     let mut segment = Segment::default();
     segment.push(operation.clone());
     let boundary = segment.boundary();
     let mut host = HostExecutor::new();
     for input in &boundary.inputs {
-        host.register_data(input.id, download(input.id)?)?;
+        host.register_data(input.id, tensors.download(input.id)?)?;
     }
     host.run(segment)?;
-    let outputs = boundary
-        .outputs
-        .iter()
-        .map(|output| {
-            let readable = TensorIr {
-                status: TensorStatus::ReadOnly,
-                ..output.clone()
-            };
-            Ok((output.id, host.read(&readable)?))
-        })
-        .collect::<Result<_, BackendError>>()?;
+    for output in &boundary.outputs {
+        let readable = TensorIr {
+            status: TensorStatus::ReadOnly,
+            ..output.clone()
+        };
+        tensors.upload_as(output.id, &host.read(&readable)?)?;
+    }
+    for id in &boundary.released_inputs {
+        tensors.release(*id);
+    }
     StatsCounters::add(&counters.host_fallbacks, 1);
     log::debug!(
         "{device}: ran {} on the host",
         lower::operation_name(operation)
     );
-    Ok(HostFallback {
-        outputs,
-        released: boundary.released_inputs,
-    })
+    Ok(())
 }

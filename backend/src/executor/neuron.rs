@@ -418,24 +418,6 @@ impl NeuronExecutor {
         Ok(())
     }
 
-    /// Runs one operation on the host executor: inputs copied out, outputs copied back.
-    fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
-        let fallback = host::run_on_host(
-            operation,
-            |id| self.download(id),
-            &self.counters,
-            &self.device,
-        )?;
-        for (id, data) in fallback.outputs {
-            let tensor = self.upload(&data)?;
-            self.tensors.insert(id, tensor);
-        }
-        for id in &fallback.released {
-            self.tensors.remove(id);
-        }
-        Ok(())
-    }
-
     /// Lowers and runs `operations`, splitting around operations that have no lowering (random
     /// tensors among them: they are drawn on the host).
     fn run_operations(&mut self, operations: &[OperationIr]) -> Result<(), BackendError> {
@@ -445,7 +427,10 @@ impl NeuronExecutor {
         for step in steps {
             match step {
                 Step::Program(program) => self.execute(&program)?,
-                Step::Fallback(operation) => self.run_on_host(&operation)?,
+                Step::Fallback(operation) => {
+                    let (counters, device) = (self.counters.clone(), self.device);
+                    host::run_on_host(self, &operation, &counters, &device)?
+                }
             }
         }
         Ok(())
@@ -474,5 +459,21 @@ impl Executor for NeuronExecutor {
     fn seed(&mut self, seed: u64) {
         // Random tensors are drawn by the host executor.
         HostExecutor::new().seed(seed);
+    }
+}
+
+impl host::DeviceTensors for NeuronExecutor {
+    fn download(&self, id: TensorId) -> Result<TensorData, BackendError> {
+        NeuronExecutor::download(self, id)
+    }
+
+    fn upload_as(&mut self, id: TensorId, data: &TensorData) -> Result<(), BackendError> {
+        let tensor = self.upload(data)?;
+        self.tensors.insert(id, tensor);
+        Ok(())
+    }
+
+    fn release(&mut self, id: TensorId) {
+        self.tensors.remove(&id);
     }
 }

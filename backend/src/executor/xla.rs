@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use burn_backend::{DType, Shape, TensorData};
-use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
+use burn_ir::{TensorId, TensorIr, TensorStatus};
 use trainium_ffi::pjrt::{
     Buffer, Client, CompileOptions, CreateOption, Device, ElementType, LoadedExecutable, Plugin,
     ProgramFormat,
@@ -366,24 +366,6 @@ impl XlaExecutor {
         }
         Ok(())
     }
-
-    /// Runs one operation on the host executor: inputs copied out, outputs copied back.
-    fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
-        let fallback = host::run_on_host(
-            operation,
-            |id| self.download(id),
-            &self.counters,
-            &self.device,
-        )?;
-        for (id, data) in fallback.outputs {
-            let tensor = self.upload(&data)?;
-            self.tensors.insert(id, tensor);
-        }
-        for id in &fallback.released {
-            self.tensors.remove(id);
-        }
-        Ok(())
-    }
 }
 
 impl Executor for XlaExecutor {
@@ -403,7 +385,10 @@ impl Executor for XlaExecutor {
         for step in steps {
             match step {
                 Step::Program(program) => self.execute(&program)?,
-                Step::Fallback(operation) => self.run_on_host(&operation)?,
+                Step::Fallback(operation) => {
+                    let (counters, device) = (self.counters.clone(), self.device);
+                    host::run_on_host(self, &operation, &counters, &device)?
+                }
             }
         }
         Ok(())
@@ -422,5 +407,21 @@ impl Executor for XlaExecutor {
         self.random_counter = 0;
         // Operations that fall back to the host draw from the host's generator.
         HostExecutor::new().seed(seed);
+    }
+}
+
+impl host::DeviceTensors for XlaExecutor {
+    fn download(&self, id: TensorId) -> Result<TensorData, BackendError> {
+        XlaExecutor::download(self, id)
+    }
+
+    fn upload_as(&mut self, id: TensorId, data: &TensorData) -> Result<(), BackendError> {
+        let tensor = self.upload(data)?;
+        self.tensors.insert(id, tensor);
+        Ok(())
+    }
+
+    fn release(&mut self, id: TensorId) {
+        self.tensors.remove(&id);
     }
 }
