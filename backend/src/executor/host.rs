@@ -2,16 +2,14 @@
 
 use burn_backend::{Backend, TensorData};
 use burn_flex::{Flex, FlexDevice};
-use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
+use burn_ir::{OperationIr, TensorId, TensorIr};
 use burn_router::{Runner, RunnerClient};
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::Executor;
-use crate::lower;
+use crate::BackendError;
 use crate::segment::Segment;
-use crate::stats::StatsCounters;
-use crate::{BackendError, TrainiumDevice};
 
 /// Replays captured operations one by one on the embedded CPU backend.
 pub(crate) struct HostExecutor {
@@ -106,49 +104,4 @@ impl Executor for HostExecutor {
     fn seed(&mut self, seed: u64) {
         Flex::seed(&FlexDevice, seed);
     }
-}
-
-/// A device executor's tensors, as the host fallback reaches them.
-pub(crate) trait DeviceTensors {
-    /// Copies a tensor off the device.
-    fn download(&self, id: TensorId) -> Result<TensorData, BackendError>;
-    /// Copies host data onto the device under `id`.
-    fn upload_as(&mut self, id: TensorId, data: &TensorData) -> Result<(), BackendError>;
-    /// Frees a device tensor whose life has ended.
-    fn release(&mut self, id: TensorId);
-}
-
-/// Runs one operation that a device executor has no lowering for on a fresh host executor:
-/// inputs copied off the device, outputs copied back, ended inputs released. Counted in
-/// `host_fallbacks`.
-pub(crate) fn run_on_host(
-    tensors: &mut impl DeviceTensors,
-    operation: &OperationIr,
-    counters: &StatsCounters,
-    device: &TrainiumDevice,
-) -> Result<(), BackendError> {
-    let mut segment = Segment::default();
-    segment.push(operation.clone());
-    let boundary = segment.boundary();
-    let mut host = HostExecutor::new();
-    for input in &boundary.inputs {
-        host.register_data(input.id, tensors.download(input.id)?)?;
-    }
-    host.run(segment)?;
-    for output in &boundary.outputs {
-        let readable = TensorIr {
-            status: TensorStatus::ReadOnly,
-            ..output.clone()
-        };
-        tensors.upload_as(output.id, &host.read(&readable)?)?;
-    }
-    for id in &boundary.released_inputs {
-        tensors.release(*id);
-    }
-    StatsCounters::add(&counters.host_fallbacks, 1);
-    log::debug!(
-        "{device}: ran {} on the host",
-        lower::operation_name(operation)
-    );
-    Ok(())
 }

@@ -1,5 +1,6 @@
 //! Executors: what runs a captured segment. One file per executor, behind one trait.
 
+mod device;
 mod host;
 mod neuron;
 mod xla;

@@ -11,14 +11,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use burn_backend::{BoolStore, DType, Shape, TensorData};
-use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
+use burn_ir::{TensorId, TensorIr};
 use trainium_ffi::nrt::{Model, NeuronRuntime, Tensor, TensorPlacement};
 
-use super::{Executor, HostExecutor, host};
-use crate::lower::{self, LowerOptions, LoweredProgram, Step};
+use super::device::DeviceExecutor;
+use super::{Executor, HostExecutor};
+use crate::lower::{self, LowerOptions, LoweredProgram};
 use crate::neuron::{
     self, Binding, CacheKey, CacheOutcome, NeffCache, NeuronCompiler, NeuronSettings,
 };
@@ -417,43 +417,20 @@ impl NeuronExecutor {
         }
         Ok(())
     }
-
-    /// Lowers and runs `operations`, splitting around operations that have no lowering (random
-    /// tensors among them: they are drawn on the host).
-    fn run_operations(&mut self, operations: &[OperationIr]) -> Result<(), BackendError> {
-        let start = Instant::now();
-        let steps = lower::plan_segment(operations, &LowerOptions::default()).map_err(failure)?;
-        StatsCounters::add_elapsed(&self.counters.prepare_micros, start);
-        for step in steps {
-            match step {
-                Step::Program(program) => self.execute(&program)?,
-                Step::Fallback(operation) => {
-                    let (counters, device) = (self.counters.clone(), self.device);
-                    host::run_on_host(self, &operation, &counters, &device)?
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Executor for NeuronExecutor {
     fn register_data(&mut self, id: TensorId, data: TensorData) -> Result<(), BackendError> {
-        let tensor = self.upload(&data)?;
-        self.tensors.insert(id, tensor);
-        Ok(())
+        self.upload_as(id, &data)
     }
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
-        self.run_operations(segment.operations())
+        // Random tensors are drawn on the host (LowerOptions::default()).
+        self.run_planned(segment.operations(), &LowerOptions::default())
     }
 
     fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
-        let data = self.download(tensor.id)?;
-        if tensor.status == TensorStatus::ReadWrite {
-            self.tensors.remove(&tensor.id);
-        }
-        Ok(data)
+        self.read_tensor(tensor)
     }
 
     fn seed(&mut self, seed: u64) {
@@ -462,7 +439,15 @@ impl Executor for NeuronExecutor {
     }
 }
 
-impl host::DeviceTensors for NeuronExecutor {
+impl DeviceExecutor for NeuronExecutor {
+    fn device(&self) -> TrainiumDevice {
+        self.device
+    }
+
+    fn counters(&self) -> &StatsCounters {
+        &self.counters
+    }
+
     fn download(&self, id: TensorId) -> Result<TensorData, BackendError> {
         NeuronExecutor::download(self, id)
     }
@@ -475,5 +460,9 @@ impl host::DeviceTensors for NeuronExecutor {
 
     fn release(&mut self, id: TensorId) {
         self.tensors.remove(&id);
+    }
+
+    fn execute(&mut self, program: &LoweredProgram) -> Result<(), BackendError> {
+        NeuronExecutor::execute(self, program)
     }
 }

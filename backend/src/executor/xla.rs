@@ -8,14 +8,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use burn_backend::{DType, Shape, TensorData};
-use burn_ir::{TensorId, TensorIr, TensorStatus};
+use burn_ir::{TensorId, TensorIr};
 use trainium_ffi::pjrt::{
     Buffer, Client, CompileOptions, CreateOption, Device, ElementType, LoadedExecutable, Plugin,
     ProgramFormat,
 };
 
-use super::{Executor, HostExecutor, host};
-use crate::lower::{self, LowerOptions, LoweredProgram, Step, StructuralKey};
+use super::device::DeviceExecutor;
+use super::{Executor, HostExecutor};
+use crate::lower::{self, LowerOptions, LoweredProgram, StructuralKey};
 use crate::segment::Segment;
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
@@ -370,36 +371,18 @@ impl XlaExecutor {
 
 impl Executor for XlaExecutor {
     fn register_data(&mut self, id: TensorId, data: TensorData) -> Result<(), BackendError> {
-        let tensor = self.upload(&data)?;
-        self.tensors.insert(id, tensor);
-        Ok(())
+        self.upload_as(id, &data)
     }
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
         let options = LowerOptions {
             random_on_device: true,
         };
-        let start = Instant::now();
-        let steps = lower::plan_segment(segment.operations(), &options).map_err(failure)?;
-        StatsCounters::add_elapsed(&self.counters.prepare_micros, start);
-        for step in steps {
-            match step {
-                Step::Program(program) => self.execute(&program)?,
-                Step::Fallback(operation) => {
-                    let (counters, device) = (self.counters.clone(), self.device);
-                    host::run_on_host(self, &operation, &counters, &device)?
-                }
-            }
-        }
-        Ok(())
+        self.run_planned(segment.operations(), &options)
     }
 
     fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
-        let data = self.download(tensor.id)?;
-        if tensor.status == TensorStatus::ReadWrite {
-            self.tensors.remove(&tensor.id);
-        }
-        Ok(data)
+        self.read_tensor(tensor)
     }
 
     fn seed(&mut self, seed: u64) {
@@ -410,7 +393,15 @@ impl Executor for XlaExecutor {
     }
 }
 
-impl host::DeviceTensors for XlaExecutor {
+impl DeviceExecutor for XlaExecutor {
+    fn device(&self) -> TrainiumDevice {
+        self.device
+    }
+
+    fn counters(&self) -> &StatsCounters {
+        &self.counters
+    }
+
     fn download(&self, id: TensorId) -> Result<TensorData, BackendError> {
         XlaExecutor::download(self, id)
     }
@@ -423,5 +414,9 @@ impl host::DeviceTensors for XlaExecutor {
 
     fn release(&mut self, id: TensorId) {
         self.tensors.remove(&id);
+    }
+
+    fn execute(&mut self, program: &LoweredProgram) -> Result<(), BackendError> {
+        XlaExecutor::execute(self, program)
     }
 }
