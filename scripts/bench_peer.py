@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""PyTorch and JAX peers for `hlat bench train`.
+
+`hlat bench train` times one HLAT training step on several Rust backends. With `--with-pytorch`
+or `--with-jax` it also runs this script as a child process, once per framework:
+
+    python3 scripts/bench_peer.py --framework pytorch|jax --config CONFIG.json \\
+        --batch B --seq-len S --warmup W --steps N --precision f32|bf16-mixed [--threads T]
+
+and adds the one line of JSON this script prints on stdout as a row of the same table. Everything
+else (progress, library warnings) goes to stderr.
+
+CONFIG.json is the model config in the project's own layout (`HlatConfig`: vocab_size,
+hidden_size, num_layers, num_heads, num_kv_heads, ffn_size, max_seq_len, rms_norm_eps, rope_theta,
+init_std, ...). The model is a LLaMA decoder as Hugging Face `LlamaForCausalLM` builds it from that
+config: untied embeddings, no biases, RMSNorm, rotate-half RoPE, grouped-query causal attention,
+SwiGLU MLP, every weight matrix drawn from normal(0, init_std), norm weights ones.
+
+The step is the same in both frameworks: on a fixed batch [B, S + 1] of token ids (the generator
+of `batch_rows` in examples/src/commands/bench/train.rs, so every row of the table trains on the
+same tokens), inputs = batch[:, :-1], targets = batch[:, 1:], mean next-token cross-entropy,
+backward, global-norm gradient clipping to 1.0, then AdamW (constant lr 3e-4, betas 0.9/0.95,
+eps 1e-8, weight decay 0.1 on every parameter) with f32 master weights.
+
+- pytorch: `transformers.LlamaForCausalLM` with eager attention, `torch.optim.AdamW` and
+  `torch.nn.utils.clip_grad_norm_`, in eager mode. `--threads T` calls torch.set_num_threads(T).
+  bf16-mixed runs the forward pass under torch.autocast(device_type="cpu", dtype=torch.bfloat16).
+- jax: the same model written in jax.numpy, weights as a pytree, AdamW and clipping written out
+  (the formulas of torch.optim.AdamW), and the whole step (loss, gradient, clipping, update) in
+  one `jax.jit`, compiled ahead of the warmup steps and timed separately. bf16-mixed casts the
+  parameters to bf16 inside the loss. `--threads T` pins the process to T CPUs before JAX starts
+  (XLA's CPU thread pool follows the CPUs the process may run on).
+
+Timing: W untimed warmup steps, then N timed steps; each timed region ends once the step's result
+is materialised (`loss.item()` in torch; `jax.block_until_ready` on the new parameters, optimiser
+state and loss in JAX), so asynchronous execution cannot hide work. The median is reported.
+
+Output keys: backend, median_step_seconds, tokens_per_second (B * S / median), compiles (jax: 1,
+the one compile of the step; pytorch: 0), compile_seconds, peak_rss_bytes (ru_maxrss),
+final_loss (the loss of the last step, computed before its update), version.
+
+Exit status: 0 on success, 2 for a bad argument or config, 3 when the framework is not installed
+(stderr then names the missing package and the pip command that installs it).
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+
+EXIT_USAGE = 2
+EXIT_MISSING = 3
+
+LR = 3e-4
+BETAS = (0.9, 0.95)
+EPS = 1e-8
+WEIGHT_DECAY = 0.1
+CLIP_NORM = 1.0
+SEED = 0
+
+PRECISIONS = ("f32", "bf16-mixed")
+# Python packages each framework needs, as pip names them (the import names are the same).
+REQUIREMENTS = {"pytorch": ("torch", "transformers"), "jax": ("jax", "jaxlib")}
+
+CONFIG_INTS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_size",
+               "max_seq_len")
+CONFIG_FLOATS = ("rms_norm_eps", "rope_theta", "init_std")
+
+
+def fail(message, status=EXIT_USAGE):
+    print(f"bench_peer: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+# arguments and config ------------------------------------------------------------------------
+
+
+def int_at_least(minimum):
+    """An argparse type: an integer >= minimum."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        fail(message)
+
+
+def parse_args():
+    parser = Parser(description="Time one HLAT training step in PyTorch or JAX "
+                                "(a peer of `hlat bench train`).")
+    parser.add_argument("--framework", required=True, choices=sorted(REQUIREMENTS))
+    parser.add_argument("--config", required=True, help="model config JSON (HlatConfig layout)")
+    parser.add_argument("--batch", required=True, type=int_at_least(1), help="sequences per step")
+    parser.add_argument("--seq-len", required=True, type=int_at_least(1),
+                        help="tokens per sequence")
+    parser.add_argument("--warmup", required=True, type=int_at_least(0), help="untimed steps")
+    parser.add_argument("--steps", required=True, type=int_at_least(1), help="timed steps")
+    parser.add_argument("--precision", required=True,
+                        help=f"one of {', '.join(PRECISIONS)}")
+    parser.add_argument("--threads", type=int_at_least(1), help="CPU threads to use")
+    args = parser.parse_args()
+    if args.precision not in PRECISIONS:
+        fail(f"--precision {args.precision!r} is not supported here "
+             f"(the peers support {' and '.join(PRECISIONS)})")
+    return args
+
+
+def load_config(path):
+    try:
+        with open(path, encoding="utf-8") as file:
+            config = json.load(file)
+    except OSError as error:
+        fail(f"cannot read --config {path}: {error.strerror}")
+    except json.JSONDecodeError as error:
+        fail(f"--config {path} is not valid JSON: {error}")
+    if not isinstance(config, dict):
+        fail(f"--config {path}: expected a JSON object")
+    for key in CONFIG_INTS:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            fail(f"--config {path}: {key} must be a positive integer, got {value!r}")
+    for key in CONFIG_FLOATS:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            fail(f"--config {path}: {key} must be a positive number, got {value!r}")
+    if config["hidden_size"] % config["num_heads"]:
+        fail(f"--config {path}: hidden_size {config['hidden_size']} is not a multiple of "
+             f"num_heads {config['num_heads']}")
+    if config["num_heads"] % config["num_kv_heads"]:
+        fail(f"--config {path}: num_heads {config['num_heads']} is not a multiple of "
+             f"num_kv_heads {config['num_kv_heads']}")
+    if (config["hidden_size"] // config["num_heads"]) % 2:
+        fail(f"--config {path}: the head dimension must be even for RoPE")
+    return config
+
+
+def require(framework):
+    missing = [name for name in REQUIREMENTS[framework] if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(f"the {framework} peer needs the Python package{'s' if len(missing) > 1 else ''} "
+             f"{' and '.join(missing)}, not installed: python3 -m pip install {' '.join(missing)}",
+             EXIT_MISSING)
+
+
+def batch_rows(vocab_size, batch, seq_len):
+    """Rows of seq_len + 1 token ids: the xorshift64 generator of `hlat bench train`."""
+    state = 0x2545_F491_4F6C_DD1D
+    mask = (1 << 64) - 1
+    rows = []
+    for _ in range(batch):
+        row = []
+        for _ in range(seq_len + 1):
+            state ^= (state << 13) & mask
+            state ^= state >> 7
+            state ^= (state << 17) & mask
+            row.append(state % vocab_size)
+        rows.append(row)
+    return rows
+
+
+def time_steps(step, warmup, steps):
+    """Runs warmup + steps calls of step() (each returns the materialised loss).
+
+    Returns the median seconds of the timed calls and the last loss."""
+    for _ in range(warmup):
+        step()
+    seconds = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        loss = step()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), float(loss)
+
+
+# pytorch -------------------------------------------------------------------------------------
+
+
+def run_pytorch(config, args):
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(SEED)
+    hf_config = LlamaConfig(
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["ffn_size"],
+        num_hidden_layers=config["num_layers"],
+        num_attention_heads=config["num_heads"],
+        num_key_value_heads=config["num_kv_heads"],
+        max_position_embeddings=config["max_seq_len"],
+        rms_norm_eps=config["rms_norm_eps"],
+        rope_theta=config["rope_theta"],
+        initializer_range=config["init_std"],
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+        attention_dropout=0.0,
+        attn_implementation="eager",
+    )
+    model = LlamaForCausalLM(hf_config).float().train()
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+
+    batch = torch.tensor(batch_rows(config["vocab_size"], args.batch, args.seq_len))
+    inputs, targets = batch[:, :-1], batch[:, 1:].reshape(-1)
+    bf16 = args.precision == "bf16-mixed"
+
+    def step():
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=inputs, use_cache=False).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)
+        optimizer.step()
+        return loss.item()
+
+    median, final_loss = time_steps(step, args.warmup, args.steps)
+    return {
+        "median_step_seconds": median,
+        "compiles": 0,
+        "compile_seconds": 0.0,
+        "final_loss": final_loss,
+        "version": f"torch {torch.__version__} / transformers {transformers.__version__}",
+    }
+
+
+# jax -----------------------------------------------------------------------------------------
+
+
+def run_jax(config, args):
+    if args.threads is not None:
+        cpus = sorted(os.sched_getaffinity(0))
+        if args.threads > len(cpus):
+            fail(f"--threads {args.threads}: this process may only run on {len(cpus)} CPUs")
+        # Before JAX starts: XLA sizes its CPU thread pool from the CPUs available.
+        os.sched_setaffinity(0, cpus[:args.threads])
+
+    import jax
+    import jax.numpy as jnp
+
+    vocab, hidden, ffn = config["vocab_size"], config["hidden_size"], config["ffn_size"]
+    heads, kv_heads = config["num_heads"], config["num_kv_heads"]
+    head_dim = hidden // heads
+    eps, theta, std = config["rms_norm_eps"], config["rope_theta"], config["init_std"]
+    compute_dtype = jnp.bfloat16 if args.precision == "bf16-mixed" else jnp.float32
+
+    def init_params(key):
+        keys = iter(jax.random.split(key, 2 + 7 * config["num_layers"]))
+
+        def normal(shape):
+            return std * jax.random.normal(next(keys), shape, jnp.float32)
+
+        # Matrices are stored [in, out], so a linear layer is `x @ w`.
+        layers = [
+            {
+                "attn_norm": jnp.ones(hidden, jnp.float32),
+                "wq": normal((hidden, heads * head_dim)),
+                "wk": normal((hidden, kv_heads * head_dim)),
+                "wv": normal((hidden, kv_heads * head_dim)),
+                "wo": normal((heads * head_dim, hidden)),
+                "mlp_norm": jnp.ones(hidden, jnp.float32),
+                "w_gate": normal((hidden, ffn)),
+                "w_up": normal((hidden, ffn)),
+                "w_down": normal((ffn, hidden)),
+            }
+            for _ in range(config["num_layers"])
+        ]
+        return {
+            "embed": normal((vocab, hidden)),
+            "layers": layers,
+            "norm": jnp.ones(hidden, jnp.float32),
+            "lm_head": normal((hidden, vocab)),
+        }
+
+    def rms_norm(x, weight):
+        # As transformers' LlamaRMSNorm: normalise in f32, scale in the input's dtype.
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+        return weight * x32.astype(x.dtype)
+
+    def rope_tables(seq_len):
+        inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+        freqs = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]
+        angles = jnp.concatenate([freqs, freqs], axis=-1)  # [S, head_dim]
+        return jnp.cos(angles), jnp.sin(angles)
+
+    def apply_rope(x, cos, sin):  # x: [B, S, heads, head_dim]
+        cos, sin = cos[:, None, :].astype(x.dtype), sin[:, None, :].astype(x.dtype)
+        first, second = jnp.split(x, 2, axis=-1)
+        return x * cos + jnp.concatenate([-second, first], axis=-1) * sin
+
+    def attention(layer, x, cos, sin, causal):
+        b, s, _ = x.shape
+        q = apply_rope((x @ layer["wq"]).reshape(b, s, heads, head_dim), cos, sin)
+        k = apply_rope((x @ layer["wk"]).reshape(b, s, kv_heads, head_dim), cos, sin)
+        v = (x @ layer["wv"]).reshape(b, s, kv_heads, head_dim)
+        # Grouped-query attention: KV head i serves query heads i * group .. (i + 1) * group.
+        group = heads // kv_heads
+        k, v = jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(head_dim)
+        scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
+        probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(q.dtype)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, heads * head_dim)
+        return out @ layer["wo"]
+
+    def mlp(layer, x):
+        return (jax.nn.silu(x @ layer["w_gate"]) * (x @ layer["w_up"])) @ layer["w_down"]
+
+    def forward(params, tokens):
+        seq_len = tokens.shape[1]
+        cos, sin = rope_tables(seq_len)
+        causal = jnp.tril(jnp.ones((seq_len, seq_len), dtype=bool))
+        x = params["embed"][tokens]
+        for layer in params["layers"]:
+            x = x + attention(layer, rms_norm(x, layer["attn_norm"]), cos, sin, causal)
+            x = x + mlp(layer, rms_norm(x, layer["mlp_norm"]))
+        return rms_norm(x, params["norm"]) @ params["lm_head"]
+
+    def loss_fn(params, inputs, targets):
+        # bf16-mixed: the f32 master weights are cast here, so their gradients stay f32.
+        params = jax.tree_util.tree_map(lambda p: p.astype(compute_dtype), params)
+        logits = forward(params, inputs).astype(jnp.float32)
+        log_probs = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.take_along_axis(log_probs, targets[..., None], axis=-1).mean()
+
+    def train_step(params, opt_state, inputs, targets):
+        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets)
+        leaves = jax.tree_util.tree_leaves(grads)
+        # torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when below 1.
+        norm = jnp.sqrt(sum(jnp.sum(g * g) for g in leaves))
+        scale = jnp.minimum(1.0, CLIP_NORM / (norm + 1e-6))
+        grads = jax.tree_util.tree_map(lambda g: g * scale, grads)
+
+        # torch.optim.AdamW: decoupled weight decay, then the bias-corrected Adam update.
+        beta1, beta2 = BETAS
+        count = opt_state["count"] + 1
+        m = jax.tree_util.tree_map(lambda m, g: beta1 * m + (1 - beta1) * g,
+                                   opt_state["m"], grads)
+        v = jax.tree_util.tree_map(lambda v, g: beta2 * v + (1 - beta2) * g * g,
+                                   opt_state["v"], grads)
+        correction1 = 1 - beta1 ** count.astype(jnp.float32)
+        correction2 = 1 - beta2 ** count.astype(jnp.float32)
+
+        def update(p, m, v):
+            p = p * (1 - LR * WEIGHT_DECAY)
+            return p - (LR / correction1) * m / (jnp.sqrt(v) / jnp.sqrt(correction2) + EPS)
+
+        params = jax.tree_util.tree_map(update, params, m, v)
+        return params, {"count": count, "m": m, "v": v}, loss
+
+    params = init_params(jax.random.PRNGKey(SEED))
+    opt_state = {
+        "count": jnp.zeros((), jnp.int32),
+        # Two separate sets of buffers: the state is donated to the step.
+        "m": jax.tree_util.tree_map(jnp.zeros_like, params),
+        "v": jax.tree_util.tree_map(jnp.zeros_like, params),
+    }
+    batch = jnp.asarray(batch_rows(vocab, args.batch, args.seq_len), dtype=jnp.int32)
+    inputs, targets = batch[:, :-1], batch[:, 1:]
+
+    start = time.perf_counter()
+    compiled = jax.jit(train_step, donate_argnums=(0, 1)).lower(
+        params, opt_state, inputs, targets).compile()
+    compile_seconds = time.perf_counter() - start
+
+    state = {"params": params, "opt_state": opt_state}
+
+    def step():
+        params, opt_state, loss = compiled(state["params"], state["opt_state"], inputs, targets)
+        jax.block_until_ready((params, opt_state, loss))
+        state["params"], state["opt_state"] = params, opt_state
+        return loss
+
+    median, final_loss = time_steps(step, args.warmup, args.steps)
+    return {
+        "median_step_seconds": median,
+        "compiles": 1,
+        "compile_seconds": compile_seconds,
+        "final_loss": final_loss,
+        "version": f"jax {jax.__version__}",
+    }
+
+
+# main ----------------------------------------------------------------------------------------
+
+
+def main():
+    args = parse_args()
+    config = load_config(args.config)
+    require(args.framework)
+
+    # Only the result line goes to stdout: send everything else, the frameworks' own output
+    # included (even from native code), to stderr.
+    result_fd = os.dup(sys.stdout.fileno())
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+    run = run_pytorch if args.framework == "pytorch" else run_jax
+    measured = run(config, args)
+    result = {
+        "backend": args.framework,
+        "median_step_seconds": measured["median_step_seconds"],
+        "tokens_per_second": args.batch * args.seq_len / measured["median_step_seconds"],
+        "compiles": measured["compiles"],
+        "compile_seconds": measured["compile_seconds"],
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "final_loss": measured["final_loss"],
+        "version": measured["version"],
+    }
+    sys.stdout.flush()
+    with os.fdopen(result_fd, "w") as out:
+        out.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
