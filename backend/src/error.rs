@@ -5,7 +5,7 @@ use thiserror::Error;
 pub enum BackendError {
     /// The device string (from code or `TRAINIUM_DEVICE`) could not be parsed.
     #[error(
-        "invalid Trainium device `{value}`: {reason} (expected `host`, `xla` or `neuron`, optionally followed by `:N`)"
+        "invalid Trainium device `{value}`: {reason} (expected `host`, `xla` or `neuron`, optionally followed by `:N` or `:FIRST-LAST`)"
     )]
     InvalidDevice {
         /// The text that was given.

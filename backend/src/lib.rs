@@ -2,6 +2,10 @@
 //!
 //! A [Burn](https://burn.dev) backend for AWS Trainium.
 //!
+//! The pipeline reads as the folders do: [`capture`](TrainiumChannel) (the router's client
+//! buffers operations into segments) → [`lower`] (a segment becomes one XLA HLO module) →
+//! executors (`host`, `xla`, `neuron`) → the native bindings of `trainium-ffi`.
+//!
 //! Trainium is an XLA device: instead of dispatching every operation, the backend captures Burn's
 //! intermediate representation ([`burn_ir::OperationIr`]) lazily and runs it in *segments*, when a
 //! tensor is read, on `sync`, or when a segment reaches its size cap. A segment is handed to an
@@ -17,26 +21,29 @@
 //! type B = Trainium; // or `burn::backend::Autodiff<Trainium>` for training
 //! let device = TrainiumDevice::default(); // reads TRAINIUM_DEVICE, `host:0` when unset
 //! ```
+//!
+//! A device may stand for several replicas (`xla:0-3`): one program runs on each, and the
+//! [`collective`] operations combine them.
 
-mod channel;
-mod client;
+mod capture;
+pub mod collective;
 mod device;
 mod error;
 mod executor;
 pub mod hlo;
 pub mod lower;
-pub mod neuron;
-mod segment;
 mod stats;
 
-pub use channel::TrainiumChannel;
-pub use client::{DEFAULT_SEGMENT_CAP, check_device, set_segment_cap};
-pub use device::{DEVICE_ENV, ExecutorKind, TrainiumDevice};
-pub use error::BackendError;
-pub use executor::{
-    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, PLUGIN_ENV,
+pub use capture::{
+    DEFAULT_SEGMENT_CAP, Segment, SegmentBoundary, TrainiumChannel, check_device, set_segment_cap,
 };
-pub use segment::{Segment, SegmentBoundary};
+pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
+pub use error::BackendError;
+pub use executor::neuron;
+pub use executor::{
+    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES,
+    PLUGIN_ENV,
+};
 pub use stats::{Stats, reset_stats, stats};
 
 /// The Trainium backend: Burn's router backend over this crate's channel and client.

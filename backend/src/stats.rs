@@ -15,6 +15,8 @@ pub(crate) struct StatsCounters {
     pub compile_micros: AtomicU64,
     pub cache_hits: AtomicU64,
     pub host_fallbacks: AtomicU64,
+    pub collectives: AtomicU64,
+    pub collective_bytes: AtomicU64,
     pub bytes_to_device: AtomicU64,
     pub bytes_to_host: AtomicU64,
     pub live_tensors: AtomicU64,
@@ -42,6 +44,8 @@ impl StatsCounters {
             compile_seconds: load(&self.compile_micros) as f64 * 1e-6,
             cache_hits: load(&self.cache_hits),
             host_fallbacks: load(&self.host_fallbacks),
+            collectives: load(&self.collectives),
+            collective_bytes: load(&self.collective_bytes),
             bytes_to_device: load(&self.bytes_to_device),
             bytes_to_host: load(&self.bytes_to_host),
             live_tensors: load(&self.live_tensors),
@@ -58,6 +62,8 @@ impl StatsCounters {
             &self.compile_micros,
             &self.cache_hits,
             &self.host_fallbacks,
+            &self.collectives,
+            &self.collective_bytes,
             &self.bytes_to_device,
             &self.bytes_to_host,
         ] {
@@ -86,6 +92,10 @@ pub struct Stats {
     pub cache_hits: u64,
     /// Operations that had no lowering and ran on the host executor instead.
     pub host_fallbacks: u64,
+    /// Collectives that exchanged data between replicas (each run of each one).
+    pub collectives: u64,
+    /// Bytes each replica sent into those collectives.
+    pub collective_bytes: u64,
     /// Bytes copied from the host to the device.
     pub bytes_to_device: u64,
     /// Bytes copied from the device to the host.

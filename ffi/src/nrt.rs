@@ -289,6 +289,8 @@ struct Api {
     get_total_core_count: unsafe extern "C" fn(*mut u32) -> c_int,
     get_visible_core_count: unsafe extern "C" fn(*mut u32) -> c_int,
     load: unsafe extern "C" fn(*const c_void, usize, i32, i32, *mut *mut RawModel) -> c_int,
+    load_collectives:
+        unsafe extern "C" fn(*const c_void, usize, i32, i32, u32, u32, *mut *mut RawModel) -> c_int,
     unload: unsafe extern "C" fn(*mut RawModel) -> c_int,
     get_model_tensor_info:
         unsafe extern "C" fn(*mut RawModel, *mut *mut RawTensorInfoArray) -> c_int,
@@ -368,6 +370,7 @@ impl NeuronLibrary {
             get_visible_core_count: lookup
                 .either("nrt_get_visible_vnc_count", "nrt_get_visible_nc_count")?,
             load: lookup.function("nrt_load")?,
+            load_collectives: lookup.function("nrt_load_collectives")?,
             unload: lookup.function("nrt_unload")?,
             get_model_tensor_info: lookup.function("nrt_get_model_tensor_info")?,
             free_model_tensor_info: lookup.function("nrt_free_model_tensor_info")?,
@@ -620,6 +623,33 @@ impl NeuronRuntime {
         // SAFETY: `neff` is valid for its length; vnc_count is -1 as the header asks.
         check("nrt_load", unsafe {
             (api.load)(neff.as_ptr().cast(), neff.len(), core, -1, &mut raw)
+        })?;
+        Ok(Model { runtime: self, raw })
+    }
+
+    /// `nrt_load_collectives`: places a NEFF that holds collective operations on the NeuronCore
+    /// `core`, as rank `rank` of the `ranks` devices that run it together (global ids across
+    /// every process of the job).
+    pub fn load_collectives(
+        &self,
+        neff: &[u8],
+        core: i32,
+        rank: u32,
+        ranks: u32,
+    ) -> Result<Model<'_>, NrtError> {
+        let api = self.api()?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: `neff` is valid for its length; one NeuronCore per rank.
+        check("nrt_load_collectives", unsafe {
+            (api.load_collectives)(
+                neff.as_ptr().cast(),
+                neff.len(),
+                core,
+                1,
+                rank,
+                ranks,
+                &mut raw,
+            )
         })?;
         Ok(Model { runtime: self, raw })
     }

@@ -5,8 +5,8 @@ use burn_backend::{DType, Shape, TensorData};
 use burn_ir::TensorIr;
 use burn_router::{MultiBackendBridge, RouterTensor, RunnerChannel, RunnerClient};
 
+use super::TrainiumClient;
 use crate::TrainiumDevice;
-use crate::client::TrainiumClient;
 
 /// Connects Burn's router to one [`TrainiumClient`] per [`TrainiumDevice`].
 #[derive(Clone, Debug, Default)]

@@ -11,8 +11,8 @@ use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 use burn_router::{RouterTensor, RunnerClient};
 use burn_std::future::DynFut;
 
+use super::Segment;
 use crate::executor::{self, Executor};
-use crate::segment::Segment;
 use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
 
@@ -127,16 +127,72 @@ impl TrainiumClient {
             .store(state.live.len() as u64, Ordering::Relaxed);
     }
 
-    /// Copies a tensor to the host, running the waiting segment first.
+    /// Copies a tensor to the host (its first replica), running the waiting segment first.
     pub(crate) fn read_data(&self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+        self.read_with(tensor, |executor| executor.read(tensor))
+    }
+
+    /// Copies every replica of a tensor to the host, running the waiting segment first.
+    pub(crate) fn read_replicas(&self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
+        self.read_with(tensor, |executor| executor.read_replicas(tensor))
+    }
+
+    fn read_with<T>(
+        &self,
+        tensor: &TensorIr,
+        read: impl FnOnce(&mut dyn Executor) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
         let mut state = self.lock();
         self.flush(&mut state)?;
-        let data = state.executor.read(tensor)?;
+        let data = read(state.executor.as_mut())?;
         if tensor.status == TensorStatus::ReadWrite {
             state.live.remove(&tensor.id);
             self.update_live_gauge(&state);
         }
         Ok(data)
+    }
+
+    /// A new tensor whose replica `r` holds `data[r]` (one entry per replica of the device).
+    ///
+    /// # Panics
+    /// When `data` does not hold one entry per replica, or the entries differ in shape or type.
+    pub(crate) fn register_replicas(&self, data: Vec<TensorData>) -> RouterTensor<Self> {
+        let replicas = usize::from(self.device.replicas);
+        assert_eq!(
+            data.len(),
+            replicas,
+            "{} has {replicas} replicas, data for {} was given",
+            self.device,
+            data.len()
+        );
+        let (shape, dtype) = (data[0].shape.clone(), data[0].dtype);
+        assert!(
+            data.iter()
+                .all(|replica| replica.shape == shape && replica.dtype == dtype),
+            "the replicas of one tensor must share a shape and a type"
+        );
+        self.register_host_data(shape, dtype, |executor, id| {
+            executor.register_replicas(id, data)
+        })
+    }
+
+    /// Registers host data with the executor under a fresh id (errors are reported at the next
+    /// read or sync).
+    fn register_host_data(
+        &self,
+        shape: burn_backend::Shape,
+        dtype: DType,
+        register: impl FnOnce(&mut dyn Executor, TensorId) -> Result<(), BackendError>,
+    ) -> RouterTensor<Self> {
+        let id = next_tensor_id();
+        let mut state = self.lock();
+        if let Err(error) = register(state.executor.as_mut(), id) {
+            state.pending_error.get_or_insert(error);
+        }
+        state.live.insert(id);
+        self.update_live_gauge(&state);
+        drop(state);
+        RouterTensor::new(id, shape, dtype, self.clone())
     }
 }
 
@@ -186,17 +242,10 @@ impl RunnerClient for TrainiumClient {
     }
 
     fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
-        let id = next_tensor_id();
-        let shape = data.shape.clone();
-        let dtype = data.dtype;
-        let mut state = self.lock();
-        if let Err(error) = state.executor.register_data(id, data) {
-            state.pending_error.get_or_insert(error);
-        }
-        state.live.insert(id);
-        self.update_live_gauge(&state);
-        drop(state);
-        RouterTensor::new(id, shape, dtype, self.clone())
+        let (shape, dtype) = (data.shape.clone(), data.dtype);
+        self.register_host_data(shape, dtype, |executor, id| {
+            executor.register_data(id, data)
+        })
     }
 
     fn device(&self) -> Self::Device {

@@ -1,44 +1,341 @@
-//! What the executors that hold tensors in device memory (`xla`, `neuron`) share: running a
-//! planned segment, host fallbacks, reads.
+//! The executor of targets that run lowered programs on devices (`xla`, `neuron`): it owns the
+//! tensors held on the device, the compile cache, the counters, random states, module dumps and
+//! host fallbacks, and asks its [`Target`] only for what differs: upload, download, compile and
+//! launch. Replicated devices are handled here once: every tensor holds one buffer per replica,
+//! a program runs with one argument list per replica.
 
-use burn_backend::TensorData;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use burn_backend::{DType, Shape, TensorData};
 use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 
+use super::program_cache::{CacheLimits, ProgramCache};
 use super::{Executor, HostExecutor};
+use crate::capture::Segment;
 use crate::lower::{self, LowerOptions, LoweredProgram, Step};
-use crate::segment::Segment;
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
 
-/// An executor whose tensors live in device memory and whose programs come from the shared
-/// lowering. The provided methods hold everything the `xla` and `neuron` executors do alike.
-pub(crate) trait DeviceExecutor {
-    /// The device this executor serves.
-    fn device(&self) -> TrainiumDevice;
-    /// The device's statistics counters.
-    fn counters(&self) -> &StatsCounters;
-    /// Copies a tensor off the device.
-    fn download(&self, id: TensorId) -> Result<TensorData, BackendError>;
-    /// Copies host data onto the device under `id`.
-    fn upload_as(&mut self, id: TensorId, data: &TensorData) -> Result<(), BackendError>;
-    /// Frees a device tensor whose life has ended.
-    fn release(&mut self, id: TensorId);
-    /// Runs one lowered program on the device.
-    fn execute(&mut self, program: &LoweredProgram) -> Result<(), BackendError>;
+/// How a program reached the executor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum CompileOutcome {
+    /// Compiled now, in `seconds`.
+    Compiled { seconds: f64 },
+    /// Found compiled in a cache outside the process (the NEFF cache).
+    Cached,
+}
 
-    /// Splits `operations` into lowered programs and host fallbacks, and runs them in order.
-    fn run_planned(
+/// What differs between the targets of [`DeviceExecutor`].
+pub(crate) trait Target: Send {
+    /// One replica's copy of a tensor in device memory.
+    type Buffer: Send;
+    /// A program compiled and ready to launch on every replica.
+    type Program: Send + Sync;
+
+    /// The executor's name in errors and logs.
+    const EXECUTOR: &'static str;
+    /// How many compiled programs the executor keeps.
+    const CACHE_LIMITS: CacheLimits;
+
+    /// The lowering choices of this target.
+    fn lower_options(&self) -> LowerOptions;
+
+    /// Copies host data into the memory of replica `replica`.
+    fn upload(&mut self, replica: usize, data: &TensorData) -> Result<Self::Buffer, BackendError>;
+
+    /// Copies one replica's buffer of a tensor of `shape` and `dtype` to the host.
+    fn download(
+        &self,
+        buffer: &Self::Buffer,
+        shape: &Shape,
+        dtype: DType,
+    ) -> Result<TensorData, BackendError>;
+
+    /// Compiles `program` for every replica.
+    fn compile(
         &mut self,
-        operations: &[OperationIr],
-        options: &LowerOptions,
+        program: &LoweredProgram,
+    ) -> Result<(Self::Program, CompileOutcome), BackendError>;
+
+    /// Runs `compiled` once on every replica; `arguments[r]` are replica `r`'s parameters in the
+    /// order of `program`'s module. Returns each replica's outputs.
+    fn launch(
+        &mut self,
+        compiled: &Self::Program,
+        program: &LoweredProgram,
+        arguments: Vec<Vec<&Self::Buffer>>,
+    ) -> Result<Vec<Vec<Self::Buffer>>, BackendError>;
+}
+
+/// A tensor held on the device: one buffer per replica.
+struct DeviceTensor<Buffer> {
+    replicas: Vec<Buffer>,
+    shape: Shape,
+    dtype: DType,
+}
+
+/// Runs segments of one (possibly replicated) device as compiled programs of a [`Target`].
+pub(crate) struct DeviceExecutor<T: Target> {
+    device: TrainiumDevice,
+    target: T,
+    tensors: HashMap<TensorId, DeviceTensor<T::Buffer>>,
+    programs: ProgramCache<T::Program>,
+    counters: Arc<StatsCounters>,
+    /// The Threefry key of random tensors drawn on the device (set by `seed`).
+    random_key: u64,
+    /// Random states handed out so far under `random_key`.
+    random_counter: u64,
+}
+
+impl<T: Target> DeviceExecutor<T> {
+    /// An executor of `device` running on `target`.
+    pub fn new(device: &TrainiumDevice, target: T, counters: Arc<StatsCounters>) -> Self {
+        Self {
+            device: *device,
+            target,
+            tensors: HashMap::new(),
+            programs: ProgramCache::new(T::CACHE_LIMITS),
+            counters,
+            random_key: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_nanos() as u64),
+            random_counter: 0,
+        }
+    }
+
+    fn replicas(&self) -> usize {
+        usize::from(self.device.replicas)
+    }
+
+    fn failure(&self, reason: impl ToString) -> BackendError {
+        BackendError::Execution {
+            executor: T::EXECUTOR,
+            reason: reason.to_string(),
+        }
+    }
+
+    fn held(&self, id: TensorId) -> Result<&DeviceTensor<T::Buffer>, BackendError> {
+        self.tensors
+            .get(&id)
+            .ok_or_else(|| self.failure(format!("tensor {id} is not on {}", self.device)))
+    }
+
+    /// Uploads `data[r]` to replica `r` (or `data[0]` to every replica) and keeps it as `id`.
+    fn store(&mut self, id: TensorId, data: &[TensorData]) -> Result<(), BackendError> {
+        let mut replicas = Vec::with_capacity(self.replicas());
+        for replica in 0..self.replicas() {
+            let replica_data = data.get(replica).unwrap_or(&data[0]);
+            replicas.push(self.target.upload(replica, replica_data)?);
+            StatsCounters::add(
+                &self.counters.bytes_to_device,
+                replica_data.as_bytes().len() as u64,
+            );
+        }
+        self.tensors.insert(
+            id,
+            DeviceTensor {
+                replicas,
+                shape: data[0].shape.clone(),
+                dtype: data[0].dtype,
+            },
+        );
+        Ok(())
+    }
+
+    /// Copies replica `replica` of tensor `id` to the host.
+    fn download(&self, id: TensorId, replica: usize) -> Result<TensorData, BackendError> {
+        let tensor = self.held(id)?;
+        let data = self
+            .target
+            .download(&tensor.replicas[replica], &tensor.shape, tensor.dtype)?;
+        StatsCounters::add(&self.counters.bytes_to_host, data.as_bytes().len() as u64);
+        Ok(data)
+    }
+
+    /// The program of `lowered`: from the cache, or compiled now.
+    fn compiled(&mut self, lowered: &LoweredProgram) -> Result<Arc<T::Program>, BackendError> {
+        if let Some(program) = self.programs.get(lowered) {
+            StatsCounters::add(&self.counters.cache_hits, 1);
+            return Ok(program);
+        }
+        if let Err(error) = lower::dump_module(lowered) {
+            log::warn!("could not dump {}: {error}", lowered.module.name);
+        }
+        let (program, outcome) = self.target.compile(lowered)?;
+        match outcome {
+            CompileOutcome::Compiled { seconds } => {
+                StatsCounters::add(&self.counters.compiles, 1);
+                StatsCounters::add(&self.counters.compile_micros, (seconds * 1e6) as u64);
+                log::info!(
+                    "{}: compiled {} ({} inputs, {} scalar packs, {} outputs, {} collectives) in \
+                     {:.1} ms",
+                    self.device,
+                    lowered.module.name,
+                    lowered.inputs.len(),
+                    lowered.scalars.len(),
+                    lowered.outputs.len(),
+                    lowered.collectives,
+                    seconds * 1e3
+                );
+            }
+            CompileOutcome::Cached => StatsCounters::add(&self.counters.cache_hits, 1),
+        }
+        Ok(self.programs.insert(lowered, program))
+    }
+
+    /// Runs a lowered program: inputs from the device, hoisted scalars and random states
+    /// uploaded, outputs kept, released inputs freed.
+    fn execute(&mut self, lowered: &LoweredProgram) -> Result<(), BackendError> {
+        if !lowered.outputs.is_empty() {
+            let compiled = self.compiled(lowered)?;
+            let mut extra = lowered.scalars.clone();
+            if lowered.random_draws > 0 {
+                let states: Vec<u64> = (0..lowered.random_draws)
+                    .flat_map(|_| {
+                        self.random_counter += 1;
+                        [self.random_key, self.random_counter]
+                    })
+                    .collect();
+                extra.push(TensorData::new(states, [2 * lowered.random_draws]));
+            }
+            let mut uploaded = Vec::with_capacity(self.replicas());
+            for replica in 0..self.replicas() {
+                let buffers = extra
+                    .iter()
+                    .map(|data| self.target.upload(replica, data))
+                    .collect::<Result<Vec<_>, _>>()?;
+                uploaded.push(buffers);
+            }
+            let mut arguments = Vec::with_capacity(self.replicas());
+            for (replica, extra) in uploaded.iter().enumerate() {
+                let mut list = Vec::with_capacity(lowered.inputs.len() + extra.len());
+                for input in &lowered.inputs {
+                    let tensor = self.tensors.get(&input.id).ok_or_else(|| {
+                        self.failure(format!(
+                            "input tensor {} of {} is not on {}",
+                            input.id, lowered.module.name, self.device
+                        ))
+                    })?;
+                    list.push(&tensor.replicas[replica]);
+                }
+                list.extend(extra.iter());
+                arguments.push(list);
+            }
+            let outputs = self.target.launch(&compiled, lowered, arguments)?;
+            self.keep_outputs(&lowered.outputs, outputs)?;
+            StatsCounters::add(&self.counters.collectives, lowered.collectives as u64);
+            StatsCounters::add(&self.counters.collective_bytes, lowered.collective_bytes);
+        }
+        for id in &lowered.released {
+            self.tensors.remove(id);
+        }
+        Ok(())
+    }
+
+    /// Keeps per-replica results (`outputs[r][i]` is replica `r`'s buffer of `tensors[i]`).
+    fn keep_outputs(
+        &mut self,
+        tensors: &[TensorIr],
+        outputs: Vec<Vec<T::Buffer>>,
     ) -> Result<(), BackendError> {
-        let start = std::time::Instant::now();
-        let steps =
-            lower::plan_segment(operations, options).map_err(|error| BackendError::Execution {
-                executor: self.device().executor.name(),
-                reason: error.to_string(),
-            })?;
-        StatsCounters::add_elapsed(&self.counters().prepare_micros, start);
+        if outputs.len() != self.replicas()
+            || outputs.iter().any(|replica| replica.len() != tensors.len())
+        {
+            return Err(self.failure(format!(
+                "the program returned {} replicas of {:?} outputs, {} replicas of {} expected",
+                outputs.len(),
+                outputs.iter().map(Vec::len).collect::<Vec<_>>(),
+                self.replicas(),
+                tensors.len()
+            )));
+        }
+        let mut per_tensor: Vec<Vec<T::Buffer>> = tensors.iter().map(|_| Vec::new()).collect();
+        for replica in outputs {
+            for (index, buffer) in replica.into_iter().enumerate() {
+                per_tensor[index].push(buffer);
+            }
+        }
+        for (tensor, replicas) in tensors.iter().zip(per_tensor) {
+            self.tensors.insert(
+                tensor.id,
+                DeviceTensor {
+                    replicas,
+                    shape: tensor.shape.clone(),
+                    dtype: tensor.dtype,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs one operation that has no lowering on the host, replica by replica: inputs copied
+    /// off the device, outputs copied back, ended inputs released. Counted in `host_fallbacks`.
+    fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
+        if let OperationIr::Custom(custom) = operation {
+            return Err(BackendError::Unsupported {
+                executor: T::EXECUTOR,
+                what: format!("custom operation `{}` (it has no lowering)", custom.id),
+            });
+        }
+        let mut segment = Segment::default();
+        segment.push(operation.clone());
+        let boundary = segment.boundary();
+        let mut results: Vec<Vec<TensorData>> =
+            boundary.outputs.iter().map(|_| Vec::new()).collect();
+        for replica in 0..self.replicas() {
+            let mut host = HostExecutor::new(1);
+            for input in &boundary.inputs {
+                host.register_data(input.id, self.download(input.id, replica)?)?;
+            }
+            host.run(segment.clone())?;
+            for (output, result) in boundary.outputs.iter().zip(&mut results) {
+                let readable = TensorIr {
+                    status: TensorStatus::ReadOnly,
+                    ..output.clone()
+                };
+                result.push(host.read(&readable)?);
+            }
+        }
+        for (output, data) in boundary.outputs.iter().zip(results) {
+            self.store(output.id, &data)?;
+        }
+        for id in &boundary.released_inputs {
+            self.tensors.remove(id);
+        }
+        StatsCounters::add(&self.counters.host_fallbacks, 1);
+        log::debug!(
+            "{}: ran {} on the host",
+            self.device,
+            lower::operation_name(operation)
+        );
+        Ok(())
+    }
+}
+
+impl<T: Target> Executor for DeviceExecutor<T> {
+    fn register_data(&mut self, id: TensorId, data: TensorData) -> Result<(), BackendError> {
+        self.store(id, &[data])
+    }
+
+    fn register_replicas(
+        &mut self,
+        id: TensorId,
+        data: Vec<TensorData>,
+    ) -> Result<(), BackendError> {
+        self.store(id, &data)
+    }
+
+    fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
+        let start = Instant::now();
+        let options = LowerOptions {
+            replicas: self.replicas(),
+            ..self.target.lower_options()
+        };
+        let steps = lower::plan_segment(segment.operations(), &options)
+            .map_err(|error| self.failure(error))?;
+        StatsCounters::add_elapsed(&self.counters.prepare_micros, start);
         for step in steps {
             match step {
                 Step::Program(program) => self.execute(&program)?,
@@ -48,42 +345,28 @@ pub(crate) trait DeviceExecutor {
         Ok(())
     }
 
-    /// Runs one operation that has no lowering on a fresh host executor: inputs copied off the
-    /// device, outputs copied back, ended inputs released. Counted in `host_fallbacks`.
-    fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
-        let mut segment = Segment::default();
-        segment.push(operation.clone());
-        let boundary = segment.boundary();
-        let mut host = HostExecutor::new();
-        for input in &boundary.inputs {
-            host.register_data(input.id, self.download(input.id)?)?;
-        }
-        host.run(segment)?;
-        for output in &boundary.outputs {
-            let readable = TensorIr {
-                status: TensorStatus::ReadOnly,
-                ..output.clone()
-            };
-            self.upload_as(output.id, &host.read(&readable)?)?;
-        }
-        for id in &boundary.released_inputs {
-            self.release(*id);
-        }
-        StatsCounters::add(&self.counters().host_fallbacks, 1);
-        log::debug!(
-            "{}: ran {} on the host",
-            self.device(),
-            lower::operation_name(operation)
-        );
-        Ok(())
-    }
-
-    /// Copies a tensor to the host; a `ReadWrite` read is its last use and frees it.
-    fn read_tensor(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
-        let data = self.download(tensor.id)?;
+    fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+        let data = self.download(tensor.id, 0)?;
         if tensor.status == TensorStatus::ReadWrite {
-            self.release(tensor.id);
+            self.tensors.remove(&tensor.id);
         }
         Ok(data)
+    }
+
+    fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
+        let data = (0..self.replicas())
+            .map(|replica| self.download(tensor.id, replica))
+            .collect::<Result<Vec<_>, _>>()?;
+        if tensor.status == TensorStatus::ReadWrite {
+            self.tensors.remove(&tensor.id);
+        }
+        Ok(data)
+    }
+
+    fn seed(&mut self, seed: u64) {
+        self.random_key = seed;
+        self.random_counter = 0;
+        // Operations that fall back to the host draw from the host's generator.
+        HostExecutor::new(1).seed(seed);
     }
 }

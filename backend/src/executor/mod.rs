@@ -1,30 +1,47 @@
-//! Executors: what runs a captured segment. One file per executor, behind one trait.
+//! Executors: what runs a captured segment. `host` replays it on `burn-flex`; `xla` and `neuron`
+//! are targets of the one [`DeviceExecutor`], which runs the segment's lowered programs.
 
 mod device;
 mod host;
-mod neuron;
+pub mod neuron;
+mod program_cache;
 mod xla;
 
+pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};
 pub(crate) use host::HostExecutor;
-pub(crate) use xla::XlaExecutor;
-pub use xla::{COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, PLUGIN_ENV};
+pub(crate) use program_cache::CacheLimits;
+pub use xla::{
+    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES,
+    PLUGIN_ENV,
+};
 
 use burn_backend::TensorData;
 use burn_ir::{TensorId, TensorIr};
 
-use crate::segment::Segment;
+use crate::capture::Segment;
+use crate::stats::counters;
 use crate::{BackendError, ExecutorKind, TrainiumDevice};
 
-/// Runs segments and owns the device-side tensors of one Trainium device.
+/// Runs segments and owns the device-side tensors of one Trainium device (every replica of it).
 pub(crate) trait Executor: Send {
-    /// Stores a tensor created from host data under `id`.
+    /// Stores a tensor created from host data under `id`, the same data on every replica.
     fn register_data(&mut self, id: TensorId, data: TensorData) -> Result<(), BackendError>;
+
+    /// Stores a tensor under `id` whose replica `r` holds `data[r]`.
+    fn register_replicas(
+        &mut self,
+        id: TensorId,
+        data: Vec<TensorData>,
+    ) -> Result<(), BackendError>;
 
     /// Runs every operation of `segment`, in order.
     fn run(&mut self, segment: Segment) -> Result<(), BackendError>;
 
-    /// Copies a tensor to the host. A `ReadWrite` status releases the device tensor.
+    /// Copies a tensor (its first replica) to the host. A `ReadWrite` status releases it.
     fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError>;
+
+    /// Copies every replica of a tensor to the host. A `ReadWrite` status releases it.
+    fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError>;
 
     /// Seeds the executor's random number generator.
     fn seed(&mut self, seed: u64);
@@ -32,15 +49,17 @@ pub(crate) trait Executor: Send {
 
 /// Opens the executor a device asks for, or says why it is unavailable.
 pub(crate) fn open(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
-    match device.executor {
-        ExecutorKind::Host => Ok(Box::new(HostExecutor::new())),
-        ExecutorKind::Xla => Ok(Box::new(XlaExecutor::new(
+    Ok(match device.executor {
+        ExecutorKind::Host => Box::new(HostExecutor::new(usize::from(device.replicas))),
+        ExecutorKind::Xla => Box::new(DeviceExecutor::new(
             device,
-            crate::stats::counters(device),
-        )?)),
-        ExecutorKind::Neuron => Ok(Box::new(neuron::NeuronExecutor::new(
+            xla::XlaTarget::open(device)?,
+            counters(device),
+        )),
+        ExecutorKind::Neuron => Box::new(DeviceExecutor::new(
             device,
-            crate::stats::counters(device),
-        )?)),
-    }
+            neuron::NeuronCores::open(device)?,
+            counters(device),
+        )),
+    })
 }

@@ -1,31 +1,30 @@
-//! The `xla` executor: lowers each segment to one HLO module, compiles it once through a PJRT
-//! plugin (`TRAINIUM_PJRT_PLUGIN`), and runs it on one PJRT device. Tensors stay on the device
-//! between segments; operations without a lowering run on the host executor one at a time.
+//! The `xla` target: each segment lowered to one HLO module, compiled once through a PJRT plugin
+//! (`TRAINIUM_PJRT_PLUGIN`) for every replica of the device, and run on its PJRT devices.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use burn_backend::{DType, Shape, TensorData};
-use burn_ir::{TensorId, TensorIr};
 use trainium_ffi::pjrt::{
     Buffer, Client, CompileOptions, CreateOption, Device, ElementType, LoadedExecutable, Plugin,
     ProgramFormat,
 };
 
-use super::device::DeviceExecutor;
-use super::{Executor, HostExecutor};
-use crate::lower::{self, LowerOptions, LoweredProgram, StructuralKey};
-use crate::segment::Segment;
-use crate::stats::StatsCounters;
+use super::{CacheLimits, CompileOutcome, Target};
+use crate::lower::{LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
 
 /// The environment variable holding the path of the PJRT plugin (a shared library).
 pub const PLUGIN_ENV: &str = "TRAINIUM_PJRT_PLUGIN";
 
-/// The environment variable setting how many devices the XLA CPU plugin creates (default 2).
+/// The environment variable setting how many devices the XLA CPU plugin creates.
 pub const CPU_DEVICES_ENV: &str = "TRAINIUM_PJRT_CPU_DEVICES";
+
+/// How many devices the XLA CPU plugin creates unless `TRAINIUM_PJRT_CPU_DEVICES` says.
+pub const DEFAULT_CPU_DEVICES: i64 = 4;
 
 /// How many compiled programs each device keeps.
 pub const COMPILE_CACHE_CAPACITY: usize = 256;
@@ -45,38 +44,35 @@ fn failure(reason: impl ToString) -> BackendError {
     }
 }
 
+fn unavailable(reason: String) -> BackendError {
+    BackendError::ExecutorUnavailable {
+        executor: EXECUTOR,
+        reason,
+    }
+}
+
 /// The plugin and its one client, shared by every `xla` device of the process.
 struct Runtime {
     client: Client,
 }
 
-/// Loads the plugin named by `TRAINIUM_PJRT_PLUGIN` once and creates its client.
-fn runtime() -> Result<Arc<Runtime>, BackendError> {
-    static RUNTIMES: OnceLock<Mutex<HashMap<PathBuf, Arc<Runtime>>>> = OnceLock::new();
-    let unavailable = |reason: String| BackendError::ExecutorUnavailable {
-        executor: EXECUTOR,
-        reason,
-    };
-    let path = std::env::var_os(PLUGIN_ENV)
+/// The plugin path and CPU device count from the values of `TRAINIUM_PJRT_PLUGIN` and
+/// `TRAINIUM_PJRT_CPU_DEVICES`.
+fn settings(
+    plugin: Option<OsString>,
+    cpu_devices: Option<String>,
+) -> Result<(PathBuf, i64), BackendError> {
+    let path = plugin
         .filter(|value| !value.is_empty())
         .map(PathBuf::from)
         .ok_or_else(|| {
             unavailable(format!(
                 "{PLUGIN_ENV} is not set: point it at a PJRT plugin (for the XLA CPU plugin, run \
-                 `../shared/scripts/install-xla-cpu` and use the path it prints)"
+                 `scripts/install-xla-cpu` from this repository and use the path it prints)"
             ))
         })?;
-    let mut runtimes = RUNTIMES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(runtime) = runtimes.get(&path) {
-        return Ok(runtime.clone());
-    }
-    let plugin =
-        Plugin::load(&path).map_err(|error| unavailable(format!("{error} (from {PLUGIN_ENV})")))?;
-    let cpu_devices = match std::env::var(CPU_DEVICES_ENV) {
-        Ok(value) => value
+    let cpu_devices = match cpu_devices {
+        Some(value) => value
             .trim()
             .parse::<i64>()
             .ok()
@@ -86,8 +82,27 @@ fn runtime() -> Result<Arc<Runtime>, BackendError> {
                     "{CPU_DEVICES_ENV}=`{value}` is not a positive device count"
                 ))
             })?,
-        Err(_) => 2,
+        None => DEFAULT_CPU_DEVICES,
     };
+    Ok((path, cpu_devices))
+}
+
+/// Loads the plugin named by `TRAINIUM_PJRT_PLUGIN` once and creates its client.
+fn runtime() -> Result<Arc<Runtime>, BackendError> {
+    static RUNTIMES: OnceLock<Mutex<HashMap<PathBuf, Arc<Runtime>>>> = OnceLock::new();
+    let (path, cpu_devices) = settings(
+        std::env::var_os(PLUGIN_ENV),
+        std::env::var(CPU_DEVICES_ENV).ok(),
+    )?;
+    let mut runtimes = RUNTIMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(runtime) = runtimes.get(&path) {
+        return Ok(runtime.clone());
+    }
+    let plugin =
+        Plugin::load(&path).map_err(|error| unavailable(format!("{error} (from {PLUGIN_ENV})")))?;
     // Plugins ignore options they do not know: this one only sizes the XLA CPU client.
     let options = [CreateOption {
         name: "cpu_device_count".into(),
@@ -133,290 +148,129 @@ fn element_type(dtype: DType) -> Result<ElementType, BackendError> {
     })
 }
 
-/// A tensor held by the device.
-struct DeviceTensor {
-    buffer: Buffer,
-    shape: Shape,
-    dtype: DType,
-}
-
-/// A compiled program and the module it was compiled from (compared on every hit, so a hash
-/// collision can never run the wrong program).
-struct CachedProgram {
-    module: Vec<u8>,
-    executable: Arc<LoadedExecutable>,
-    instructions: usize,
-    last_use: u64,
-}
-
-/// Compiled programs of one device, keyed by structural key, least recently used evicted
-/// beyond [`COMPILE_CACHE_CAPACITY`] programs or [`COMPILE_CACHE_INSTRUCTIONS`] instructions.
-#[derive(Default)]
-struct ProgramCache {
-    programs: HashMap<StructuralKey, CachedProgram>,
-    instructions: usize,
-    clock: u64,
-}
-
-impl ProgramCache {
-    fn get(&mut self, program: &LoweredProgram) -> Option<Arc<LoadedExecutable>> {
-        self.clock += 1;
-        let entry = self.programs.get_mut(&program.key)?;
-        if entry.module != program.bytes {
-            return None;
-        }
-        entry.last_use = self.clock;
-        Some(entry.executable.clone())
-    }
-
-    fn insert(&mut self, program: &LoweredProgram, executable: Arc<LoadedExecutable>) {
-        let instructions = program
-            .module
-            .computations
-            .iter()
-            .map(|computation| computation.instructions.len())
-            .sum();
-        while !self.programs.is_empty()
-            && (self.programs.len() >= COMPILE_CACHE_CAPACITY
-                || self.instructions + instructions > COMPILE_CACHE_INSTRUCTIONS)
-        {
-            let oldest = self
-                .programs
-                .iter()
-                .min_by_key(|(_, entry)| entry.last_use)
-                .map(|(key, _)| *key)
-                .expect("the cache is not empty");
-            if let Some(evicted) = self.programs.remove(&oldest) {
-                self.instructions -= evicted.instructions;
-            }
-        }
-        self.instructions += instructions;
-        let replaced = self.programs.insert(
-            program.key,
-            CachedProgram {
-                module: program.bytes.clone(),
-                executable,
-                instructions,
-                last_use: self.clock,
-            },
-        );
-        if let Some(replaced) = replaced {
-            self.instructions -= replaced.instructions;
-        }
-    }
-}
-
-/// Runs segments as compiled HLO programs on one PJRT device.
-pub(crate) struct XlaExecutor {
-    device: TrainiumDevice,
+/// The `xla` target of the device executor: PJRT buffers and loaded executables on the
+/// consecutive PJRT devices of a (replicated) device.
+pub(crate) struct XlaTarget {
     runtime: Arc<Runtime>,
-    pjrt_device: Device,
-    tensors: HashMap<TensorId, DeviceTensor>,
-    cache: ProgramCache,
-    counters: Arc<StatsCounters>,
-    /// The Threefry key of random tensors drawn on the device (set by `seed`).
-    random_key: u64,
-    /// Random states handed out so far under `random_key`.
-    random_counter: u64,
+    /// The PJRT device of each replica.
+    devices: Vec<Device>,
 }
 
-impl XlaExecutor {
-    /// Opens `device` (`xla:N` is the N-th addressable device of the plugin's client).
-    pub fn new(
-        device: &TrainiumDevice,
-        counters: Arc<StatsCounters>,
-    ) -> Result<Self, BackendError> {
+impl XlaTarget {
+    /// Opens `device` (`xla:N` is the N-th addressable device of the plugin's client, `xla:A-B`
+    /// devices A to B).
+    pub fn open(device: &TrainiumDevice) -> Result<Self, BackendError> {
         let runtime = runtime()?;
-        let devices = runtime.client.devices();
-        let pjrt_device = *devices.get(device.index as usize).ok_or_else(|| BackendError::ExecutorUnavailable {
-            executor: EXECUTOR,
-            reason: format!(
-                "device {device} does not exist: the PJRT client has {} devices (the XLA CPU plugin makes \
-                 {CPU_DEVICES_ENV} of them)",
-                devices.len()
-            ),
-        })?;
-        Ok(Self {
-            device: *device,
-            runtime,
-            pjrt_device,
-            tensors: HashMap::new(),
-            cache: ProgramCache::default(),
-            counters,
-            random_key: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |elapsed| elapsed.as_nanos() as u64),
-            random_counter: 0,
-        })
+        let available = runtime.client.devices();
+        let devices = (0..device.replicas)
+            .map(|replica| {
+                let index = usize::from(device.index) + usize::from(replica);
+                available.get(index).copied().ok_or_else(|| BackendError::ExecutorUnavailable {
+                    executor: EXECUTOR,
+                    reason: format!(
+                        "device {device} does not exist: the PJRT client has {} devices (the XLA \
+                         CPU plugin makes {CPU_DEVICES_ENV} of them, default {DEFAULT_CPU_DEVICES})",
+                        available.len()
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { runtime, devices })
+    }
+}
+
+impl Target for XlaTarget {
+    type Buffer = Buffer;
+    type Program = LoadedExecutable;
+
+    const EXECUTOR: &'static str = EXECUTOR;
+    const CACHE_LIMITS: CacheLimits = CacheLimits {
+        programs: COMPILE_CACHE_CAPACITY,
+        instructions: COMPILE_CACHE_INSTRUCTIONS,
+    };
+
+    fn lower_options(&self) -> LowerOptions {
+        LowerOptions {
+            random_on_device: true,
+            ..LowerOptions::default()
+        }
     }
 
-    fn upload(&self, data: &TensorData) -> Result<DeviceTensor, BackendError> {
+    fn upload(&mut self, replica: usize, data: &TensorData) -> Result<Buffer, BackendError> {
         let element = element_type(data.dtype)?;
         let dims: Vec<i64> = data.shape.iter().map(|&d| d as i64).collect();
-        let buffer = self
-            .runtime
+        self.runtime
             .client
-            .buffer_from_host(data.as_bytes(), element, &dims, &self.pjrt_device)
-            .map_err(failure)?;
-        StatsCounters::add(&self.counters.bytes_to_device, data.as_bytes().len() as u64);
-        Ok(DeviceTensor {
-            buffer,
-            shape: data.shape.clone(),
-            dtype: data.dtype,
-        })
+            .buffer_from_host(data.as_bytes(), element, &dims, &self.devices[replica])
+            .map_err(failure)
     }
 
-    fn download(&self, id: TensorId) -> Result<TensorData, BackendError> {
-        let tensor = self
-            .tensors
-            .get(&id)
-            .ok_or_else(|| failure(format!("tensor {id} is not on {}", self.device)))?;
-        let size = tensor.shape.num_elements() * element_type(tensor.dtype)?.size_in_bytes();
+    fn download(
+        &self,
+        buffer: &Buffer,
+        shape: &Shape,
+        dtype: DType,
+    ) -> Result<TensorData, BackendError> {
+        let size = shape.num_elements() * element_type(dtype)?.size_in_bytes();
         let mut bytes = vec![0u8; size];
-        tensor.buffer.copy_to_host(&mut bytes).map_err(failure)?;
-        StatsCounters::add(&self.counters.bytes_to_host, size as u64);
-        Ok(TensorData::from_bytes_vec(
-            bytes,
-            tensor.shape.clone(),
-            tensor.dtype,
-        ))
+        buffer.copy_to_host(&mut bytes).map_err(failure)?;
+        Ok(TensorData::from_bytes_vec(bytes, shape.clone(), dtype))
     }
 
-    /// The executable of `program`, compiled on a cache miss.
-    fn executable(
+    fn compile(
         &mut self,
         program: &LoweredProgram,
-    ) -> Result<Arc<LoadedExecutable>, BackendError> {
-        if let Some(executable) = self.cache.get(program) {
-            StatsCounters::add(&self.counters.cache_hits, 1);
-            return Ok(executable);
-        }
-        if let Err(error) = lower::dump_module(program) {
-            log::warn!("could not dump {}: {error}", program.module.name);
-        }
+    ) -> Result<(LoadedExecutable, CompileOutcome), BackendError> {
         let start = Instant::now();
-        let options = CompileOptions::on_device(self.pjrt_device.id);
+        let device_ids: Vec<i64> = self.devices.iter().map(|device| device.id).collect();
         let executable = self
             .runtime
             .client
-            .compile(&program.bytes, ProgramFormat::Hlo, &options)
+            .compile(
+                &program.bytes,
+                ProgramFormat::Hlo,
+                &CompileOptions::replicated(&device_ids),
+            )
             .map_err(|error| failure(format!("compiling {}: {error}", program.module.name)))?;
-        let elapsed = start.elapsed();
-        StatsCounters::add(&self.counters.compiles, 1);
-        StatsCounters::add(&self.counters.compile_micros, elapsed.as_micros() as u64);
-        log::info!(
-            "{}: compiled {} ({} inputs, {} scalar packs, {} outputs) in {:.1} ms",
-            self.device,
-            program.module.name,
-            program.inputs.len(),
-            program.scalars.len(),
-            program.outputs.len(),
-            elapsed.as_secs_f64() * 1e3
+        let seconds = start.elapsed().as_secs_f64();
+        Ok((executable, CompileOutcome::Compiled { seconds }))
+    }
+
+    fn launch(
+        &mut self,
+        executable: &LoadedExecutable,
+        program: &LoweredProgram,
+        arguments: Vec<Vec<&Buffer>>,
+    ) -> Result<Vec<Vec<Buffer>>, BackendError> {
+        executable
+            .execute_replicated(&arguments)
+            .map_err(|error| failure(format!("running {}: {error}", program.module.name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_or_bad_settings_say_what_to_do() {
+        let unset = settings(None, None).unwrap_err().to_string();
+        assert!(
+            unset.contains(PLUGIN_ENV) && unset.contains("scripts/install-xla-cpu"),
+            "{unset}"
         );
-        let executable = Arc::new(executable);
-        self.cache.insert(program, executable.clone());
-        Ok(executable)
-    }
-
-    /// Runs a lowered program: inputs from the device, hoisted scalars uploaded, outputs kept.
-    fn execute(&mut self, program: &LoweredProgram) -> Result<(), BackendError> {
-        if !program.outputs.is_empty() {
-            let executable = self.executable(program)?;
-            let scalars = program
-                .scalars
-                .iter()
-                .map(|data| self.upload(data))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut scalars = scalars;
-            if program.random_draws > 0 {
-                let states: Vec<u64> = (0..program.random_draws)
-                    .flat_map(|_| {
-                        self.random_counter += 1;
-                        [self.random_key, self.random_counter]
-                    })
-                    .collect();
-                scalars.push(self.upload(&TensorData::new(states, [2 * program.random_draws]))?);
-            }
-            let mut arguments = Vec::with_capacity(program.inputs.len() + scalars.len());
-            for input in &program.inputs {
-                let tensor = self.tensors.get(&input.id).ok_or_else(|| {
-                    failure(format!(
-                        "input tensor {} is not on {}",
-                        input.id, self.device
-                    ))
-                })?;
-                arguments.push(&tensor.buffer);
-            }
-            arguments.extend(scalars.iter().map(|scalar| &scalar.buffer));
-            let outputs = executable
-                .execute(&arguments)
-                .map_err(|error| failure(format!("running {}: {error}", program.module.name)))?;
-            for (tensor, buffer) in program.outputs.iter().zip(outputs) {
-                self.tensors.insert(
-                    tensor.id,
-                    DeviceTensor {
-                        buffer,
-                        shape: tensor.shape.clone(),
-                        dtype: tensor.dtype,
-                    },
-                );
-            }
-        }
-        for id in &program.released {
-            self.tensors.remove(id);
-        }
-        Ok(())
-    }
-}
-
-impl Executor for XlaExecutor {
-    fn register_data(&mut self, id: TensorId, data: TensorData) -> Result<(), BackendError> {
-        self.upload_as(id, &data)
-    }
-
-    fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
-        let options = LowerOptions {
-            random_on_device: true,
-        };
-        self.run_planned(segment.operations(), &options)
-    }
-
-    fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
-        self.read_tensor(tensor)
-    }
-
-    fn seed(&mut self, seed: u64) {
-        self.random_key = seed;
-        self.random_counter = 0;
-        // Operations that fall back to the host draw from the host's generator.
-        HostExecutor::new().seed(seed);
-    }
-}
-
-impl DeviceExecutor for XlaExecutor {
-    fn device(&self) -> TrainiumDevice {
-        self.device
-    }
-
-    fn counters(&self) -> &StatsCounters {
-        &self.counters
-    }
-
-    fn download(&self, id: TensorId) -> Result<TensorData, BackendError> {
-        XlaExecutor::download(self, id)
-    }
-
-    fn upload_as(&mut self, id: TensorId, data: &TensorData) -> Result<(), BackendError> {
-        let tensor = self.upload(data)?;
-        self.tensors.insert(id, tensor);
-        Ok(())
-    }
-
-    fn release(&mut self, id: TensorId) {
-        self.tensors.remove(&id);
-    }
-
-    fn execute(&mut self, program: &LoweredProgram) -> Result<(), BackendError> {
-        XlaExecutor::execute(self, program)
+        let empty = settings(Some("".into()), None).unwrap_err().to_string();
+        assert!(empty.contains(PLUGIN_ENV), "{empty}");
+        let count = settings(Some("/plugin.so".into()), Some("zero".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            count.contains("`zero` is not a positive device count"),
+            "{count}"
+        );
+        assert_eq!(
+            settings(Some("/plugin.so".into()), None).unwrap(),
+            (PathBuf::from("/plugin.so"), DEFAULT_CPU_DEVICES)
+        );
     }
 }

@@ -220,6 +220,8 @@ pub struct HloInstructionProto {
     pub window: Option<Window>,
     #[prost(message, repeated, tag = "17")]
     pub slice_dimensions: Vec<SliceDimensions>,
+    #[prost(int64, repeated, tag = "20")]
+    pub dynamic_slice_sizes: Vec<i64>,
     #[prost(message, optional, tag = "21")]
     pub padding_config: Option<PaddingConfig>,
     #[prost(message, optional, tag = "30")]
@@ -228,6 +230,8 @@ pub struct HloInstructionProto {
     pub gather_dimension_numbers: Option<GatherDimensionNumbers>,
     #[prost(int64, repeated, tag = "34")]
     pub gather_slice_sizes: Vec<i64>,
+    #[prost(int64, tag = "26")]
+    pub channel_id: i64,
     #[prost(int64, tag = "35")]
     pub id: i64,
     #[prost(int64, repeated, tag = "36")]
@@ -236,18 +240,39 @@ pub struct HloInstructionProto {
     pub called_computation_ids: Vec<i64>,
     #[prost(message, optional, tag = "48")]
     pub scatter_dimension_numbers: Option<ScatterDimensionNumbers>,
+    #[prost(message, repeated, tag = "49")]
+    pub replica_groups: Vec<ReplicaGroup>,
     #[prost(bool, tag = "60")]
     pub is_stable: bool,
     #[prost(string, tag = "63")]
     pub comparison_direction: String,
     #[prost(bool, tag = "67")]
     pub indices_are_sorted: bool,
+    #[prost(message, optional, tag = "68")]
+    pub frontend_attributes: Option<FrontendAttributes>,
     #[prost(bool, tag = "69")]
     pub unique_indices: bool,
     #[prost(int32, tag = "70")]
     pub rng_algorithm: i32,
+    #[prost(bool, tag = "71")]
+    pub use_global_device_ids: bool,
     #[prost(string, tag = "72")]
     pub comparison_type: String,
+}
+
+/// `xla.ReplicaGroup`: the replicas that take part in one collective together.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReplicaGroup {
+    #[prost(int64, repeated, tag = "1")]
+    pub replica_ids: Vec<i64>,
+}
+
+/// `xla.FrontendAttributes`: string attributes a compiler reads (e.g. the NEFF tensor names
+/// `neuronx-cc` gives the program's inputs and outputs).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FrontendAttributes {
+    #[prost(btree_map = "string, string", tag = "1")]
+    pub map: std::collections::BTreeMap<String, String>,
 }
 
 /// `xla.RandomAlgorithm::RNG_THREE_FRY`: a `u64[2]` state.

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use crate::hlo::{
     self, DotDimensionNumbers, GatherDimensionNumbers, HloComputationProto, HloInstructionProto,
-    LiteralProto, OpMetadata, PrimitiveType, ProgramShapeProto, ScatterDimensionNumbers,
-    SliceDimensions,
+    LiteralProto, OpMetadata, PrimitiveType, ProgramShapeProto, ReplicaGroup,
+    ScatterDimensionNumbers, SliceDimensions,
 };
 
 /// A value of the computation being built: an instruction id and its array shape.
@@ -81,6 +81,8 @@ pub(crate) struct Builder {
     instructions: Vec<HloInstructionProto>,
     computations: Vec<HloComputationProto>,
     combiners: HashMap<(Combiner, PrimitiveType), i64>,
+    /// The channel id of the last collective (each collective gets its own, from 1).
+    last_channel: i64,
     /// The Burn operation being lowered, recorded as metadata of each instruction.
     pub op_name: String,
 }
@@ -644,5 +646,104 @@ impl Builder {
         bits.operand_ids = vec![id];
         bits.tuple_index = 1;
         self.push(bits)
+    }
+}
+
+impl Builder {
+    /// A rank-1 `s32` constant holding `values`.
+    pub fn constant_s32(&mut self, values: &[i32]) -> Value {
+        let dims = [values.len() as i64];
+        let mut constant = self.op("constant", PrimitiveType::S32, &dims, &[]);
+        constant.literal = Some(LiteralProto {
+            shape: Some(hlo::array_shape(PrimitiveType::S32, &dims)),
+            s32s: values.to_vec(),
+            ..Default::default()
+        });
+        self.push(constant)
+    }
+
+    /// The index of the replica running the program (`u32[]`).
+    pub fn replica_id(&mut self) -> Value {
+        let instruction = self.op("replica-id", PrimitiveType::U32, &[], &[]);
+        self.push(instruction)
+    }
+
+    /// The slice of `sizes` starting at the run-time scalar indices `starts` (one per dimension).
+    pub fn dynamic_slice(&mut self, operand: &Value, starts: &[Value], sizes: &[i64]) -> Value {
+        let mut operands = vec![operand];
+        operands.extend(starts.iter());
+        let mut instruction = self.op("dynamic-slice", operand.element_type, sizes, &operands);
+        instruction.dynamic_slice_sizes = sizes.to_vec();
+        self.push(instruction)
+    }
+
+    /// A collective over `groups` of replicas (`all-reduce`, `all-gather`, `reduce-scatter`),
+    /// with a fresh channel id and the groups read as global device ids (one partition per
+    /// replica, so they are the replica indices). `combiner` reduces, `dimension` gathers or
+    /// scatters; the result has `dims`.
+    pub fn collective(
+        &mut self,
+        opcode: &str,
+        operand: &Value,
+        groups: &[Vec<usize>],
+        combiner: Option<Combiner>,
+        dimension: Option<usize>,
+        dims: &[i64],
+    ) -> Value {
+        let mut instruction = self.op(opcode, operand.element_type, dims, &[operand]);
+        self.last_channel += 1;
+        instruction.channel_id = self.last_channel;
+        instruction.use_global_device_ids = true;
+        instruction.replica_groups = groups
+            .iter()
+            .map(|group| ReplicaGroup {
+                replica_ids: group.iter().map(|&replica| replica as i64).collect(),
+            })
+            .collect();
+        if let Some(combiner) = combiner {
+            instruction.called_computation_ids =
+                vec![self.combiner(combiner, operand.element_type)];
+        }
+        if let Some(dimension) = dimension {
+            instruction.dimensions = vec![dimension as i64];
+        }
+        self.push(instruction)
+    }
+
+    /// `values` passed through an optimization barrier (`opt-barrier` of their tuple).
+    pub fn optimization_barrier(&mut self, values: &[Value]) -> Vec<Value> {
+        let shapes: Vec<hlo::ShapeProto> = values
+            .iter()
+            .map(|value| hlo::array_shape(value.element_type, &value.dims))
+            .collect();
+        let tuple_id = fresh_id(&mut self.next_id);
+        self.instructions.push(HloInstructionProto {
+            name: format!("tuple.{tuple_id}"),
+            opcode: "tuple".to_string(),
+            shape: Some(hlo::tuple_shape(shapes.clone())),
+            id: tuple_id,
+            operand_ids: values.iter().map(|value| value.id).collect(),
+            ..Default::default()
+        });
+        let barrier_id = fresh_id(&mut self.next_id);
+        self.instructions.push(HloInstructionProto {
+            name: format!("opt_barrier.{barrier_id}"),
+            opcode: "opt-barrier".to_string(),
+            shape: Some(hlo::tuple_shape(shapes)),
+            id: barrier_id,
+            operand_ids: vec![tuple_id],
+            ..Default::default()
+        });
+        values
+            .iter()
+            .enumerate()
+            .map(|(index, value)| {
+                let mut element =
+                    self.op("get-tuple-element", value.element_type, &value.dims, &[]);
+                element.operand_ids = vec![barrier_id];
+                element.tuple_index = index as i64;
+                self.push(element)
+            })
+            .collect()
     }
 }

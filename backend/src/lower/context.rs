@@ -7,8 +7,8 @@ use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
 
 use super::builder::{Builder, Value};
 use super::{LowerError, LowerOptions};
+use crate::capture::SegmentBoundary;
 use crate::hlo::{self, BufferDonorEntryProto, HloBufferDonorProto, PrimitiveType};
-use crate::segment::SegmentBoundary;
 
 /// Why one operation could not be lowered; located by [`Failure::at`].
 #[derive(Debug, Clone, PartialEq)]
@@ -92,11 +92,14 @@ struct ScalarPack {
     values: Vec<ScalarIr>,
 }
 
-/// A finished lowering: the module, its hoisted scalars, and how many random states it draws.
+/// A finished lowering: the module, its hoisted scalars, how many random states it draws, and
+/// its collectives.
 pub(crate) struct Finished {
     pub module: hlo::HloModuleProto,
     pub scalars: Vec<TensorData>,
     pub random_draws: usize,
+    pub collectives: usize,
+    pub collective_bytes: u64,
 }
 
 /// One lowering in progress.
@@ -108,6 +111,9 @@ pub(crate) struct Lowering {
     /// The `u64[2 * draws]` parameter of random states, once a random tensor is drawn.
     random_states: Option<Value>,
     random_draws: i64,
+    /// Collectives that exchange data, and the bytes each replica sends into them.
+    pub collectives: usize,
+    pub collective_bytes: u64,
     /// Executor-dependent choices.
     pub options: LowerOptions,
 }
@@ -122,6 +128,8 @@ impl Lowering {
             packs: Vec::new(),
             random_states: None,
             random_draws: 0,
+            collectives: 0,
+            collective_bytes: 0,
             options,
         };
         for (number, input) in inputs.iter().enumerate() {
@@ -255,6 +263,8 @@ impl Lowering {
             module,
             scalars,
             random_draws: self.random_draws as usize,
+            collectives: self.collectives,
+            collective_bytes: self.collective_bytes,
         }
     }
 }

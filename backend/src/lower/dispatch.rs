@@ -9,7 +9,7 @@ use super::builder::Direction;
 use super::context::{Lowered, Lowering, unsupported};
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
-use super::{attention, creation, index, matmul, random, shape};
+use super::{attention, collective, creation, index, matmul, random, shape};
 
 impl Lowering {
     /// Lowers one operation, or says why it has no lowering.
@@ -29,7 +29,7 @@ impl Lowering {
             OperationIr::Init(_) => {
                 unsupported("`Init` carries host data; it is registered, not lowered")
             }
-            OperationIr::Custom(custom) => unsupported(format!("custom operation `{}`", custom.id)),
+            OperationIr::Custom(custom) => collective::custom(self, custom),
         }
     }
 

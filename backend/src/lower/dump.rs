@@ -19,14 +19,19 @@ fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Writes `program` to `$TRAINIUM_DUMP_DIR/<module name>.hlo.pb` and `.hlo.txt` when the variable
 /// is set; returns the path of the binary file.
 pub fn dump_module(program: &LoweredProgram) -> io::Result<Option<PathBuf>> {
-    let Some(folder) = std::env::var_os(DUMP_DIR_ENV).filter(|value| !value.is_empty()) else {
-        return Ok(None);
-    };
-    let folder = PathBuf::from(folder);
-    std::fs::create_dir_all(&folder)?;
+    match std::env::var_os(DUMP_DIR_ENV).filter(|value| !value.is_empty()) {
+        Some(folder) => dump_module_to(Path::new(&folder), program).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Writes `program` to `<folder>/<module name>.hlo.pb` and `.hlo.txt`; returns the path of the
+/// binary file.
+pub fn dump_module_to(folder: &Path, program: &LoweredProgram) -> io::Result<PathBuf> {
+    std::fs::create_dir_all(folder)?;
     let binary = folder.join(format!("{}.hlo.pb", program.module.name));
     let text = folder.join(format!("{}.hlo.txt", program.module.name));
     write_whole(&binary, &program.bytes)?;
     write_whole(&text, hlo::module_to_text(&program.module).as_bytes())?;
-    Ok(Some(binary))
+    Ok(binary)
 }

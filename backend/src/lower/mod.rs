@@ -11,6 +11,7 @@
 
 mod attention;
 mod builder;
+mod collective;
 mod context;
 mod coverage;
 mod creation;
@@ -23,17 +24,15 @@ mod random;
 mod reduce;
 mod shape;
 
-use std::hash::{Hash, Hasher};
-
 use burn_backend::TensorData;
 use burn_ir::{OperationIr, TensorId, TensorIr};
 use prost::Message;
 
+use crate::capture::{Segment, SegmentBoundary};
 use crate::hlo::HloModuleProto;
-use crate::segment::{Segment, SegmentBoundary};
 
 pub use coverage::{COVERAGE, Coverage, coverage_markdown};
-pub use dump::{DUMP_DIR_ENV, dump_module};
+pub use dump::{DUMP_DIR_ENV, dump_module, dump_module_to};
 
 use context::Lowering;
 
@@ -63,9 +62,21 @@ pub enum LowerError {
 }
 
 /// The structural key of a program: equal for segments that differ only in tensor ids and in
-/// the values of their scalar operands.
+/// the values of their scalar operands. The first 8 bytes of the SHA-256 of the module (stable
+/// across Rust releases, so the names of cached modules are too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StructuralKey(pub u64);
+
+impl StructuralKey {
+    /// The key of a serialized module.
+    pub fn of(bytes: &[u8]) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(bytes);
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        StructuralKey(u64::from_be_bytes(first))
+    }
+}
 
 impl std::fmt::Display for StructuralKey {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,6 +105,10 @@ pub struct LoweredProgram {
     /// Inputs whose life ends in the segment: their buffers are released after the run (and
     /// offered to the program as buffer donors).
     pub released: Vec<TensorId>,
+    /// Collectives in the program that exchange data between replicas.
+    pub collectives: usize,
+    /// Bytes each replica sends into those collectives per run.
+    pub collective_bytes: u64,
 }
 
 /// One step of running a segment: a lowered program, or one operation without a lowering.
@@ -106,12 +121,23 @@ pub enum Step {
 }
 
 /// Choices of the lowering that depend on the executor.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LowerOptions {
     /// Draw random tensors on the device (`rng-bit-generator`). The executor must then pass
     /// [`LoweredProgram::random_draws`] states as the last parameter. When off, random tensors
     /// have no lowering.
     pub random_on_device: bool,
+    /// How many replicas run the program (collectives are checked against it).
+    pub replicas: usize,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        Self {
+            random_on_device: false,
+            replicas: 1,
+        }
+    }
 }
 
 /// Splits `operations` into lowered programs and the operations between them that have no
@@ -238,10 +264,10 @@ pub fn lower_segment_with(
         mut module,
         scalars,
         random_draws,
+        collectives,
+        collective_bytes,
     } = lowering.finish(&outputs, boundary);
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    module.encode_to_vec().hash(&mut hasher);
-    let key = StructuralKey(hasher.finish());
+    let key = StructuralKey::of(&module.encode_to_vec());
     module.name = format!("segment_{key}");
     let bytes = module.encode_to_vec();
     Ok(LoweredProgram {
@@ -253,5 +279,7 @@ pub fn lower_segment_with(
         outputs: boundary.outputs.clone(),
         random_draws,
         released: boundary.released_inputs.clone(),
+        collectives,
+        collective_bytes,
     })
 }

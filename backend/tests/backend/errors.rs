@@ -1,46 +1,30 @@
-//! Errors of the `xla` executor are clear and never abort the process: no plugin configured, a
-//! plugin path that does not exist, a file that is not a plugin, a module the plugin rejects.
-
-mod xla_support;
+//! Errors of the `xla` executor are clear and never abort the process: a plugin path that does
+//! not exist, a file that is not a plugin, a module the plugin rejects. (An unset
+//! `TRAINIUM_PJRT_PLUGIN` is checked by the executor's unit tests, without touching the
+//! environment of this process.)
 
 use burn_trainium::hlo::{
     self, HloComputationProto, HloInstructionProto, HloModuleProto, PrimitiveType,
     ProgramShapeProto,
 };
-use burn_trainium::{PLUGIN_ENV, TrainiumDevice, check_device};
 use prost::Message;
 use trainium_ffi::pjrt::{Client, CompileOptions, PjrtError, Plugin, ProgramFormat};
 
-/// The error of opening `xla:0` with `TRAINIUM_PJRT_PLUGIN` set to `value` (unset when `None`).
-fn open_error(value: Option<&str>) -> String {
-    // SAFETY: this file has one test, so no other thread of this binary reads the variable.
-    unsafe {
-        match value {
-            Some(value) => std::env::set_var(PLUGIN_ENV, value),
-            None => std::env::remove_var(PLUGIN_ENV),
-        }
-    }
-    check_device(&TrainiumDevice::xla(0))
-        .expect_err("the device must not open")
-        .to_string()
-}
+use super::support;
 
-/// Bad settings of `TRAINIUM_PJRT_PLUGIN` are reported with what to do.
-fn bad_plugin_settings_are_reported_with_what_to_do() {
-    let unset = open_error(None);
-    assert!(
-        unset.contains(PLUGIN_ENV) && unset.contains("install-xla-cpu"),
-        "{unset}"
-    );
-
-    let missing = open_error(Some("/nonexistent/libpjrt_cpu.so"));
+#[test]
+fn paths_that_are_not_plugins_are_reported_with_the_path() {
+    let load_error = |path: &str| match Plugin::load(path) {
+        Ok(_) => panic!("{path} loaded as a plugin"),
+        Err(error) => error.to_string(),
+    };
+    let missing = load_error("/nonexistent/libpjrt_cpu.so");
     assert!(
         missing.contains("/nonexistent/libpjrt_cpu.so") && missing.contains("cannot load"),
         "{missing}"
     );
-
     let text_file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-    let not_a_plugin = open_error(Some(text_file));
+    let not_a_plugin = load_error(text_file);
     assert!(
         not_a_plugin.contains("Cargo.toml") && not_a_plugin.contains("cannot load"),
         "{not_a_plugin}"
@@ -92,8 +76,9 @@ fn mismatched_add() -> Vec<u8> {
 }
 
 /// A module the plugin rejects is an error, and the process goes on.
+#[test]
 fn a_module_the_plugin_cannot_compile_is_an_error_not_an_abort() {
-    let plugin = Plugin::load(xla_support::plugin_path()).unwrap();
+    let plugin = Plugin::load(support::plugin_path()).unwrap();
     let client = Client::new(&plugin, &[]).unwrap();
     let error = client
         .compile(
@@ -114,11 +99,4 @@ fn a_module_the_plugin_cannot_compile_is_an_error_not_an_abort() {
         "{error}"
     );
     assert!(!error.to_string().is_empty());
-}
-
-/// One test: the cases change a process-wide environment variable, so they run in sequence.
-#[test]
-fn errors_are_clear_and_never_abort() {
-    a_module_the_plugin_cannot_compile_is_an_error_not_an_abort();
-    bad_plugin_settings_are_reported_with_what_to_do();
 }

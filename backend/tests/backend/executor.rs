@@ -2,12 +2,10 @@
 //! reading any live tensor, several devices on one PJRT client, buffers released when tensors
 //! die, scalar hoisting, and errors.
 
-mod xla_support;
-
+use super::support::xla;
 use burn::prelude::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use burn_trainium::{Trainium, TrainiumDevice, reset_stats, stats};
-use xla_support::xla;
 
 type B = Trainium;
 
@@ -158,7 +156,7 @@ fn changing_scalars_reuse_the_compiled_program() {
 
 #[test]
 fn a_missing_device_index_is_a_clear_error() {
-    xla_support::require_plugin();
+    super::support::plugin_path();
     let error = burn_trainium::check_device(&TrainiumDevice::xla(99))
         .unwrap_err()
         .to_string();

@@ -1,5 +1,5 @@
 //! The lowering on its own (no plugin): structural keys, hoisted scalars, segment boundaries,
-//! the split around operations without a lowering, and `TRAINIUM_DUMP_DIR`.
+//! the split around operations without a lowering, and module dumps.
 
 use burn::tensor::DType;
 use burn_ir::{
@@ -129,11 +129,9 @@ fn segments_split_around_operations_without_a_lowering() {
 
 #[test]
 fn dumps_hold_the_module_as_binary_and_text() {
-    let folder = std::env::temp_dir().join(format!("xla-dump-test-{}", std::process::id()));
-    // SAFETY: the only test of this binary that reads or writes the variable.
-    unsafe { std::env::set_var(lower::DUMP_DIR_ENV, &folder) };
+    let folder = tempfile::tempdir().unwrap();
     let program = lower(&scaled_sum(1, &[2], 3.0));
-    let binary = lower::dump_module(&program).unwrap().expect("dumped");
+    let binary = lower::dump_module_to(folder.path(), &program).unwrap();
     let decoded = HloModuleProto::decode(std::fs::read(&binary).unwrap().as_slice()).unwrap();
     assert_eq!(decoded, program.module);
     let text = std::fs::read_to_string(binary.with_extension("txt")).unwrap();
@@ -141,5 +139,4 @@ fn dumps_hold_the_module_as_binary_and_text() {
         text.contains("HloModule segment_") && text.contains("multiply("),
         "{text}"
     );
-    std::fs::remove_dir_all(folder).unwrap();
 }

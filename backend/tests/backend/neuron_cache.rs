@@ -1,13 +1,11 @@
 //! The persistent NEFF cache, driven by the stand-in compiler of `neuron_support` (a shell
 //! script written by the tests that plays `neuronx-cc`; it is NOT the Neuron compiler).
 
-mod neuron_support;
-
 use std::path::Path;
 use std::process::Command;
 
+use super::neuron_support::Workspace;
 use burn_trainium::neuron::{CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronTarget};
-use neuron_support::Workspace;
 
 fn file_names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -237,7 +235,7 @@ fn two_processes_compile_the_same_module_once() {
         .map(|_| {
             Command::new(&executable)
                 .args([
-                    "child_process_compile",
+                    "neuron_cache::child_process_compile",
                     "--exact",
                     "--nocapture",
                     "--test-threads=1",

@@ -3,11 +3,9 @@
 //! run. Checks the wiring of lowering, cache and statistics, and that a second executor (another
 //! process in real use) finds the programs in the cache.
 
-mod neuron_support;
-
+use super::neuron_support::{Workspace, cached_modules, use_stand_in_for_the_executor};
 use burn::tensor::{Tensor, TensorData};
 use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
-use neuron_support::{Workspace, cached_modules, use_stand_in_for_the_executor};
 
 fn small_program(device: &TrainiumDevice) -> TensorData {
     let a = Tensor::<Trainium, 2>::from_data(
@@ -24,8 +22,8 @@ fn small_program(device: &TrainiumDevice) -> TensorData {
 #[test]
 fn compile_only_mode_fills_the_cache_and_reuses_it() {
     let workspace = Workspace::new("compile-only");
-    // SAFETY: the only test of this binary; no device is open yet.
-    unsafe { use_stand_in_for_the_executor(&workspace) };
+    // The only test of this binary that opens `neuron` devices.
+    use_stand_in_for_the_executor(&workspace);
     let device = TrainiumDevice::neuron(0);
     check_device(&device).unwrap();
 

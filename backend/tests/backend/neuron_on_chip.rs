@@ -3,7 +3,7 @@
 //! yet; on a trn1/trn2 instance:
 //!
 //! ```text
-//! cargo test -p burn-trainium --test neuron_on_chip -- --ignored --test-threads=1
+//! cargo test -p burn-trainium --test backend neuron_on_chip -- --ignored --test-threads=1
 //! ```
 //!
 //! They use the real compiler (`NEURON_CC`, default `neuronx-cc` on `PATH`) and the cache

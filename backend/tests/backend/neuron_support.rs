@@ -3,17 +3,13 @@
 //! `compile` invocation in a file beside itself, sleeps a little so concurrent callers overlap,
 //! and writes `NEFF(<module bytes>)` as the "NEFF", or fails when the module contains `FAIL`.
 
-#![allow(dead_code)]
-
-pub mod hlat_step;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use burn_trainium::neuron::{NeffCache, NeuronCompiler, NeuronTarget};
+use burn_trainium::neuron::{NeffCache, NeuronCompiler, NeuronSettings, NeuronTarget};
 
 const STAND_IN_COMPILER: &str = r#"#!/bin/sh
-# Stand-in for neuronx-cc written by backend/tests/neuron_support. NOT the Neuron compiler.
+# Stand-in for neuronx-cc written by the tests of burn-trainium. NOT the Neuron compiler.
 here=$(dirname "$0")
 if [ "$1" = "--version" ]; then
     echo "NeuronX Compiler version 0.0.0+stand-in"
@@ -101,23 +97,16 @@ impl Drop for Workspace {
     }
 }
 
-/// Points the `neuron` executor of this test process at the stand-in compiler and a cache in
-/// `workspace`, and puts it in compile-only mode.
-///
-/// # Safety
-/// Sets environment variables: call it from the only test of its binary, before any device is
-/// opened, while no other thread reads the environment.
-pub unsafe fn use_stand_in_for_the_executor(workspace: &Workspace) {
-    // SAFETY: guaranteed by the caller.
-    unsafe {
-        std::env::set_var(
-            burn_trainium::neuron::COMPILER_ENV,
-            workspace.compiler_path(),
-        );
-        std::env::set_var(burn_trainium::neuron::CACHE_URL_ENV, workspace.cache_root());
-        std::env::remove_var(burn_trainium::neuron::FLAGS_ENV);
-        std::env::remove_var(burn_trainium::neuron::TARGET_ENV);
-    }
+/// Points the `neuron` executors opened from now on at the stand-in compiler and a cache in
+/// `workspace`, in compile-only mode.
+pub fn use_stand_in_for_the_executor(workspace: &Workspace) {
+    burn_trainium::neuron::set_settings(Some(NeuronSettings {
+        compiler: workspace.compiler_path(),
+        target: NeuronTarget::Trn1,
+        compiler_flags: vec!["--model-type".into(), "transformer".into()],
+        cache_root: workspace.cache_root(),
+        retry_failed: false,
+    }));
     burn_trainium::neuron::set_compile_only(true);
 }
 

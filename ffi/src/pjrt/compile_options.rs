@@ -8,8 +8,9 @@ pub struct CompileOptions {
     pub num_replicas: i64,
     /// `executable_build_options.num_partitions`.
     pub num_partitions: i64,
-    /// The PJRT device id (`PJRT_DeviceDescription_Id`) a single-replica program runs on.
-    pub device_id: Option<i64>,
+    /// The PJRT device ids (`PJRT_DeviceDescription_Id`) replica 0, 1, ... runs on; empty lets
+    /// the plugin choose.
+    pub device_ids: Vec<i64>,
 }
 
 impl Default for CompileOptions {
@@ -17,7 +18,7 @@ impl Default for CompileOptions {
         Self {
             num_replicas: 1,
             num_partitions: 1,
-            device_id: None,
+            device_ids: Vec::new(),
         }
     }
 }
@@ -25,9 +26,15 @@ impl Default for CompileOptions {
 impl CompileOptions {
     /// One replica, one partition, pinned to the device with PJRT id `device_id`.
     pub fn on_device(device_id: i64) -> Self {
+        Self::replicated(&[device_id])
+    }
+
+    /// One replica per device of `device_ids` (replica `r` on `device_ids[r]`), one partition.
+    pub fn replicated(device_ids: &[i64]) -> Self {
         Self {
-            device_id: Some(device_id),
-            ..Self::default()
+            num_replicas: device_ids.len() as i64,
+            num_partitions: 1,
+            device_ids: device_ids.to_vec(),
         }
     }
 
@@ -36,13 +43,15 @@ impl CompileOptions {
         let mut build = Vec::new();
         put_varint_field(&mut build, 4, self.num_replicas as u64); // num_replicas
         put_varint_field(&mut build, 5, self.num_partitions as u64); // num_partitions
-        if let Some(device_id) = self.device_id {
-            // DeviceAssignmentProto { replica_count: 1, computation_count: 1,
-            //   computation_devices: [{ replica_device_ids: [device_id] }] }
+        if !self.device_ids.is_empty() {
+            // DeviceAssignmentProto { replica_count: N, computation_count: 1,
+            //   computation_devices: [{ replica_device_ids: [id of replica 0, ...] }] }
             let mut computation_device = Vec::new();
-            put_varint_field(&mut computation_device, 1, device_id as u64);
+            for &device_id in &self.device_ids {
+                put_varint_field(&mut computation_device, 1, device_id as u64);
+            }
             let mut assignment = Vec::new();
-            put_varint_field(&mut assignment, 1, 1);
+            put_varint_field(&mut assignment, 1, self.device_ids.len() as u64);
             put_varint_field(&mut assignment, 2, 1);
             put_bytes_field(&mut assignment, 3, &computation_device);
             put_bytes_field(&mut build, 9, &assignment); // device_assignment
@@ -81,6 +90,18 @@ mod tests {
         assert_eq!(
             CompileOptions::default().encode(),
             [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]
+        );
+    }
+
+    #[test]
+    fn replicas_are_assigned_in_order() {
+        let bytes = CompileOptions::replicated(&[2, 3]).encode();
+        assert_eq!(
+            bytes,
+            [
+                0x1a, 0x10, 0x20, 0x02, 0x28, 0x01, 0x4a, 0x0a, 0x08, 0x02, 0x10, 0x01, 0x1a, 0x04,
+                0x08, 0x02, 0x08, 0x03
+            ]
         );
     }
 

@@ -66,38 +66,67 @@ impl LoadedExecutable {
     ///
     /// The arguments stay valid unless the program donates them (input/output aliasing).
     pub fn execute(&self, arguments: &[&Buffer]) -> Result<Vec<Buffer>, PjrtError> {
+        let mut outputs = self.execute_replicated(&[arguments.to_vec()])?;
+        Ok(outputs.remove(0))
+    }
+
+    /// Runs the program once on every replica it was compiled for (`arguments[r]` on replica
+    /// `r`'s device) and waits for all of them. Returns each replica's outputs.
+    pub fn execute_replicated(
+        &self,
+        arguments: &[Vec<&Buffer>],
+    ) -> Result<Vec<Vec<Buffer>>, PjrtError> {
         let plugin = &self.client.plugin;
-        let argument_list: Vec<*mut raw::PjrtBuffer> =
-            arguments.iter().map(|buffer| buffer.raw()).collect();
-        let argument_lists = [argument_list.as_ptr()];
-        let mut outputs: Vec<*mut raw::PjrtBuffer> = vec![ptr::null_mut(); self.num_outputs];
-        let output_lists = [outputs.as_mut_ptr()];
-        let mut complete_events = [ptr::null_mut::<raw::PjrtEvent>()];
-        // SAFETY: valid zeroed argument structs; every array outlives the call and the wait.
+        let replicas = arguments.len();
+        let num_args = arguments.first().map_or(0, Vec::len);
+        if arguments.iter().any(|list| list.len() != num_args) {
+            return Err(PjrtError::InvalidRequest(
+                "every replica needs the same number of arguments".into(),
+            ));
+        }
+        let argument_lists: Vec<Vec<*mut raw::PjrtBuffer>> = arguments
+            .iter()
+            .map(|list| list.iter().map(|buffer| buffer.raw()).collect())
+            .collect();
+        let argument_pointers: Vec<*const *mut raw::PjrtBuffer> =
+            argument_lists.iter().map(|list| list.as_ptr()).collect();
+        let mut outputs: Vec<Vec<*mut raw::PjrtBuffer>> =
+            vec![vec![ptr::null_mut(); self.num_outputs]; replicas];
+        let output_pointers: Vec<*mut *mut raw::PjrtBuffer> =
+            outputs.iter_mut().map(|list| list.as_mut_ptr()).collect();
+        let mut complete_events = vec![ptr::null_mut::<raw::PjrtEvent>(); replicas];
+        // SAFETY: valid zeroed argument structs; every array outlives the call and the waits.
         let mut options = unsafe { raw::args::<raw::ExecuteOptions>() };
         let mut args = unsafe { raw::args::<raw::ExecuteArgs>() };
         args.executable = self.raw;
         args.options = &mut options;
-        args.argument_lists = argument_lists.as_ptr();
-        args.num_devices = 1;
-        args.num_args = argument_list.len();
-        args.output_lists = output_lists.as_ptr();
+        args.argument_lists = argument_pointers.as_ptr();
+        args.num_devices = replicas;
+        args.num_args = num_args;
+        args.output_lists = output_pointers.as_ptr();
         args.device_complete_events = complete_events.as_mut_ptr();
         plugin.call(
             "PJRT_LoadedExecutable_Execute",
             plugin.api().loaded_executable_execute,
             &mut args,
         )?;
-        let buffers: Vec<Buffer> = outputs
+        // Own every returned buffer before waiting, so that none leaks if a wait fails.
+        let buffers: Vec<Vec<Buffer>> = outputs
             .into_iter()
-            .filter(|buffer| !buffer.is_null())
-            .map(|buffer| Buffer::new(self.client.clone(), buffer))
+            .map(|list| {
+                list.into_iter()
+                    .filter(|buffer| !buffer.is_null())
+                    .map(|buffer| Buffer::new(self.client.clone(), buffer))
+                    .collect()
+            })
             .collect();
-        event::wait(plugin, complete_events[0], "PJRT_LoadedExecutable_Execute")?;
-        if buffers.len() != self.num_outputs {
+        for event in complete_events {
+            event::wait(plugin, event, "PJRT_LoadedExecutable_Execute")?;
+        }
+        if let Some(short) = buffers.iter().find(|list| list.len() != self.num_outputs) {
             return Err(PjrtError::InvalidRequest(format!(
                 "the executable returned {} buffers, {} expected",
-                buffers.len(),
+                short.len(),
                 self.num_outputs
             )));
         }

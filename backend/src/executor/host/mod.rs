@@ -1,51 +1,30 @@
-//! The `host` executor: replays segments on `burn-flex` through Burn's own router runner.
+//! The `host` executor: replays segments on `burn-flex` through Burn's own router runner, one
+//! runner per replica. Collectives combine the replicas' data in process; random tensors are
+//! drawn once and given to every replica, as a compiled program does.
 
-use burn_backend::{Backend, TensorData};
-use burn_flex::{Flex, FlexDevice};
-use burn_ir::{OperationIr, TensorId, TensorIr};
-use burn_router::{Runner, RunnerClient};
+mod collective;
+
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use burn_backend::{Backend, TensorData};
+use burn_flex::{Flex, FlexDevice};
+use burn_ir::{
+    FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr, TensorStatus,
+};
+use burn_router::{Runner, RunnerClient};
+
 use super::Executor;
 use crate::BackendError;
-use crate::segment::Segment;
+use crate::capture::Segment;
+use crate::collective::Collective;
 
-/// Replays captured operations one by one on the embedded CPU backend.
+/// Replays captured operations one by one on the embedded CPU backend, once per replica.
 pub(crate) struct HostExecutor {
-    runner: Runner<Flex>,
-    /// Why the runner can no longer be used: a panic inside a `burn-flex` kernel poisons the
+    replicas: Vec<Runner<Flex>>,
+    /// Why the runners can no longer be used: a panic inside a `burn-flex` kernel poisons a
     /// runner's tensor store for good, so every later call reports the first failure instead.
     broken: Option<String>,
-}
-
-impl HostExecutor {
-    /// A host executor with an empty tensor store.
-    pub fn new() -> Self {
-        Self {
-            runner: Runner::new(FlexDevice),
-            broken: None,
-        }
-    }
-
-    /// Runs `work` on the runner; a panic becomes an error (described by `what`) and marks the
-    /// runner as broken.
-    fn guarded<T>(
-        &mut self,
-        what: impl FnOnce() -> String,
-        work: impl FnOnce(&Runner<Flex>) -> T,
-    ) -> Result<T, BackendError> {
-        if let Some(reason) = &self.broken {
-            return Err(failure(format!(
-                "the host device is unusable after an earlier failure: {reason}"
-            )));
-        }
-        catch_unwind(AssertUnwindSafe(|| work(&self.runner))).map_err(|payload| {
-            let reason = format!("{} panicked: {}", what(), panic_message(payload.as_ref()));
-            self.broken = Some(reason.clone());
-            failure(reason)
-        })
-    }
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -60,45 +39,150 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
-fn failure(reason: impl ToString) -> BackendError {
+pub(crate) fn failure(reason: impl ToString) -> BackendError {
     BackendError::Execution {
         executor: "host",
         reason: reason.to_string(),
     }
 }
 
+/// Whether an operation draws random numbers (drawn once, then copied to every replica).
+fn is_random(operation: &OperationIr) -> bool {
+    matches!(
+        operation,
+        OperationIr::Float(_, FloatOperationIr::Random(_))
+            | OperationIr::NumericInt(_, NumericOperationIr::IntRandom(_))
+    )
+}
+
+impl HostExecutor {
+    /// A host executor of `replicas` replicas with empty tensor stores.
+    pub fn new(replicas: usize) -> Self {
+        Self {
+            replicas: (0..replicas.max(1))
+                .map(|_| Runner::new(FlexDevice))
+                .collect(),
+            broken: None,
+        }
+    }
+
+    /// Runs `work` on the runners; a panic becomes an error (described by `what`) and marks the
+    /// executor as broken.
+    fn guarded<T>(
+        &mut self,
+        what: impl FnOnce() -> String,
+        work: impl FnOnce(&[Runner<Flex>]) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        if let Some(reason) = &self.broken {
+            return Err(failure(format!(
+                "the host device is unusable after an earlier failure: {reason}"
+            )));
+        }
+        match catch_unwind(AssertUnwindSafe(|| work(&self.replicas))) {
+            Ok(result) => result,
+            Err(payload) => {
+                let reason = format!("{} panicked: {}", what(), panic_message(payload.as_ref()));
+                self.broken = Some(reason.clone());
+                Err(failure(reason))
+            }
+        }
+    }
+
+    fn run_operation(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
+        let describe = || format!("{operation:?}").chars().take(200).collect();
+        match operation {
+            OperationIr::Custom(custom) => {
+                let collective = Collective::from_ir(custom)
+                    .ok_or_else(|| BackendError::Unsupported {
+                        executor: "host",
+                        what: format!("custom operation `{}`", custom.id),
+                    })?
+                    .map_err(failure)?;
+                self.guarded(describe, |runners| {
+                    collective::run(runners, &collective, &custom.inputs, &custom.outputs)
+                })
+            }
+            _ if is_random(operation) && self.replicas.len() > 1 => {
+                self.guarded(describe, |runners| {
+                    runners[0].register_op(operation.clone());
+                    for output in operation.outputs() {
+                        let data = read(&runners[0], &readable(output))?;
+                        for runner in &runners[1..] {
+                            runner.register_tensor_data_id(output.id, data.clone());
+                        }
+                    }
+                    Ok(())
+                })
+            }
+            _ => self.guarded(describe, |runners| {
+                for runner in runners {
+                    runner.register_op(operation.clone());
+                }
+                Ok(())
+            }),
+        }
+    }
+}
+
+/// `tensor` with a status that keeps it alive when read.
+fn readable(tensor: &TensorIr) -> TensorIr {
+    TensorIr {
+        status: TensorStatus::ReadOnly,
+        ..tensor.clone()
+    }
+}
+
+/// Reads one tensor of one runner.
+fn read(runner: &Runner<Flex>, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+    burn_backend::read_sync(runner.read_tensor_async(tensor.clone())).map_err(failure)
+}
+
 impl Executor for HostExecutor {
     fn register_data(&mut self, id: TensorId, data: TensorData) -> Result<(), BackendError> {
         self.guarded(
             || format!("registering tensor {id:?}"),
-            |runner| runner.register_tensor_data_id(id, data),
+            |runners| {
+                for runner in runners {
+                    runner.register_tensor_data_id(id, data.clone());
+                }
+                Ok(())
+            },
+        )
+    }
+
+    fn register_replicas(
+        &mut self,
+        id: TensorId,
+        data: Vec<TensorData>,
+    ) -> Result<(), BackendError> {
+        self.guarded(
+            || format!("registering tensor {id:?}"),
+            |runners| {
+                for (runner, data) in runners.iter().zip(data) {
+                    runner.register_tensor_data_id(id, data);
+                }
+                Ok(())
+            },
         )
     }
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
         for operation in segment.operations() {
-            if let OperationIr::Custom(custom) = operation {
-                return Err(BackendError::Unsupported {
-                    executor: "host",
-                    what: format!("custom operation `{}`", custom.id),
-                });
-            }
-        }
-        for operation in segment.operations() {
-            self.guarded(
-                || format!("{operation:?}").chars().take(200).collect(),
-                |runner| runner.register_op(operation.clone()),
-            )?;
+            self.run_operation(operation)?;
         }
         Ok(())
     }
 
     fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+        self.read_replicas(tensor)
+            .map(|mut replicas| replicas.remove(0))
+    }
+
+    fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
         self.guarded(
             || format!("reading tensor {:?}", tensor.id),
-            |runner| burn_backend::read_sync(runner.read_tensor_async(tensor.clone())),
-        )?
-        .map_err(failure)
+            |runners| runners.iter().map(|runner| read(runner, tensor)).collect(),
+        )
     }
 
     fn seed(&mut self, seed: u64) {

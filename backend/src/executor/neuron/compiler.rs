@@ -71,13 +71,12 @@ impl NeuronCompiler {
         flags: Vec<String>,
     ) -> Result<Self, NeuronError> {
         let executable = resolve_executable(executable.into())?;
-        let output = Command::new(&executable)
-            .arg("--version")
-            .output()
-            .map_err(|error| NeuronError::CompilerUnavailable {
+        let output = run(Command::new(&executable).arg("--version")).map_err(|error| {
+            NeuronError::CompilerUnavailable {
                 executable: executable.clone(),
                 reason: error.to_string(),
-            })?;
+            }
+        })?;
         let text = printed(&output);
         let version = parse_version(&text)
             .filter(|_| output.status.success())
@@ -158,12 +157,10 @@ impl NeuronCompiler {
             module_path.display(),
             module.len()
         );
-        let output = command
-            .output()
-            .map_err(|error| NeuronError::CompilerUnavailable {
-                executable: self.executable.clone(),
-                reason: error.to_string(),
-            })?;
+        let output = run(&mut command).map_err(|error| NeuronError::CompilerUnavailable {
+            executable: self.executable.clone(),
+            reason: error.to_string(),
+        })?;
         let log = printed(&output);
         if !output.status.success() {
             return Err(NeuronError::CompileFailed {
@@ -185,6 +182,24 @@ impl NeuronCompiler {
                 command: shown,
                 log,
             }),
+        }
+    }
+}
+
+/// Runs `command` to completion. A start that fails with "text file busy" (the executable was
+/// just written, and another thread of this process forked while the file was open) is retried
+/// a few times: the condition lasts only until that fork's child runs its own program.
+fn run(command: &mut Command) -> std::io::Result<std::process::Output> {
+    let mut attempts = 0;
+    loop {
+        match command.output() {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 20 =>
+            {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            result => return result,
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The Neuron toolchain of the `neuron` executor: settings, the `neuronx-cc` driver and the
-//! persistent NEFF cache.
+//! The `neuron` target and its toolchain: settings, the `neuronx-cc` driver, the persistent NEFF
+//! cache, and how a loaded NEFF binds to the module it was compiled from.
 //!
 //! A segment lowered to an XLA HLO module (the same bytes the `xla` executor compiles) is
 //! compiled by `neuronx-cc compile --framework XLA --target trn1|trn2` into a NEFF, which the
@@ -14,14 +14,19 @@ mod compiler;
 mod error;
 mod names;
 mod settings;
+mod target;
 
 pub(crate) use binding::{Binding, bind};
 pub use cache::{CacheKey, CacheOutcome, CachedNeff, NeffCache};
 pub use compile_only::{COMPILE_ONLY_ENV, compile_only, set_compile_only};
 pub use compiler::{CompiledNeff, MODULE_FILE, NEFF_FILE, NeuronCompiler};
 pub use error::NeuronError;
-pub use names::request_neff_names;
+pub use names::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE, request_neff_names};
 pub use settings::{
     CACHE_URL_ENV, COMPILER_ENV, DEFAULT_CACHE_ROOT, DEFAULT_COMPILER, DEFAULT_FLAGS, FLAGS_ENV,
-    NeuronSettings, NeuronTarget, RawSettings, TARGET_ENV,
+    NeuronSettings, NeuronTarget, RawSettings, TARGET_ENV, set_settings,
+};
+pub(crate) use target::NeuronCores;
+pub use target::{
+    LOADED_MODEL_CAPACITY, ROOT_COMM_ID_ENV, STOCHASTIC_ROUNDING_ENV, VISIBLE_CORES_ENV,
 };

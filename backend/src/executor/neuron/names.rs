@@ -2,211 +2,56 @@
 //! `neff_input_names="input<N>"` on parameter N of the entry computation and
 //! `neff_output_names="output0,output1,..."` on its root tuple. `neuronx-cc` names the NEFF's
 //! tensors after them, which is the rule [`super::bind`] relies on.
-//!
-//! `HloInstructionProto.frontend_attributes` (field 68, an `xla.FrontendAttributes` holding
-//! `map<string, string> map = 1`) is not among the fields of the shared HLO messages, so the
-//! attribute is appended to the serialized instructions: protobuf allows fields in any order, and
-//! every other byte of the module is kept as the lowering wrote it.
 
-use prost::Message;
+use crate::hlo::{FrontendAttributes, HloModuleProto};
 
-use crate::hlo::{HloComputationProto, HloInstructionProto, HloModuleProto};
+/// The attribute naming a NEFF input.
+pub const INPUT_NAMES_ATTRIBUTE: &str = "neff_input_names";
+/// The attribute naming the NEFF outputs.
+pub const OUTPUT_NAMES_ATTRIBUTE: &str = "neff_output_names";
 
-const MODULE_COMPUTATIONS: u32 = 3;
-const COMPUTATION_INSTRUCTIONS: u32 = 2;
-const INSTRUCTION_FRONTEND_ATTRIBUTES: u32 = 68;
-const LENGTH_DELIMITED: u64 = 2;
-
-/// One field of a serialized message: its tag, its whole encoding, and its payload when it is
-/// length-delimited.
-struct Field<'a> {
-    tag: u32,
-    raw: &'a [u8],
-    payload: Option<&'a [u8]>,
-}
-
-fn read_varint(bytes: &[u8], position: &mut usize) -> Result<u64, String> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *bytes.get(*position).ok_or("truncated varint")?;
-        *position += 1;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
+fn single_attribute(key: &str, value: String) -> FrontendAttributes {
+    FrontendAttributes {
+        map: [(key.to_string(), value)].into(),
     }
-    Err("varint longer than 10 bytes".into())
 }
 
-fn fields(bytes: &[u8]) -> Result<Vec<Field<'_>>, String> {
-    let mut fields = Vec::new();
-    let mut position = 0;
-    while position < bytes.len() {
-        let start = position;
-        let key = read_varint(bytes, &mut position)?;
-        let mut payload = None;
-        match key & 7 {
-            0 => {
-                read_varint(bytes, &mut position)?;
-            }
-            1 => position += 8,
-            5 => position += 4,
-            LENGTH_DELIMITED => {
-                let length = read_varint(bytes, &mut position)? as usize;
-                let end = position
-                    .checked_add(length)
-                    .filter(|&end| end <= bytes.len());
-                let end = end.ok_or("length-delimited field past the end")?;
-                payload = Some(&bytes[position..end]);
-                position = end;
-            }
-            other => return Err(format!("unsupported wire type {other}")),
-        }
-        if position > bytes.len() {
-            return Err("field past the end".into());
-        }
-        fields.push(Field {
-            tag: (key >> 3) as u32,
-            raw: &bytes[start..position],
-            payload,
-        });
-    }
-    Ok(fields)
-}
-
-fn write_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-fn write_bytes_field(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
-    write_varint(out, (u64::from(tag) << 3) | LENGTH_DELIMITED);
-    write_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-/// An `xla.FrontendAttributes` holding the single entry `key = value`.
-fn frontend_attributes(key: &str, value: &str) -> Vec<u8> {
-    let mut entry = Vec::new();
-    write_bytes_field(&mut entry, 1, key.as_bytes());
-    write_bytes_field(&mut entry, 2, value.as_bytes());
-    let mut attributes = Vec::new();
-    write_bytes_field(&mut attributes, 1, &entry);
-    attributes
-}
-
-/// The entry computation with `neff_*_names` on its parameters and root tuple.
-fn name_entry(computation: &[u8], root_id: i64, outputs: usize) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(computation.len() + 64);
-    for field in fields(computation)? {
-        let Some(payload) = field
-            .payload
-            .filter(|_| field.tag == COMPUTATION_INSTRUCTIONS)
-        else {
-            out.extend_from_slice(field.raw);
-            continue;
-        };
-        let instruction =
-            HloInstructionProto::decode(payload).map_err(|error| error.to_string())?;
-        let attribute = if instruction.opcode == "parameter" {
-            Some((
-                "neff_input_names",
-                format!("input{}", instruction.parameter_number),
-            ))
-        } else if instruction.id == root_id {
-            let names: Vec<String> = (0..outputs).map(|index| format!("output{index}")).collect();
-            Some(("neff_output_names", names.join(",")))
-        } else {
-            None
-        };
-        match attribute {
-            None => out.extend_from_slice(field.raw),
-            Some((key, value)) => {
-                let mut named = payload.to_vec();
-                write_bytes_field(
-                    &mut named,
-                    INSTRUCTION_FRONTEND_ATTRIBUTES,
-                    &frontend_attributes(key, &value),
-                );
-                write_bytes_field(&mut out, COMPUTATION_INSTRUCTIONS, &named);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// `module` (a serialized `HloModuleProto` whose entry computation returns a tuple) with the NEFF
-/// tensor names requested on its entry computation.
-pub fn request_neff_names(module: &[u8]) -> Result<Vec<u8>, String> {
-    let decoded =
-        HloModuleProto::decode(module).map_err(|error| format!("not an HLO module: {error}"))?;
-    let entry = decoded
+/// Requests the NEFF tensor names on the entry computation of `module`, whose root must be a
+/// tuple (the lowering always returns one).
+pub fn request_neff_names(module: &mut HloModuleProto) -> Result<(), String> {
+    let entry_id = module.entry_computation_id;
+    let entry = module
         .computations
-        .iter()
-        .find(|computation| computation.id == decoded.entry_computation_id)
+        .iter_mut()
+        .find(|computation| computation.id == entry_id)
         .ok_or("the module has no entry computation")?;
-    let root = entry
+    let root_id = entry.root_id;
+    let outputs = entry
         .instructions
         .iter()
-        .find(|instruction| instruction.id == entry.root_id);
-    let outputs = match root {
-        Some(root) if root.opcode == "tuple" => root.operand_ids.len(),
-        _ => return Err("the entry computation does not return a tuple".into()),
-    };
-    let mut out = Vec::with_capacity(module.len() + 64 * entry.instructions.len());
-    for field in fields(module)? {
-        let entry_payload = field.payload.filter(|payload| {
-            field.tag == MODULE_COMPUTATIONS
-                && HloComputationProto::decode(*payload)
-                    .is_ok_and(|computation| computation.id == entry.id)
-        });
-        match entry_payload {
-            Some(payload) => write_bytes_field(
-                &mut out,
-                MODULE_COMPUTATIONS,
-                &name_entry(payload, entry.root_id, outputs)?,
-            ),
-            None => out.extend_from_slice(field.raw),
+        .find(|instruction| instruction.id == root_id)
+        .filter(|root| root.opcode == "tuple")
+        .map(|root| root.operand_ids.len())
+        .ok_or("the entry computation does not return a tuple")?;
+    for instruction in &mut entry.instructions {
+        if instruction.opcode == "parameter" {
+            instruction.frontend_attributes = Some(single_attribute(
+                INPUT_NAMES_ATTRIBUTE,
+                format!("input{}", instruction.parameter_number),
+            ));
+        } else if instruction.id == root_id {
+            let names: Vec<String> = (0..outputs).map(|index| format!("output{index}")).collect();
+            instruction.frontend_attributes =
+                Some(single_attribute(OUTPUT_NAMES_ATTRIBUTE, names.join(",")));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
-
-    /// The fields of the XLA messages this test reads back, including the frontend attributes.
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct Attributes {
-        #[prost(map = "string, string", tag = "1")]
-        map: HashMap<String, String>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct Instruction {
-        #[prost(string, tag = "2")]
-        opcode: String,
-        #[prost(message, optional, tag = "68")]
-        frontend_attributes: Option<Attributes>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct Computation {
-        #[prost(message, repeated, tag = "2")]
-        instructions: Vec<Instruction>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct Module {
-        #[prost(message, repeated, tag = "3")]
-        computations: Vec<Computation>,
-    }
+    use crate::hlo::{HloComputationProto, HloInstructionProto};
 
     fn instruction(
         id: i64,
@@ -259,19 +104,15 @@ mod tests {
     #[test]
     fn entry_parameters_and_root_are_named_and_nothing_else_changes() {
         let original = module();
-        let named = request_neff_names(&original.encode_to_vec()).unwrap();
-        // Read through the shared messages, the module is unchanged.
-        assert_eq!(HloModuleProto::decode(named.as_slice()).unwrap(), original);
-
-        let read = Module::decode(named.as_slice()).unwrap();
+        let mut named = original.clone();
+        request_neff_names(&mut named).unwrap();
         let attribute = |computation: usize, index: usize| {
-            read.computations[computation].instructions[index]
+            named.computations[computation].instructions[index]
                 .frontend_attributes
                 .as_ref()
                 .map(|attributes| attributes.map.clone())
         };
-        let pair =
-            |key: &str, value: &str| Some(HashMap::from([(key.to_string(), value.to_string())]));
+        let pair = |key: &str, value: &str| Some([(key.to_string(), value.to_string())].into());
         assert_eq!(
             attribute(0, 0),
             None,
@@ -284,14 +125,20 @@ mod tests {
             attribute(1, 3),
             pair("neff_output_names", "output0,output1")
         );
+        // Only the attributes differ.
+        for computation in &mut named.computations {
+            for instruction in &mut computation.instructions {
+                instruction.frontend_attributes = None;
+            }
+        }
+        assert_eq!(named, original);
     }
 
     #[test]
     fn modules_without_a_tuple_result_are_refused() {
         let mut module = module();
         module.computations[1].root_id = 12;
-        let error = request_neff_names(&module.encode_to_vec()).unwrap_err();
+        let error = request_neff_names(&mut module).unwrap_err();
         assert!(error.contains("tuple"), "{error}");
-        assert!(request_neff_names(b"\xff\xff").is_err());
     }
 }

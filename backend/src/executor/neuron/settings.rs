@@ -106,10 +106,30 @@ impl RawSettings {
     }
 }
 
+/// Settings given in code, which take the place of the environment's (see [`set_settings`]).
+static SETTINGS_OVERRIDE: std::sync::Mutex<Option<NeuronSettings>> = std::sync::Mutex::new(None);
+
+/// Makes `neuron` executors opened from now on use `settings` instead of the environment
+/// variables of this module (`None`: the environment again). Executors already open keep theirs.
+pub fn set_settings(settings: Option<NeuronSettings>) {
+    *SETTINGS_OVERRIDE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = settings;
+}
+
 impl NeuronSettings {
     /// The settings named by the environment variables of this module.
     pub fn from_env() -> Result<Self, NeuronError> {
         Self::parse(&RawSettings::from_env())
+    }
+
+    /// The settings an executor opens with: those of [`set_settings`], else the environment's.
+    pub fn current() -> Result<Self, NeuronError> {
+        let given = SETTINGS_OVERRIDE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        given.map_or_else(Self::from_env, Ok)
     }
 
     /// Validates raw settings.

@@ -1,0 +1,11 @@
+//! Capture: Burn's router hands every operation to the client of its device, which buffers them
+//! into a [`Segment`] and runs the segment on the device's executor when a tensor is read, on
+//! `sync`, or when the segment reaches its size cap.
+
+mod channel;
+mod client;
+mod segment;
+
+pub use channel::TrainiumChannel;
+pub use client::{DEFAULT_SEGMENT_CAP, TrainiumClient, check_device, set_segment_cap};
+pub use segment::{Segment, SegmentBoundary};

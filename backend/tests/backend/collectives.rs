@@ -1,0 +1,273 @@
+//! Collectives on replicated devices (`host:0-3` and `xla:0-3`), against results computed with
+//! `burn-ndarray` from the per-replica inputs: every collective with groups `[[0, 1], [2, 3]]`
+//! and `[[0, 1, 2, 3]]` in f32 and bf16, and the gradients through them against the closed-form
+//! backward rules.
+//!
+//! Every test holds the replicated device it uses (`lock_device`): one of them counts the
+//! device's collectives.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{DType, Tensor, TensorData};
+use burn_trainium::collective::{self, Collective, ReduceOp, ReplicaGroups};
+use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
+
+use super::support::{assert_close, lock_device, plugin_path};
+
+const REPLICAS: usize = 4;
+
+/// The replicated devices under test: the host reference and the `xla` executor.
+fn devices() -> [TrainiumDevice; 2] {
+    plugin_path();
+    [
+        TrainiumDevice::replicated(ExecutorKind::Host, REPLICAS as u16),
+        TrainiumDevice::replicated(ExecutorKind::Xla, REPLICAS as u16),
+    ]
+}
+
+fn group_layouts() -> [ReplicaGroups; 2] {
+    [
+        ReplicaGroups::contiguous(REPLICAS, 2).unwrap(),
+        ReplicaGroups::all(REPLICAS),
+    ]
+}
+
+/// Replica `replica`'s input: multiples of 1/8 in `[-4, 4)` (exact in bf16), distinct per replica.
+fn input(replica: usize, seed: usize) -> TensorData {
+    let values: Vec<f32> = (0..32)
+        .map(|index| (((index * 7 + replica * 13 + seed * 5) % 64) as f32 - 32.0) / 8.0)
+        .collect();
+    TensorData::new(values, [4, 8])
+}
+
+fn reference(data: &TensorData) -> Tensor<NdArray, 2> {
+    Tensor::from_data(data.clone(), &Default::default())
+}
+
+/// What replica `replica` must hold after `collective` of `inputs`, computed with NdArray.
+fn expected(collective: &Collective, inputs: &[TensorData], replica: usize) -> TensorData {
+    let Some(groups) = collective.groups() else {
+        return inputs[replica].clone();
+    };
+    let (group, rank) = groups.locate(replica).unwrap();
+    let members: Vec<Tensor<NdArray, 2>> = group.iter().map(|&m| reference(&inputs[m])).collect();
+    let sum = || {
+        members
+            .iter()
+            .cloned()
+            .reduce(|total, member| total + member)
+            .unwrap()
+    };
+    let chunk = |tensor: Tensor<NdArray, 2>, dim: usize| {
+        let size = tensor.dims()[dim] / group.len();
+        tensor.narrow(dim, rank * size, size)
+    };
+    let result = match collective {
+        Collective::AllReduce { op, .. } => match op {
+            ReduceOp::Sum => sum(),
+            ReduceOp::Mean => sum() / group.len() as f64,
+            ReduceOp::Max => members
+                .iter()
+                .cloned()
+                .reduce(|maximum, member| maximum.max_pair(member))
+                .unwrap(),
+        },
+        Collective::AllGather { dim, .. } => Tensor::cat(members.clone(), *dim),
+        Collective::ReduceScatter { dim, .. } => chunk(sum(), *dim),
+        Collective::Split { dim, .. } => chunk(members[rank].clone(), *dim),
+        Collective::Barrier => unreachable!("the barrier has no groups"),
+    };
+    result.into_data()
+}
+
+fn collectives_over(groups: &ReplicaGroups) -> Vec<Collective> {
+    let mut all: Vec<Collective> = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max]
+        .into_iter()
+        .map(|op| Collective::AllReduce {
+            op,
+            groups: groups.clone(),
+        })
+        .collect();
+    for dim in [0, 1] {
+        let groups = groups.clone();
+        all.push(Collective::AllGather {
+            dim,
+            groups: groups.clone(),
+        });
+        all.push(Collective::ReduceScatter {
+            dim,
+            groups: groups.clone(),
+        });
+        all.push(Collective::Split { dim, groups });
+    }
+    all
+}
+
+/// Runs `collective` on `device` with `inputs` cast to `dtype`; returns every replica's result.
+fn run(
+    device: &TrainiumDevice,
+    collective: &Collective,
+    inputs: &[TensorData],
+    dtype: DType,
+) -> Vec<TensorData> {
+    let x: Tensor<Trainium, 2> = collective::from_replicas(inputs.to_vec(), device);
+    let x = x.cast(dtype);
+    let y = match collective {
+        Collective::AllReduce { op, groups } => collective::all_reduce(x, *op, groups),
+        Collective::AllGather { dim, groups } => collective::all_gather(x, *dim, groups),
+        Collective::ReduceScatter { dim, groups } => collective::reduce_scatter(x, *dim, groups),
+        Collective::Split { dim, groups } => collective::split(x, *dim, groups),
+        Collective::Barrier => collective::optimization_barrier(vec![x]).remove(0),
+    };
+    collective::into_replicas(y).unwrap()
+}
+
+#[test]
+fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
+    let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 1)).collect();
+    for device in devices() {
+        let _exclusive = lock_device(&device);
+        let before = stats(&device);
+        let mut communicating = 0;
+        for groups in group_layouts() {
+            for collective in collectives_over(&groups) {
+                communicating += u64::from(collective.communicates());
+                for (dtype, tolerance) in [(DType::F32, 1e-6), (DType::BF16, 1e-2)] {
+                    let results = run(&device, &collective, &inputs, dtype);
+                    assert_eq!(results.len(), REPLICAS);
+                    for (replica, result) in results.iter().enumerate() {
+                        assert_eq!(result.dtype, dtype, "{collective} on {device}");
+                        let expected = expected(&collective, &inputs, replica)
+                            .convert_dtype(dtype)
+                            .convert::<f32>();
+                        assert_close(
+                            &format!("{collective} {dtype:?} on {device}, replica {replica}"),
+                            &expected,
+                            &result.clone().convert::<f32>(),
+                            tolerance,
+                        );
+                    }
+                }
+            }
+        }
+        let after = stats(&device);
+        assert_eq!(after.host_fallbacks, before.host_fallbacks, "{device}");
+        if device.executor == ExecutorKind::Xla {
+            assert_eq!(
+                after.collectives - before.collectives,
+                2 * communicating,
+                "one collective per run and dtype on {device}: {after:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_barrier_returns_its_inputs_unchanged() {
+    let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 2)).collect();
+    for device in devices() {
+        let _exclusive = lock_device(&device);
+        let results = run(&device, &Collective::Barrier, &inputs, DType::F32);
+        assert_eq!(results, inputs, "{device}");
+    }
+}
+
+type Ad = Autodiff<Trainium>;
+
+/// The gradient each replica gets for its input of `apply` when the loss is the sum over replicas
+/// of `sum(apply(x_r) * weight_r)`.
+fn gradients(
+    device: &TrainiumDevice,
+    inputs: &[TensorData],
+    weights: &[TensorData],
+    apply: impl FnOnce(Tensor<Ad, 2>) -> Tensor<Ad, 2>,
+) -> Vec<TensorData> {
+    let x: Tensor<Ad, 2> = collective::from_replicas(inputs.to_vec(), device);
+    let x = x.require_grad();
+    let weight: Tensor<Ad, 2> = collective::from_replicas(weights.to_vec(), device);
+    let loss = (apply(x.clone()) * weight).sum();
+    let grads = loss.backward();
+    collective::into_replicas(x.grad(&grads).unwrap()).unwrap()
+}
+
+#[test]
+fn gradients_follow_the_backward_rules_of_tensor_parallelism() {
+    let groups = ReplicaGroups::contiguous(REPLICAS, 2).unwrap();
+    let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 3)).collect();
+    // The weights have the shape of each collective's output.
+    let weights_like = |rows: usize, columns: usize| -> Vec<TensorData> {
+        (0..REPLICAS)
+            .map(|replica| {
+                let values: Vec<f32> = (0..rows * columns)
+                    .map(|index| ((index * 5 + replica * 3) % 11) as f32 / 4.0 - 1.0)
+                    .collect();
+                TensorData::new(values, [rows, columns])
+            })
+            .collect()
+    };
+    let same_shape = weights_like(4, 8);
+    let gathered = weights_like(8, 8);
+    let scattered = weights_like(2, 8);
+    // Sum over the group of replica `replica`.
+    let group_sum = |weights: &[TensorData], replica: usize| {
+        let (group, _) = groups.locate(replica).unwrap();
+        group
+            .iter()
+            .map(|&member| reference(&weights[member]))
+            .reduce(|total, member| total + member)
+            .unwrap()
+    };
+    for device in devices() {
+        let _exclusive = lock_device(&device);
+        let check =
+            |what: &str, actual: Vec<TensorData>, expected: &dyn Fn(usize) -> TensorData| {
+                for (replica, actual) in actual.iter().enumerate() {
+                    assert_close(
+                        &format!("gradient of {what} on {device}, replica {replica}"),
+                        &expected(replica),
+                        actual,
+                        1e-6,
+                    );
+                }
+            };
+        // All-reduce: the identity (sum), divided by the group size (mean).
+        let sum = gradients(&device, &inputs, &same_shape, |x| {
+            collective::all_reduce(x, ReduceOp::Sum, &groups)
+        });
+        check("all-reduce sum", sum, &|r| same_shape[r].clone());
+        let mean = gradients(&device, &inputs, &same_shape, |x| {
+            collective::all_reduce(x, ReduceOp::Mean, &groups)
+        });
+        check("all-reduce mean", mean, &|r| {
+            (reference(&same_shape[r]) / 2.0).into_data()
+        });
+        // All-gather: a reduce-scatter of the gradient (along rows here).
+        let gather = gradients(&device, &inputs, &gathered, |x| {
+            collective::all_gather(x, 0, &groups)
+        });
+        check("all-gather", gather, &|r| {
+            let (_, rank) = groups.locate(r).unwrap();
+            group_sum(&gathered, r).narrow(0, rank * 4, 4).into_data()
+        });
+        // Reduce-scatter and split: an all-gather of the gradient.
+        let all_gathered = |r: usize| {
+            let (group, _) = groups.locate(r).unwrap();
+            let members = group.iter().map(|&m| reference(&scattered[m])).collect();
+            Tensor::cat(members, 0).into_data()
+        };
+        let scatter = gradients(&device, &inputs, &scattered, |x| {
+            collective::reduce_scatter(x, 0, &groups)
+        });
+        check("reduce-scatter", scatter, &all_gathered);
+        let split = gradients(&device, &inputs, &scattered, |x| {
+            collective::split(x, 0, &groups)
+        });
+        check("split", split, &all_gathered);
+        // Copy to the group: the identity forward, an all-reduce of the gradient.
+        let copy = gradients(&device, &inputs, &same_shape, |x| {
+            collective::copy_to_group(x, &groups)
+        });
+        check("copy to the group", copy, &|r| {
+            group_sum(&same_shape, r).into_data()
+        });
+    }
+}
