@@ -1,4 +1,4 @@
-//! The bindings against the XLA CPU plugin (`../shared/scripts/install-xla-cpu`).
+//! The bindings against the XLA CPU plugin (`scripts/install-xla-cpu`).
 //!
 //! These tests fail, not skip, when the plugin is missing.
 
@@ -20,7 +20,7 @@ fn plugin_path() -> PathBuf {
         });
     assert!(
         path.is_file(),
-        "the XLA CPU PJRT plugin is missing at {}: run `../shared/scripts/install-xla-cpu` and set \
+        "the XLA CPU PJRT plugin is missing at {}: run `scripts/install-xla-cpu` and set \
          TRAINIUM_PJRT_PLUGIN to the path it prints",
         path.display()
     );

@@ -13,7 +13,7 @@ use hlat_train::data::{IngestConfig, TextTokenizer, builtin_document, default_to
 const DOCUMENTS: u64 = 4_000;
 const LLAMA2_TOKENIZER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/llama2-tokenizer/tokenizer.json"
+    "/../fixtures/llama2-tokenizer/tokenizer.json"
 );
 
 /// Writes the benchmark corpus as one JSONL file in `folder`.

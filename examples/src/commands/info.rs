@@ -106,10 +106,7 @@ mod tests {
     fn presets_and_hf_folders_print_their_parameter_count() {
         let (_, config) = resolve("hlat-70b").unwrap();
         assert!(describe(&config).contains("\nparameters: 68976648192\n"));
-        let fixture = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/fixtures/hf-tiny-llama"
-        );
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/hf-tiny-llama");
         let (source, config) = resolve(fixture).unwrap();
         assert!(source.starts_with("Hugging Face folder"), "{source}");
         assert!(describe(&config).contains("\nparameters: 230208\n"));

@@ -2,23 +2,14 @@
 //! and `train-tokenizer` → `ingest` on a small corpus.
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-fn shared(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared")
-        .join(path)
-}
-
-fn hlat() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_hlat"))
-}
+use super::{fixture, hlat};
 
 #[test]
 fn encode_prints_the_ids_hugging_face_tokenizers_gives() {
     let expected: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(shared("fixtures/llama2-tokenizer/expected.json"))
+        &std::fs::read(fixture("llama2-tokenizer/expected.json"))
             .expect("the llama2 tokenizer fixture"),
     )
     .unwrap();
@@ -37,7 +28,7 @@ fn encode_prints_the_ids_hugging_face_tokenizers_gives() {
 
     let mut child = hlat()
         .args(["data", "encode", "--tokenizer"])
-        .arg(shared("fixtures/llama2-tokenizer/tokenizer.json"))
+        .arg(fixture("llama2-tokenizer/tokenizer.json"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,10 +1,8 @@
 //! The main job end to end through the `hlat` binary: `hlat pretrain` on a small preset, then
 //! `hlat generate` and `hlat eval` from the run folder it wrote.
 
-use std::process::Command;
-
 fn hlat(arguments: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hlat"))
+    super::hlat()
         .args(arguments)
         .output()
         .expect("running hlat")

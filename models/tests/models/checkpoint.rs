@@ -1,7 +1,6 @@
 //! Native checkpoints and folder detection of `load_any`.
 
-use std::path::Path;
-
+use super::fixture;
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
 use hlat::HlatConfig;
@@ -35,12 +34,10 @@ fn native_save_then_load_gives_the_same_model() {
 #[test]
 fn load_any_reads_hf_native_and_run_folders() {
     let device = Default::default();
-    let fixture = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/hf-tiny-llama"
-    ));
-    let (config, model) = import_hf::<NdArray>(fixture, &device, WeightDtype::F32).unwrap();
-    let (from_hf_config, from_hf, tokenizer) = load_any::<NdArray>(fixture, &device).unwrap();
+    let (config, model) =
+        import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
+    let (from_hf_config, from_hf, tokenizer) =
+        load_any::<NdArray>(&fixture("hf-tiny-llama"), &device).unwrap();
     assert_eq!(from_hf_config, config);
     assert!(tokenizer.is_none());
     logits(&from_hf).assert_eq(&logits(&model), true);

@@ -1,7 +1,8 @@
-//! Hugging Face import/export against the transformers fixtures in `../shared/fixtures`.
+//! Hugging Face import/export against the transformers fixtures in `fixtures/`.
 
+use super::fixture;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
@@ -13,14 +14,6 @@ use hlat::hf::{ExportOptions, HfError, WeightDtype, export_hf, import_hf, load_t
 use hlat::{Hlat, HlatConfig};
 use safetensors::SafeTensors;
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures"
-    ))
-    .join(name)
-}
 
 fn expected() -> Value {
     let text = std::fs::read_to_string(fixture("hf-tiny-llama/expected.json")).unwrap();

@@ -1,18 +1,15 @@
 //! Tokenizers: the Llama-2 fixture made by the Python `tokenizers` library, and trained BPE.
 
+use super::fixture;
 use hlat_train::data::TextTokenizer;
 use hlat_train::data::tokenizer::TRAINED_SPECIAL_TOKENS;
 
-const LLAMA2: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/llama2-tokenizer"
-);
-
 #[test]
 fn llama2_ids_match_the_python_tokenizers_library() {
-    let tokenizer = TextTokenizer::from_file(format!("{LLAMA2}/tokenizer.json")).unwrap();
+    let tokenizer = TextTokenizer::from_file(fixture("llama2-tokenizer/tokenizer.json")).unwrap();
     let expected: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(format!("{LLAMA2}/expected.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(fixture("llama2-tokenizer/expected.json")).unwrap())
+            .unwrap();
     assert_eq!(expected["add_special_tokens"], true);
     let cases = expected["cases"].as_array().unwrap();
     assert!(cases.len() >= 5);

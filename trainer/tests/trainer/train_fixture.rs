@@ -1,8 +1,7 @@
 //! Ten AdamW steps from the Hugging Face fixture's weights give the losses torch computed
-//! (`../shared/fixtures/hf-tiny-llama/expected.json`, `train`).
+//! (`fixtures/hf-tiny-llama/expected.json`, `train`).
 
-use std::path::Path;
-
+use super::fixture;
 use burn::backend::{Autodiff, NdArray};
 use hlat::hf::{WeightDtype, import_hf};
 use hlat_train::optimizer::AdamWSettings;
@@ -13,15 +12,10 @@ use serde_json::Value;
 
 type B = Autodiff<NdArray>;
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/hf-tiny-llama"
-);
-
 #[test]
 fn ten_adamw_steps_match_torch() {
     let expected: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(FIXTURE).join("expected.json")).unwrap(),
+        &std::fs::read_to_string(fixture("hf-tiny-llama/expected.json")).unwrap(),
     )
     .unwrap();
     let train = &expected["train"];
@@ -46,7 +40,7 @@ fn ten_adamw_steps_match_torch() {
         .collect();
 
     let device = Default::default();
-    let (_, model) = import_hf::<B>(Path::new(FIXTURE), &device, WeightDtype::F32).unwrap();
+    let (_, model) = import_hf::<B>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
     let settings = AdamWSettings {
         beta1: train["betas"][0].as_f64().unwrap(),
         beta2: train["betas"][1].as_f64().unwrap(),

@@ -3,13 +3,17 @@
 
 use std::path::Path;
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::Autodiff;
+use burn_trainium::{Trainium, TrainiumDevice};
 use hlat_train::config::TrainConfig;
 use hlat_train::metrics::{METRICS_FILE, StepMetrics};
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 
-type B = Autodiff<NdArray>;
+/// The project's own backend on the host executor: its reductions run in a fixed order, so two
+/// runs of the same steps give bit-identical losses (burn-ndarray's multithreaded sums do not,
+/// on a loaded machine).
+type B = Autodiff<Trainium>;
 
 fn options(out: &Path, max_steps: u64) -> PretrainOptions {
     PretrainOptions {
@@ -38,7 +42,7 @@ fn options(out: &Path, max_steps: u64) -> PretrainOptions {
 }
 
 fn run(out: &Path, max_steps: u64) -> Vec<f64> {
-    let device = Default::default();
+    let device = TrainiumDevice::HOST;
     pretrain::<B>(
         &options(out, max_steps),
         &device,

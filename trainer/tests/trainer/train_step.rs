@@ -1,9 +1,10 @@
 //! One optimizer step of the HLAT model: gradient accumulation and non-finite skipping.
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::Autodiff;
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+use burn_trainium::{Trainium, TrainiumDevice};
 use hlat::HlatConfig;
 use hlat_train::error::TrainError;
 use hlat_train::optimizer::AdamWSettings;
@@ -11,7 +12,9 @@ use hlat_train::schedule::WarmupCosine;
 use hlat_train::step::{LanguageModel, LmBatch};
 use hlat_train::trainer::Trainer;
 
-type B = Autodiff<NdArray>;
+/// The project's own backend on the host executor: deterministic reductions, so the only
+/// difference between one batch and its micro-batches is the order of the sums.
+type B = Autodiff<Trainium>;
 
 fn trainer(model: LanguageModel<B>, max_consecutive_skips: u32) -> Trainer<B> {
     let settings = AdamWSettings {
@@ -35,7 +38,7 @@ fn trainer(model: LanguageModel<B>, max_consecutive_skips: u32) -> Trainer<B> {
 }
 
 fn tiny_model() -> LanguageModel<B> {
-    let device = Default::default();
+    let device = TrainiumDevice::HOST;
     B::seed(&device, 11);
     let config = HlatConfig::preset("hlat-test").unwrap();
     LanguageModel::new(config.init::<B>(&device), None)
@@ -68,7 +71,7 @@ fn flat_params(model: &LanguageModel<B>) -> Vec<f32> {
 
 #[test]
 fn accumulated_micro_batches_equal_one_batch() {
-    let device = Default::default();
+    let device = TrainiumDevice::HOST;
     let rows = rows();
     let model = tiny_model();
     // Parameters initialise lazily: read them once so both clones hold the same values.
@@ -97,7 +100,8 @@ fn accumulated_micro_batches_equal_one_batch() {
         "{whole_report:?} vs {split_report:?}"
     );
     assert!(
-        (whole_report.grad_norm - split_report.grad_norm).abs() < 1e-5 * whole_report.grad_norm
+        (whole_report.grad_norm - split_report.grad_norm).abs() < 1e-5 * whole_report.grad_norm,
+        "{whole_report:?} vs {split_report:?}"
     );
     // The norm at this init exceeds 1, so clipping took part in both updates.
     assert!(whole_report.grad_norm > 1.0, "{}", whole_report.grad_norm);
@@ -123,7 +127,7 @@ impl<B: Backend> ModuleMapper<B> for Poison {
 
 #[test]
 fn non_finite_steps_are_skipped_then_stop_the_run() {
-    let device = Default::default();
+    let device = TrainiumDevice::HOST;
     let rows = rows();
     let mut trainer = trainer(tiny_model().map(&mut Poison), 3);
     for step in 1..=2 {

@@ -1,0 +1,15 @@
+//! The integration tests of `hlat`, in one binary: the model, native checkpoints and the Hugging
+//! Face bridge (against the transformers fixtures in `fixtures/`).
+
+mod checkpoint;
+mod hf;
+mod model;
+
+use std::path::PathBuf;
+
+/// A file or folder of the repository's `fixtures/`.
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(name)
+}

@@ -1,0 +1,620 @@
+//! The differential suite of the backend: every operation family burn-nn and HLAT use, on
+//! `Trainium`'s `host` and `xla` executors in f32 and bf16, against `burn-ndarray` (see
+//! [`crate::support::check`]). On `xla` none of them may fall back to the host.
+
+use burn::tensor::activation::{gelu, log_softmax, relu, sigmoid, silu, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::module::{attention, embedding, linear};
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData, s};
+use burn_trainium::Trainium;
+
+use crate::support::{
+    Numbers, Precision, Reference, check, distinct, float, ints, mask, positive, unit,
+};
+
+fn matmul<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 2>([7, 16], 1, p, device)
+        .matmul(float([16, 5], 2, p, device))
+        .into_data()
+}
+
+fn batched_matmul<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 3>([3, 6, 8], 3, p, device)
+        .matmul(float([3, 8, 4], 4, p, device))
+        .into_data()
+}
+
+fn broadcast_batched_matmul<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 4>([2, 3, 5, 8], 5, p, device)
+        .matmul(float([1, 3, 8, 6], 6, p, device))
+        .into_data()
+}
+
+fn matmul_with_transposed_operand<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 2>([5, 8], 45, p, device)
+        .matmul(float::<B, 2>([6, 8], 46, p, device).transpose())
+        .into_data()
+}
+
+fn linear_module<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    linear(
+        float::<B, 3>([2, 3, 8], 7, p, device),
+        float([8, 5], 8, p, device),
+        Some(float([5], 9, p, device)),
+    )
+    .into_data()
+}
+
+#[test]
+fn matrix_products() {
+    check("matmul", matmul::<Reference>, matmul::<Trainium>);
+    check(
+        "batched_matmul",
+        batched_matmul::<Reference>,
+        batched_matmul::<Trainium>,
+    );
+    check(
+        "broadcast_batched_matmul",
+        broadcast_batched_matmul::<Reference>,
+        broadcast_batched_matmul::<Trainium>,
+    );
+    check(
+        "matmul_with_transposed_operand",
+        matmul_with_transposed_operand::<Reference>,
+        matmul_with_transposed_operand::<Trainium>,
+    );
+    check(
+        "linear_module",
+        linear_module::<Reference>,
+        linear_module::<Trainium>,
+    );
+}
+
+fn arithmetic_with_broadcasting<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let a = float::<B, 3>([2, 3, 4], 10, p, device);
+    let b = float::<B, 3>([1, 3, 1], 11, p, device);
+    let c = positive::<B, 3>([2, 1, 4], 12, p, device);
+    ((a.clone() + b.clone()) * c.clone() - b / c).into_data()
+}
+
+fn scalar_arithmetic<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 2>([5, 5], 13, p, device);
+    ((x.clone() * 1.5 + 0.25) / 2.0 - 1.0)
+        .remainder_scalar(0.75)
+        .into_data()
+}
+
+fn remainder_and_powers<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = positive::<B, 2>([4, 5], 17, p, device);
+    let y = float::<B, 2>([4, 5], 18, p, device);
+    (x.clone().powf(y.clone()) + y.remainder(x.clone()) + x.clone().powi_scalar(3)
+        - x.powf_scalar(1.5))
+    .into_data()
+}
+
+fn unary_math<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = positive::<B, 2>([6, 7], 14, p, device);
+    (x.clone().log()
+        + x.clone().log1p()
+        + x.clone().sqrt()
+        + (-x.clone()).exp()
+        + x.clone().floor()
+        + x.clone().ceil()
+        + (x * 2.0).round())
+    .into_data()
+}
+
+fn trigonometry_and_erf<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 2>([6, 7], 15, p, device);
+    (x.clone().sin() + x.clone().cos() + x.clone().tanh() + x.clone().erf() + x.abs()).into_data()
+}
+
+fn inverse_trigonometry<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = unit::<B, 2>([5, 6], 16, p, device);
+    let above_one = positive::<B, 2>([5, 6], 17, p, device) + 1.0;
+    (x.clone().acos()
+        + x.clone().asin()
+        + x.clone().atan()
+        + x.clone().atanh()
+        + x.asinh()
+        + above_one.acosh())
+    .into_data()
+}
+
+fn activations<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 3>([2, 5, 6], 16, p, device);
+    (relu(x.clone()) + gelu(x.clone()) + silu(x.clone()) + sigmoid(x.clone()) + x.clamp(-0.5, 0.75))
+        .into_data()
+}
+
+#[test]
+fn elementwise() {
+    check(
+        "arithmetic_with_broadcasting",
+        arithmetic_with_broadcasting::<Reference>,
+        arithmetic_with_broadcasting::<Trainium>,
+    );
+    check(
+        "scalar_arithmetic",
+        scalar_arithmetic::<Reference>,
+        scalar_arithmetic::<Trainium>,
+    );
+    check(
+        "remainder_and_powers",
+        remainder_and_powers::<Reference>,
+        remainder_and_powers::<Trainium>,
+    );
+    check(
+        "unary_math",
+        unary_math::<Reference>,
+        unary_math::<Trainium>,
+    );
+    check(
+        "trigonometry_and_erf",
+        trigonometry_and_erf::<Reference>,
+        trigonometry_and_erf::<Trainium>,
+    );
+    check(
+        "inverse_trigonometry",
+        inverse_trigonometry::<Reference>,
+        inverse_trigonometry::<Trainium>,
+    );
+    check(
+        "activations",
+        activations::<Reference>,
+        activations::<Trainium>,
+    );
+}
+
+fn sum_and_mean<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 3>([3, 4, 5], 19, p, device);
+    (x.clone().sum_dim(1)
+        + x.clone().mean_dim(1)
+        + x.clone().sum().unsqueeze()
+        + x.mean().unsqueeze())
+    .into_data()
+}
+
+fn max_min_and_product<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = distinct::<B, 3>([2, 4, 6], 21, p, device);
+    (x.clone().max_dim(2) - x.clone().min_dim(2)
+        + x.clone().max().unsqueeze()
+        + (x * 0.5).prod_dim(2))
+    .into_data()
+}
+
+fn arg_max_and_min<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = distinct::<B, 2>([8, 12], 22, p, device);
+    (x.clone().argmax(1) + x.clone().argmin(1) * 100 + x.max_dim_with_indices(1).1 * 10_000)
+        .into_data()
+}
+
+fn rms_norm_pattern<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 3>([2, 3, 16], 24, p, device);
+    let scale = (x.clone().powf_scalar(2.0).mean_dim(2) + 1e-5)
+        .sqrt()
+        .recip();
+    (x * scale).into_data()
+}
+
+fn softmax_last_dim<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    softmax(float::<B, 3>([2, 5, 9], 25, p, device), 2).into_data()
+}
+
+fn log_softmax_last_dim<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    log_softmax(float::<B, 2>([6, 11], 26, p, device), 1).into_data()
+}
+
+fn cumulative<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 2>([3, 7], 27, p, device) * 0.5;
+    (x.clone().cumsum(1) + x.clone().cumprod(1) + x.clone().cummin(1) + x.cummax(1)).into_data()
+}
+
+#[test]
+fn reductions() {
+    check(
+        "sum_and_mean",
+        sum_and_mean::<Reference>,
+        sum_and_mean::<Trainium>,
+    );
+    check(
+        "max_min_and_product",
+        max_min_and_product::<Reference>,
+        max_min_and_product::<Trainium>,
+    );
+    check(
+        "arg_max_and_min",
+        arg_max_and_min::<Reference>,
+        arg_max_and_min::<Trainium>,
+    );
+    check(
+        "rms_norm_pattern",
+        rms_norm_pattern::<Reference>,
+        rms_norm_pattern::<Trainium>,
+    );
+    check(
+        "softmax_last_dim",
+        softmax_last_dim::<Reference>,
+        softmax_last_dim::<Trainium>,
+    );
+    check(
+        "log_softmax_last_dim",
+        log_softmax_last_dim::<Reference>,
+        log_softmax_last_dim::<Trainium>,
+    );
+    check(
+        "cumulative",
+        cumulative::<Reference>,
+        cumulative::<Trainium>,
+    );
+}
+
+fn embedding_lookup<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    embedding(
+        float::<B, 2>([10, 6], 27, p, device),
+        ints([3, 5], 28, 10, device),
+    )
+    .into_data()
+}
+
+fn gather_along_dim<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 2>([4, 9], 29, p, device)
+        .gather(1, ints([4, 3], 30, 9, device))
+        .into_data()
+}
+
+fn select_rows<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 2>([8, 5], 31, p, device)
+        .select(0, ints([6], 32, 8, device))
+        .into_data()
+}
+
+fn select_assign_add<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 2>([6, 4], 33, p, device)
+        .select_assign(
+            0,
+            ints([5], 34, 6, device),
+            float([5, 4], 35, p, device),
+            IndexingUpdateOp::Add,
+        )
+        .into_data()
+}
+
+fn scatter_add<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 2>([3, 7], 36, p, device)
+        .scatter(
+            1,
+            ints([3, 4], 37, 7, device),
+            float([3, 4], 38, p, device),
+            IndexingUpdateOp::Add,
+        )
+        .into_data()
+}
+
+#[test]
+fn indexing() {
+    check(
+        "embedding_lookup",
+        embedding_lookup::<Reference>,
+        embedding_lookup::<Trainium>,
+    );
+    check(
+        "gather_along_dim",
+        gather_along_dim::<Reference>,
+        gather_along_dim::<Trainium>,
+    );
+    check(
+        "select_rows",
+        select_rows::<Reference>,
+        select_rows::<Trainium>,
+    );
+    check(
+        "select_assign_add",
+        select_assign_add::<Reference>,
+        select_assign_add::<Trainium>,
+    );
+    check(
+        "scatter_add",
+        scatter_add::<Reference>,
+        scatter_add::<Trainium>,
+    );
+}
+
+fn slice_and_slice_assign<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 3>([4, 6, 5], 39, p, device);
+    let part = x.clone().slice(s![1..3, 2..6, ..]);
+    let stepped = x.clone().slice(s![.., 0..5;2, 1..]).sum();
+    (x.slice_assign(s![0..2, 0..4, ..], part * 2.0) + stepped.unsqueeze()).into_data()
+}
+
+fn concatenation<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    Tensor::cat(
+        vec![
+            float::<B, 3>([2, 3, 4], 40, p, device),
+            float([2, 2, 4], 41, p, device),
+            float([2, 1, 4], 42, p, device),
+        ],
+        1,
+    )
+    .into_data()
+}
+
+fn reshape_swap_permute<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 3>([2, 6, 4], 43, p, device)
+        .reshape([2, 3, 2, 4])
+        .swap_dims(1, 2)
+        .permute([3, 0, 2, 1])
+        .reshape([4, 12])
+        .into_data()
+}
+
+fn expand_repeat_flip<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let x = float::<B, 3>([1, 3, 1], 44, p, device);
+    (x.clone().expand([2, 3, 4]) + x.repeat_dim(0, 2).repeat_dim(2, 4).flip([1])).into_data()
+}
+
+fn zeros_ones_full<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let dtype = match p {
+        Precision::F32 => DType::F32,
+        Precision::Bf16 => DType::BF16,
+    };
+    (Tensor::<B, 2>::zeros([2, 3], (device, dtype))
+        + Tensor::<B, 2>::ones([2, 3], (device, dtype))
+        + Tensor::<B, 2>::full([2, 3], 2.5, (device, dtype)))
+    .into_data()
+}
+
+#[test]
+fn layout() {
+    check(
+        "slice_and_slice_assign",
+        slice_and_slice_assign::<Reference>,
+        slice_and_slice_assign::<Trainium>,
+    );
+    check(
+        "concatenation",
+        concatenation::<Reference>,
+        concatenation::<Trainium>,
+    );
+    check(
+        "reshape_swap_permute",
+        reshape_swap_permute::<Reference>,
+        reshape_swap_permute::<Trainium>,
+    );
+    check(
+        "expand_repeat_flip",
+        expand_repeat_flip::<Reference>,
+        expand_repeat_flip::<Trainium>,
+    );
+    check(
+        "zeros_ones_full",
+        zeros_ones_full::<Reference>,
+        zeros_ones_full::<Trainium>,
+    );
+}
+
+fn comparisons<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let a = distinct::<B, 2>([6, 8], 47, p, device);
+    let b = distinct::<B, 2>([6, 8], 48, p, device);
+    (a.clone().greater(b.clone()).int()
+        + a.clone().lower_equal(b).int() * 2
+        + a.equal_elem(0.0).int() * 4)
+        .into_data()
+}
+
+fn causal_mask_fill<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let scores = float::<B, 3>([2, 5, 5], 49, p, device);
+    let causal = Tensor::<B, 2, Bool>::triu_mask([5, 5], 1, device).unsqueeze::<3>();
+    softmax(scores.mask_fill(causal, f32::NEG_INFINITY), 2).into_data()
+}
+
+fn mask_where<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 2>([5, 6], 50, p, device)
+        .mask_where(mask([5, 6], 51, device), float([5, 6], 52, p, device))
+        .into_data()
+}
+
+fn bool_logic<B: Backend>(device: &B::Device, _: Precision) -> TensorData {
+    mask::<B, 2>([4, 5], 53, device)
+        .bool_and(mask([4, 5], 54, device))
+        .bool_or(mask::<B, 2>([4, 5], 55, device).bool_not())
+        .into_data()
+}
+
+#[test]
+fn comparisons_and_masks() {
+    check(
+        "comparisons",
+        comparisons::<Reference>,
+        comparisons::<Trainium>,
+    );
+    check(
+        "causal_mask_fill",
+        causal_mask_fill::<Reference>,
+        causal_mask_fill::<Trainium>,
+    );
+    check(
+        "mask_where",
+        mask_where::<Reference>,
+        mask_where::<Trainium>,
+    );
+    check(
+        "bool_logic",
+        bool_logic::<Reference>,
+        bool_logic::<Trainium>,
+    );
+}
+
+fn float_to_int_and_back<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    (float::<B, 2>([4, 5], 56, p, device) * 4.0)
+        .int()
+        .float()
+        .cast(DType::F32)
+        .into_data()
+}
+
+fn bool_to_float<B: Backend>(device: &B::Device, _: Precision) -> TensorData {
+    mask::<B, 2>([3, 7], 58, device).float().into_data()
+}
+
+fn int_arithmetic<B: Backend>(device: &B::Device, _: Precision) -> TensorData {
+    let a = ints::<B, 2>([4, 6], 59, 50, device);
+    let b = ints::<B, 2>([4, 6], 60, 50, device);
+    ((a.clone() + b.clone()) * 3 - a.clone() * b.clone() + a.div_scalar(3) + b.remainder_scalar(7))
+        .into_data()
+}
+
+fn int_reductions_and_indexing<B: Backend>(device: &B::Device, _: Precision) -> TensorData {
+    let a = ints::<B, 2>([5, 6], 61, 40, device);
+    let positions = Tensor::<B, 1, Int>::arange(0..6, device).unsqueeze::<2>();
+    (a.clone().sum_dim(1)
+        + a.clone().gather(1, ints([5, 1], 62, 6, device))
+        + a.clone().max_dim(1)
+        + a.cumsum(1).slice(s![.., 5..6])
+        + positions.sum_dim(1))
+    .into_data()
+}
+
+fn int_cat_select_slice<B: Backend>(device: &B::Device, _: Precision) -> TensorData {
+    Tensor::cat(
+        vec![
+            ints::<B, 2>([2, 4], 63, 9, device),
+            ints([3, 4], 64, 9, device),
+        ],
+        0,
+    )
+    .select(0, ints([4], 65, 5, device))
+    .slice(s![.., 1..3])
+    .into_data()
+}
+
+fn int_comparisons_and_mask<B: Backend>(device: &B::Device, _: Precision) -> TensorData {
+    let a = ints::<B, 2>([4, 5], 66, 10, device);
+    let keep = a.clone().greater_elem(4);
+    a.mask_fill(keep, -1).into_data()
+}
+
+#[test]
+fn casts_and_integers() {
+    check(
+        "float_to_int_and_back",
+        float_to_int_and_back::<Reference>,
+        float_to_int_and_back::<Trainium>,
+    );
+    check(
+        "bool_to_float",
+        bool_to_float::<Reference>,
+        bool_to_float::<Trainium>,
+    );
+    check(
+        "int_arithmetic",
+        int_arithmetic::<Reference>,
+        int_arithmetic::<Trainium>,
+    );
+    check(
+        "int_reductions_and_indexing",
+        int_reductions_and_indexing::<Reference>,
+        int_reductions_and_indexing::<Trainium>,
+    );
+    check(
+        "int_cat_select_slice",
+        int_cat_select_slice::<Reference>,
+        int_cat_select_slice::<Trainium>,
+    );
+    check(
+        "int_comparisons_and_mask",
+        int_comparisons_and_mask::<Reference>,
+        int_comparisons_and_mask::<Trainium>,
+    );
+}
+
+fn causal_attention<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: true,
+    };
+    attention(
+        float::<B, 4>([2, 3, 5, 4], 67, p, device),
+        float([2, 3, 7, 4], 68, p, device),
+        float([2, 3, 7, 6], 69, p, device),
+        None,
+        None,
+        options,
+    )
+    .into_data()
+}
+
+fn attention_with_mask_bias_and_softcap<B: Backend>(
+    device: &B::Device,
+    p: Precision,
+) -> TensorData {
+    let options = AttentionModuleOptions {
+        scale: Some(0.3),
+        softcap: Some(2.0),
+        is_causal: false,
+    };
+    attention(
+        float::<B, 4>([2, 3, 5, 4], 70, p, device),
+        float([2, 3, 7, 4], 71, p, device),
+        float([2, 3, 7, 6], 72, p, device),
+        Some(mask([2, 3, 5, 7], 73, device)),
+        Some(float::<B, 4>([2, 3, 5, 7], 74, p, device) * 0.25),
+        options,
+    )
+    .into_data()
+}
+
+#[test]
+fn attention_module() {
+    check(
+        "causal_attention",
+        causal_attention::<Reference>,
+        causal_attention::<Trainium>,
+    );
+    check(
+        "attention_with_mask_bias_and_softcap",
+        attention_with_mask_bias_and_softcap::<Reference>,
+        attention_with_mask_bias_and_softcap::<Trainium>,
+    );
+}
+
+/// f32 -> bf16 -> f32 rounds to nearest even, as the `half` crate does, on every device.
+#[test]
+fn bf16_cast_rounds_like_half() {
+    let mut numbers = Numbers::new(99);
+    let values: Vec<f32> = (0..256)
+        .map(|_| (numbers.next_u64() as f64 / u64::MAX as f64 * 200.0 - 100.0) as f32)
+        .collect();
+    let expected: Vec<f32> = values
+        .iter()
+        .map(|v| half::bf16::from_f32(*v).to_f32())
+        .collect();
+    for device in crate::support::devices_under_test() {
+        let round_trip =
+            Tensor::<Trainium, 1>::from_data(TensorData::new(values.clone(), [256]), &device)
+                .cast(DType::BF16)
+                .cast(DType::F32)
+                .into_data();
+        round_trip.assert_eq(&TensorData::new(expected.clone(), [256]), false);
+    }
+}
+
+/// `recip` against `1 / x` computed here: burn-ndarray's SIMD `recip` is an approximation
+/// (about 12 bits), so it cannot be the reference.
+#[test]
+fn reciprocals_are_exact_to_f32_rounding() {
+    for device in crate::support::devices_under_test() {
+        let x = positive::<Trainium, 2>([6, 7], 14, Precision::F32, &device);
+        let values = x.clone().into_data().to_vec::<f32>().unwrap();
+        let expected: Vec<f32> = values.iter().map(|value| 1.0 / value).collect();
+        let actual = x.recip().into_data();
+        crate::support::assert_matches(
+            &format!("recip on {device}"),
+            &TensorData::new(expected, [6, 7]),
+            &actual,
+            1e-7,
+        );
+    }
+}

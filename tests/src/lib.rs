@@ -1,0 +1,27 @@
+//! Cross-crate integration tests of burn-trainium and HLAT, in one test binary (`cargo test -p
+//! integration-tests`):
+//!
+//! - `differential`: every operation family on `Trainium`'s `host` and `xla` executors against
+//!   `burn-ndarray`, in f32 and bf16, with one tolerance table (`support`);
+//! - `autodiff`: gradients against `Autodiff<NdArray>`;
+//! - `hlat_training`: the real HLAT model trained for a few steps with the project's trainer on
+//!   `host` and `xla`, against `NdArray`;
+//! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
+//!   them, use only operators of the Neuron compiler's published list;
+//! - `segments`: how the lazy client cuts and runs segments;
+//! - `repository`: no tracked file refers to a path outside the repository.
+
+#[cfg(test)]
+mod autodiff;
+#[cfg(test)]
+mod differential;
+#[cfg(test)]
+mod hlat_training;
+#[cfg(test)]
+mod neuron_operators;
+#[cfg(test)]
+mod repository;
+#[cfg(test)]
+mod segments;
+#[cfg(test)]
+mod support;

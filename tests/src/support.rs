@@ -1,0 +1,259 @@
+//! What the integration tests share: deterministic inputs, the reference backend, the devices
+//! under test, the one tolerance table, and the differential check.
+//!
+//! A differential case is a plain generic function `fn case<B: Backend>(&B::Device, Precision)
+//! -> TensorData`. [`check`] runs it on the reference (`burn-ndarray`, f32) and on `Trainium`'s
+//! `host` and `xla` executors, in f32 and bf16. In bf16 the inputs are values bf16 represents
+//! exactly; the reference computes in f32 on those values.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
+use burn_trainium::{PLUGIN_ENV, Trainium, TrainiumDevice, stats};
+
+/// The independent reference every backend result is compared with.
+pub type Reference = burn::backend::NdArray<f32, i32>;
+
+/// The float precision a case runs in on the backend under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 everywhere.
+    F32,
+    /// bf16 tensors on the backend under test (the reference stays f32).
+    Bf16,
+}
+
+impl Precision {
+    /// Both precisions, in test order.
+    pub const ALL: [Precision; 2] = [Precision::F32, Precision::Bf16];
+
+    /// The tolerance of a float result computed in this precision against the f32 reference:
+    /// `|actual - expected| <= tolerance * (1 + |expected|)`. Int and bool results are exact.
+    pub fn tolerance(self) -> f64 {
+        match self {
+            Precision::F32 => 2e-5,
+            Precision::Bf16 => 3e-2,
+        }
+    }
+}
+
+/// A differential case: the same Burn code on any backend.
+pub type Case<B> = fn(&burn::tensor::Device<B>, Precision) -> TensorData;
+
+/// The `xla` device of the differential tests, with the plugin required (the tests fail, never
+/// skip, without it).
+pub fn xla() -> TrainiumDevice {
+    let path = PathBuf::from(std::env::var_os(PLUGIN_ENV).unwrap_or_default());
+    assert!(
+        path.is_file(),
+        "the XLA CPU PJRT plugin is missing (`{PLUGIN_ENV}` = `{}`): run the tests with \
+         `scripts/test`, or set {PLUGIN_ENV} to the path `scripts/install-xla-cpu` prints",
+        path.display()
+    );
+    TrainiumDevice::xla(0)
+}
+
+/// The devices every case runs on: the host executor and the `xla` executor.
+pub fn devices_under_test() -> [TrainiumDevice; 2] {
+    [TrainiumDevice::HOST, xla()]
+}
+
+/// Cases run one at a time on the `xla` device, so each one sees only its own host fallbacks.
+static XLA_DEVICE: Mutex<()> = Mutex::new(());
+
+fn exclusive_xla() -> MutexGuard<'static, ()> {
+    XLA_DEVICE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `under_test` on every device under test in both precisions and compares it with
+/// `reference` in f32. On `xla` no operation may fall back to the host.
+pub fn check(name: &str, reference: Case<Reference>, under_test: Case<Trainium>) {
+    let expected = reference(&Default::default(), Precision::F32);
+    for device in devices_under_test() {
+        let _exclusive = exclusive_xla();
+        let before = stats(&device).host_fallbacks;
+        for precision in Precision::ALL {
+            let actual = under_test(&device, precision);
+            assert_matches(
+                &format!("{name} on {device} in {precision:?}"),
+                &expected,
+                &actual,
+                precision.tolerance(),
+            );
+        }
+        if device != TrainiumDevice::HOST {
+            assert_eq!(
+                stats(&device).host_fallbacks,
+                before,
+                "{name}: an operation fell back to the host on {device}"
+            );
+        }
+    }
+}
+
+/// Compares a result with the reference: float results within `tolerance` (both read as f64,
+/// NaN equal to NaN), int and bool results exactly.
+pub fn assert_matches(what: &str, expected: &TensorData, actual: &TensorData, tolerance: f64) {
+    assert_eq!(actual.shape, expected.shape, "{what}: shapes differ");
+    if expected.dtype.is_float() {
+        let expected = expected.clone().convert::<f64>().into_vec::<f64>().unwrap();
+        let actual = actual.clone().convert::<f64>().into_vec::<f64>().unwrap();
+        for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
+            let close = e == a
+                || (e.is_nan() && a.is_nan())
+                || (e - a).abs() <= tolerance * (1.0 + e.abs());
+            assert!(
+                close,
+                "{what}: element {index} is {a}, the reference {e} (tolerance {tolerance})"
+            );
+        }
+    } else if expected.dtype.is_int() {
+        assert_eq!(
+            actual.clone().convert::<i64>().to_vec::<i64>().unwrap(),
+            expected.clone().convert::<i64>().to_vec::<i64>().unwrap(),
+            "{what}"
+        );
+    } else {
+        assert_eq!(
+            actual.to_vec::<bool>().unwrap(),
+            expected.to_vec::<bool>().unwrap(),
+            "{what}"
+        );
+    }
+}
+
+/// A deterministic stream of pseudo-random numbers (SplitMix64), so inputs are identical for
+/// every backend and every run.
+pub struct Numbers(u64);
+
+impl Numbers {
+    /// A stream for `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `[0, bound)`.
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound
+    }
+}
+
+/// Values that bf16 represents exactly: multiples of 1/32 in `[low, high]` (|value| < 4).
+fn grid_values(count: usize, seed: u64, low: f32, high: f32) -> Vec<f32> {
+    let mut numbers = Numbers::new(seed);
+    let low_step = (low * 32.0).ceil() as i64;
+    let high_step = (high * 32.0).floor() as i64;
+    let span = (high_step - low_step + 1) as u64;
+    (0..count)
+        .map(|_| (low_step + numbers.below(span) as i64) as f32 / 32.0)
+        .collect()
+}
+
+fn float_tensor<B: Backend, const D: usize>(
+    values: Vec<f32>,
+    shape: [usize; D],
+    precision: Precision,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let tensor = Tensor::<B, D>::from_data(TensorData::new(values, shape), device);
+    match precision {
+        Precision::F32 => tensor,
+        Precision::Bf16 => tensor.cast(DType::BF16),
+    }
+}
+
+/// A float tensor with values in `[-2, 2]`.
+pub fn float<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    precision: Precision,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let values = grid_values(shape.iter().product(), seed, -2.0, 2.0);
+    float_tensor(values, shape, precision, device)
+}
+
+/// A float tensor with values in `[0.25, 3]`, for `log`, `sqrt` and divisions.
+pub fn positive<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    precision: Precision,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let values = grid_values(shape.iter().product(), seed, 0.25, 3.0);
+    float_tensor(values, shape, precision, device)
+}
+
+/// A float tensor with values in `(-1, 1)`, for the inverse trigonometric functions.
+pub fn unit<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    precision: Precision,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let values = grid_values(shape.iter().product(), seed, -0.96875, 0.96875);
+    float_tensor(values, shape, precision, device)
+}
+
+/// A float tensor whose values are all different (a shuffled ramp), so that arg-max, sorting and
+/// comparisons have no ties in any precision. At most 128 elements.
+pub fn distinct<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    precision: Precision,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let count: usize = shape.iter().product();
+    assert!(
+        count <= 128,
+        "distinct inputs are limited to 128 exact bf16 values"
+    );
+    let mut values: Vec<f32> = (0..count)
+        .map(|i| (i as f32 - count as f32 / 2.0) / 32.0)
+        .collect();
+    let mut numbers = Numbers::new(seed);
+    for i in (1..count).rev() {
+        values.swap(i, numbers.below(i as u64 + 1) as usize);
+    }
+    float_tensor(values, shape, precision, device)
+}
+
+/// An int tensor with values in `[0, high)`.
+pub fn ints<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    high: i64,
+    device: &B::Device,
+) -> Tensor<B, D, Int> {
+    let mut numbers = Numbers::new(seed);
+    let values: Vec<i32> = (0..shape.iter().product::<usize>())
+        .map(|_| numbers.below(high as u64) as i32)
+        .collect();
+    Tensor::from_data(TensorData::new(values, shape), device)
+}
+
+/// A bool tensor, true with probability one half.
+pub fn mask<B: Backend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    device: &B::Device,
+) -> Tensor<B, D, Bool> {
+    let mut numbers = Numbers::new(seed);
+    let values: Vec<bool> = (0..shape.iter().product::<usize>())
+        .map(|_| numbers.below(2) == 1)
+        .collect();
+    Tensor::from_data(TensorData::new(values, shape), device)
+}

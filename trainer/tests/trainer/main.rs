@@ -1,0 +1,25 @@
+//! The integration tests of `hlat-train`, in one binary: the data pipeline (`data_*`) and the
+//! trainer (`train_*`).
+
+mod data_builtin;
+mod data_ingest;
+mod data_mixing;
+mod data_packing;
+mod data_sampler;
+mod data_tokenizer;
+mod train_fixture;
+mod train_optimizer;
+mod train_precision;
+mod train_pretrain;
+mod train_recipe;
+mod train_resume;
+mod train_step;
+
+use std::path::PathBuf;
+
+/// A file or folder of the repository's `fixtures/`.
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(name)
+}
