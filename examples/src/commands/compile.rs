@@ -16,12 +16,14 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
+use burn_trainium::hlo::HloModuleProto;
 use burn_trainium::neuron::{
     CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronSettings, request_neff_names,
     set_compile_only,
 };
 use burn_trainium::{DEVICE_ENV, ExecutorKind, TrainiumDevice, stats};
 use clap::Args;
+use prost::Message;
 
 use super::pretrain::{self, PretrainArgs};
 
@@ -122,13 +124,16 @@ fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
             source,
         })?;
         // The executor compiles modules with the NEFF tensor names requested: so must this.
-        let module = request_neff_names(&module).map_err(|reason| NeuronError::InvalidSetting {
+        let invalid = |reason: String| NeuronError::InvalidSetting {
             name: "--modules",
             value: file.display().to_string(),
             reason,
-        })?;
+        };
+        let mut module = HloModuleProto::decode(module.as_slice())
+            .map_err(|error| invalid(format!("not an HLO module: {error}")))?;
+        request_neff_names(&mut module).map_err(invalid)?;
         cache
-            .get_or_compile(&compiler, &module)
+            .get_or_compile(&compiler, &module.encode_to_vec())
             .map(|cached| cached.outcome)
     };
     std::thread::scope(|scope| {

@@ -1,17 +1,39 @@
-//! `hlat bench` runs end to end (a smoke test: no timing is asserted).
+//! `hlat bench` runs end to end on `host` and `xla` (no timing is asserted), and what it reports
+//! is physically possible: no matmul beats the machine's measured peak (a benchmark that skipped
+//! the work would).
 
-use std::process::Command;
+use burn_trainium::PLUGIN_ENV;
 
 fn hlat(arguments: &[&str], folder: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hlat"))
+    super::hlat()
         .args(arguments)
         .current_dir(folder)
         .output()
         .expect("running hlat")
 }
 
+/// The `xla` backend needs the XLA CPU plugin: the tests fail, never skip, without it.
+fn require_plugin() {
+    let path = std::path::PathBuf::from(std::env::var_os(PLUGIN_ENV).unwrap_or_default());
+    assert!(
+        path.is_file(),
+        "the XLA CPU PJRT plugin is missing (`{PLUGIN_ENV}` = `{}`): run the tests with \
+         `scripts/test`",
+        path.display()
+    );
+}
+
+fn succeeded(output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
-fn bench_train_measures_each_backend_and_writes_json() {
+fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
+    require_plugin();
     let folder = tempfile::tempdir().unwrap();
     let output = hlat(
         &[
@@ -20,11 +42,11 @@ fn bench_train_measures_each_backend_and_writes_json() {
             "--preset",
             "hlat-test",
             "--backends",
-            "host,ndarray",
+            "host,xla,ndarray",
             "--baseline",
             "ndarray",
             "--warmup",
-            "1",
+            "2",
             "--steps",
             "1",
             "--batch",
@@ -33,86 +55,128 @@ fn bench_train_measures_each_backend_and_writes_json() {
             "8",
             "--json",
             "train.json",
+            "--report",
+            "report.md",
         ],
         folder.path(),
     );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    succeeded(&output);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(folder.path().join("train.json")).unwrap()).unwrap();
     let results = report["results"].as_array().unwrap();
-    let backends: Vec<&str> = results
-        .iter()
-        .map(|result| result["backend"].as_str().unwrap())
-        .collect();
-    assert_eq!(backends, ["host", "ndarray"]);
-    // Both backends trained the same model on the same batch.
-    let losses: Vec<f64> = results
-        .iter()
-        .map(|result| result["final_loss"].as_f64().unwrap())
-        .collect();
-    assert!(
-        (losses[0] - losses[1]).abs() < 1e-3 * losses[1].abs(),
-        "{losses:?}"
+    let field = |backend: &str, key: &str| {
+        results
+            .iter()
+            .find(|result| result["backend"] == backend)
+            .unwrap_or_else(|| panic!("{backend} missing: {report}"))[key]
+            .clone()
+    };
+    // host and ndarray draw the same initial weights from Burn's generator and train on the
+    // same batch; xla draws its own on the device.
+    let (host, ndarray) = (
+        field("host", "final_loss").as_f64().unwrap(),
+        field("ndarray", "final_loss").as_f64().unwrap(),
     );
+    assert!(
+        (host - ndarray).abs() < 1e-3 * ndarray.abs(),
+        "{host} vs {ndarray}"
+    );
+    assert!(field("xla", "final_loss").as_f64().unwrap().is_finite());
+    // The step compiles in the warmup and not after it.
+    assert!(
+        field("xla", "warmup_compiles").as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(field("xla", "timed_compiles").as_u64(), Some(0), "{report}");
+    let peak = report["peak"]["flops_per_second"].as_f64().unwrap();
+    for result in results {
+        let mfu = result["mfu"].as_f64().unwrap();
+        assert!(
+            mfu > 0.0 && mfu <= 1.0,
+            "MFU {mfu} of {result} against {peak}"
+        );
+    }
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(
-        table.contains("| host |") && table.contains("1.00×"),
+        table.contains("| host |") && table.contains("| xla |") && table.contains("1.00×"),
         "{table}"
+    );
+    let page = std::fs::read_to_string(folder.path().join("report.md")).unwrap();
+    assert!(
+        page.contains("Machine:")
+            && page.contains("measured in this run")
+            && page.contains("| xla |"),
+        "{page}"
     );
 }
 
 #[test]
-fn bench_ops_measures_each_operation() {
+fn bench_ops_on_xla_reports_no_rate_above_the_measured_peak() {
+    require_plugin();
     let folder = tempfile::tempdir().unwrap();
     let output = hlat(
         &[
             "bench",
             "ops",
             "--preset",
-            "hlat-test",
+            "bench-tiny",
             "--backends",
-            "host",
+            "xla",
             "--batch",
-            "1",
+            "2",
             "--seq-len",
-            "8",
+            "64",
             "--repeats",
-            "1",
+            "3",
             "--json",
             "ops.json",
         ],
         folder.path(),
     );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let results: serde_json::Value =
+    succeeded(&output);
+    let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(folder.path().join("ops.json")).unwrap()).unwrap();
-    let operations: Vec<&str> = results
-        .as_array()
-        .unwrap()
+    let peak = report["peak"]["flops_per_second"].as_f64().unwrap();
+    let operations = report["backends"][0]["operations"].as_array().unwrap();
+    let names: Vec<&str> = operations
         .iter()
-        .map(|r| r["operation"].as_str().unwrap())
+        .map(|operation| operation["operation"].as_str().unwrap())
         .collect();
     for expected in ["matmul", "softmax", "rmsnorm", "causal attention"] {
         assert!(
-            operations.iter().any(|name| name.starts_with(expected)),
-            "{expected} missing: {operations:?}"
+            names.iter().any(|name| name.starts_with(expected)),
+            "{expected} missing: {names:?}"
+        );
+    }
+    for operation in operations
+        .iter()
+        .filter(|operation| operation["unit"] == "GFLOP/s")
+    {
+        let rate = operation["throughput"].as_f64().unwrap() * 1e9;
+        assert!(
+            rate > 0.0 && rate <= peak,
+            "{} runs at {:.1} GFLOP/s, above the measured peak of {:.1}",
+            operation["operation"],
+            rate / 1e9,
+            peak / 1e9
         );
     }
 }
 
 #[test]
-fn an_unknown_backend_is_a_clear_error() {
+fn an_unknown_backend_or_an_empty_step_is_a_clear_error() {
     let folder = tempfile::tempdir().unwrap();
     let output = hlat(&["bench", "train", "--backends", "tpu"], folder.path());
-    assert!(!output.status.success());
+    assert!(!output.status.success(), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown backend `tpu`"), "{stderr}");
+    for flag in ["--steps", "--batch", "--seq-len"] {
+        let output = hlat(&["bench", "train", flag, "0"], folder.path());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(flag) && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
 }

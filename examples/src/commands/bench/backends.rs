@@ -29,6 +29,16 @@ impl BackendName {
         BackendName::Flex,
     ];
 
+    /// What the backend is, for reports.
+    pub fn description(self) -> &'static str {
+        match self {
+            BackendName::TrainiumHost => "burn 0.21 Trainium, host executor (burn-flex)",
+            BackendName::TrainiumXla => "burn 0.21 Trainium, xla executor (TRAINIUM_PJRT_PLUGIN)",
+            BackendName::NdArray => "burn-ndarray 0.21 (default features: simd, multi-threads)",
+            BackendName::Flex => "burn-flex 0.21 (default features)",
+        }
+    }
+
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {

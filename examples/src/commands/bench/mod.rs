@@ -4,10 +4,16 @@
 //! hidden `--worker` flag), so that peak memory is per backend and one backend's threads or caches
 //! don't disturb another. The parent collects one JSON line from each child, prints a table with
 //! ratios against a chosen baseline, and writes a JSON file (and, on request, a Markdown report
-//! with a PNG plot).
+//! with a PNG plot, written entirely by the tool). Every timed region ends with its result read
+//! or the device synchronised, so lazy backends do the work inside it; compiles in the warmup
+//! and in the timed steps are counted apart; MFU divides by a peak measured in the same run
+//! (the fastest f32 matmul of the backends measured) unless `--peak-flops` is given. PyTorch and
+//! JAX peers (`--with-pytorch`, `--with-jax`) run the same model and step side by side.
 
 mod backends;
 mod ops;
+mod peak;
+mod peers;
 mod report;
 mod train;
 

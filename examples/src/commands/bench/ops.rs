@@ -13,6 +13,8 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{self, BackendName, emit_result, median, parse_backends};
+use super::peak::{self, Peak, PeakProbe};
+use super::report;
 use super::train::load_config;
 
 /// Arguments of `hlat bench ops`.
@@ -25,14 +27,14 @@ pub struct OpsBenchArgs {
     #[arg(long, default_value = "host,xla,ndarray,flex")]
     pub backends: String,
     /// Sequences in the measured batch.
-    #[arg(long, default_value_t = 4)]
-    pub batch: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: u64,
     /// Tokens per sequence.
-    #[arg(long, default_value_t = 256)]
-    pub seq_len: usize,
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq_len: u64,
     /// Timed repetitions of each operation (after two untimed ones).
-    #[arg(long, default_value_t = 10)]
-    pub repeats: usize,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub repeats: u64,
     /// Float precision: f32 or bf16.
     #[arg(long, default_value = "f32")]
     pub precision: String,
@@ -59,6 +61,30 @@ pub struct OpMeasurement {
     pub unit: String,
 }
 
+/// What one backend's worker reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackendOps {
+    /// The backend.
+    pub backend: String,
+    /// Its best f32 matmul rate on this machine, probed before and after the operations.
+    pub matmul_peak: PeakProbe,
+    /// The operations measured.
+    pub operations: Vec<OpMeasurement>,
+}
+
+/// A full `hlat bench ops` run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpsReport {
+    /// The command line that produced the report.
+    pub command: String,
+    /// The machine.
+    pub machine: String,
+    /// The fastest matmul of the backends measured: no compute-bound operation can beat it.
+    pub peak: Option<Peak>,
+    /// One entry per backend that ran.
+    pub backends: Vec<BackendOps>,
+}
+
 /// Runs `hlat bench ops`.
 pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
     let backends = parse_backends(&args.backends)?;
@@ -71,7 +97,7 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
         };
         return emit_result(&measure_backend(backend, &args)?);
     }
-    let mut all = Vec::new();
+    let mut measured = Vec::new();
     for backend in backends {
         let arguments = vec![
             "bench".to_string(),
@@ -90,35 +116,48 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
             args.precision.clone(),
         ];
         eprintln!("measuring operations on {backend}...");
-        match backends::run_worker::<Vec<OpMeasurement>>(
-            &arguments,
-            &format!("the {backend} worker"),
-        ) {
-            Ok(measurements) => all.extend(measurements),
+        match backends::run_worker::<BackendOps>(&arguments, &format!("the {backend} worker")) {
+            Ok(result) => measured.push(result),
             Err(error) => eprintln!("{backend}: {error:#}"),
         }
     }
-    println!("| backend | operation | median | throughput |");
-    println!("| --- | --- | ---: | ---: |");
-    for measurement in &all {
+    let probes: Vec<(String, PeakProbe)> = measured
+        .iter()
+        .map(|result| (result.backend.clone(), result.matmul_peak))
+        .collect();
+    let report = OpsReport {
+        command: report::command_line(),
+        machine: report::machine_description(),
+        peak: Peak::choose(None, &probes),
+        backends: measured,
+    };
+    if let Some(peak) = &report.peak {
         println!(
-            "| {} | {} | {:.3} ms | {:.2} {} |",
-            measurement.backend,
-            measurement.operation,
-            measurement.median_seconds * 1e3,
-            measurement.throughput,
-            measurement.unit
+            "peak: {:.2} GFLOP/s, {}\n",
+            peak.flops_per_second / 1e9,
+            peak.source
         );
     }
-    std::fs::write(&args.json, serde_json::to_string_pretty(&all)?)
+    println!("| backend | operation | median | throughput |");
+    println!("| --- | --- | ---: | ---: |");
+    for backend in &report.backends {
+        for measurement in &backend.operations {
+            println!(
+                "| {} | {} | {:.3} ms | {:.2} {} |",
+                measurement.backend,
+                measurement.operation,
+                measurement.median_seconds * 1e3,
+                measurement.throughput,
+                measurement.unit
+            );
+        }
+    }
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("writing {}", args.json.display()))?;
     Ok(())
 }
 
-fn measure_backend(
-    backend: BackendName,
-    args: &OpsBenchArgs,
-) -> anyhow::Result<Vec<OpMeasurement>> {
+fn measure_backend(backend: BackendName, args: &OpsBenchArgs) -> anyhow::Result<BackendOps> {
     match backend {
         BackendName::TrainiumHost => measure_all::<Trainium>(backend, TrainiumDevice::HOST, args),
         BackendName::TrainiumXla => {
@@ -131,35 +170,42 @@ fn measure_backend(
     }
 }
 
-/// Times `operation` (which must end by synchronising the device) and returns the median.
-fn time<B: Backend>(device: &B::Device, repeats: usize, mut operation: impl FnMut()) -> f64 {
-    for _ in 0..2 {
-        operation();
-        B::sync(device).expect("synchronising the device");
+/// Times `operation` and returns the median over `repeats` runs (after two untimed ones, where
+/// compiles happen). Each timed region ends once the device has finished: the result is kept
+/// alive across the sync, so a lazy backend computes it inside the region.
+fn time<B: Backend, T>(
+    device: &B::Device,
+    repeats: u64,
+    mut operation: impl FnMut() -> T,
+) -> anyhow::Result<f64> {
+    let mut samples = Vec::new();
+    for run in 0..2 + repeats {
+        let start = Instant::now();
+        let result = operation();
+        B::sync(device)?;
+        let seconds = start.elapsed().as_secs_f64();
+        drop(result);
+        if run >= 2 {
+            samples.push(seconds);
+        }
     }
-    let samples: Vec<f64> = (0..repeats.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            operation();
-            B::sync(device).expect("synchronising the device");
-            start.elapsed().as_secs_f64()
-        })
-        .collect();
-    median(&samples)
+    Ok(median(&samples))
 }
 
 fn measure_all<B: Backend>(
     backend: BackendName,
     device: B::Device,
     args: &OpsBenchArgs,
-) -> anyhow::Result<Vec<OpMeasurement>> {
+) -> anyhow::Result<BackendOps> {
     let config = load_config(&args.preset)?;
     let precision = parse_precision(&args.precision)?;
     burn::tensor::set_default_dtypes::<B>(&device, precision, IntDType::I32).map_err(|error| {
         anyhow::anyhow!("{backend} cannot run in {}: {error:?}", args.precision)
     })?;
+    let first_probe = peak::probe::<B>(&device)?;
     let element_bytes = if args.precision == "bf16" { 2.0 } else { 4.0 };
-    let tokens = args.batch * args.seq_len;
+    let (batch, seq_len) = (args.batch as usize, args.seq_len as usize);
+    let tokens = batch * seq_len;
     let (hidden, ffn, vocab) = (config.hidden_size, config.ffn_size, config.vocab_size);
     let heads = config.num_heads;
     let head_dim = hidden / heads;
@@ -182,9 +228,9 @@ fn measure_all<B: Backend>(
         ("lm head", vocab),
     ] {
         let (activations, weight) = (random(vec![tokens, hidden]), random(vec![hidden, n]));
-        let seconds = time::<B>(&device, args.repeats, || {
-            let _ = activations.clone().matmul(weight.clone());
-        });
+        let seconds = time::<B, _>(&device, args.repeats, || {
+            activations.clone().matmul(weight.clone())
+        })?;
         record(
             format!("matmul {name} [{tokens}x{hidden}]x[{hidden}x{n}]"),
             seconds,
@@ -194,22 +240,14 @@ fn measure_all<B: Backend>(
     }
 
     let scores = Tensor::<B, 3>::random(
-        [args.batch * heads, args.seq_len, args.seq_len],
+        [batch * heads, seq_len, seq_len],
         Distribution::Normal(0.0, 1.0),
         &device,
     );
-    let seconds = time::<B>(&device, args.repeats, || {
-        let _ = softmax(scores.clone(), 2);
-    });
-    let scores_bytes =
-        2.0 * (args.batch * heads * args.seq_len * args.seq_len) as f64 * element_bytes;
+    let seconds = time::<B, _>(&device, args.repeats, || softmax(scores.clone(), 2))?;
+    let scores_bytes = 2.0 * (batch * heads * seq_len * seq_len) as f64 * element_bytes;
     record(
-        format!(
-            "softmax [{}x{}x{}]",
-            args.batch * heads,
-            args.seq_len,
-            args.seq_len
-        ),
+        format!("softmax [{}x{}x{}]", batch * heads, seq_len, seq_len),
         seconds,
         scores_bytes,
         "GB/s",
@@ -217,13 +255,13 @@ fn measure_all<B: Backend>(
 
     let activations = random(vec![tokens, hidden]);
     let weight = Tensor::<B, 1>::ones([hidden], &device);
-    let seconds = time::<B>(&device, args.repeats, || {
+    let seconds = time::<B, _>(&device, args.repeats, || {
         let x = activations.clone();
         let scale = (x.clone().powf_scalar(2.0).mean_dim(1) + config.rms_norm_eps)
             .sqrt()
             .recip();
-        let _ = x * scale * weight.clone().unsqueeze();
-    });
+        x * scale * weight.clone().unsqueeze()
+    })?;
     record(
         format!("rmsnorm [{tokens}x{hidden}]"),
         seconds,
@@ -231,31 +269,38 @@ fn measure_all<B: Backend>(
         "GB/s",
     );
 
-    let shape = [args.batch, heads, args.seq_len, head_dim];
+    let shape = [batch, heads, seq_len, head_dim];
     let (query, key, value) = (
         Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
         Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
         Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
     );
-    let causal =
-        Tensor::<B, 2, Bool>::triu_mask([args.seq_len, args.seq_len], 1, &device).unsqueeze::<4>();
-    let seconds = time::<B>(&device, args.repeats, || {
+    let causal = Tensor::<B, 2, Bool>::triu_mask([seq_len, seq_len], 1, &device).unsqueeze::<4>();
+    let seconds = time::<B, _>(&device, args.repeats, || {
         let scores = query.clone().matmul(key.clone().swap_dims(2, 3)) / (head_dim as f64).sqrt();
-        let _ =
-            softmax(scores.mask_fill(causal.clone(), f32::NEG_INFINITY), 3).matmul(value.clone());
-    });
-    let attention_flops =
-        4.0 * (args.batch * heads * args.seq_len * args.seq_len * head_dim) as f64;
+        softmax(scores.mask_fill(causal.clone(), f32::NEG_INFINITY), 3).matmul(value.clone())
+    })?;
+    let attention_flops = 4.0 * (batch * heads * seq_len * seq_len * head_dim) as f64;
     record(
         format!(
             "causal attention [{}x{}x{}x{}]",
-            args.batch, heads, args.seq_len, head_dim
+            batch, heads, seq_len, head_dim
         ),
         seconds,
         attention_flops,
         "GFLOP/s",
     );
-    Ok(results)
+    let last_probe = peak::probe::<B>(&device)?;
+    let matmul_peak = if last_probe.flops_per_second > first_probe.flops_per_second {
+        last_probe
+    } else {
+        first_probe
+    };
+    Ok(BackendOps {
+        backend: backend.name().to_string(),
+        matmul_peak,
+        operations: results,
+    })
 }
 
 /// The float precision named on the command line.

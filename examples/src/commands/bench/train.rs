@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use super::backends::{
     self, BackendName, emit_result, median, parse_backends, peak_resident_bytes,
 };
+use super::peak::{self, Peak, PeakProbe};
+use super::peers::{self, Framework, PeerStep};
 use super::report;
 
 /// Arguments of `hlat bench train`.
@@ -35,24 +37,36 @@ pub struct TrainBenchArgs {
     #[arg(long, default_value = "ndarray")]
     pub baseline: String,
     /// Sequences per step.
-    #[arg(long, default_value_t = 4)]
-    pub batch: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: u64,
     /// Tokens per sequence.
-    #[arg(long, default_value_t = 256)]
-    pub seq_len: usize,
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq_len: u64,
     /// Untimed steps before measuring (compiles happen there).
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
     /// Timed steps.
-    #[arg(long, default_value_t = 5)]
-    pub steps: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
     /// Precision mode of the trainer: f32, bf16-sr (bf16 parameters, stochastic rounding) or
     /// bf16-mixed (bf16 compute, f32 master weights).
     #[arg(long, default_value = "f32")]
     pub precision: String,
-    /// Peak FLOP/s of the machine, for MFU (default: a nominal 100 GFLOP/s CPU core pair).
-    #[arg(long, default_value_t = 1.0e11)]
-    pub peak_flops: f64,
+    /// Peak FLOP/s the MFU column divides by [default: measured in this run, the fastest f32
+    /// matmul of the backends measured].
+    #[arg(long)]
+    pub peak_flops: Option<f64>,
+    /// Also run the same model and step in PyTorch (Hugging Face `LlamaForCausalLM`, eager),
+    /// when torch and transformers are installed.
+    #[arg(long)]
+    pub with_pytorch: bool,
+    /// Also run the same model and step in JAX (one `jit` of the whole step), when jax is
+    /// installed.
+    #[arg(long)]
+    pub with_jax: bool,
+    /// The Python interpreter of the peers.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
     /// Where to write the JSON results.
     #[arg(long, default_value = "bench-train.json")]
     pub json: PathBuf,
@@ -64,7 +78,21 @@ pub struct TrainBenchArgs {
     pub worker: bool,
 }
 
-/// One backend's measurement of the training step.
+impl TrainBenchArgs {
+    fn batch(&self) -> usize {
+        self.batch as usize
+    }
+
+    fn seq_len(&self) -> usize {
+        self.seq_len as usize
+    }
+
+    fn steps(&self) -> usize {
+        self.steps as usize
+    }
+}
+
+/// One backend's (or peer's) measurement of the training step.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainMeasurement {
     /// The backend measured.
@@ -73,10 +101,14 @@ pub struct TrainMeasurement {
     pub median_step_seconds: f64,
     /// Tokens processed per second at the median step time.
     pub tokens_per_second: f64,
-    /// Model FLOPs utilisation against the configured peak.
-    pub mfu: f64,
-    /// Programs compiled (Trainium executors), warmup included.
-    pub compiles: u64,
+    /// Model FLOPs utilisation against the report's peak (set by the parent).
+    pub mfu: Option<f64>,
+    /// Programs compiled during the warmup steps.
+    pub warmup_compiles: u64,
+    /// Programs compiled during the timed steps (a well-behaved step compiles nothing there).
+    pub timed_compiles: u64,
+    /// Seconds spent compiling, warmup and timed steps together.
+    pub compile_seconds: f64,
     /// Operations that fell back to the host during the timed steps.
     pub host_fallbacks: u64,
     /// Operations captured per timed step (Trainium only).
@@ -90,21 +122,35 @@ pub struct TrainMeasurement {
     pub peak_rss_bytes: u64,
     /// The loss after the last step (a sanity check that every backend trains the same model).
     pub final_loss: f64,
+    /// The backend's best f32 matmul rate on this machine (Rust backends).
+    pub matmul_peak: Option<PeakProbe>,
+    /// What ran: the Rust backend, or the peer's framework versions.
+    pub version: String,
 }
 
 /// A full `hlat bench train` run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainReport {
+    /// The command line that produced the report.
+    pub command: String,
     /// Preset measured.
     pub preset: String,
+    /// The model measured.
+    pub model: HlatConfig,
     /// Precision measured.
     pub precision: String,
     /// Sequences per step.
     pub batch: usize,
     /// Tokens per sequence.
     pub seq_len: usize,
+    /// Untimed steps per backend.
+    pub warmup: usize,
     /// Timed steps per backend.
     pub steps: usize,
+    /// Training FLOPs per token (`6·N + 12·L·H·T`, see `HlatConfig::train_flops_per_token`).
+    pub flops_per_token: f64,
+    /// The peak the MFU column divides by, and where it comes from.
+    pub peak: Option<Peak>,
     /// The baseline of the ratios.
     pub baseline: String,
     /// One entry per backend that ran.
@@ -113,10 +159,13 @@ pub struct TrainReport {
     pub failures: Vec<(String, String)>,
     /// A description of the machine.
     pub machine: String,
+    /// How this `hlat` binary was built.
+    pub build: String,
 }
 
 /// Runs `hlat bench train`.
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.preset)?;
     if args.worker {
         let backend = parse_backends(&args.backends)?;
         let [backend] = backend[..] else {
@@ -125,7 +174,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
                 args.backends
             );
         };
-        return emit_result(&measure_backend(backend, &args)?);
+        return emit_result(&measure_backend(backend, &config, &args)?);
     }
 
     let backends = parse_backends(&args.backends)?;
@@ -144,16 +193,79 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let peers = [
+        (args.with_pytorch, Framework::PyTorch),
+        (args.with_jax, Framework::Jax),
+    ];
+    for framework in peers
+        .into_iter()
+        .filter_map(|(on, framework)| on.then_some(framework))
+    {
+        eprintln!("measuring the training step in {}...", framework.name());
+        let step = PeerStep {
+            config: &config,
+            batch: args.batch(),
+            seq_len: args.seq_len(),
+            warmup: args.warmup,
+            steps: args.steps(),
+            precision: &args.precision,
+        };
+        match peers::run(&args.python, framework, &step) {
+            Ok(peer) => results.push(TrainMeasurement {
+                backend: framework.name().to_string(),
+                median_step_seconds: peer.median_step_seconds,
+                tokens_per_second: (args.batch() * args.seq_len()) as f64
+                    / peer.median_step_seconds,
+                mfu: None,
+                warmup_compiles: peer.compiles,
+                timed_compiles: 0,
+                compile_seconds: peer.compile_seconds,
+                host_fallbacks: 0,
+                operations_per_step: 0,
+                capture_micros_per_operation: 0.0,
+                prepare_micros_per_segment: 0.0,
+                peak_rss_bytes: peer.peak_rss_bytes,
+                final_loss: peer.final_loss,
+                matmul_peak: None,
+                version: peer.version,
+            }),
+            Err(error) => {
+                eprintln!("{}: {error:#}", framework.name());
+                failures.push((framework.name().to_string(), format!("{error:#}")));
+            }
+        }
+    }
+    let probes: Vec<(String, PeakProbe)> = results
+        .iter()
+        .filter_map(|result| {
+            result
+                .matmul_peak
+                .map(|probe| (result.backend.clone(), probe))
+        })
+        .collect();
+    let peak = Peak::choose(args.peak_flops, &probes);
+    let flops_per_token = config.train_flops_per_token(args.seq_len());
+    for result in &mut results {
+        result.mfu = peak
+            .as_ref()
+            .map(|peak| result.tokens_per_second * flops_per_token / peak.flops_per_second);
+    }
     let report = TrainReport {
+        command: report::command_line(),
         preset: args.preset.clone(),
+        model: config,
         precision: args.precision.clone(),
-        batch: args.batch,
-        seq_len: args.seq_len,
-        steps: args.steps,
+        batch: args.batch(),
+        seq_len: args.seq_len(),
+        warmup: args.warmup,
+        steps: args.steps(),
+        flops_per_token,
+        peak,
         baseline: args.baseline.clone(),
         results,
         failures,
         machine: report::machine_description(),
+        build: report::build_description(),
     };
     println!("{}", report::train_table(&report));
     std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
@@ -178,22 +290,22 @@ fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
 
 fn measure_backend(
     backend: BackendName,
+    config: &HlatConfig,
     args: &TrainBenchArgs,
 ) -> anyhow::Result<TrainMeasurement> {
-    let config = load_config(&args.preset)?;
     match backend {
         BackendName::TrainiumHost => {
-            measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, &config, args)
+            measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, config, args)
         }
         BackendName::TrainiumXla => {
             let device = TrainiumDevice::xla(0);
             burn_trainium::check_device(&device)?;
-            measure::<Autodiff<Trainium>>(backend, device, &config, args)
+            measure::<Autodiff<Trainium>>(backend, device, config, args)
         }
         BackendName::NdArray => {
-            measure::<Autodiff<NdArray>>(backend, Default::default(), &config, args)
+            measure::<Autodiff<NdArray>>(backend, Default::default(), config, args)
         }
-        BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), &config, args),
+        BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), config, args),
     }
 }
 
@@ -225,10 +337,12 @@ where
     B::Device: 'static,
 {
     let precision: Precision = args.precision.parse().map_err(anyhow::Error::msg)?;
+    let matmul_peak = peak::probe::<B::InnerBackend>(&device)?;
+    let probe_stats = trainium_stats::<B>(&device).unwrap_or_default();
     B::seed(&device, 7);
     let model = cast_params(config.try_init::<B>(&device)?, precision.param_dtype());
     let recipe = TrainConfig::default();
-    let total_steps = (args.warmup + args.steps) as u64;
+    let total_steps = (args.warmup + args.steps()) as u64;
     // The learning rate changes every step, as under HLAT's schedule.
     let schedule = WarmupCosine {
         peak: recipe.lr,
@@ -244,37 +358,39 @@ where
         recipe.seed,
         recipe.max_consecutive_skips,
     );
-    let rows = batch_rows(config.vocab_size, args.batch, args.seq_len);
+    let rows = batch_rows(config.vocab_size, args.batch(), args.seq_len());
 
     let mut step_seconds = Vec::new();
     let mut final_loss = f64::NAN;
-    let mut timed_start = None;
-    for step in 0..args.warmup + args.steps {
+    let mut timed_start = probe_stats;
+    for step in 0..args.warmup + args.steps() {
         if step == args.warmup {
-            timed_start = trainium_stats::<B>(&device);
+            timed_start = trainium_stats::<B>(&device).unwrap_or_default();
         }
         let start = Instant::now();
-        // `train_step` reads the loss and gradient norm back, so the step has fully run.
+        // `train_step` reads the loss and gradient norm back; the sync runs the update too.
         let report = trainer.train_step(vec![LmBatch::from_rows(&rows, &device)])?;
+        B::sync(&device)?;
         final_loss = report.loss;
         if step >= args.warmup {
             step_seconds.push(start.elapsed().as_secs_f64());
         }
     }
     let median_step_seconds = median(&step_seconds);
-    let tokens_per_second = (args.batch * args.seq_len) as f64 / median_step_seconds;
-    let flops_per_second = config.train_flops_per_token(args.seq_len) * tokens_per_second;
+    let tokens_per_second = (args.batch() * args.seq_len()) as f64 / median_step_seconds;
     let end = trainium_stats::<B>(&device).unwrap_or_default();
-    let start = timed_start.unwrap_or_default();
+    let start = timed_start;
     let operations = end.operations_captured - start.operations_captured;
     Ok(TrainMeasurement {
         backend: backend.name().to_string(),
         median_step_seconds,
         tokens_per_second,
-        mfu: flops_per_second / args.peak_flops,
-        compiles: end.compiles,
+        mfu: None,
+        warmup_compiles: start.compiles - probe_stats.compiles,
+        timed_compiles: end.compiles - start.compiles,
+        compile_seconds: end.compile_seconds - probe_stats.compile_seconds,
         host_fallbacks: end.host_fallbacks - start.host_fallbacks,
-        operations_per_step: operations / args.steps.max(1) as u64,
+        operations_per_step: operations / args.steps,
         capture_micros_per_operation: micros_per(
             end.capture_seconds - start.capture_seconds,
             operations,
@@ -285,6 +401,8 @@ where
         ),
         peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
         final_loss,
+        matmul_peak: Some(matmul_peak),
+        version: backend.description().to_string(),
     })
 }
 
