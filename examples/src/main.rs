@@ -32,7 +32,19 @@ enum Command {
     Bench(commands::bench::BenchArgs),
 }
 
+/// Where the NeuronCores of a one-node job meet for their collectives unless the launcher says.
+const DEFAULT_ROOT_COMM_ID: &str = "localhost:61234";
+
 fn main() {
+    if std::env::var_os(burn_trainium::neuron::ROOT_COMM_ID_ENV).is_none() {
+        // SAFETY: the first thing `main` does, before any other thread exists.
+        unsafe {
+            std::env::set_var(
+                burn_trainium::neuron::ROOT_COMM_ID_ENV,
+                DEFAULT_ROOT_COMM_ID,
+            )
+        };
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -5,10 +5,10 @@
 
 use burn::backend::Autodiff;
 use burn::tensor::TensorData;
-use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::{Trainium, stats};
 use hlat::{Hlat, HlatConfig};
 use hlat_train::optimizer::AdamWSettings;
+use hlat_train::parallel::TrainingBackend;
 use hlat_train::schedule::WarmupCosine;
 use hlat_train::step::{LanguageModel, LmBatch};
 use hlat_train::trainer::Trainer;
@@ -38,7 +38,7 @@ fn token_rows(vocab: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn train<B: AutodiffBackend>(model: Hlat<B>, device: &B::Device) -> Run {
+fn train<B: TrainingBackend>(model: Hlat<B>, device: &B::Device) -> Run {
     let rows = token_rows(model.config().vocab_size);
     let settings = AdamWSettings {
         beta1: 0.9,
@@ -86,6 +86,7 @@ fn train<B: AutodiffBackend>(model: Hlat<B>, device: &B::Device) -> Run {
 
 #[test]
 fn hlat_trains_identically_on_host_xla_and_ndarray() {
+    let _random = crate::support::exclusive_random();
     let config = HlatConfig::preset("hlat-test").unwrap();
     let initial: Hlat<Autodiff<Reference>> = config.init(&Default::default());
     let folder = tempfile::tempdir().unwrap();

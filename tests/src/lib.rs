@@ -8,6 +8,7 @@
 //!   `host` and `xla`, against `NdArray`;
 //! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
 //!   them, use only operators of the Neuron compiler's published list;
+//! - `parallel_training`: the pretraining job on replicated devices against one device;
 //! - `segments`: how the lazy client cuts and runs segments;
 //! - `repository`: no tracked file refers to a path outside the repository.
 
@@ -19,6 +20,8 @@ mod differential;
 mod hlat_training;
 #[cfg(test)]
 mod neuron_operators;
+#[cfg(test)]
+mod parallel_training;
 #[cfg(test)]
 mod repository;
 #[cfg(test)]

@@ -190,6 +190,7 @@ fn train_two_steps(device: &TrainiumDevice) {
 
 #[test]
 fn an_hlat_training_step_uses_only_supported_neuron_operators() {
+    let _random = crate::support::exclusive_random();
     let workspace = tempfile::tempdir().unwrap();
     let compiler = workspace.path().join("stand-in-neuronx-cc");
     std::fs::write(&compiler, STAND_IN_COMPILER).unwrap();

@@ -1,6 +1,6 @@
 //! The repository stands alone: no tracked file refers to a path outside it.
 //!
-//! Every relative path written in a tracked text file (`../x`, `../../y/z`) is resolved from the
+//! Every relative path written in a tracked text file (one that climbs with `..`) is resolved from the
 //! file's folder and from its crate's folder (where `CARGO_MANIFEST_DIR` paths start). It must
 //! name something inside the repository from one of them, or stay inside from both.
 

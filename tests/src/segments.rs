@@ -112,6 +112,7 @@ fn a_segment_cap_splits_long_streams_without_changing_results() {
 
 #[test]
 fn seeding_applies_after_the_operations_captured_before_it() {
+    let _random = crate::support::exclusive_random();
     let device = host(16);
     let draw = || Tensor::<Trainium, 1>::random([64], burn::tensor::Distribution::Default, &device);
     Trainium::seed(&device, 42);

@@ -69,6 +69,18 @@ fn exclusive_xla() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Held by the tests that seed or draw random numbers on Trainium devices: the `host` executor
+/// draws from burn-flex's one process-wide generator, and a device's seed is shared by every test
+/// using that device, so such tests take turns.
+static RANDOM_STATE: Mutex<()> = Mutex::new(());
+
+/// Takes the random state for the caller alone (see [`RANDOM_STATE`]).
+pub fn exclusive_random() -> MutexGuard<'static, ()> {
+    RANDOM_STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Runs `under_test` on every device under test in both precisions and compares it with
 /// `reference` in f32. On `xla` no operation may fall back to the host.
 pub fn check(name: &str, reference: Case<Reference>, under_test: Case<Trainium>) {

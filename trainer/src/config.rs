@@ -43,11 +43,16 @@ pub struct TrainConfig {
     pub clip_grad_norm: f64,
     /// Tokens per row (the model sees `seq_len` inputs and `seq_len` shifted targets).
     pub seq_len: usize,
-    /// Tokens per optimizer step; must be a multiple of `seq_len * micro_batch_rows`.
+    /// Tokens per optimizer step (the global batch, over every data-parallel replica); must be a
+    /// multiple of `seq_len * micro_batch_rows * data_parallel`.
     pub batch_tokens: usize,
-    /// Rows per forward/backward pass; the gradients of `batch_tokens / (seq_len *
-    /// micro_batch_rows)` passes are accumulated into one optimizer step.
+    /// Rows per forward/backward pass on each data-parallel replica; the gradients of
+    /// `batch_tokens / (seq_len * micro_batch_rows * data_parallel)` passes are accumulated into
+    /// one optimizer step.
     pub micro_batch_rows: usize,
+    /// Data-parallel degree: replicas of the device that each take their slice of the global
+    /// batch and average their gradients with one bucketed all-reduce per step.
+    pub data_parallel: usize,
     /// Parameter and compute precision.
     pub precision: Precision,
     /// Seed of the model initialisation, the data order and the stochastic rounding.
@@ -86,6 +91,7 @@ impl Default for TrainConfig {
             seq_len: 4096,
             batch_tokens: 4 * 1024 * 1024,
             micro_batch_rows: 1,
+            data_parallel: 1,
             precision: Precision::Bf16StochasticRounding,
             seed: 42,
             checkpoint_every: 1000,
@@ -152,9 +158,9 @@ impl TrainConfig {
         self.batch_tokens / self.seq_len
     }
 
-    /// Forward/backward passes accumulated into one optimizer step.
+    /// Forward/backward passes accumulated into one optimizer step (on each replica).
     pub fn accumulation_steps(&self) -> usize {
-        self.rows_per_step() / self.micro_batch_rows
+        self.rows_per_step() / (self.micro_batch_rows * self.data_parallel)
     }
 
     /// Checks the values against each other; the error names the offending field.
@@ -171,12 +177,25 @@ impl TrainConfig {
         if self.micro_batch_rows == 0 {
             return invalid("micro_batch_rows", "must be positive".into());
         }
-        let micro_tokens = self.seq_len * self.micro_batch_rows;
+        if self.data_parallel == 0 {
+            return invalid("data_parallel", "must be positive".into());
+        }
+        let micro_tokens = self
+            .seq_len
+            .checked_mul(self.micro_batch_rows)
+            .and_then(|tokens| tokens.checked_mul(self.data_parallel));
+        let Some(micro_tokens) = micro_tokens else {
+            return invalid(
+                "micro_batch_rows",
+                "seq_len * micro_batch_rows * data_parallel overflows".into(),
+            );
+        };
         if self.batch_tokens == 0 || !self.batch_tokens.is_multiple_of(micro_tokens) {
             return invalid(
                 "batch_tokens",
                 format!(
-                    "{} is not a positive multiple of seq_len * micro_batch_rows = {micro_tokens}",
+                    "{} is not a positive multiple of seq_len * micro_batch_rows * data_parallel \
+                     = {micro_tokens}",
                     self.batch_tokens
                 ),
             );

@@ -12,6 +12,7 @@
 //! - [`config::TrainConfig`] holds HLAT's recipe; [`schedule::WarmupCosine`] its LR schedule;
 //!   [`precision::Precision`] its three precision modes.
 //! - [`data`] reads, packs, mixes and samples the training rows.
+//! - [`parallel`] arranges the replicas of a device into data-parallel groups.
 
 pub mod checkpoint;
 pub mod clip;
@@ -23,6 +24,7 @@ pub mod eval;
 pub mod fs;
 pub mod metrics;
 pub mod optimizer;
+pub mod parallel;
 pub mod precision;
 pub mod pretrain;
 pub mod rounding;

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::DType;
-use burn::tensor::backend::AutodiffBackend;
 use hlat::{Hlat, HlatConfig};
 
 use crate::checkpoint::{
@@ -23,6 +22,7 @@ use crate::data_spec::DataSource;
 use crate::error::TrainError;
 use crate::metrics::{LiveView, MetricsLog, StepMetrics};
 use crate::optimizer::AdamWSettings;
+use crate::parallel::{ParallelLayout, TrainingBackend, split_rows};
 use crate::precision::cast_params;
 use crate::schedule::WarmupCosine;
 use crate::step::{LanguageModel, LmBatch};
@@ -90,13 +90,20 @@ struct PreparedData {
 }
 
 /// Runs (or resumes) a pretraining job on `device`.
-pub fn pretrain<B: AutodiffBackend>(
+pub fn pretrain<B: TrainingBackend>(
     options: &PretrainOptions,
     device: &B::Device,
     info: DeviceInfo<'_>,
 ) -> Result<PretrainSummary, TrainError> {
     let config = &options.config;
     config.validate()?;
+    let replicas = B::replica_count(device);
+    if replicas != config.data_parallel {
+        return Err(TrainError::Mismatch(format!(
+            "data_parallel = {} needs a device of as many replicas; the device has {replicas}",
+            config.data_parallel
+        )));
+    }
     std::fs::create_dir_all(&options.out).map_err(|source| TrainError::Io {
         path: options.out.clone(),
         source,
@@ -159,6 +166,9 @@ pub fn pretrain<B: AutodiffBackend>(
         config.seed,
         config.max_consecutive_skips,
     );
+    trainer.layout = ParallelLayout {
+        data: config.data_parallel,
+    };
     if let (Some(dir), Some(state)) = (&resume_from, resumed) {
         if state.precision != config.precision {
             return Err(TrainError::Checkpoint {
@@ -204,10 +214,7 @@ pub fn pretrain<B: AutodiffBackend>(
 
     while trainer.progress.step < config.max_steps {
         let rows = data.train.next_batch(config.rows_per_step());
-        let micro_batches = rows
-            .chunks(config.micro_batch_rows)
-            .map(|chunk| LmBatch::from_rows(chunk, device))
-            .collect();
+        let micro_batches = micro_batches(&rows, config, device);
         let started = Instant::now();
         let report = trainer.train_step(micro_batches)?;
         let seconds = started.elapsed().as_secs_f64();
@@ -271,8 +278,25 @@ pub fn pretrain<B: AutodiffBackend>(
     Ok(summary)
 }
 
+/// The micro-batches of one step: `rows` cut into one contiguous slice per data-parallel replica,
+/// each slice into micro-batches of `micro_batch_rows` rows.
+fn micro_batches<B: TrainingBackend>(
+    rows: &[Vec<u32>],
+    config: &TrainConfig,
+    device: &B::Device,
+) -> Vec<LmBatch<B>> {
+    let slices = split_rows(rows, config.data_parallel);
+    (0..config.accumulation_steps())
+        .map(|index| {
+            let span = index * config.micro_batch_rows..(index + 1) * config.micro_batch_rows;
+            let parts: Vec<&[Vec<u32>]> = slices.iter().map(|slice| &slice[span.clone()]).collect();
+            LmBatch::from_replica_rows(&parts, device)
+        })
+        .collect()
+}
+
 /// Writes a checkpoint of the trainer and the sampler position.
-fn save_checkpoint<B: AutodiffBackend>(
+fn save_checkpoint<B: TrainingBackend>(
     checkpoints: &RunCheckpoints,
     trainer: &Trainer<B>,
     data: &PreparedData,
@@ -304,7 +328,7 @@ fn save_checkpoint<B: AutodiffBackend>(
 }
 
 /// A native checkpoint folder's model.
-fn load_model<B: AutodiffBackend>(dir: &Path, device: &B::Device) -> Result<Hlat<B>, TrainError> {
+fn load_model<B: TrainingBackend>(dir: &Path, device: &B::Device) -> Result<Hlat<B>, TrainError> {
     hlat::checkpoint::load_native(dir, device)
         .map(|(_, model)| model)
         .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))
@@ -312,7 +336,7 @@ fn load_model<B: AutodiffBackend>(dir: &Path, device: &B::Device) -> Result<Hlat
 
 /// The model a fresh run starts from: `--init-from-hf`'s checkpoint, or the preset sized to the
 /// tokenizer's vocabulary and special tokens.
-fn initial_model<B: AutodiffBackend>(
+fn initial_model<B: TrainingBackend>(
     options: &PretrainOptions,
     tokenizer: Option<&TextTokenizer>,
     device: &B::Device,

@@ -4,6 +4,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
+use burn_trainium::collective::{self, CollectiveBackend};
 use hlat::Hlat;
 
 /// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
@@ -88,9 +89,40 @@ impl<B: Backend> LmBatch<B> {
         }
     }
 
-    /// Target tokens in the batch.
+    /// Target tokens in the batch (on one replica).
     pub fn tokens(&self) -> usize {
         self.targets.shape().num_elements()
+    }
+}
+
+impl<B: CollectiveBackend> LmBatch<B> {
+    /// Builds a batch whose replica `r` holds `parts[r]` (rows of `seq_len + 1` tokens, the same
+    /// number on every replica): the data-parallel slices of one micro-batch.
+    ///
+    /// # Panics
+    /// If the parts are empty, differ in shape, or hold rows shorter than 2 tokens.
+    pub fn from_replica_rows(parts: &[&[Vec<u32>]], device: &B::Device) -> Self {
+        let width = parts[0][0].len();
+        assert!(width >= 2, "rows need at least 2 tokens, got {width}");
+        let data = parts
+            .iter()
+            .map(|rows| {
+                let ids: Vec<i64> = rows
+                    .iter()
+                    .flat_map(|row| {
+                        assert_eq!(row.len(), width, "rows of one batch differ in length");
+                        row.iter().map(|&id| i64::from(id))
+                    })
+                    .collect();
+                TensorData::new(ids, [rows.len(), width])
+            })
+            .collect();
+        let tokens: Tensor<B, 2, Int> = collective::int_from_replicas(data, device);
+        let count = parts[0].len();
+        Self {
+            inputs: tokens.clone().slice([0..count, 0..width - 1]),
+            targets: tokens.slice([0..count, 1..width]),
+        }
     }
 }
 

@@ -11,14 +11,17 @@
 
 use burn::module::Module;
 use burn::optim::GradientsAccumulator;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn::train::TrainStep;
 use serde::{Deserialize, Serialize};
 
+use burn_trainium::collective::{self, ReduceOp};
+
 use crate::clip::{clip_coefficient, grad_sum_of_squares, scale_grads};
 use crate::error::TrainError;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
+use crate::parallel::{ParallelLayout, TrainingBackend, average_gradients};
 use crate::schedule::WarmupCosine;
 use crate::step::{LanguageModel, LmBatch};
 
@@ -33,7 +36,7 @@ pub struct StepReport {
     pub lr: f64,
     /// Global L2 norm of the averaged gradient, before clipping.
     pub grad_norm: f64,
-    /// Target tokens in the step.
+    /// Target tokens in the step (over every data-parallel replica).
     pub tokens: usize,
     /// The update was skipped because the loss or the gradient was not finite.
     pub skipped: bool,
@@ -54,7 +57,7 @@ pub struct TrainerProgress {
 
 /// The model, its optimizer and the schedule: everything that changes from step to step
 /// except the data.
-pub struct Trainer<B: AutodiffBackend> {
+pub struct Trainer<B: TrainingBackend> {
     /// The model being trained.
     pub model: LanguageModel<B>,
     /// The optimizer and its state.
@@ -69,9 +72,11 @@ pub struct Trainer<B: AutodiffBackend> {
     pub max_consecutive_skips: u32,
     /// Step and token counters.
     pub progress: TrainerProgress,
+    /// How the replicas of the device share the work ([`ParallelLayout::SINGLE`] by default).
+    pub layout: ParallelLayout,
 }
 
-impl<B: AutodiffBackend> Trainer<B> {
+impl<B: TrainingBackend> Trainer<B> {
     /// A trainer at step 0 with fresh optimizer state.
     pub fn new(
         model: LanguageModel<B>,
@@ -89,10 +94,13 @@ impl<B: AutodiffBackend> Trainer<B> {
             seed,
             max_consecutive_skips,
             progress: TrainerProgress::default(),
+            layout: ParallelLayout::SINGLE,
         }
     }
 
-    /// Runs one optimizer step over `micro_batches` (their gradients are averaged).
+    /// Runs one optimizer step over `micro_batches` (their gradients are averaged, and averaged
+    /// again over the data-parallel replicas, each of which holds its own slice of every
+    /// micro-batch).
     ///
     /// A non-finite loss or gradient norm skips the update; the step still counts (its data is
     /// consumed and the schedule advances). After `max_consecutive_skips` of them in a row the
@@ -117,7 +125,13 @@ impl<B: AutodiffBackend> Trainer<B> {
             });
         }
         let mut grads = accumulator.grads();
-        let loss_sum = loss_sum.expect("at least one micro-batch");
+        let mut loss_sum = loss_sum.expect("at least one micro-batch");
+        if self.layout.data > 1 {
+            let groups = self.layout.data_groups();
+            average_gradients::<B, _>(&self.model, &mut grads, &groups);
+            loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
+            tokens *= self.layout.data;
+        }
         let squares = grad_sum_of_squares::<B, _>(&self.model, &grads)
             .unwrap_or_else(|| loss_sum.zeros_like());
         // One read back per step: the summed loss and the summed squared gradient.

@@ -14,7 +14,7 @@ use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::support::{assert_close, lock_device, plugin_path};
+use super::support::{assert_close, exclusive_random, lock_device, plugin_path};
 
 type B = Autodiff<Trainium>;
 
@@ -149,13 +149,12 @@ fn check(executor: ExecutorKind) {
     }
 }
 
+/// One test for both executors: the initial weights come from the host's process-wide random
+/// generator, which two tests running at once would share.
 #[test]
-fn data_parallel_training_on_the_host_equals_one_device_on_the_whole_batch() {
+fn data_parallel_training_equals_one_device_on_the_whole_batch_on_host_and_xla() {
+    let _random = exclusive_random();
     check(ExecutorKind::Host);
-}
-
-#[test]
-fn data_parallel_training_on_xla_equals_one_device_on_the_whole_batch() {
     plugin_path();
     check(ExecutorKind::Xla);
 }

@@ -23,6 +23,7 @@ fn moments(values: &[f32]) -> (f64, f64) {
 
 #[test]
 fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
+    let _random = super::support::exclusive_random();
     let device = xla(1);
     B::seed(&device, 11);
     let draw = |distribution| {

@@ -1,11 +1,17 @@
 //! The `neuron` executor in compile-only mode, on this machine (no Neuron runtime): segments are
 //! lowered, compiled by the stand-in compiler of `neuron_support` into the NEFF cache, and not
 //! run. Checks the wiring of lowering, cache and statistics, and that a second executor (another
-//! process in real use) finds the programs in the cache.
+//! process in real use) finds the programs in the cache. A replicated device compiles its
+//! collectives into the module `neuronx-cc` receives.
+
+use burn::tensor::{Tensor, TensorData};
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
+use burn_trainium::hlo::HloModuleProto;
+use burn_trainium::neuron::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE};
+use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
+use prost::Message;
 
 use super::neuron_support::{Workspace, cached_modules, use_stand_in_for_the_executor};
-use burn::tensor::{Tensor, TensorData};
-use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
 
 fn small_program(device: &TrainiumDevice) -> TensorData {
     let a = Tensor::<Trainium, 2>::from_data(
@@ -61,4 +67,50 @@ fn compile_only_mode_fills_the_cache_and_reuses_it() {
     assert_eq!(other_stats.compiles, 0, "{other_stats:?}");
     assert_eq!(other_stats.cache_hits, first.compiles);
     assert_eq!(workspace.invocations() as u64, first.compiles);
+
+    replicated_device_compiles_its_collectives(&workspace);
+}
+
+/// The collective program of a replicated device, as `neuronx-cc` receives it: an `all-reduce`
+/// over the replica groups with a channel id, and the NEFF tensor names requested.
+fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
+    let device = TrainiumDevice::neuron(2).with_replicas(2);
+    let before: Vec<_> = cached_modules(&workspace.cache_root());
+    let per_replica = vec![
+        TensorData::new(vec![1.0f32, 2.0], [2]),
+        TensorData::new(vec![3.0f32, 4.0], [2]),
+    ];
+    let x: Tensor<Trainium, 1> = collective::from_replicas(per_replica, &device);
+    let summed = collective::all_reduce(x * 2.0, ReduceOp::Sum, &ReplicaGroups::all(2));
+    assert_eq!(collective::into_replicas(summed).unwrap().len(), 2);
+    let device_stats = stats(&device);
+    assert_eq!(device_stats.collectives, 1, "{device_stats:?}");
+    let new_modules: Vec<_> = cached_modules(&workspace.cache_root())
+        .into_iter()
+        .filter(|module| !before.contains(module))
+        .collect();
+    assert_eq!(new_modules.len(), 1, "{new_modules:?}");
+    let module =
+        HloModuleProto::decode(std::fs::read(&new_modules[0]).unwrap().as_slice()).unwrap();
+    let instructions: Vec<_> = module
+        .computations
+        .iter()
+        .flat_map(|computation| &computation.instructions)
+        .collect();
+    let all_reduce = instructions
+        .iter()
+        .find(|instruction| instruction.opcode == "all-reduce")
+        .expect("an all-reduce in the module");
+    assert!(all_reduce.channel_id > 0 && all_reduce.use_global_device_ids);
+    assert_eq!(all_reduce.replica_groups.len(), 1);
+    assert_eq!(all_reduce.replica_groups[0].replica_ids, [0, 1]);
+    let named = |key: &str| {
+        instructions.iter().any(|instruction| {
+            instruction
+                .frontend_attributes
+                .as_ref()
+                .is_some_and(|attributes| attributes.map.contains_key(key))
+        })
+    };
+    assert!(named(INPUT_NAMES_ATTRIBUTE) && named(OUTPUT_NAMES_ATTRIBUTE));
 }

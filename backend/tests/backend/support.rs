@@ -54,3 +54,12 @@ pub fn lock_device(device: &TrainiumDevice) -> std::sync::MutexGuard<'static, ()
         .or_insert_with(|| Box::leak(Box::new(Mutex::new(()))));
     lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Held by the tests that seed: seeding any device also seeds the host's process-wide generator
+/// (host fallbacks draw from it), so such tests take turns.
+pub fn exclusive_random() -> std::sync::MutexGuard<'static, ()> {
+    static RANDOM_STATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    RANDOM_STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

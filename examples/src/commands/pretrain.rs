@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use burn::backend::{Autodiff, NdArray};
 use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
@@ -58,9 +58,14 @@ pub struct PretrainArgs {
     /// Tokens per optimizer step (gradient accumulation fills it with micro-batches).
     #[arg(long, value_name = "N")]
     batch_tokens: Option<usize>,
-    /// Rows per forward/backward pass.
+    /// Rows per forward/backward pass, on each data-parallel replica.
     #[arg(long, value_name = "N")]
     micro_batch_rows: Option<usize>,
+    /// Data-parallel degree: train on the first N replicas of the device's executor (`--device
+    /// xla --dp 4` uses xla:0-3), each on its slice of the global batch, gradients averaged by an
+    /// all-reduce in the step's program.
+    #[arg(long, value_name = "N")]
+    dp: Option<usize>,
     /// Tokens per row.
     #[arg(long, value_name = "N")]
     seq_len: Option<usize>,
@@ -108,6 +113,9 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     if let Some(v) = args.micro_batch_rows {
         config.micro_batch_rows = v;
     }
+    if let Some(v) = args.dp {
+        config.data_parallel = v;
+    }
     if let Some(v) = args.seq_len {
         config.seq_len = v;
     }
@@ -143,7 +151,9 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
         data,
         init_from: args.init_from_hf,
     };
-    let summary = match DeviceChoice::parse(args.device.as_deref())? {
+    let summary = match DeviceChoice::parse(args.device.as_deref())?
+        .with_replicas(options.config.data_parallel)?
+    {
         DeviceChoice::NdArray => pretrain::<Autodiff<NdArray>>(
             &options,
             &Default::default(),
@@ -190,6 +200,36 @@ pub enum DeviceChoice {
 }
 
 impl DeviceChoice {
+    /// This device standing for `replicas` replicas: the first `replicas` devices of its
+    /// executor from its index on (`xla:0` with 4 replicas is `xla:0-3`).
+    pub fn with_replicas(self, replicas: usize) -> anyhow::Result<Self> {
+        match self {
+            DeviceChoice::NdArray if replicas == 1 => Ok(self),
+            DeviceChoice::NdArray => bail!(
+                "--dp {replicas}: ndarray is a single device; parallel training needs a Trainium \
+                 device (--device host, xla or neuron)"
+            ),
+            DeviceChoice::Trainium(device) => {
+                let count = u16::try_from(replicas)
+                    .ok()
+                    .filter(|count| (1..=burn_trainium::MAX_REPLICAS).contains(count))
+                    .with_context(|| {
+                        format!(
+                            "--dp {replicas}: a device stands for 1 to {} replicas",
+                            burn_trainium::MAX_REPLICAS
+                        )
+                    })?;
+                if device.replicas > 1 && device.replicas != count {
+                    bail!(
+                        "--device {device} stands for {} replicas, the layout needs {replicas}",
+                        device.replicas
+                    );
+                }
+                Ok(DeviceChoice::Trainium(device.with_replicas(count)))
+            }
+        }
+    }
+
     /// `ndarray`, a Trainium device name, or `None` for `TrainiumDevice::default()`.
     pub fn parse(name: Option<&str>) -> anyhow::Result<Self> {
         match name {

@@ -133,6 +133,15 @@ impl NeuronCores {
 }
 
 fn open_cores(device: &TrainiumDevice) -> Result<Cores, BackendError> {
+    // The ranks of a collective program meet where this variable says (read by the runtime).
+    if device.replicas > 1
+        && std::env::var_os(ROOT_COMM_ID_ENV).is_none_or(|value| value.is_empty())
+    {
+        return Err(unavailable(format!(
+            "{device} runs collectives across its NeuronCores: set {ROOT_COMM_ID_ENV}=HOST:PORT \
+             (on one node, localhost:61234; `hlat` sets that default itself)"
+        )));
+    }
     let runtime = NeuronRuntime::global().map_err(unavailable)?;
     let visible = runtime.visible_core_count().map_err(unavailable)?;
     let last = u32::from(device.index) + u32::from(device.replicas) - 1;

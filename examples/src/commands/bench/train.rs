@@ -11,6 +11,7 @@ use clap::Args;
 use hlat::HlatConfig;
 use hlat_train::config::TrainConfig;
 use hlat_train::optimizer::AdamWSettings;
+use hlat_train::parallel::TrainingBackend;
 use hlat_train::precision::{Precision, cast_params};
 use hlat_train::schedule::WarmupCosine;
 use hlat_train::step::{LanguageModel, LmBatch};
@@ -327,7 +328,7 @@ fn trainium_stats<B: AutodiffBackend>(device: &B::Device) -> Option<burn_trainiu
         .map(burn_trainium::stats)
 }
 
-fn measure<B: AutodiffBackend>(
+fn measure<B: TrainingBackend>(
     backend: BackendName,
     device: B::Device,
     config: &HlatConfig,

@@ -1,0 +1,124 @@
+//! Averaging gradients over data-parallel replicas: every gradient flattened into buckets, one
+//! all-reduce per bucket, then cut back into the parameters' shapes (as PyTorch DDP buckets them).
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use burn::tensor::backend::AutodiffBackend;
+use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+
+/// The most gradient bytes one all-reduce carries (PyTorch DDP's default bucket is 25 MiB).
+pub const BUCKET_BYTES: usize = 25 * 1024 * 1024;
+
+/// Replaces every gradient of `module` by its mean over `groups`, bucketed: one all-reduce per
+/// [`BUCKET_BYTES`] of gradients.
+pub fn average_gradients<B, M>(module: &M, grads: &mut GradientsParams, groups: &ReplicaGroups)
+where
+    B: AutodiffBackend,
+    B::InnerBackend: CollectiveBackend,
+    M: AutodiffModule<B>,
+{
+    let mut flatten = Flatten::<B> {
+        grads,
+        buckets: Vec::new(),
+        bucket_bytes: 0,
+    };
+    module.visit(&mut flatten);
+    let buckets = flatten.buckets;
+    let mut restore = Restore::<B> {
+        grads,
+        buckets: buckets
+            .into_iter()
+            .map(|bucket| {
+                let sizes = bucket
+                    .iter()
+                    .map(|grad| grad.shape().num_elements())
+                    .collect();
+                let averaged =
+                    collective::all_reduce(Tensor::cat(bucket, 0), ReduceOp::Mean, groups);
+                (averaged, sizes)
+            })
+            .collect::<Vec<_>>()
+            .into_iter(),
+        current: None,
+    };
+    module.visit(&mut restore);
+}
+
+/// Takes every gradient out of `grads`, flattened, into buckets of one dtype.
+struct Flatten<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    buckets: Vec<Vec<Tensor<B::InnerBackend, 1>>>,
+    bucket_bytes: usize,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let bytes = grad.shape().num_elements() * grad.dtype().size();
+        let same_dtype = self
+            .buckets
+            .last()
+            .and_then(|bucket| bucket.first())
+            .is_some_and(|first| first.dtype() == grad.dtype());
+        if !same_dtype || self.bucket_bytes + bytes > BUCKET_BYTES {
+            self.buckets.push(Vec::new());
+            self.bucket_bytes = 0;
+        }
+        self.bucket_bytes += bytes;
+        let flat = grad.reshape([-1]);
+        self.buckets
+            .last_mut()
+            .expect("a bucket was opened")
+            .push(flat);
+    }
+}
+
+/// An averaged bucket, the sizes of the gradients still to take from it, and where the next
+/// one starts.
+struct OpenBucket<B: AutodiffBackend> {
+    values: Tensor<B::InnerBackend, 1>,
+    sizes: std::vec::IntoIter<usize>,
+    offset: usize,
+}
+
+/// Puts the averaged buckets back, in the order [`Flatten`] took the gradients out.
+struct Restore<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    buckets: std::vec::IntoIter<(Tensor<B::InnerBackend, 1>, Vec<usize>)>,
+    current: Option<OpenBucket<B>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let mut next = self
+            .current
+            .as_mut()
+            .and_then(|bucket| bucket.sizes.next().map(|size| (bucket, size)));
+        if next.is_none() {
+            let (values, sizes) = self.buckets.next().expect("a bucket per gradient");
+            self.current = Some(OpenBucket {
+                values,
+                sizes: sizes.into_iter(),
+                offset: 0,
+            });
+            next = self
+                .current
+                .as_mut()
+                .and_then(|bucket| bucket.sizes.next().map(|size| (bucket, size)));
+        }
+        let (bucket, size) = next.expect("a bucket holds at least one gradient");
+        let averaged: Tensor<B::InnerBackend, D> = bucket
+            .values
+            .clone()
+            .narrow(0, bucket.offset, size)
+            .reshape(grad.shape());
+        bucket.offset += size;
+        self.grads.register(param.id, averaged);
+    }
+}
