@@ -8,6 +8,7 @@ use crate::attention::{Attention, Context};
 use crate::config::HlatConfig;
 use crate::mlp::Mlp;
 use crate::norm::RmsNorm;
+use crate::parallel::Exchange;
 use crate::rotary::RotaryTables;
 
 /// `h = x + attn(norm(x)); out = h + mlp(norm(h))`.
@@ -34,20 +35,21 @@ impl<B: Backend> DecoderLayer<B> {
         }
     }
 
-    /// Applies the block to `[batch, seq, hidden]`.
+    /// Applies the block to `[batch, seq, hidden]` (a slice of the sequence under sequence
+    /// parallelism); attention and the feed-forward network run between `exchange`'s `enter`
+    /// and `exit`.
     pub fn forward(
         &self,
         x: Tensor<B, 3>,
         rotary: &RotaryTables<B>,
         context: Context<'_, B>,
+        exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
-        let attended =
-            self.self_attn
-                .forward(self.input_layernorm.forward(x.clone()), rotary, context);
+        let normed = exchange.enter(self.input_layernorm.forward(x.clone()));
+        let attended = exchange.exit(self.self_attn.forward(normed, rotary, context));
         let x = x + attended;
-        let transformed = self
-            .mlp
-            .forward(self.post_attention_layernorm.forward(x.clone()));
+        let normed = exchange.enter(self.post_attention_layernorm.forward(x.clone()));
+        let transformed = exchange.exit(self.mlp.forward(normed));
         x + transformed
     }
 }

@@ -8,6 +8,7 @@
 //! - [`generate`]: greedy or sampled generation with a KV cache.
 //! - [`checkpoint`]: native checkpoints (`config.json` + `model.bpk`) and [`checkpoint::load_any`].
 //! - [`hf`]: Hugging Face `LlamaForCausalLM` import/export and `tokenizer.json`.
+//! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
 
 mod attention;
 mod block;
@@ -20,6 +21,7 @@ mod linear;
 mod mlp;
 mod model;
 mod norm;
+pub mod parallel;
 mod rotary;
 mod staging;
 

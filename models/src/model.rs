@@ -12,6 +12,7 @@ use crate::cache::KvCache;
 use crate::config::HlatConfig;
 use crate::linear::{normal_init, projection};
 use crate::norm::RmsNorm;
+use crate::parallel::{Exchange, Unsharded, local_ids};
 use crate::rotary::RotaryTables;
 
 /// The HLAT decoder: token embedding, pre-norm blocks, final RMSNorm, untied LM head.
@@ -56,8 +57,18 @@ impl<B: Backend> Hlat<B> {
 
     /// Logits `[batch, seq, vocab]` for `input_ids` `[batch, seq]` (positions start at 0).
     pub fn forward(&self, input_ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        let hidden = self.hidden_states(input_ids, None);
-        self.lm_head.forward(hidden)
+        self.forward_with(input_ids, &Unsharded)
+    }
+
+    /// Logits for `input_ids` on a model split by `exchange`: each rank's slice of the vocabulary
+    /// `[batch, seq, vocab / degree]`, for the full sequence.
+    pub fn forward_with(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        exchange: &dyn Exchange<B>,
+    ) -> Tensor<B, 3> {
+        let hidden = self.hidden_states(input_ids, None, exchange);
+        self.lm_head.forward(exchange.enter(hidden))
     }
 
     /// Logits `[batch, seq, vocab]` for `input_ids` that continue the positions in `cache`, which
@@ -67,7 +78,7 @@ impl<B: Backend> Hlat<B> {
         input_ids: Tensor<B, 2, Int>,
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 3> {
-        let hidden = self.hidden_states(input_ids, Some(cache));
+        let hidden = self.hidden_states(input_ids, Some(cache), &Unsharded);
         self.lm_head.forward(hidden)
     }
 
@@ -78,7 +89,7 @@ impl<B: Backend> Hlat<B> {
         input_ids: Tensor<B, 2, Int>,
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 2> {
-        let hidden = self.hidden_states(input_ids, Some(cache));
+        let hidden = self.hidden_states(input_ids, Some(cache), &Unsharded);
         let [batch, seq, width] = hidden.dims();
         let last = hidden.narrow(1, seq - 1, 1).reshape([batch, width]);
         self.lm_head.forward(last)
@@ -93,30 +104,65 @@ impl<B: Backend> Hlat<B> {
         targets: Tensor<B, 2, Int>,
         ignore_id: Option<u32>,
     ) -> Tensor<B, 1> {
-        let logits = self.forward(input_ids);
+        self.loss_with(input_ids, targets, ignore_id, &Unsharded)
+    }
+
+    /// [`Hlat::loss`] on a model split by `exchange`: the cross-entropy of the
+    /// vocabulary-parallel logits (each rank holds its slice of the vocabulary), the same value
+    /// on every rank.
+    pub fn loss_with(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        targets: Tensor<B, 2, Int>,
+        ignore_id: Option<u32>,
+        exchange: &dyn Exchange<B>,
+    ) -> Tensor<B, 1> {
+        let logits = self.forward_with(input_ids, exchange);
         let [batch, seq, vocab] = logits.dims();
         let rows = batch * seq;
-        let log_probs = log_softmax(logits.reshape([rows, vocab]).cast(DType::F32), 1);
+        let logits = logits.reshape([rows, vocab]).cast(DType::F32);
         let targets = targets.reshape([rows, 1]);
-        match ignore_id {
-            None => log_probs.gather(1, targets).mean().neg(),
-            Some(ignore_id) => {
-                let ignored = targets.clone().equal_elem(ignore_id as i64);
-                // Ignored targets may lie outside the vocabulary: gather at 0, then weigh by 0.
-                let safe_targets = targets.mask_fill(ignored.clone(), 0);
+        let kept = ignore_id.map(|ignore_id| targets.clone().equal_elem(ignore_id as i64));
+        // Ignored targets may lie outside the vocabulary: they are weighed by 0 below.
+        let targets = match &kept {
+            Some(ignored) => targets.mask_fill(ignored.clone(), 0),
+            None => targets,
+        };
+        let per_row = if exchange.degree() == 1 {
+            log_softmax(logits, 1).gather(1, targets).neg()
+        } else {
+            vocab_parallel_cross_entropy(logits, targets, exchange)
+        };
+        match kept {
+            None => per_row.mean(),
+            Some(ignored) => {
                 let kept = ignored.bool_not().float().cast(DType::F32);
-                let picked = log_probs.gather(1, safe_targets) * kept.clone();
-                let count = kept.sum().clamp_min(1.0);
-                picked.sum().neg() / count
+                let count = kept.clone().sum().clamp_min(1.0);
+                (per_row * kept).sum() / count
             }
         }
     }
 
-    /// Final hidden states `[batch, seq, hidden]`, through `cache` when given.
+    /// Token embeddings of `input_ids`; with a split vocabulary each rank looks up the ids of
+    /// its slice (others give zero rows) and `exchange` sums the ranks' parts.
+    fn embed(&self, input_ids: Tensor<B, 2, Int>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+        if exchange.degree() == 1 {
+            return self.embed_tokens.forward(input_ids);
+        }
+        let local_vocab = self.embed_tokens.weight.dims()[0];
+        let (local, outside) = local_ids(exchange, input_ids, local_vocab);
+        let inside = outside.bool_not().float().unsqueeze_dim::<3>(2);
+        let part = self.embed_tokens.forward(local);
+        exchange.exit(part * inside.cast(self.embed_tokens.weight.dtype()))
+    }
+
+    /// Final hidden states `[batch, seq, hidden]` (this rank's slice of the sequence under
+    /// sequence parallelism), through `cache` when given.
     fn hidden_states(
         &self,
         input_ids: Tensor<B, 2, Int>,
         mut cache: Option<&mut KvCache<B>>,
+        exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
         let [_, seq] = input_ids.dims();
         let device = input_ids.device();
@@ -128,7 +174,7 @@ impl<B: Backend> Hlat<B> {
             seq,
             &device,
         );
-        let mut x = self.embed_tokens.forward(input_ids);
+        let mut x = self.embed(input_ids, exchange);
         for (index, layer) in self.layers.iter().enumerate() {
             let context = match cache.as_deref_mut() {
                 Some(cache) => Context::Cached {
@@ -137,11 +183,30 @@ impl<B: Backend> Hlat<B> {
                 },
                 None => Context::Full,
             };
-            x = layer.forward(x, &rotary, context);
+            x = layer.forward(x, &rotary, context, exchange);
         }
         if let Some(cache) = cache {
             cache.advance(seq);
         }
         self.norm.forward(x)
     }
+}
+
+/// Per-row cross-entropy `[rows, 1]` of logits split by vocabulary across the ranks of
+/// `exchange` (Megatron's vocabulary-parallel cross-entropy): the maximum, the sum of
+/// exponentials and the target's logit are combined over the group; the same value on every rank.
+fn vocab_parallel_cross_entropy<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 2, Int>,
+    exchange: &dyn Exchange<B>,
+) -> Tensor<B, 2> {
+    let [_, local_vocab] = logits.dims();
+    // The shift only keeps exp() in range; it cancels in the loss and takes no gradient.
+    let maximum = exchange.max(logits.clone().max_dim(1)).detach();
+    let shifted = logits - maximum;
+    let total = exchange.sum(shifted.clone().exp().sum_dim(1));
+    let (local, outside) = local_ids(exchange, targets, local_vocab);
+    let picked = shifted.gather(1, local);
+    let target = exchange.sum(picked * outside.bool_not().float());
+    total.log() - target
 }

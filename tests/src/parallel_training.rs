@@ -1,5 +1,8 @@
-//! Parallel training through the pretraining job (`hlat pretrain --dp N`): the same global batch
-//! on one device and on the replicas of a device, the same losses step by step.
+//! Parallel training through the pretraining job (`hlat pretrain --dp N --tp M
+//! --sequence-parallel`): the same global batch on one device and on the replicas of a device,
+//! the same losses and gradient norms step by step.
+
+use std::path::Path;
 
 use burn::backend::Autodiff;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
@@ -12,25 +15,53 @@ type B = Autodiff<Trainium>;
 
 const STEPS: u64 = 6;
 
-/// A short run of `hlat-test` on the built-in corpus with `data_parallel` replicas.
-fn run(device: &TrainiumDevice, data_parallel: usize) -> PretrainSummary {
+/// How the replicas of a device share one run.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    data: usize,
+    tensor: usize,
+    sequence_parallel: bool,
+}
+
+const ONE_DEVICE: Layout = Layout {
+    data: 1,
+    tensor: 1,
+    sequence_parallel: false,
+};
+
+/// A short run of `hlat-test` on the built-in corpus in `layout`.
+fn run(device: &TrainiumDevice, layout: Layout) -> PretrainSummary {
     let out = tempfile::tempdir().unwrap();
+    run_until(device, layout, out.path(), STEPS)
+}
+
+/// `run` in `out` (resuming from its newest checkpoint) until step `max_steps`, with a checkpoint
+/// every 3 steps; the learning rate decays over `STEPS` whatever `max_steps`.
+fn run_until(
+    device: &TrainiumDevice,
+    layout: Layout,
+    out: &Path,
+    max_steps: u64,
+) -> PretrainSummary {
     let options = PretrainOptions {
         config: TrainConfig {
             preset: "hlat-test".into(),
             lr: 1e-2,
             warmup_steps: 2,
-            max_steps: STEPS,
+            max_steps,
+            decay_steps: Some(STEPS),
             seq_len: 16,
             batch_tokens: 16 * 8,
-            micro_batch_rows: 8 / (2 * data_parallel),
-            data_parallel,
+            micro_batch_rows: 8 / (2 * layout.data),
+            data_parallel: layout.data,
+            tensor_parallel: layout.tensor,
+            sequence_parallel: layout.sequence_parallel,
             eval_every: 0,
-            checkpoint_every: 0,
+            checkpoint_every: 3,
             progress: false,
             ..TrainConfig::quickstart()
         },
-        out: out.path().to_path_buf(),
+        out: out.to_path_buf(),
         data: DataChoice::Builtin,
         init_from: None,
     };
@@ -45,14 +76,26 @@ fn run(device: &TrainiumDevice, data_parallel: usize) -> PretrainSummary {
     .unwrap()
 }
 
-fn assert_same_losses(expected: &PretrainSummary, actual: &PretrainSummary, what: &str) {
+/// Losses and gradient norms step by step within `relative` of one device's.
+fn assert_same_run(
+    expected: &PretrainSummary,
+    actual: &PretrainSummary,
+    relative: f64,
+    what: &str,
+) {
     assert_eq!(actual.losses.len(), STEPS as usize, "{what}");
-    for (step, (e, a)) in expected.losses.iter().zip(&actual.losses).enumerate() {
-        assert!(
-            (e - a).abs() <= 1e-5 * e.abs(),
-            "{what}, step {}: loss {a}, one device {e}",
-            step + 1
-        );
+    let pairs = [
+        ("loss", &expected.losses, &actual.losses),
+        ("gradient norm", &expected.grad_norms, &actual.grad_norms),
+    ];
+    for (name, expected, actual) in pairs {
+        for (step, (e, a)) in expected.iter().zip(actual).enumerate() {
+            assert!(
+                (e - a).abs() <= relative * e.abs(),
+                "{what}, step {}: {name} {a}, one device {e}",
+                step + 1
+            );
+        }
     }
 }
 
@@ -65,17 +108,93 @@ fn data_parallel_pretraining_equals_one_device_on_host_and_xla() {
         }
         let single = TrainiumDevice::new(executor, 0);
         let replicated = TrainiumDevice::replicated(executor, replicas as u16);
-        let expected = run(&single, 1);
-        let actual = run(&replicated, replicas);
-        assert_same_losses(
+        let expected = run(&single, ONE_DEVICE);
+        let layout = Layout {
+            data: replicas,
+            ..ONE_DEVICE
+        };
+        let actual = run(&replicated, layout);
+        assert_same_run(
             &expected,
             &actual,
-            &format!("dp {replicas} on {replicated}"),
+            1e-5,
+            &format!("{layout:?} on {replicated}"),
         );
         if executor == ExecutorKind::Xla {
             let after = stats(&replicated);
             assert!(after.collectives > 0, "{after:?}");
             assert_eq!(after.host_fallbacks, 0, "{after:?}");
         }
+    }
+}
+
+/// Tensor parallel 2, data parallel 2 × tensor parallel 2, and tensor parallel 2 with sequence
+/// parallelism, each against one device (relative 1e-4: the split sums add in another order).
+#[test]
+fn tensor_and_sequence_parallel_pretraining_equals_one_device_on_host_and_xla() {
+    let _random = crate::support::exclusive_random();
+    let layouts = [
+        Layout {
+            tensor: 2,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            tensor: 2,
+            sequence_parallel: false,
+        },
+        Layout {
+            tensor: 2,
+            sequence_parallel: true,
+            ..ONE_DEVICE
+        },
+    ];
+    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
+        if executor == ExecutorKind::Xla {
+            xla();
+        }
+        let expected = run(&TrainiumDevice::new(executor, 0), ONE_DEVICE);
+        for layout in layouts {
+            let device = TrainiumDevice::replicated(executor, (layout.data * layout.tensor) as u16);
+            let actual = run(&device, layout);
+            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
+        }
+    }
+}
+
+/// A checkpoint is the whole model, whatever the layout that wrote it: a run of tensor-parallel
+/// pairs resumed on one device, and one device resumed as tensor-parallel pairs with sequence
+/// parallelism, continue as one device would (the AdamW moments are joined and split too).
+#[test]
+fn checkpoints_resume_across_tensor_parallel_layouts() {
+    let _random = crate::support::exclusive_random();
+    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
+    let pairs = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let tensor_pairs = Layout {
+        tensor: 2,
+        sequence_parallel: true,
+        ..ONE_DEVICE
+    };
+    let expected = run(&single, ONE_DEVICE);
+    let orders = [
+        ((&pairs, tensor_pairs), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&pairs, tensor_pairs)),
+    ];
+    for ((first_device, first), (then_device, then)) in orders {
+        let out = tempfile::tempdir().unwrap();
+        let head = run_until(first_device, first, out.path(), STEPS / 2);
+        let tail = run_until(then_device, then, out.path(), STEPS);
+        assert_eq!(tail.start_step, STEPS / 2);
+        let joined = PretrainSummary {
+            losses: [head.losses, tail.losses].concat(),
+            grad_norms: [head.grad_norms, tail.grad_norms].concat(),
+            ..tail
+        };
+        assert_same_run(
+            &expected,
+            &joined,
+            1e-4,
+            &format!("{first:?} then {then:?}"),
+        );
     }
 }

@@ -19,9 +19,11 @@ use serde::{Deserialize, Serialize};
 use crate::data::SamplerState;
 use crate::error::TrainError;
 use crate::optimizer::HlatOptimizer;
+use crate::parallel::{Reshard, TrainingBackend, reshard_optimizer_state};
 use crate::precision::Precision;
 use crate::schedule::WarmupCosine;
 use crate::trainer::TrainerProgress;
+use hlat::parallel::TensorParallel;
 
 /// Folder of the checkpoints under a run's output folder.
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
@@ -210,18 +212,23 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
     })
 }
 
-/// Saves the optimizer state of `module`'s parameters into a checkpoint folder. Parameter ids
-/// differ between processes, so the state is keyed by the parameter's position in the module.
+/// Saves the optimizer state of `module`'s parameters into a checkpoint folder, joined into the
+/// whole model's shapes when `module` is split by `tensor_parallel`. Parameter ids differ between
+/// processes, so the state is keyed by the parameter's position in the module.
 pub fn save_optimizer<B, M>(
     dir: &Path,
     optimizer: &HlatOptimizer<M, B>,
     module: &M,
+    tensor_parallel: Option<&TensorParallel>,
 ) -> Result<(), TrainError>
 where
-    B: AutodiffBackend,
+    B: TrainingBackend,
     M: AutodiffModule<B>,
 {
     let mut record = optimizer.to_record();
+    if let Some(parallel) = tensor_parallel {
+        record = reshard_optimizer_state(module, record, parallel, Reshard::Join);
+    }
     let positional: OptimizerRecord<M, B> = param_ids(module)
         .into_iter()
         .enumerate()
@@ -240,15 +247,17 @@ where
         })
 }
 
-/// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters.
+/// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters, split again
+/// when `module` is split by `tensor_parallel`.
 pub fn load_optimizer<B, M>(
     dir: &Path,
     optimizer: HlatOptimizer<M, B>,
     module: &M,
+    tensor_parallel: Option<&TensorParallel>,
     device: &B::Device,
 ) -> Result<HlatOptimizer<M, B>, TrainError>
 where
-    B: AutodiffBackend,
+    B: TrainingBackend,
     M: AutodiffModule<B>,
 {
     let path = dir.join(OPTIMIZER_FILE);
@@ -269,7 +278,7 @@ where
             ),
         });
     }
-    let record = ids
+    let mut record = ids
         .into_iter()
         .enumerate()
         .filter_map(|(position, id)| {
@@ -278,6 +287,9 @@ where
                 .map(|state| (id, state))
         })
         .collect();
+    if let Some(parallel) = tensor_parallel {
+        record = reshard_optimizer_state(module, record, parallel, Reshard::Split);
+    }
     Ok(optimizer.load_record(record))
 }
 

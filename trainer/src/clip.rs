@@ -4,20 +4,38 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
+use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+use hlat::parallel::{ParamPath, Placement};
 
 /// The sum of squares of every gradient of `module`, in f32, as a one-element tensor (lazy: no
-/// read back). Parameters without a gradient are skipped.
+/// read back). Parameters without a gradient are skipped. With `tensor_groups`, the model is
+/// split over those tensor-parallel groups: the squares of split parameters are summed over the
+/// group, those every rank holds whole are counted once.
 pub fn grad_sum_of_squares<B, M>(
     module: &M,
     grads: &GradientsParams,
+    tensor_groups: Option<&ReplicaGroups>,
 ) -> Option<Tensor<B::InnerBackend, 1>>
 where
     B: AutodiffBackend,
+    B::InnerBackend: CollectiveBackend,
     M: AutodiffModule<B>,
 {
-    let mut visitor = SumOfSquares::<B> { grads, total: None };
+    let mut visitor = SumOfSquares::<B> {
+        grads,
+        split: None,
+        whole: None,
+        path: ParamPath::default(),
+    };
     module.visit(&mut visitor);
-    visitor.total
+    let split = match (visitor.split, tensor_groups) {
+        (Some(split), Some(groups)) => Some(collective::all_reduce(split, ReduceOp::Sum, groups)),
+        (split, _) => split,
+    };
+    match (split, visitor.whole) {
+        (Some(split), Some(whole)) => Some(split + whole),
+        (split, whole) => split.or(whole),
+    }
 }
 
 /// Multiplies every gradient of `module` by `factor`.
@@ -45,16 +63,32 @@ pub fn clip_coefficient(norm: f64, max_norm: f64) -> f64 {
 
 struct SumOfSquares<'a, B: AutodiffBackend> {
     grads: &'a GradientsParams,
-    total: Option<Tensor<B::InnerBackend, 1>>,
+    /// Parameters split across tensor-parallel ranks.
+    split: Option<Tensor<B::InnerBackend, 1>>,
+    /// Parameters every rank holds whole.
+    whole: Option<Tensor<B::InnerBackend, 1>>,
+    path: ParamPath,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for SumOfSquares<'_, B> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.enter(name);
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.exit();
+    }
+
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
             return;
         };
         let squares = grad.cast(DType::F32).square().sum();
-        self.total = Some(match self.total.take() {
+        let total = match self.path.placement() {
+            Placement::Split(_) => &mut self.split,
+            Placement::Replicated => &mut self.whole,
+        };
+        *total = Some(match total.take() {
             Some(total) => total + squares,
             None => squares,
         });

@@ -50,9 +50,16 @@ pub struct TrainConfig {
     /// `batch_tokens / (seq_len * micro_batch_rows * data_parallel)` passes are accumulated into
     /// one optimizer step.
     pub micro_batch_rows: usize,
-    /// Data-parallel degree: replicas of the device that each take their slice of the global
-    /// batch and average their gradients with one bucketed all-reduce per step.
+    /// Data-parallel degree: model replicas that each take their slice of the global batch and
+    /// average their gradients with one bucketed all-reduce per step.
     pub data_parallel: usize,
+    /// Tensor-parallel degree: the device replicas that split one model replica's weights
+    /// (Megatron's column- and row-parallel layers, vocabulary-parallel embedding and loss). The
+    /// device has `data_parallel * tensor_parallel` replicas.
+    pub tensor_parallel: usize,
+    /// Sequence parallelism: norms and residuals on slices of the sequence inside each
+    /// tensor-parallel group (needs `tensor_parallel > 1`; `seq_len` must divide by it).
+    pub sequence_parallel: bool,
     /// Parameter and compute precision.
     pub precision: Precision,
     /// Seed of the model initialisation, the data order and the stochastic rounding.
@@ -92,6 +99,8 @@ impl Default for TrainConfig {
             batch_tokens: 4 * 1024 * 1024,
             micro_batch_rows: 1,
             data_parallel: 1,
+            tensor_parallel: 1,
+            sequence_parallel: false,
             precision: Precision::Bf16StochasticRounding,
             seed: 42,
             checkpoint_every: 1000,
@@ -153,6 +162,15 @@ impl TrainConfig {
         Ok(config)
     }
 
+    /// How the device's replicas share the work.
+    pub fn layout(&self) -> crate::parallel::ParallelLayout {
+        crate::parallel::ParallelLayout {
+            data: self.data_parallel,
+            tensor: self.tensor_parallel,
+            sequence_parallel: self.sequence_parallel,
+        }
+    }
+
     /// Rows per optimizer step.
     pub fn rows_per_step(&self) -> usize {
         self.batch_tokens / self.seq_len
@@ -179,6 +197,24 @@ impl TrainConfig {
         }
         if self.data_parallel == 0 {
             return invalid("data_parallel", "must be positive".into());
+        }
+        if self.tensor_parallel == 0 {
+            return invalid("tensor_parallel", "must be positive".into());
+        }
+        if self.sequence_parallel && self.tensor_parallel == 1 {
+            return invalid(
+                "sequence_parallel",
+                "needs a tensor-parallel degree above 1".into(),
+            );
+        }
+        if self.sequence_parallel && !self.seq_len.is_multiple_of(self.tensor_parallel) {
+            return invalid(
+                "seq_len",
+                format!(
+                    "{} does not divide by the tensor-parallel degree {} (sequence parallelism)",
+                    self.seq_len, self.tensor_parallel
+                ),
+            );
         }
         let micro_tokens = self
             .seq_len

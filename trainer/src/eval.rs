@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use burn::tensor::backend::Backend;
+use burn_trainium::collective::CollectiveBackend;
 use hlat::Hlat;
 
 use crate::config::TrainConfig;
@@ -26,7 +26,7 @@ pub struct EvalReport {
 
 /// Measures `model` on up to `rows` validation rows of `data`, split and cut as a run with
 /// `config` does (`seq_len`, seed and corpus budgets), in batches of `micro_batch_rows`.
-pub fn evaluate_model<B: Backend>(
+pub fn evaluate_model<B: CollectiveBackend>(
     model: Hlat<B>,
     data: &DataChoice,
     config: &TrainConfig,
@@ -72,7 +72,7 @@ pub fn evaluate_model<B: Backend>(
 
 /// Loads any checkpoint `hlat::checkpoint::load_any` accepts (native, Hugging Face, or a run
 /// folder) and evaluates it.
-pub fn evaluate_checkpoint<B: Backend>(
+pub fn evaluate_checkpoint<B: CollectiveBackend>(
     dir: &Path,
     data: &DataChoice,
     config: &TrainConfig,

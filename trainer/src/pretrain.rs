@@ -22,7 +22,7 @@ use crate::data_spec::DataSource;
 use crate::error::TrainError;
 use crate::metrics::{LiveView, MetricsLog, StepMetrics};
 use crate::optimizer::AdamWSettings;
-use crate::parallel::{ParallelLayout, TrainingBackend, split_rows};
+use crate::parallel::{TrainingBackend, split_rows};
 use crate::precision::cast_params;
 use crate::schedule::WarmupCosine;
 use crate::step::{LanguageModel, LmBatch};
@@ -68,6 +68,8 @@ pub struct PretrainSummary {
     pub end_step: u64,
     /// Training losses of the steps this run executed, in order.
     pub losses: Vec<f64>,
+    /// Global gradient norms (before clipping) of those steps, in order.
+    pub grad_norms: Vec<f64>,
     /// The last validation loss measured, if any.
     pub val_loss: Option<f64>,
     /// The last checkpoint written.
@@ -97,13 +99,18 @@ pub fn pretrain<B: TrainingBackend>(
 ) -> Result<PretrainSummary, TrainError> {
     let config = &options.config;
     config.validate()?;
+    let layout = config.layout();
     let replicas = B::replica_count(device);
-    if replicas != config.data_parallel {
+    if replicas != layout.replicas() {
         return Err(TrainError::Mismatch(format!(
-            "data_parallel = {} needs a device of as many replicas; the device has {replicas}",
-            config.data_parallel
+            "data_parallel = {} × tensor_parallel = {} needs a device of {} replicas; the device \
+             has {replicas}",
+            layout.data,
+            layout.tensor,
+            layout.replicas()
         )));
     }
+    let tensor_parallel = layout.tensor_parallel();
     std::fs::create_dir_all(&options.out).map_err(|source| TrainError::Io {
         path: options.out.clone(),
         source,
@@ -149,7 +156,15 @@ pub fn pretrain<B: TrainingBackend>(
     );
 
     let hlat = cast_params(hlat, config.precision.param_dtype());
-    let model = LanguageModel::new(hlat, config.precision.compute_cast());
+    let model = match &tensor_parallel {
+        Some(parallel) => {
+            hlat::parallel::check_degree(hlat.config(), layout.tensor)
+                .map_err(|reason| TrainError::Mismatch(format!("tensor_parallel: {reason}")))?;
+            let hlat = hlat.shard(parallel);
+            LanguageModel::sharded(hlat, config.precision.compute_cast(), parallel.clone())
+        }
+        None => LanguageModel::new(hlat, config.precision.compute_cast()),
+    };
     let schedule = WarmupCosine {
         peak: config.lr,
         warmup_steps: config.warmup_steps,
@@ -166,9 +181,7 @@ pub fn pretrain<B: TrainingBackend>(
         config.seed,
         config.max_consecutive_skips,
     );
-    trainer.layout = ParallelLayout {
-        data: config.data_parallel,
-    };
+    trainer.layout = layout;
     if let (Some(dir), Some(state)) = (&resume_from, resumed) {
         if state.precision != config.precision {
             return Err(TrainError::Checkpoint {
@@ -179,7 +192,13 @@ pub fn pretrain<B: TrainingBackend>(
                 ),
             });
         }
-        trainer.optimizer = load_optimizer(dir, trainer.optimizer, &trainer.model, device)?;
+        trainer.optimizer = load_optimizer(
+            dir,
+            trainer.optimizer,
+            &trainer.model,
+            tensor_parallel.as_ref(),
+            device,
+        )?;
         trainer.progress = state.progress;
         trainer.schedule = state.schedule;
         trainer.seed = state.seed;
@@ -194,6 +213,7 @@ pub fn pretrain<B: TrainingBackend>(
         start_step,
         end_step: start_step,
         losses: Vec::new(),
+        grad_norms: Vec::new(),
         val_loss: None,
         checkpoint: None,
     };
@@ -260,6 +280,7 @@ pub fn pretrain<B: TrainingBackend>(
             summary.val_loss = Some(val_loss);
         }
         summary.losses.push(report.loss);
+        summary.grad_norms.push(report.grad_norm);
         summary.end_step = step;
 
         if last || (config.checkpoint_every > 0 && step % config.checkpoint_every == 0) {
@@ -278,8 +299,9 @@ pub fn pretrain<B: TrainingBackend>(
     Ok(summary)
 }
 
-/// The micro-batches of one step: `rows` cut into one contiguous slice per data-parallel replica,
-/// each slice into micro-batches of `micro_batch_rows` rows.
+/// The micro-batches of one step: `rows` cut into one contiguous slice per data-parallel rank,
+/// each slice into micro-batches of `micro_batch_rows` rows; the tensor-parallel ranks of one
+/// model replica see the same rows.
 fn micro_batches<B: TrainingBackend>(
     rows: &[Vec<u32>],
     config: &TrainConfig,
@@ -289,7 +311,10 @@ fn micro_batches<B: TrainingBackend>(
     (0..config.accumulation_steps())
         .map(|index| {
             let span = index * config.micro_batch_rows..(index + 1) * config.micro_batch_rows;
-            let parts: Vec<&[Vec<u32>]> = slices.iter().map(|slice| &slice[span.clone()]).collect();
+            let parts: Vec<&[Vec<u32>]> = slices
+                .iter()
+                .flat_map(|slice| std::iter::repeat_n(&slice[span.clone()], config.tensor_parallel))
+                .collect();
             LmBatch::from_replica_rows(&parts, device)
         })
         .collect()
@@ -312,9 +337,15 @@ fn save_checkpoint<B: TrainingBackend>(
     };
     checkpoints.publish(trainer.progress.step, keep, |dir| {
         let model_dir = dir.join(MODEL_DIR);
-        // Saved in f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
+        // Saved whole (a tensor-parallel model is joined first, so any layout resumes from it)
+        // and in f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
         // back), so that any tool can read the model.
-        let hlat = cast_params(trainer.model.hlat.valid(), DType::F32);
+        let hlat = trainer.model.hlat.valid();
+        let hlat = match &trainer.model.tensor_parallel {
+            Some(parallel) => hlat.unshard(parallel),
+            None => hlat,
+        };
+        let hlat = cast_params(hlat, DType::F32);
         hlat::checkpoint::save_native(&hlat, hlat.config(), &model_dir)
             .map_err(|error| TrainError::Model(error.to_string()))?;
         if let Some(tokenizer) = &data.tokenizer {
@@ -322,7 +353,12 @@ fn save_checkpoint<B: TrainingBackend>(
                 .save(model_dir.join(TOKENIZER_FILE))
                 .map_err(|error| TrainError::Data(error.to_string()))?;
         }
-        save_optimizer(dir, &trainer.optimizer, &trainer.model)?;
+        save_optimizer(
+            dir,
+            &trainer.optimizer,
+            &trainer.model,
+            trainer.model.tensor_parallel.as_ref(),
+        )?;
         write_state(dir, &state)
     })
 }

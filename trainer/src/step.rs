@@ -6,6 +6,7 @@ use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use burn_trainium::collective::{self, CollectiveBackend};
 use hlat::Hlat;
+use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 
 /// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
 /// to a lower precision (the f32 master weights of `bf16-mixed` stay in the wrapped model).
@@ -16,6 +17,9 @@ pub struct LanguageModel<B: Backend> {
     /// The dtype the forward pass runs in when it differs from the stored parameters.
     #[module(skip)]
     pub compute_cast: Option<DType>,
+    /// How the model is split across tensor-parallel ranks (`None`: whole on every replica).
+    #[module(skip)]
+    pub tensor_parallel: Option<TensorParallel>,
 }
 
 /// A batch of packed rows: inputs and the same rows shifted by one token as targets.
@@ -45,21 +49,45 @@ pub struct LmOutputSync {
 }
 
 impl<B: Backend> LanguageModel<B> {
-    /// Wraps a model; `compute_cast` is the forward-pass dtype of mixed precision.
+    /// Wraps a whole model; `compute_cast` is the forward-pass dtype of mixed precision.
     pub fn new(hlat: Hlat<B>, compute_cast: Option<DType>) -> Self {
-        Self { hlat, compute_cast }
+        Self {
+            hlat,
+            compute_cast,
+            tensor_parallel: None,
+        }
+    }
+}
+
+impl<B: CollectiveBackend> LanguageModel<B> {
+    /// Wraps a model split by `tensor_parallel` (see `Hlat::shard`).
+    pub fn sharded(
+        hlat: Hlat<B>,
+        compute_cast: Option<DType>,
+        tensor_parallel: TensorParallel,
+    ) -> Self {
+        Self {
+            hlat,
+            compute_cast,
+            tensor_parallel: Some(tensor_parallel),
+        }
     }
 
-    /// Mean next-token cross-entropy of a batch, as f32.
+    /// Mean next-token cross-entropy of a batch, as f32 (the same on every tensor-parallel
+    /// rank).
     pub fn loss(&self, batch: &LmBatch<B>) -> Tensor<B, 1> {
         let inputs = batch.inputs.clone();
         let targets = batch.targets.clone();
+        let exchange: &dyn Exchange<B> = match &self.tensor_parallel {
+            Some(parallel) => parallel,
+            None => &Unsharded,
+        };
         let loss = match self.compute_cast {
             Some(dtype) => {
                 let model = self.hlat.clone().map(&mut CastParams { dtype });
-                model.loss(inputs, targets, None)
+                model.loss_with(inputs, targets, None, exchange)
             }
-            None => self.hlat.loss(inputs, targets, None),
+            None => self.hlat.loss_with(inputs, targets, None, exchange),
         };
         loss.cast(DType::F32)
     }
@@ -126,7 +154,7 @@ impl<B: CollectiveBackend> LmBatch<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for LanguageModel<B> {
+impl<B: AutodiffBackend + CollectiveBackend> TrainStep for LanguageModel<B> {
     type Input = LmBatch<B>;
     type Output = LmOutput<B>;
 
@@ -141,7 +169,7 @@ impl<B: AutodiffBackend> TrainStep for LanguageModel<B> {
     }
 }
 
-impl<B: Backend> InferenceStep for LanguageModel<B> {
+impl<B: CollectiveBackend> InferenceStep for LanguageModel<B> {
     type Input = LmBatch<B>;
     type Output = LmOutput<B>;
 

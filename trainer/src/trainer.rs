@@ -11,17 +11,18 @@
 
 use burn::module::Module;
 use burn::optim::GradientsAccumulator;
-use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor};
 use burn::train::TrainStep;
 use serde::{Deserialize, Serialize};
 
-use burn_trainium::collective::{self, ReduceOp};
+use burn_trainium::collective::{self, CollectiveBackend, ReduceOp};
 
 use crate::clip::{clip_coefficient, grad_sum_of_squares, scale_grads};
 use crate::error::TrainError;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
-use crate::parallel::{ParallelLayout, TrainingBackend, average_gradients};
+use crate::parallel::{
+    ParallelLayout, TrainingBackend, average_gradients, reduce_replicated_gradients,
+};
 use crate::schedule::WarmupCosine;
 use crate::step::{LanguageModel, LmBatch};
 
@@ -126,13 +127,18 @@ impl<B: TrainingBackend> Trainer<B> {
         }
         let mut grads = accumulator.grads();
         let mut loss_sum = loss_sum.expect("at least one micro-batch");
+        if self.layout.sequence_parallel && self.layout.tensor > 1 {
+            let groups = self.layout.tensor_groups();
+            reduce_replicated_gradients::<B, _>(&self.model, &mut grads, &groups);
+        }
         if self.layout.data > 1 {
             let groups = self.layout.data_groups();
             average_gradients::<B, _>(&self.model, &mut grads, &groups);
             loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
             tokens *= self.layout.data;
         }
-        let squares = grad_sum_of_squares::<B, _>(&self.model, &grads)
+        let tensor_groups = (self.layout.tensor > 1).then(|| self.layout.tensor_groups());
+        let squares = grad_sum_of_squares::<B, _>(&self.model, &grads, tensor_groups.as_ref())
             .unwrap_or_else(|| loss_sum.zeros_like());
         // One read back per step: the summed loss and the summed squared gradient.
         let values = Tensor::cat(vec![loss_sum, squares], 0).into_data();
@@ -179,7 +185,7 @@ impl<B: TrainingBackend> Trainer<B> {
 }
 
 /// Mean loss of `model` (in inference mode) over batches.
-pub fn evaluate<B: Backend>(model: &LanguageModel<B>, batches: Vec<LmBatch<B>>) -> f64 {
+pub fn evaluate<B: CollectiveBackend>(model: &LanguageModel<B>, batches: Vec<LmBatch<B>>) -> f64 {
     use burn::train::InferenceStep;
     let mut weighted = 0.0;
     let mut tokens = 0;

@@ -66,6 +66,15 @@ pub struct PretrainArgs {
     /// all-reduce in the step's program.
     #[arg(long, value_name = "N")]
     dp: Option<usize>,
+    /// Tensor-parallel degree: each model replica's weights split over M replicas (column- and
+    /// row-parallel projections, vocabulary-parallel embedding and loss); with --dp N the device
+    /// has N × M replicas.
+    #[arg(long, value_name = "M")]
+    tp: Option<usize>,
+    /// Sequence parallelism inside each tensor-parallel group (norms and residuals on slices of
+    /// the sequence).
+    #[arg(long)]
+    sequence_parallel: bool,
     /// Tokens per row.
     #[arg(long, value_name = "N")]
     seq_len: Option<usize>,
@@ -116,6 +125,12 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     if let Some(v) = args.dp {
         config.data_parallel = v;
     }
+    if let Some(v) = args.tp {
+        config.tensor_parallel = v;
+    }
+    if args.sequence_parallel {
+        config.sequence_parallel = true;
+    }
     if let Some(v) = args.seq_len {
         config.seq_len = v;
     }
@@ -152,7 +167,7 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
         init_from: args.init_from_hf,
     };
     let summary = match DeviceChoice::parse(args.device.as_deref())?
-        .with_replicas(options.config.data_parallel)?
+        .with_replicas(options.config.layout().replicas())?
     {
         DeviceChoice::NdArray => pretrain::<Autodiff<NdArray>>(
             &options,
@@ -206,8 +221,8 @@ impl DeviceChoice {
         match self {
             DeviceChoice::NdArray if replicas == 1 => Ok(self),
             DeviceChoice::NdArray => bail!(
-                "--dp {replicas}: ndarray is a single device; parallel training needs a Trainium \
-                 device (--device host, xla or neuron)"
+                "{replicas} replicas (--dp × --tp): ndarray is a single device; parallel training \
+                 needs a Trainium device (--device host, xla or neuron)"
             ),
             DeviceChoice::Trainium(device) => {
                 let count = u16::try_from(replicas)
@@ -215,7 +230,7 @@ impl DeviceChoice {
                     .filter(|count| (1..=burn_trainium::MAX_REPLICAS).contains(count))
                     .with_context(|| {
                         format!(
-                            "--dp {replicas}: a device stands for 1 to {} replicas",
+                            "{replicas} replicas (--dp × --tp): a device stands for 1 to {}",
                             burn_trainium::MAX_REPLICAS
                         )
                     })?;

@@ -4,6 +4,7 @@
 mod checkpoint;
 mod hf;
 mod model;
+mod parallel;
 
 use std::path::PathBuf;
 

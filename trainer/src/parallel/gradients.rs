@@ -6,6 +6,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+use hlat::parallel::{ParamPath, Placement};
 
 /// The most gradient bytes one all-reduce carries (PyTorch DDP's default bucket is 25 MiB).
 pub const BUCKET_BYTES: usize = 25 * 1024 * 1024;
@@ -121,4 +122,51 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
         bucket.offset += size;
         self.grads.register(param.id, averaged);
     }
+}
+
+/// Sums the gradients of the parameters every tensor-parallel rank holds whole (the norm gains)
+/// over `groups`: under sequence parallelism each rank saw only its slice of the sequence.
+pub fn reduce_replicated_gradients<B, M>(
+    module: &M,
+    grads: &mut GradientsParams,
+    groups: &ReplicaGroups,
+) where
+    B: AutodiffBackend,
+    B::InnerBackend: CollectiveBackend,
+    M: AutodiffModule<B>,
+{
+    struct Reduce<'a, B: AutodiffBackend> {
+        grads: &'a mut GradientsParams,
+        groups: &'a ReplicaGroups,
+        path: ParamPath,
+        backend: std::marker::PhantomData<B>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Reduce<'_, B>
+    where
+        B::InnerBackend: CollectiveBackend,
+    {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.enter(name);
+        }
+
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.exit();
+        }
+
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if self.path.placement() != Placement::Replicated {
+                return;
+            }
+            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+                let summed = collective::all_reduce(grad, ReduceOp::Sum, self.groups);
+                self.grads.register(param.id, summed);
+            }
+        }
+    }
+    module.visit(&mut Reduce::<B> {
+        grads,
+        groups,
+        path: ParamPath::default(),
+        backend: std::marker::PhantomData,
+    });
 }

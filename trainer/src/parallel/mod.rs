@@ -1,13 +1,21 @@
 //! Parallel training layouts in the style of NeuronX Distributed: the replicas of one device
-//! (`xla:0-3`, `host:0-1`, a replicated `neuron` device) arranged as data-parallel groups, with
-//! the collectives of `burn_trainium::collective` compiled into each step's program.
+//! (`xla:0-3`, `host:0-1`, a replicated `neuron` device) arranged as tensor-parallel groups
+//! inside data-parallel groups, with the collectives of `burn_trainium::collective` compiled into
+//! each step's program.
+//!
+//! Replica `r` is tensor-parallel rank `r % tensor` of data-parallel rank `r / tensor`: the
+//! tensor-parallel groups are consecutive replicas (`[[0, 1], [2, 3]]` for dp 2 × tp 2), the
+//! data-parallel groups the replicas of one tensor-parallel rank (`[[0, 2], [1, 3]]`).
 
 mod gradients;
+mod state;
 
-pub use gradients::{BUCKET_BYTES, average_gradients};
+pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
+pub use state::{Reshard, reshard_optimizer_state};
 
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{CollectiveBackend, ReplicaGroups};
+use hlat::parallel::TensorParallel;
 
 /// A backend the trainer runs on: autodiff, with collectives on it and on its inner backend
 /// (every backend of this project: `Autodiff<Trainium>`, `Autodiff<NdArray>`, `Autodiff<Flex>`).
@@ -24,22 +32,45 @@ impl<B> TrainingBackend for B where
 /// How the replicas of the training device share the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParallelLayout {
-    /// Data-parallel degree: each replica takes its slice of the global batch.
+    /// Data-parallel degree: each model replica takes its slice of the global batch.
     pub data: usize,
+    /// Tensor-parallel degree: the ranks that split one model replica's weights.
+    pub tensor: usize,
+    /// Norms and residuals on slices of the sequence (needs `tensor > 1`).
+    pub sequence_parallel: bool,
 }
 
 impl ParallelLayout {
     /// One device, no parallelism.
-    pub const SINGLE: ParallelLayout = ParallelLayout { data: 1 };
+    pub const SINGLE: ParallelLayout = ParallelLayout {
+        data: 1,
+        tensor: 1,
+        sequence_parallel: false,
+    };
 
     /// The replicas the layout needs.
     pub fn replicas(&self) -> usize {
-        self.data
+        self.data * self.tensor
     }
 
-    /// The data-parallel group: every replica.
+    /// The data-parallel groups: the replicas holding the same tensor-parallel rank.
     pub fn data_groups(&self) -> ReplicaGroups {
-        ReplicaGroups::all(self.data)
+        ReplicaGroups::strided(self.replicas(), self.tensor)
+            .expect("a layout's groups are well formed")
+    }
+
+    /// The tensor-parallel groups: the consecutive replicas of one model replica.
+    pub fn tensor_groups(&self) -> ReplicaGroups {
+        ReplicaGroups::contiguous(self.replicas(), self.tensor)
+            .expect("a layout's groups are well formed")
+    }
+
+    /// How the model is split, when it is.
+    pub fn tensor_parallel(&self) -> Option<TensorParallel> {
+        (self.tensor > 1).then(|| TensorParallel {
+            groups: self.tensor_groups(),
+            sequence_parallel: self.sequence_parallel,
+        })
     }
 }
 

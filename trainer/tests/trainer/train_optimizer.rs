@@ -45,7 +45,7 @@ fn global_norm_spans_all_parameters() {
     // Per-tensor norms 5 and 13 (Burn's per-tensor clipping would see those); globally
     // sqrt(9 + 16 + 144 + 0) = 13.
     let mut grads = linear_grads(&model, [3.0, 4.0], [[12.0, 0.0]]);
-    let squares = grad_sum_of_squares::<B, _>(&model, &grads).unwrap();
+    let squares = grad_sum_of_squares::<B, _>(&model, &grads, None).unwrap();
     let norm = (values(squares)[0] as f64).sqrt();
     assert!((norm - 13.0).abs() < 1e-6, "{norm}");
 

@@ -1,0 +1,342 @@
+//! Tensor and sequence parallelism of HLAT, in the layout of Megatron-LM and NeuronX Distributed.
+//!
+//! With a tensor-parallel degree `t`, each rank of a tensor-parallel group holds `1/t` of every
+//! large weight: the query, key, value, gate and up projections and the LM head are
+//! column-parallel (their output features, hence attention heads and vocabulary, are split), the
+//! output and down projections are row-parallel (their input features are split), and the token
+//! embedding is vocabulary-parallel. Activations cross between the replicated and the split world
+//! through an [`Exchange`]: [`Exchange::enter`] before a column-parallel layer and
+//! [`Exchange::exit`] after a row-parallel one. With sequence parallelism the norms and residuals
+//! work on a slice of the sequence, `enter` gathers the sequence and `exit` reduce-scatters it.
+//!
+//! At degree 1 ([`Unsharded`]) nothing is split and the model is today's, parameter names and all.
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+
+use crate::model::Hlat;
+
+/// How the layers of one model replica exchange activations with the other ranks of their
+/// tensor-parallel group.
+pub trait Exchange<B: Backend> {
+    /// The tensor-parallel degree (1: nothing is split).
+    fn degree(&self) -> usize;
+
+    /// Activations `[batch, seq, hidden]` entering a column-parallel layer: the full input on
+    /// every rank (gathered along the sequence under sequence parallelism).
+    fn enter(&self, x: Tensor<B, 3>) -> Tensor<B, 3>;
+
+    /// Partial results `[batch, seq, hidden]` leaving a row-parallel layer: their sum over the
+    /// group (scattered along the sequence under sequence parallelism).
+    fn exit(&self, y: Tensor<B, 3>) -> Tensor<B, 3>;
+
+    /// The elementwise sum over the group (the vocabulary-parallel loss).
+    fn sum(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+
+    /// The elementwise maximum over the group (the vocabulary-parallel loss).
+    fn max(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+
+    /// The first token id of this rank's slice of a `vocab`-token vocabulary, as a float `[1]`
+    /// (exact below 2^24).
+    fn vocab_start(&self, vocab: usize, device: &B::Device) -> Tensor<B, 1>;
+}
+
+/// `ids` (of a `local_vocab × degree`-token vocabulary) relative to the first id of this rank's
+/// slice, with the mask of the ids outside the slice, which are set to 0.
+pub fn local_ids<B: Backend, const D: usize>(
+    exchange: &(impl Exchange<B> + ?Sized),
+    ids: Tensor<B, D, Int>,
+    local_vocab: usize,
+) -> (Tensor<B, D, Int>, Tensor<B, D, Bool>) {
+    let start = exchange.vocab_start(local_vocab * exchange.degree(), &ids.device());
+    let local = (ids.float() - start.unsqueeze::<D>()).int();
+    let outside = local
+        .clone()
+        .lower_elem(0)
+        .bool_or(local.clone().greater_equal_elem(local_vocab as i64));
+    (local.mask_fill(outside.clone(), 0), outside)
+}
+
+/// Degree 1: every exchange is the identity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unsharded;
+
+impl<B: Backend> Exchange<B> for Unsharded {
+    fn degree(&self) -> usize {
+        1
+    }
+
+    fn enter(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        x
+    }
+
+    fn exit(&self, y: Tensor<B, 3>) -> Tensor<B, 3> {
+        y
+    }
+
+    fn sum(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        x
+    }
+
+    fn max(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        x
+    }
+
+    fn vocab_start(&self, _vocab: usize, device: &B::Device) -> Tensor<B, 1> {
+        Tensor::zeros([1], device)
+    }
+}
+
+/// Tensor parallelism over replica groups of a replicated device, optionally with sequence
+/// parallelism.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorParallel {
+    /// The tensor-parallel groups (each one model replica's ranks).
+    pub groups: ReplicaGroups,
+    /// Norms and residuals on slices of the sequence.
+    pub sequence_parallel: bool,
+}
+
+impl<B: CollectiveBackend> Exchange<B> for TensorParallel {
+    fn degree(&self) -> usize {
+        self.groups.group_size()
+    }
+
+    fn enter(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        if self.sequence_parallel {
+            collective::all_gather(x, 1, &self.groups)
+        } else {
+            collective::copy_to_group(x, &self.groups)
+        }
+    }
+
+    fn exit(&self, y: Tensor<B, 3>) -> Tensor<B, 3> {
+        if self.sequence_parallel {
+            collective::reduce_scatter(y, 1, &self.groups)
+        } else {
+            collective::all_reduce(y, ReduceOp::Sum, &self.groups)
+        }
+    }
+
+    fn sum(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        collective::all_reduce(x, ReduceOp::Sum, &self.groups)
+    }
+
+    fn max(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        collective::all_reduce(x, ReduceOp::Max, &self.groups)
+    }
+
+    fn vocab_start(&self, vocab: usize, device: &B::Device) -> Tensor<B, 1> {
+        // Each rank keeps its slice of the ids 0..vocab.
+        let ids = Tensor::<B, 1, Int>::arange(0..vocab as i64, device).float();
+        collective::split(ids, 0, &self.groups).narrow(0, 0, 1)
+    }
+}
+
+/// How a parameter is split across a tensor-parallel group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Split along this dimension (Burn's `Linear` weight is `[input, output]`).
+    Split(usize),
+    /// The same on every rank (the norm gains).
+    Replicated,
+}
+
+/// The placement of the parameter at `path` (its module names from the model down, the
+/// parameter's field last: `layers.3.self_attn.q_proj.weight`).
+pub fn placement(path: &[String]) -> Placement {
+    let module = path.iter().rev().nth(1).map(String::as_str);
+    match module {
+        Some("embed_tokens") => Placement::Split(0),
+        Some("q_proj" | "k_proj" | "v_proj" | "gate_proj" | "up_proj" | "lm_head") => {
+            Placement::Split(1)
+        }
+        Some("o_proj" | "down_proj") => Placement::Split(0),
+        _ => Placement::Replicated,
+    }
+}
+
+/// The module path a visitor or mapper is at.
+#[derive(Debug, Default, Clone)]
+pub struct ParamPath {
+    names: Vec<String>,
+}
+
+impl ParamPath {
+    /// Entering the module or parameter `name`.
+    pub fn enter(&mut self, name: &str) {
+        self.names.push(name.to_string());
+    }
+
+    /// Leaving it.
+    pub fn exit(&mut self) {
+        self.names.pop();
+    }
+
+    /// The names from the model down.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Where the current parameter lives across a tensor-parallel group.
+    pub fn placement(&self) -> Placement {
+        placement(&self.names)
+    }
+}
+
+/// Keeps each rank's slice of every split parameter (the model's replicas start identical).
+struct Shard<'a> {
+    groups: &'a ReplicaGroups,
+    path: ParamPath,
+}
+
+impl<B: CollectiveBackend> ModuleMapper<B> for Shard<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.enter(name);
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.exit();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Placement::Split(dim) = self.path.placement() else {
+            return param;
+        };
+        remap(param, |tensor| collective::split(tensor, dim, self.groups))
+    }
+}
+
+/// `param` with its value replaced by `remap(value)`: the same id, a new leaf of the autodiff
+/// graph that requires a gradient when `param` did.
+fn remap<B: Backend, const D: usize>(
+    param: Param<Tensor<B, D>>,
+    remap: impl FnOnce(Tensor<B, D>) -> Tensor<B, D>,
+) -> Param<Tensor<B, D>> {
+    let require_grad = param.val().is_require_grad();
+    let (id, tensor, mapper) = param.consume();
+    let value = remap(tensor).detach().set_require_grad(require_grad);
+    Param::from_mapped_value(id, value, mapper)
+}
+
+/// Joins each split parameter of a sharded model back into the whole (on every rank).
+struct Gather<'a> {
+    groups: &'a ReplicaGroups,
+    path: ParamPath,
+}
+
+impl<B: CollectiveBackend> ModuleMapper<B> for Gather<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.enter(name);
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.exit();
+    }
+
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Placement::Split(dim) = self.path.placement() else {
+            return param;
+        };
+        remap(param, |tensor| {
+            collective::all_gather(tensor, dim, self.groups)
+        })
+    }
+}
+
+/// Checks that a configuration can be split `degree` ways.
+pub fn check_degree(config: &crate::HlatConfig, degree: usize) -> Result<(), String> {
+    let divides = |what: &str, count: usize| {
+        if count.is_multiple_of(degree) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what} = {count} does not divide by the tensor-parallel degree {degree}"
+            ))
+        }
+    };
+    divides("num_heads", config.num_heads)?;
+    divides("num_kv_heads", config.num_kv_heads)?;
+    divides("ffn_size", config.ffn_size)?;
+    divides("vocab_size", config.vocab_size)
+}
+
+impl<B: CollectiveBackend> Hlat<B> {
+    /// Splits a model whose replicas are identical into its tensor-parallel shards: every rank
+    /// keeps its slice of each split parameter, and attention counts its local heads. Split a
+    /// model for training as it is (on the autodiff backend): each shard becomes a leaf that
+    /// requires a gradient as its parameter did. (Splitting the inner module of `valid()` and
+    /// wrapping it back with `from_inner` would leave the shards without gradients, since the
+    /// inner tensors do not carry that flag.)
+    ///
+    /// # Panics
+    /// When the configuration does not divide by the degree ([`check_degree`] says why).
+    pub fn shard(self, parallel: &TensorParallel) -> Self {
+        let degree = parallel.groups.group_size();
+        if let Err(reason) = check_degree(self.config(), degree) {
+            panic!("{reason}");
+        }
+        let mut model = self.map(&mut Shard {
+            groups: &parallel.groups,
+            path: ParamPath::default(),
+        });
+        for layer in &mut model.layers {
+            layer.self_attn.num_heads /= degree;
+            layer.self_attn.num_kv_heads /= degree;
+        }
+        model
+    }
+
+    /// The whole model from its tensor-parallel shards (the inverse of [`Hlat::shard`]), on
+    /// every rank.
+    pub fn unshard(self, parallel: &TensorParallel) -> Self {
+        let degree = parallel.groups.group_size();
+        let mut model = self.map(&mut Gather {
+            groups: &parallel.groups,
+            path: ParamPath::default(),
+        });
+        for layer in &mut model.layers {
+            layer.self_attn.num_heads *= degree;
+            layer.self_attn.num_kv_heads *= degree;
+        }
+        model
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(text: &str) -> Vec<String> {
+        text.split('.').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn placements_follow_megatron() {
+        assert_eq!(placement(&path("embed_tokens.weight")), Placement::Split(0));
+        assert_eq!(
+            placement(&path("layers.3.self_attn.q_proj.weight")),
+            Placement::Split(1)
+        );
+        assert_eq!(
+            placement(&path("layers.3.self_attn.o_proj.weight")),
+            Placement::Split(0)
+        );
+        assert_eq!(
+            placement(&path("layers.0.mlp.down_proj.weight")),
+            Placement::Split(0)
+        );
+        assert_eq!(
+            placement(&path("layers.0.mlp.up_proj.weight")),
+            Placement::Split(1)
+        );
+        assert_eq!(placement(&path("lm_head.weight")), Placement::Split(1));
+        assert_eq!(
+            placement(&path("layers.1.input_layernorm.weight")),
+            Placement::Replicated
+        );
+        assert_eq!(placement(&path("norm.weight")), Placement::Replicated);
+    }
+}

@@ -1,0 +1,90 @@
+//! The optimizer state of a tensor-parallel model, joined into the whole model's shapes for a
+//! checkpoint (so that any layout can resume from it) and split again when loaded.
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::optim::Optimizer;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::tensor::Tensor;
+use burn::tensor::backend::AutodiffBackend;
+use burn_trainium::collective::{self, CollectiveBackend};
+use hlat::parallel::{ParamPath, Placement, TensorParallel};
+
+use crate::optimizer::{AdamWState, HlatAdamW};
+
+/// Which way [`reshard_optimizer_state`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reshard {
+    /// Each rank's slice to the whole (before saving).
+    Join,
+    /// The whole to each rank's slice (after loading).
+    Split,
+}
+
+/// The record of [`crate::optimizer::HlatOptimizer`].
+type Record<M, B> = <OptimizerAdaptor<HlatAdamW, M, B> as Optimizer<M, B>>::Record;
+
+/// Joins or splits the moments of every split parameter of `module` in `record` over the
+/// tensor-parallel groups of `parallel`.
+pub fn reshard_optimizer_state<B, M>(
+    module: &M,
+    mut record: Record<M, B>,
+    parallel: &TensorParallel,
+    direction: Reshard,
+) -> Record<M, B>
+where
+    B: AutodiffBackend,
+    B::InnerBackend: CollectiveBackend,
+    M: AutodiffModule<B>,
+{
+    struct Visitor<'a, B: AutodiffBackend, M: AutodiffModule<B>> {
+        record: &'a mut Record<M, B>,
+        parallel: &'a TensorParallel,
+        direction: Reshard,
+        path: ParamPath,
+    }
+    impl<B, M> ModuleVisitor<B> for Visitor<'_, B, M>
+    where
+        B: AutodiffBackend,
+        B::InnerBackend: CollectiveBackend,
+        M: AutodiffModule<B>,
+    {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.enter(name);
+        }
+
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.exit();
+        }
+
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let Placement::Split(dim) = self.path.placement() else {
+                return;
+            };
+            let Some(entry) = self.record.remove(&param.id) else {
+                return;
+            };
+            let groups = &self.parallel.groups;
+            let reshard = |tensor: Tensor<B::InnerBackend, D>| match self.direction {
+                Reshard::Join => collective::all_gather(tensor, dim, groups),
+                Reshard::Split => collective::split(tensor, dim, groups),
+            };
+            let state: AdamWState<B::InnerBackend, D> = entry.into_state();
+            let state = AdamWState {
+                moment1: reshard(state.moment1),
+                moment2: reshard(state.moment2),
+                time: state.time,
+            };
+            self.record.insert(
+                param.id,
+                burn::optim::record::AdaptorRecord::from_state(state),
+            );
+        }
+    }
+    module.visit(&mut Visitor::<B, M> {
+        record: &mut record,
+        parallel,
+        direction,
+        path: ParamPath::default(),
+    });
+    record
+}
