@@ -5,15 +5,24 @@
 use std::path::Path;
 
 use burn::backend::Autodiff;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::Optimizer;
+use burn::tensor::Tensor;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
+use hlat::HlatConfig;
 use hlat_train::config::TrainConfig;
+use hlat_train::optimizer::{AdamWSettings, AdamWState, HlatOptimizer};
+use hlat_train::parallel::{ParallelLayout, split_rows};
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, PretrainSummary, pretrain};
+use hlat_train::schedule::WarmupCosine;
+use hlat_train::step::{LanguageModel, LmBatch};
+use hlat_train::trainer::Trainer;
 
 use crate::support::xla;
 
 type B = Autodiff<Trainium>;
 
-const STEPS: u64 = 6;
+const STEPS: u64 = 10;
 
 /// How the replicas of a device share one run.
 #[derive(Debug, Clone, Copy)]
@@ -21,12 +30,14 @@ struct Layout {
     data: usize,
     tensor: usize,
     sequence_parallel: bool,
+    zero1: bool,
 }
 
 const ONE_DEVICE: Layout = Layout {
     data: 1,
     tensor: 1,
     sequence_parallel: false,
+    zero1: false,
 };
 
 /// A short run of `hlat-test` on the built-in corpus in `layout`.
@@ -56,6 +67,7 @@ fn run_until(
             data_parallel: layout.data,
             tensor_parallel: layout.tensor,
             sequence_parallel: layout.sequence_parallel,
+            zero1: layout.zero1,
             eval_every: 0,
             checkpoint_every: 3,
             progress: false,
@@ -128,10 +140,11 @@ fn data_parallel_pretraining_equals_one_device_on_host_and_xla() {
     }
 }
 
-/// Tensor parallel 2, data parallel 2 × tensor parallel 2, and tensor parallel 2 with sequence
-/// parallelism, each against one device (relative 1e-4: the split sums add in another order).
+/// Tensor parallel 2, data parallel 2 × tensor parallel 2, tensor parallel 2 with sequence
+/// parallelism, data parallel 2 with ZeRO-1, and all of them together, each against one device
+/// (relative 1e-4: the split sums add in another order).
 #[test]
-fn tensor_and_sequence_parallel_pretraining_equals_one_device_on_host_and_xla() {
+fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
     let _random = crate::support::exclusive_random();
     let layouts = [
         Layout {
@@ -141,12 +154,23 @@ fn tensor_and_sequence_parallel_pretraining_equals_one_device_on_host_and_xla() 
         Layout {
             data: 2,
             tensor: 2,
-            sequence_parallel: false,
+            ..ONE_DEVICE
         },
         Layout {
             tensor: 2,
             sequence_parallel: true,
             ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            tensor: 2,
+            sequence_parallel: true,
+            zero1: true,
         },
     ];
     for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
@@ -163,8 +187,9 @@ fn tensor_and_sequence_parallel_pretraining_equals_one_device_on_host_and_xla() 
 }
 
 /// A checkpoint is the whole model, whatever the layout that wrote it: a run of tensor-parallel
-/// pairs resumed on one device, and one device resumed as tensor-parallel pairs with sequence
-/// parallelism, continue as one device would (the AdamW moments are joined and split too).
+/// pairs resumed on one device, one device resumed as tensor-parallel pairs with sequence
+/// parallelism, and ZeRO-1 pairs resumed as tensor-parallel pairs continue as one device would
+/// (the AdamW moments are joined and split too).
 #[test]
 fn checkpoints_resume_across_tensor_parallel_layouts() {
     let _random = crate::support::exclusive_random();
@@ -175,10 +200,16 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
         sequence_parallel: true,
         ..ONE_DEVICE
     };
+    let zero_pairs = Layout {
+        data: 2,
+        zero1: true,
+        ..ONE_DEVICE
+    };
     let expected = run(&single, ONE_DEVICE);
     let orders = [
         ((&pairs, tensor_pairs), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&pairs, tensor_pairs)),
+        ((&pairs, zero_pairs), (&pairs, tensor_pairs)),
     ];
     for ((first_device, first), (then_device, then)) in orders {
         let out = tempfile::tempdir().unwrap();
@@ -196,5 +227,65 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
             1e-4,
             &format!("{first:?} then {then:?}"),
         );
+    }
+}
+
+/// Under ZeRO-1 each data-parallel replica holds `1/dp` of the AdamW moments (a slice of
+/// ⌈n / dp⌉ elements of each n-element parameter).
+#[test]
+fn zero1_keeps_a_slice_of_the_optimizer_state_per_replica() {
+    let _random = crate::support::exclusive_random();
+    let device = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let state_elements = |zero1: bool| {
+        let config = HlatConfig::preset("hlat-test").unwrap();
+        let model = LanguageModel::new(config.init::<B>(&device), None);
+        let settings = AdamWSettings::from_config(&TrainConfig::default());
+        let schedule = WarmupCosine {
+            peak: 1e-3,
+            warmup_steps: 1,
+            decay_steps: 1,
+            min_ratio: 0.1,
+        };
+        let layout = ParallelLayout {
+            data: 2,
+            zero1,
+            ..ParallelLayout::SINGLE
+        };
+        let mut trainer = Trainer::new(model, settings, schedule, 1.0, 1, 1).with_layout(layout);
+        let rows: Vec<Vec<u32>> = (0..4)
+            .map(|row| (0..9).map(|i| (row * 9 + i) % 64).collect())
+            .collect();
+        let batch = LmBatch::from_replica_rows(&split_rows(&rows, 2), &device);
+        trainer.train_step(vec![batch]).unwrap();
+        let mut count = MomentElements {
+            record: trainer.optimizer.to_record(),
+            elements: 0,
+        };
+        trainer.model.visit(&mut count);
+        count.elements
+    };
+    let whole = state_elements(false);
+    let sliced = state_elements(true);
+    assert!(whole > 0);
+    assert_eq!(
+        sliced * 2,
+        whole,
+        "ZeRO-1 state {sliced} elements, whole {whole}"
+    );
+}
+
+/// Counts the elements of the AdamW moments in an optimizer record, parameter by parameter.
+struct MomentElements {
+    record: <HlatOptimizer<LanguageModel<B>, B> as Optimizer<LanguageModel<B>, B>>::Record,
+    elements: usize,
+}
+
+impl ModuleVisitor<B> for MomentElements {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(entry) = self.record.remove(&param.id) {
+            let state: AdamWState<Trainium, D> = entry.into_state();
+            self.elements +=
+                state.moment1.shape().num_elements() + state.moment2.shape().num_elements();
+        }
     }
 }

@@ -19,11 +19,10 @@ use serde::{Deserialize, Serialize};
 use crate::data::SamplerState;
 use crate::error::TrainError;
 use crate::optimizer::HlatOptimizer;
-use crate::parallel::{Reshard, TrainingBackend, reshard_optimizer_state};
+use crate::parallel::{ParallelLayout, Reshard, TrainingBackend, reshard_optimizer_state};
 use crate::precision::Precision;
 use crate::schedule::WarmupCosine;
 use crate::trainer::TrainerProgress;
-use hlat::parallel::TensorParallel;
 
 /// Folder of the checkpoints under a run's output folder.
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
@@ -213,22 +212,19 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
 }
 
 /// Saves the optimizer state of `module`'s parameters into a checkpoint folder, joined into the
-/// whole model's shapes when `module` is split by `tensor_parallel`. Parameter ids differ between
+/// whole model's shapes when `layout` splits the model or the state. Parameter ids differ between
 /// processes, so the state is keyed by the parameter's position in the module.
 pub fn save_optimizer<B, M>(
     dir: &Path,
     optimizer: &HlatOptimizer<M, B>,
     module: &M,
-    tensor_parallel: Option<&TensorParallel>,
+    layout: &ParallelLayout,
 ) -> Result<(), TrainError>
 where
     B: TrainingBackend,
     M: AutodiffModule<B>,
 {
-    let mut record = optimizer.to_record();
-    if let Some(parallel) = tensor_parallel {
-        record = reshard_optimizer_state(module, record, parallel, Reshard::Join);
-    }
+    let mut record = reshard_optimizer_state(module, optimizer.to_record(), layout, Reshard::Join);
     let positional: OptimizerRecord<M, B> = param_ids(module)
         .into_iter()
         .enumerate()
@@ -248,12 +244,12 @@ where
 }
 
 /// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters, split again
-/// when `module` is split by `tensor_parallel`.
+/// as `layout` splits the model and the state.
 pub fn load_optimizer<B, M>(
     dir: &Path,
     optimizer: HlatOptimizer<M, B>,
     module: &M,
-    tensor_parallel: Option<&TensorParallel>,
+    layout: &ParallelLayout,
     device: &B::Device,
 ) -> Result<HlatOptimizer<M, B>, TrainError>
 where
@@ -278,7 +274,7 @@ where
             ),
         });
     }
-    let mut record = ids
+    let record = ids
         .into_iter()
         .enumerate()
         .filter_map(|(position, id)| {
@@ -287,9 +283,7 @@ where
                 .map(|state| (id, state))
         })
         .collect();
-    if let Some(parallel) = tensor_parallel {
-        record = reshard_optimizer_state(module, record, parallel, Reshard::Split);
-    }
+    let record = reshard_optimizer_state(module, record, layout, Reshard::Split);
     Ok(optimizer.load_record(record))
 }
 

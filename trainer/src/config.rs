@@ -60,6 +60,9 @@ pub struct TrainConfig {
     /// Sequence parallelism: norms and residuals on slices of the sequence inside each
     /// tensor-parallel group (needs `tensor_parallel > 1`; `seq_len` must divide by it).
     pub sequence_parallel: bool,
+    /// ZeRO-1: the AdamW state partitioned over the data-parallel replicas (needs
+    /// `data_parallel > 1`).
+    pub zero1: bool,
     /// Parameter and compute precision.
     pub precision: Precision,
     /// Seed of the model initialisation, the data order and the stochastic rounding.
@@ -101,6 +104,7 @@ impl Default for TrainConfig {
             data_parallel: 1,
             tensor_parallel: 1,
             sequence_parallel: false,
+            zero1: false,
             precision: Precision::Bf16StochasticRounding,
             seed: 42,
             checkpoint_every: 1000,
@@ -168,6 +172,7 @@ impl TrainConfig {
             data: self.data_parallel,
             tensor: self.tensor_parallel,
             sequence_parallel: self.sequence_parallel,
+            zero1: self.zero1,
         }
     }
 
@@ -205,6 +210,14 @@ impl TrainConfig {
             return invalid(
                 "sequence_parallel",
                 "needs a tensor-parallel degree above 1".into(),
+            );
+        }
+        if self.zero1 && self.data_parallel == 1 {
+            return invalid(
+                "zero1",
+                "partitions the optimizer state over data-parallel replicas: needs a \
+                 data-parallel degree above 1"
+                    .into(),
             );
         }
         if self.sequence_parallel && !self.seq_len.is_multiple_of(self.tensor_parallel) {

@@ -15,7 +15,10 @@ use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor};
 
+use burn_trainium::collective::CollectiveBackend;
+
 use crate::config::TrainConfig;
+use crate::parallel::Zero1;
 use crate::rounding::stochastic_round_bf16;
 
 /// Hyper-parameters of [`HlatAdamW`].
@@ -46,16 +49,19 @@ impl AdamWSettings {
     }
 }
 
-/// AdamW as `torch.optim.AdamW`, with f32 state whatever the parameter dtype.
+/// AdamW as `torch.optim.AdamW`, with f32 state whatever the parameter dtype, optionally
+/// partitioned over the data-parallel ranks (ZeRO-1).
 #[derive(Debug, Clone)]
 pub struct HlatAdamW {
     settings: AdamWSettings,
+    zero1: Option<Zero1>,
 }
 
 /// The optimizer as Burn's learner components see it.
 pub type HlatOptimizer<M, B> = OptimizerAdaptor<HlatAdamW, M, B>;
 
-/// Per-parameter state: f32 first and second moments and the number of updates.
+/// Per-parameter state: f32 first and second moments and the number of updates (under ZeRO-1,
+/// of this rank's slice of the parameter).
 #[derive(Record, Clone)]
 pub struct AdamWState<B: Backend, const D: usize> {
     /// First moment (f32).
@@ -69,16 +75,30 @@ pub struct AdamWState<B: Backend, const D: usize> {
 impl HlatAdamW {
     /// An optimizer with these settings.
     pub fn new(settings: AdamWSettings) -> Self {
-        Self { settings }
+        Self {
+            settings,
+            zero1: None,
+        }
+    }
+
+    /// The same optimizer with its state partitioned over data-parallel ranks: each step then
+    /// receives this rank's slice of every gradient (see `parallel::scatter_gradients`),
+    /// updates its slice of the parameter and all-gathers the whole parameter.
+    pub fn with_zero1(self, zero1: Option<Zero1>) -> Self {
+        Self { zero1, ..self }
     }
 
     /// Wraps the optimizer for a module type, as Burn's `AdamWConfig::init` does.
-    pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(self) -> HlatOptimizer<M, B> {
+    pub fn init<B, M>(self) -> HlatOptimizer<M, B>
+    where
+        B: AutodiffBackend<InnerBackend: CollectiveBackend>,
+        M: AutodiffModule<B>,
+    {
         OptimizerAdaptor::from(self)
     }
 }
 
-impl<B: Backend> SimpleOptimizer<B> for HlatAdamW {
+impl<B: CollectiveBackend> SimpleOptimizer<B> for HlatAdamW {
     type State<const D: usize> = AdamWState<B, D>;
 
     fn step<const D: usize>(
@@ -96,7 +116,12 @@ impl<B: Backend> SimpleOptimizer<B> for HlatAdamW {
             exclude_norms_from_weight_decay,
         } = self.settings;
         let param_dtype = tensor.dtype();
-        let param = tensor.cast(DType::F32);
+        let param_shape = tensor.shape();
+        let param = match &self.zero1 {
+            Some(zero1) => zero1.slice(tensor),
+            None => tensor,
+        };
+        let param = param.cast(DType::F32);
         let grad = grad.cast(DType::F32);
 
         let (moment1, moment2, time) = match state {
@@ -134,6 +159,10 @@ impl<B: Backend> SimpleOptimizer<B> for HlatAdamW {
             DType::BF16 => stochastic_round_bf16(updated),
             DType::F32 => updated,
             other => updated.cast(other),
+        };
+        let updated = match &self.zero1 {
+            Some(zero1) => zero1.gather(updated, param_shape),
+            None => updated,
         };
         let state = AdamWState {
             moment1,

@@ -173,7 +173,7 @@ pub fn pretrain<B: TrainingBackend>(
             .unwrap_or(config.max_steps.saturating_sub(config.warmup_steps)),
         min_ratio: config.min_lr_ratio,
     };
-    let mut trainer = Trainer::new(
+    let trainer = Trainer::new(
         model,
         AdamWSettings::from_config(config),
         schedule,
@@ -181,7 +181,7 @@ pub fn pretrain<B: TrainingBackend>(
         config.seed,
         config.max_consecutive_skips,
     );
-    trainer.layout = layout;
+    let mut trainer = trainer.with_layout(layout);
     if let (Some(dir), Some(state)) = (&resume_from, resumed) {
         if state.precision != config.precision {
             return Err(TrainError::Checkpoint {
@@ -196,7 +196,7 @@ pub fn pretrain<B: TrainingBackend>(
             dir,
             trainer.optimizer,
             &trainer.model,
-            tensor_parallel.as_ref(),
+            &trainer.layout,
             device,
         )?;
         trainer.progress = state.progress;
@@ -353,12 +353,7 @@ fn save_checkpoint<B: TrainingBackend>(
                 .save(model_dir.join(TOKENIZER_FILE))
                 .map_err(|error| TrainError::Data(error.to_string()))?;
         }
-        save_optimizer(
-            dir,
-            &trainer.optimizer,
-            &trainer.model,
-            trainer.model.tensor_parallel.as_ref(),
-        )?;
+        save_optimizer(dir, &trainer.optimizer, &trainer.model, &trainer.layout)?;
         write_state(dir, &state)
     })
 }

@@ -22,6 +22,7 @@ use crate::error::TrainError;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
 use crate::parallel::{
     ParallelLayout, TrainingBackend, average_gradients, reduce_replicated_gradients,
+    scatter_gradients,
 };
 use crate::schedule::WarmupCosine;
 use crate::step::{LanguageModel, LmBatch};
@@ -73,8 +74,11 @@ pub struct Trainer<B: TrainingBackend> {
     pub max_consecutive_skips: u32,
     /// Step and token counters.
     pub progress: TrainerProgress,
-    /// How the replicas of the device share the work ([`ParallelLayout::SINGLE`] by default).
+    /// How the replicas of the device share the work ([`ParallelLayout::SINGLE`] by default;
+    /// set with [`Trainer::with_layout`]).
     pub layout: ParallelLayout,
+    /// The optimizer's hyper-parameters.
+    settings: AdamWSettings,
 }
 
 impl<B: TrainingBackend> Trainer<B> {
@@ -96,6 +100,19 @@ impl<B: TrainingBackend> Trainer<B> {
             max_consecutive_skips,
             progress: TrainerProgress::default(),
             layout: ParallelLayout::SINGLE,
+            settings,
+        }
+    }
+
+    /// The same trainer sharing the work of each step over the replicas of its device as
+    /// `layout` says, with fresh optimizer state (partitioned under ZeRO-1).
+    pub fn with_layout(self, layout: ParallelLayout) -> Self {
+        Self {
+            optimizer: HlatAdamW::new(self.settings)
+                .with_zero1(layout.zero1())
+                .init(),
+            layout,
+            ..self
         }
     }
 
@@ -131,15 +148,23 @@ impl<B: TrainingBackend> Trainer<B> {
             let groups = self.layout.tensor_groups();
             reduce_replicated_gradients::<B, _>(&self.model, &mut grads, &groups);
         }
+        let zero1 = self.layout.zero1();
         if self.layout.data > 1 {
             let groups = self.layout.data_groups();
-            average_gradients::<B, _>(&self.model, &mut grads, &groups);
+            match &zero1 {
+                Some(zero1) => scatter_gradients::<B, _>(&self.model, &mut grads, zero1),
+                None => average_gradients::<B, _>(&self.model, &mut grads, &groups),
+            }
             loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
             tokens *= self.layout.data;
         }
         let tensor_groups = (self.layout.tensor > 1).then(|| self.layout.tensor_groups());
-        let squares = grad_sum_of_squares::<B, _>(&self.model, &grads, tensor_groups.as_ref())
+        let mut squares = grad_sum_of_squares::<B, _>(&self.model, &grads, tensor_groups.as_ref())
             .unwrap_or_else(|| loss_sum.zeros_like());
+        if let Some(zero1) = &zero1 {
+            // Each data-parallel rank holds a slice of every gradient: the norm stays global.
+            squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
+        }
         // One read back per step: the summed loss and the summed squared gradient.
         let values = Tensor::cat(vec![loss_sum, squares], 0).into_data();
         let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();

@@ -75,6 +75,10 @@ pub struct PretrainArgs {
     /// the sequence).
     #[arg(long)]
     sequence_parallel: bool,
+    /// ZeRO-1: the AdamW state partitioned over the --dp replicas (gradients reduce-scattered,
+    /// each replica updates its slice, parameters all-gathered).
+    #[arg(long)]
+    zero1: bool,
     /// Tokens per row.
     #[arg(long, value_name = "N")]
     seq_len: Option<usize>,
@@ -130,6 +134,9 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     }
     if args.sequence_parallel {
         config.sequence_parallel = true;
+    }
+    if args.zero1 {
+        config.zero1 = true;
     }
     if let Some(v) = args.seq_len {
         config.seq_len = v;

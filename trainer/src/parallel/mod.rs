@@ -9,9 +9,11 @@
 
 mod gradients;
 mod state;
+mod zero;
 
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
 pub use state::{Reshard, reshard_optimizer_state};
+pub use zero::{Zero1, scatter_gradients};
 
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{CollectiveBackend, ReplicaGroups};
@@ -38,6 +40,8 @@ pub struct ParallelLayout {
     pub tensor: usize,
     /// Norms and residuals on slices of the sequence (needs `tensor > 1`).
     pub sequence_parallel: bool,
+    /// Optimizer state partitioned over the data-parallel groups (ZeRO-1; needs `data > 1`).
+    pub zero1: bool,
 }
 
 impl ParallelLayout {
@@ -46,6 +50,7 @@ impl ParallelLayout {
         data: 1,
         tensor: 1,
         sequence_parallel: false,
+        zero1: false,
     };
 
     /// The replicas the layout needs.
@@ -70,6 +75,13 @@ impl ParallelLayout {
         (self.tensor > 1).then(|| TensorParallel {
             groups: self.tensor_groups(),
             sequence_parallel: self.sequence_parallel,
+        })
+    }
+
+    /// How the optimizer state is partitioned, when it is.
+    pub fn zero1(&self) -> Option<Zero1> {
+        (self.zero1 && self.data > 1).then(|| Zero1 {
+            groups: self.data_groups(),
         })
     }
 }

@@ -1,5 +1,6 @@
-//! The optimizer state of a tensor-parallel model, joined into the whole model's shapes for a
-//! checkpoint (so that any layout can resume from it) and split again when loaded.
+//! The optimizer state of a parallel layout (tensor-parallel shards, ZeRO-1 slices), joined into
+//! the whole model's shapes for a checkpoint (so that any layout can resume from it) and split
+//! again when loaded.
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::Optimizer;
@@ -7,8 +8,9 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend};
-use hlat::parallel::{ParamPath, Placement, TensorParallel};
+use hlat::parallel::{ParamPath, Placement};
 
+use super::ParallelLayout;
 use crate::optimizer::{AdamWState, HlatAdamW};
 
 /// Which way [`reshard_optimizer_state`] goes.
@@ -23,12 +25,13 @@ pub enum Reshard {
 /// The record of [`crate::optimizer::HlatOptimizer`].
 type Record<M, B> = <OptimizerAdaptor<HlatAdamW, M, B> as Optimizer<M, B>>::Record;
 
-/// Joins or splits the moments of every split parameter of `module` in `record` over the
-/// tensor-parallel groups of `parallel`.
+/// Joins or splits the moments of every parameter of `module` in `record` as `layout` shards
+/// them: over the tensor-parallel groups for split parameters, and over the data-parallel groups
+/// under ZeRO-1 (`module` holds this rank's tensor-parallel shards).
 pub fn reshard_optimizer_state<B, M>(
     module: &M,
     mut record: Record<M, B>,
-    parallel: &TensorParallel,
+    layout: &ParallelLayout,
     direction: Reshard,
 ) -> Record<M, B>
 where
@@ -36,9 +39,9 @@ where
     B::InnerBackend: CollectiveBackend,
     M: AutodiffModule<B>,
 {
-    struct Visitor<'a, B: AutodiffBackend, M: AutodiffModule<B>> {
+    struct Visitor<'a, B: AutodiffBackend<InnerBackend: CollectiveBackend>, M: AutodiffModule<B>> {
         record: &'a mut Record<M, B>,
-        parallel: &'a TensorParallel,
+        layout: &'a ParallelLayout,
         direction: Reshard,
         path: ParamPath,
     }
@@ -57,16 +60,37 @@ where
         }
 
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let Placement::Split(dim) = self.path.placement() else {
-                return;
+            let tensor_split = match (self.layout.tensor_parallel(), self.path.placement()) {
+                (Some(parallel), Placement::Split(dim)) => Some((parallel.groups, dim)),
+                _ => None,
             };
+            let zero1 = self.layout.zero1();
+            if tensor_split.is_none() && zero1.is_none() {
+                return;
+            }
             let Some(entry) = self.record.remove(&param.id) else {
                 return;
             };
-            let groups = &self.parallel.groups;
-            let reshard = |tensor: Tensor<B::InnerBackend, D>| match self.direction {
-                Reshard::Join => collective::all_gather(tensor, dim, groups),
-                Reshard::Split => collective::split(tensor, dim, groups),
+            let shape = param.val().shape();
+            let reshard = |mut tensor: Tensor<B::InnerBackend, D>| match self.direction {
+                Reshard::Join => {
+                    if let Some(zero1) = &zero1 {
+                        tensor = zero1.gather(tensor, shape.clone());
+                    }
+                    if let Some((groups, dim)) = &tensor_split {
+                        tensor = collective::all_gather(tensor, *dim, groups);
+                    }
+                    tensor
+                }
+                Reshard::Split => {
+                    if let Some((groups, dim)) = &tensor_split {
+                        tensor = collective::split(tensor, *dim, groups);
+                    }
+                    if let Some(zero1) = &zero1 {
+                        tensor = zero1.slice(tensor);
+                    }
+                    tensor
+                }
             };
             let state: AdamWState<B::InnerBackend, D> = entry.into_state();
             let state = AdamWState {
@@ -82,7 +106,7 @@ where
     }
     module.visit(&mut Visitor::<B, M> {
         record: &mut record,
-        parallel,
+        layout,
         direction,
         path: ParamPath::default(),
     });
