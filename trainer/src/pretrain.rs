@@ -199,8 +199,20 @@ pub fn pretrain<B: TrainingBackend>(
             &trainer.layout,
             device,
         )?;
+        if state.schedule != trainer.schedule {
+            let next = state.progress.step + 1;
+            log::warn!(
+                "{}: the learning-rate schedule changed (--max-steps is the schedule's length): \
+                 the checkpoint was trained on {}, this run follows {}; step {next} uses lr {:.3e} \
+                 instead of {:.3e}",
+                dir.display(),
+                state.schedule,
+                trainer.schedule,
+                trainer.schedule.lr(next),
+                state.schedule.lr(next),
+            );
+        }
         trainer.progress = state.progress;
-        trainer.schedule = state.schedule;
         trainer.seed = state.seed;
         data.train
             .restore(state.sampler)

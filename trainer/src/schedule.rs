@@ -32,3 +32,17 @@ impl WarmupCosine {
         floor + (self.peak - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
     }
 }
+
+impl std::fmt::Display for WarmupCosine {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "warmup {} steps to {:e}, cosine over {} steps to {:e} (ends at step {})",
+            self.warmup_steps,
+            self.peak,
+            self.decay_steps,
+            self.peak * self.min_ratio,
+            self.warmup_steps + self.decay_steps
+        )
+    }
+}

@@ -28,7 +28,10 @@ pub struct PretrainArgs {
     /// Output folder for checkpoints, metrics.jsonl and train.toml [default: runs/PRESET].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Stop after this optimizer step.
+    /// The run's length in optimizer steps, and so the learning-rate schedule's: warmup, then
+    /// cosine decay until this step (unless the config sets `decay_steps`). A finished run
+    /// started again with a larger value continues on the schedule of the new length (the
+    /// learning rate at the resumed step is logged).
     #[arg(long, value_name = "N")]
     max_steps: Option<u64>,
     /// Start from this Hugging Face (or native) checkpoint: continual pretraining.

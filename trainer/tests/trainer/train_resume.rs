@@ -9,6 +9,7 @@ use hlat_train::config::TrainConfig;
 use hlat_train::metrics::{METRICS_FILE, StepMetrics};
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
+use hlat_train::schedule::WarmupCosine;
 
 /// The project's own backend on the host executor: its reductions run in a fixed order, so two
 /// runs of the same steps give bit-identical losses (burn-ndarray's multithreaded sums do not,
@@ -42,14 +43,14 @@ fn options(out: &Path, max_steps: u64) -> PretrainOptions {
 }
 
 fn run(out: &Path, max_steps: u64) -> Vec<f64> {
+    run_with(options(out, max_steps))
+}
+
+fn run_with(options: PretrainOptions) -> Vec<f64> {
     let device = TrainiumDevice::HOST;
-    pretrain::<B>(
-        &options(out, max_steps),
-        &device,
-        DeviceInfo { compiles: None },
-    )
-    .unwrap()
-    .losses
+    pretrain::<B>(&options, &device, DeviceInfo { compiles: None })
+        .unwrap()
+        .losses
 }
 
 fn logged_steps(out: &Path) -> Vec<StepMetrics> {
@@ -111,4 +112,45 @@ fn resumed_run_matches_uninterrupted_run() {
 
     // A finished run started again has nothing to do.
     assert!(run(interrupted.path(), 6).is_empty());
+}
+
+/// `--max-steps` is the schedule's length: a finished run started again with a larger value
+/// continues on the longer schedule (the learning rate rises from the old floor), not on the
+/// checkpoint's.
+#[test]
+fn a_longer_max_steps_continues_on_the_longer_schedule() {
+    let out = tempfile::tempdir().unwrap();
+    let with_length = |max_steps| {
+        let mut options = options(out.path(), max_steps);
+        options.config.decay_steps = None;
+        options
+    };
+    run_with(with_length(3));
+    let resumed = run_with(with_length(6));
+    assert_eq!(resumed.len(), 3);
+    let config = with_length(6).config;
+    let longer = WarmupCosine {
+        peak: config.lr,
+        warmup_steps: config.warmup_steps,
+        decay_steps: 6 - config.warmup_steps,
+        min_ratio: config.min_lr_ratio,
+    };
+    let rates: Vec<f64> = logged_steps(out.path())
+        .iter()
+        .map(|metrics| metrics.lr)
+        .collect();
+    assert_eq!(rates.len(), 6);
+    for step in 4..=6 {
+        let expected = longer.lr(step);
+        let logged = rates[step as usize - 1];
+        assert!(
+            (logged - expected).abs() <= 1e-12 * expected,
+            "step {step}: lr {logged}, the 6-step schedule's {expected}"
+        );
+    }
+    // The 3-step schedule had reached its floor; the longer one has not.
+    assert!(
+        rates[3] > config.lr * config.min_lr_ratio * 1.5,
+        "{rates:?}"
+    );
 }
