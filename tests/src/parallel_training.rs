@@ -12,7 +12,10 @@ use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat_train::config::TrainConfig;
 use hlat_train::optimizer::{AdamWSettings, AdamWState, HlatOptimizer};
-use hlat_train::parallel::{ParallelLayout, split_rows};
+use hlat_train::parallel::{
+    ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape, split_rows,
+};
+use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, PretrainSummary, pretrain};
 use hlat_train::schedule::WarmupCosine;
 use hlat_train::step::{LanguageModel, LmBatch};
@@ -286,6 +289,92 @@ impl ModuleVisitor<B> for MomentElements {
             let state: AdamWState<Trainium, D> = entry.into_state();
             self.elements +=
                 state.moment1.shape().num_elements() + state.moment2.shape().num_elements();
+        }
+    }
+}
+
+/// The bytes `hlat info` counts for the parameters and the AdamW state of one device agree with
+/// those a replica holds after a step of dp 2 × tp 2 with sequence parallelism and ZeRO-1
+/// (within 10%; the activations are an estimate that this does not check).
+#[test]
+fn memory_estimate_matches_the_bytes_a_replica_holds() {
+    let _random = crate::support::exclusive_random();
+    let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let layout = ParallelLayout {
+        data: 2,
+        tensor: 2,
+        sequence_parallel: true,
+        zero1: true,
+    };
+    let config = HlatConfig::preset("hlat-test").unwrap();
+    let parallel = layout.tensor_parallel().unwrap();
+    let hlat = config.init::<B>(&device).shard(&parallel);
+    let model = LanguageModel::sharded(hlat, None, parallel);
+    let settings = AdamWSettings::from_config(&TrainConfig::default());
+    let schedule = WarmupCosine {
+        peak: 1e-3,
+        warmup_steps: 1,
+        decay_steps: 1,
+        min_ratio: 0.1,
+    };
+    let mut trainer = Trainer::new(model, settings, schedule, 1.0, 1, 1).with_layout(layout);
+    let rows: Vec<Vec<u32>> = (0..4)
+        .map(|row| (0..9).map(|i| (row * 9 + i) % 64).collect())
+        .collect();
+    // Each data-parallel slice goes to both ranks of its tensor-parallel pair.
+    let slices = split_rows(&rows, 2);
+    let per_replica: Vec<&[Vec<u32>]> = slices.iter().flat_map(|slice| [*slice, *slice]).collect();
+    trainer
+        .train_step(vec![LmBatch::from_replica_rows(&per_replica, &device)])
+        .unwrap();
+
+    let mut held = HeldBytes {
+        record: trainer.optimizer.to_record(),
+        parameter_bytes: 0,
+        optimizer_bytes: 0,
+    };
+    trainer.model.visit(&mut held);
+    let shape = StepShape {
+        seq_len: 8,
+        micro_batch_rows: 1,
+        precision: Precision::F32,
+        checkpointing: ActivationCheckpointing::None,
+    };
+    let estimate = DeviceMemory::estimate(&config, &layout, &shape);
+    for (what, held, estimated) in [
+        ("parameters", held.parameter_bytes, estimate.parameter_bytes),
+        (
+            "optimizer state",
+            held.optimizer_bytes,
+            estimate.optimizer_bytes,
+        ),
+    ] {
+        let ratio = held as f64 / estimated as f64;
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "{what}: a replica holds {held} bytes, hlat info says {estimated}"
+        );
+    }
+}
+
+/// Bytes of a replica's parameters and of their AdamW moments (every replica's tensors have the
+/// same shapes).
+struct HeldBytes {
+    record: <HlatOptimizer<LanguageModel<B>, B> as Optimizer<LanguageModel<B>, B>>::Record,
+    parameter_bytes: u64,
+    optimizer_bytes: u64,
+}
+
+impl ModuleVisitor<B> for HeldBytes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val();
+        self.parameter_bytes += (value.shape().num_elements() * value.dtype().size()) as u64;
+        if let Some(entry) = self.record.remove(&param.id) {
+            let state: AdamWState<Trainium, D> = entry.into_state();
+            for moment in [state.moment1, state.moment2] {
+                self.optimizer_bytes +=
+                    (moment.shape().num_elements() * moment.dtype().size()) as u64;
+            }
         }
     }
 }

@@ -107,3 +107,32 @@ fn pretrain_rejects_an_unknown_preset_by_name() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("hlat-13b"), "{stderr}");
 }
+
+#[test]
+fn info_sizes_hlat_7b_in_the_papers_layout() {
+    let text = succeed(&[
+        "info",
+        "hlat-7b",
+        "--tp",
+        "8",
+        "--dp",
+        "32",
+        "--zero1",
+        "--sequence-parallel",
+        "--activation-checkpointing",
+        "full",
+        "--seq-len",
+        "4096",
+        "--micro-batch-rows",
+        "1",
+    ]);
+    // Per device: the embedding, head and projections split 8 ways, the 65 norm gains whole.
+    let split = (6_738_415_616u64 - 65 * 4096) / 8 + 65 * 4096;
+    assert!(
+        text.contains(&format!("\nparameters per device: {split}\n")),
+        "{text}"
+    );
+    assert!(text.contains("of 16 GiB: fits"), "{text}");
+    let whole = succeed(&["info", "hlat-7b"]);
+    assert!(whole.contains("of 16 GiB: does not fit"), "{whole}");
+}

@@ -8,10 +8,12 @@
 //! data-parallel groups the replicas of one tensor-parallel rank (`[[0, 2], [1, 3]]`).
 
 mod gradients;
+mod memory;
 mod state;
 mod zero;
 
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
+pub use memory::{ActivationCheckpointing, DeviceMemory, StepShape};
 pub use state::{Reshard, reshard_optimizer_state};
 pub use zero::{Zero1, scatter_gradients};
 

@@ -1,0 +1,255 @@
+//! How many bytes one device holds to train a model in a parallel layout (`hlat info`): the
+//! parameters, gradients and AdamW state counted exactly as the trainer shards them, and the
+//! activations kept for the backward pass estimated from the model's shapes.
+
+use std::fmt;
+use std::str::FromStr;
+
+use hlat::HlatConfig;
+
+use super::ParallelLayout;
+use crate::precision::Precision;
+
+/// What the backward pass recomputes instead of keeping (NeuronX Distributed's
+/// `activation_checkpoint_config`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ActivationCheckpointing {
+    /// Every activation the backward pass needs is kept.
+    #[default]
+    None,
+    /// Each layer keeps only its input and is run again in the backward pass.
+    Full,
+    /// The attention core (scores, softmax, weighted values) and the MLP activation are
+    /// recomputed; the projections' outputs are kept.
+    Selective,
+}
+
+impl FromStr for ActivationCheckpointing {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "none" => Ok(Self::None),
+            "full" => Ok(Self::Full),
+            "selective" => Ok(Self::Selective),
+            other => Err(format!(
+                "unknown activation checkpointing `{other}` (expected none, full or selective)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ActivationCheckpointing {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(match self {
+            Self::None => "none",
+            Self::Full => "full",
+            Self::Selective => "selective",
+        })
+    }
+}
+
+/// The shape of one training step on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepShape {
+    /// Tokens per row.
+    pub seq_len: usize,
+    /// Rows per micro-batch on each data-parallel replica.
+    pub micro_batch_rows: usize,
+    /// Parameter and compute precision.
+    pub precision: Precision,
+    /// What the backward pass recomputes.
+    pub checkpointing: ActivationCheckpointing,
+}
+
+/// Bytes held by one device, by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Parameter elements on the device (its tensor-parallel shard of the model).
+    pub parameters_per_device: u64,
+    /// The parameters (and, in mixed precision, their bf16 compute copy).
+    pub parameter_bytes: u64,
+    /// One gradient per parameter, in the parameters' dtype.
+    pub gradient_bytes: u64,
+    /// The AdamW moments (two f32 per element; a `1/dp` slice of each parameter under ZeRO-1).
+    pub optimizer_bytes: u64,
+    /// Activations kept for the backward pass of one micro-batch (an estimate).
+    pub activation_bytes: u64,
+}
+
+impl DeviceMemory {
+    /// The memory of one device training `config` in `layout` with steps of `shape`.
+    pub fn estimate(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> Self {
+        let tensor = layout.tensor as u64;
+        let zero_degree = if layout.zero1 { layout.data as u64 } else { 1 };
+        let hidden = config.hidden_size as u64;
+        let head_dim = config.head_dim() as u64;
+        let heads = config.num_heads as u64;
+        let kv_heads = config.num_kv_heads as u64;
+        let ffn = config.ffn_size as u64;
+        let vocab = config.vocab_size as u64;
+
+        // Each parameter's elements on one device: split ones divided by the tensor degree.
+        let split = |elements: u64| elements / tensor;
+        let mut parameters = vec![split(vocab * hidden), split(hidden * vocab), hidden];
+        for _ in 0..config.num_layers {
+            parameters.extend([
+                split(hidden * heads * head_dim),
+                split(hidden * kv_heads * head_dim),
+                split(hidden * kv_heads * head_dim),
+                split(heads * head_dim * hidden),
+                split(hidden * ffn),
+                split(hidden * ffn),
+                split(ffn * hidden),
+                hidden,
+                hidden,
+            ]);
+        }
+        let parameters_per_device: u64 = parameters.iter().sum();
+        let stored = shape.precision.param_dtype().size() as u64;
+        let compute_copy = if shape.precision.compute_cast().is_some() {
+            2
+        } else {
+            0
+        };
+        let moments: u64 = parameters
+            .iter()
+            .map(|elements| 2 * 4 * elements.div_ceil(zero_degree))
+            .sum();
+
+        Self {
+            parameters_per_device,
+            parameter_bytes: parameters_per_device * (stored + compute_copy),
+            gradient_bytes: parameters_per_device * stored,
+            optimizer_bytes: moments,
+            activation_bytes: activations(config, layout, shape),
+        }
+    }
+
+    /// Everything together.
+    pub fn total_bytes(&self) -> u64 {
+        self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.activation_bytes
+    }
+}
+
+/// Bytes of the activations one micro-batch keeps for its backward pass on one device, counting
+/// the tensors HLAT's layers save (Korthikanti et al. 2022, "Reducing Activation Recomputation
+/// in Large Transformer Models", adapted to SwiGLU, grouped-query attention and f32 softmax and
+/// loss): per layer the norm inputs and outputs (sequence-sharded under sequence parallelism),
+/// the gathered inputs of the projections, queries, keys, values and their rotations, the
+/// attention scores and probabilities (f32), the attention output, and the gate, up, activation
+/// and product of the MLP (split over the tensor-parallel ranks).
+fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> u64 {
+    let tensor = layout.tensor as u64;
+    let tokens = (shape.seq_len * shape.micro_batch_rows) as u64;
+    let rows = shape.micro_batch_rows as u64;
+    let seq = shape.seq_len as u64;
+    let element = match shape.precision {
+        Precision::F32 => 4,
+        Precision::Bf16StochasticRounding | Precision::Bf16Mixed => 2,
+    };
+    let hidden = config.hidden_size as u64;
+    let head_dim = config.head_dim() as u64;
+    let local_heads = config.num_heads as u64 / tensor;
+    let local_kv_heads = config.num_kv_heads as u64 / tensor;
+    let local_ffn = config.ffn_size as u64 / tensor;
+    let sequence_share = if layout.sequence_parallel { tensor } else { 1 };
+
+    let layer_input = tokens * hidden * element / sequence_share;
+    let norms = 4 * layer_input;
+    let gathered = 2 * tokens * hidden * element;
+    let projections = tokens * (local_heads + 2 * local_kv_heads) * head_dim * element;
+    let rotated = tokens * (local_heads + local_kv_heads) * head_dim * element;
+    let attention_core =
+        2 * rows * local_heads * seq * seq * 4 + tokens * local_heads * head_dim * element;
+    let mlp_projections = 2 * tokens * local_ffn * element;
+    let mlp_activation = 2 * tokens * local_ffn * element;
+    let whole_layer = norms
+        + gathered
+        + projections
+        + rotated
+        + attention_core
+        + mlp_projections
+        + mlp_activation;
+
+    let layers = config.num_layers as u64;
+    let per_model = match shape.checkpointing {
+        ActivationCheckpointing::None => layers * whole_layer,
+        // Every layer's input, and one layer's activations while it is run again.
+        ActivationCheckpointing::Full => layers * layer_input + whole_layer,
+        ActivationCheckpointing::Selective => {
+            layers * (whole_layer - attention_core - mlp_activation)
+                + attention_core
+                + mlp_activation
+        }
+    };
+    // The loss: the local logits and their log-probabilities, in f32.
+    let head = 2 * tokens * (config.vocab_size as u64 / tensor) * 4;
+    per_model + head
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(data: usize, tensor: usize, zero1: bool) -> ParallelLayout {
+        ParallelLayout {
+            data,
+            tensor,
+            sequence_parallel: tensor > 1,
+            zero1,
+        }
+    }
+
+    fn shape(checkpointing: ActivationCheckpointing) -> StepShape {
+        StepShape {
+            seq_len: 4096,
+            micro_batch_rows: 1,
+            precision: Precision::Bf16StochasticRounding,
+            checkpointing,
+        }
+    }
+
+    #[test]
+    fn one_device_holds_the_whole_model_and_its_state() {
+        let config = HlatConfig::preset("hlat-7b").unwrap();
+        let memory = DeviceMemory::estimate(
+            &config,
+            &layout(1, 1, false),
+            &shape(ActivationCheckpointing::None),
+        );
+        let parameters = config.num_params();
+        assert_eq!(memory.parameters_per_device, parameters);
+        assert_eq!(memory.parameter_bytes, 2 * parameters);
+        assert_eq!(memory.gradient_bytes, 2 * parameters);
+        assert_eq!(memory.optimizer_bytes, 8 * parameters);
+    }
+
+    #[test]
+    fn tensor_parallel_and_zero1_divide_the_state() {
+        let config = HlatConfig::preset("hlat-7b").unwrap();
+        let none = ActivationCheckpointing::None;
+        let whole = DeviceMemory::estimate(&config, &layout(1, 1, false), &shape(none));
+        let split = DeviceMemory::estimate(&config, &layout(32, 8, true), &shape(none));
+        // Only the norm gains (2 per layer and the final one) stay whole on every rank.
+        let norms = (2 * config.num_layers as u64 + 1) * config.hidden_size as u64;
+        assert_eq!(
+            split.parameters_per_device,
+            (whole.parameters_per_device - norms) / 8 + norms
+        );
+        let moments = split.optimizer_bytes as f64 / (8.0 * split.parameters_per_device as f64);
+        assert!((moments - 1.0 / 32.0).abs() < 1e-3, "{moments}");
+        let full = DeviceMemory::estimate(
+            &config,
+            &layout(32, 8, true),
+            &shape(ActivationCheckpointing::Full),
+        );
+        let selective = DeviceMemory::estimate(
+            &config,
+            &layout(32, 8, true),
+            &shape(ActivationCheckpointing::Selective),
+        );
+        assert!(full.activation_bytes < selective.activation_bytes);
+        assert!(selective.activation_bytes < split.activation_bytes);
+    }
+}
