@@ -20,12 +20,18 @@ pub(crate) struct StatsCounters {
     pub bytes_to_device: AtomicU64,
     pub bytes_to_host: AtomicU64,
     pub live_tensors: AtomicU64,
+    pub largest_scratch_bytes: AtomicU64,
 }
 
 impl StatsCounters {
     /// Adds `amount` to one counter.
     pub fn add(counter: &AtomicU64, amount: u64) {
         counter.fetch_add(amount, Ordering::Relaxed);
+    }
+
+    /// Raises one counter to `value` if it is below.
+    pub fn raise(counter: &AtomicU64, value: u64) {
+        counter.fetch_max(value, Ordering::Relaxed);
     }
 
     /// Adds the time elapsed since `start`, in microseconds, to one counter.
@@ -49,6 +55,7 @@ impl StatsCounters {
             bytes_to_device: load(&self.bytes_to_device),
             bytes_to_host: load(&self.bytes_to_host),
             live_tensors: load(&self.live_tensors),
+            largest_scratch_bytes: load(&self.largest_scratch_bytes),
         }
     }
 
@@ -66,6 +73,7 @@ impl StatsCounters {
             &self.collective_bytes,
             &self.bytes_to_device,
             &self.bytes_to_host,
+            &self.largest_scratch_bytes,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -102,6 +110,10 @@ pub struct Stats {
     pub bytes_to_host: u64,
     /// Tensors currently held by the device (a gauge, not reset by [`reset_stats`]).
     pub live_tensors: u64,
+    /// The largest scratch memory (intermediate values) of a program compiled since the start
+    /// or the last reset, per replica, as the compiler counts it; 0 where the executor cannot
+    /// tell (`host`, `neuron`, a PJRT plugin without `PJRT_Executable_GetCompiledMemoryStats`).
+    pub largest_scratch_bytes: u64,
 }
 
 fn registry() -> &'static Mutex<HashMap<TrainiumDevice, Arc<StatsCounters>>> {

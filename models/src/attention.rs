@@ -68,9 +68,19 @@ impl<B: Backend> Attention<B> {
         rotary: &RotaryTables<B>,
         context: Context<'_, B>,
     ) -> Tensor<B, 3> {
+        let (queries, keys, values) = self.project(x, rotary);
+        self.o_proj
+            .forward(self.attend(queries, keys, values, context))
+    }
+
+    /// Queries, keys and values `[batch, heads, seq, head_dim]` of `x`, the queries and keys
+    /// rotated.
+    pub fn project(
+        &self,
+        x: Tensor<B, 3>,
+        rotary: &RotaryTables<B>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let [batch, seq, _] = x.dims();
-        let dtype = x.dtype();
-        let device = x.device();
         let heads = |t: Tensor<B, 3>, count: usize| {
             t.reshape([batch, seq, count, self.head_dim])
                 .swap_dims(1, 2)
@@ -78,7 +88,21 @@ impl<B: Backend> Attention<B> {
         let queries = rotary.apply(heads(self.q_proj.forward(x.clone()), self.num_heads));
         let keys = rotary.apply(heads(self.k_proj.forward(x.clone()), self.num_kv_heads));
         let values = heads(self.v_proj.forward(x), self.num_kv_heads);
+        (queries, keys, values)
+    }
 
+    /// The attention core: causal softmax attention of `queries` over `keys` and `values` (and
+    /// the cached positions before them), the heads joined: `[batch, seq, heads·head_dim]`.
+    pub fn attend(
+        &self,
+        queries: Tensor<B, 4>,
+        keys: Tensor<B, 4>,
+        values: Tensor<B, 4>,
+        context: Context<'_, B>,
+    ) -> Tensor<B, 3> {
+        let [batch, _, seq, _] = queries.dims();
+        let dtype = queries.dtype();
+        let device = queries.device();
         let (keys, values, past) = match context {
             Context::Full => (keys, values, 0),
             Context::Cached { cache, layer } => {
@@ -99,12 +123,10 @@ impl<B: Backend> Attention<B> {
             .expand([batch, self.num_heads, seq, total]);
         let scores = scores.mask_fill(future, f32::NEG_INFINITY);
         let weights = softmax(scores.cast(DType::F32), 3).cast(dtype);
-        let output = weights.matmul(values).swap_dims(1, 2).reshape([
-            batch,
-            seq,
-            self.num_heads * self.head_dim,
-        ]);
-        self.o_proj.forward(output)
+        weights
+            .matmul(values)
+            .swap_dims(1, 2)
+            .reshape([batch, seq, self.num_heads * self.head_dim])
     }
 
     /// Repeats each key/value head for the query heads of its group: `[b, kv, t, d] -> [b, h, t, d]`.

@@ -22,6 +22,7 @@ mod mlp;
 mod model;
 mod norm;
 pub mod parallel;
+pub mod recompute;
 mod rotary;
 mod staging;
 

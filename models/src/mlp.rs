@@ -33,7 +33,13 @@ impl<B: Backend> Mlp<B> {
 
     /// Applies the network to `[batch, seq, hidden]`.
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(gate * self.up_proj.forward(x))
+        let gate = self.gate_proj.forward(x.clone());
+        let up = self.up_proj.forward(x);
+        self.down_proj.forward(Self::activate(gate, up))
+    }
+
+    /// The activation between the projections: `silu(gate) · up`.
+    pub fn activate(gate: Tensor<B, 3>, up: Tensor<B, 3>) -> Tensor<B, 3> {
+        silu(gate) * up
     }
 }

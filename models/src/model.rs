@@ -67,8 +67,8 @@ impl<B: Backend> Hlat<B> {
         input_ids: Tensor<B, 2, Int>,
         exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
-        let hidden = self.hidden_states(input_ids, None, exchange);
-        self.lm_head.forward(exchange.enter(hidden))
+        let hidden = self.run_layers(input_ids, None, exchange);
+        self.head(hidden, exchange)
     }
 
     /// Logits `[batch, seq, vocab]` for `input_ids` that continue the positions in `cache`, which
@@ -78,8 +78,8 @@ impl<B: Backend> Hlat<B> {
         input_ids: Tensor<B, 2, Int>,
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 3> {
-        let hidden = self.hidden_states(input_ids, Some(cache), &Unsharded);
-        self.lm_head.forward(hidden)
+        let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
+        self.head(hidden, &Unsharded)
     }
 
     /// Logits `[batch, vocab]` of the last position only, extending `cache` (used by generation:
@@ -89,10 +89,11 @@ impl<B: Backend> Hlat<B> {
         input_ids: Tensor<B, 2, Int>,
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 2> {
-        let hidden = self.hidden_states(input_ids, Some(cache), &Unsharded);
-        let [batch, seq, width] = hidden.dims();
-        let last = hidden.narrow(1, seq - 1, 1).reshape([batch, width]);
-        self.lm_head.forward(last)
+        let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
+        let [batch, seq, _] = hidden.dims();
+        let logits = self.head(hidden.narrow(1, seq - 1, 1), &Unsharded);
+        let vocab = logits.dims()[2];
+        logits.reshape([batch, vocab])
     }
 
     /// Mean next-token cross-entropy. `targets` `[batch, seq]` aligns with `input_ids`: the target
@@ -118,34 +119,16 @@ impl<B: Backend> Hlat<B> {
         exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 1> {
         let logits = self.forward_with(input_ids, exchange);
-        let [batch, seq, vocab] = logits.dims();
-        let rows = batch * seq;
-        let logits = logits.reshape([rows, vocab]).cast(DType::F32);
-        let targets = targets.reshape([rows, 1]);
-        let kept = ignore_id.map(|ignore_id| targets.clone().equal_elem(ignore_id as i64));
-        // Ignored targets may lie outside the vocabulary: they are weighed by 0 below.
-        let targets = match &kept {
-            Some(ignored) => targets.mask_fill(ignored.clone(), 0),
-            None => targets,
-        };
-        let per_row = if exchange.degree() == 1 {
-            log_softmax(logits, 1).gather(1, targets).neg()
-        } else {
-            vocab_parallel_cross_entropy(logits, targets, exchange)
-        };
-        match kept {
-            None => per_row.mean(),
-            Some(ignored) => {
-                let kept = ignored.bool_not().float().cast(DType::F32);
-                let count = kept.clone().sum().clamp_min(1.0);
-                (per_row * kept).sum() / count
-            }
-        }
+        loss_from_logits(logits, targets, ignore_id, exchange)
     }
 
     /// Token embeddings of `input_ids`; with a split vocabulary each rank looks up the ids of
     /// its slice (others give zero rows) and `exchange` sums the ranks' parts.
-    fn embed(&self, input_ids: Tensor<B, 2, Int>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+    pub(crate) fn embed(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        exchange: &dyn Exchange<B>,
+    ) -> Tensor<B, 3> {
         if exchange.degree() == 1 {
             return self.embed_tokens.forward(input_ids);
         }
@@ -156,24 +139,34 @@ impl<B: Backend> Hlat<B> {
         exchange.exit(part * inside.cast(self.embed_tokens.weight.dtype()))
     }
 
-    /// Final hidden states `[batch, seq, hidden]` (this rank's slice of the sequence under
-    /// sequence parallelism), through `cache` when given.
-    fn hidden_states(
+    /// The rotary tables of `seq` positions from `start`.
+    pub(crate) fn rotary(&self, start: usize, seq: usize, device: &B::Device) -> RotaryTables<B> {
+        RotaryTables::new(
+            self.config.head_dim(),
+            self.config.rope_theta,
+            start,
+            seq,
+            device,
+        )
+    }
+
+    /// Logits of the last layer's output `x`: the final norm and the LM head (each rank's slice
+    /// of the vocabulary, for the full sequence).
+    pub(crate) fn head(&self, x: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+        self.lm_head.forward(exchange.enter(self.norm.forward(x)))
+    }
+
+    /// The output of the last layer `[batch, seq, hidden]` (this rank's slice of the sequence
+    /// under sequence parallelism), through `cache` when given.
+    fn run_layers(
         &self,
         input_ids: Tensor<B, 2, Int>,
         mut cache: Option<&mut KvCache<B>>,
         exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
         let [_, seq] = input_ids.dims();
-        let device = input_ids.device();
         let start = cache.as_ref().map_or(0, |cache| cache.len());
-        let rotary = RotaryTables::new(
-            self.config.head_dim(),
-            self.config.rope_theta,
-            start,
-            seq,
-            &device,
-        );
+        let rotary = self.rotary(start, seq, &input_ids.device());
         let mut x = self.embed(input_ids, exchange);
         for (index, layer) in self.layers.iter().enumerate() {
             let context = match cache.as_deref_mut() {
@@ -188,7 +181,41 @@ impl<B: Backend> Hlat<B> {
         if let Some(cache) = cache {
             cache.advance(seq);
         }
-        self.norm.forward(x)
+        x
+    }
+}
+
+/// Mean next-token cross-entropy of `logits` `[batch, seq, vocab / degree]` (each rank's slice
+/// of the vocabulary under `exchange`) against `targets`, leaving out `ignore_id`; in f32, the
+/// same value on every rank.
+pub(crate) fn loss_from_logits<B: Backend>(
+    logits: Tensor<B, 3>,
+    targets: Tensor<B, 2, Int>,
+    ignore_id: Option<u32>,
+    exchange: &dyn Exchange<B>,
+) -> Tensor<B, 1> {
+    let [batch, seq, vocab] = logits.dims();
+    let rows = batch * seq;
+    let logits = logits.reshape([rows, vocab]).cast(DType::F32);
+    let targets = targets.reshape([rows, 1]);
+    let kept = ignore_id.map(|ignore_id| targets.clone().equal_elem(ignore_id as i64));
+    // Ignored targets may lie outside the vocabulary: they are weighed by 0 below.
+    let targets = match &kept {
+        Some(ignored) => targets.mask_fill(ignored.clone(), 0),
+        None => targets,
+    };
+    let per_row = if exchange.degree() == 1 {
+        log_softmax(logits, 1).gather(1, targets).neg()
+    } else {
+        vocab_parallel_cross_entropy(logits, targets, exchange)
+    };
+    match kept {
+        None => per_row.mean(),
+        Some(ignored) => {
+            let kept = ignored.bool_not().float().cast(DType::F32);
+            let count = kept.clone().sum().clamp_min(1.0);
+            (per_row * kept).sum() / count
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use hlat::recompute::ActivationCheckpointing;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
@@ -63,6 +64,9 @@ pub struct TrainConfig {
     /// ZeRO-1: the AdamW state partitioned over the data-parallel replicas (needs
     /// `data_parallel > 1`).
     pub zero1: bool,
+    /// What the backward pass recomputes instead of keeping: `none`, `full` (each layer from
+    /// its input) or `selective` (the attention core and the MLP activation).
+    pub activation_checkpointing: ActivationCheckpointing,
     /// Parameter and compute precision.
     pub precision: Precision,
     /// Seed of the model initialisation, the data order and the stochastic rounding.
@@ -105,6 +109,7 @@ impl Default for TrainConfig {
             tensor_parallel: 1,
             sequence_parallel: false,
             zero1: false,
+            activation_checkpointing: ActivationCheckpointing::None,
             precision: Precision::Bf16StochasticRounding,
             seed: 42,
             checkpoint_every: 1000,
@@ -218,6 +223,18 @@ impl TrainConfig {
                 "partitions the optimizer state over data-parallel replicas: needs a \
                  data-parallel degree above 1"
                     .into(),
+            );
+        }
+        if self.activation_checkpointing != ActivationCheckpointing::None
+            && self.precision.compute_cast().is_some()
+        {
+            return invalid(
+                "activation_checkpointing",
+                format!(
+                    "{} is not supported with precision {} yet (its bf16 compute copy of the \
+                     parameters is not a leaf of the graph); use bf16-sr or f32",
+                    self.activation_checkpointing, self.precision
+                ),
             );
         }
         if self.sequence_parallel && !self.seq_len.is_multiple_of(self.tensor_parallel) {

@@ -165,6 +165,10 @@ pub fn pretrain<B: TrainingBackend>(
         }
         None => LanguageModel::new(hlat, config.precision.compute_cast()),
     };
+    let model = LanguageModel {
+        checkpointing: config.activation_checkpointing,
+        ..model
+    };
     let schedule = WarmupCosine {
         peak: config.lr,
         warmup_steps: config.warmup_steps,

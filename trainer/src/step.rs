@@ -1,12 +1,15 @@
 //! The HLAT model as Burn's learner sees it: a module with `TrainStep` and `InferenceStep`.
 
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use burn_trainium::collective::{self, CollectiveBackend};
 use hlat::Hlat;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
+use hlat::recompute::ActivationCheckpointing;
+
+use crate::parallel::TrainingBackend;
 
 /// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
 /// to a lower precision (the f32 master weights of `bf16-mixed` stay in the wrapped model).
@@ -20,6 +23,10 @@ pub struct LanguageModel<B: Backend> {
     /// How the model is split across tensor-parallel ranks (`None`: whole on every replica).
     #[module(skip)]
     pub tensor_parallel: Option<TensorParallel>,
+    /// What the backward pass recomputes instead of keeping (training only; not with
+    /// `compute_cast`, whose cast parameters are not leaves of the graph).
+    #[module(skip)]
+    pub checkpointing: ActivationCheckpointing,
 }
 
 /// A batch of packed rows: inputs and the same rows shifted by one token as targets.
@@ -55,6 +62,7 @@ impl<B: Backend> LanguageModel<B> {
             hlat,
             compute_cast,
             tensor_parallel: None,
+            checkpointing: ActivationCheckpointing::None,
         }
     }
 }
@@ -70,6 +78,15 @@ impl<B: CollectiveBackend> LanguageModel<B> {
             hlat,
             compute_cast,
             tensor_parallel: Some(tensor_parallel),
+            checkpointing: ActivationCheckpointing::None,
+        }
+    }
+
+    /// How the layers exchange activations across tensor-parallel ranks.
+    fn exchange(&self) -> &dyn Exchange<B> {
+        match &self.tensor_parallel {
+            Some(parallel) => parallel,
+            None => &Unsharded,
         }
     }
 
@@ -78,10 +95,7 @@ impl<B: CollectiveBackend> LanguageModel<B> {
     pub fn loss(&self, batch: &LmBatch<B>) -> Tensor<B, 1> {
         let inputs = batch.inputs.clone();
         let targets = batch.targets.clone();
-        let exchange: &dyn Exchange<B> = match &self.tensor_parallel {
-            Some(parallel) => parallel,
-            None => &Unsharded,
-        };
+        let exchange = self.exchange();
         let loss = match self.compute_cast {
             Some(dtype) => {
                 let model = self.hlat.clone().map(&mut CastParams { dtype });
@@ -154,11 +168,26 @@ impl<B: CollectiveBackend> LmBatch<B> {
     }
 }
 
-impl<B: AutodiffBackend + CollectiveBackend> TrainStep for LanguageModel<B> {
+impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
     type Input = LmBatch<B>;
     type Output = LmOutput<B>;
 
     fn step(&self, batch: LmBatch<B>) -> TrainOutput<LmOutput<B>> {
+        if self.checkpointing != ActivationCheckpointing::None {
+            let tokens = batch.tokens();
+            let (loss, grads) = self.hlat.loss_and_gradients(
+                batch.inputs,
+                batch.targets,
+                None,
+                self.exchange(),
+                self.checkpointing,
+            );
+            let loss = loss.cast(DType::F32);
+            return TrainOutput {
+                grads,
+                item: LmOutput { loss, tokens },
+            };
+        }
         let loss = self.loss(&batch);
         let grads = loss.backward();
         let output = LmOutput {

@@ -67,6 +67,12 @@ pub(crate) trait Target: Send {
         program: &LoweredProgram,
         arguments: Vec<Vec<&Self::Buffer>>,
     ) -> Result<Vec<Vec<Self::Buffer>>, BackendError>;
+
+    /// The scratch memory one run of `compiled` needs on a replica, as the compiler's buffer
+    /// assignment counts it (its intermediate values), when the target can tell.
+    fn scratch_bytes(&self, _compiled: &Self::Program) -> Option<u64> {
+        None
+    }
 }
 
 /// A tensor held on the device: one buffer per replica.
@@ -167,6 +173,14 @@ impl<T: Target> DeviceExecutor<T> {
         match outcome {
             CompileOutcome::Compiled { seconds } => {
                 StatsCounters::add(&self.counters.compiles, 1);
+                if let Some(bytes) = self.target.scratch_bytes(&program) {
+                    StatsCounters::raise(&self.counters.largest_scratch_bytes, bytes);
+                    eprintln!(
+                        "DEBUG {} scratch {bytes} ops {}",
+                        lowered.module.name,
+                        lowered.outputs.len()
+                    );
+                }
                 StatsCounters::add(&self.counters.compile_micros, (seconds * 1e6) as u64);
                 log::info!(
                     "{}: compiled {} ({} inputs, {} scalar packs, {} outputs, {} collectives) in \

@@ -246,6 +246,16 @@ impl Target for XlaTarget {
             .execute_replicated(&arguments)
             .map_err(|error| failure(format!("running {}: {error}", program.module.name)))
     }
+
+    fn scratch_bytes(&self, compiled: &LoadedExecutable) -> Option<u64> {
+        match compiled.compiled_memory_stats() {
+            Ok(stats) => stats.map(|stats| stats.temp_bytes),
+            Err(error) => {
+                log::warn!("the plugin's compiled memory statistics failed: {error}");
+                None
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
+use hlat_train::parallel::ActivationCheckpointing;
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 
@@ -82,6 +83,10 @@ pub struct PretrainArgs {
     /// each replica updates its slice, parameters all-gathered).
     #[arg(long)]
     zero1: bool,
+    /// What the backward pass recomputes instead of keeping: none, full (each layer from its
+    /// input) or selective (the attention core and the MLP activation).
+    #[arg(long, value_name = "MODE")]
+    activation_checkpointing: Option<ActivationCheckpointing>,
     /// Tokens per row.
     #[arg(long, value_name = "N")]
     seq_len: Option<usize>,
@@ -140,6 +145,9 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     }
     if args.zero1 {
         config.zero1 = true;
+    }
+    if let Some(mode) = args.activation_checkpointing {
+        config.activation_checkpointing = mode;
     }
     if let Some(v) = args.seq_len {
         config.seq_len = v;

@@ -2,7 +2,22 @@ use std::ptr;
 use std::sync::Arc;
 
 use super::client::ClientHandle;
-use super::{Buffer, PjrtError, event, raw};
+use super::{Buffer, PjrtError, Plugin, event, raw};
+
+/// What a compiled program needs on one device, in bytes, as the compiler's buffer assignment
+/// counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompiledMemoryStats {
+    /// The program's arguments.
+    pub argument_bytes: u64,
+    /// Its outputs.
+    pub output_bytes: u64,
+    /// Output bytes that reuse argument buffers.
+    pub alias_bytes: u64,
+    /// Scratch memory during a run: the intermediate values (for a training step, mostly the
+    /// activations kept for the backward pass).
+    pub temp_bytes: u64,
+}
 
 /// A compiled program loaded on its device (`PJRT_LoadedExecutable`), destroyed on drop.
 pub struct LoadedExecutable {
@@ -31,6 +46,53 @@ impl LoadedExecutable {
     }
 
     fn query_num_outputs(&self) -> Result<usize, PjrtError> {
+        self.with_executable(|plugin, executable| {
+            // SAFETY: a valid zeroed argument struct.
+            let mut count = unsafe { raw::args::<raw::ExecutableNumOutputsArgs>() };
+            count.executable = executable;
+            plugin.call(
+                "PJRT_Executable_NumOutputs",
+                plugin.api().executable_num_outputs,
+                &mut count,
+            )?;
+            Ok(count.num_outputs)
+        })
+    }
+
+    /// The compiler's memory accounting of the program on one device (from buffer assignment,
+    /// without running it); `None` when the plugin's API predates it.
+    pub fn compiled_memory_stats(&self) -> Result<Option<CompiledMemoryStats>, PjrtError> {
+        let plugin = &self.client.plugin;
+        if !plugin.has(std::mem::offset_of!(
+            raw::Api,
+            executable_get_compiled_memory_stats
+        )) {
+            return Ok(None);
+        }
+        self.with_executable(|plugin, executable| {
+            // SAFETY: a valid zeroed argument struct.
+            let mut stats = unsafe { raw::args::<raw::ExecutableGetCompiledMemoryStatsArgs>() };
+            stats.executable = executable;
+            plugin.call(
+                "PJRT_Executable_GetCompiledMemoryStats",
+                plugin.api().executable_get_compiled_memory_stats,
+                &mut stats,
+            )?;
+            let bytes = |value: i64| u64::try_from(value).unwrap_or(0);
+            Ok(Some(CompiledMemoryStats {
+                argument_bytes: bytes(stats.argument_size_in_bytes),
+                output_bytes: bytes(stats.output_size_in_bytes),
+                alias_bytes: bytes(stats.alias_size_in_bytes),
+                temp_bytes: bytes(stats.temp_size_in_bytes),
+            }))
+        })
+    }
+
+    /// Runs `query` on the `PJRT_Executable` behind this loaded executable, then releases it.
+    fn with_executable<T>(
+        &self,
+        query: impl FnOnce(&Plugin, *mut raw::PjrtExecutable) -> Result<T, PjrtError>,
+    ) -> Result<T, PjrtError> {
         let plugin = &self.client.plugin;
         // SAFETY: valid zeroed argument structs.
         let mut get = unsafe { raw::args::<raw::LoadedExecutableGetExecutableArgs>() };
@@ -40,13 +102,7 @@ impl LoadedExecutable {
             plugin.api().loaded_executable_get_executable,
             &mut get,
         )?;
-        let mut count = unsafe { raw::args::<raw::ExecutableNumOutputsArgs>() };
-        count.executable = get.executable;
-        let result = plugin.call(
-            "PJRT_Executable_NumOutputs",
-            plugin.api().executable_num_outputs,
-            &mut count,
-        );
+        let result = query(plugin, get.executable);
         let mut destroy = unsafe { raw::args::<raw::ExecutableDestroyArgs>() };
         destroy.executable = get.executable;
         plugin.call(
@@ -54,7 +110,7 @@ impl LoadedExecutable {
             plugin.api().executable_destroy,
             &mut destroy,
         )?;
-        result.map(|()| count.num_outputs)
+        result
     }
 
     /// The number of buffers one execution returns.

@@ -29,5 +29,5 @@ pub use client::{Client, CreateOption, Device, ProgramFormat};
 pub use compile_options::CompileOptions;
 pub use element_type::ElementType;
 pub use error::PjrtError;
-pub use executable::LoadedExecutable;
+pub use executable::{CompiledMemoryStats, LoadedExecutable};
 pub use plugin::Plugin;

@@ -138,6 +138,13 @@ impl Plugin {
         (self.api().version.major, self.api().version.minor)
     }
 
+    /// Whether the plugin's function table reaches the entry at byte `offset` (an entry added
+    /// after the table layout these bindings require; use `std::mem::offset_of!(Api, field)`).
+    pub(crate) fn has(&self, offset: usize) -> bool {
+        let api = self.api();
+        api.struct_size >= offset + std::mem::size_of::<usize>()
+    }
+
     pub(crate) fn api(&self) -> &Api {
         // SAFETY: checked non-null at load; static for the life of the library.
         unsafe { &*self.api }

@@ -113,6 +113,33 @@ pub struct Api {
     pub buffer_is_deleted: Unused,
     pub buffer_copy_to_device: Unused,
     pub buffer_to_host_buffer: Call<BufferToHostBufferArgs>,
+    pub buffer_is_on_cpu: Unused,
+    pub buffer_ready_event: Unused,
+    pub buffer_unsafe_pointer: Unused,
+    pub buffer_increase_external_reference_count: Unused,
+    pub buffer_decrease_external_reference_count: Unused,
+    pub buffer_opaque_device_memory_data_pointer: Unused,
+    pub copy_to_device_stream_destroy: Unused,
+    pub copy_to_device_stream_add_chunk: Unused,
+    pub copy_to_device_stream_total_bytes: Unused,
+    pub copy_to_device_stream_granule_size: Unused,
+    pub copy_to_device_stream_current_bytes: Unused,
+    pub topology_description_create: Unused,
+    pub topology_description_destroy: Unused,
+    pub topology_description_platform_name: Unused,
+    pub topology_description_platform_version: Unused,
+    pub topology_description_get_device_descriptions: Unused,
+    pub topology_description_serialize: Unused,
+    pub topology_description_attributes: Unused,
+    pub compile: Unused,
+    pub executable_output_element_types: Unused,
+    pub executable_output_dimensions: Unused,
+    pub buffer_copy_to_memory: Unused,
+    pub client_create_view_of_device_buffer: Unused,
+    pub executable_fingerprint: Unused,
+    pub client_topology_description: Unused,
+    /// Optional: read only when the plugin's table reaches it (see `Plugin::has`).
+    pub executable_get_compiled_memory_stats: Call<ExecutableGetCompiledMemoryStatsArgs>,
 }
 
 #[repr(C)]
@@ -280,6 +307,27 @@ pub struct ExecutableDestroyArgs {
     pub struct_size: usize,
     pub extension_start: *mut c_void,
     pub executable: *mut PjrtExecutable,
+}
+
+/// `PJRT_Executable_GetCompiledMemoryStats_Args` (the device fields, the host ones, then the
+/// peak and total added later: plugins of API 0.106 require the peak).
+#[repr(C)]
+pub struct ExecutableGetCompiledMemoryStatsArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub executable: *mut PjrtExecutable,
+    pub generated_code_size_in_bytes: i64,
+    pub argument_size_in_bytes: i64,
+    pub output_size_in_bytes: i64,
+    pub alias_size_in_bytes: i64,
+    pub temp_size_in_bytes: i64,
+    pub host_generated_code_size_in_bytes: i64,
+    pub host_argument_size_in_bytes: i64,
+    pub host_output_size_in_bytes: i64,
+    pub host_alias_size_in_bytes: i64,
+    pub host_temp_size_in_bytes: i64,
+    pub peak_memory_in_bytes: i64,
+    pub total_size_in_bytes: i64,
 }
 
 #[repr(C)]

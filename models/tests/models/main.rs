@@ -5,6 +5,7 @@ mod checkpoint;
 mod hf;
 mod model;
 mod parallel;
+mod recompute;
 
 use std::path::PathBuf;
 

@@ -2,52 +2,11 @@
 //! parameters, gradients and AdamW state counted exactly as the trainer shards them, and the
 //! activations kept for the backward pass estimated from the model's shapes.
 
-use std::fmt;
-use std::str::FromStr;
-
 use hlat::HlatConfig;
+use hlat::recompute::ActivationCheckpointing;
 
 use super::ParallelLayout;
 use crate::precision::Precision;
-
-/// What the backward pass recomputes instead of keeping (NeuronX Distributed's
-/// `activation_checkpoint_config`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ActivationCheckpointing {
-    /// Every activation the backward pass needs is kept.
-    #[default]
-    None,
-    /// Each layer keeps only its input and is run again in the backward pass.
-    Full,
-    /// The attention core (scores, softmax, weighted values) and the MLP activation are
-    /// recomputed; the projections' outputs are kept.
-    Selective,
-}
-
-impl FromStr for ActivationCheckpointing {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "none" => Ok(Self::None),
-            "full" => Ok(Self::Full),
-            "selective" => Ok(Self::Selective),
-            other => Err(format!(
-                "unknown activation checkpointing `{other}` (expected none, full or selective)"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for ActivationCheckpointing {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(match self {
-            Self::None => "none",
-            Self::Full => "full",
-            Self::Selective => "selective",
-        })
-    }
-}
 
 /// The shape of one training step on one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,8 @@ mod state;
 mod zero;
 
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
-pub use memory::{ActivationCheckpointing, DeviceMemory, StepShape};
+pub use hlat::recompute::ActivationCheckpointing;
+pub use memory::{DeviceMemory, StepShape};
 pub use state::{Reshard, reshard_optimizer_state};
 pub use zero::{Zero1, scatter_gradients};
 

@@ -1,0 +1,389 @@
+//! Activation checkpointing: the loss and gradients of HLAT with activations recomputed in the
+//! backward pass instead of kept, as NeuronX Distributed's `activation_checkpoint_config` does.
+//!
+//! The step is cut into stages, each a function from a few `[.., .., ..]` tensors to a few
+//! others. The forward pass runs the stages in order; a *kept* stage records its graph (its
+//! inputs as fresh leaves), a *recomputed* stage runs without one, so nothing inside it stays
+//! alive. The backward pass walks the stages in reverse: a recomputed stage runs again from its
+//! inputs with a graph, behind an optimization barrier (so a compiler cannot merge the second run
+//! back into the first and keep its activations after all), and each stage backpropagates the
+//! gradients of its outputs to its inputs and to the parameters it used.
+//!
+//! - [`ActivationCheckpointing::Full`]: one recomputed stage per layer; only the layers' inputs
+//!   are kept.
+//! - [`ActivationCheckpointing::Selective`]: per layer, the attention core (scores, softmax,
+//!   weighted values) and the MLP activation are recomputed; the projections' outputs are kept
+//!   (Korthikanti et al. 2022).
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Int, Tensor};
+use burn_trainium::collective::{self, CollectiveBackend};
+use serde::{Deserialize, Serialize};
+
+use crate::attention::Context;
+use crate::mlp::Mlp;
+use crate::model::{Hlat, loss_from_logits};
+use crate::parallel::Exchange;
+use crate::rotary::RotaryTables;
+
+/// What the backward pass recomputes instead of keeping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActivationCheckpointing {
+    /// Every activation the backward pass needs is kept.
+    #[default]
+    None,
+    /// Each layer keeps only its input and is run again in the backward pass.
+    Full,
+    /// The attention core (scores, softmax, weighted values) and the MLP activation are
+    /// recomputed; the projections' outputs are kept.
+    Selective,
+}
+
+impl FromStr for ActivationCheckpointing {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "none" => Ok(Self::None),
+            "full" => Ok(Self::Full),
+            "selective" => Ok(Self::Selective),
+            other => Err(format!(
+                "unknown activation checkpointing `{other}` (expected none, full or selective)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ActivationCheckpointing {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(match self {
+            Self::None => "none",
+            Self::Full => "full",
+            Self::Selective => "selective",
+        })
+    }
+}
+
+/// A stage's computation: the model (with or without gradients) and the stage's inputs.
+type Run<'a, B> = Box<dyn Fn(&Hlat<B>, Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> + 'a>;
+
+/// A kept stage's input leaves and its outputs, with their graph.
+struct Recorded<B: AutodiffBackend> {
+    leaves: Vec<Tensor<B, 3>>,
+    outputs: Vec<Tensor<B, 3>>,
+}
+
+/// One stage of the step, as the forward pass left it.
+struct Stage<'a, B: AutodiffBackend> {
+    run: Run<'a, B>,
+    /// The values that entered the stage (without graph).
+    inputs: Vec<Tensor<B, 3>>,
+    /// What a kept stage recorded (`None`: the stage is recomputed).
+    kept: Option<Recorded<B>>,
+}
+
+impl<B> Hlat<B>
+where
+    B: AutodiffBackend<InnerBackend: CollectiveBackend> + CollectiveBackend,
+{
+    /// The mean next-token loss of a batch (as [`Hlat::loss_with`]) and the gradients of every
+    /// parameter, with the activations of `checkpointing` recomputed in the backward pass. The
+    /// loss is returned without its graph: the gradients are already computed.
+    ///
+    /// The parameters must be leaves of the autodiff graph (a model cast to another dtype for
+    /// mixed precision is not: cast inside the stages instead).
+    pub fn loss_and_gradients(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        targets: Tensor<B, 2, Int>,
+        ignore_id: Option<u32>,
+        exchange: &dyn Exchange<B>,
+        checkpointing: ActivationCheckpointing,
+    ) -> (Tensor<B, 1>, GradientsParams) {
+        let [_, seq] = input_ids.dims();
+        let rotary = self.rotary(0, seq, &input_ids.device());
+        let without_gradients = self.clone().no_grad();
+        let mut gradients = GradientsParams::new();
+
+        // Forward: the embedding keeps its graph, then the stages.
+        let embedded = self.embed(input_ids, exchange);
+        let mut carry = vec![embedded.clone().detach()];
+        let mut stages = Vec::new();
+        for index in 0..self.layers.len() {
+            for (run, recompute) in layer_stages(index, &rotary, exchange, checkpointing) {
+                let inputs = carry;
+                let (outputs, kept) = if recompute {
+                    (run(&without_gradients, inputs.clone()), None)
+                } else {
+                    let leaves: Vec<_> = inputs.iter().map(|x| x.clone().require_grad()).collect();
+                    let outputs = run(self, leaves.clone());
+                    (outputs.clone(), Some(Recorded { leaves, outputs }))
+                };
+                carry = outputs.into_iter().map(Tensor::detach).collect();
+                stages.push(Stage { run, inputs, kept });
+            }
+        }
+
+        // The head and the loss, then backward through the stages in reverse.
+        let last = carry.remove(0).require_grad();
+        let loss = loss_from_logits(
+            self.head(last.clone(), exchange),
+            targets,
+            ignore_id,
+            exchange,
+        );
+        let mut grads = loss.backward();
+        let head_input = vec![last.grad_remove(&mut grads)];
+        let mut upstream = collect(self, &mut grads, &mut gradients, head_input);
+        for stage in stages.into_iter().rev() {
+            let (leaves, outputs) = match stage.kept {
+                Some(Recorded { leaves, outputs }) => (leaves, outputs),
+                None => {
+                    let (leaves, fenced) = fence(stage.inputs, upstream);
+                    upstream = fenced;
+                    let outputs = (stage.run)(self, leaves.clone());
+                    (leaves, outputs)
+                }
+            };
+            upstream = backpropagate(self, outputs, upstream, &leaves, &mut gradients);
+        }
+        backpropagate(self, vec![embedded], upstream, &[], &mut gradients);
+        (loss.detach(), gradients)
+    }
+}
+
+/// The stages of layer `index` and whether each is recomputed.
+fn layer_stages<'a, B: AutodiffBackend + CollectiveBackend>(
+    index: usize,
+    rotary: &'a RotaryTables<B>,
+    exchange: &'a dyn Exchange<B>,
+    checkpointing: ActivationCheckpointing,
+) -> Vec<(Run<'a, B>, bool)> {
+    match checkpointing {
+        ActivationCheckpointing::None | ActivationCheckpointing::Full => {
+            let whole: Run<'a, B> = Box::new(move |model, inputs| {
+                let x = inputs.into_iter().next().expect("a layer input");
+                vec![model.layers[index].forward(x, rotary, Context::Full, exchange)]
+            });
+            vec![(whole, checkpointing == ActivationCheckpointing::Full)]
+        }
+        ActivationCheckpointing::Selective => {
+            // [x] -> [x, queries, keys, values]
+            let project: Run<'a, B> = Box::new(move |model, inputs| {
+                let layer = &model.layers[index];
+                let x = inputs.into_iter().next().expect("a layer input");
+                let normed = exchange.enter(layer.input_layernorm.forward(x.clone()));
+                let (queries, keys, values) = layer.self_attn.project(normed, rotary);
+                vec![x, flatten(queries), flatten(keys), flatten(values)]
+            });
+            // [x, queries, keys, values] -> [x, attention]
+            let attend: Run<'a, B> = Box::new(move |model, inputs| {
+                let attention = &model.layers[index].self_attn;
+                let [x, queries, keys, values] = take(inputs);
+                let heads = |t: Tensor<B, 3>, count: usize| unflatten(t, count);
+                let output = attention.attend(
+                    heads(queries, attention.num_heads),
+                    heads(keys, attention.num_kv_heads),
+                    heads(values, attention.num_kv_heads),
+                    Context::Full,
+                );
+                vec![x, output]
+            });
+            // [x, attention] -> [h, gate, up]
+            let mix: Run<'a, B> = Box::new(move |model, inputs| {
+                let layer = &model.layers[index];
+                let [x, output] = take(inputs);
+                let h = x + exchange.exit(layer.self_attn.o_proj.forward(output));
+                let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
+                let gate = layer.mlp.gate_proj.forward(normed.clone());
+                let up = layer.mlp.up_proj.forward(normed);
+                vec![h, gate, up]
+            });
+            // [h, gate, up] -> [h, activation]
+            let activate: Run<'a, B> = Box::new(move |_, inputs| {
+                let [h, gate, up] = take(inputs);
+                vec![h, Mlp::activate(gate, up)]
+            });
+            // [h, activation] -> [layer output]
+            let down: Run<'a, B> = Box::new(move |model, inputs| {
+                let [h, activation] = take(inputs);
+                let mlp = &model.layers[index].mlp;
+                vec![h + exchange.exit(mlp.down_proj.forward(activation))]
+            });
+            vec![
+                (project, false),
+                (attend, true),
+                (mix, false),
+                (activate, true),
+                (down, false),
+            ]
+        }
+    }
+}
+
+/// A recomputed stage's `inputs` as fresh leaves and its `upstream` gradients, passed together
+/// through one optimization barrier: the compiler can neither merge the recomputation with the
+/// forward pass (its inputs are the barrier's outputs) nor schedule it before the gradients of
+/// the stage exist (so the recomputed activations live only while they are used).
+#[allow(clippy::type_complexity)]
+fn fence<B>(
+    inputs: Vec<Tensor<B, 3>>,
+    upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
+) -> (Vec<Tensor<B, 3>>, Vec<Option<Tensor<B::InnerBackend, 3>>>)
+where
+    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
+{
+    let count = inputs.len();
+    let present: Vec<bool> = upstream.iter().map(Option::is_some).collect();
+    let values = inputs
+        .into_iter()
+        .map(|x| x.inner())
+        .chain(upstream.into_iter().flatten())
+        .collect();
+    let mut fenced = collective::optimization_barrier(values).into_iter();
+    let leaves = fenced
+        .by_ref()
+        .take(count)
+        .map(|x| Tensor::from_inner(x).require_grad())
+        .collect();
+    let gradients = present
+        .into_iter()
+        .map(|present| if present { fenced.next() } else { None })
+        .collect();
+    (leaves, gradients)
+}
+
+/// Backpropagates the gradients `upstream` of `outputs` (a graph from `leaves` and `model`'s
+/// parameters): adds the parameters' gradients to `gradients` and returns the leaves'.
+///
+/// The leaves' gradients leave through one optimization barrier together with the parameters'
+/// gradients, so the next stage back cannot start before this stage's parameter gradients are
+/// computed: a compiler would otherwise be free to postpone every weight gradient to the end of
+/// the step and keep each stage's activations alive until then.
+fn backpropagate<B>(
+    model: &Hlat<B>,
+    outputs: Vec<Tensor<B, 3>>,
+    upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
+    leaves: &[Tensor<B, 3>],
+    gradients: &mut GradientsParams,
+) -> Vec<Option<Tensor<B::InnerBackend, 3>>>
+where
+    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
+{
+    // The sum of each output times its (constant) gradient has exactly those gradients.
+    let surrogate = outputs
+        .into_iter()
+        .zip(upstream)
+        .filter_map(|(output, grad)| grad.map(|grad| (output * Tensor::from_inner(grad)).sum()))
+        .reduce(|total, part| total + part);
+    let Some(surrogate) = surrogate else {
+        return leaves.iter().map(|_| None).collect();
+    };
+    let mut grads = surrogate.backward();
+    let inputs = leaves
+        .iter()
+        .map(|leaf| leaf.grad_remove(&mut grads))
+        .collect();
+    collect(model, &mut grads, gradients, inputs)
+}
+
+/// Moves the gradients of `model`'s parameters from one backward pass into `gradients`, adding
+/// them to those already there, and returns `inputs`, fenced together with them.
+fn collect<B>(
+    model: &Hlat<B>,
+    grads: &mut B::Gradients,
+    gradients: &mut GradientsParams,
+    inputs: Vec<Option<Tensor<B::InnerBackend, 3>>>,
+) -> Vec<Option<Tensor<B::InnerBackend, 3>>>
+where
+    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
+{
+    /// Takes each parameter's gradient out, flattened to `[1, 1, n]`, in visiting order.
+    struct Take<B: AutodiffBackend> {
+        part: GradientsParams,
+        ids: Vec<ParamId>,
+        taken: Vec<Tensor<B::InnerBackend, 3>>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Take<B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(grad) = self.part.remove::<B::InnerBackend, D>(param.id) {
+                let elements = grad.shape().num_elements();
+                self.ids.push(param.id);
+                self.taken.push(grad.reshape([1, 1, elements]));
+            }
+        }
+    }
+    /// Adds the fenced gradients, in their parameters' shapes, to the totals.
+    struct Add<'a, B: AutodiffBackend> {
+        ids: std::iter::Peekable<std::vec::IntoIter<ParamId>>,
+        fenced: std::vec::IntoIter<Tensor<B::InnerBackend, 3>>,
+        total: &'a mut GradientsParams,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if self.ids.next_if_eq(&param.id).is_none() {
+                return;
+            }
+            let part: Tensor<B::InnerBackend, D> = self
+                .fenced
+                .next()
+                .expect("one fenced gradient per taken one")
+                .reshape(param.shape());
+            let sum = match self.total.remove::<B::InnerBackend, D>(param.id) {
+                Some(total) => total + part,
+                None => part,
+            };
+            self.total.register(param.id, sum);
+        }
+    }
+
+    let mut take = Take::<B> {
+        part: GradientsParams::from_module(grads, model),
+        ids: Vec::new(),
+        taken: Vec::new(),
+    };
+    model.visit(&mut take);
+    let present: Vec<bool> = inputs.iter().map(Option::is_some).collect();
+    let count = take.taken.len();
+    let mut fenced = collective::optimization_barrier(
+        take.taken
+            .into_iter()
+            .chain(inputs.into_iter().flatten())
+            .collect(),
+    );
+    let mut fenced_inputs = fenced.split_off(count).into_iter();
+    model.visit(&mut Add::<B> {
+        ids: take.ids.into_iter().peekable(),
+        fenced: fenced.into_iter(),
+        total: gradients,
+    });
+    present
+        .into_iter()
+        .map(|present| if present { fenced_inputs.next() } else { None })
+        .collect()
+}
+
+/// `[batch, heads, seq, head_dim]` as `[batch · heads, seq, head_dim]`.
+fn flatten<B: AutodiffBackend>(t: Tensor<B, 4>) -> Tensor<B, 3> {
+    let [batch, heads, seq, head_dim] = t.dims();
+    t.reshape([batch * heads, seq, head_dim])
+}
+
+/// The inverse of [`flatten`] for `heads` heads.
+fn unflatten<B: AutodiffBackend>(t: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
+    let [rows, seq, head_dim] = t.dims();
+    t.reshape([rows / heads, heads, seq, head_dim])
+}
+
+/// The `N` tensors of a stage's inputs.
+fn take<B: AutodiffBackend, const N: usize>(inputs: Vec<Tensor<B, 3>>) -> [Tensor<B, 3>; N] {
+    inputs
+        .try_into()
+        .unwrap_or_else(|inputs: Vec<_>| panic!("a stage of {N} inputs got {}", inputs.len()))
+}
