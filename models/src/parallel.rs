@@ -186,13 +186,23 @@ impl ParamPath {
     }
 }
 
-/// Keeps each rank's slice of every split parameter (the model's replicas start identical).
-struct Shard<'a> {
+/// Which way [`Reshard`] moves the split parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// Each rank keeps its slice (the model's replicas start identical).
+    Split,
+    /// Each rank gets the whole, joined from the ranks' slices.
+    Join,
+}
+
+/// Splits or joins every split parameter of a model over tensor-parallel groups.
+struct Reshard<'a> {
     groups: &'a ReplicaGroups,
+    direction: Direction,
     path: ParamPath,
 }
 
-impl<B: CollectiveBackend> ModuleMapper<B> for Shard<'_> {
+impl<B: CollectiveBackend> ModuleMapper<B> for Reshard<'_> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.enter(name);
     }
@@ -205,44 +215,15 @@ impl<B: CollectiveBackend> ModuleMapper<B> for Shard<'_> {
         let Placement::Split(dim) = self.path.placement() else {
             return param;
         };
-        remap(param, |tensor| collective::split(tensor, dim, self.groups))
-    }
-}
-
-/// `param` with its value replaced by `remap(value)`: the same id, a new leaf of the autodiff
-/// graph that requires a gradient when `param` did.
-fn remap<B: Backend, const D: usize>(
-    param: Param<Tensor<B, D>>,
-    remap: impl FnOnce(Tensor<B, D>) -> Tensor<B, D>,
-) -> Param<Tensor<B, D>> {
-    let require_grad = param.val().is_require_grad();
-    let (id, tensor, mapper) = param.consume();
-    let value = remap(tensor).detach().set_require_grad(require_grad);
-    Param::from_mapped_value(id, value, mapper)
-}
-
-/// Joins each split parameter of a sharded model back into the whole (on every rank).
-struct Gather<'a> {
-    groups: &'a ReplicaGroups,
-    path: ParamPath,
-}
-
-impl<B: CollectiveBackend> ModuleMapper<B> for Gather<'_> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.enter(name);
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.exit();
-    }
-
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let Placement::Split(dim) = self.path.placement() else {
-            return param;
+        // The same id, a new leaf of the autodiff graph that requires a gradient when `param`
+        // did.
+        let require_grad = param.val().is_require_grad();
+        let (id, tensor, mapper) = param.consume();
+        let value = match self.direction {
+            Direction::Split => collective::split(tensor, dim, self.groups),
+            Direction::Join => collective::all_gather(tensor, dim, self.groups),
         };
-        remap(param, |tensor| {
-            collective::all_gather(tensor, dim, self.groups)
-        })
+        Param::from_mapped_value(id, value.detach().set_require_grad(require_grad), mapper)
     }
 }
 
@@ -274,32 +255,38 @@ impl<B: CollectiveBackend> Hlat<B> {
     /// # Panics
     /// When the configuration does not divide by the degree ([`check_degree`] says why).
     pub fn shard(self, parallel: &TensorParallel) -> Self {
-        let degree = parallel.groups.group_size();
-        if let Err(reason) = check_degree(self.config(), degree) {
+        if let Err(reason) = check_degree(self.config(), parallel.groups.group_size()) {
             panic!("{reason}");
         }
-        let mut model = self.map(&mut Shard {
-            groups: &parallel.groups,
-            path: ParamPath::default(),
-        });
-        for layer in &mut model.layers {
-            layer.self_attn.num_heads /= degree;
-            layer.self_attn.num_kv_heads /= degree;
-        }
-        model
+        self.reshard(parallel, Direction::Split)
     }
 
     /// The whole model from its tensor-parallel shards (the inverse of [`Hlat::shard`]), on
     /// every rank.
     pub fn unshard(self, parallel: &TensorParallel) -> Self {
+        self.reshard(parallel, Direction::Join)
+    }
+
+    /// Splits or joins the split parameters and sets the heads each rank attends with.
+    fn reshard(self, parallel: &TensorParallel, direction: Direction) -> Self {
         let degree = parallel.groups.group_size();
-        let mut model = self.map(&mut Gather {
+        let mut model = self.map(&mut Reshard {
             groups: &parallel.groups,
+            direction,
             path: ParamPath::default(),
         });
         for layer in &mut model.layers {
-            layer.self_attn.num_heads *= degree;
-            layer.self_attn.num_kv_heads *= degree;
+            let attention = &mut layer.self_attn;
+            (attention.num_heads, attention.num_kv_heads) = match direction {
+                Direction::Split => (
+                    attention.num_heads / degree,
+                    attention.num_kv_heads / degree,
+                ),
+                Direction::Join => (
+                    attention.num_heads * degree,
+                    attention.num_kv_heads * degree,
+                ),
+            };
         }
         model
     }

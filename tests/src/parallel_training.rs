@@ -248,6 +248,25 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
     }
 }
 
+/// A trainer of `model` in `layout` with HLAT's AdamW and a short schedule, for single steps.
+fn one_step_trainer(model: LanguageModel<B>, layout: ParallelLayout) -> Trainer<B> {
+    let settings = AdamWSettings::from_config(&TrainConfig::default());
+    let schedule = WarmupCosine {
+        peak: 1e-3,
+        warmup_steps: 1,
+        decay_steps: 1,
+        min_ratio: 0.1,
+    };
+    Trainer::new(model, settings, schedule, 1.0, 1, 1).with_layout(layout)
+}
+
+/// `count` rows of `width` consecutive token ids (modulo `vocab`).
+fn token_rows(count: u32, width: u32, vocab: u32) -> Vec<Vec<u32>> {
+    (0..count)
+        .map(|row| (0..width).map(|i| (row * width + i) % vocab).collect())
+        .collect()
+}
+
 /// Under ZeRO-1 each data-parallel replica holds `1/dp` of the AdamW moments (a slice of
 /// ⌈n / dp⌉ elements of each n-element parameter).
 #[test]
@@ -257,22 +276,13 @@ fn zero1_keeps_a_slice_of_the_optimizer_state_per_replica() {
     let state_elements = |zero1: bool| {
         let config = HlatConfig::preset("hlat-test").unwrap();
         let model = LanguageModel::new(config.init::<B>(&device), None);
-        let settings = AdamWSettings::from_config(&TrainConfig::default());
-        let schedule = WarmupCosine {
-            peak: 1e-3,
-            warmup_steps: 1,
-            decay_steps: 1,
-            min_ratio: 0.1,
-        };
         let layout = ParallelLayout {
             data: 2,
             zero1,
             ..ParallelLayout::SINGLE
         };
-        let mut trainer = Trainer::new(model, settings, schedule, 1.0, 1, 1).with_layout(layout);
-        let rows: Vec<Vec<u32>> = (0..4)
-            .map(|row| (0..9).map(|i| (row * 9 + i) % 64).collect())
-            .collect();
+        let mut trainer = one_step_trainer(model, layout);
+        let rows = token_rows(4, 9, 64);
         let batch = LmBatch::from_replica_rows(&split_rows(&rows, 2), &device);
         trainer.train_step(vec![batch]).unwrap();
         let mut count = MomentElements {
@@ -325,17 +335,8 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let parallel = layout.tensor_parallel().unwrap();
     let hlat = config.init::<B>(&device).shard(&parallel);
     let model = LanguageModel::sharded(hlat, None, parallel);
-    let settings = AdamWSettings::from_config(&TrainConfig::default());
-    let schedule = WarmupCosine {
-        peak: 1e-3,
-        warmup_steps: 1,
-        decay_steps: 1,
-        min_ratio: 0.1,
-    };
-    let mut trainer = Trainer::new(model, settings, schedule, 1.0, 1, 1).with_layout(layout);
-    let rows: Vec<Vec<u32>> = (0..4)
-        .map(|row| (0..9).map(|i| (row * 9 + i) % 64).collect())
-        .collect();
+    let mut trainer = one_step_trainer(model, layout);
+    let rows = token_rows(4, 9, 64);
     // Each data-parallel slice goes to both ranks of its tensor-parallel pair.
     let slices = split_rows(&rows, 2);
     let per_replica: Vec<&[Vec<u32>]> = slices.iter().flat_map(|slice| [*slice, *slice]).collect();
@@ -416,17 +417,8 @@ fn activation_checkpointing_shrinks_the_compiled_steps_scratch_memory() {
             checkpointing,
             ..LanguageModel::new(config.init::<B>(&device), None)
         };
-        let settings = AdamWSettings::from_config(&TrainConfig::default());
-        let schedule = WarmupCosine {
-            peak: 1e-3,
-            warmup_steps: 1,
-            decay_steps: 1,
-            min_ratio: 0.1,
-        };
-        let mut trainer = Trainer::new(model, settings, schedule, 1.0, 1, 1);
-        let rows: Vec<Vec<u32>> = (0..4)
-            .map(|row| (0..257).map(|i| (row * 257 + i) % 512).collect())
-            .collect();
+        let mut trainer = one_step_trainer(model, ParallelLayout::SINGLE);
+        let rows = token_rows(4, 257, 512);
         trainer
             .train_step(vec![LmBatch::from_rows(&rows, &device)])
             .unwrap();

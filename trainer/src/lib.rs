@@ -5,14 +5,16 @@
 //!   or resumed), the step loop with validation, metrics ([`metrics`]) and checkpoints
 //!   ([`checkpoint`]).
 //! - [`trainer::Trainer`] runs one optimizer step: gradient accumulation, the global gradient
-//!   norm ([`clip`]), skipping non-finite steps, and the update.
+//!   norm ([`clip`]), skipping non-finite steps, and the update; [`learner::HlatStrategy`] runs
+//!   the same recipe as a custom training strategy of burn-train's `Learner`.
 //! - [`step::LanguageModel`] is the HLAT model as Burn's learner sees it (`TrainStep`,
 //!   `InferenceStep`); [`optimizer::HlatAdamW`] is AdamW as torch computes it, with f32 state,
 //!   optional norm exclusion from weight decay and bf16 stochastic rounding ([`rounding`]).
 //! - [`config::TrainConfig`] holds HLAT's recipe; [`schedule::WarmupCosine`] its LR schedule;
 //!   [`precision::Precision`] its three precision modes.
 //! - [`data`] reads, packs, mixes and samples the training rows.
-//! - [`parallel`] arranges the replicas of a device into data-parallel groups.
+//! - [`parallel`] arranges the replicas of a device into data- and tensor-parallel groups
+//!   (sequence parallelism, ZeRO-1, memory per device).
 
 pub mod checkpoint;
 pub mod clip;
@@ -22,6 +24,7 @@ pub mod data_spec;
 pub mod error;
 pub mod eval;
 pub mod fs;
+pub mod learner;
 pub mod metrics;
 pub mod optimizer;
 pub mod parallel;

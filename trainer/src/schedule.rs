@@ -46,3 +46,38 @@ impl std::fmt::Display for WarmupCosine {
         )
     }
 }
+
+/// [`WarmupCosine`] as burn-train's learning-rate scheduler: each call of `step` is one optimizer
+/// step (the scheduler of HLAT's [`crate::learner::HlatStrategy`], which steps it once per
+/// optimizer step, not per micro-batch).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WarmupCosineScheduler {
+    /// The schedule.
+    pub schedule: WarmupCosine,
+    /// Optimizer steps taken so far.
+    pub step: u64,
+}
+
+impl WarmupCosineScheduler {
+    /// The scheduler before its first step.
+    pub fn new(schedule: WarmupCosine) -> Self {
+        Self { schedule, step: 0 }
+    }
+}
+
+impl burn::optim::lr_scheduler::LrScheduler for WarmupCosineScheduler {
+    type Record<B: burn::tensor::backend::Backend> = u64;
+
+    fn step(&mut self) -> f64 {
+        self.step += 1;
+        self.schedule.lr(self.step)
+    }
+
+    fn to_record<B: burn::tensor::backend::Backend>(&self) -> u64 {
+        self.step
+    }
+
+    fn load_record<B: burn::tensor::backend::Backend>(self, step: u64) -> Self {
+        Self { step, ..self }
+    }
+}

@@ -10,7 +10,7 @@
 //! `InferenceStep::step` on `model.valid()`.
 
 use burn::module::Module;
-use burn::optim::GradientsAccumulator;
+use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{ElementConversion, Tensor};
 use burn::train::TrainStep;
 use serde::{Deserialize, Serialize};
@@ -124,70 +124,150 @@ impl<B: TrainingBackend> Trainer<B> {
     /// consumed and the schedule advances). After `max_consecutive_skips` of them in a row the
     /// step returns [`TrainError::NonFinite`].
     pub fn train_step(&mut self, micro_batches: Vec<LmBatch<B>>) -> Result<StepReport, TrainError> {
-        assert!(!micro_batches.is_empty(), "an optimizer step needs a batch");
         let step = self.progress.step + 1;
         let lr = self.schedule.lr(step);
-        let count = micro_batches.len();
-
-        let mut accumulator = GradientsAccumulator::new();
-        let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
-        let mut tokens = 0;
-        for batch in micro_batches {
-            let output = self.model.step(batch);
-            accumulator.accumulate(&self.model, output.grads);
-            tokens += output.item.tokens;
-            let loss = output.item.loss.inner();
-            loss_sum = Some(match loss_sum {
-                Some(sum) => sum + loss,
-                None => loss,
-            });
-        }
-        let mut grads = accumulator.grads();
-        let mut loss_sum = loss_sum.expect("at least one micro-batch");
-        if self.layout.sequence_parallel && self.layout.tensor > 1 {
-            let groups = self.layout.tensor_groups();
-            reduce_replicated_gradients::<B, _>(&self.model, &mut grads, &groups);
-        }
-        let zero1 = self.layout.zero1();
-        if self.layout.data > 1 {
-            let groups = self.layout.data_groups();
-            match &zero1 {
-                Some(zero1) => scatter_gradients::<B, _>(&self.model, &mut grads, zero1),
-                None => average_gradients::<B, _>(&self.model, &mut grads, &groups),
-            }
-            loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
-            tokens *= self.layout.data;
-        }
-        let tensor_groups = (self.layout.tensor > 1).then(|| self.layout.tensor_groups());
-        let mut squares = grad_sum_of_squares::<B, _>(&self.model, &grads, tensor_groups.as_ref())
-            .unwrap_or_else(|| loss_sum.zeros_like());
-        if let Some(zero1) = &zero1 {
-            // Each data-parallel rank holds a slice of every gradient: the norm stays global.
-            squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
-        }
-        // One read back per step: the summed loss and the summed squared gradient.
-        let values = Tensor::cat(vec![loss_sum, squares], 0).into_data();
-        let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();
-        let loss = values[0] / count as f64;
-        let grad_norm = values[1].sqrt() / count as f64;
-
-        self.progress.step = step;
-        self.progress.tokens_seen += tokens as u64;
-        let finite = loss.is_finite() && grad_norm.is_finite();
-        if finite {
-            self.progress.consecutive_skips = 0;
-            let factor = clip_coefficient(grad_norm, self.clip_grad_norm) / count as f64;
-            scale_grads::<B, _>(&self.model, &mut grads, factor);
+        let update = step_gradients(
+            &self.model,
+            micro_batches,
+            &self.layout,
+            self.clip_grad_norm,
+        );
+        let report = self
+            .progress
+            .record(step, lr, &update, self.max_consecutive_skips)?;
+        if !report.skipped {
             B::seed(&self.device(), step_seed(self.seed, step));
-            self.model = self.model.clone().optimize(&mut self.optimizer, lr, grads);
+            self.model = self
+                .model
+                .clone()
+                .optimize(&mut self.optimizer, lr, update.grads);
+        }
+        Ok(report)
+    }
+
+    /// The device the model lives on.
+    pub fn device(&self) -> B::Device {
+        self.model.devices()[0].clone()
+    }
+}
+
+/// One optimizer step's gradients as HLAT's recipe makes them, ready for the optimizer.
+pub struct StepGradients {
+    /// The micro-batches' gradients, averaged over them and over the data-parallel replicas
+    /// (under ZeRO-1: this replica's slice), scaled by the global-norm clipping factor.
+    pub grads: GradientsParams,
+    /// Mean loss over the micro-batches and replicas, before the update.
+    pub loss: f64,
+    /// Global L2 norm of the averaged gradient, before clipping.
+    pub grad_norm: f64,
+    /// Target tokens in the step (over every data-parallel replica).
+    pub tokens: usize,
+}
+
+impl StepGradients {
+    /// Whether the loss and the gradient norm are finite (else the update must be skipped).
+    pub fn is_finite(&self) -> bool {
+        self.loss.is_finite() && self.grad_norm.is_finite()
+    }
+}
+
+/// The forward and backward passes of `micro_batches` on `model`, their gradients combined over
+/// the replicas as `layout` says (sequence-parallel norm gains summed over the tensor group,
+/// data-parallel mean by bucketed all-reduce or, under ZeRO-1, reduce-scatter), measured with one
+/// read back (loss and global norm) and clipped to `clip_grad_norm` (0: off).
+///
+/// # Panics
+/// When `micro_batches` is empty.
+pub fn step_gradients<B: TrainingBackend>(
+    model: &LanguageModel<B>,
+    micro_batches: Vec<LmBatch<B>>,
+    layout: &ParallelLayout,
+    clip_grad_norm: f64,
+) -> StepGradients {
+    assert!(!micro_batches.is_empty(), "an optimizer step needs a batch");
+    let count = micro_batches.len();
+    let mut accumulator = GradientsAccumulator::new();
+    let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
+    let mut tokens = 0;
+    for batch in micro_batches {
+        let output = model.step(batch);
+        accumulator.accumulate(model, output.grads);
+        tokens += output.item.tokens;
+        let loss = output.item.loss.inner();
+        loss_sum = Some(match loss_sum {
+            Some(sum) => sum + loss,
+            None => loss,
+        });
+    }
+    let mut grads = accumulator.grads();
+    let mut loss_sum = loss_sum.expect("at least one micro-batch");
+    if layout.sequence_parallel && layout.tensor > 1 {
+        reduce_replicated_gradients::<B, _>(model, &mut grads, &layout.tensor_groups());
+    }
+    let zero1 = layout.zero1();
+    if layout.data > 1 {
+        let groups = layout.data_groups();
+        match &zero1 {
+            Some(zero1) => scatter_gradients::<B, _>(model, &mut grads, zero1),
+            None => average_gradients::<B, _>(model, &mut grads, &groups),
+        }
+        loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
+        tokens *= layout.data;
+    }
+    let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
+    let mut squares = grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref())
+        .unwrap_or_else(|| loss_sum.zeros_like());
+    if let Some(zero1) = &zero1 {
+        // Each data-parallel rank holds a slice of every gradient: the norm stays global.
+        squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
+    }
+    // One read back per step: the summed loss and the summed squared gradient.
+    let values = Tensor::cat(vec![loss_sum, squares], 0).into_data();
+    let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();
+    let loss = values[0] / count as f64;
+    let grad_norm = values[1].sqrt() / count as f64;
+    if loss.is_finite() && grad_norm.is_finite() {
+        let factor = clip_coefficient(grad_norm, clip_grad_norm) / count as f64;
+        scale_grads::<B, _>(model, &mut grads, factor);
+    }
+    StepGradients {
+        grads,
+        loss,
+        grad_norm,
+        tokens,
+    }
+}
+
+impl TrainerProgress {
+    /// Counts optimizer step `step` (learning rate `lr`) whose gradients are `update`: its
+    /// tokens, and whether it is skipped for a non-finite loss or gradient. Returns the step's
+    /// report, or [`TrainError::NonFinite`] at the `max_consecutive_skips`-th skip in a row.
+    pub fn record(
+        &mut self,
+        step: u64,
+        lr: f64,
+        update: &StepGradients,
+        max_consecutive_skips: u32,
+    ) -> Result<StepReport, TrainError> {
+        let StepGradients {
+            loss,
+            grad_norm,
+            tokens,
+            ..
+        } = *update;
+        self.step = step;
+        self.tokens_seen += tokens as u64;
+        let finite = update.is_finite();
+        if finite {
+            self.consecutive_skips = 0;
         } else {
-            self.progress.skipped_steps += 1;
-            self.progress.consecutive_skips += 1;
+            self.skipped_steps += 1;
+            self.consecutive_skips += 1;
             log::warn!("step {step}: loss {loss}, gradient norm {grad_norm}; update skipped");
-            if self.progress.consecutive_skips >= self.max_consecutive_skips {
+            if self.consecutive_skips >= max_consecutive_skips {
                 return Err(TrainError::NonFinite {
                     step,
-                    count: self.progress.consecutive_skips,
+                    count: self.consecutive_skips,
                     loss,
                     grad_norm,
                 });
@@ -201,11 +281,6 @@ impl<B: TrainingBackend> Trainer<B> {
             tokens,
             skipped: !finite,
         })
-    }
-
-    /// The device the model lives on.
-    pub fn device(&self) -> B::Device {
-        self.model.devices()[0].clone()
     }
 }
 

@@ -1,10 +1,12 @@
-//! The integration tests of `hlat`, in one binary: the model, native checkpoints and the Hugging
-//! Face bridge (against the transformers fixtures in `fixtures/`).
+//! The integration tests of `hlat`, in one binary: the model, native checkpoints, the Hugging
+//! Face bridge (against the transformers fixtures in `fixtures/`), tensor and sequence
+//! parallelism, and activation checkpointing.
 
 mod checkpoint;
 mod hf;
 mod model;
 mod parallel;
+mod parallel_support;
 mod recompute;
 
 use std::path::PathBuf;

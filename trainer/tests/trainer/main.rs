@@ -8,6 +8,7 @@ mod data_packing;
 mod data_sampler;
 mod data_tokenizer;
 mod train_fixture;
+mod train_learner;
 mod train_optimizer;
 mod train_precision;
 mod train_pretrain;

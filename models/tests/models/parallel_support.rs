@@ -1,0 +1,108 @@
+//! What the tests of tensor parallelism and activation checkpointing share: a batch, gradients
+//! read back by parameter path, and a relative comparison.
+
+use burn::backend::Autodiff;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_trainium::collective::{self, ReduceOp};
+use burn_trainium::{Trainium, TrainiumDevice};
+use hlat::Hlat;
+use hlat::parallel::{ParamPath, Placement, TensorParallel};
+
+/// The backend of these tests: autodiff over the project's backend (on `host` replicas).
+pub type B = Autodiff<Trainium>;
+
+/// Inputs and targets of one batch of 2 rows of 8 tokens (ids of the 64-token `hlat-test`
+/// vocabulary), the same on every replica.
+pub fn batch(device: &TrainiumDevice) -> (Tensor<B, 2, Int>, Tensor<B, 2, Int>) {
+    let rows: Vec<i64> = (0..2 * 9).map(|i| (i * 37 + 5) % 64).collect();
+    let all = Tensor::<B, 2, Int>::from_data(TensorData::new(rows, [2, 9]), device);
+    (all.clone().narrow(1, 0, 8), all.narrow(1, 1, 8))
+}
+
+/// Every gradient of `model` by parameter path, one value per replica. With `joined`, split
+/// gradients are joined across the group, and under sequence parallelism those of the norm gains
+/// (each rank saw its slice of the sequence) are summed over it.
+pub fn by_path(
+    model: &Hlat<B>,
+    grads: &GradientsParams,
+    joined: Option<&TensorParallel>,
+) -> Vec<(String, Vec<TensorData>)> {
+    struct Collect<'a> {
+        grads: &'a GradientsParams,
+        joined: Option<&'a TensorParallel>,
+        path: ParamPath,
+        out: Vec<(String, Vec<TensorData>)>,
+    }
+    impl ModuleVisitor<B> for Collect<'_> {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.enter(name);
+        }
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.exit();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let mut grad = self
+                .grads
+                .get::<Trainium, D>(param.id)
+                .expect("every parameter has a gradient");
+            if let Some(parallel) = self.joined {
+                grad = match self.path.placement() {
+                    Placement::Split(dim) => collective::all_gather(grad, dim, &parallel.groups),
+                    Placement::Replicated if parallel.sequence_parallel => {
+                        collective::all_reduce(grad, ReduceOp::Sum, &parallel.groups)
+                    }
+                    Placement::Replicated => grad,
+                };
+            }
+            let replicas = collective::into_replicas(grad).unwrap();
+            self.out.push((self.path.names().join("."), replicas));
+        }
+    }
+    let mut collect = Collect {
+        grads,
+        joined,
+        path: ParamPath::default(),
+        out: Vec::new(),
+    };
+    model.visit(&mut collect);
+    collect.out
+}
+
+/// Checks every element of `actual` within `relative` × the largest magnitude of `expected`.
+pub fn assert_close(actual: &TensorData, expected: &TensorData, relative: f32, what: &str) {
+    let actual = actual.to_vec::<f32>().unwrap();
+    let expected = expected.to_vec::<f32>().unwrap();
+    assert_eq!(actual.len(), expected.len(), "{what}");
+    let scale = expected.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    for (index, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        assert!(
+            (a - e).abs() <= relative * scale,
+            "{what}[{index}]: {a}, expected {e} (largest {scale})"
+        );
+    }
+}
+
+/// Every gradient of `actual`, on every replica, within `relative` of replica `r`'s gradient of
+/// the same path in `expected` (replica 0's when `expected` has one replica).
+pub fn assert_same_gradients(
+    actual: &[(String, Vec<TensorData>)],
+    expected: &[(String, Vec<TensorData>)],
+    relative: f32,
+    what: &str,
+) {
+    assert_eq!(actual.len(), expected.len(), "{what}");
+    for ((path, grads), (expected_path, expected_grads)) in actual.iter().zip(expected) {
+        assert_eq!(path, expected_path, "{what}");
+        for (replica, grad) in grads.iter().enumerate() {
+            let reference = expected_grads.get(replica).unwrap_or(&expected_grads[0]);
+            assert_close(
+                grad,
+                reference,
+                relative,
+                &format!("{what}: {path} on replica {replica}"),
+            );
+        }
+    }
+}
