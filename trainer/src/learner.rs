@@ -10,6 +10,7 @@
 //! steps skipped (the run stops, through the interrupter, after too many in a row).
 
 use burn::data::dataloader::Progress;
+use burn::data::dataloader::batcher::Batcher;
 use burn::module::{AutodiffModule, Module};
 use burn::tensor::Tensor;
 use burn::train::{
@@ -17,12 +18,27 @@ use burn::train::{
     SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents,
     TrainingItem, ValidLoader,
 };
+use burn_trainium::collective::CollectiveBackend;
 
 use crate::optimizer::HlatOptimizer;
 use crate::parallel::{ParallelLayout, TrainingBackend};
 use crate::schedule::WarmupCosineScheduler;
-use crate::step::{LanguageModel, LmOutput};
+use crate::step::{LanguageModel, LmBatch, LmOutput};
 use crate::trainer::{TrainerProgress, step_gradients, step_seed};
+
+/// Makes each item of a Burn data loader (`data × micro_batch_rows` packed rows of
+/// `seq_len + 1` tokens) one micro-batch of `layout` (see [`LmBatch::for_layout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayoutBatcher {
+    /// How the device's replicas share the rows.
+    pub layout: ParallelLayout,
+}
+
+impl<B: CollectiveBackend> Batcher<B, Vec<u32>, LmBatch<B>> for LayoutBatcher {
+    fn batch(&self, rows: Vec<Vec<u32>>, device: &B::Device) -> LmBatch<B> {
+        LmBatch::for_layout(&rows, &self.layout, device)
+    }
+}
 
 /// The learning components of an HLAT run on backend `B`.
 pub type HlatComponents<B> = LearningComponentsMarker<

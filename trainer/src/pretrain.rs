@@ -327,11 +327,11 @@ fn micro_batches<B: TrainingBackend>(
     (0..config.accumulation_steps())
         .map(|index| {
             let span = index * config.micro_batch_rows..(index + 1) * config.micro_batch_rows;
-            let parts: Vec<&[Vec<u32>]> = slices
+            let rows: Vec<Vec<u32>> = slices
                 .iter()
-                .flat_map(|slice| std::iter::repeat_n(&slice[span.clone()], config.tensor_parallel))
+                .flat_map(|slice| slice[span.clone()].iter().cloned())
                 .collect();
-            LmBatch::from_replica_rows(&parts, device)
+            LmBatch::for_layout(&rows, &config.layout(), device)
         })
         .collect()
 }

@@ -9,7 +9,7 @@ use hlat::Hlat;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::recompute::ActivationCheckpointing;
 
-use crate::parallel::TrainingBackend;
+use crate::parallel::{ParallelLayout, TrainingBackend, split_rows};
 
 /// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
 /// to a lower precision (the f32 master weights of `bf16-mixed` stay in the wrapped model).
@@ -165,6 +165,23 @@ impl<B: CollectiveBackend> LmBatch<B> {
             inputs: tokens.clone().slice([0..count, 0..width - 1]),
             targets: tokens.slice([0..count, 1..width]),
         }
+    }
+}
+
+impl<B: CollectiveBackend> LmBatch<B> {
+    /// One micro-batch of a parallel layout: `rows` (`data × micro_batch_rows` rows of
+    /// `seq_len + 1` tokens) cut into one contiguous slice per data-parallel rank; the
+    /// tensor-parallel ranks of one model replica see the same rows.
+    ///
+    /// # Panics
+    /// When the rows do not divide into the data-parallel ranks (see [`LmBatch::from_replica_rows`]
+    /// for the rest).
+    pub fn for_layout(rows: &[Vec<u32>], layout: &ParallelLayout, device: &B::Device) -> Self {
+        let parts: Vec<&[Vec<u32>]> = split_rows(rows, layout.data)
+            .into_iter()
+            .flat_map(|slice| std::iter::repeat_n(slice, layout.tensor))
+            .collect();
+        Self::from_replica_rows(&parts, device)
     }
 }
 

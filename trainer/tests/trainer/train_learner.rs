@@ -1,21 +1,21 @@
 //! HLAT's recipe inside burn-train's `Learner` (`TrainingStrategy::Custom(HlatStrategy)`): a
 //! Burn `SupervisedTraining` launched with it trains the model exactly as the project's own
 //! `Trainer` does on the same micro-batches (gradient accumulation, clipping, the schedule
-//! stepped once per optimizer step).
+//! stepped once per optimizer step), on one device and on dp 2 × tp 2 with sequence parallelism
+//! and ZeRO-1.
 
 use std::sync::Arc;
 
 use burn::backend::Autodiff;
 use burn::data::dataloader::DataLoaderBuilder;
-use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
-use burn_trainium::{Trainium, TrainiumDevice};
-use hlat::HlatConfig;
-use hlat_train::learner::HlatStrategy;
+use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+use hlat::{Hlat, HlatConfig};
+use hlat_train::learner::{HlatStrategy, LayoutBatcher};
 use hlat_train::optimizer::{AdamWSettings, HlatAdamW};
 use hlat_train::parallel::ParallelLayout;
 use hlat_train::schedule::{WarmupCosine, WarmupCosineScheduler};
@@ -25,20 +25,10 @@ use hlat_train::trainer::Trainer;
 /// Deterministic reductions (the host executor), so both runs agree to the bit.
 type B = Autodiff<Trainium>;
 
-const ROWS: usize = 8;
-const MICRO_BATCH_ROWS: usize = 2;
+const ROWS: usize = 16;
 const ACCUMULATION: usize = 2;
 
-/// Packed rows of 17 tokens become one micro-batch.
-#[derive(Clone)]
-struct RowBatcher;
-
-impl<Q: Backend> Batcher<Q, Vec<u32>, LmBatch<Q>> for RowBatcher {
-    fn batch(&self, rows: Vec<Vec<u32>>, device: &Q::Device) -> LmBatch<Q> {
-        LmBatch::from_rows(&rows, device)
-    }
-}
-
+/// `ROWS` packed rows of 17 tokens.
 fn rows() -> Vec<Vec<u32>> {
     (0..ROWS as u32)
         .map(|row| (0..17).map(|i| (row * 31 + i * 7) % 64).collect())
@@ -77,43 +67,50 @@ fn parameters<M: Module<Q>, Q: Backend>(model: &M) -> Vec<TensorData> {
     collect.0
 }
 
-#[test]
-fn the_learner_with_hlat_strategy_trains_as_the_trainer_does() {
-    let device = TrainiumDevice::HOST;
+/// Two optimizer steps of `ACCUMULATION` micro-batches each, with the Trainer and with the
+/// Learner, from the same initial model on `device` in `layout`: the trained parameters agree to
+/// the bit (joined when the model is split).
+fn check(device: &TrainiumDevice, layout: ParallelLayout) {
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let initial = LanguageModel::new(config.init::<B>(&device), None);
-    let initial = initial.clone().load_record(initial.into_record());
-
-    // The project's own loop: two optimizer steps of two micro-batches.
-    let mut trainer = Trainer::new(initial.clone(), settings(), schedule(), 1.0, 3, 2);
+    let whole = LanguageModel::new(config.init::<B>(device), None);
+    let whole = whole.clone().load_record(whole.into_record());
+    let initial = match layout.tensor_parallel() {
+        Some(parallel) => LanguageModel::sharded(whole.hlat.shard(&parallel), None, parallel),
+        None => whole,
+    };
+    let optimizer = || HlatAdamW::new(settings()).with_zero1(layout.zero1()).init();
+    let micro_batch_rows = ROWS / (2 * ACCUMULATION);
     let rows = rows();
-    for step in rows.chunks(MICRO_BATCH_ROWS * ACCUMULATION) {
+
+    // The project's own loop.
+    let mut trainer =
+        Trainer::new(initial.clone(), settings(), schedule(), 1.0, 3, 2).with_layout(layout);
+    for step in rows.chunks(micro_batch_rows * ACCUMULATION) {
         let micro_batches = step
-            .chunks(MICRO_BATCH_ROWS)
-            .map(|rows| LmBatch::from_rows(rows, &device))
+            .chunks(micro_batch_rows)
+            .map(|rows| LmBatch::for_layout(rows, &layout, device))
             .collect();
         trainer.train_step(micro_batches).unwrap();
     }
-    let expected = parameters(&trainer.model);
+    let expected = parameters(&joined(trainer.model));
 
     // Burn's Learner with the HLAT strategy, over a Burn data loader of the same rows.
-    let train = DataLoaderBuilder::<B, _, _>::new(RowBatcher)
-        .batch_size(MICRO_BATCH_ROWS)
+    let batcher = LayoutBatcher { layout };
+    let train = DataLoaderBuilder::<B, _, _>::new(batcher)
+        .batch_size(micro_batch_rows)
+        .set_device(*device)
         .build(InMemDataset::new(rows.clone()));
-    let valid = DataLoaderBuilder::<Trainium, _, _>::new(RowBatcher)
-        .batch_size(MICRO_BATCH_ROWS)
-        .build(InMemDataset::new(rows[..MICRO_BATCH_ROWS].to_vec()));
+    let valid = DataLoaderBuilder::<Trainium, _, _>::new(batcher)
+        .batch_size(micro_batch_rows)
+        .set_device(*device)
+        .build(InMemDataset::new(rows[..micro_batch_rows].to_vec()));
     let strategy = HlatStrategy {
         clip_grad_norm: 1.0,
         seed: 3,
         max_consecutive_skips: 2,
-        layout: ParallelLayout::SINGLE,
+        layout,
     };
-    let learner = Learner::new(
-        initial,
-        HlatAdamW::new(settings()).init(),
-        WarmupCosineScheduler::new(schedule()),
-    );
+    let learner = Learner::new(initial, optimizer(), WarmupCosineScheduler::new(schedule()));
     let folder = tempfile::tempdir().unwrap();
     let result = SupervisedTraining::new(folder.path(), train, valid)
         .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
@@ -122,9 +119,33 @@ fn the_learner_with_hlat_strategy_trains_as_the_trainer_does() {
         .num_epochs(1)
         .launch(learner);
 
-    let actual = parameters(&result.model);
+    let actual = parameters(&joined(LanguageModel::from_inner(result.model)));
     assert_eq!(actual.len(), expected.len());
     for (index, (actual, expected)) in actual.iter().zip(&expected).enumerate() {
-        assert_eq!(actual, expected, "parameter {index}");
+        assert_eq!(actual, expected, "{layout:?}: parameter {index}");
     }
+}
+
+/// The whole model of a possibly split one.
+fn joined(model: LanguageModel<B>) -> Hlat<B> {
+    match &model.tensor_parallel {
+        Some(parallel) => model.hlat.clone().unshard(parallel),
+        None => model.hlat,
+    }
+}
+
+#[test]
+fn the_learner_with_hlat_strategy_trains_as_the_trainer_does() {
+    check(&TrainiumDevice::HOST, ParallelLayout::SINGLE);
+}
+
+#[test]
+fn the_learner_with_hlat_strategy_trains_parallel_layouts_as_the_trainer_does() {
+    let layout = ParallelLayout {
+        data: 2,
+        tensor: 2,
+        sequence_parallel: true,
+        zero1: true,
+    };
+    check(&TrainiumDevice::replicated(ExecutorKind::Host, 4), layout);
 }
