@@ -50,7 +50,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         Some(spec) => DataChoice::Shards(parse_data_spec(spec)?),
         None => DataChoice::Builtin,
     };
-    let report = match DeviceChoice::parse(args.device.as_deref())? {
+    let report = match DeviceChoice::parse(args.device.as_deref())?.checked()? {
         DeviceChoice::NdArray => evaluate_checkpoint::<NdArray>(
             &args.model,
             &data,

@@ -67,7 +67,8 @@ pub struct PretrainArgs {
     micro_batch_rows: Option<usize>,
     /// Data-parallel degree: train on the first N replicas of the device's executor (`--device
     /// xla --dp 4` uses xla:0-3), each on its slice of the global batch, gradients averaged by an
-    /// all-reduce in the step's program.
+    /// all-reduce in the step's program. The global batch stays the configured one: without
+    /// --micro-batch-rows, each replica's micro-batch is 1/N of the configured micro-batch.
     #[arg(long, value_name = "N")]
     dp: Option<usize>,
     /// Tensor-parallel degree: each model replica's weights split over M replicas (column- and
@@ -135,6 +136,10 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
         config.micro_batch_rows = v;
     }
     if let Some(v) = args.dp {
+        if args.micro_batch_rows.is_none() && v > 0 && config.micro_batch_rows.is_multiple_of(v) {
+            // The same global batch and accumulation, cut across the replicas.
+            config.micro_batch_rows /= v;
+        }
         config.data_parallel = v;
     }
     if let Some(v) = args.tp {
@@ -186,6 +191,7 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     };
     let summary = match DeviceChoice::parse(args.device.as_deref())?
         .with_replicas(options.config.layout().replicas())?
+        .checked()?
     {
         DeviceChoice::NdArray => pretrain::<Autodiff<NdArray>>(
             &options,
@@ -261,6 +267,15 @@ impl DeviceChoice {
                 Ok(DeviceChoice::Trainium(device.with_replicas(count)))
             }
         }
+    }
+
+    /// The same choice once its executor has been opened once: a missing plugin or runtime, or a
+    /// device index the executor does not have, is an error naming the device, before any work.
+    pub fn checked(self) -> anyhow::Result<Self> {
+        if let DeviceChoice::Trainium(device) = &self {
+            burn_trainium::check_device(device).with_context(|| format!("--device {device}"))?;
+        }
+        Ok(self)
     }
 
     /// `ndarray`, a Trainium device name, or `None` for `TrainiumDevice::default()`.
