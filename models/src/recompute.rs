@@ -80,12 +80,14 @@ struct Recorded<B: AutodiffBackend> {
 }
 
 /// One stage of the step, as the forward pass left it.
-struct Stage<'a, B: AutodiffBackend> {
-    run: Run<'a, B>,
-    /// The values that entered the stage (without graph).
-    inputs: Vec<Tensor<B, 3>>,
-    /// What a kept stage recorded (`None`: the stage is recomputed).
-    kept: Option<Recorded<B>>,
+enum Stage<'a, B: AutodiffBackend> {
+    /// Its graph, kept for the backward pass.
+    Kept(Recorded<B>),
+    /// What runs it again: its computation and the values that entered it (without graph).
+    Recomputed {
+        run: Run<'a, B>,
+        inputs: Vec<Tensor<B, 3>>,
+    },
 }
 
 impl<B> Hlat<B>
@@ -118,15 +120,16 @@ where
         for index in 0..self.layers.len() {
             for (run, recompute) in layer_stages(index, &rotary, exchange, checkpointing) {
                 let inputs = carry;
-                let (outputs, kept) = if recompute {
-                    (run(&without_gradients, inputs.clone()), None)
+                let (outputs, stage) = if recompute {
+                    let outputs = run(&without_gradients, inputs.clone());
+                    (outputs, Stage::Recomputed { run, inputs })
                 } else {
-                    let leaves: Vec<_> = inputs.iter().map(|x| x.clone().require_grad()).collect();
+                    let leaves: Vec<_> = inputs.into_iter().map(Tensor::require_grad).collect();
                     let outputs = run(self, leaves.clone());
-                    (outputs.clone(), Some(Recorded { leaves, outputs }))
+                    (outputs.clone(), Stage::Kept(Recorded { leaves, outputs }))
                 };
                 carry = outputs.into_iter().map(Tensor::detach).collect();
-                stages.push(Stage { run, inputs, kept });
+                stages.push(stage);
             }
         }
 
@@ -142,12 +145,12 @@ where
         let head_input = vec![last.grad_remove(&mut grads)];
         let mut upstream = collect(self, &mut grads, &mut gradients, head_input);
         for stage in stages.into_iter().rev() {
-            let (leaves, outputs) = match stage.kept {
-                Some(Recorded { leaves, outputs }) => (leaves, outputs),
-                None => {
-                    let (leaves, fenced) = fence(stage.inputs, upstream);
+            let (leaves, outputs) = match stage {
+                Stage::Kept(Recorded { leaves, outputs }) => (leaves, outputs),
+                Stage::Recomputed { run, inputs } => {
+                    let (leaves, fenced) = fence(inputs, upstream);
                     upstream = fenced;
-                    let outputs = (stage.run)(self, leaves.clone());
+                    let outputs = run(self, leaves.clone());
                     (leaves, outputs)
                 }
             };

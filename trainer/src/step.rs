@@ -113,18 +113,14 @@ impl<B: Backend> LmBatch<B> {
     /// # Panics
     /// If `rows` is empty or the rows differ in length or are shorter than 2 tokens.
     pub fn from_rows(rows: &[Vec<u32>], device: &B::Device) -> Self {
-        let width = rows[0].len();
-        assert!(width >= 2, "rows need at least 2 tokens, got {width}");
-        let ids: Vec<i64> = rows
-            .iter()
-            .flat_map(|row| {
-                assert_eq!(row.len(), width, "rows of one batch differ in length");
-                row.iter().map(|&id| i64::from(id))
-            })
-            .collect();
-        let tokens =
-            Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [rows.len(), width]), device);
-        let count = rows.len();
+        let width = row_width(rows);
+        Self::shifted(Tensor::from_data(token_block(rows, width), device))
+    }
+
+    /// The batch of `tokens` `[rows, seq_len + 1]`: the first `seq_len` tokens of each row as
+    /// inputs, the last `seq_len` as targets.
+    fn shifted(tokens: Tensor<B, 2, Int>) -> Self {
+        let [count, width] = tokens.dims();
         Self {
             inputs: tokens.clone().slice([0..count, 0..width - 1]),
             targets: tokens.slice([0..count, 1..width]),
@@ -144,27 +140,9 @@ impl<B: CollectiveBackend> LmBatch<B> {
     /// # Panics
     /// If the parts are empty, differ in shape, or hold rows shorter than 2 tokens.
     pub fn from_replica_rows(parts: &[&[Vec<u32>]], device: &B::Device) -> Self {
-        let width = parts[0][0].len();
-        assert!(width >= 2, "rows need at least 2 tokens, got {width}");
-        let data = parts
-            .iter()
-            .map(|rows| {
-                let ids: Vec<i64> = rows
-                    .iter()
-                    .flat_map(|row| {
-                        assert_eq!(row.len(), width, "rows of one batch differ in length");
-                        row.iter().map(|&id| i64::from(id))
-                    })
-                    .collect();
-                TensorData::new(ids, [rows.len(), width])
-            })
-            .collect();
-        let tokens: Tensor<B, 2, Int> = collective::int_from_replicas(data, device);
-        let count = parts[0].len();
-        Self {
-            inputs: tokens.clone().slice([0..count, 0..width - 1]),
-            targets: tokens.slice([0..count, 1..width]),
-        }
+        let width = row_width(parts[0]);
+        let data = parts.iter().map(|rows| token_block(rows, width)).collect();
+        Self::shifted(collective::int_from_replicas(data, device))
     }
 }
 
@@ -236,6 +214,31 @@ impl<B: Backend> ItemLazy for LmOutput<B> {
             tokens: self.tokens,
         }
     }
+}
+
+/// The length of the first of `rows` (packed rows of `seq_len + 1` tokens).
+///
+/// # Panics
+/// If `rows` is empty or its first row is shorter than 2 tokens.
+fn row_width(rows: &[Vec<u32>]) -> usize {
+    let width = rows[0].len();
+    assert!(width >= 2, "rows need at least 2 tokens, got {width}");
+    width
+}
+
+/// `rows` as one `[rows, width]` block of token ids.
+///
+/// # Panics
+/// If a row is not `width` tokens long.
+fn token_block(rows: &[Vec<u32>], width: usize) -> TensorData {
+    let ids: Vec<i64> = rows
+        .iter()
+        .flat_map(|row| {
+            assert_eq!(row.len(), width, "rows of one batch differ in length");
+            row.iter().map(|&id| i64::from(id))
+        })
+        .collect();
+    TensorData::new(ids, [rows.len(), width])
 }
 
 /// Casts every float parameter, keeping it in the autodiff graph of the original.

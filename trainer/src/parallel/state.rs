@@ -7,10 +7,10 @@ use burn::optim::Optimizer;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
-use burn_trainium::collective::{self, CollectiveBackend};
+use burn_trainium::collective::{self, CollectiveBackend, ReplicaGroups};
 use hlat::parallel::{ParamPath, Placement};
 
-use super::ParallelLayout;
+use super::{ParallelLayout, Zero1};
 use crate::optimizer::{AdamWState, HlatAdamW};
 
 /// Which way [`reshard_optimizer_state`] goes.
@@ -41,7 +41,9 @@ where
 {
     struct Visitor<'a, B: AutodiffBackend<InnerBackend: CollectiveBackend>, M: AutodiffModule<B>> {
         record: &'a mut Record<M, B>,
-        layout: &'a ParallelLayout,
+        /// The tensor-parallel groups, when the model is split.
+        tensor_groups: Option<ReplicaGroups>,
+        zero1: Option<Zero1>,
         direction: Reshard,
         path: ParamPath,
     }
@@ -60,11 +62,11 @@ where
         }
 
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let tensor_split = match (self.layout.tensor_parallel(), self.path.placement()) {
-                (Some(parallel), Placement::Split(dim)) => Some((parallel.groups, dim)),
+            let tensor_split = match (&self.tensor_groups, self.path.placement()) {
+                (Some(groups), Placement::Split(dim)) => Some((groups, dim)),
                 _ => None,
             };
-            let zero1 = self.layout.zero1();
+            let zero1 = &self.zero1;
             if tensor_split.is_none() && zero1.is_none() {
                 return;
             }
@@ -74,19 +76,19 @@ where
             let shape = param.val().shape();
             let reshard = |mut tensor: Tensor<B::InnerBackend, D>| match self.direction {
                 Reshard::Join => {
-                    if let Some(zero1) = &zero1 {
+                    if let Some(zero1) = zero1 {
                         tensor = zero1.gather(tensor, shape.clone());
                     }
-                    if let Some((groups, dim)) = &tensor_split {
-                        tensor = collective::all_gather(tensor, *dim, groups);
+                    if let Some((groups, dim)) = tensor_split {
+                        tensor = collective::all_gather(tensor, dim, groups);
                     }
                     tensor
                 }
                 Reshard::Split => {
-                    if let Some((groups, dim)) = &tensor_split {
-                        tensor = collective::split(tensor, *dim, groups);
+                    if let Some((groups, dim)) = tensor_split {
+                        tensor = collective::split(tensor, dim, groups);
                     }
-                    if let Some(zero1) = &zero1 {
+                    if let Some(zero1) = zero1 {
                         tensor = zero1.slice(tensor);
                     }
                     tensor
@@ -106,7 +108,8 @@ where
     }
     module.visit(&mut Visitor::<B, M> {
         record: &mut record,
-        layout,
+        tensor_groups: layout.tensor_parallel().map(|parallel| parallel.groups),
+        zero1: layout.zero1(),
         direction,
         path: ParamPath::default(),
     });
