@@ -2,9 +2,8 @@
 //!
 //! Native layout (shared by `hlat generate`, `hlat convert` and `hlat pretrain`):
 //! `DIR/config.json` ([`HlatConfig`] as our JSON), `DIR/model.bpk` (burn-store burnpack) and,
-//! optionally, `DIR/tokenizer.json`. A training run folder holds
-//! `DIR/checkpoints/newest` (a text file naming a subfolder of `DIR/checkpoints`) and
-//! `DIR/checkpoints/<name>/model/` in native layout.
+//! optionally, `DIR/tokenizer.json`. A training run folder ([`crate::run_folder`]) holds its
+//! checkpoints' models in native layout.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +14,7 @@ use tokenizers::Tokenizer;
 use crate::config::{ConfigError, HlatConfig};
 use crate::hf::{self, HfError, WeightDtype};
 use crate::model::Hlat;
+use crate::run_folder::{MODEL_DIR, RunFolder, RunFolderError};
 use crate::staging::Staging;
 
 /// The configuration file of a native checkpoint.
@@ -44,6 +44,9 @@ pub enum CheckpointError {
         /// What failed.
         message: String,
     },
+    /// The training run folder could not be read.
+    #[error(transparent)]
+    RunFolder(#[from] RunFolderError),
     /// The folder is a Hugging Face folder that failed to import.
     #[error(transparent)]
     Hf(#[from] HfError),
@@ -153,10 +156,13 @@ pub fn load_any<B: Backend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<(HlatConfig, Hlat<B>, Option<Tokenizer>), CheckpointError> {
-    let newest = dir.join("checkpoints").join("newest");
-    if newest.is_file() {
-        let name = std::fs::read_to_string(&newest).map_err(io_error(&newest))?;
-        let model_dir = dir.join("checkpoints").join(name.trim()).join("model");
+    if RunFolder::is_run(dir) {
+        let newest = RunFolder::new(dir)
+            .newest()?
+            .ok_or_else(|| CheckpointError::NotAModel {
+                dir: dir.to_path_buf(),
+            })?;
+        let model_dir = newest.join(MODEL_DIR);
         log::info!(
             "{}: newest checkpoint {}",
             dir.display(),

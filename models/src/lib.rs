@@ -7,6 +7,8 @@
 //! - [`Hlat`]: logits and next-token cross-entropy; [`KvCache`] for incremental decoding.
 //! - [`generate`]: greedy or sampled generation with a KV cache.
 //! - [`checkpoint`]: native checkpoints (`config.json` + `model.bpk`) and [`checkpoint::load_any`].
+//! - [`run_folder`]: the layout of a training run's checkpoints (written by the trainer, read by
+//!   `load_any`).
 //! - [`hf`]: Hugging Face `LlamaForCausalLM` import/export and `tokenizer.json`.
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
 
@@ -24,6 +26,7 @@ mod norm;
 pub mod parallel;
 pub mod recompute;
 mod rotary;
+pub mod run_folder;
 mod staging;
 
 pub use attention::Attention;

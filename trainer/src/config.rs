@@ -83,7 +83,8 @@ pub struct TrainConfig {
     pub max_consecutive_skips: u32,
     /// Peak FLOP/s of the device, the denominator of MFU; `None` reports no MFU.
     pub peak_flops: Option<f64>,
-    /// Show a live progress bar.
+    /// Show training live: Burn's dashboard in an interactive terminal (feature `dashboard`),
+    /// else a progress bar.
     pub progress: bool,
 }
 
@@ -316,6 +317,6 @@ impl TrainConfig {
             path: PathBuf::from(path),
             message: error.to_string(),
         })?;
-        crate::fs::write_atomic(path, text.as_bytes())
+        Ok(hlat::run_folder::write_atomic(path, text.as_bytes())?)
     }
 }

@@ -13,6 +13,9 @@ pub enum TrainError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The run folder (checkpoints, the newest pointer) could not be read or written.
+    #[error(transparent)]
+    RunFolder(#[from] hlat::run_folder::RunFolderError),
     /// A configuration file could not be parsed.
     #[error("{path}: {message}")]
     Config {

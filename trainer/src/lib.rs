@@ -2,11 +2,12 @@
 //!
 //! The pieces of a run, top to bottom:
 //! - [`pretrain::pretrain`] is the job behind `hlat pretrain`: data, model setup (fresh, imported
-//!   or resumed), the step loop with validation, metrics ([`metrics`]) and checkpoints
-//!   ([`checkpoint`]).
-//! - [`trainer::Trainer`] runs one optimizer step: gradient accumulation, the global gradient
-//!   norm ([`clip`]), skipping non-finite steps, and the update; [`learner::HlatStrategy`] runs
-//!   the same recipe as a custom training strategy of burn-train's `Learner`.
+//!   or resumed), then burn-train's `Learner` with [`learner::HlatStrategy`], writing metrics
+//!   ([`metrics`]) and checkpoints ([`checkpoint`], in the run folder of `hlat::run_folder`).
+//! - [`learner::HlatStrategy`] is HLAT's recipe as a custom training strategy of the `Learner`:
+//!   gradient accumulation, the global gradient norm ([`clip`]), skipping non-finite steps, and
+//!   the update ([`trainer::step_gradients`]); [`trainer::Trainer`] runs the same step without
+//!   the `Learner` (benchmarks, and the reference of the tests).
 //! - [`step::LanguageModel`] is the HLAT model as Burn's learner sees it (`TrainStep`,
 //!   `InferenceStep`); [`optimizer::HlatAdamW`] is AdamW as torch computes it, with f32 state,
 //!   optional norm exclusion from weight decay and bf16 stochastic rounding ([`rounding`]).
@@ -23,7 +24,6 @@ pub mod data;
 pub mod data_spec;
 pub mod error;
 pub mod eval;
-pub mod fs;
 pub mod learner;
 pub mod metrics;
 pub mod optimizer;

@@ -1,9 +1,8 @@
-//! Per-step metrics: appended to `OUT/metrics.jsonl` and shown live on a progress bar.
+//! Per-step metrics, appended to `OUT/metrics.jsonl`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
@@ -68,7 +67,7 @@ impl MetricsLog {
                 })
                 .flat_map(|line| [line, "\n"])
                 .collect();
-            crate::fs::write_atomic(&path, kept.as_bytes())?;
+            hlat::run_folder::write_atomic(&path, kept.as_bytes())?;
         }
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -88,53 +87,5 @@ impl MetricsLog {
                 path: self.path.clone(),
                 source,
             })
-    }
-}
-
-/// A progress bar over the run's steps showing the latest metrics.
-pub struct LiveView {
-    bar: ProgressBar,
-}
-
-impl LiveView {
-    /// A bar from `start` to `end` steps; hidden when `visible` is false.
-    pub fn new(start: u64, end: u64, visible: bool) -> Self {
-        let bar = if visible {
-            ProgressBar::new(end)
-        } else {
-            ProgressBar::hidden()
-        };
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta}] {msg}")
-                .expect("the progress template is valid"),
-        );
-        bar.set_position(start);
-        Self { bar }
-    }
-
-    /// Shows a finished step.
-    pub fn update(&self, metrics: &StepMetrics) {
-        let mut message = format!(
-            "loss {:.4} ppl {:.2} lr {:.2e} |g| {:.3} {:.0} tok/s",
-            metrics.loss, metrics.perplexity, metrics.lr, metrics.grad_norm, metrics.tokens_per_s
-        );
-        if let Some(mfu) = metrics.mfu {
-            message.push_str(&format!(" mfu {:.1}%", mfu * 100.0));
-        }
-        if let Some(val_loss) = metrics.val_loss {
-            message.push_str(&format!(" val {val_loss:.4}"));
-        }
-        self.bar.set_position(metrics.step);
-        self.bar.set_message(message);
-    }
-
-    /// Prints a line above the bar.
-    pub fn println(&self, line: impl AsRef<str>) {
-        self.bar.println(line);
-    }
-
-    /// Leaves the bar in its final state.
-    pub fn finish(&self) {
-        self.bar.finish();
     }
 }

@@ -5,6 +5,7 @@
 //! two CPU cores. Running it again in a folder that holds a checkpoint resumes from the newest one.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use burn::backend::{Autodiff, NdArray};
@@ -103,7 +104,7 @@ pub struct PretrainArgs {
     /// Peak FLOP/s of the device, for MFU.
     #[arg(long, value_name = "FLOPS")]
     peak_flops: Option<f64>,
-    /// Hide the progress bar.
+    /// Hide the progress display (Burn's dashboard in a terminal, else a progress bar).
     #[arg(long)]
     no_progress: bool,
 }
@@ -199,12 +200,12 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
             DeviceInfo { compiles: None },
         )?,
         DeviceChoice::Trainium(device) => {
-            let compiles = || burn_trainium::stats(&device).compiles;
+            let compiles = move || burn_trainium::stats(&device).compiles;
             pretrain::<Autodiff<Trainium>>(
                 &options,
                 &device,
                 DeviceInfo {
-                    compiles: Some(&compiles),
+                    compiles: Some(Arc::new(compiles)),
                 },
             )?
         }
@@ -216,6 +217,12 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
             summary.end_step
         ),
         _ => println!("nothing to train: already at step {}", summary.end_step),
+    }
+    if summary.end_step < options.config.max_steps {
+        println!(
+            "stopped at step {} of {}: run the same command again to continue",
+            summary.end_step, options.config.max_steps
+        );
     }
     if let Some(val_loss) = summary.val_loss {
         println!(

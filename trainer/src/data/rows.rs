@@ -13,19 +13,27 @@ pub trait RowSource: Send + Sync {
     fn row(&self, index: usize) -> Vec<u32>;
 }
 
-impl<R: RowSource + ?Sized> RowSource for Box<R> {
-    fn row_len(&self) -> usize {
-        (**self).row_len()
-    }
+/// Rows behind a smart pointer are rows: `Box<dyn RowSource>` owns a source,
+/// `Arc<dyn RowSource>` shares one between data loaders.
+macro_rules! forward_row_source {
+    ($($pointer:ty),*) => {$(
+        impl<R: RowSource + ?Sized> RowSource for $pointer {
+            fn row_len(&self) -> usize {
+                (**self).row_len()
+            }
 
-    fn num_rows(&self) -> usize {
-        (**self).num_rows()
-    }
+            fn num_rows(&self) -> usize {
+                (**self).num_rows()
+            }
 
-    fn row(&self, index: usize) -> Vec<u32> {
-        (**self).row(index)
-    }
+            fn row(&self, index: usize) -> Vec<u32> {
+                (**self).row(index)
+            }
+        }
+    )*};
 }
+
+forward_row_source!(Box<R>, std::sync::Arc<R>);
 
 /// Splits a row into the model's inputs (`row[..seq_len]`) and targets (`row[1..]`).
 pub fn inputs_and_targets(row: &[u32]) -> (&[u32], &[u32]) {

@@ -22,6 +22,23 @@ pub struct SamplerState {
     pub seed: u64,
 }
 
+impl SamplerState {
+    /// The state of a sampler over epochs of `rows_per_epoch` rows after `rows` more rows: what
+    /// [`Sampler::state`] reports after drawing them (a finished epoch stays at its end until
+    /// the next row is drawn).
+    pub fn advanced(self, rows: u64, rows_per_epoch: u64) -> Self {
+        let total = self.position + rows;
+        if rows == 0 || rows_per_epoch == 0 {
+            return self;
+        }
+        Self {
+            epoch: self.epoch + (total - 1) / rows_per_epoch,
+            position: (total - 1) % rows_per_epoch + 1,
+            seed: self.seed,
+        }
+    }
+}
+
 /// Returns the rows of a [`RowSource`] in batches, shuffled anew each epoch.
 pub struct Sampler<R> {
     source: R,

@@ -3,7 +3,7 @@
 use hlat_train::data::{RowSource, Sampler, SamplerState};
 
 /// Row `i` is `[i, i, i]`, so a row names itself.
-struct Numbered(usize);
+pub(crate) struct Numbered(pub(crate) usize);
 
 impl RowSource for Numbered {
     fn row_len(&self) -> usize {
@@ -104,4 +104,25 @@ fn a_state_from_other_data_and_an_empty_source_are_errors() {
         "{error}"
     );
     assert!(Sampler::new(Numbered(0), 1).is_err());
+}
+
+#[test]
+fn an_advanced_state_is_the_state_after_drawing_that_many_rows() {
+    let start = SamplerState {
+        epoch: 2,
+        position: 5,
+        seed: 9,
+    };
+    for drawn in [0u64, 1, 6, 7, 8, 13, 20, 31, 50] {
+        let mut sampler = Sampler::new(Numbered(13), 9).unwrap();
+        sampler.restore(start).unwrap();
+        for _ in 0..drawn {
+            sampler.next_batch(1);
+        }
+        assert_eq!(
+            start.advanced(drawn, 13),
+            sampler.state(),
+            "{drawn} rows drawn"
+        );
+    }
 }

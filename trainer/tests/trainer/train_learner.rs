@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use burn::backend::Autodiff;
+use burn::backend::{Autodiff, NdArray};
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
@@ -104,12 +104,7 @@ fn check(device: &TrainiumDevice, layout: ParallelLayout) {
         .batch_size(micro_batch_rows)
         .set_device(*device)
         .build(InMemDataset::new(rows[..micro_batch_rows].to_vec()));
-    let strategy = HlatStrategy {
-        clip_grad_norm: 1.0,
-        seed: 3,
-        max_consecutive_skips: 2,
-        layout,
-    };
+    let strategy = HlatStrategy::new(1.0, 3, 2, layout);
     let learner = Learner::new(initial, optimizer(), WarmupCosineScheduler::new(schedule()));
     let folder = tempfile::tempdir().unwrap();
     let result = SupervisedTraining::new(folder.path(), train, valid)
@@ -148,4 +143,75 @@ fn the_learner_with_hlat_strategy_trains_parallel_layouts_as_the_trainer_does() 
         zero1: true,
     };
     check(&TrainiumDevice::replicated(ExecutorKind::Host, 4), layout);
+}
+
+/// The first token of every row of every micro-batch a loader yields.
+fn loader_rows(
+    loader: &dyn burn::data::dataloader::DataLoader<NdArray, LmBatch<NdArray>>,
+) -> Vec<Vec<i64>> {
+    loader
+        .iter()
+        .map(|batch| {
+            let [rows, _] = batch.inputs.dims();
+            let data = batch.inputs.into_data();
+            let ids: Vec<i64> = data.iter::<i64>().collect();
+            (0..rows).map(|row| ids[row * 2]).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_step_loader_replays_the_sampler_and_slices_exactly() {
+    use burn::data::dataloader::DataLoader;
+    use hlat_train::data::{Sampler, SamplerState};
+    use hlat_train::learner::StepLoader;
+
+    let source: Arc<dyn hlat_train::data::RowSource> = Arc::new(crate::data_sampler::Numbered(7));
+    let start = SamplerState {
+        epoch: 1,
+        position: 3,
+        seed: 5,
+    };
+    // 3 steps of 4 rows in micro-batches of 2: 6 micro-batches, drawn across epoch ends.
+    let loader = StepLoader::<NdArray>::new(
+        source.clone(),
+        start,
+        3,
+        4,
+        2,
+        ParallelLayout::SINGLE,
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(loader.accumulation(), 2);
+    let all = loader_rows(&loader);
+    let mut sampler = Sampler::new(source.clone(), 5).unwrap();
+    sampler.restore(start).unwrap();
+    let expected: Vec<Vec<i64>> = sampler
+        .next_batch(12)
+        .chunks(2)
+        .map(|rows| rows.iter().map(|row| i64::from(row[0])).collect())
+        .collect();
+    assert_eq!(all, expected);
+    assert_eq!(loader_rows(&loader), all, "a second pass replays the first");
+    assert_eq!(loader.sampler_state_after(3), sampler.state());
+    // Items count rows: micro-batches 2..5 are rows 4..10.
+    assert_eq!(loader.num_items(), 12);
+    assert_eq!(
+        loader_rows(loader.slice(4, 10).as_ref()),
+        all[2..5].to_vec()
+    );
+    // Rows that do not divide into micro-batches are an error naming the setting.
+    let error = StepLoader::<NdArray>::new(
+        source,
+        start,
+        1,
+        5,
+        2,
+        ParallelLayout::SINGLE,
+        Default::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(error.to_string().contains("rows per step"), "{error}");
 }

@@ -1,5 +1,6 @@
-//! `hlat pretrain`'s job on a tiny preset: the loss falls, metrics are logged every step, and the
-//! run folder holds a checkpoint the model crate loads with its tokenizer.
+//! `hlat pretrain`'s job on a tiny preset: the loss falls, metrics are logged every step (in
+//! `metrics.jsonl` and by Burn's Learner, which runs it), and the run folder holds a checkpoint
+//! the model crate loads with its tokenizer.
 
 use burn::backend::{Autodiff, NdArray};
 use hlat_train::config::TrainConfig;
@@ -51,6 +52,32 @@ fn pretraining_a_tiny_preset_lowers_the_loss() {
             assert!(line[key].is_number(), "step {}: no {key}", index + 1);
         }
     }
+
+    // The run went through Burn's Learner: its metric logger holds every step's loss and
+    // learning rate, as metrics.jsonl does, and the validation loss.
+    let burn_log = |name: &str| -> Vec<f64> {
+        std::fs::read_to_string(out.path().join(name))
+            .unwrap()
+            .lines()
+            .map(|line| line.split(',').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let burn_losses = burn_log("train/epoch-1/Loss.log");
+    assert_eq!(burn_losses.len(), 40);
+    for (step, (burn, ours)) in burn_losses.iter().zip(&summary.losses).enumerate() {
+        assert!(
+            (burn - ours).abs() <= 1e-6 * ours.abs(),
+            "step {}: {burn} vs {ours}",
+            step + 1
+        );
+    }
+    let burn_lrs = burn_log("train/epoch-1/Learning_Rate.log");
+    assert_eq!(burn_lrs.len(), 40);
+    for (line, burn) in lines.iter().zip(&burn_lrs) {
+        let ours = line["lr"].as_f64().unwrap();
+        assert!((burn - ours).abs() <= 1e-12 * ours, "lr {burn} vs {ours}");
+    }
+    assert!(!burn_log("valid/epoch-1/Loss.log").is_empty());
 
     let (config, _model, tokenizer) =
         hlat::checkpoint::load_any::<NdArray>(out.path(), &device).unwrap();

@@ -1,0 +1,163 @@
+//! The data of a pretraining run: the built-in corpus or prepared shard folders mixed by weight,
+//! split into training rows, validation rows and the tokenizer that made them.
+
+use std::sync::Arc;
+
+use crate::config::TrainConfig;
+use crate::data::{
+    BuiltinDataConfig, DataError, Mixture, PackedRows, RowSource, ShardSet, Split, TextTokenizer,
+    builtin_dataset,
+};
+use crate::data_spec::DataSource;
+use crate::error::TrainError;
+
+use super::TOKENIZER_FILE;
+
+/// Training tokens of the built-in corpus.
+const BUILTIN_TRAIN_TOKENS: usize = 512 * 1024;
+/// Validation tokens of the built-in corpus.
+const BUILTIN_VALIDATION_TOKENS: usize = 16 * 1024;
+
+/// Where the training rows come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DataChoice {
+    /// The generated English-like corpus and its tokenizer (`data::builtin`).
+    Builtin,
+    /// Prepared shard folders, mixed by weight.
+    Shards(Vec<DataSource>),
+}
+
+/// Training and validation rows with the tokenizer that made them.
+pub(super) struct PreparedData {
+    /// The training rows (sampled by the run's seed).
+    pub train: Arc<dyn RowSource>,
+    /// The validation rows, when the data has a validation split.
+    pub validation: Option<Box<dyn RowSource>>,
+    /// The tokenizer, saved with every checkpoint's model.
+    pub tokenizer: Option<TextTokenizer>,
+    /// Exclusive upper bound of the token ids in the data.
+    pub vocab_size: usize,
+}
+
+pub(super) fn data_error(error: DataError) -> TrainError {
+    TrainError::Data(error.to_string())
+}
+
+/// The built-in corpus of a run: a fixed budget of training tokens (longer runs repeat it) and of
+/// validation tokens, whatever the run's length, so that a resumed or extended run and `hlat
+/// eval` see the same documents on the same side of the split.
+fn builtin_config(config: &TrainConfig) -> BuiltinDataConfig {
+    let row = config.seq_len + 1;
+    BuiltinDataConfig {
+        seq_len: config.seq_len,
+        train_tokens: BUILTIN_TRAIN_TOKENS.max(row),
+        validation_tokens: BUILTIN_VALIDATION_TOKENS.max(row),
+        seed: config.seed,
+    }
+}
+
+/// Builds the training rows, the validation rows and the tokenizer.
+pub(super) fn prepare_data(
+    choice: &DataChoice,
+    config: &TrainConfig,
+) -> Result<PreparedData, TrainError> {
+    match choice {
+        DataChoice::Builtin => {
+            let dataset = builtin_dataset(&builtin_config(config)).map_err(data_error)?;
+            Ok(PreparedData {
+                vocab_size: dataset.tokenizer.vocab_size(),
+                train: Arc::new(dataset.train),
+                validation: Some(Box::new(dataset.validation)),
+                tokenizer: Some(dataset.tokenizer),
+            })
+        }
+        DataChoice::Shards(sources) => {
+            let mut train = Vec::new();
+            let mut vocab_size = 0;
+            for source in sources {
+                let shards =
+                    ShardSet::open_split(&source.folder, Split::Train).map_err(data_error)?;
+                vocab_size = vocab_size.max(shards.vocab_size() as usize);
+                let rows = PackedRows::new(shards, config.seq_len).map_err(data_error)?;
+                log::info!(
+                    "data `{}`: {} training rows, weight {}",
+                    source.name,
+                    rows.num_rows(),
+                    source.weight
+                );
+                train.push((Box::new(rows) as Box<dyn RowSource>, source.weight));
+            }
+            let train = mix(train, config.seed).map_err(data_error)?;
+            let validation = match shard_validation(sources, config) {
+                Ok(rows) => Some(rows),
+                Err(error) => {
+                    log::warn!("no validation: {error}");
+                    None
+                }
+            };
+            let tokenizer_path = sources[0].folder.join(TOKENIZER_FILE);
+            let tokenizer = if tokenizer_path.is_file() {
+                Some(TextTokenizer::from_file(&tokenizer_path).map_err(data_error)?)
+            } else {
+                log::warn!(
+                    "{} not found: the checkpoints will hold no tokenizer",
+                    tokenizer_path.display()
+                );
+                None
+            };
+            Ok(PreparedData {
+                train: Arc::from(train),
+                validation,
+                tokenizer,
+                vocab_size,
+            })
+        }
+    }
+}
+
+/// The validation rows of a data choice, as a run with `config` splits them.
+pub fn validation_source(
+    choice: &DataChoice,
+    config: &TrainConfig,
+) -> Result<Box<dyn RowSource>, TrainError> {
+    match choice {
+        DataChoice::Builtin => Ok(Box::new(
+            builtin_dataset(&builtin_config(config))
+                .map_err(data_error)?
+                .validation,
+        )),
+        DataChoice::Shards(sources) => shard_validation(sources, config),
+    }
+}
+
+/// The first `count` rows of a validation source (fewer if it has fewer).
+pub(super) fn validation_rows(rows: &dyn RowSource, count: usize) -> Vec<Vec<u32>> {
+    (0..count.min(rows.num_rows()))
+        .map(|index| rows.row(index))
+        .collect()
+}
+
+/// The validation splits of shard folders, mixed by the same weights as training.
+fn shard_validation(
+    sources: &[DataSource],
+    config: &TrainConfig,
+) -> Result<Box<dyn RowSource>, TrainError> {
+    let mut validation = Vec::new();
+    for source in sources {
+        let shards = ShardSet::open_split(&source.folder, Split::Validation).map_err(data_error)?;
+        let rows = PackedRows::new(shards, config.seq_len).map_err(data_error)?;
+        validation.push((Box::new(rows) as Box<dyn RowSource>, source.weight));
+    }
+    mix(validation, config.seed).map_err(data_error)
+}
+
+/// One source as is, several mixed by weight.
+fn mix(
+    mut sources: Vec<(Box<dyn RowSource>, f64)>,
+    seed: u64,
+) -> Result<Box<dyn RowSource>, DataError> {
+    if sources.len() == 1 {
+        return Ok(sources.remove(0).0);
+    }
+    Ok(Box::new(Mixture::new(sources, seed)?))
+}

@@ -1,0 +1,203 @@
+//! The pretraining job behind `hlat pretrain`, run on burn-train's `Learner` with
+//! [`HlatStrategy`]: `data` chooses the rows, `setup` prepares the model (fresh from a
+//! preset, imported from Hugging Face, or resumed from the newest checkpoint of the output
+//! folder), and `run` writes metrics and checkpoints after the strategy's steps. Burn's
+//! terminal dashboard renders in an interactive terminal (feature `dashboard`), a progress bar
+//! elsewhere.
+
+#[cfg(feature = "dashboard")]
+mod dashboard;
+mod data;
+mod run;
+mod setup;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataset::InMemDataset;
+use burn::train::metric::LearningRateMetric;
+use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
+use hlat::run_folder::RunFolder;
+
+use crate::error::TrainError;
+use crate::learner::{
+    HlatStrategy, ProgressRenderer, RowsBatcher, SharedOptimizer, StepLoader, TokenLossMetric,
+};
+use crate::metrics::MetricsLog;
+use crate::parallel::TrainingBackend;
+use crate::schedule::WarmupCosineScheduler;
+
+pub use data::{DataChoice, validation_source};
+pub use run::CompileCounter;
+
+/// The file a run writes its configuration to.
+pub const RUN_CONFIG_FILE: &str = "train.toml";
+/// The tokenizer file inside a model folder or a shard folder.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+/// Everything `hlat pretrain` decides before training.
+#[derive(Debug, Clone)]
+pub struct PretrainOptions {
+    /// Recipe and run settings.
+    pub config: crate::config::TrainConfig,
+    /// Output folder: `checkpoints/`, `metrics.jsonl`, `train.toml`, Burn's metric logs.
+    pub out: PathBuf,
+    /// Training data.
+    pub data: DataChoice,
+    /// A Hugging Face or native checkpoint to start from instead of a fresh preset.
+    pub init_from: Option<PathBuf>,
+}
+
+/// What a pretraining run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PretrainSummary {
+    /// The step the run started from (0, or the resumed checkpoint's step).
+    pub start_step: u64,
+    /// The step the run ended at.
+    pub end_step: u64,
+    /// Training losses of the steps this run executed, in order.
+    pub losses: Vec<f64>,
+    /// Global gradient norms (before clipping) of those steps, in order.
+    pub grad_norms: Vec<f64>,
+    /// The last validation loss measured, if any.
+    pub val_loss: Option<f64>,
+    /// The last checkpoint written.
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// Hooks into the device the run trains on.
+#[derive(Clone, Default)]
+pub struct DeviceInfo {
+    /// Compiled programs so far on the device (Trainium), for the metrics.
+    pub compiles: Option<CompileCounter>,
+}
+
+/// Runs (or resumes) a pretraining job on `device`.
+pub fn pretrain<B: TrainingBackend>(
+    options: &PretrainOptions,
+    device: &B::Device,
+    info: DeviceInfo,
+) -> Result<PretrainSummary, TrainError> {
+    let config = &options.config;
+    config.validate()?;
+    let layout = config.layout();
+    let replicas = B::replica_count(device);
+    if replicas != layout.replicas() {
+        return Err(TrainError::Mismatch(format!(
+            "data_parallel = {} × tensor_parallel = {} needs a device of {} replicas; the device \
+             has {replicas}",
+            layout.data,
+            layout.tensor,
+            layout.replicas()
+        )));
+    }
+    std::fs::create_dir_all(&options.out).map_err(|source| TrainError::Io {
+        path: options.out.clone(),
+        source,
+    })?;
+    let folder = RunFolder::new(&options.out);
+    let resume_from = folder.newest()?;
+    let mut data = data::prepare_data(&options.data, config)?;
+    if data.tokenizer.is_none()
+        && let Some(dir) = &options.init_from
+        && dir.join(TOKENIZER_FILE).is_file()
+    {
+        // Continual pretraining keeps the starting checkpoint's tokenizer with the model.
+        data.tokenizer = Some(
+            crate::data::TextTokenizer::from_file(dir.join(TOKENIZER_FILE))
+                .map_err(data::data_error)?,
+        );
+    }
+    let start = setup::start_run::<B>(
+        options,
+        data.tokenizer.as_ref(),
+        data.vocab_size,
+        resume_from.as_deref(),
+        device,
+    )?;
+    config.save_toml(&options.out.join(RUN_CONFIG_FILE))?;
+
+    let start_step = start.progress.step;
+    let optimizer = SharedOptimizer::new(start.optimizer);
+    let train = StepLoader::new(
+        Arc::clone(&data.train),
+        start.sampler,
+        config.max_steps.saturating_sub(start_step),
+        config.rows_per_step(),
+        config.micro_batch_rows,
+        layout,
+        device.clone(),
+    )
+    .map_err(data::data_error)?;
+    let run = Arc::new(run::PretrainRun::new(
+        run::RunOutputs {
+            folder,
+            config: config.clone(),
+            optimizer: optimizer.clone(),
+            loader: train.clone(),
+            schedule: start.schedule,
+            seed: start.seed,
+            tokenizer: data.tokenizer,
+            metrics: MetricsLog::open(&options.out, start_step)?,
+            flops_per_token: start.flops_per_token,
+            compiles: info.compiles,
+        },
+        start_step,
+    ));
+    if start_step >= config.max_steps {
+        log::info!(
+            "{} is already at step {start_step} of {}; nothing to do",
+            options.out.display(),
+            config.max_steps
+        );
+        return run.finish();
+    }
+    let accumulation = train.accumulation();
+    let validation_rows = match (&data.validation, config.eval_every) {
+        (Some(rows), every) if every > 0 => data::validation_rows(rows.as_ref(), config.eval_rows),
+        _ => Vec::new(),
+    };
+    let valid = DataLoaderBuilder::<B::InnerBackend, _, _>::new(RowsBatcher)
+        .batch_size(config.micro_batch_rows.max(1))
+        .set_device(device.clone())
+        .build(InMemDataset::new(validation_rows));
+
+    let strategy = HlatStrategy {
+        start: start.progress,
+        validate_every: config.eval_every,
+        observer: Some(run.clone()),
+        ..HlatStrategy::new(
+            config.clip_grad_norm,
+            start.seed,
+            config.max_consecutive_skips,
+            layout,
+        )
+    };
+    let scheduler = WarmupCosineScheduler {
+        schedule: start.schedule,
+        step: start_step,
+    };
+    let learner = Learner::new(start.model, optimizer, scheduler);
+    let training = SupervisedTraining::new(&options.out, Arc::new(train), valid)
+        .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
+        .with_application_logger(None)
+        .grads_accumulation(accumulation)
+        .num_epochs(1)
+        .metric_train_numeric(TokenLossMetric::new())
+        .metric_valid_numeric(TokenLossMetric::new())
+        .metric_train_numeric(LearningRateMetric::new());
+    let progress = ProgressRenderer::new(start_step, config.max_steps, config.progress);
+    #[cfg(feature = "dashboard")]
+    let (training, _dashboard) = match dashboard::Dashboard::open(config.progress) {
+        Some(dashboard) => {
+            let renderer = dashboard.renderer(training.interrupter());
+            (training.renderer(renderer), Some(dashboard))
+        }
+        None => (training.renderer(progress), None),
+    };
+    #[cfg(not(feature = "dashboard"))]
+    let training = training.renderer(progress);
+    training.launch(learner);
+    run.finish()
+}

@@ -1,0 +1,212 @@
+//! [`PretrainRun`]: what `hlat pretrain` does around the training steps of the Learner: one line
+//! of `metrics.jsonl` per step, checkpoints every N steps, at the end and when interrupted, and
+//! the summary the caller gets back.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::module::AutodiffModule;
+use burn::tensor::DType;
+use hlat::run_folder::{MODEL_DIR, RunFolder};
+
+use crate::checkpoint::{CheckpointState, save_optimizer, write_state};
+use crate::config::TrainConfig;
+use crate::data::TextTokenizer;
+use crate::error::TrainError;
+use crate::learner::{ObservedStep, RunEnd, SharedOptimizer, StepLoader, StepObserver};
+use crate::metrics::{MetricsLog, StepMetrics};
+use crate::optimizer::HlatOptimizer;
+use crate::parallel::TrainingBackend;
+use crate::precision::cast_params;
+use crate::schedule::WarmupCosine;
+use crate::step::LanguageModel;
+use crate::trainer::TrainerProgress;
+
+use super::{PretrainSummary, TOKENIZER_FILE};
+
+/// Counts the programs compiled so far on the run's device (Trainium), for the metrics.
+pub type CompileCounter = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// What a run writes besides the model's updates.
+pub(super) struct RunOutputs<B: TrainingBackend> {
+    /// The run's checkpoints.
+    pub folder: RunFolder,
+    /// The run's configuration.
+    pub config: TrainConfig,
+    /// The Learner's optimizer, whose state the checkpoints hold.
+    pub optimizer: SharedOptimizer<HlatOptimizer<LanguageModel<B>, B>>,
+    /// The training rows, for the sampler position at a checkpoint.
+    pub loader: StepLoader<B>,
+    /// The schedule the run follows.
+    pub schedule: WarmupCosine,
+    /// The seed of the per-step randomness.
+    pub seed: u64,
+    /// Saved with every checkpoint's model.
+    pub tokenizer: Option<TextTokenizer>,
+    /// `metrics.jsonl`.
+    pub metrics: MetricsLog,
+    /// Training FLOPs per token, for MFU.
+    pub flops_per_token: f64,
+    /// Compiled programs so far, when the device counts them.
+    pub compiles: Option<CompileCounter>,
+}
+
+/// The observer of a pretraining run (see the module documentation).
+pub(super) struct PretrainRun<B: TrainingBackend> {
+    state: Mutex<RunState<B>>,
+}
+
+struct RunState<B: TrainingBackend> {
+    outputs: RunOutputs<B>,
+    summary: PretrainSummary,
+    /// The step of the newest checkpoint (the resumed one's at the start).
+    checkpointed_step: u64,
+    failure: Option<TrainError>,
+}
+
+impl<B: TrainingBackend> PretrainRun<B> {
+    /// A run starting at `start_step`.
+    pub fn new(outputs: RunOutputs<B>, start_step: u64) -> Self {
+        let summary = PretrainSummary {
+            start_step,
+            end_step: start_step,
+            losses: Vec::new(),
+            grad_norms: Vec::new(),
+            val_loss: None,
+            checkpoint: None,
+        };
+        Self {
+            state: Mutex::new(RunState {
+                outputs,
+                summary,
+                checkpointed_step: start_step,
+                failure: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RunState<B>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The run's summary, or the error that stopped it.
+    pub fn finish(&self) -> Result<PretrainSummary, TrainError> {
+        let mut state = self.lock();
+        match state.failure.take() {
+            Some(error) => Err(error),
+            None => Ok(state.summary.clone()),
+        }
+    }
+}
+
+impl<B: TrainingBackend> RunState<B> {
+    /// Writes a checkpoint of `model` after `progress`.
+    fn checkpoint(
+        &mut self,
+        model: &LanguageModel<B>,
+        progress: TrainerProgress,
+    ) -> Result<PathBuf, TrainError> {
+        let outputs = &self.outputs;
+        let config = &outputs.config;
+        let steps_done = progress.step - self.summary.start_step;
+        let state = CheckpointState {
+            progress,
+            schedule: outputs.schedule,
+            sampler: outputs.loader.sampler_state_after(steps_done),
+            seed: outputs.seed,
+            precision: config.precision,
+        };
+        let dir = outputs
+            .folder
+            .publish(progress.step, config.keep_checkpoints, |dir| {
+                let model_dir = dir.join(MODEL_DIR);
+                // Saved whole (a tensor-parallel model is joined first, so any layout resumes
+                // from it) and in f32 whatever the training precision (bf16 -> f32 is exact; the
+                // loader casts back), so that any tool can read the model.
+                let hlat = model.hlat.valid();
+                let hlat = match &model.tensor_parallel {
+                    Some(parallel) => hlat.unshard(parallel),
+                    None => hlat,
+                };
+                let hlat = cast_params(hlat, DType::F32);
+                hlat::checkpoint::save_native(&hlat, hlat.config(), &model_dir)
+                    .map_err(|error| TrainError::Model(error.to_string()))?;
+                if let Some(tokenizer) = &outputs.tokenizer {
+                    tokenizer
+                        .save(model_dir.join(TOKENIZER_FILE))
+                        .map_err(|error| TrainError::Data(error.to_string()))?;
+                }
+                let optimizer = outputs.optimizer.lock();
+                save_optimizer(dir, &optimizer, model, &config.layout())?;
+                write_state(dir, &state)
+            })?;
+        log::info!("step {}: checkpoint {}", progress.step, dir.display());
+        self.summary.checkpoint = Some(dir.clone());
+        self.checkpointed_step = progress.step;
+        Ok(dir)
+    }
+}
+
+impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
+    fn after_step(&self, observed: ObservedStep<'_, B>) -> Result<(), TrainError> {
+        let mut state = self.lock();
+        let report = observed.report;
+        let step = report.step;
+        let outputs = &mut state.outputs;
+        let tokens_per_s = report.tokens as f64 / observed.seconds;
+        let metrics = StepMetrics {
+            step,
+            loss: report.loss,
+            perplexity: report.loss.exp(),
+            lr: report.lr,
+            grad_norm: report.grad_norm,
+            tokens: report.tokens,
+            tokens_seen: observed.progress.tokens_seen,
+            tokens_per_s,
+            mfu: outputs
+                .config
+                .peak_flops
+                .map(|peak| tokens_per_s * outputs.flops_per_token / peak),
+            compiles: outputs.compiles.as_ref().map(|count| count()),
+            skipped: report.skipped,
+            val_loss: observed.val_loss,
+            val_perplexity: observed.val_loss.map(f64::exp),
+        };
+        outputs.metrics.append(&metrics)?;
+        if let Some(val_loss) = observed.val_loss {
+            log::info!(
+                "step {step}: validation loss {val_loss:.4}, perplexity {:.2}",
+                val_loss.exp()
+            );
+            state.summary.val_loss = Some(val_loss);
+        }
+        state.summary.losses.push(report.loss);
+        state.summary.grad_norms.push(report.grad_norm);
+        state.summary.end_step = step;
+        let every = state.outputs.config.checkpoint_every;
+        if step == state.outputs.config.max_steps || (every > 0 && step.is_multiple_of(every)) {
+            state.checkpoint(observed.model, observed.progress)?;
+        }
+        Ok(())
+    }
+
+    fn end(&self, end: RunEnd<'_, B>) {
+        let mut state = self.lock();
+        if let Some(error) = end.failure {
+            state.failure = Some(error);
+            return;
+        }
+        if end.progress.step > state.checkpointed_step {
+            // Interrupted between checkpoints: keep what was trained.
+            log::info!(
+                "interrupted at step {}: saving a checkpoint",
+                end.progress.step
+            );
+            if let Err(error) = state.checkpoint(end.model, end.progress) {
+                state.failure = Some(error);
+            }
+        }
+    }
+}

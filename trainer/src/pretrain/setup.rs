@@ -1,0 +1,205 @@
+//! Setting a pretraining run up: the model (fresh from a preset, imported for continual
+//! pretraining, or resumed from the newest checkpoint) split for the run's layout, the optimizer
+//! and schedule, and the counters and sampler position it starts from.
+
+use std::path::Path;
+
+use hlat::run_folder::MODEL_DIR;
+use hlat::{Hlat, HlatConfig};
+
+use crate::checkpoint::{load_optimizer, read_state};
+use crate::config::TrainConfig;
+use crate::data::{SamplerState, TextTokenizer};
+use crate::error::TrainError;
+use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
+use crate::parallel::TrainingBackend;
+use crate::precision::cast_params;
+use crate::schedule::WarmupCosine;
+use crate::step::LanguageModel;
+use crate::trainer::TrainerProgress;
+
+use super::PretrainOptions;
+use super::data::data_error;
+
+/// Everything a run starts from besides its data.
+pub(super) struct RunStart<B: TrainingBackend> {
+    /// The model, split as the run's layout says.
+    pub model: LanguageModel<B>,
+    /// The optimizer with its state (fresh, or the checkpoint's resharded to the layout).
+    pub optimizer: HlatOptimizer<LanguageModel<B>, B>,
+    /// The learning-rate schedule this run follows.
+    pub schedule: WarmupCosine,
+    /// Step and token counters.
+    pub progress: TrainerProgress,
+    /// The seed of the per-step randomness.
+    pub seed: u64,
+    /// Where the training sampler stands.
+    pub sampler: SamplerState,
+    /// Training FLOPs per token of the model at the run's sequence length.
+    pub flops_per_token: f64,
+}
+
+/// Sets the run up, resuming from `resume_from` (a complete checkpoint folder) when given.
+pub(super) fn start_run<B: TrainingBackend>(
+    options: &PretrainOptions,
+    tokenizer: Option<&TextTokenizer>,
+    vocab_size: usize,
+    resume_from: Option<&Path>,
+    device: &B::Device,
+) -> Result<RunStart<B>, TrainError> {
+    let config = &options.config;
+    let layout = config.layout();
+    let resumed = resume_from.map(read_state).transpose()?;
+    let hlat = match resume_from {
+        Some(dir) => {
+            log::info!("resuming from {}", dir.display());
+            load_model::<B>(&dir.join(MODEL_DIR), device)?
+        }
+        None => initial_model::<B>(options, tokenizer, device)?,
+    };
+    check_fit(hlat.config(), config, vocab_size)?;
+    let flops_per_token = hlat.config().train_flops_per_token(config.seq_len);
+    log::info!(
+        "model: {} parameters, {} layers, hidden {}, vocab {}; {} steps of {} tokens ({} x {} rows \
+         of {} tokens), precision {}",
+        hlat.config().num_params(),
+        hlat.config().num_layers,
+        hlat.config().hidden_size,
+        hlat.config().vocab_size,
+        config.max_steps,
+        config.batch_tokens,
+        config.accumulation_steps(),
+        config.micro_batch_rows,
+        config.seq_len,
+        config.precision,
+    );
+
+    let hlat = cast_params(hlat, config.precision.param_dtype());
+    let model = match layout.tensor_parallel() {
+        Some(parallel) => {
+            hlat::parallel::check_degree(hlat.config(), layout.tensor)
+                .map_err(|reason| TrainError::Mismatch(format!("tensor_parallel: {reason}")))?;
+            let hlat = hlat.shard(&parallel);
+            LanguageModel::sharded(hlat, config.precision.compute_cast(), parallel)
+        }
+        None => LanguageModel::new(hlat, config.precision.compute_cast()),
+    };
+    let model = LanguageModel {
+        checkpointing: config.activation_checkpointing,
+        ..model
+    };
+    let schedule = WarmupCosine {
+        peak: config.lr,
+        warmup_steps: config.warmup_steps,
+        decay_steps: config
+            .decay_steps
+            .unwrap_or(config.max_steps.saturating_sub(config.warmup_steps)),
+        min_ratio: config.min_lr_ratio,
+    };
+    let optimizer = HlatAdamW::new(AdamWSettings::from_config(config))
+        .with_zero1(layout.zero1())
+        .init();
+    let fresh_sampler = SamplerState {
+        epoch: 0,
+        position: 0,
+        seed: config.seed,
+    };
+    let (Some(dir), Some(state)) = (resume_from, resumed) else {
+        return Ok(RunStart {
+            model,
+            optimizer,
+            schedule,
+            progress: TrainerProgress::default(),
+            seed: config.seed,
+            sampler: fresh_sampler,
+            flops_per_token,
+        });
+    };
+    if state.precision != config.precision {
+        return Err(TrainError::Checkpoint {
+            path: dir.to_path_buf(),
+            message: format!(
+                "was trained in {} precision, this run asks for {}",
+                state.precision, config.precision
+            ),
+        });
+    }
+    let optimizer = load_optimizer(dir, optimizer, &model, &layout, device)?;
+    if state.schedule != schedule {
+        let next = state.progress.step + 1;
+        log::warn!(
+            "{}: the learning-rate schedule changed (--max-steps is the schedule's length): the \
+             checkpoint was trained on {}, this run follows {schedule}; step {next} uses lr \
+             {:.3e} instead of {:.3e}",
+            dir.display(),
+            state.schedule,
+            schedule.lr(next),
+            state.schedule.lr(next),
+        );
+    }
+    Ok(RunStart {
+        model,
+        optimizer,
+        schedule,
+        progress: state.progress,
+        seed: state.seed,
+        sampler: state.sampler,
+        flops_per_token,
+    })
+}
+
+/// A native checkpoint folder's model.
+fn load_model<B: TrainingBackend>(dir: &Path, device: &B::Device) -> Result<Hlat<B>, TrainError> {
+    hlat::checkpoint::load_native(dir, device)
+        .map(|(_, model)| model)
+        .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))
+}
+
+/// The model a fresh run starts from: `--init-from-hf`'s checkpoint, or the preset sized to the
+/// tokenizer's vocabulary and special tokens.
+fn initial_model<B: TrainingBackend>(
+    options: &PretrainOptions,
+    tokenizer: Option<&TextTokenizer>,
+    device: &B::Device,
+) -> Result<Hlat<B>, TrainError> {
+    if let Some(dir) = &options.init_from {
+        log::info!("continual pretraining from {}", dir.display());
+        return hlat::checkpoint::load_any::<B>(dir, device)
+            .map(|(_, model, _)| model)
+            .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())));
+    }
+    let mut model_config = HlatConfig::preset(&options.config.preset)
+        .map_err(|error| TrainError::Model(error.to_string()))?;
+    if let Some(tokenizer) = tokenizer {
+        model_config.vocab_size = tokenizer.vocab_size();
+        model_config.bos_token_id = tokenizer.bos_id().map_err(data_error)?;
+        model_config.eos_token_id = tokenizer.eos_id().map_err(data_error)?;
+        model_config.pad_token_id = tokenizer.pad_id().ok();
+    }
+    model_config
+        .validate()
+        .map_err(|error| TrainError::Model(error.to_string()))?;
+    <B as burn::tensor::backend::Backend>::seed(device, options.config.seed);
+    Ok(model_config.init(device))
+}
+
+/// Checks that the rows fit the model: sequence length and token ids.
+fn check_fit(
+    model: &HlatConfig,
+    config: &TrainConfig,
+    data_vocab: usize,
+) -> Result<(), TrainError> {
+    if config.seq_len > model.max_seq_len {
+        return Err(TrainError::Mismatch(format!(
+            "seq_len {} is longer than the model's context of {} tokens",
+            config.seq_len, model.max_seq_len
+        )));
+    }
+    if data_vocab > model.vocab_size {
+        return Err(TrainError::Mismatch(format!(
+            "the data uses a vocabulary of {data_vocab} tokens, the model has {}",
+            model.vocab_size
+        )));
+    }
+    Ok(())
+}
