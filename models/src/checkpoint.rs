@@ -15,6 +15,7 @@ use crate::config::{ConfigError, HlatConfig};
 use crate::hf::{self, HfError, WeightDtype};
 use crate::model::Hlat;
 use crate::run_folder::{MODEL_DIR, RunFolder, RunFolderError};
+use crate::sharded_checkpoint;
 use crate::staging::Staging;
 
 /// The configuration file of a native checkpoint.
@@ -52,7 +53,7 @@ pub enum CheckpointError {
     Hf(#[from] HfError),
     /// The folder is neither a native checkpoint, a Hugging Face folder nor a training run.
     #[error(
-        "{}: not a model folder (expected `model.bpk` + `config.json`, `model.safetensors` or `model.safetensors.index.json` + `config.json`, or `checkpoints/newest`)",
+        "{}: not a model folder (expected `model.bpk` or `tensor_parallel.json` + `config.json`, `model.safetensors` or `model.safetensors.index.json` + `config.json`, or `checkpoints/newest`)",
         dir.display()
     )]
     NotAModel {
@@ -101,28 +102,37 @@ pub fn save_native_with_tokenizer<B: Backend>(
     staging.commit(true).map_err(io_error(dir))
 }
 
-/// Loads a native checkpoint (weights keep the dtype they were saved with).
+/// Loads a native checkpoint, whole or sharded by tensor-parallel rank (joined on the host); the
+/// weights keep the dtype they were saved with.
 pub fn load_native<B: Backend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<(HlatConfig, Hlat<B>), CheckpointError> {
     let config = HlatConfig::load(&dir.join(NATIVE_CONFIG_FILE))?;
-    let weights = dir.join(NATIVE_WEIGHTS_FILE);
-    if !weights.is_file() {
-        return Err(CheckpointError::Io {
-            path: weights,
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-        });
-    }
-    let mut model = config.try_init::<B>(device)?;
+    let (source, stored) = if sharded_checkpoint::is_sharded(dir) {
+        (dir.to_path_buf(), sharded_checkpoint::read_joined(dir)?)
+    } else {
+        let weights = dir.join(NATIVE_WEIGHTS_FILE);
+        if !weights.is_file() {
+            return Err(CheckpointError::Io {
+                path: weights,
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            });
+        }
+        let mut store = BurnpackStore::from_file(&weights);
+        let stored = store
+            .get_all_snapshots()
+            .map_err(|error| CheckpointError::Burnpack {
+                path: weights.clone(),
+                message: error.to_string(),
+            })?
+            .clone();
+        (weights, stored)
+    };
     let burnpack_error = |message: String| CheckpointError::Burnpack {
-        path: weights.clone(),
+        path: source.clone(),
         message,
     };
-    let mut store = BurnpackStore::from_file(&weights);
-    let stored = store
-        .get_all_snapshots()
-        .map_err(|error| burnpack_error(error.to_string()))?;
     if let Some((path, snapshot)) = stored
         .iter()
         .find(|(_, snapshot)| !B::supports_dtype(device, snapshot.dtype))
@@ -133,9 +143,8 @@ pub fn load_native<B: Backend>(
             B::name(device)
         )));
     }
-    let result = model
-        .load_from(&mut store)
-        .map_err(|error| burnpack_error(error.to_string()))?;
+    let mut model = config.try_init::<B>(device)?;
+    let result = model.apply(stored.into_values().collect(), None, None, false);
     if let Some(error) = result.errors.first() {
         return Err(burnpack_error(error.to_string()));
     }
@@ -181,7 +190,7 @@ pub fn load_any<B: Backend>(
 /// The kind of model folder `dir` is, from the files present.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FolderKind {
-    /// `config.json` + `model.bpk`.
+    /// `config.json` + `model.bpk`, or `config.json` + rank shards (`tensor_parallel.json`).
     Native,
     /// `config.json` + `model.safetensors` or `model.safetensors.index.json`.
     HuggingFace,
@@ -189,7 +198,7 @@ pub enum FolderKind {
 
 /// Detects the kind of model folder, if it is one.
 pub fn folder_kind(dir: &Path) -> Option<FolderKind> {
-    if dir.join(NATIVE_WEIGHTS_FILE).is_file() {
+    if dir.join(NATIVE_WEIGHTS_FILE).is_file() || sharded_checkpoint::is_sharded(dir) {
         Some(FolderKind::Native)
     } else if dir.join(hf::WEIGHTS_FILE).is_file() || dir.join(hf::INDEX_FILE).is_file() {
         Some(FolderKind::HuggingFace)

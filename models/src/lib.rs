@@ -7,6 +7,7 @@
 //! - [`Hlat`]: logits and next-token cross-entropy; [`KvCache`] for incremental decoding.
 //! - [`generate`]: greedy or sampled generation with a KV cache.
 //! - [`checkpoint`]: native checkpoints (`config.json` + `model.bpk`) and [`checkpoint::load_any`].
+//! - [`sharded_checkpoint`]: tensor-parallel checkpoints, one file per rank.
 //! - [`run_folder`]: the layout of a training run's checkpoints (written by the trainer, read by
 //!   `load_any`).
 //! - [`hf`]: Hugging Face `LlamaForCausalLM` import/export and `tokenizer.json`.
@@ -27,6 +28,7 @@ pub mod parallel;
 pub mod recompute;
 mod rotary;
 pub mod run_folder;
+pub mod sharded_checkpoint;
 mod staging;
 
 pub use attention::Attention;

@@ -83,12 +83,13 @@ fn run_until(
         data: DataChoice::Builtin,
         init_from: None,
     };
-    let compiles = || stats(device).compiles;
+    let device_for_stats = *device;
+    let compiles = move || stats(&device_for_stats).compiles;
     pretrain::<B>(
         &options,
         device,
         DeviceInfo {
-            compiles: Some(&compiles),
+            compiles: Some(std::sync::Arc::new(compiles)),
         },
     )
     .unwrap()
@@ -204,10 +205,11 @@ fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
     }
 }
 
-/// A checkpoint is the whole model, whatever the layout that wrote it: a run of tensor-parallel
-/// pairs resumed on one device, one device resumed as tensor-parallel pairs with sequence
-/// parallelism, and ZeRO-1 pairs resumed as tensor-parallel pairs continue as one device would
-/// (the AdamW moments are joined and split too).
+/// A tensor-parallel run checkpoints one model file per rank, any other run the whole model; any
+/// layout resumes from either: a run of tensor-parallel pairs resumed on one device, one device
+/// resumed as tensor-parallel pairs with sequence parallelism, and ZeRO-1 pairs resumed as
+/// tensor-parallel pairs continue as one device would (the AdamW moments are joined and split
+/// too).
 #[test]
 fn checkpoints_resume_across_tensor_parallel_layouts() {
     let _random = crate::support::exclusive_random();
@@ -232,6 +234,13 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
     for ((first_device, first), (then_device, then)) in orders {
         let out = tempfile::tempdir().unwrap();
         let head = run_until(first_device, first, out.path(), STEPS / 2);
+        let model_dir = head.checkpoint.as_ref().unwrap().join("model");
+        assert_eq!(
+            hlat::sharded_checkpoint::is_sharded(&model_dir),
+            first.tensor > 1,
+            "{first:?}: {}",
+            model_dir.display()
+        );
         let tail = run_until(then_device, then, out.path(), STEPS);
         assert_eq!(tail.start_step, STEPS / 2);
         let joined = PretrainSummary {

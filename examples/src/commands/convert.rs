@@ -1,4 +1,6 @@
-//! `hlat convert`: between Hugging Face folders and native checkpoints.
+//! `hlat convert`: between Hugging Face folders and native checkpoints, whole or sharded by
+//! tensor-parallel rank (a sharded checkpoint read with `--from` is joined; `--tp N` splits the
+//! output into N rank files).
 
 use std::path::PathBuf;
 
@@ -7,6 +9,7 @@ use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use hlat::checkpoint::{load_any, save_native_with_tokenizer};
 use hlat::hf::{ExportOptions, WeightDtype, export_hf, find_tokenizer, import_hf};
+use hlat::sharded_checkpoint::save_split;
 
 /// Arguments of `hlat convert`.
 #[derive(Args)]
@@ -14,7 +17,8 @@ pub struct ConvertArgs {
     /// Hugging Face `LlamaForCausalLM` folder to read.
     #[arg(long, conflicts_with = "from", required_unless_present = "from")]
     pub from_hf: Option<PathBuf>,
-    /// Native checkpoint (or training run folder, for its newest checkpoint) to read.
+    /// Native checkpoint, whole or sharded by tensor-parallel rank (joined), or training run
+    /// folder (its newest checkpoint), to read.
     #[arg(long)]
     pub from: Option<PathBuf>,
     /// New native checkpoint folder to write.
@@ -23,6 +27,10 @@ pub struct ConvertArgs {
     /// New Hugging Face folder to write.
     #[arg(long)]
     pub to_hf: Option<PathBuf>,
+    /// Write the native checkpoint as N tensor-parallel rank files, as a `hlat pretrain --tp N`
+    /// run checkpoints it (1: one whole file).
+    #[arg(long, value_name = "N", requires = "to")]
+    pub tp: Option<usize>,
     /// Element type of the written weights: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     pub dtype: WeightDtype,
@@ -52,9 +60,22 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
                 "{}: already exists; choose a new output folder",
                 out.display()
             );
-            save_native_with_tokenizer(&model, model.config(), tokenizer.as_ref(), out)
-                .with_context(|| format!("writing {}", out.display()))?;
-            println!("wrote native checkpoint {}", out.display());
+            match args.tp.unwrap_or(1) {
+                0 => anyhow::bail!("--tp 0: the tensor-parallel degree must be at least 1"),
+                1 => {
+                    save_native_with_tokenizer(&model, model.config(), tokenizer.as_ref(), out)
+                        .with_context(|| format!("writing {}", out.display()))?;
+                    println!("wrote native checkpoint {}", out.display());
+                }
+                degree => {
+                    save_split(&model, degree, tokenizer.as_ref(), out)
+                        .with_context(|| format!("writing {}", out.display()))?;
+                    println!(
+                        "wrote native checkpoint {} as {degree} tensor-parallel rank files",
+                        out.display()
+                    );
+                }
+            }
         }
         (None, Some(out)) => {
             let options = ExportOptions {

@@ -1,6 +1,7 @@
 //! The `hlat` command line end to end, in one binary: each test runs the built `hlat` program.
 
 mod bench_smoke;
+mod convert_cli;
 mod data_cli;
 mod pretrain_cli;
 
@@ -17,4 +18,20 @@ fn fixture(name: &str) -> PathBuf {
 /// The `hlat` program under test.
 fn hlat() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hlat"))
+}
+
+/// Runs `hlat` with `arguments` and returns what it did.
+fn run(arguments: &[&str]) -> std::process::Output {
+    hlat().args(arguments).output().expect("running hlat")
+}
+
+/// Runs `hlat` with `arguments`, which must succeed; returns its standard output.
+fn succeed(arguments: &[&str]) -> String {
+    let output = run(arguments);
+    assert!(
+        output.status.success(),
+        "hlat {arguments:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
 }

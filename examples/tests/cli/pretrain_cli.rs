@@ -1,22 +1,7 @@
 //! The main job end to end through the `hlat` binary: `hlat pretrain` on a small preset, then
 //! `hlat generate` and `hlat eval` from the run folder it wrote.
 
-fn hlat(arguments: &[&str]) -> std::process::Output {
-    super::hlat()
-        .args(arguments)
-        .output()
-        .expect("running hlat")
-}
-
-fn succeed(arguments: &[&str]) -> String {
-    let output = hlat(arguments);
-    assert!(
-        output.status.success(),
-        "hlat {arguments:?} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
+use super::{run, succeed};
 
 #[test]
 fn pretrain_then_generate_and_eval_from_the_run_folder() {
@@ -96,7 +81,7 @@ fn pretrain_then_generate_and_eval_from_the_run_folder() {
 #[test]
 fn pretrain_rejects_an_unknown_preset_by_name() {
     let folder = tempfile::tempdir().unwrap();
-    let output = hlat(&[
+    let output = run(&[
         "pretrain",
         "--preset",
         "hlat-13b",

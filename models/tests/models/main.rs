@@ -8,6 +8,7 @@ mod model;
 mod parallel;
 mod parallel_support;
 mod recompute;
+mod sharded_checkpoint;
 
 use std::path::PathBuf;
 

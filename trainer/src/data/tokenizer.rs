@@ -106,6 +106,11 @@ impl TextTokenizer {
         std::fs::write(path, self.to_json()?).map_err(|error| DataError::io(path, error))
     }
 
+    /// The Hugging Face tokenizer underneath.
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+
     /// The tokenizer in Hugging Face `tokenizer.json` form.
     pub fn to_json(&self) -> Result<String, DataError> {
         self.inner

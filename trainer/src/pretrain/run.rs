@@ -22,7 +22,7 @@ use crate::schedule::WarmupCosine;
 use crate::step::LanguageModel;
 use crate::trainer::TrainerProgress;
 
-use super::{PretrainSummary, TOKENIZER_FILE};
+use super::PretrainSummary;
 
 /// Counts the programs compiled so far on the run's device (Trainium), for the metrics.
 pub type CompileCounter = Arc<dyn Fn() -> u64 + Send + Sync>;
@@ -122,22 +122,27 @@ impl<B: TrainingBackend> RunState<B> {
             .folder
             .publish(progress.step, config.keep_checkpoints, |dir| {
                 let model_dir = dir.join(MODEL_DIR);
-                // Saved whole (a tensor-parallel model is joined first, so any layout resumes
-                // from it) and in f32 whatever the training precision (bf16 -> f32 is exact; the
-                // loader casts back), so that any tool can read the model.
-                let hlat = model.hlat.valid();
-                let hlat = match &model.tensor_parallel {
-                    Some(parallel) => hlat.unshard(parallel),
-                    None => hlat,
-                };
-                let hlat = cast_params(hlat, DType::F32);
-                hlat::checkpoint::save_native(&hlat, hlat.config(), &model_dir)
-                    .map_err(|error| TrainError::Model(error.to_string()))?;
-                if let Some(tokenizer) = &outputs.tokenizer {
-                    tokenizer
-                        .save(model_dir.join(TOKENIZER_FILE))
-                        .map_err(|error| TrainError::Data(error.to_string()))?;
+                // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
+                // back), so that any tool can read the model; a tensor-parallel model as one file
+                // per rank, read from the ranks' replicas (any layout resumes from either).
+                let hlat = cast_params(model.hlat.valid(), DType::F32);
+                let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
+                match &model.tensor_parallel {
+                    Some(parallel) => hlat::sharded_checkpoint::save_ranks(
+                        &hlat,
+                        hlat.config(),
+                        parallel.groups.group_size(),
+                        tokenizer,
+                        &model_dir,
+                    ),
+                    None => hlat::checkpoint::save_native_with_tokenizer(
+                        &hlat,
+                        hlat.config(),
+                        tokenizer,
+                        &model_dir,
+                    ),
                 }
+                .map_err(|error| TrainError::Model(error.to_string()))?;
                 let optimizer = outputs.optimizer.lock();
                 save_optimizer(dir, &optimizer, model, &config.layout())?;
                 write_state(dir, &state)

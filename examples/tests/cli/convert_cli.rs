@@ -1,0 +1,79 @@
+//! `hlat convert` between whole and tensor-parallel checkpoints: the Hugging Face fixture split
+//! into 2 rank files and merged back (natively and into Hugging Face format) is bit-exact.
+
+use burn::backend::NdArray;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Tensor, TensorData};
+use hlat::Hlat;
+use hlat::checkpoint::load_native;
+use hlat::sharded_checkpoint::{TENSOR_PARALLEL_FILE, rank_file};
+
+use super::{fixture, run, succeed};
+
+/// Every parameter's values, in visiting order, of the native checkpoint in `dir`.
+fn parameters(dir: &std::path::Path) -> Vec<TensorData> {
+    struct Collect(Vec<TensorData>);
+    impl ModuleVisitor<NdArray> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
+            self.0.push(param.val().into_data());
+        }
+    }
+    let (_, model): (_, Hlat<NdArray>) = load_native(dir, &Default::default()).unwrap();
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+#[test]
+fn convert_splits_a_checkpoint_by_rank_and_merges_it_back_bit_exactly() {
+    let folder = tempfile::tempdir().unwrap();
+    let path = |name: &str| folder.path().join(name).to_str().unwrap().to_string();
+    let hf = fixture("hf-tiny-llama");
+    let hf = hf.to_str().unwrap();
+    succeed(&["convert", "--from-hf", hf, "--to", &path("direct")]);
+    succeed(&[
+        "convert",
+        "--from-hf",
+        hf,
+        "--to",
+        &path("tp2"),
+        "--tp",
+        "2",
+    ]);
+    let tp2 = folder.path().join("tp2");
+    assert!(tp2.join(TENSOR_PARALLEL_FILE).is_file());
+    for rank in 0..2 {
+        assert!(tp2.join(rank_file(rank, 2)).is_file(), "rank {rank}");
+    }
+
+    succeed(&["convert", "--from", &path("tp2"), "--to", &path("merged")]);
+    let expected = parameters(&folder.path().join("direct"));
+    assert_eq!(parameters(&folder.path().join("merged")), expected);
+    // Straight to Hugging Face format, and back.
+    succeed(&["convert", "--from", &path("tp2"), "--to-hf", &path("hf")]);
+    succeed(&[
+        "convert",
+        "--from-hf",
+        &path("hf"),
+        "--to",
+        &path("round-trip"),
+    ]);
+    assert_eq!(parameters(&folder.path().join("round-trip")), expected);
+
+    let output = run(&[
+        "convert",
+        "--from-hf",
+        hf,
+        "--to",
+        &path("tp3"),
+        "--tp",
+        "3",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("tensor-parallel degree 3"), "{stderr}");
+    assert!(
+        !folder.path().join("tp3").exists(),
+        "nothing is left behind"
+    );
+}

@@ -1,0 +1,173 @@
+//! Tensor-parallel checkpoints (`hlat::sharded_checkpoint`): splitting on the host and joining
+//! back is bit-exact, a sharded model's ranks write exactly the host split, and damaged shards
+//! are errors naming the file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::tensor::{Tensor, TensorData};
+use burn_store::{BurnpackStore, BurnpackWriter, ModuleStore, TensorSnapshot};
+use burn_trainium::collective::ReplicaGroups;
+use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+use hlat::checkpoint::{load_native, save_native};
+use hlat::parallel::TensorParallel;
+use hlat::sharded_checkpoint::{TENSOR_PARALLEL_FILE, rank_file, save_ranks, save_split};
+use hlat::{Hlat, HlatConfig};
+
+/// Every parameter's values, in visiting order.
+fn parameters(model: &Hlat<Trainium>) -> Vec<TensorData> {
+    struct Collect(Vec<TensorData>);
+    impl ModuleVisitor<Trainium> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Trainium, D>>) {
+            self.0.push(param.val().into_data());
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+/// A rank file's tensors by path.
+fn rank_tensors(path: &Path) -> BTreeMap<String, TensorData> {
+    BurnpackStore::from_file(path)
+        .get_all_snapshots()
+        .unwrap()
+        .iter()
+        .map(|(name, snapshot)| (name.clone(), snapshot.to_data().unwrap()))
+        .collect()
+}
+
+fn model(device: &TrainiumDevice) -> Hlat<Trainium> {
+    let config = HlatConfig::preset("hlat-test").unwrap();
+    let model: Hlat<Trainium> = config.init(device);
+    model.clone().load_record(model.into_record())
+}
+
+#[test]
+fn a_split_checkpoint_joins_back_bit_exactly() {
+    let device = TrainiumDevice::HOST;
+    let whole = model(&device);
+    let folder = tempfile::tempdir().unwrap();
+    let sharded = folder.path().join("tp2");
+    save_split(&whole, 2, None, &sharded).unwrap();
+
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| rank_tensors(&sharded.join(rank_file(rank, 2))))
+        .collect();
+    let up = "layers.0.mlp.up_proj.weight";
+    let down = "layers.0.mlp.down_proj.weight";
+    let norm = "layers.0.input_layernorm.weight";
+    let ffn = whole.config().ffn_size;
+    let hidden = whole.config().hidden_size;
+    assert_eq!(
+        ranks[0][up].shape.to_vec(),
+        [hidden, ffn / 2],
+        "column-parallel"
+    );
+    assert_eq!(
+        ranks[1][down].shape.to_vec(),
+        [ffn / 2, hidden],
+        "row-parallel"
+    );
+    assert_eq!(ranks[0][norm], ranks[1][norm], "replicated");
+
+    let (_, joined) = load_native::<Trainium>(&sharded, &device).unwrap();
+    assert_eq!(parameters(&joined), parameters(&whole));
+    // Merged into one native checkpoint and split again: the same rank files.
+    let merged = folder.path().join("merged");
+    save_native(&joined, joined.config(), &merged).unwrap();
+    let (_, reloaded) = load_native::<Trainium>(&merged, &device).unwrap();
+    let again = folder.path().join("again");
+    save_split(&reloaded, 2, None, &again).unwrap();
+    for (rank, tensors) in ranks.iter().enumerate() {
+        assert_eq!(&rank_tensors(&again.join(rank_file(rank, 2))), tensors);
+    }
+}
+
+#[test]
+fn the_ranks_of_a_sharded_model_write_the_host_split() {
+    let device = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let whole = model(&device);
+    let parallel = TensorParallel {
+        groups: ReplicaGroups::all(2),
+        sequence_parallel: false,
+    };
+    let folder = tempfile::tempdir().unwrap();
+    let from_host = folder.path().join("host");
+    let from_ranks = folder.path().join("ranks");
+    save_split(&whole, 2, None, &from_host).unwrap();
+    let sharded = whole.clone().shard(&parallel);
+    save_ranks(&sharded, whole.config(), 2, None, &from_ranks).unwrap();
+    for rank in 0..2 {
+        let name = rank_file(rank, 2);
+        assert_eq!(
+            rank_tensors(&from_ranks.join(&name)),
+            rank_tensors(&from_host.join(&name)),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn damaged_shards_are_errors_naming_the_file() {
+    let device = TrainiumDevice::HOST;
+    let whole = model(&device);
+    let folder = tempfile::tempdir().unwrap();
+    let sharded = folder.path().join("tp2");
+    save_split(&whole, 2, None, &sharded).unwrap();
+
+    // A rank whose replicated tensor (the final norm's gain) disagrees with rank 0's.
+    let rank1 = rank_file(1, 2);
+    let snapshots: Vec<TensorSnapshot> = BurnpackStore::from_file(sharded.join(&rank1))
+        .get_all_snapshots()
+        .unwrap()
+        .values()
+        .map(|snapshot| {
+            if snapshot.full_path() != "norm.weight" {
+                return snapshot.clone();
+            }
+            let gain = vec![0.5f32; snapshot.shape.num_elements()];
+            let data = TensorData::new(gain, snapshot.shape.clone());
+            let path = snapshot.path_stack.clone().unwrap();
+            TensorSnapshot::from_data(data, path, Vec::new(), ParamId::new())
+        })
+        .collect();
+    let damaged = folder.path().join("damaged.bpk");
+    BurnpackWriter::new(snapshots)
+        .write_to_file(&damaged)
+        .unwrap();
+    std::fs::rename(&damaged, sharded.join(&rank1)).unwrap();
+    let error = load_native::<Trainium>(&sharded, &device)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains(&rank1) && error.contains("differs"),
+        "{error}"
+    );
+
+    // A missing rank.
+    std::fs::remove_file(sharded.join(&rank1)).unwrap();
+    let error = load_native::<Trainium>(&sharded, &device)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains(&rank1) && error.contains("missing"),
+        "{error}"
+    );
+
+    // A degree that does not divide the heads.
+    let error = save_split(&whole, 3, None, &folder.path().join("tp3"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("tensor-parallel degree 3"), "{error}");
+    std::fs::write(sharded.join(TENSOR_PARALLEL_FILE), "{\"degree\": 0}").unwrap();
+    let error = load_native::<Trainium>(&sharded, &device)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("degree"), "{error}");
+}
