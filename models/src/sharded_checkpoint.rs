@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Tensor, TensorData};
 use burn_store::{BurnpackStore, BurnpackWriter, ModuleSnapshot, ModuleStore, TensorSnapshot};
 use burn_trainium::collective::{self, CollectiveBackend};
