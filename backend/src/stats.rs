@@ -20,6 +20,7 @@ pub(crate) struct StatsCounters {
     pub bytes_to_device: AtomicU64,
     pub bytes_to_host: AtomicU64,
     pub live_tensors: AtomicU64,
+    pub live_bytes: AtomicU64,
     pub largest_scratch_bytes: AtomicU64,
 }
 
@@ -55,6 +56,7 @@ impl StatsCounters {
             bytes_to_device: load(&self.bytes_to_device),
             bytes_to_host: load(&self.bytes_to_host),
             live_tensors: load(&self.live_tensors),
+            live_bytes: load(&self.live_bytes),
             largest_scratch_bytes: load(&self.largest_scratch_bytes),
         }
     }
@@ -110,6 +112,9 @@ pub struct Stats {
     pub bytes_to_host: u64,
     /// Tensors currently held by the device (a gauge, not reset by [`reset_stats`]).
     pub live_tensors: u64,
+    /// Bytes of those tensors on each replica (a gauge): what the program holds, whether
+    /// computed yet or still captured.
+    pub live_bytes: u64,
     /// The largest scratch memory (intermediate values) of a program compiled since the start
     /// or the last reset, per replica, as the compiler counts it; 0 where the executor cannot
     /// tell (`host`, `neuron`, a PJRT plugin without `PJRT_Executable_GetCompiledMemoryStats`).
@@ -134,7 +139,7 @@ pub fn stats(device: &TrainiumDevice) -> Stats {
     counters(device).snapshot()
 }
 
-/// Sets every counter of `device` back to zero, except the live tensor gauge.
+/// Sets every counter of `device` back to zero, except the live tensor gauges.
 pub fn reset_stats(device: &TrainiumDevice) {
     counters(device).reset();
 }

@@ -51,6 +51,16 @@ pub enum CheckpointError {
     /// The folder is a Hugging Face folder that failed to import.
     #[error(transparent)]
     Hf(#[from] HfError),
+    /// The folder is a training run without a complete checkpoint yet.
+    #[error(
+        "{}: a training run folder without a complete checkpoint (each checkpoint is complete once its {} is written)",
+        dir.display(),
+        crate::run_folder::COMPLETION_MARKER
+    )]
+    NoCompleteCheckpoint {
+        /// The run folder.
+        dir: PathBuf,
+    },
     /// The folder is neither a native checkpoint, a Hugging Face folder nor a training run.
     #[error(
         "{}: not a model folder (expected `model.bpk` or `tensor_parallel.json` + `config.json`, `model.safetensors` or `model.safetensors.index.json` + `config.json`, or `checkpoints/newest`)",
@@ -166,11 +176,12 @@ pub fn load_any<B: Backend>(
     device: &B::Device,
 ) -> Result<(HlatConfig, Hlat<B>, Option<Tokenizer>), CheckpointError> {
     if RunFolder::is_run(dir) {
-        let newest = RunFolder::new(dir)
-            .newest()?
-            .ok_or_else(|| CheckpointError::NotAModel {
-                dir: dir.to_path_buf(),
-            })?;
+        let newest =
+            RunFolder::new(dir)
+                .newest()?
+                .ok_or_else(|| CheckpointError::NoCompleteCheckpoint {
+                    dir: dir.to_path_buf(),
+                })?;
         let model_dir = newest.join(MODEL_DIR);
         log::info!(
             "{}: newest checkpoint {}",

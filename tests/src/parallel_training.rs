@@ -327,9 +327,10 @@ impl ModuleVisitor<B> for MomentElements {
     }
 }
 
-/// The bytes `hlat info` counts for the parameters and the AdamW state of one device agree with
-/// those a replica holds after a step of dp 2 × tp 2 with sequence parallelism and ZeRO-1
-/// (within 10%; the activations are an estimate that this does not check).
+/// The bytes `hlat info` counts for one device agree with those a replica holds in a step of
+/// dp 2 × tp 2 with sequence parallelism and ZeRO-1 (within 10%): the parameters and the AdamW
+/// state after the step, and the activations one micro-batch's forward pass leaves for its
+/// backward (the autodiff graph's saved tensors, from the device's live-bytes gauge).
 #[test]
 fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let _random = crate::support::exclusive_random();
@@ -343,7 +344,7 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let config = HlatConfig::preset("hlat-test").unwrap();
     let parallel = layout.tensor_parallel().unwrap();
     let hlat = config.init::<B>(&device).shard(&parallel);
-    let model = LanguageModel::sharded(hlat, None, parallel);
+    let model = LanguageModel::sharded(hlat, None, parallel.clone());
     let mut trainer = one_step_trainer(model, layout);
     let rows = token_rows(4, 9, 64);
     // Each data-parallel slice goes to both ranks of its tensor-parallel pair.
@@ -353,6 +354,22 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
         .train_step(vec![LmBatch::from_replica_rows(&per_replica, &device)])
         .unwrap();
 
+    // The activations, on a device of their own (no earlier graph is freed while measuring),
+    // with the parameters materialised first.
+    let fresh = TrainiumDevice::new(ExecutorKind::Host, 8).with_replicas(4);
+    let hlat = config.init::<B>(&fresh);
+    let hlat = hlat
+        .clone()
+        .load_record(hlat.into_record())
+        .shard(&parallel);
+    let model = LanguageModel::sharded(hlat, None, parallel.clone());
+    let batch = LmBatch::from_replica_rows(&per_replica, &fresh);
+    let before = stats(&fresh).live_bytes;
+    let loss = model.loss(&batch);
+    let loss_bytes = 4;
+    let activation_bytes = stats(&fresh).live_bytes - before - loss_bytes;
+    drop(loss);
+
     let mut held = HeldBytes {
         record: trainer.optimizer.to_record(),
         parameter_bytes: 0,
@@ -361,7 +378,7 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     trainer.model.visit(&mut held);
     let shape = StepShape {
         seq_len: 8,
-        micro_batch_rows: 1,
+        micro_batch_rows: 2,
         precision: Precision::F32,
         checkpointing: ActivationCheckpointing::None,
     };
@@ -373,7 +390,9 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
             held.optimizer_bytes,
             estimate.optimizer_bytes,
         ),
+        ("activations", activation_bytes, estimate.activation_bytes),
     ] {
+        println!("{what}: held {held}, estimated {estimated}");
         let ratio = held as f64 / estimated as f64;
         assert!(
             (0.9..=1.1).contains(&ratio),

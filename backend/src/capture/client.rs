@@ -1,6 +1,6 @@
 //! The runner client: captures operations into a segment and runs it on the device's executor.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
@@ -12,6 +12,7 @@ use burn_router::{RouterTensor, RunnerClient};
 use burn_std::future::DynFut;
 
 use super::Segment;
+use super::live::LiveTensors;
 use crate::executor::{self, Executor};
 use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
@@ -61,7 +62,7 @@ struct ClientState {
     segment: Segment,
     executor: Box<dyn Executor>,
     /// Tensors held by the executor once the waiting segment has run.
-    live: HashSet<TensorId>,
+    live: LiveTensors,
     /// An execution error not yet reported (operations are captured without a return value).
     pending_error: Option<BackendError>,
 }
@@ -87,7 +88,7 @@ impl TrainiumClient {
             state: Arc::new(Mutex::new(ClientState {
                 segment: Segment::default(),
                 executor,
-                live: HashSet::new(),
+                live: LiveTensors::default(),
                 pending_error: None,
             })),
             counters: stats::counters(device),
@@ -124,7 +125,10 @@ impl TrainiumClient {
     fn update_live_gauge(&self, state: &ClientState) {
         self.counters
             .live_tensors
-            .store(state.live.len() as u64, Ordering::Relaxed);
+            .store(state.live.count(), Ordering::Relaxed);
+        self.counters
+            .live_bytes
+            .store(state.live.bytes(), Ordering::Relaxed);
     }
 
     /// Copies a tensor to the host (its first replica), running the waiting segment first.
@@ -189,7 +193,7 @@ impl TrainiumClient {
         if let Err(error) = register(state.executor.as_mut(), id) {
             state.pending_error.get_or_insert(error);
         }
-        state.live.insert(id);
+        state.live.insert(id, &shape, dtype);
         self.update_live_gauge(&state);
         drop(state);
         RouterTensor::new(id, shape, dtype, self.clone())
@@ -214,7 +218,7 @@ impl RunnerClient for TrainiumClient {
             }
         }
         for output in operation.outputs() {
-            state.live.insert(output.id);
+            state.live.insert(output.id, &output.shape, output.dtype);
         }
         self.update_live_gauge(&state);
         state.segment.push(operation);

@@ -4,6 +4,7 @@
 
 mod channel;
 mod client;
+mod live;
 mod segment;
 
 pub use channel::TrainiumChannel;

@@ -46,6 +46,16 @@ fn load_any_reads_hf_native_and_run_folders() {
     let step = run.path().join("checkpoints/step-00000010/model");
     save_native(&model, &config, &step).unwrap();
     std::fs::write(run.path().join("checkpoints/newest"), "step-00000010\n").unwrap();
+    // Until its completion marker is written, the checkpoint does not count.
+    assert!(matches!(
+        load_any::<NdArray>(run.path(), &device),
+        Err(CheckpointError::NoCompleteCheckpoint { .. })
+    ));
+    let marker = run
+        .path()
+        .join("checkpoints/step-00000010")
+        .join(hlat::run_folder::COMPLETION_MARKER);
+    std::fs::write(marker, "{}").unwrap();
     let (_, from_run, _) = load_any::<NdArray>(run.path(), &device).unwrap();
     logits(&from_run).assert_eq(&logits(&model), true);
 

@@ -91,13 +91,16 @@ impl DeviceMemory {
     }
 }
 
-/// Bytes of the activations one micro-batch keeps for its backward pass on one device, counting
-/// the tensors HLAT's layers save (Korthikanti et al. 2022, "Reducing Activation Recomputation
-/// in Large Transformer Models", adapted to SwiGLU, grouped-query attention and f32 softmax and
-/// loss): per layer the norm inputs and outputs (sequence-sharded under sequence parallelism),
-/// the gathered inputs of the projections, queries, keys, values and their rotations, the
-/// attention scores and probabilities (f32), the attention output, and the gate, up, activation
-/// and product of the MLP (split over the tensor-parallel ranks).
+/// Bytes of the activations one micro-batch keeps for its backward pass on one device: the
+/// tensors Burn's autodiff saves for HLAT's layers, counted from the model's shapes and
+/// calibrated against what a replica holds after a forward pass (the device's live-bytes gauge;
+/// `tests/src/parallel_training.rs` checks the two agree). Per layer: five hidden-sized tensors
+/// of the norms and residuals (sequence-sharded under sequence parallelism), the two gathered
+/// inputs of the projections, four head-sized tensors of the local heads (queries, keys and values
+/// at the query heads, rotated, and the attention output), the scores three times in f32 (raw,
+/// masked, probabilities) with their mask, and five FFN-sized tensors of SwiGLU (gate and up
+/// projections; sigmoid, SiLU and product, which selective checkpointing recomputes). Then the
+/// final norm and the local logits in f32.
 fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> u64 {
     let tensor = layout.tensor as u64;
     let tokens = (shape.seq_len * shape.micro_batch_rows) as u64;
@@ -110,26 +113,20 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
     let hidden = config.hidden_size as u64;
     let head_dim = config.head_dim() as u64;
     let local_heads = config.num_heads as u64 / tensor;
-    let local_kv_heads = config.num_kv_heads as u64 / tensor;
     let local_ffn = config.ffn_size as u64 / tensor;
     let sequence_share = if layout.sequence_parallel { tensor } else { 1 };
 
     let layer_input = tokens * hidden * element / sequence_share;
-    let norms = 4 * layer_input;
+    let norms = 5 * layer_input;
     let gathered = 2 * tokens * hidden * element;
-    let projections = tokens * (local_heads + 2 * local_kv_heads) * head_dim * element;
-    let rotated = tokens * (local_heads + local_kv_heads) * head_dim * element;
-    let attention_core =
-        2 * rows * local_heads * seq * seq * 4 + tokens * local_heads * head_dim * element;
+    let attention_heads = 4 * tokens * local_heads * head_dim * element;
+    let scores = rows * local_heads * seq * seq;
+    // Three f32 copies and a one-byte mask.
+    let attention_core = scores * (3 * 4 + 1);
     let mlp_projections = 2 * tokens * local_ffn * element;
-    let mlp_activation = 2 * tokens * local_ffn * element;
-    let whole_layer = norms
-        + gathered
-        + projections
-        + rotated
-        + attention_core
-        + mlp_projections
-        + mlp_activation;
+    let mlp_activation = 3 * tokens * local_ffn * element;
+    let whole_layer =
+        norms + gathered + attention_heads + attention_core + mlp_projections + mlp_activation;
 
     let layers = config.num_layers as u64;
     let per_model = match shape.checkpointing {
@@ -142,8 +139,8 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
                 + mlp_activation
         }
     };
-    // The loss: the local logits and their log-probabilities, in f32.
-    let head = 2 * tokens * (config.vocab_size as u64 / tensor) * 4;
+    // The final norm's input and output, and the local logits in f32.
+    let head = 2 * tokens * hidden * element + tokens * (config.vocab_size as u64 / tensor) * 4;
     per_model + head
 }
 
