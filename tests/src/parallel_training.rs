@@ -208,8 +208,8 @@ fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
 /// A tensor-parallel run checkpoints one model file per rank, any other run the whole model; any
 /// layout resumes from either: a run of tensor-parallel pairs resumed on one device, one device
 /// resumed as tensor-parallel pairs with sequence parallelism, and ZeRO-1 pairs resumed as
-/// tensor-parallel pairs continue as one device would (the AdamW moments are joined and split
-/// too).
+/// tensor-parallel pairs, and dp 4 resumed as dp 2 with ZeRO-1 continue as one device would (the
+/// AdamW moments are joined and split too).
 #[test]
 fn checkpoints_resume_across_tensor_parallel_layouts() {
     let _random = crate::support::exclusive_random();
@@ -225,11 +225,17 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
         zero1: true,
         ..ONE_DEVICE
     };
+    let quads = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let data_quads = Layout {
+        data: 4,
+        ..ONE_DEVICE
+    };
     let expected = run(&single, ONE_DEVICE);
     let orders = [
         ((&pairs, tensor_pairs), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&pairs, tensor_pairs)),
         ((&pairs, zero_pairs), (&pairs, tensor_pairs)),
+        ((&quads, data_quads), (&pairs, zero_pairs)),
     ];
     for ((first_device, first), (then_device, then)) in orders {
         let out = tempfile::tempdir().unwrap();

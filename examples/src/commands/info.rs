@@ -67,6 +67,12 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         "--device-memory must be a positive number of GiB, got {}",
         args.device_memory
     );
+    // The same rules as `hlat pretrain` (TrainConfig::validate): no flag is silently ignored.
+    anyhow::ensure!(
+        !args.sequence_parallel || args.tp > 1,
+        "--sequence-parallel needs --tp above 1"
+    );
+    anyhow::ensure!(!args.zero1 || args.dp > 1, "--zero1 needs --dp above 1");
     hlat::parallel::check_degree(config, args.tp)
         .map_err(|reason| anyhow::anyhow!("--tp: {reason}"))?;
     let seq_len = args.seq_len.unwrap_or(config.max_seq_len);
@@ -79,7 +85,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     let layout = ParallelLayout {
         data: args.dp,
         tensor: args.tp,
-        sequence_parallel: args.sequence_parallel && args.tp > 1,
+        sequence_parallel: args.sequence_parallel,
         zero1: args.zero1,
     };
     let shape = StepShape {
