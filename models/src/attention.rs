@@ -6,7 +6,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Tensor};
 
-use crate::cache::KvCache;
+use crate::cache::{CacheWrite, KvCache};
 use crate::config::HlatConfig;
 use crate::linear::projection;
 use crate::rotary::RotaryTables;
@@ -41,6 +41,8 @@ pub enum Context<'a, B: Backend> {
         cache: &'a mut KvCache<B>,
         /// The index of this layer in it.
         layer: usize,
+        /// Where this pass writes and what its queries see.
+        write: &'a CacheWrite<B>,
     },
 }
 
@@ -103,22 +105,25 @@ impl<B: Backend> Attention<B> {
         let [batch, _, seq, _] = queries.dims();
         let dtype = queries.dtype();
         let device = queries.device();
-        let (keys, values, past) = match context {
-            Context::Full => (keys, values, 0),
-            Context::Cached { cache, layer } => {
-                let past = cache.len();
-                let (keys, values) = cache.append(layer, keys, values);
-                (keys, values, past)
+        let (keys, values, future) = match context {
+            Context::Full => {
+                let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
+                (keys, values, future)
             }
+            Context::Cached {
+                cache,
+                layer,
+                write,
+            } => cache.write(layer, keys, values, write),
         };
-        let total = past + seq;
+        let total = keys.dims()[2];
         let keys = self.repeat_kv(keys);
         let values = self.repeat_kv(values);
 
         let scale = (self.head_dim as f64).powf(-0.5);
         let scores = queries.matmul(keys.swap_dims(2, 3)) * scale;
-        // Query i (absolute position past + i) sees keys 0 ..= past + i.
-        let future = Tensor::<B, 2, Bool>::tril_mask([seq, total], past as i64, &device)
+        // Query i sees the keys up to its own position.
+        let future = future
             .unsqueeze::<4>()
             .expand([batch, self.num_heads, seq, total]);
         let scores = scores.mask_fill(future, f32::NEG_INFINITY);

@@ -1,31 +1,69 @@
-//! The key/value cache of incremental decoding.
+//! The key/value cache of incremental decoding, with a fixed capacity so that every decoding
+//! step is the same program on a compiled device.
+//!
+//! The cache is allocated once, `[batch, kv_heads, capacity, head_dim]` per layer. New keys and
+//! values are written at the current position by a placement matrix (a one-hot `[capacity, seq]`
+//! made on the host) and attention masks out positions not yet written by comparing key slots
+//! with the query positions, also made on the host. The position is data, never a shape or a
+//! slice bound: decoding token 10 and token 1000 run the same program (as NeuronX Distributed
+//! Inference does with its static KV cache).
 
-use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, DType, Tensor, TensorData};
 
-/// Keys and values of one layer, `[batch, kv_heads, positions, head_dim]`, after rotary.
+use crate::config::HlatConfig;
+
+/// Keys and values of one layer, `[batch, kv_heads, capacity, head_dim]`, after rotary.
 #[derive(Debug, Clone)]
-pub struct LayerCache<B: Backend> {
+struct LayerCache<B: Backend> {
     keys: Tensor<B, 4>,
     values: Tensor<B, 4>,
 }
 
-/// Keys and values of every layer for the positions already processed.
+/// Keys and values of every layer for up to `capacity` positions.
 ///
-/// Create it empty with [`KvCache::new`], then pass it to [`crate::Hlat::forward_cached`]
-/// with the prompt and, afterwards, one new token at a time.
+/// Create it with [`KvCache::new`], then pass it to [`crate::Hlat::forward_cached`] with the
+/// prompt and, afterwards, one new token at a time.
 #[derive(Debug, Clone)]
 pub struct KvCache<B: Backend> {
-    layers: Vec<Option<LayerCache<B>>>,
+    layers: Vec<LayerCache<B>>,
     len: usize,
+    capacity: usize,
+}
+
+/// Where one forward pass writes into the cache and what its queries see, as run-time data
+/// (made by [`KvCache::write_for`]).
+#[derive(Debug, Clone)]
+pub struct CacheWrite<B: Backend> {
+    /// `[capacity, seq]`: 1 where slot `c` receives input position `s`.
+    placement: Tensor<B, 2>,
+    /// `[capacity]`: 1 for the slots kept, 0 for those overwritten.
+    keep: Tensor<B, 1>,
+    /// `[seq, capacity]`: true where a key slot lies after the query's position (or is unwritten).
+    future: Tensor<B, 2, Bool>,
 }
 
 impl<B: Backend> KvCache<B> {
-    /// An empty cache for a model of `num_layers` layers.
-    pub fn new(num_layers: usize) -> Self {
+    /// An empty cache of `capacity` positions for `batch` rows of a model of `config`, in
+    /// `dtype` on `device`.
+    pub fn new(
+        config: &HlatConfig,
+        batch: usize,
+        capacity: usize,
+        dtype: DType,
+        device: &B::Device,
+    ) -> Self {
+        let shape = [batch, config.num_kv_heads, capacity, config.head_dim()];
+        let zeros = || Tensor::<B, 4>::zeros(shape, device).cast(dtype);
         Self {
-            layers: vec![None; num_layers],
+            layers: (0..config.num_layers)
+                .map(|_| LayerCache {
+                    keys: zeros(),
+                    values: zeros(),
+                })
+                .collect(),
             len: 0,
+            capacity,
         }
     }
 
@@ -39,27 +77,77 @@ impl<B: Backend> KvCache<B> {
         self.len == 0
     }
 
-    /// Appends `keys`/`values` of `layer` and returns all keys and values cached for it.
-    pub(crate) fn append(
+    /// The number of positions the cache holds at most.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The run-time data of a forward pass over `seq` positions from [`KvCache::len`].
+    ///
+    /// # Panics
+    /// When the positions do not fit the capacity.
+    pub fn write_for(&self, seq: usize, device: &B::Device) -> CacheWrite<B> {
+        let (start, capacity) = (self.len, self.capacity);
+        assert!(
+            start + seq <= capacity,
+            "positions {start}..{} exceed the cache's capacity of {capacity}",
+            start + seq
+        );
+        let mut placement = vec![0f32; capacity * seq];
+        let mut keep = vec![1f32; capacity];
+        for position in 0..seq {
+            placement[(start + position) * seq + position] = 1.0;
+            keep[start + position] = 0.0;
+        }
+        let future: Vec<bool> = (0..seq)
+            .flat_map(|query| (0..capacity).map(move |slot| slot > start + query))
+            .collect();
+        CacheWrite {
+            placement: Tensor::from_data(TensorData::new(placement, [capacity, seq]), device),
+            keep: Tensor::from_data(TensorData::new(keep, [capacity]), device),
+            future: Tensor::from_data(TensorData::new(future, [seq, capacity]), device),
+        }
+    }
+
+    /// Writes `keys`/`values` `[batch, kv_heads, seq, head_dim]` of `layer` where `write`
+    /// places them; returns the layer's whole cache and the mask of the slots each query must not
+    /// see, `[seq, capacity]`.
+    pub(crate) fn write(
         &mut self,
         layer: usize,
         keys: Tensor<B, 4>,
         values: Tensor<B, 4>,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        let entry = match self.layers[layer].take() {
-            Some(cached) => LayerCache {
-                keys: Tensor::cat(vec![cached.keys, keys], 2),
-                values: Tensor::cat(vec![cached.values, values], 2),
-            },
-            None => LayerCache { keys, values },
+        write: &CacheWrite<B>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 2, Bool>) {
+        let dtype = keys.dtype();
+        let placement = write.placement.clone().cast(dtype).unsqueeze::<4>();
+        let keep = write
+            .keep
+            .clone()
+            .cast(dtype)
+            .reshape([1, 1, self.capacity, 1]);
+        // One non-zero term per written slot: the new values land exactly.
+        let place = |cached: Tensor<B, 4>, new: Tensor<B, 4>| {
+            cached * keep.clone() + placement.clone().matmul(new)
         };
-        let all = (entry.keys.clone(), entry.values.clone());
-        self.layers[layer] = Some(entry);
-        all
+        let entry = &mut self.layers[layer];
+        entry.keys = place(entry.keys.clone(), keys);
+        entry.values = place(entry.values.clone(), values);
+        (
+            entry.keys.clone(),
+            entry.values.clone(),
+            write.future.clone(),
+        )
     }
 
     /// Records that `count` more positions have been processed by every layer.
     pub(crate) fn advance(&mut self, count: usize) {
         self.len += count;
+    }
+
+    /// Forgets positions from `len` on (they are overwritten by the next writes and masked until
+    /// then): after a prompt padded to a bucket, the cache continues from the prompt's length.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
     }
 }

@@ -210,28 +210,49 @@ pub fn generate<B: Backend>(
     options.sampling.validate()?;
 
     let device = model.embed_tokens.weight.device();
+    let dtype = model.embed_tokens.weight.val().dtype();
     let mut rng = StdRng::seed_from_u64(options.seed);
-    let mut cache = KvCache::new(config.num_layers);
+    // One cache of the model's whole context, one program per prompt bucket, one for every
+    // decoding step.
+    let mut cache = KvCache::new(config, 1, config.max_seq_len, dtype, &device);
+    let bucket = prompt_bucket(prompt.len(), config.max_seq_len);
+    let mut padded: Vec<u32> = prompt.to_vec();
+    padded.resize(bucket, config.pad_token_id.unwrap_or(0));
+    let mut logits =
+        model.forward_cached_at(token_ids(&padded, &device), &mut cache, prompt.len() - 1);
+    cache.truncate(prompt.len());
     let mut generated = Vec::with_capacity(options.max_new_tokens);
-    let mut input: Vec<u32> = prompt.to_vec();
     while generated.len() < options.max_new_tokens {
-        let ids = input.iter().map(|&id| id as i64).collect::<Vec<_>>();
-        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, input.len()]), &device);
-        let logits = model
-            .forward_cached_last(ids, &mut cache)
+        let values = logits
             .cast(DType::F32)
             .into_data()
             .into_vec::<f32>()
             .map_err(|error| GenerateError::ReadLogits(format!("{error:?}")))?;
-        let token = options.sampling.pick(&logits, &mut rng);
+        let token = options.sampling.pick(&values, &mut rng);
         generated.push(token);
         on_token(token);
-        if options.stop_ids.contains(&token) {
+        if options.stop_ids.contains(&token) || generated.len() == options.max_new_tokens {
             break;
         }
-        input = vec![token];
+        logits = model.forward_cached_last(token_ids(&[token], &device), &mut cache);
     }
     Ok(generated)
+}
+
+/// The smallest prompt length of the buckets 16, 32, 64, … that holds `len` tokens, at most
+/// `capacity`: prompts padded to it share a program.
+pub fn prompt_bucket(len: usize, capacity: usize) -> usize {
+    let mut bucket = 16;
+    while bucket < len {
+        bucket *= 2;
+    }
+    bucket.min(capacity).max(len)
+}
+
+/// `ids` as a `[1, len]` batch.
+fn token_ids<B: Backend>(ids: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
+    let values: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
+    Tensor::from_data(TensorData::new(values, [1, ids.len()]), device)
 }
 
 #[cfg(test)]

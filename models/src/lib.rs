@@ -33,7 +33,7 @@ mod staging;
 
 pub use attention::Attention;
 pub use block::DecoderLayer;
-pub use cache::KvCache;
+pub use cache::{CacheWrite, KvCache};
 pub use config::{ConfigError, HlatConfig};
 pub use mlp::Mlp;
 pub use model::Hlat;

@@ -4,7 +4,7 @@ use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Int, Tensor};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use crate::attention::Context;
 use crate::block::DecoderLayer;
@@ -89,9 +89,25 @@ impl<B: Backend> Hlat<B> {
         input_ids: Tensor<B, 2, Int>,
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 2> {
+        let [_, seq] = input_ids.dims();
+        self.forward_cached_at(input_ids, cache, seq - 1)
+    }
+
+    /// Logits `[batch, vocab]` of input position `position`, extending `cache` by every input
+    /// position. The position is a run-time index, not part of the program: prompts padded to
+    /// one length run the same program whatever their real length.
+    pub fn forward_cached_at(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        cache: &mut KvCache<B>,
+        position: usize,
+    ) -> Tensor<B, 2> {
+        let device = input_ids.device();
         let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
-        let [batch, seq, _] = hidden.dims();
-        let logits = self.head(hidden.narrow(1, seq - 1, 1), &Unsharded);
+        let [batch, _, _] = hidden.dims();
+        let index = TensorData::new(vec![position as i64], [1]);
+        let index = Tensor::<B, 1, Int>::from_data(index, &device);
+        let logits = self.head(hidden.select(1, index), &Unsharded);
         let vocab = logits.dims()[2];
         logits.reshape([batch, vocab])
     }
@@ -165,16 +181,19 @@ impl<B: Backend> Hlat<B> {
         exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
         let [_, seq] = input_ids.dims();
+        let device = input_ids.device();
         let start = cache.as_ref().map_or(0, |cache| cache.len());
-        let rotary = self.rotary(start, seq, &input_ids.device());
+        let rotary = self.rotary(start, seq, &device);
+        let write = cache.as_ref().map(|cache| cache.write_for(seq, &device));
         let mut x = self.embed(input_ids, exchange);
         for (index, layer) in self.layers.iter().enumerate() {
-            let context = match cache.as_deref_mut() {
-                Some(cache) => Context::Cached {
+            let context = match (cache.as_deref_mut(), &write) {
+                (Some(cache), Some(write)) => Context::Cached {
                     cache,
                     layer: index,
+                    write,
                 },
-                None => Context::Full,
+                _ => Context::Full,
             };
             x = layer.forward(x, &rotary, context, exchange);
         }

@@ -17,6 +17,8 @@ mod autodiff;
 #[cfg(test)]
 mod differential;
 #[cfg(test)]
+mod generation;
+#[cfg(test)]
 mod hlat_training;
 #[cfg(test)]
 mod neuron_operators;

@@ -175,11 +175,6 @@ impl<T: Target> DeviceExecutor<T> {
                 StatsCounters::add(&self.counters.compiles, 1);
                 if let Some(bytes) = self.target.scratch_bytes(&program) {
                     StatsCounters::raise(&self.counters.largest_scratch_bytes, bytes);
-                    eprintln!(
-                        "DEBUG {} scratch {bytes} ops {}",
-                        lowered.module.name,
-                        lowered.outputs.len()
-                    );
                 }
                 StatsCounters::add(&self.counters.compile_micros, (seconds * 1e6) as u64);
                 log::info!(

@@ -248,8 +248,15 @@ pub fn lower_segment_with(
             operation: "inputs".into(),
             reason,
         })?;
+    // Operations are numbered in the module's metadata without the drops, which lower to
+    // nothing: a segment that also releases tensors of earlier segments is the same module, so
+    // the same compiled program (a new generation after an old one, say).
+    let mut number = 0;
     for (index, operation) in operations.iter().enumerate() {
-        lowering.builder.op_name = format!("{index}:{}", operation_name(operation));
+        lowering.builder.op_name = format!("{number}:{}", operation_name(operation));
+        if !matches!(operation, OperationIr::Drop(_)) {
+            number += 1;
+        }
         lowering
             .lower(operation)
             .map_err(|error| error.at(index, operation))?;

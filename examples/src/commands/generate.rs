@@ -59,6 +59,10 @@ pub struct GenerateArgs {
     /// Output: `text` or `ids`.
     #[arg(long, value_enum, default_value = "text")]
     pub format: OutputFormat,
+    /// Print the device's statistics at the end (operations, segments, `compiles: N`, cache
+    /// hits, host fallbacks, bytes moved).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// Runs `hlat generate`.
@@ -120,6 +124,18 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             }
             println!();
         }
+    }
+    if args.stats {
+        let stats = burn_trainium::stats(&device);
+        println!("device: {device}");
+        println!("operations captured: {}", stats.operations_captured);
+        println!("segments run: {}", stats.segments_run);
+        println!("compiles: {}", stats.compiles);
+        println!("compile seconds: {:.2}", stats.compile_seconds);
+        println!("cache hits: {}", stats.cache_hits);
+        println!("host fallbacks: {}", stats.host_fallbacks);
+        println!("bytes to device: {}", stats.bytes_to_device);
+        println!("bytes to host: {}", stats.bytes_to_host);
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 use burn::backend::NdArray;
 use burn::module::Module;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData, Tolerance};
+use burn::tensor::{DType, Int, Tensor, TensorData, Tolerance};
 use burn_store::ModuleSnapshot;
 use burn_trainium::{Trainium, TrainiumDevice};
 use hlat::{Hlat, HlatConfig, KvCache};
@@ -62,7 +62,13 @@ fn cached_decoding_equals_full_recompute() {
     let (config, model) = test_model();
     let device = Default::default();
     let full = model.forward(ids::<Reference>(BATCH, &device));
-    let mut cache = KvCache::new(config.num_layers);
+    let mut cache = KvCache::new(
+        &config,
+        BATCH.len(),
+        config.max_seq_len,
+        DType::F32,
+        &device,
+    );
     let prefix = 3;
     let mut pieces = vec![model.forward_cached(
         ids::<Reference>(BATCH, &device).narrow(1, 0, prefix),

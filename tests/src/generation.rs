@@ -1,0 +1,61 @@
+//! Generation on a compiled device runs a fixed set of programs: the fixture's greedy
+//! continuation on `xla` equals Hugging Face's, compiling one program for the prompt's bucket and
+//! one for every decoding step; a second prompt of another length in the same bucket, decoding
+//! further, compiles nothing new.
+
+use burn_trainium::{Trainium, reset_stats, stats};
+use hlat::generate::{GenerationOptions, Sampling, generate};
+
+use crate::support::xla;
+
+fn ids(value: &serde_json::Value) -> Vec<u32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn greedy_generation_on_xla_compiles_a_fixed_set_of_programs() {
+    let device = xla();
+    let fixture =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/hf-tiny-llama");
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap())
+            .unwrap();
+    let (config, model) =
+        hlat::hf::import_hf::<Trainium>(&fixture, &device, hlat::hf::WeightDtype::F32).unwrap();
+    // The import's own operations run before generation starts.
+    <Trainium as burn::tensor::backend::Backend>::sync(&device).unwrap();
+    let prompt = ids(&expected["greedy_prompt"]);
+    let continuation = ids(&expected["greedy_continuation"]);
+    let options = |max_new_tokens| GenerationOptions {
+        max_new_tokens,
+        sampling: Sampling::Greedy,
+        seed: 0,
+        stop_ids: vec![config.eos_token_id],
+    };
+
+    reset_stats(&device);
+    let generated = generate(&model, &prompt, &options(continuation.len()), |_| {}).unwrap();
+    assert_eq!(generated, continuation);
+    let first = stats(&device).compiles;
+    assert_eq!(
+        first,
+        2,
+        "{} tokens: one program for the prompt's bucket, one for every decoding step",
+        continuation.len()
+    );
+
+    // Another prompt length in the same bucket, more tokens: the same programs.
+    let longer: Vec<u32> = prompt.iter().chain(&prompt[..2]).copied().collect();
+    assert_eq!(
+        hlat::generate::prompt_bucket(longer.len(), config.max_seq_len),
+        hlat::generate::prompt_bucket(prompt.len(), config.max_seq_len)
+    );
+    let more = (config.max_seq_len - longer.len()).min(3 * continuation.len());
+    generate(&model, &longer, &options(more), |_| {}).unwrap();
+    assert_eq!(stats(&device).compiles, first, "no new program");
+}
