@@ -1,13 +1,11 @@
 //! One optimizer step: accumulate micro-batch gradients, measure the global norm, skip the
 //! update on a non-finite loss or gradient, clip, and let the optimizer update the model.
 //!
-//! burn-train 0.21's `Learner` drives epochs of a `DataLoader`: it steps the LR scheduler once per
-//! micro-batch, sums accumulated gradients without averaging, has no place for a global-norm
-//! clip or a non-finite check between accumulation and update, and checkpoints per epoch without
-//! the data sampler. So this step loop is ours, while the model side stays Burn's:
-//! [`TrainStep::step`] computes each micro-batch's gradients, [`TrainStep::optimize`] applies
-//! the update through a regular `burn::optim::Optimizer`, and validation runs
-//! `InferenceStep::step` on `model.valid()`.
+//! [`step_gradients`] is the recipe's step, shared by [`crate::learner::HlatStrategy`] (which
+//! `hlat pretrain` and Burn users run inside burn-train's `Learner`) and by [`Trainer`], the same
+//! step without the `Learner` (benchmarks, and the reference the tests compare the strategy
+//! with). The model side stays Burn's: [`TrainStep::step`] computes each micro-batch's gradients,
+//! [`TrainStep::optimize`] applies the update through a regular `burn::optim::Optimizer`.
 
 use burn::module::Module;
 use burn::optim::{GradientsAccumulator, GradientsParams};

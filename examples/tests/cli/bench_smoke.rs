@@ -153,8 +153,10 @@ fn bench_ops_on_xla_reports_no_rate_above_the_measured_peak() {
         .filter(|operation| operation["unit"] == "GFLOP/s")
     {
         let rate = operation["throughput"].as_f64().unwrap() * 1e9;
+        // The peak is itself a timed matmul, so a rate may exceed it by timing noise; a bench that
+        // skipped the work would exceed it many times over.
         assert!(
-            rate > 0.0 && rate <= peak,
+            rate > 0.0 && rate <= 1.5 * peak,
             "{} runs at {:.1} GFLOP/s, above the measured peak of {:.1}",
             operation["operation"],
             rate / 1e9,
