@@ -129,14 +129,7 @@ pub fn load_native<B: Backend>(
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             });
         }
-        let mut store = BurnpackStore::from_file(&weights);
-        let stored = store
-            .get_all_snapshots()
-            .map_err(|error| CheckpointError::Burnpack {
-                path: weights.clone(),
-                message: error.to_string(),
-            })?
-            .clone();
+        let stored = read_burnpack(&weights)?;
         (weights, stored)
     };
     let burnpack_error = |message: String| CheckpointError::Burnpack {
@@ -165,6 +158,19 @@ pub fn load_native<B: Backend>(
         return Err(burnpack_error(format!("unexpected tensor `{path}`")));
     }
     Ok((config, model))
+}
+
+/// The tensors of a burnpack file by parameter path (read lazily, when their data is asked for).
+pub(crate) fn read_burnpack(
+    path: &Path,
+) -> Result<std::collections::BTreeMap<String, burn_store::TensorSnapshot>, CheckpointError> {
+    BurnpackStore::from_file(path)
+        .get_all_snapshots()
+        .cloned()
+        .map_err(|error| CheckpointError::Burnpack {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })
 }
 
 /// Loads a model from a native checkpoint, a Hugging Face folder (weights as f32) or a training

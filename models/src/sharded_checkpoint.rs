@@ -19,12 +19,12 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Tensor, TensorData};
-use burn_store::{BurnpackStore, BurnpackWriter, ModuleSnapshot, ModuleStore, TensorSnapshot};
+use burn_store::{BurnpackWriter, ModuleSnapshot, TensorSnapshot};
 use burn_trainium::collective::{self, CollectiveBackend};
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
-use crate::checkpoint::{CheckpointError, NATIVE_CONFIG_FILE};
+use crate::checkpoint::{CheckpointError, NATIVE_CONFIG_FILE, read_burnpack};
 use crate::config::HlatConfig;
 use crate::hf;
 use crate::model::Hlat;
@@ -124,11 +124,7 @@ pub fn read_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, Check
                 format!("missing: the checkpoint has {} ranks", layout.degree),
             ));
         }
-        let mut store = BurnpackStore::from_file(&path);
-        let snapshots = store
-            .get_all_snapshots()
-            .map_err(|error| shard_error(&path, error.to_string()))?
-            .clone();
+        let snapshots = read_burnpack(&path)?;
         ranks.push((path, snapshots));
     }
     let (first_path, first) = &ranks[0];

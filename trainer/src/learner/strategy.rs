@@ -134,6 +134,7 @@ where
                     Some(lr),
                 );
                 processor.process_train(LearnerEvent::ProcessedItem(item));
+                let seconds = started.elapsed().as_secs_f64();
 
                 next = items.by_ref().take(accumulation).collect();
                 let last = next.is_empty() || interrupter.should_stop();
@@ -144,7 +145,6 @@ where
                     .then(|| validate::<B, O>(&model, &dataloader_valid, &mut processor, &global))
                     .flatten();
                 if let Some(observer) = &self.observer {
-                    let seconds = started.elapsed().as_secs_f64();
                     let observed = ObservedStep {
                         model: &model,
                         progress,
@@ -163,7 +163,7 @@ where
             }
             processor.process_train(LearnerEvent::EndEpoch(epoch));
             if !validated {
-                // An epoch without steps, or one interrupted before its last step.
+                // An epoch without steps.
                 validate::<B, O>(&learner.model(), &dataloader_valid, &mut processor, &global);
             }
             processor.process_valid(LearnerEvent::EndEpoch(epoch));
