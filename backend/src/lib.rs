@@ -42,7 +42,7 @@ pub use error::BackendError;
 pub use executor::neuron;
 pub use executor::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES,
-    PLUGIN_ENV,
+    PLUGIN_ENV, XLA_CACHE_ENV,
 };
 pub use stats::{Stats, reset_stats, stats};
 

@@ -14,6 +14,7 @@ pub(crate) struct StatsCounters {
     pub compiles: AtomicU64,
     pub compile_micros: AtomicU64,
     pub cache_hits: AtomicU64,
+    pub programs_loaded: AtomicU64,
     pub host_fallbacks: AtomicU64,
     pub collectives: AtomicU64,
     pub collective_bytes: AtomicU64,
@@ -50,6 +51,7 @@ impl StatsCounters {
             compiles: load(&self.compiles),
             compile_seconds: load(&self.compile_micros) as f64 * 1e-6,
             cache_hits: load(&self.cache_hits),
+            programs_loaded: load(&self.programs_loaded),
             host_fallbacks: load(&self.host_fallbacks),
             collectives: load(&self.collectives),
             collective_bytes: load(&self.collective_bytes),
@@ -70,6 +72,7 @@ impl StatsCounters {
             &self.compiles,
             &self.compile_micros,
             &self.cache_hits,
+            &self.programs_loaded,
             &self.host_fallbacks,
             &self.collectives,
             &self.collective_bytes,
@@ -98,8 +101,11 @@ pub struct Stats {
     pub compiles: u64,
     /// Seconds spent compiling.
     pub compile_seconds: f64,
-    /// Segments whose program was found in the compile cache.
+    /// Segments whose program was found in a compile cache (in memory or on disk).
     pub cache_hits: u64,
+    /// Programs loaded compiled from a cache on disk (the NEFF cache, the `xla` persistent
+    /// cache) instead of compiled: with `compiles`, the programs this process needed.
+    pub programs_loaded: u64,
     /// Operations that had no lowering and ran on the host executor instead.
     pub host_fallbacks: u64,
     /// Collectives that exchanged data between replicas (each run of each one).

@@ -4,6 +4,7 @@
 //! - `differential`: every operation family on `Trainium`'s `host` and `xla` executors against
 //!   `burn-ndarray`, in f32 and bf16, with one tolerance table (`support`);
 //! - `autodiff`: gradients against `Autodiff<NdArray>`;
+//! - `evaluation` and `generation`: fixed sets of programs on a compiled device;
 //! - `hlat_training`: the real HLAT model trained for a few steps with the project's trainer on
 //!   `host` and `xla`, against `NdArray`;
 //! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
@@ -16,6 +17,8 @@
 mod autodiff;
 #[cfg(test)]
 mod differential;
+#[cfg(test)]
+mod evaluation;
 #[cfg(test)]
 mod generation;
 #[cfg(test)]

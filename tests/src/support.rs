@@ -269,3 +269,10 @@ pub fn mask<B: Backend, const D: usize>(
         .collect();
     Tensor::from_data(TensorData::new(values, shape), device)
 }
+
+/// The programs `device` needed since its statistics were reset: those compiled and those loaded
+/// compiled from the persistent compile cache (warm when the tests ran before on this machine).
+pub fn programs(device: &TrainiumDevice) -> u64 {
+    let stats = stats(device);
+    stats.compiles + stats.programs_loaded
+}

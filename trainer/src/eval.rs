@@ -25,7 +25,8 @@ pub struct EvalReport {
 }
 
 /// Measures `model` on up to `rows` validation rows of `data`, split and cut as a run with
-/// `config` does (`seq_len`, seed and corpus budgets), in batches of `micro_batch_rows`.
+/// `config` does (`seq_len`, seed and corpus budgets), in batches of `micro_batch_rows` (the
+/// last one padded to that size).
 pub fn evaluate_model<B: CollectiveBackend>(
     model: Hlat<B>,
     data: &DataChoice,
@@ -57,9 +58,12 @@ pub fn evaluate_model<B: CollectiveBackend>(
     }
     let model = LanguageModel::new(model, None);
     let tokens = rows.len() * seq_len;
+    // Every batch has the same shape (the last one padded), so evaluation runs one program
+    // whatever the number of rows.
+    let batch_rows = config.micro_batch_rows.max(1);
     let batches = rows
-        .chunks(config.micro_batch_rows.max(1))
-        .map(|chunk| LmBatch::from_rows(chunk, device))
+        .chunks(batch_rows)
+        .map(|chunk| LmBatch::padded(chunk, batch_rows, device))
         .collect();
     let loss = evaluate(&model, batches);
     Ok(EvalReport {

@@ -29,6 +29,10 @@ pub struct LanguageModel<B: Backend> {
     pub checkpointing: ActivationCheckpointing,
 }
 
+/// The target of a padding row's positions: never a token id (vocabularies stay below 2^31),
+/// and left out of the loss.
+pub const PADDING_TARGET: u32 = i32::MAX as u32;
+
 /// A batch of packed rows: inputs and the same rows shifted by one token as targets.
 #[derive(Debug, Clone)]
 pub struct LmBatch<B: Backend> {
@@ -36,6 +40,11 @@ pub struct LmBatch<B: Backend> {
     pub inputs: Tensor<B, 2, Int>,
     /// Next-token ids `[rows, seq_len]`.
     pub targets: Tensor<B, 2, Int>,
+    /// The target left out of the loss ([`PADDING_TARGET`] in batches padded to a fixed number
+    /// of rows, see [`LmBatch::padded`]).
+    pub ignore_id: Option<u32>,
+    /// Padding rows at the end of the batch (on each replica).
+    pub padding_rows: usize,
 }
 
 /// The loss of one batch, still on the device until synced.
@@ -99,9 +108,11 @@ impl<B: CollectiveBackend> LanguageModel<B> {
         let loss = match self.compute_cast {
             Some(dtype) => {
                 let model = self.hlat.clone().map(&mut CastParams { dtype });
-                model.loss_with(inputs, targets, None, exchange)
+                model.loss_with(inputs, targets, batch.ignore_id, exchange)
             }
-            None => self.hlat.loss_with(inputs, targets, None, exchange),
+            None => self
+                .hlat
+                .loss_with(inputs, targets, batch.ignore_id, exchange),
         };
         loss.cast(DType::F32)
     }
@@ -113,23 +124,42 @@ impl<B: Backend> LmBatch<B> {
     /// # Panics
     /// If `rows` is empty or the rows differ in length or are shorter than 2 tokens.
     pub fn from_rows(rows: &[Vec<u32>], device: &B::Device) -> Self {
-        let width = row_width(rows);
-        Self::shifted(Tensor::from_data(token_block(rows, width), device))
-    }
-
-    /// The batch of `tokens` `[rows, seq_len + 1]`: the first `seq_len` tokens of each row as
-    /// inputs, the last `seq_len` as targets.
-    fn shifted(tokens: Tensor<B, 2, Int>) -> Self {
-        let [count, width] = tokens.dims();
+        let (inputs, targets) = shifted_blocks(rows, row_width(rows), 0);
         Self {
-            inputs: tokens.clone().slice([0..count, 0..width - 1]),
-            targets: tokens.slice([0..count, 1..width]),
+            inputs: Tensor::from_data(inputs, device),
+            targets: Tensor::from_data(targets, device),
+            ignore_id: None,
+            padding_rows: 0,
         }
     }
 
-    /// Target tokens in the batch (on one replica).
+    /// Builds a batch of exactly `bucket_rows` rows from `rows` (at most that many), the rest
+    /// padding rows whose targets the loss leaves out: every batch of an evaluation has the same
+    /// shape, so a ragged last batch runs the same program as the others.
+    ///
+    /// # Panics
+    /// If `rows` is empty or longer than `bucket_rows`, or its rows differ in length or are
+    /// shorter than 2 tokens.
+    pub fn padded(rows: &[Vec<u32>], bucket_rows: usize, device: &B::Device) -> Self {
+        assert!(
+            rows.len() <= bucket_rows,
+            "{} rows do not fit a batch of {bucket_rows}",
+            rows.len()
+        );
+        let padding_rows = bucket_rows - rows.len();
+        let (inputs, targets) = shifted_blocks(rows, row_width(rows), padding_rows);
+        Self {
+            inputs: Tensor::from_data(inputs, device),
+            targets: Tensor::from_data(targets, device),
+            ignore_id: Some(PADDING_TARGET),
+            padding_rows,
+        }
+    }
+
+    /// Target tokens that count in the loss (on one replica): padding rows excluded.
     pub fn tokens(&self) -> usize {
-        self.targets.shape().num_elements()
+        let [rows, seq_len] = self.targets.dims();
+        (rows - self.padding_rows) * seq_len
     }
 }
 
@@ -141,8 +171,16 @@ impl<B: CollectiveBackend> LmBatch<B> {
     /// If the parts are empty, differ in shape, or hold rows shorter than 2 tokens.
     pub fn from_replica_rows(parts: &[&[Vec<u32>]], device: &B::Device) -> Self {
         let width = row_width(parts[0]);
-        let data = parts.iter().map(|rows| token_block(rows, width)).collect();
-        Self::shifted(collective::int_from_replicas(data, device))
+        let (inputs, targets) = parts
+            .iter()
+            .map(|rows| shifted_blocks(rows, width, 0))
+            .unzip();
+        Self {
+            inputs: collective::int_from_replicas(inputs, device),
+            targets: collective::int_from_replicas(targets, device),
+            ignore_id: None,
+            padding_rows: 0,
+        }
     }
 }
 
@@ -173,7 +211,7 @@ impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
             let (loss, grads) = self.hlat.loss_and_gradients(
                 batch.inputs,
                 batch.targets,
-                None,
+                batch.ignore_id,
                 self.exchange(),
                 self.checkpointing,
             );
@@ -226,19 +264,32 @@ fn row_width(rows: &[Vec<u32>]) -> usize {
     width
 }
 
-/// `rows` as one `[rows, width]` block of token ids.
+/// `rows` (of `width` tokens) as two `[rows + padding_rows, width - 1]` blocks of token ids: the
+/// inputs (each row without its last token) and the targets (each row without its first), then
+/// `padding_rows` rows of input 0 and target [`PADDING_TARGET`].
 ///
 /// # Panics
 /// If a row is not `width` tokens long.
-fn token_block(rows: &[Vec<u32>], width: usize) -> TensorData {
-    let ids: Vec<i64> = rows
-        .iter()
-        .flat_map(|row| {
-            assert_eq!(row.len(), width, "rows of one batch differ in length");
-            row.iter().map(|&id| i64::from(id))
-        })
-        .collect();
-    TensorData::new(ids, [rows.len(), width])
+fn shifted_blocks(
+    rows: &[Vec<u32>],
+    width: usize,
+    padding_rows: usize,
+) -> (TensorData, TensorData) {
+    let seq_len = width - 1;
+    let count = rows.len() + padding_rows;
+    let mut inputs = Vec::with_capacity(count * seq_len);
+    let mut targets = Vec::with_capacity(count * seq_len);
+    for row in rows {
+        assert_eq!(row.len(), width, "rows of one batch differ in length");
+        inputs.extend(row[..seq_len].iter().map(|&id| i64::from(id)));
+        targets.extend(row[1..].iter().map(|&id| i64::from(id)));
+    }
+    inputs.resize(count * seq_len, 0);
+    targets.resize(count * seq_len, i64::from(PADDING_TARGET));
+    (
+        TensorData::new(inputs, [count, seq_len]),
+        TensorData::new(targets, [count, seq_len]),
+    )
 }
 
 /// Casts every float parameter, keeping it in the autodiff graph of the original.

@@ -131,23 +131,33 @@ impl TrainiumClient {
             .store(state.live.bytes(), Ordering::Relaxed);
     }
 
-    /// Copies a tensor to the host (its first replica), running the waiting segment first.
+    /// Copies a tensor to the host (its first replica), running the waiting segment first if
+    /// the tensor depends on it.
     pub(crate) fn read_data(&self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
         self.read_with(tensor, |executor| executor.read(tensor))
     }
 
-    /// Copies every replica of a tensor to the host, running the waiting segment first.
+    /// Copies every replica of a tensor to the host, running the waiting segment first if the
+    /// tensor depends on it.
     pub(crate) fn read_replicas(&self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
         self.read_with(tensor, |executor| executor.read_replicas(tensor))
     }
 
+    /// Reads `tensor` with `read`. A tensor that already has its value is read without running
+    /// the waiting segment: a read from another thread (Burn's metrics run in one) must not cut
+    /// the segment this thread is capturing at a point that varies from step to step, which
+    /// would make each cut a new program.
     fn read_with<T>(
         &self,
         tensor: &TensorIr,
         read: impl FnOnce(&mut dyn Executor) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
         let mut state = self.lock();
-        self.flush(&mut state)?;
+        if state.segment.must_run_before_reading(tensor) {
+            self.flush(&mut state)?;
+        } else if let Some(error) = state.pending_error.take() {
+            return Err(error);
+        }
         let data = read(state.executor.as_mut())?;
         if tensor.status == TensorStatus::ReadWrite {
             state.live.remove(&tensor.id);

@@ -8,6 +8,10 @@ use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 #[derive(Debug, Default, Clone)]
 pub struct Segment {
     operations: Vec<OperationIr>,
+    /// The tensors the operations produce.
+    produced: HashSet<TensorId>,
+    /// The tensors the operations read.
+    read: HashSet<TensorId>,
 }
 
 /// What a segment exchanges with the tensors that live outside it.
@@ -25,7 +29,18 @@ pub struct SegmentBoundary {
 impl Segment {
     /// Appends one captured operation.
     pub fn push(&mut self, operation: OperationIr) {
+        self.produced
+            .extend(operation.outputs().map(|output| output.id));
+        self.read.extend(operation.inputs().map(|input| input.id));
         self.operations.push(operation);
+    }
+
+    /// Whether the segment must run before `tensor` is read: one of its operations produces the
+    /// tensor (it has no value yet), or reads it while this read is the tensor's last use (the
+    /// read releases it).
+    pub fn must_run_before_reading(&self, tensor: &TensorIr) -> bool {
+        self.produced.contains(&tensor.id)
+            || (tensor.status == TensorStatus::ReadWrite && self.read.contains(&tensor.id))
     }
 
     /// The captured operations in capture order.
@@ -162,5 +177,21 @@ mod tests {
         let boundary = segment.boundary();
         assert_eq!(boundary.released_inputs, vec![TensorId::new(7)]);
         assert_eq!(boundary.outputs.len(), 1);
+    }
+
+    #[test]
+    fn a_read_waits_for_the_segment_only_when_the_tensor_depends_on_it() {
+        use TensorStatus::{ReadOnly, ReadWrite};
+        let mut segment = Segment::default();
+        segment.push(exp(tensor(1, ReadOnly), 2));
+        // Produced by the segment: no value yet.
+        assert!(segment.must_run_before_reading(&tensor(2, ReadOnly)));
+        // Read by the segment: a shared read can go first, a last use (which releases it) cannot.
+        assert!(!segment.must_run_before_reading(&tensor(1, ReadOnly)));
+        assert!(segment.must_run_before_reading(&tensor(1, ReadWrite)));
+        // Untouched by the segment.
+        assert!(!segment.must_run_before_reading(&tensor(3, ReadWrite)));
+        segment.take();
+        assert!(!segment.must_run_before_reading(&tensor(2, ReadOnly)));
     }
 }

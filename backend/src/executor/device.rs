@@ -23,7 +23,8 @@ use crate::{BackendError, TrainiumDevice};
 pub(crate) enum CompileOutcome {
     /// Compiled now, in `seconds`.
     Compiled { seconds: f64 },
-    /// Found compiled in a cache outside the process (the NEFF cache).
+    /// Found compiled in a cache outside the process (the NEFF cache, the `xla` persistent
+    /// cache).
     Cached,
 }
 
@@ -170,12 +171,12 @@ impl<T: Target> DeviceExecutor<T> {
             log::warn!("could not dump {}: {error}", lowered.module.name);
         }
         let (program, outcome) = self.target.compile(lowered)?;
+        if let Some(bytes) = self.target.scratch_bytes(&program) {
+            StatsCounters::raise(&self.counters.largest_scratch_bytes, bytes);
+        }
         match outcome {
             CompileOutcome::Compiled { seconds } => {
                 StatsCounters::add(&self.counters.compiles, 1);
-                if let Some(bytes) = self.target.scratch_bytes(&program) {
-                    StatsCounters::raise(&self.counters.largest_scratch_bytes, bytes);
-                }
                 StatsCounters::add(&self.counters.compile_micros, (seconds * 1e6) as u64);
                 log::info!(
                     "{}: compiled {} ({} inputs, {} scalar packs, {} outputs, {} collectives) in \
@@ -189,7 +190,10 @@ impl<T: Target> DeviceExecutor<T> {
                     seconds * 1e3
                 );
             }
-            CompileOutcome::Cached => StatsCounters::add(&self.counters.cache_hits, 1),
+            CompileOutcome::Cached => {
+                StatsCounters::add(&self.counters.cache_hits, 1);
+                StatsCounters::add(&self.counters.programs_loaded, 1);
+            }
         }
         Ok(self.programs.insert(lowered, program))
     }

@@ -1,11 +1,13 @@
 //! Executors: what runs a captured segment. `host` replays it on `burn-flex`; `xla` and `neuron`
 //! are targets of the one [`DeviceExecutor`], which runs the segment's lowered programs.
 
+mod atomic_write;
 mod device;
 mod host;
 pub mod neuron;
 mod program_cache;
 mod xla;
+mod xla_cache;
 
 pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};
 pub(crate) use host::HostExecutor;
@@ -14,6 +16,7 @@ pub use xla::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES,
     PLUGIN_ENV,
 };
+pub use xla_cache::XLA_CACHE_ENV;
 
 use burn_backend::TensorData;
 use burn_ir::{TensorId, TensorIr};

@@ -13,6 +13,7 @@ use trainium_ffi::pjrt::{
     ProgramFormat,
 };
 
+use super::xla_cache::XlaDiskCache;
 use super::{CacheLimits, CompileOutcome, Target};
 use crate::lower::{LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
@@ -51,9 +52,11 @@ fn unavailable(reason: String) -> BackendError {
     }
 }
 
-/// The plugin and its one client, shared by every `xla` device of the process.
+/// The plugin and its one client, shared by every `xla` device of the process, with the
+/// persistent compile cache of its programs.
 struct Runtime {
     client: Client,
+    disk_cache: Option<XlaDiskCache>,
 }
 
 /// The plugin path and CPU device count from the values of `TRAINIUM_PJRT_PLUGIN` and
@@ -116,7 +119,8 @@ fn runtime() -> Result<Arc<Runtime>, BackendError> {
             .unwrap_or_else(|error| error.to_string()),
         client.devices().len()
     );
-    let runtime = Arc::new(Runtime { client });
+    let disk_cache = XlaDiskCache::from_env(&path);
+    let runtime = Arc::new(Runtime { client, disk_cache });
     runtimes.insert(path, runtime.clone());
     Ok(runtime)
 }
@@ -223,16 +227,42 @@ impl Target for XlaTarget {
     ) -> Result<(LoadedExecutable, CompileOutcome), BackendError> {
         let start = Instant::now();
         let device_ids: Vec<i64> = self.devices.iter().map(|device| device.id).collect();
+        let options = CompileOptions::replicated(&device_ids);
+        let cache = self.runtime.disk_cache.as_ref();
+        let entry = cache.map(|cache| cache.entry(&program.bytes, &options.encode()));
+        if let (Some(cache), Some(entry)) = (cache, &entry)
+            && let Some(serialized) = cache.load(entry)
+        {
+            match self.runtime.client.load_serialized(&serialized) {
+                Ok(executable) => {
+                    log::debug!("{}: loaded from {}", program.module.name, entry.display());
+                    return Ok((executable, CompileOutcome::Cached));
+                }
+                Err(error) => {
+                    log::warn!(
+                        "xla compile cache: {} does not load ({error}); compiling {} again",
+                        entry.display(),
+                        program.module.name
+                    );
+                    cache.evict(entry);
+                }
+            }
+        }
         let executable = self
             .runtime
             .client
-            .compile(
-                &program.bytes,
-                ProgramFormat::Hlo,
-                &CompileOptions::replicated(&device_ids),
-            )
+            .compile(&program.bytes, ProgramFormat::Hlo, &options)
             .map_err(|error| failure(format!("compiling {}: {error}", program.module.name)))?;
         let seconds = start.elapsed().as_secs_f64();
+        if let (Some(cache), Some(entry)) = (cache, &entry) {
+            match executable.serialize() {
+                Ok(serialized) => cache.store(entry, &serialized),
+                Err(error) => log::warn!(
+                    "xla compile cache: the plugin cannot serialize {}: {error}",
+                    program.module.name
+                ),
+            }
+        }
         Ok((executable, CompileOutcome::Compiled { seconds }))
     }
 

@@ -132,6 +132,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         println!("segments run: {}", stats.segments_run);
         println!("compiles: {}", stats.compiles);
         println!("compile seconds: {:.2}", stats.compile_seconds);
+        println!(
+            "programs loaded from the compile cache: {}",
+            stats.programs_loaded
+        );
         println!("cache hits: {}", stats.cache_hits);
         println!("host fallbacks: {}", stats.host_fallbacks);
         println!("bytes to device: {}", stats.bytes_to_device);

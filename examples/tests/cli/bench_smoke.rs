@@ -2,12 +2,15 @@
 //! is physically possible: no matmul beats the machine's measured peak (a benchmark that skipped
 //! the work would).
 
-use burn_trainium::PLUGIN_ENV;
+use burn_trainium::{PLUGIN_ENV, XLA_CACHE_ENV};
 
+/// Runs `hlat` in `folder`, without the persistent compile cache: the checks below count the
+/// compiles of each phase.
 fn hlat(arguments: &[&str], folder: &std::path::Path) -> std::process::Output {
     super::hlat()
         .args(arguments)
         .current_dir(folder)
+        .env(XLA_CACHE_ENV, "off")
         .output()
         .expect("running hlat")
 }

@@ -1,6 +1,7 @@
 //! The `hlat` command line end to end, in one binary: each test runs the built `hlat` program.
 
 mod bench_smoke;
+mod compile_cache_cli;
 mod convert_cli;
 mod data_cli;
 mod pretrain_cli;

@@ -173,6 +173,23 @@ impl Client {
         LoadedExecutable::new(self.handle.clone(), args.executable)
     }
 
+    /// Loads a program serialized by [`LoadedExecutable::serialize`] (with the same plugin and
+    /// compile options), without compiling it again.
+    pub fn load_serialized(&self, serialized: &[u8]) -> Result<LoadedExecutable, PjrtError> {
+        let plugin = &self.handle.plugin;
+        // SAFETY: a valid zeroed argument struct; `serialized` outlives the call.
+        let mut args = unsafe { raw::args::<raw::ExecutableDeserializeAndLoadArgs>() };
+        args.client = self.handle.raw;
+        args.serialized_executable = serialized.as_ptr() as *const c_char;
+        args.serialized_executable_size = serialized.len();
+        plugin.call(
+            "PJRT_Executable_DeserializeAndLoad",
+            plugin.api().executable_deserialize_and_load,
+            &mut args,
+        )?;
+        LoadedExecutable::new(self.handle.clone(), args.loaded_executable)
+    }
+
     /// Copies host data (dense, row-major, `dims` of `element_type`) to `device`.
     pub fn buffer_from_host(
         &self,

@@ -88,6 +88,38 @@ impl LoadedExecutable {
         })
     }
 
+    /// The plugin's serialization of the compiled program, for [`super::Client::load_serialized`]
+    /// in a later process (the format belongs to the plugin and its version).
+    pub fn serialize(&self) -> Result<Vec<u8>, PjrtError> {
+        self.with_executable(|plugin, executable| {
+            // SAFETY: a valid zeroed argument struct.
+            let mut args = unsafe { raw::args::<raw::ExecutableSerializeArgs>() };
+            args.executable = executable;
+            plugin.call(
+                "PJRT_Executable_Serialize",
+                plugin.api().executable_serialize,
+                &mut args,
+            )?;
+            let bytes = if args.serialized_bytes.is_null() {
+                Vec::new()
+            } else {
+                // SAFETY: the plugin returned that many bytes, alive until the deleter runs.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        args.serialized_bytes.cast::<u8>(),
+                        args.serialized_bytes_size,
+                    )
+                }
+                .to_vec()
+            };
+            if let Some(deleter) = args.serialized_executable_deleter {
+                // SAFETY: called once, on the serialization the plugin handed over.
+                unsafe { deleter(args.serialized_executable) };
+            }
+            Ok(bytes)
+        })
+    }
+
     /// Runs `query` on the `PJRT_Executable` behind this loaded executable, then releases it.
     fn with_executable<T>(
         &self,

@@ -91,14 +91,14 @@ pub struct Api {
     pub executable_get_cost_analysis: Unused,
     pub executable_output_memory_kinds: Unused,
     pub executable_optimized_program: Unused,
-    pub executable_serialize: Unused,
+    pub executable_serialize: Call<ExecutableSerializeArgs>,
     pub loaded_executable_destroy: Call<LoadedExecutableDestroyArgs>,
     pub loaded_executable_get_executable: Call<LoadedExecutableGetExecutableArgs>,
     pub loaded_executable_addressable_devices: Unused,
     pub loaded_executable_delete: Unused,
     pub loaded_executable_is_deleted: Unused,
     pub loaded_executable_execute: Call<ExecuteArgs>,
-    pub executable_deserialize_and_load: Unused,
+    pub executable_deserialize_and_load: Call<ExecutableDeserializeAndLoadArgs>,
     pub loaded_executable_fingerprint: Unused,
     pub buffer_destroy: Call<BufferDestroyArgs>,
     pub buffer_element_type: Unused,
@@ -343,6 +343,34 @@ pub struct LoadedExecutableDestroyArgs {
     pub struct_size: usize,
     pub extension_start: *mut c_void,
     pub executable: *mut PjrtLoadedExecutable,
+}
+
+/// An executable's serialization, owned by the plugin until its deleter runs.
+pub enum PjrtSerializedExecutable {}
+
+/// `PJRT_Executable_Serialize_Args`.
+#[repr(C)]
+pub struct ExecutableSerializeArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub executable: *const PjrtExecutable,
+    pub serialized_bytes: *const c_char,
+    pub serialized_bytes_size: usize,
+    pub serialized_executable: *mut PjrtSerializedExecutable,
+    pub serialized_executable_deleter: Option<unsafe extern "C" fn(*mut PjrtSerializedExecutable)>,
+}
+
+/// `PJRT_Executable_DeserializeAndLoad_Args` (the compile-option override and load options
+/// added after 0.90 stay zero: not set).
+#[repr(C)]
+pub struct ExecutableDeserializeAndLoadArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub client: *mut PjrtClient,
+    pub serialized_executable: *const c_char,
+    pub serialized_executable_size: usize,
+    pub loaded_executable: *mut PjrtLoadedExecutable,
+    pub _tail: [usize; 3],
 }
 
 #[repr(C)]

@@ -28,14 +28,18 @@ impl<B: CollectiveBackend> Batcher<B, Vec<u32>, LmBatch<B>> for LayoutBatcher {
     }
 }
 
-/// Makes each item of a Burn data loader one batch that every replica of the device sees whole
-/// (evaluation: the loss is the same on every replica).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RowsBatcher;
+/// Makes each item of a Burn data loader one batch of `rows` rows that every replica of the
+/// device sees whole (evaluation: the loss is the same on every replica), a short last item
+/// padded to the same shape (see [`LmBatch::padded`]) so that it runs the same program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowsBatcher {
+    /// Rows per batch (the data loader's batch size).
+    pub rows: usize,
+}
 
 impl<B: Backend> Batcher<B, Vec<u32>, LmBatch<B>> for RowsBatcher {
     fn batch(&self, rows: Vec<Vec<u32>>, device: &B::Device) -> LmBatch<B> {
-        LmBatch::from_rows(&rows, device)
+        LmBatch::padded(&rows, self.rows, device)
     }
 }
 

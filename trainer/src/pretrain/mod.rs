@@ -158,8 +158,9 @@ pub fn pretrain<B: TrainingBackend>(
         (Some(rows), every) if every > 0 => data::validation_rows(rows.as_ref(), config.eval_rows),
         _ => Vec::new(),
     };
-    let valid = DataLoaderBuilder::<B::InnerBackend, _, _>::new(RowsBatcher)
-        .batch_size(config.micro_batch_rows.max(1))
+    let valid_rows = config.micro_batch_rows.max(1);
+    let valid = DataLoaderBuilder::<B::InnerBackend, _, _>::new(RowsBatcher { rows: valid_rows })
+        .batch_size(valid_rows)
         .set_device(device.clone())
         .build(InMemDataset::new(validation_rows));
 

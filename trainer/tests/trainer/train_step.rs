@@ -155,3 +155,36 @@ fn non_finite_steps_are_skipped_then_stop_the_run() {
     );
     assert!(error.to_string().contains("3 consecutive"), "{error}");
 }
+
+/// A batch padded to a fixed number of rows has the loss and the gradients of the rows alone:
+/// the padding rows' targets are left out.
+#[test]
+fn padding_rows_change_neither_loss_nor_gradients() {
+    let model = tiny_model();
+    let device = TrainiumDevice::HOST;
+    let rows = rows();
+    let plain = LmBatch::<B>::from_rows(&rows, &device);
+    let padded = LmBatch::<B>::padded(&rows, 5, &device);
+    assert_eq!(padded.inputs.dims(), [5, 16]);
+    assert_eq!(padded.tokens(), plain.tokens());
+
+    let gradients = |batch: &LmBatch<B>| {
+        let loss = model.loss(batch);
+        let value: f32 = loss.clone().into_scalar();
+        let gradients = loss.backward();
+        let head = model.hlat.lm_head.weight.grad(&gradients).unwrap();
+        (value, head.into_data().to_vec::<f32>().unwrap())
+    };
+    let (plain_loss, plain_gradient) = gradients(&plain);
+    let (padded_loss, padded_gradient) = gradients(&padded);
+    assert!(
+        (plain_loss - padded_loss).abs() <= 1e-6 * plain_loss.abs(),
+        "loss {padded_loss} padded, {plain_loss} plain"
+    );
+    for (index, (p, q)) in plain_gradient.iter().zip(&padded_gradient).enumerate() {
+        assert!(
+            (p - q).abs() <= 1e-6 + 1e-5 * p.abs(),
+            "head gradient #{index}: {q} padded, {p} plain"
+        );
+    }
+}

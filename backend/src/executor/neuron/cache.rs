@@ -1,14 +1,13 @@
 use core::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
 use super::compiler::{MODULE_FILE, NEFF_FILE};
 use super::{NeuronCompiler, NeuronError, NeuronSettings};
+use crate::executor::atomic_write::write_atomically;
 
 /// The compiler output of a successful compile, kept beside the NEFF.
 const COMPILE_LOG_FILE: &str = "model.log";
@@ -266,30 +265,9 @@ fn remove_if_present(path: &Path) -> Result<(), NeuronError> {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then
-/// renamed over `path`. Readers see the old file or the whole new one, never a part.
+/// Writes `bytes` to `path` atomically (see [`write_atomically`]).
 pub(crate) fn publish(path: &Path, bytes: &[u8]) -> Result<(), NeuronError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temporary = path.with_file_name(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = File::create(&temporary)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .map_err(NeuronError::io("write", &temporary))
-        .and_then(|()| std::fs::rename(&temporary, path).map_err(NeuronError::io("publish", path)));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written
+    write_atomically(path, bytes).map_err(NeuronError::io("publish", path))
 }
 
 fn json_string_array(items: &[String]) -> String {

@@ -1,0 +1,75 @@
+//! Evaluation on a compiled device runs one program per batch shape: a ragged last batch is
+//! padded to the shape of the others, and the loss leaves the padding out.
+
+use burn_trainium::{Trainium, TrainiumDevice, reset_stats};
+use hlat::HlatConfig;
+use hlat_train::config::TrainConfig;
+use hlat_train::eval::evaluate_model;
+use hlat_train::pretrain::DataChoice;
+
+use crate::support::{Reference, programs, xla};
+
+/// `hlat eval`'s settings for `hlat-test` on the built-in corpus, `micro_batch_rows` rows a batch.
+fn eval_config() -> TrainConfig {
+    TrainConfig {
+        preset: "hlat-test".into(),
+        seq_len: 16,
+        micro_batch_rows: 4,
+        ..TrainConfig::quickstart()
+    }
+}
+
+#[test]
+fn evaluation_with_a_ragged_last_batch_compiles_only_its_bucket() {
+    xla();
+    // A device of its own: no other test compiles on it, so its statistics count only this one.
+    let device = TrainiumDevice::xla(2);
+    // The built-in corpus's tokenizer has 512 tokens (a run on it sizes the model so).
+    let model_config = HlatConfig {
+        vocab_size: 512,
+        ..HlatConfig::preset("hlat-test").unwrap()
+    };
+    let folder = tempfile::tempdir().unwrap();
+    let initial = model_config.init::<Reference>(&Default::default());
+    hlat::checkpoint::save_native(&initial, &model_config, folder.path()).unwrap();
+    let (_, model) = hlat::checkpoint::load_native::<Trainium>(folder.path(), &device).unwrap();
+    <Trainium as burn::tensor::backend::Backend>::sync(&device).unwrap();
+    let config = eval_config();
+
+    reset_stats(&device);
+    let mut first_count = None;
+    // Two full batches, a full and a ragged one, a single short one.
+    for rows in [8, 6, 3] {
+        let report =
+            evaluate_model(model.clone(), &DataChoice::Builtin, &config, rows, &device).unwrap();
+        assert_eq!(report.rows, rows);
+        assert_eq!(report.tokens, rows * config.seq_len);
+        let count = programs(&device);
+        let first = *first_count.get_or_insert(count);
+        assert!(first > 0, "evaluation compiled (or loaded) its program");
+        assert_eq!(
+            count, first,
+            "{rows} rows in batches of {}: no new program",
+            config.micro_batch_rows
+        );
+        // The padding is left out: the same loss as unpadded batches of one row on NdArray.
+        let one_row = TrainConfig {
+            micro_batch_rows: 1,
+            ..eval_config()
+        };
+        let expected = evaluate_model(
+            initial.clone(),
+            &DataChoice::Builtin,
+            &one_row,
+            rows,
+            &Default::default(),
+        )
+        .unwrap();
+        assert!(
+            (report.loss - expected.loss).abs() <= 1e-5 * expected.loss,
+            "{rows} rows: loss {} on {device}, {} on NdArray",
+            report.loss,
+            expected.loss
+        );
+    }
+}
