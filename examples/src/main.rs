@@ -32,6 +32,10 @@ enum Command {
     Bench(commands::bench::BenchArgs),
 }
 
+/// The exit status of a command that reports an error (a bad flag, file, field or device, or a
+/// failure while running), as clap's own usage errors; a panic (a bug) exits with 101.
+const ERROR_STATUS: i32 = 2;
+
 /// Where the NeuronCores of a one-node job meet for their collectives unless the launcher says.
 const DEFAULT_ROOT_COMM_ID: &str = "localhost:61234";
 
@@ -59,6 +63,6 @@ fn main() {
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");
-        std::process::exit(1);
+        std::process::exit(ERROR_STATUS);
     }
 }

@@ -200,7 +200,11 @@ pub fn generate<B: Backend>(
             vocab_size: config.vocab_size,
         });
     }
-    if prompt.len() + options.max_new_tokens > config.max_seq_len {
+    if prompt
+        .len()
+        .checked_add(options.max_new_tokens)
+        .is_none_or(|total| total > config.max_seq_len)
+    {
         return Err(GenerateError::ContextTooLong {
             prompt: prompt.len(),
             max_new_tokens: options.max_new_tokens,

@@ -7,10 +7,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::module::{attention, embedding, linear};
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData, s};
-use burn_trainium::Trainium;
+use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 
 use crate::support::{
-    Numbers, Precision, Reference, check, distinct, float, ints, mask, positive, unit,
+    Numbers, Precision, Reference, assert_matches, check, devices_under_test, distinct, float,
+    ints, mask, positive, unit,
 };
 
 fn matmul<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
@@ -190,6 +191,26 @@ fn arg_max_and_min<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
         .into_data()
 }
 
+/// Rows with NaN, ties and infinities: the first NaN is the extremum of a row that holds one
+/// (NumPy's and PyTorch's rule; burn-ndarray skips NaN instead, so the expected values are
+/// written out), the first of tied values wins.
+fn arg_max_and_min_of_special_values<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let rows = [
+        [1.0, nan, 3.0, nan],
+        [2.0, 2.0, 1.0, 1.0],
+        [inf, 1.0, inf, -inf],
+        [-inf, 0.0, -inf, 0.0],
+        [0.5, 0.25, 0.5, nan],
+    ];
+    let x = Tensor::<B, 2>::from_data(TensorData::from(rows), device);
+    let x = match p {
+        Precision::F32 => x,
+        Precision::Bf16 => x.cast(DType::BF16),
+    };
+    Tensor::cat(vec![x.clone().argmax(1), x.argmin(1)], 1).into_data()
+}
+
 fn rms_norm_pattern<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
     let x = float::<B, 3>([2, 3, 16], 24, p, device);
     let scale = (x.clone().powf_scalar(2.0).mean_dim(2) + 1e-5)
@@ -248,6 +269,68 @@ fn reductions() {
         cumulative::<Reference>,
         cumulative::<Trainium>,
     );
+}
+
+#[test]
+fn arg_max_and_min_agree_on_nan_ties_and_infinities() {
+    // (argmax, argmin) of each row.
+    let expected = TensorData::from([[1i64, 1], [0, 2], [0, 3], [1, 0], [3, 3]]);
+    for device in devices_under_test() {
+        for precision in Precision::ALL {
+            let actual = arg_max_and_min_of_special_values::<Trainium>(&device, precision);
+            assert_matches(
+                &format!("arg_max_and_min_of_special_values on {device} in {precision:?}"),
+                &expected,
+                &actual,
+                0.0,
+            );
+        }
+    }
+}
+
+/// Right shifts are logical for unsigned integers (zeros come in) and arithmetic for signed
+/// ones (the sign comes in), as Rust's `>>`. The `host` executor holds no unsigned data
+/// (burn-router 0.21's runner drops it): there it is an error naming the dtype.
+#[test]
+fn right_shifts_follow_the_integer_type() {
+    let unsigned = [0xF000_0000u32, 7, 0x8000_0001];
+    let signed = [-64i32, 7, i32::MIN];
+    for device in devices_under_test() {
+        // The host's error leaves its runner without the tensor: a device of its own.
+        let unsigned_device = match device {
+            TrainiumDevice::HOST => TrainiumDevice::new(ExecutorKind::Host, 21),
+            other => other,
+        };
+        let shifted = Tensor::<Trainium, 1, Int>::from_data(
+            TensorData::from(unsigned),
+            (&unsigned_device, DType::U32),
+        )
+        .bitwise_right_shift_scalar(4)
+        .try_into_data();
+        if device == TrainiumDevice::HOST {
+            let error = shifted
+                .expect_err("the host holds no unsigned data")
+                .to_string();
+            assert!(error.contains("U32"), "{error}");
+        } else {
+            // (Burn's router gives the result its default int dtype; the values are the
+            // logical shift's.)
+            assert_eq!(
+                shifted.unwrap().convert::<i64>().to_vec::<i64>().unwrap(),
+                unsigned.map(|value| i64::from(value >> 4)),
+                "unsigned on {device}"
+            );
+        }
+        let shifted = Tensor::<Trainium, 1, Int>::from_data(TensorData::from(signed), &device)
+            .cast(DType::I32)
+            .bitwise_right_shift_scalar(4)
+            .into_data();
+        assert_eq!(
+            shifted.convert::<i64>().to_vec::<i64>().unwrap(),
+            signed.map(|value| i64::from(value >> 4)),
+            "signed on {device}"
+        );
+    }
 }
 
 fn embedding_lookup<B: Backend>(device: &B::Device, p: Precision) -> TensorData {

@@ -123,28 +123,39 @@ fn seeding_applies_after_the_operations_captured_before_it() {
 }
 
 #[test]
-fn a_failing_kernel_is_reported_as_an_error_naming_the_operation() {
+fn a_failing_kernel_is_an_error_naming_the_operation_and_the_device_stays_usable() {
     let device = host(17);
     let values = Tensor::<Trainium, 1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
     let out_of_range =
         Tensor::<Trainium, 1, burn::tensor::Int>::from_data(TensorData::from([7i32]), &device);
-    let picked = values.select(0, out_of_range);
-    let error = picked
+    let error = values
+        .clone()
+        .select(0, out_of_range)
         .try_into_data()
         .expect_err("an index past the end must fail");
     let message = error.to_string();
     assert!(
-        message.contains("host") && message.contains("Select"),
+        message.contains("host") && message.contains("Select") && message.contains("index 7"),
         "{message}"
     );
-    // The device stays closed with the first failure as the reason.
-    let later = Tensor::<Trainium, 1>::ones([2], &device)
-        .try_into_data()
-        .expect_err("device is broken");
-    assert!(
-        later
-            .to_string()
-            .contains("unusable after an earlier failure"),
-        "{later}"
+    let integers = Tensor::<Trainium, 1, burn::tensor::Int>::from_data(
+        TensorData::from([4i32, -6, 9]),
+        &device,
     );
+    let zeros = Tensor::<Trainium, 1, burn::tensor::Int>::zeros([3], &device);
+    let error = (integers.clone() / zeros)
+        .try_into_data()
+        .expect_err("an integer division by zero must fail");
+    assert!(error.to_string().contains("division by zero"), "{error}");
+    let error = (integers.clone() % 0)
+        .try_into_data()
+        .expect_err("an integer remainder by zero must fail");
+    assert!(error.to_string().contains("remainder by zero"), "{error}");
+    // The device and the tensors it held before stay usable.
+    let doubled = (values * 2.0).try_into_data().unwrap();
+    doubled.assert_eq(&TensorData::from([2.0f32, 4.0, 6.0]), true);
+    (integers / 2)
+        .try_into_data()
+        .unwrap()
+        .assert_eq(&TensorData::from([2i32, -3, 4]), false);
 }

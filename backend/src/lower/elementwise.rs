@@ -43,6 +43,7 @@ impl Arithmetic {
             Arithmetic::BitOr | Arithmetic::Or => "or",
             Arithmetic::BitXor => "xor",
             Arithmetic::ShiftLeft => "shift-left",
+            // Signed types; unsigned ones shift logically (see `apply`).
             Arithmetic::ShiftRight => "shift-right-arithmetic",
         }
     }
@@ -57,6 +58,15 @@ fn apply(cx: &mut Lowering, op: Arithmetic, lhs: &Value, rhs: &Value) -> Value {
             let remainder = builder.binary("remainder", lhs, rhs);
             let shifted = builder.binary("add", &remainder, rhs);
             builder.binary("remainder", &shifted, rhs)
+        }
+        Arithmetic::ShiftRight
+            if matches!(
+                lhs.element_type,
+                PrimitiveType::U8 | PrimitiveType::U16 | PrimitiveType::U32 | PrimitiveType::U64
+            ) =>
+        {
+            // Unsigned values shift in zeros, as Rust's `>>` on them.
+            builder.binary("shift-right-logical", lhs, rhs)
         }
         _ => builder.binary(op.opcode(), lhs, rhs),
     }

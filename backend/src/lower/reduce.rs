@@ -126,7 +126,20 @@ fn arg_extremum(
         .map(|d| d as i64)
         .collect();
     let stretched = builder.broadcast(&extremum, &input.dims, &mapping);
-    let hit = builder.compare(Direction::Eq, input, &stretched);
+    let equal = builder.compare(Direction::Eq, input, &stretched);
+    let hit = if matches!(
+        input.element_type,
+        PrimitiveType::F16 | PrimitiveType::Bf16 | PrimitiveType::F32 | PrimitiveType::F64
+    ) {
+        // A row holding NaN has its first NaN as extremum (NumPy's and PyTorch's rule, and the
+        // host executor's): NaN equals nothing, so `equal` alone finds no position there.
+        let nan = builder.compare(Direction::Ne, input, input);
+        let row_has_nan = builder.reduce(&nan, 0.0, &[axis], Combiner::Or);
+        let row_has_nan = builder.broadcast(&row_has_nan, &input.dims, &mapping);
+        builder.select(&row_has_nan, &nan, &equal)
+    } else {
+        equal
+    };
     let positions = builder.iota(index_type, &input.dims, axis);
     let beyond = builder.filled(index_type, input.dims[axis] as f64, &input.dims);
     let candidates = builder.select(&hit, &positions, &beyond);
@@ -134,7 +147,8 @@ fn arg_extremum(
     (index, extremum)
 }
 
-/// `argmax` / `argmin` along an axis, kept with size 1.
+/// `argmax` / `argmin` along an axis, kept with size 1: the first extremum, the first NaN in a
+/// row that holds one.
 pub(crate) fn arg(cx: &mut Lowering, maximum: bool, ir: &ReduceDimOpIr) -> Lowered {
     let input = cx.get(&ir.input)?;
     let (index, _) = arg_extremum(cx, &input, ir.axis, maximum, element_type(ir.out.dtype)?);

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn_trainium::Trainium;
 use clap::Args;
 use hlat::checkpoint::{load_any, save_native_with_tokenizer};
 use hlat::hf::{ExportOptions, WeightDtype, export_hf, find_tokenizer, import_hf};
@@ -41,7 +41,7 @@ pub struct ConvertArgs {
 
 /// Runs `hlat convert`.
 pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
-    let device = TrainiumDevice::from_env()?;
+    let device = super::device_from_env()?;
     let (model, tokenizer) = match (&args.from_hf, &args.from) {
         (Some(dir), _) => {
             let (_, model) = import_hf::<Trainium>(dir, &device, args.dtype)?;

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn_trainium::Trainium;
 use clap::{Args, ValueEnum};
 use hlat::Tokenizer;
 use hlat::checkpoint::load_any;
@@ -67,7 +67,7 @@ pub struct GenerateArgs {
 
 /// Runs `hlat generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let device = TrainiumDevice::from_env()?;
+    let device = super::device_from_env()?;
     let (config, model, tokenizer) = load_any::<Trainium>(&args.model, &device)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let needs_tokenizer = || {

@@ -8,3 +8,15 @@ pub mod eval;
 pub mod generate;
 pub mod info;
 pub mod pretrain;
+
+use anyhow::Context;
+use burn_trainium::{DEVICE_ENV, TrainiumDevice};
+
+/// The Trainium device `TRAINIUM_DEVICE` names, its executor opened once: an invalid name, a
+/// missing plugin or runtime, or an index the executor does not have is an error naming the
+/// device and what to do, before any work.
+pub fn device_from_env() -> anyhow::Result<TrainiumDevice> {
+    let device = TrainiumDevice::from_env()?;
+    burn_trainium::check_device(&device).with_context(|| format!("{DEVICE_ENV}={device}"))?;
+    Ok(device)
+}

@@ -285,14 +285,14 @@ impl DeviceChoice {
         Ok(self)
     }
 
-    /// `ndarray`, a Trainium device name, or `None` for `TrainiumDevice::default()`.
+    /// `ndarray`, a Trainium device name, or `None` for the device `TRAINIUM_DEVICE` names.
     pub fn parse(name: Option<&str>) -> anyhow::Result<Self> {
         match name {
             Some("ndarray") => Ok(DeviceChoice::NdArray),
             Some(name) => Ok(DeviceChoice::Trainium(
                 name.parse().with_context(|| format!("--device {name}"))?,
             )),
-            None => Ok(DeviceChoice::Trainium(TrainiumDevice::default())),
+            None => Ok(DeviceChoice::Trainium(TrainiumDevice::from_env()?)),
         }
     }
 }

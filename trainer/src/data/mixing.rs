@@ -72,8 +72,24 @@ impl Mixture {
                 )));
             }
         }
-        let weight_sum: f64 = sources.iter().map(|(_, weight)| weight).sum();
-        let shares: Vec<f64> = sources.iter().map(|(_, w)| w / weight_sum).collect();
+        // Scaled by the largest weight first, so huge weights cannot sum to infinity.
+        let largest = sources
+            .iter()
+            .map(|(_, weight)| *weight)
+            .fold(0.0, f64::max);
+        let scaled: Vec<f64> = sources.iter().map(|(_, weight)| weight / largest).collect();
+        let scaled_sum: f64 = scaled.iter().sum();
+        let shares: Vec<f64> = scaled.iter().map(|weight| weight / scaled_sum).collect();
+        if let Some(index) = shares.iter().position(|share| *share <= 0.0) {
+            return Err(DataError::setting(
+                "mixture weight",
+                format!(
+                    "source {index} has weight {:e}, too small beside the largest ({largest:e}) \
+                     to draw any row",
+                    sources[index].1
+                ),
+            ));
+        }
         let total = match total_tokens {
             Some(tokens) => (tokens / row_len as u64) as usize,
             None => sources

@@ -111,3 +111,16 @@ fn bad_weights_and_row_lengths_are_errors() {
     assert!(error.contains("rows of 8 tokens"), "{error}");
     assert!(Mixture::new(Vec::new(), 0).is_err());
 }
+
+/// Weights are relative: huge ones mix as equal ones (their sum would overflow to infinity), and
+/// one too small beside the others to draw a row is an error naming it.
+#[test]
+fn extreme_weights_mix_by_ratio_or_are_errors() {
+    let huge = Mixture::new(vec![(source(0, 10), 1e308), (source(1, 10), 1e308)], 0).unwrap();
+    assert_eq!(huge.rows_per_source(), vec![10, 10]);
+    let error = Mixture::new(vec![(source(0, 10), 1e308), (source(1, 10), 1e-308)], 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("source 1 has weight 1e-308"), "{error}");
+}

@@ -2,6 +2,7 @@
 //! runner per replica. Collectives combine the replicas' data in process; random tensors are
 //! drawn once and given to every replica, as a compiled program does.
 
+mod checks;
 mod collective;
 
 use std::any::Any;
@@ -10,7 +11,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use burn_backend::{Backend, TensorData};
 use burn_flex::{Flex, FlexDevice};
 use burn_ir::{
-    FloatOperationIr, NumericOperationIr, OperationIr, TensorId, TensorIr, TensorStatus,
+    BaseOperationIr, CastOpIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId,
+    TensorIr, TensorStatus,
 };
 use burn_router::{Runner, RunnerClient};
 
@@ -102,6 +104,10 @@ impl HostExecutor {
                     collective::run(runners, &collective, &custom.inputs, &custom.outputs)
                 })
             }
+            OperationIr::BaseInt(BaseOperationIr::Cast(cast)) => self
+                .guarded(describe, |runners| {
+                    runners.iter().try_for_each(|runner| cast_int(runner, cast))
+                }),
             _ if is_random(operation) && self.replicas.len() > 1 => {
                 self.guarded(describe, |runners| {
                     runners[0].register_op(operation.clone());
@@ -115,6 +121,7 @@ impl HostExecutor {
                 })
             }
             _ => self.guarded(describe, |runners| {
+                checks::check_operation(runners, operation)?;
                 for runner in runners {
                     runner.register_op(operation.clone());
                 }
@@ -132,6 +139,35 @@ fn readable(tensor: &TensorIr) -> TensorIr {
     }
 }
 
+/// Registers `data` under `id` in `runner`. burn-router 0.21's runner keeps only float, signed
+/// and bool data (`DType::is_int` is false for unsigned types, and it would drop such data
+/// silently), so unsigned data is an error here.
+fn register(runner: &Runner<Flex>, id: TensorId, data: TensorData) -> Result<(), BackendError> {
+    if data.dtype.is_uint() {
+        return Err(BackendError::Unsupported {
+            executor: "host",
+            what: format!(
+                "tensors of dtype {:?} (burn-router 0.21's runner holds no unsigned data; use a \
+                 signed type, or the `xla` executor)",
+                data.dtype
+            ),
+        });
+    }
+    runner.register_tensor_data_id(id, data);
+    Ok(())
+}
+
+/// An integer cast, which burn-router 0.21's runner leaves unimplemented: the input read,
+/// converted on the host and registered as the output.
+fn cast_int(runner: &Runner<Flex>, cast: &CastOpIr) -> Result<(), BackendError> {
+    let data = read(runner, &readable(&cast.input))?;
+    register(runner, cast.out.id, data.convert_dtype(cast.out.dtype))?;
+    if cast.input.status == TensorStatus::ReadWrite {
+        runner.register_op(OperationIr::Drop(cast.input.clone()));
+    }
+    Ok(())
+}
+
 /// Reads one tensor of one runner.
 fn read(runner: &Runner<Flex>, tensor: &TensorIr) -> Result<TensorData, BackendError> {
     burn_backend::read_sync(runner.read_tensor_async(tensor.clone())).map_err(failure)
@@ -143,7 +179,7 @@ impl Executor for HostExecutor {
             || format!("registering tensor {id:?}"),
             |runners| {
                 for runner in runners {
-                    runner.register_tensor_data_id(id, data.clone());
+                    register(runner, id, data.clone())?;
                 }
                 Ok(())
             },
@@ -159,7 +195,7 @@ impl Executor for HostExecutor {
             || format!("registering tensor {id:?}"),
             |runners| {
                 for (runner, data) in runners.iter().zip(data) {
-                    runner.register_tensor_data_id(id, data);
+                    register(runner, id, data)?;
                 }
                 Ok(())
             },

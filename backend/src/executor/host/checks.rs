@@ -1,0 +1,103 @@
+//! Checks run before an operation that would make a `burn-flex` kernel panic: an index outside
+//! its dimension, an integer divided by zero. A panic inside a kernel poisons the runner's
+//! tensor store for good; an error from these checks fails the segment and leaves the host
+//! device usable.
+//!
+//! The rule for out-of-range indices on every executor: they are errors on `host` (checked
+//! here); compiled programs (`xla`, `neuron`) cannot stop mid-program and follow XLA's
+//! semantics (gathers clamp, scatters drop), so callers check indices that come from data, such
+//! as token ids, on the host before the program (see `hlat`'s vocabulary checks).
+
+use burn_backend::TensorData;
+use burn_flex::Flex;
+use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr};
+use burn_router::Runner;
+
+use super::{failure, read, readable};
+use crate::BackendError;
+
+/// Checks `operation`'s index and divisor inputs on every replica's runner.
+pub(super) fn check_operation(
+    runners: &[Runner<Flex>],
+    operation: &OperationIr,
+) -> Result<(), BackendError> {
+    match operation {
+        OperationIr::BaseFloat(base) | OperationIr::BaseInt(base) | OperationIr::BaseBool(base) => {
+            if let Some((name, tensor, dim, indices)) = indexed(base) {
+                for runner in runners {
+                    check_indices(name, tensor, dim, &read(runner, &readable(indices))?)?;
+                }
+            }
+            Ok(())
+        }
+        OperationIr::NumericInt(_, numeric) => match numeric {
+            NumericOperationIr::Div(binary) | NumericOperationIr::Rem(binary) => {
+                for runner in runners {
+                    let divisor = read(runner, &readable(&binary.rhs))?;
+                    if divisor.iter::<i64>().any(|value| value == 0) {
+                        return Err(division_by_zero(numeric));
+                    }
+                }
+                Ok(())
+            }
+            NumericOperationIr::DivScalar(scalar) | NumericOperationIr::RemScalar(scalar) => {
+                if scalar_is_zero(&scalar.rhs) {
+                    return Err(division_by_zero(numeric));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// The operation's name, indexed tensor, dimension and indices, for the operations that index.
+fn indexed(base: &BaseOperationIr) -> Option<(&'static str, &TensorIr, usize, &TensorIr)> {
+    match base {
+        BaseOperationIr::Select(op) => Some(("Select", &op.tensor, op.dim, &op.indices)),
+        BaseOperationIr::SelectAssign(op) => {
+            Some(("SelectAssign", &op.tensor, op.dim, &op.indices))
+        }
+        BaseOperationIr::Gather(op) => Some(("Gather", &op.tensor, op.dim, &op.indices)),
+        BaseOperationIr::Scatter(op) => Some(("Scatter", &op.tensor, op.dim, &op.indices)),
+        _ => None,
+    }
+}
+
+/// Every index within `0..size` of `tensor`'s dimension `dim`.
+fn check_indices(
+    name: &str,
+    tensor: &TensorIr,
+    dim: usize,
+    indices: &TensorData,
+) -> Result<(), BackendError> {
+    let size = tensor.shape[dim] as i64;
+    match indices
+        .iter::<i64>()
+        .find(|index| !(0..size).contains(index))
+    {
+        Some(index) => Err(failure(format!(
+            "{name} index {index} is outside dimension {dim} of size {size} (tensor of shape {:?})",
+            tensor.shape.as_slice()
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn scalar_is_zero(scalar: &ScalarIr) -> bool {
+    match scalar {
+        ScalarIr::Int(value) => *value == 0,
+        ScalarIr::UInt(value) => *value == 0,
+        ScalarIr::Float(value) => *value == 0.0,
+        ScalarIr::Bool(value) => !value,
+    }
+}
+
+fn division_by_zero(operation: &NumericOperationIr) -> BackendError {
+    let name = match operation {
+        NumericOperationIr::Rem(_) | NumericOperationIr::RemScalar(_) => "remainder",
+        _ => "division",
+    };
+    failure(format!("integer {name} by zero"))
+}
