@@ -16,7 +16,9 @@ use hlat_train::parallel::{
     ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape, split_rows,
 };
 use hlat_train::precision::Precision;
-use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, PretrainSummary, pretrain};
+use hlat_train::pretrain::{
+    CompileTotals, DataChoice, DeviceInfo, PretrainOptions, PretrainSummary, pretrain,
+};
 use hlat_train::schedule::WarmupCosine;
 use hlat_train::step::{LanguageModel, LmBatch};
 use hlat_train::trainer::Trainer;
@@ -84,7 +86,13 @@ fn run_until(
         init_from: None,
     };
     let device_for_stats = *device;
-    let compiles = move || stats(&device_for_stats).compiles;
+    let compiles = move || {
+        let stats = stats(&device_for_stats);
+        CompileTotals {
+            programs: stats.compiles,
+            seconds: stats.compile_seconds,
+        }
+    };
     pretrain::<B>(
         &options,
         device,

@@ -33,6 +33,11 @@ pub struct StepMetrics {
     pub mfu: Option<f64>,
     /// Compiled programs so far (Trainium backend only).
     pub compiles: Option<u64>,
+    /// Seconds spent compiling so far (Trainium backend only).
+    pub compile_seconds: Option<f64>,
+    /// Seconds since the run started, data and model preparation included: the first record's
+    /// is the time to the first step.
+    pub elapsed_seconds: f64,
     /// The update was skipped for a non-finite loss or gradient.
     pub skipped: bool,
     /// Validation loss, on the steps where it was measured.

@@ -15,7 +15,7 @@ use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
 use hlat_train::parallel::ActivationCheckpointing;
 use hlat_train::precision::Precision;
-use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
+use hlat_train::pretrain::{CompileTotals, DataChoice, DeviceInfo, PretrainOptions, pretrain};
 
 /// Arguments of `hlat pretrain`.
 #[derive(Args)]
@@ -200,7 +200,13 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
             DeviceInfo { compiles: None },
         )?,
         DeviceChoice::Trainium(device) => {
-            let compiles = move || burn_trainium::stats(&device).compiles;
+            let compiles = move || {
+                let stats = burn_trainium::stats(&device);
+                CompileTotals {
+                    programs: stats.compiles,
+                    seconds: stats.compile_seconds,
+                }
+            };
             pretrain::<Autodiff<Trainium>>(
                 &options,
                 &device,

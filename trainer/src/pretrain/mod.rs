@@ -29,7 +29,7 @@ use crate::parallel::TrainingBackend;
 use crate::schedule::WarmupCosineScheduler;
 
 pub use data::{DataChoice, validation_source};
-pub use run::CompileCounter;
+pub use run::{CompileCounter, CompileTotals};
 
 /// The file a run writes its configuration to.
 pub const RUN_CONFIG_FILE: &str = "train.toml";
@@ -79,6 +79,7 @@ pub fn pretrain<B: TrainingBackend>(
     device: &B::Device,
     info: DeviceInfo,
 ) -> Result<PretrainSummary, TrainError> {
+    let started = std::time::Instant::now();
     let config = &options.config;
     config.validate()?;
     let layout = config.layout();
@@ -142,6 +143,7 @@ pub fn pretrain<B: TrainingBackend>(
             metrics: MetricsLog::open(&options.out, start_step)?,
             flops_per_token: start.flops_per_token,
             compiles: info.compiles,
+            started,
         },
         start_step,
     ));

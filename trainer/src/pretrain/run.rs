@@ -24,8 +24,17 @@ use crate::trainer::TrainerProgress;
 
 use super::PretrainSummary;
 
-/// Counts the programs compiled so far on the run's device (Trainium), for the metrics.
-pub type CompileCounter = Arc<dyn Fn() -> u64 + Send + Sync>;
+/// What the run's device (Trainium) has compiled so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CompileTotals {
+    /// Programs compiled.
+    pub programs: u64,
+    /// Seconds spent compiling them.
+    pub seconds: f64,
+}
+
+/// Reads the device's [`CompileTotals`], for the metrics.
+pub type CompileCounter = Arc<dyn Fn() -> CompileTotals + Send + Sync>;
 
 /// What a run writes besides the model's updates.
 pub(super) struct RunOutputs<B: TrainingBackend> {
@@ -49,6 +58,8 @@ pub(super) struct RunOutputs<B: TrainingBackend> {
     pub flops_per_token: f64,
     /// Compiled programs so far, when the device counts them.
     pub compiles: Option<CompileCounter>,
+    /// When the run started (before its data and model were prepared).
+    pub started: std::time::Instant,
 }
 
 /// The observer of a pretraining run (see the module documentation).
@@ -161,6 +172,7 @@ impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
         let step = report.step;
         let outputs = &mut state.outputs;
         let tokens_per_s = report.tokens as f64 / observed.seconds;
+        let compiled = outputs.compiles.as_ref().map(|count| count());
         let metrics = StepMetrics {
             step,
             loss: report.loss,
@@ -174,7 +186,9 @@ impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
                 .config
                 .peak_flops
                 .map(|peak| tokens_per_s * outputs.flops_per_token / peak),
-            compiles: outputs.compiles.as_ref().map(|count| count()),
+            compiles: compiled.map(|totals| totals.programs),
+            compile_seconds: compiled.map(|totals| totals.seconds),
+            elapsed_seconds: outputs.started.elapsed().as_secs_f64(),
             skipped: report.skipped,
             val_loss: observed.val_loss,
             val_perplexity: observed.val_loss.map(f64::exp),
