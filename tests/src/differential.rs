@@ -375,8 +375,32 @@ fn scatter_add<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
         .into_data()
 }
 
+/// 300 ones added into one slot: a bf16 accumulator stops at 256 (256 + 1 rounds back to 256),
+/// an f32 one reaches 300, which bf16 represents exactly.
+fn scatter_add_accumulates_widely<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let dtype = match p {
+        Precision::F32 => DType::F32,
+        Precision::Bf16 => DType::BF16,
+    };
+    let target = Tensor::<B, 1>::zeros([4], device).cast(dtype);
+    let ones = Tensor::<B, 1>::ones([300], device).cast(dtype);
+    let slots = Tensor::<B, 1, Int>::zeros([300], device);
+    let scattered = target
+        .clone()
+        .scatter(0, slots.clone(), ones.clone(), IndexingUpdateOp::Add);
+    let selected = target.select_assign(0, slots, ones, IndexingUpdateOp::Add);
+    Tensor::cat(vec![scattered, selected], 0)
+        .cast(DType::F32)
+        .into_data()
+}
+
 #[test]
 fn indexing() {
+    check(
+        "scatter_add_accumulates_widely",
+        scatter_add_accumulates_widely::<Reference>,
+        scatter_add_accumulates_widely::<Trainium>,
+    );
     check(
         "embedding_lookup",
         embedding_lookup::<Reference>,

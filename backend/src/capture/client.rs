@@ -23,7 +23,8 @@ pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
 /// Tensor ids are unique across every device of the process.
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(0);
 
-fn next_tensor_id() -> TensorId {
+/// A tensor id no other tensor of the process has.
+pub(crate) fn next_tensor_id() -> TensorId {
     TensorId::new(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed))
 }
 

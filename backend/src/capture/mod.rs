@@ -8,5 +8,6 @@ mod live;
 mod segment;
 
 pub use channel::TrainiumChannel;
+pub(crate) use client::next_tensor_id;
 pub use client::{DEFAULT_SEGMENT_CAP, TrainiumClient, check_device, set_segment_cap};
 pub use segment::{Segment, SegmentBoundary};

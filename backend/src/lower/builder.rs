@@ -383,7 +383,9 @@ impl Builder {
         self.push(instruction)
     }
 
-    /// A scatter of `updates` into `operand` combined with `combiner`.
+    /// A scatter of `updates` into `operand` combined with `combiner`. Sums and products of
+    /// bf16 or f16 values accumulate in f32, as the other reductions do (a bf16 accumulator
+    /// stops growing once an update is below its rounding step), then round once.
     pub fn scatter(
         &mut self,
         operand: &Value,
@@ -392,6 +394,16 @@ impl Builder {
         numbers: ScatterDimensionNumbers,
         combiner: Combiner,
     ) -> Value {
+        let narrow = matches!(
+            operand.element_type,
+            PrimitiveType::Bf16 | PrimitiveType::F16
+        );
+        if narrow && matches!(combiner, Combiner::Add | Combiner::Multiply) {
+            let wide_operand = self.convert(operand, PrimitiveType::F32);
+            let wide_updates = self.convert(updates, PrimitiveType::F32);
+            let result = self.scatter(&wide_operand, indices, &wide_updates, numbers, combiner);
+            return self.convert(&result, operand.element_type);
+        }
         let computation = self.combiner(combiner, operand.element_type);
         let mut instruction = self.op(
             "scatter",

@@ -4,6 +4,7 @@
 
 mod checks;
 mod collective;
+mod widen;
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -122,8 +123,14 @@ impl HostExecutor {
             }
             _ => self.guarded(describe, |runners| {
                 checks::check_operation(runners, operation)?;
+                let replacement = widen::widened(operation);
                 for runner in runners {
-                    runner.register_op(operation.clone());
+                    match &replacement {
+                        Some(operations) => operations
+                            .iter()
+                            .for_each(|operation| runner.register_op(operation.clone())),
+                        None => runner.register_op(operation.clone()),
+                    }
                 }
                 Ok(())
             }),

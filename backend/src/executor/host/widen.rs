@@ -1,0 +1,85 @@
+//! Scatter sums and products of bf16 or f16 values in f32 on the host, as the `xla` lowering
+//! and every reduction do: `burn-flex` accumulates them in the narrow type, where an accumulator
+//! stops growing once an update falls below its rounding step (300 ones add up to 256 in bf16).
+
+use burn_backend::DType;
+use burn_backend::tensor::IndexingUpdateOp;
+use burn_ir::{BaseOperationIr, CastOpIr, OperationIr, TensorIr, TensorStatus};
+
+use crate::capture::next_tensor_id;
+
+/// The operations that replace `operation` when it is a scatter or select-assign that sums or
+/// multiplies bf16/f16 values: both float inputs cast to f32, the operation in f32, the result
+/// cast back into the original output. `None` for every other operation.
+pub(super) fn widened(operation: &OperationIr) -> Option<Vec<OperationIr>> {
+    let OperationIr::BaseFloat(base) = operation else {
+        return None;
+    };
+    let accumulates =
+        |update: &IndexingUpdateOp| matches!(update, IndexingUpdateOp::Add | IndexingUpdateOp::Mul);
+    let (tensor, value, out) = match base {
+        BaseOperationIr::Scatter(op) if accumulates(&op.update) => (&op.tensor, &op.value, &op.out),
+        BaseOperationIr::SelectAssign(op) if accumulates(&op.update) => {
+            (&op.tensor, &op.value, &op.out)
+        }
+        _ => return None,
+    };
+    if !matches!(out.dtype, DType::BF16 | DType::F16) {
+        return None;
+    }
+    let (wide_tensor, cast_tensor) = to_f32(tensor);
+    let (wide_value, cast_value) = to_f32(value);
+    let wide_out = TensorIr {
+        id: next_tensor_id(),
+        status: TensorStatus::NotInit,
+        dtype: DType::F32,
+        ..out.clone()
+    };
+    let wide = match base {
+        BaseOperationIr::Scatter(op) => {
+            let mut op = op.clone();
+            (op.tensor, op.value, op.out) = (wide_tensor, wide_value, wide_out.clone());
+            BaseOperationIr::Scatter(op)
+        }
+        BaseOperationIr::SelectAssign(op) => {
+            let mut op = op.clone();
+            (op.tensor, op.value, op.out) = (wide_tensor, wide_value, wide_out.clone());
+            BaseOperationIr::SelectAssign(op)
+        }
+        _ => return None,
+    };
+    let narrow = CastOpIr {
+        input: TensorIr {
+            status: TensorStatus::ReadWrite,
+            ..wide_out
+        },
+        out: out.clone(),
+    };
+    Some(vec![
+        cast_tensor,
+        cast_value,
+        OperationIr::BaseFloat(wide),
+        OperationIr::BaseFloat(BaseOperationIr::Cast(narrow)),
+    ])
+}
+
+/// An f32 copy of `input` under a new id (consumed by its one use), and the cast that makes it.
+fn to_f32(input: &TensorIr) -> (TensorIr, OperationIr) {
+    let wide = TensorIr {
+        id: next_tensor_id(),
+        status: TensorStatus::NotInit,
+        dtype: DType::F32,
+        ..input.clone()
+    };
+    let cast = OperationIr::BaseFloat(BaseOperationIr::Cast(CastOpIr {
+        input: input.clone(),
+        out: wide.clone(),
+    }));
+    (
+        TensorIr {
+            status: TensorStatus::ReadWrite,
+            ..wide
+        },
+        cast,
+    )
+}
