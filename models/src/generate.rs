@@ -229,7 +229,8 @@ pub fn generate<B: Backend>(
     while generated.len() < options.max_new_tokens {
         let values = logits
             .cast(DType::F32)
-            .into_data()
+            .try_into_data()
+            .map_err(|error| GenerateError::ReadLogits(error.to_string()))?
             .into_vec::<f32>()
             .map_err(|error| GenerateError::ReadLogits(format!("{error:?}")))?;
         let token = options.sampling.pick(&values, &mut rng);

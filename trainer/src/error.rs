@@ -64,4 +64,8 @@ pub enum TrainError {
     /// The data does not fit the model.
     #[error("{0}")]
     Mismatch(String),
+    /// Reading a result from the device failed (the executor's error, which names the segment
+    /// or operation).
+    #[error("device: {0}")]
+    Device(String),
 }

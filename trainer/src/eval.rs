@@ -65,7 +65,7 @@ pub fn evaluate_model<B: CollectiveBackend>(
         .chunks(batch_rows)
         .map(|chunk| LmBatch::padded(chunk, batch_rows, device))
         .collect();
-    let loss = evaluate(&model, batches);
+    let loss = evaluate(&model, batches)?;
     Ok(EvalReport {
         loss,
         perplexity: loss.exp(),

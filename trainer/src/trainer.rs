@@ -129,7 +129,7 @@ impl<B: TrainingBackend> Trainer<B> {
             micro_batches,
             &self.layout,
             self.clip_grad_norm,
-        );
+        )?;
         let report = self
             .progress
             .record(step, lr, &update, self.max_consecutive_skips)?;
@@ -172,7 +172,8 @@ impl StepGradients {
 /// The forward and backward passes of `micro_batches` on `model`, their gradients combined over
 /// the replicas as `layout` says (sequence-parallel norm gains summed over the tensor group,
 /// data-parallel mean by bucketed all-reduce or, under ZeRO-1, reduce-scatter), measured with one
-/// read back (loss and global norm) and clipped to `clip_grad_norm` (0: off).
+/// read back (loss and global norm) and clipped to `clip_grad_norm` (0: off). A failed read
+/// (the device's error) is [`TrainError::Device`].
 ///
 /// # Panics
 /// When `micro_batches` is empty.
@@ -181,7 +182,7 @@ pub fn step_gradients<B: TrainingBackend>(
     micro_batches: Vec<LmBatch<B>>,
     layout: &ParallelLayout,
     clip_grad_norm: f64,
-) -> StepGradients {
+) -> Result<StepGradients, TrainError> {
     assert!(!micro_batches.is_empty(), "an optimizer step needs a batch");
     let count = micro_batches.len();
     let mut accumulator = GradientsAccumulator::new();
@@ -220,7 +221,9 @@ pub fn step_gradients<B: TrainingBackend>(
         squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
     }
     // One read back per step: the summed loss and the summed squared gradient.
-    let values = Tensor::cat(vec![loss_sum, squares], 0).into_data();
+    let values = Tensor::cat(vec![loss_sum, squares], 0)
+        .try_into_data()
+        .map_err(|error| TrainError::Device(error.to_string()))?;
     let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();
     let loss = values[0] / count as f64;
     let grad_norm = values[1].sqrt() / count as f64;
@@ -228,12 +231,12 @@ pub fn step_gradients<B: TrainingBackend>(
         let factor = clip_coefficient(grad_norm, clip_grad_norm) / count as f64;
         scale_grads::<B, _>(model, &mut grads, factor);
     }
-    StepGradients {
+    Ok(StepGradients {
         grads,
         loss,
         grad_norm,
         tokens,
-    }
+    })
 }
 
 impl TrainerProgress {
@@ -282,18 +285,26 @@ impl TrainerProgress {
     }
 }
 
-/// Mean loss of `model` (in inference mode) over batches.
-pub fn evaluate<B: CollectiveBackend>(model: &LanguageModel<B>, batches: Vec<LmBatch<B>>) -> f64 {
+/// Mean loss of `model` (in inference mode) over batches, each weighted by its target tokens; a
+/// failed read is [`TrainError::Device`].
+pub fn evaluate<B: CollectiveBackend>(
+    model: &LanguageModel<B>,
+    batches: Vec<LmBatch<B>>,
+) -> Result<f64, TrainError> {
     use burn::train::InferenceStep;
     let mut weighted = 0.0;
     let mut tokens = 0;
     for batch in batches {
         let output = InferenceStep::step(model, batch);
-        let loss: f64 = output.loss.into_scalar().elem();
+        let loss: f64 = output
+            .loss
+            .try_into_scalar()
+            .map_err(|error| TrainError::Device(error.to_string()))?
+            .elem();
         weighted += loss * output.tokens as f64;
         tokens += output.tokens;
     }
-    weighted / tokens.max(1) as f64
+    Ok(weighted / tokens.max(1) as f64)
 }
 
 /// Seed of the randomness of one step: a SplitMix64 mix of the run seed and the step, so that

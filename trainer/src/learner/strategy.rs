@@ -109,8 +109,18 @@ where
                 let model = learner.model();
                 let device = model.devices()[0].clone();
                 let step = progress.step + 1;
-                let update =
-                    step_gradients(&model, micro_batches, &self.layout, self.clip_grad_norm);
+                let update = match step_gradients(
+                    &model,
+                    micro_batches,
+                    &self.layout,
+                    self.clip_grad_norm,
+                ) {
+                    Ok(update) => update,
+                    Err(error) => {
+                        failure = Some(error);
+                        break 'epochs;
+                    }
+                };
                 let item = LmOutput {
                     loss: Tensor::<B, 1>::from_floats([update.loss as f32], &device),
                     tokens: update.tokens,

@@ -188,3 +188,31 @@ fn padding_rows_change_neither_loss_nor_gradients() {
         );
     }
 }
+
+/// A token id outside the vocabulary fails the step with the device's error, naming the
+/// operation and the id, instead of a panic; the device and the model computed before go on
+/// working.
+#[test]
+fn a_token_outside_the_vocabulary_is_an_error_of_the_step() {
+    let device = TrainiumDevice::new(burn_trainium::ExecutorKind::Host, 5);
+    B::seed(&device, 11);
+    let config = HlatConfig::preset("hlat-test").unwrap();
+    let mut trainer = trainer(LanguageModel::new(config.init::<B>(&device), None), 3);
+    trainer
+        .train_step(vec![LmBatch::from_rows(&rows(), &device)])
+        .unwrap();
+    let mut rows = rows();
+    rows[1][4] = 64;
+    let error = trainer
+        .train_step(vec![LmBatch::from_rows(&rows, &device)])
+        .expect_err("token 64 is outside a 64-token vocabulary");
+    let message = error.to_string();
+    assert!(
+        matches!(error, TrainError::Device(_)) && message.contains("index 64"),
+        "{message}"
+    );
+    let report = trainer
+        .train_step(vec![LmBatch::from_rows(&self::rows(), &device)])
+        .unwrap();
+    assert!(report.loss.is_finite());
+}

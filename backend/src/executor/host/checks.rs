@@ -1,5 +1,6 @@
 //! Checks run before an operation that would make a `burn-flex` kernel panic: an index outside
-//! its dimension, an integer divided by zero. A panic inside a kernel poisons the runner's
+//! its dimension (a token id outside the vocabulary, for an embedding), an integer divided by
+//! zero. A panic inside a kernel poisons the runner's
 //! tensor store for good; an error from these checks fails the segment and leaves the host
 //! device usable.
 //!
@@ -10,7 +11,9 @@
 
 use burn_backend::TensorData;
 use burn_flex::Flex;
-use burn_ir::{BaseOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr};
+use burn_ir::{
+    BaseOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr,
+};
 use burn_router::Runner;
 
 use super::{failure, read, readable};
@@ -27,6 +30,13 @@ pub(super) fn check_operation(
                 for runner in runners {
                     check_indices(name, tensor, dim, &read(runner, &readable(indices))?)?;
                 }
+            }
+            Ok(())
+        }
+        OperationIr::Module(ModuleOperationIr::Embedding(lookup)) => {
+            for runner in runners {
+                let indices = read(runner, &readable(&lookup.indices))?;
+                check_indices("Embedding", &lookup.weights, 0, &indices)?;
             }
             Ok(())
         }

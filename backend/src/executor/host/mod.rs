@@ -7,6 +7,7 @@ mod collective;
 mod widen;
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn_backend::{Backend, TensorData};
@@ -28,6 +29,9 @@ pub(crate) struct HostExecutor {
     /// Why the runners can no longer be used: a panic inside a `burn-flex` kernel poisons a
     /// runner's tensor store for good, so every later call reports the first failure instead.
     broken: Option<String>,
+    /// Tensors an earlier failed operation left uncomputed, with the reason: operations that
+    /// read them fail the same way (instead of a panic in the runner), and so do reads.
+    uncomputed: HashMap<TensorId, String>,
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -66,6 +70,7 @@ impl HostExecutor {
                 .map(|_| Runner::new(FlexDevice))
                 .collect(),
             broken: None,
+            uncomputed: HashMap::new(),
         }
     }
 
@@ -88,6 +93,23 @@ impl HostExecutor {
                 self.broken = Some(reason.clone());
                 Err(failure(reason))
             }
+        }
+    }
+
+    /// Runs `operation` unless it reads a tensor an earlier failure left uncomputed: then its
+    /// outputs are uncomputed too (a `Drop` of such a tensor just forgets it).
+    fn run_unless_uncomputed(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
+        if let OperationIr::Drop(tensor) = operation
+            && self.uncomputed.remove(&tensor.id).is_some()
+        {
+            return Ok(());
+        }
+        let missing = operation
+            .inputs()
+            .find_map(|input| Some((input.id, self.uncomputed.get(&input.id)?.clone())));
+        match missing {
+            Some((id, reason)) => Err(uncomputed(id, &reason)),
+            None => self.run_operation(operation),
         }
     }
 
@@ -136,6 +158,14 @@ impl HostExecutor {
             }),
         }
     }
+}
+
+/// The error of an operation or read of tensor `id`, which an earlier failure left uncomputed.
+fn uncomputed(id: TensorId, reason: &str) -> BackendError {
+    failure(format!(
+        "tensor {} was not computed, an earlier operation failed: {reason}",
+        id.value()
+    ))
 }
 
 /// `tensor` with a status that keeps it alive when read.
@@ -210,8 +240,18 @@ impl Executor for HostExecutor {
     }
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
-        for operation in segment.operations() {
-            self.run_operation(operation)?;
+        let operations = segment.operations();
+        for (index, operation) in operations.iter().enumerate() {
+            if let Err(error) = self.run_unless_uncomputed(operation) {
+                // The rest of the segment does not run: its outputs are never computed.
+                let reason = error.to_string();
+                for later in &operations[index..] {
+                    for output in later.outputs() {
+                        self.uncomputed.insert(output.id, reason.clone());
+                    }
+                }
+                return Err(error);
+            }
         }
         Ok(())
     }
@@ -222,6 +262,9 @@ impl Executor for HostExecutor {
     }
 
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
+        if let Some(reason) = self.uncomputed.get(&tensor.id) {
+            return Err(uncomputed(tensor.id, reason));
+        }
         self.guarded(
             || format!("reading tensor {:?}", tensor.id),
             |runners| runners.iter().map(|runner| read(runner, tensor)).collect(),
