@@ -124,13 +124,7 @@ impl<B: Backend> LmBatch<B> {
     /// # Panics
     /// If `rows` is empty or the rows differ in length or are shorter than 2 tokens.
     pub fn from_rows(rows: &[Vec<u32>], device: &B::Device) -> Self {
-        let (inputs, targets) = shifted_blocks(rows, row_width(rows), 0);
-        Self {
-            inputs: Tensor::from_data(inputs, device),
-            targets: Tensor::from_data(targets, device),
-            ignore_id: None,
-            padding_rows: 0,
-        }
+        Self::with_padding(rows, 0, None, device)
     }
 
     /// Builds a batch of exactly `bucket_rows` rows from `rows` (at most that many), the rest
@@ -146,12 +140,21 @@ impl<B: Backend> LmBatch<B> {
             "{} rows do not fit a batch of {bucket_rows}",
             rows.len()
         );
-        let padding_rows = bucket_rows - rows.len();
+        Self::with_padding(rows, bucket_rows - rows.len(), Some(PADDING_TARGET), device)
+    }
+
+    /// `rows` then `padding_rows` padding rows, uploaded shifted (see [`shifted_blocks`]).
+    fn with_padding(
+        rows: &[Vec<u32>],
+        padding_rows: usize,
+        ignore_id: Option<u32>,
+        device: &B::Device,
+    ) -> Self {
         let (inputs, targets) = shifted_blocks(rows, row_width(rows), padding_rows);
         Self {
             inputs: Tensor::from_data(inputs, device),
             targets: Tensor::from_data(targets, device),
-            ignore_id: Some(PADDING_TARGET),
+            ignore_id,
             padding_rows,
         }
     }

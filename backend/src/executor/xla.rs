@@ -228,9 +228,11 @@ impl Target for XlaTarget {
         let start = Instant::now();
         let device_ids: Vec<i64> = self.devices.iter().map(|device| device.id).collect();
         let options = CompileOptions::replicated(&device_ids);
-        let cache = self.runtime.disk_cache.as_ref();
-        let entry = cache.map(|cache| cache.entry(&program.bytes, &options.encode()));
-        if let (Some(cache), Some(entry)) = (cache, &entry)
+        let cached = self.runtime.disk_cache.as_ref().map(|cache| {
+            let entry = cache.entry(&program.bytes, &options.encode());
+            (cache, entry)
+        });
+        if let Some((cache, entry)) = &cached
             && let Some(serialized) = cache.load(entry)
         {
             match self.runtime.client.load_serialized(&serialized) {
@@ -254,7 +256,7 @@ impl Target for XlaTarget {
             .compile(&program.bytes, ProgramFormat::Hlo, &options)
             .map_err(|error| failure(format!("compiling {}: {error}", program.module.name)))?;
         let seconds = start.elapsed().as_secs_f64();
-        if let (Some(cache), Some(entry)) = (cache, &entry) {
+        if let Some((cache, entry)) = &cached {
             match executable.serialize() {
                 Ok(serialized) => cache.store(entry, &serialized),
                 Err(error) => log::warn!(

@@ -1,8 +1,7 @@
 //! Checks run before an operation that would make a `burn-flex` kernel panic: an index outside
 //! its dimension (a token id outside the vocabulary, for an embedding), an integer divided by
-//! zero. A panic inside a kernel poisons the runner's
-//! tensor store for good; an error from these checks fails the segment and leaves the host
-//! device usable.
+//! zero. A panic inside a kernel poisons the runner's tensor store for good; an error from these
+//! checks fails the segment and leaves the host device usable.
 //!
 //! The rule for out-of-range indices on every executor: they are errors on `host` (checked
 //! here); compiled programs (`xla`, `neuron`) cannot stop mid-program and follow XLA's
@@ -24,22 +23,13 @@ pub(super) fn check_operation(
     runners: &[Runner<Flex>],
     operation: &OperationIr,
 ) -> Result<(), BackendError> {
+    if let Some((name, tensor, dim, indices)) = indexed(operation) {
+        for runner in runners {
+            check_indices(name, tensor, dim, &read(runner, &readable(indices))?)?;
+        }
+        return Ok(());
+    }
     match operation {
-        OperationIr::BaseFloat(base) | OperationIr::BaseInt(base) | OperationIr::BaseBool(base) => {
-            if let Some((name, tensor, dim, indices)) = indexed(base) {
-                for runner in runners {
-                    check_indices(name, tensor, dim, &read(runner, &readable(indices))?)?;
-                }
-            }
-            Ok(())
-        }
-        OperationIr::Module(ModuleOperationIr::Embedding(lookup)) => {
-            for runner in runners {
-                let indices = read(runner, &readable(&lookup.indices))?;
-                check_indices("Embedding", &lookup.weights, 0, &indices)?;
-            }
-            Ok(())
-        }
         OperationIr::NumericInt(_, numeric) => match numeric {
             NumericOperationIr::Div(binary) | NumericOperationIr::Rem(binary) => {
                 for runner in runners {
@@ -63,7 +53,16 @@ pub(super) fn check_operation(
 }
 
 /// The operation's name, indexed tensor, dimension and indices, for the operations that index.
-fn indexed(base: &BaseOperationIr) -> Option<(&'static str, &TensorIr, usize, &TensorIr)> {
+fn indexed(operation: &OperationIr) -> Option<(&'static str, &TensorIr, usize, &TensorIr)> {
+    let base = match operation {
+        OperationIr::BaseFloat(base) | OperationIr::BaseInt(base) | OperationIr::BaseBool(base) => {
+            base
+        }
+        OperationIr::Module(ModuleOperationIr::Embedding(op)) => {
+            return Some(("Embedding", &op.weights, 0, &op.indices));
+        }
+        _ => return None,
+    };
     match base {
         BaseOperationIr::Select(op) => Some(("Select", &op.tensor, op.dim, &op.indices)),
         BaseOperationIr::SelectAssign(op) => {

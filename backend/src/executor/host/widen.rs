@@ -17,10 +17,13 @@ pub(super) fn widened(operation: &OperationIr) -> Option<Vec<OperationIr>> {
     };
     let accumulates =
         |update: &IndexingUpdateOp| matches!(update, IndexingUpdateOp::Add | IndexingUpdateOp::Mul);
-    let (tensor, value, out) = match base {
-        BaseOperationIr::Scatter(op) if accumulates(&op.update) => (&op.tensor, &op.value, &op.out),
+    let mut wide = base.clone();
+    let (tensor, value, out) = match &mut wide {
+        BaseOperationIr::Scatter(op) if accumulates(&op.update) => {
+            (&mut op.tensor, &mut op.value, &mut op.out)
+        }
         BaseOperationIr::SelectAssign(op) if accumulates(&op.update) => {
-            (&op.tensor, &op.value, &op.out)
+            (&mut op.tensor, &mut op.value, &mut op.out)
         }
         _ => return None,
     };
@@ -29,31 +32,17 @@ pub(super) fn widened(operation: &OperationIr) -> Option<Vec<OperationIr>> {
     }
     let (wide_tensor, cast_tensor) = to_f32(tensor);
     let (wide_value, cast_value) = to_f32(value);
-    let wide_out = TensorIr {
-        id: next_tensor_id(),
-        status: TensorStatus::NotInit,
-        dtype: DType::F32,
-        ..out.clone()
-    };
-    let wide = match base {
-        BaseOperationIr::Scatter(op) => {
-            let mut op = op.clone();
-            (op.tensor, op.value, op.out) = (wide_tensor, wide_value, wide_out.clone());
-            BaseOperationIr::Scatter(op)
-        }
-        BaseOperationIr::SelectAssign(op) => {
-            let mut op = op.clone();
-            (op.tensor, op.value, op.out) = (wide_tensor, wide_value, wide_out.clone());
-            BaseOperationIr::SelectAssign(op)
-        }
-        _ => return None,
-    };
+    let narrow_out = out.clone();
+    *tensor = wide_tensor;
+    *value = wide_value;
+    out.id = next_tensor_id();
+    out.dtype = DType::F32;
     let narrow = CastOpIr {
         input: TensorIr {
             status: TensorStatus::ReadWrite,
-            ..wide_out
+            ..out.clone()
         },
-        out: out.clone(),
+        out: narrow_out,
     };
     Some(vec![
         cast_tensor,
