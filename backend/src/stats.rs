@@ -23,6 +23,7 @@ pub(crate) struct StatsCounters {
     pub live_tensors: AtomicU64,
     pub live_bytes: AtomicU64,
     pub largest_scratch_bytes: AtomicU64,
+    pub non_finite_runs: AtomicU64,
 }
 
 impl StatsCounters {
@@ -60,6 +61,7 @@ impl StatsCounters {
             live_tensors: load(&self.live_tensors),
             live_bytes: load(&self.live_bytes),
             largest_scratch_bytes: load(&self.largest_scratch_bytes),
+            non_finite_runs: load(&self.non_finite_runs),
         }
     }
 
@@ -79,6 +81,7 @@ impl StatsCounters {
             &self.bytes_to_device,
             &self.bytes_to_host,
             &self.largest_scratch_bytes,
+            &self.non_finite_runs,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -125,6 +128,9 @@ pub struct Stats {
     /// or the last reset, per replica, as the compiler counts it; 0 where the executor cannot
     /// tell (`host`, `neuron`, a PJRT plugin without `PJRT_Executable_GetCompiledMemoryStats`).
     pub largest_scratch_bytes: u64,
+    /// Program runs the device reported as finished with NaN or infinite values (Neuron status
+    /// 1003); their outputs were kept, so the trainer skips the step as for any non-finite loss.
+    pub non_finite_runs: u64,
 }
 
 fn registry() -> &'static Mutex<HashMap<TrainiumDevice, Arc<StatsCounters>>> {

@@ -4,7 +4,7 @@
 //! process in real use) finds the programs in the cache. A replicated device compiles its
 //! collectives into the module `neuronx-cc` receives.
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData};
 use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 use burn_trainium::hlo::HloModuleProto;
 use burn_trainium::neuron::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE};
@@ -48,10 +48,10 @@ fn compile_only_mode_fills_the_cache_and_reuses_it() {
             module.display()
         );
     }
-    assert!(
-        workspace
-            .last_arguments()
-            .starts_with("--framework XLA --target trn1 --model-type transformer")
+    // An f32 matrix product: the compiler is told not to cast it to bf16.
+    assert_eq!(
+        workspace.last_arguments(),
+        "--framework XLA --target trn1 --model-type transformer --auto-cast none --output model.neff"
     );
 
     // The same program again: found in memory, no compile.
@@ -69,6 +69,22 @@ fn compile_only_mode_fills_the_cache_and_reuses_it() {
     assert_eq!(workspace.invocations() as u64, first.compiles);
 
     replicated_device_compiles_its_collectives(&workspace);
+    bf16_products_keep_the_compilers_default_cast(&workspace);
+}
+
+/// A bf16 matrix product has nothing for `--auto-cast` to cast: the configured flags alone.
+fn bf16_products_keep_the_compilers_default_cast(workspace: &Workspace) {
+    let device = TrainiumDevice::neuron(3);
+    let a = Tensor::<Trainium, 2>::from_data(
+        TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
+        &device,
+    )
+    .cast(DType::BF16);
+    let _ = a.clone().matmul(a).into_data();
+    assert_eq!(
+        workspace.last_arguments(),
+        "--framework XLA --target trn1 --model-type transformer --output model.neff"
+    );
 }
 
 /// The collective program of a replicated device, as `neuronx-cc` receives it: an `all-reduce`

@@ -133,7 +133,7 @@ fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
             .map_err(|error| invalid(format!("not an HLO module: {error}")))?;
         request_neff_names(&mut module).map_err(invalid)?;
         cache
-            .get_or_compile(&compiler, &module.encode_to_vec())
+            .get_or_compile(&compiler.for_module(&module), &module.encode_to_vec())
             .map(|cached| cached.outcome)
     };
     std::thread::scope(|scope| {

@@ -1,7 +1,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use super::precision::flags_for_module;
 use super::{NeuronError, NeuronSettings, NeuronTarget};
+use crate::hlo::HloModuleProto;
 
 /// The file name of the HLO module handed to the compiler, as in Neuron's own cache.
 pub const MODULE_FILE: &str = "model.hlo_module.pb";
@@ -103,6 +105,15 @@ impl NeuronCompiler {
             settings.target,
             settings.compiler_flags.clone(),
         )
+    }
+
+    /// The driver for compiling `module`: the configured flags plus those its precision needs
+    /// (`--auto-cast none` for f32 matrix multiplications, see `precision.rs`).
+    pub fn for_module(&self, module: &HloModuleProto) -> Self {
+        Self {
+            flags: flags_for_module(&self.flags, module),
+            ..self.clone()
+        }
     }
 
     /// The compiler's version.

@@ -10,11 +10,12 @@
 //!
 //! Nothing here has run on a NeuronCore yet: see `docs/neuron.md`.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn_backend::{BoolStore, DType, Shape, TensorData};
 use prost::Message;
-use trainium_ffi::nrt::{Model, NeuronRuntime, Tensor, TensorPlacement};
+use trainium_ffi::nrt::{Model, NeuronRuntime, NrtError, NrtStatus, Tensor, TensorPlacement};
 
 use super::{
     Binding, CacheKey, CacheOutcome, NeffCache, NeuronCompiler, NeuronSettings, bind, compile_only,
@@ -22,6 +23,7 @@ use super::{
 };
 use crate::executor::{CacheLimits, CompileOutcome, Target};
 use crate::lower::{LowerOptions, LoweredProgram};
+use crate::stats::{StatsCounters, counters};
 use crate::{BackendError, TrainiumDevice};
 
 /// The runtime variable that enables stochastic rounding of BF16 results (read by `nrt_init`).
@@ -91,8 +93,33 @@ unsafe impl Sync for NeuronProgram {}
 /// The NeuronCores of a device, one per replica (absent in compile-only mode).
 struct Cores {
     runtime: &'static NeuronRuntime,
+    /// The device's statistics (runs that finished with non-finite values are counted).
+    counters: Arc<StatsCounters>,
     /// The core index of each replica.
     indices: Vec<i32>,
+}
+
+/// How an execution that returned finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Completion {
+    /// Every value finite.
+    Finite,
+    /// The runtime saw NaN or infinity (status 1003): the outputs are written and hold them.
+    NonFinite,
+}
+
+/// What the status of `nrt_execute` means. Status 1003 (`NRT_EXEC_COMPLETED_WITH_NUM_ERR`) is
+/// not a failure: the program ran to the end and its outputs hold the non-finite values, which
+/// the trainer sees in the loss or gradient norm and answers by skipping the step.
+fn completion(executed: Result<(), NrtError>) -> Result<Completion, NrtError> {
+    match executed {
+        Ok(()) => Ok(Completion::Finite),
+        Err(NrtError::Status {
+            status: NrtStatus::ExecCompletedWithNumericalErrors,
+            ..
+        }) => Ok(Completion::NonFinite),
+        Err(error) => Err(error),
+    }
 }
 
 /// The `neuron` target: the compiler, the NEFF cache and the cores.
@@ -168,6 +195,7 @@ fn open_cores(device: &TrainiumDevice) -> Result<Cores, BackendError> {
     );
     Ok(Cores {
         runtime,
+        counters: counters(device),
         indices: (0..device.replicas)
             .map(|replica| i32::from(device.index) + i32::from(replica))
             .collect(),
@@ -272,14 +300,21 @@ impl NeuronCores {
         for (bound, tensor) in binding.outputs.iter().zip(&results) {
             outputs.add(&bound.name, tensor).map_err(failure)?;
         }
-        runtime
-            .execute(&compiled.models[replica], &inputs, &mut outputs)
-            .map_err(|error| {
-                failure(format!(
-                    "running {} ({key}) on NeuronCore {core}: {error}",
-                    program.module.name
-                ))
-            })?;
+        let executed = runtime.execute(&compiled.models[replica], &inputs, &mut outputs);
+        let completion = completion(executed).map_err(|error| {
+            failure(format!(
+                "running {} ({key}) on NeuronCore {core}: {error}",
+                program.module.name
+            ))
+        })?;
+        if completion == Completion::NonFinite {
+            log::warn!(
+                "{} ({key}) on NeuronCore {core} finished with NaN or infinite values \
+                 (NRT_EXEC_COMPLETED_WITH_NUM_ERR); its outputs are kept",
+                program.module.name
+            );
+            StatsCounters::add(&cores.counters.non_finite_runs, 1);
+        }
         drop((inputs, outputs));
         Ok(results.into_iter().map(NeuronBuffer::Device).collect())
     }
@@ -348,12 +383,13 @@ impl Target for NeuronCores {
         let mut module = program.module.clone();
         request_neff_names(&mut module)
             .map_err(|reason| failure(format!("{}: {reason}", program.module.name)))?;
+        let compiler = self.compiler.for_module(&module);
         let module = module.encode_to_vec();
-        let key = CacheKey::for_compiler(&module, &self.compiler);
+        let key = CacheKey::for_compiler(&module, &compiler);
         let start = Instant::now();
         let cached = self
             .cache
-            .get_or_compile(&self.compiler, &module)
+            .get_or_compile(&compiler, &module)
             .map_err(|error| failure(format!("compiling {}: {error}", program.module.name)))?;
         let outcome = match cached.outcome {
             CacheOutcome::Hit => CompileOutcome::Cached,
@@ -421,5 +457,28 @@ impl Target for NeuronCores {
                 })
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numerical_errors_complete_the_run_and_other_statuses_fail_it() {
+        let status = |status| {
+            Err(NrtError::Status {
+                call: "nrt_execute",
+                status,
+            })
+        };
+        assert_eq!(completion(Ok(())).unwrap(), Completion::Finite);
+        assert_eq!(
+            completion(status(NrtStatus::ExecCompletedWithNumericalErrors)).unwrap(),
+            Completion::NonFinite
+        );
+        for failed in [NrtStatus::Failure, NrtStatus::Invalid, NrtStatus::Resource] {
+            assert!(completion(status(failed)).is_err(), "{failed:?}");
+        }
     }
 }
