@@ -78,6 +78,20 @@ pub struct HlatConfig {
     pub pad_token_id: Option<u32>,
 }
 
+/// The largest value of a size field of [`HlatConfig`]: far beyond any trained model (HLAT-70B
+/// has hidden 8192, FFN 28672, 80 layers), and small enough that every derived count (parameters,
+/// FLOPs, elements of a weight) fits in 64 bits. Token ids are i32 on the device, so the
+/// vocabulary has at most `i32::MAX` ids (the largest, `i32::MAX`, marks padding targets).
+fn largest_size(field: &str) -> usize {
+    match field {
+        "vocab_size" => i32::MAX as usize,
+        "num_layers" => 1 << 16,
+        "max_seq_len" => 1 << 24,
+        // hidden_size, num_heads, num_kv_heads, ffn_size.
+        _ => 1 << 22,
+    }
+}
+
 /// Names of the built-in presets, in the order [`HlatConfig::preset`] documents them.
 const PRESET_NAMES: &[&str] = &[
     "hlat-7b",
@@ -158,6 +172,14 @@ impl HlatConfig {
         for (field, value) in sizes {
             if value == 0 {
                 return invalid(field, value.to_string(), "must be at least 1");
+            }
+            let largest = largest_size(field);
+            if value > largest {
+                return invalid(
+                    field,
+                    value.to_string(),
+                    &format!("is above the largest supported value {largest}"),
+                );
             }
         }
         if !self.hidden_size.is_multiple_of(self.num_heads) {
@@ -324,8 +346,12 @@ mod tests {
     fn validation_names_the_field() {
         let base = HlatConfig::preset("hlat-test").unwrap();
         type Mutation = fn(&mut HlatConfig);
-        let cases: [(&str, Mutation); 5] = [
+        let cases: [(&str, Mutation); 9] = [
             ("num_heads", |c| c.num_heads = 5),
+            ("hidden_size", |c| c.hidden_size = 1 << 40),
+            ("vocab_size", |c| c.vocab_size = usize::MAX),
+            ("num_layers", |c| c.num_layers = 1 << 20),
+            ("max_seq_len", |c| c.max_seq_len = usize::MAX),
             ("num_kv_heads", |c| c.num_kv_heads = 3),
             ("ffn_size", |c| c.ffn_size = 0),
             ("rms_norm_eps", |c| c.rms_norm_eps = 0.0),

@@ -203,11 +203,7 @@ fn arg_max_and_min_of_special_values<B: Backend>(device: &B::Device, p: Precisio
         [-inf, 0.0, -inf, 0.0],
         [0.5, 0.25, 0.5, nan],
     ];
-    let x = Tensor::<B, 2>::from_data(TensorData::from(rows), device);
-    let x = match p {
-        Precision::F32 => x,
-        Precision::Bf16 => x.cast(DType::BF16),
-    };
+    let x = Tensor::<B, 2>::from_data(TensorData::from(rows), device).cast(p.dtype());
     Tensor::cat(vec![x.clone().argmax(1), x.argmin(1)], 1).into_data()
 }
 
@@ -378,10 +374,7 @@ fn scatter_add<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
 /// 300 ones added into one slot: a bf16 accumulator stops at 256 (256 + 1 rounds back to 256),
 /// an f32 one reaches 300, which bf16 represents exactly.
 fn scatter_add_accumulates_widely<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
-    let dtype = match p {
-        Precision::F32 => DType::F32,
-        Precision::Bf16 => DType::BF16,
-    };
+    let dtype = p.dtype();
     let target = Tensor::<B, 1>::zeros([4], device).cast(dtype);
     let ones = Tensor::<B, 1>::ones([300], device).cast(dtype);
     let slots = Tensor::<B, 1, Int>::zeros([300], device);
@@ -462,10 +455,7 @@ fn expand_repeat_flip<B: Backend>(device: &B::Device, p: Precision) -> TensorDat
 }
 
 fn zeros_ones_full<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
-    let dtype = match p {
-        Precision::F32 => DType::F32,
-        Precision::Bf16 => DType::BF16,
-    };
+    let dtype = p.dtype();
     (Tensor::<B, 2>::zeros([2, 3], (device, dtype))
         + Tensor::<B, 2>::ones([2, 3], (device, dtype))
         + Tensor::<B, 2>::full([2, 3], 2.5, (device, dtype)))
@@ -673,8 +663,30 @@ fn attention_with_mask_bias_and_softcap<B: Backend>(
     .into_data()
 }
 
+/// Equal scores over 600 keys: every softmax numerator is 1, and a bf16 sum of them stops at 256
+/// (256 + 1 rounds back to 256), which would weigh each value 1/256 instead of 1/600. Summed in
+/// f32 the weights are 1/600 and the output, the mean of the values, is exact: all ones. The
+/// query and key are one tensor, as in a self-attention over a constant sequence. The XLA CPU
+/// plugin and burn-flex compute bf16 arithmetic in f32 anyway; the case tells on devices with
+/// native bf16 (a GPU plugin, Neuron), and `backend/tests/backend/lowering.rs` checks the module.
+fn attention_sums_its_softmax_widely<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: false,
+    };
+    let keys = Tensor::<B, 4>::zeros([1, 2, 600, 4], device).cast(p.dtype());
+    let values = Tensor::<B, 4>::ones([1, 2, 600, 3], device).cast(p.dtype());
+    attention(keys.clone(), keys, values, None, None, options).into_data()
+}
+
 #[test]
 fn attention_module() {
+    check(
+        "attention_sums_its_softmax_widely",
+        attention_sums_its_softmax_widely::<Reference>,
+        attention_sums_its_softmax_widely::<Trainium>,
+    );
     check(
         "causal_attention",
         causal_attention::<Reference>,

@@ -29,6 +29,14 @@ impl Precision {
     /// Both precisions, in test order.
     pub const ALL: [Precision; 2] = [Precision::F32, Precision::Bf16];
 
+    /// The float dtype of this precision.
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+
     /// The tolerance of a float result computed in this precision against the f32 reference:
     /// `|actual - expected| <= tolerance * (1 + |expected|)`. Int and bool results are exact.
     pub fn tolerance(self) -> f64 {
@@ -180,11 +188,7 @@ fn float_tensor<B: Backend, const D: usize>(
     precision: Precision,
     device: &B::Device,
 ) -> Tensor<B, D> {
-    let tensor = Tensor::<B, D>::from_data(TensorData::new(values, shape), device);
-    match precision {
-        Precision::F32 => tensor,
-        Precision::Bf16 => tensor.cast(DType::BF16),
-    }
+    Tensor::<B, D>::from_data(TensorData::new(values, shape), device).cast(precision.dtype())
 }
 
 /// A float tensor with values in `[-2, 2]`.

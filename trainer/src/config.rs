@@ -293,6 +293,11 @@ impl TrainConfig {
                 format!("{} is negative", self.clip_grad_norm),
             );
         }
+        if let Some(peak) = self.peak_flops
+            && !positive(peak)
+        {
+            return invalid("peak_flops", format!("{peak} is not a positive number"));
+        }
         if self.max_steps == 0 {
             return invalid("max_steps", "must be positive".into());
         }

@@ -5,7 +5,7 @@ use burn_backend::DType;
 use burn_ir::{AttentionOpIr, ScalarIr};
 
 use super::builder::{Combiner, Direction, Value};
-use super::context::{Lowered, Lowering, dims, unsupported};
+use super::context::{Lowered, Lowering, dims, element_type, unsupported};
 use crate::hlo::{DotDimensionNumbers, PrimitiveType};
 
 /// The smallest finite value and the smallest positive normal value of a float dtype.
@@ -36,14 +36,22 @@ fn batched_dot(
 }
 
 /// `attention(query [b, h, q, d], key [b, h, k, d], value [b, h, k, v], mask, bias, options)`.
+///
+/// Attention of bf16 or f16 tensors is computed in f32 (both products, the softmax and its sum)
+/// and rounded once into the output, as the host executor does (`executor/host/widen.rs`).
 pub(crate) fn attention(cx: &mut Lowering, ir: &AttentionOpIr) -> Lowered {
-    let dtype = ir.query.dtype;
+    let dtype = match ir.query.dtype {
+        DType::BF16 | DType::F16 => DType::F32,
+        other => other,
+    };
     let (lowest, smallest_positive) = limits(dtype)?;
+    let compute = element_type(dtype)?;
     let query = cx.get(&ir.query)?;
     let key = cx.get(&ir.key)?;
     let value = cx.get(&ir.value)?;
-    let key = cx.builder.convert(&key, query.element_type);
-    let value = cx.builder.convert(&value, query.element_type);
+    let query = cx.builder.convert(&query, compute);
+    let key = cx.builder.convert(&key, compute);
+    let value = cx.builder.convert(&value, compute);
     let [batch, heads, queries, depth] =
         [query.dims[0], query.dims[1], query.dims[2], query.dims[3]];
     let keys = key.dims[2];
@@ -85,6 +93,7 @@ pub(crate) fn attention(cx: &mut Lowering, ir: &AttentionOpIr) -> Lowered {
     }
     if let Some(bias) = &ir.attn_bias {
         let bias = cx.get(bias)?;
+        let bias = cx.builder.convert(&bias, compute);
         let bias = cx.builder.broadcast_to(&bias, &score_dims);
         scores = cx.builder.binary("add", &scores, &bias);
     }

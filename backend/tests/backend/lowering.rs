@@ -3,10 +3,10 @@
 
 use burn::tensor::DType;
 use burn_ir::{
-    BinaryOpIr, CustomOpIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
-    TensorIr, TensorStatus,
+    AttentionOpIr, AttentionOptionsIr, BinaryOpIr, CustomOpIr, ModuleOperationIr,
+    NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId, TensorIr, TensorStatus,
 };
-use burn_trainium::hlo::HloModuleProto;
+use burn_trainium::hlo::{HloModuleProto, PrimitiveType};
 use burn_trainium::lower::{
     self, LowerError, LowerOptions, Step, boundary_of, lower_segment, plan_segment,
 };
@@ -139,4 +139,65 @@ fn dumps_hold_the_module_as_binary_and_text() {
         text.contains("HloModule segment_") && text.contains("multiply("),
         "{text}"
     );
+}
+
+/// The attention module on bf16 tensors works in f32: both products, the softmax's maximum and
+/// sum, and its exponentials, so its sum over many keys does not stop growing at bf16's rounding
+/// step on devices that compute bf16 natively; only the result is rounded to bf16.
+#[test]
+fn bf16_attention_is_computed_in_f32_and_rounded_once() {
+    let bf16 = |id: u64, shape: &[usize], status| TensorIr {
+        dtype: DType::BF16,
+        ..tensor(id, shape, status)
+    };
+    let operation = OperationIr::Module(ModuleOperationIr::Attention(AttentionOpIr {
+        query: bf16(1, &[1, 2, 3, 4], TensorStatus::ReadOnly),
+        key: bf16(2, &[1, 2, 5, 4], TensorStatus::ReadOnly),
+        value: bf16(3, &[1, 2, 5, 6], TensorStatus::ReadOnly),
+        mask: None,
+        attn_bias: Some(bf16(4, &[1, 2, 3, 5], TensorStatus::ReadOnly)),
+        options: AttentionOptionsIr {
+            scale: None,
+            softcap: Some(ScalarIr::Float(2.0)),
+            is_causal: true,
+        },
+        out: bf16(5, &[1, 2, 3, 6], TensorStatus::NotInit),
+    }));
+    let program = lower(&[operation]);
+    let entry = program
+        .module
+        .computations
+        .iter()
+        .find(|computation| computation.id == program.module.entry_computation_id)
+        .unwrap();
+    let type_of = |instruction: &burn_trainium::hlo::HloInstructionProto| {
+        PrimitiveType::try_from(instruction.shape.as_ref().unwrap().element_type).unwrap()
+    };
+    let mut seen = std::collections::HashMap::new();
+    for instruction in &entry.instructions {
+        if ["dot", "reduce", "exponential", "divide", "tanh"].contains(&instruction.opcode.as_str())
+        {
+            *seen.entry(instruction.opcode.as_str()).or_insert(0) += 1;
+            assert_eq!(
+                type_of(instruction),
+                PrimitiveType::F32,
+                "{} {}",
+                instruction.opcode,
+                instruction.name
+            );
+        }
+    }
+    assert_eq!(seen.get("dot"), Some(&2), "{seen:?}");
+    assert_eq!(seen.get("reduce"), Some(&2), "{seen:?}");
+    let root = entry
+        .instructions
+        .iter()
+        .find(|instruction| instruction.id == entry.root_id)
+        .unwrap();
+    let result = entry
+        .instructions
+        .iter()
+        .find(|instruction| instruction.id == root.operand_ids[0])
+        .unwrap();
+    assert_eq!(type_of(result), PrimitiveType::Bf16);
 }

@@ -35,7 +35,7 @@ pub struct CompileArgs {
     #[arg(long, num_args = 1.., value_name = "PATH")]
     pub modules: Vec<PathBuf>,
     /// How many compiler processes run at once with `--modules` (each can use several GB).
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     pub compile_jobs: usize,
     /// The training run to trace: the same flags as `hlat pretrain`.
     #[command(flatten)]

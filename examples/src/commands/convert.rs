@@ -29,7 +29,7 @@ pub struct ConvertArgs {
     pub to_hf: Option<PathBuf>,
     /// Write the native checkpoint as N tensor-parallel rank files, as a `hlat pretrain --tp N`
     /// run checkpoints it (1: one whole file).
-    #[arg(long, value_name = "N", requires = "to")]
+    #[arg(long, value_name = "N", requires = "to", value_parser = super::ranges::at_least_one::<usize>())]
     pub tp: Option<usize>,
     /// Element type of the written weights: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]

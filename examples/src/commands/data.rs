@@ -31,7 +31,7 @@ struct TrainTokenizerArgs {
     #[arg(long, num_args = 1.., required = true)]
     input: Vec<PathBuf>,
     /// The vocabulary size, special tokens (<pad>, <s>, </s>) included.
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::at_least_one::<usize>())]
     vocab_size: usize,
     /// Where to write the tokenizer.json (must not exist).
     #[arg(long)]
@@ -60,10 +60,10 @@ struct IngestArgs {
     #[arg(long)]
     out: PathBuf,
     /// The most tokens per shard file.
-    #[arg(long, default_value_t = 100_000_000)]
+    #[arg(long, default_value_t = 100_000_000, value_parser = super::ranges::at_least_one::<usize>())]
     shard_tokens: usize,
     /// The fraction of documents held out for validation.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = super::ranges::fraction)]
     val_fraction: f64,
     /// Skip documents that are not valid UTF-8 (and count them) instead of failing.
     #[arg(long)]

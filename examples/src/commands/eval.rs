@@ -23,10 +23,10 @@ pub struct EvalArgs {
     #[arg(long, value_name = "SPEC")]
     data: Option<String>,
     /// Tokens per row [default: the run's, else 128].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     seq_len: Option<usize>,
     /// Validation rows measured.
-    #[arg(long, value_name = "N", default_value_t = 32)]
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = super::ranges::at_least_one::<usize>())]
     rows: usize,
     /// Device: `ndarray`, or a Trainium device such as `host:0`, `xla:0`
     /// [default: TRAINIUM_DEVICE, else host:0].

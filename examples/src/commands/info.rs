@@ -17,10 +17,10 @@ pub struct InfoArgs {
     /// Hugging Face `config.json`, or a model folder (native checkpoint or Hugging Face).
     pub model: String,
     /// Data-parallel degree of the layout whose memory is estimated.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = super::ranges::at_least_one::<usize>())]
     pub dp: usize,
     /// Tensor-parallel degree.
-    #[arg(long, value_name = "M", default_value_t = 1)]
+    #[arg(long, value_name = "M", default_value_t = 1, value_parser = super::ranges::at_least_one::<usize>())]
     pub tp: usize,
     /// Sequence parallelism inside the tensor-parallel groups.
     #[arg(long)]
@@ -32,16 +32,16 @@ pub struct InfoArgs {
     #[arg(long, value_name = "MODE", default_value = "none")]
     pub activation_checkpointing: ActivationCheckpointing,
     /// Tokens per row (default: the model's context).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     pub seq_len: Option<usize>,
     /// Rows per micro-batch on each data-parallel replica.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = super::ranges::at_least_one::<usize>())]
     pub micro_batch_rows: usize,
     /// Parameter and compute precision: f32, bf16-sr or bf16-mixed.
     #[arg(long, value_name = "P", default_value = "bf16-sr")]
     pub precision: Precision,
     /// Memory of one device in GiB (default: a trn1 NeuronCore's 16 GiB).
-    #[arg(long, value_name = "GIB", default_value_t = 16.0)]
+    #[arg(long, value_name = "GIB", default_value_t = 16.0, value_parser = super::ranges::positive)]
     pub device_memory: f64,
 }
 

@@ -8,6 +8,7 @@ pub mod eval;
 pub mod generate;
 pub mod info;
 pub mod pretrain;
+pub mod ranges;
 
 use anyhow::Context;
 use burn_trainium::{DEVICE_ENV, TrainiumDevice};

@@ -34,7 +34,7 @@ pub struct PretrainArgs {
     /// cosine decay until this step (unless the config sets `decay_steps`). A finished run
     /// started again with a larger value continues on the schedule of the new length (the
     /// learning rate at the resumed step is logged).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<u64>())]
     max_steps: Option<u64>,
     /// Start from this Hugging Face (or native) checkpoint: continual pretraining.
     #[arg(long, value_name = "DIR")]
@@ -55,27 +55,27 @@ pub struct PretrainArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Peak learning rate.
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::positive)]
     lr: Option<f64>,
     /// Linear warmup steps.
     #[arg(long, value_name = "N")]
     warmup_steps: Option<u64>,
     /// Tokens per optimizer step (gradient accumulation fills it with micro-batches).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     batch_tokens: Option<usize>,
     /// Rows per forward/backward pass, on each data-parallel replica.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     micro_batch_rows: Option<usize>,
     /// Data-parallel degree: train on the first N replicas of the device's executor (`--device
     /// xla --dp 4` uses xla:0-3), each on its slice of the global batch, gradients averaged by an
     /// all-reduce in the step's program. The global batch stays the configured one: without
     /// --micro-batch-rows, each replica's micro-batch is 1/N of the configured micro-batch.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     dp: Option<usize>,
     /// Tensor-parallel degree: each model replica's weights split over M replicas (column- and
     /// row-parallel projections, vocabulary-parallel embedding and loss); with --dp N the device
     /// has N × M replicas.
-    #[arg(long, value_name = "M")]
+    #[arg(long, value_name = "M", value_parser = super::ranges::at_least_one::<usize>())]
     tp: Option<usize>,
     /// Sequence parallelism inside each tensor-parallel group (norms and residuals on slices of
     /// the sequence).
@@ -90,19 +90,19 @@ pub struct PretrainArgs {
     #[arg(long, value_name = "MODE")]
     activation_checkpointing: Option<ActivationCheckpointing>,
     /// Tokens per row.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     seq_len: Option<usize>,
     /// Save a checkpoint every N steps (and at the end).
     #[arg(long, value_name = "N")]
     checkpoint_every: Option<u64>,
     /// Checkpoints kept.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", value_parser = super::ranges::at_least_one::<usize>())]
     keep_checkpoints: Option<usize>,
     /// Measure validation loss every M steps (0: never).
     #[arg(long, value_name = "M")]
     eval_every: Option<u64>,
     /// Peak FLOP/s of the device, for MFU.
-    #[arg(long, value_name = "FLOPS")]
+    #[arg(long, value_name = "FLOPS", value_parser = super::ranges::positive)]
     peak_flops: Option<f64>,
     /// Hide the progress display (Burn's dashboard in a terminal, else a progress bar).
     #[arg(long)]

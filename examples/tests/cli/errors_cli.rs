@@ -102,25 +102,94 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         },
     ];
     for case in cases {
-        let mut command = super::hlat();
-        command.args(case.arguments).current_dir(out.path());
-        for (name, value) in case.environment {
-            match value {
-                Some(value) => command.env(name, value),
-                None => command.env_remove(name),
-            };
+        expect_refused(case.environment, case.arguments, case.names, out.path());
+    }
+}
+
+/// Numeric flags out of range, and model configurations whose sizes would overflow.
+#[test]
+fn numbers_out_of_range_are_refused_naming_the_flag_or_field() {
+    let out = tempfile::tempdir().unwrap();
+    let flags: [(&[&str], &[&str]); 6] = [
+        (&["pretrain", "--lr", "0"], &["--lr"]),
+        (&["pretrain", "--dp", "0"], &["--dp"]),
+        (&["pretrain", "--max-steps", "0"], &["--max-steps"]),
+        (&["eval", "--model", FIXTURE, "--rows", "0"], &["--rows"]),
+        (&["info", "--device-memory", "nan"], &["--device-memory"]),
+        (
+            &[
+                "data",
+                "train-tokenizer",
+                "--input",
+                ".",
+                "--vocab-size",
+                "0",
+                "--out",
+                "x",
+            ],
+            &["--vocab-size"],
+        ),
+    ];
+    for (arguments, names) in flags {
+        expect_refused(&[], arguments, names, out.path());
+    }
+    // The fixture with one size made huge (and `head_dim`, which the fixture states, left out
+    // unless it is the one): the error names the field and its value, before any weight is read.
+    let huge = 1u64 << 62;
+    for (index, field) in ["head_dim", "hidden_size", "vocab_size", "num_hidden_layers"]
+        .into_iter()
+        .enumerate()
+    {
+        let model = out.path().join(format!("model-{index}"));
+        std::fs::create_dir_all(&model).unwrap();
+        for entry in std::fs::read_dir(FIXTURE).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
         }
-        let output = command.output().expect("running hlat");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let what = format!("{:?} {:?}", case.environment, case.arguments);
-        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-        let message = stderr
-            .lines()
-            .find(|line| line.starts_with("error:"))
-            .unwrap_or_else(|| panic!("{what}: no error line in {stderr}"));
-        for name in case.names {
-            assert!(message.contains(name), "{what}: `{name}` not in {message}");
-        }
+        let path = model.join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let fields = config.as_object_mut().unwrap();
+        fields.remove("head_dim");
+        fields.insert(field.to_string(), huge.into());
+        std::fs::write(&path, config.to_string()).unwrap();
+        let model = model.display().to_string();
+        let (named, value) = (format!("`{field}`"), huge.to_string());
+        expect_refused(
+            &[],
+            &["eval", "--model", &model],
+            &[&named, &value],
+            out.path(),
+        );
+    }
+}
+
+/// Runs `hlat` with `arguments` and `environment` in `folder`: it must exit with status 2,
+/// print no panic, and its `error:` line must contain every one of `names`.
+fn expect_refused(
+    environment: &[(&str, Option<&str>)],
+    arguments: &[&str],
+    names: &[&str],
+    folder: &std::path::Path,
+) {
+    let mut command = super::hlat();
+    command.args(arguments).current_dir(folder);
+    for (name, value) in environment {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    let output = command.output().expect("running hlat");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let what = format!("{environment:?} {arguments:?}");
+    assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    let message = stderr
+        .lines()
+        .find(|line| line.starts_with("error:"))
+        .unwrap_or_else(|| panic!("{what}: no error line in {stderr}"));
+    for name in names {
+        assert!(message.contains(name), "{what}: `{name}` not in {message}");
     }
 }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::dtype::WeightDtype;
 use super::error::HfError;
-use crate::config::HlatConfig;
+use crate::config::{ConfigError, HlatConfig};
 
 /// The `config.json` file name.
 pub const CONFIG_FILE: &str = "config.json";
@@ -48,7 +48,7 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
         .unwrap_or(num_heads);
     if let Some(head_dim) = reader.optional_usize("head_dim")?
         && num_heads > 0
-        && head_dim * num_heads != hidden_size
+        && head_dim.checked_mul(num_heads) != Some(hidden_size)
     {
         return Err(reader.unsupported(
             "head_dim",
@@ -72,9 +72,27 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
     };
     config.validate().map_err(|source| HfError::InvalidConfig {
         path: path.clone(),
+        file_field: match &source {
+            ConfigError::Invalid { field, .. } => hf_field_name(field),
+            _ => "(root)",
+        },
         source,
     })?;
     Ok(config)
+}
+
+/// The `config.json` field a field of [`HlatConfig`] is read from.
+fn hf_field_name(field: &'static str) -> &'static str {
+    match field {
+        "num_layers" => "num_hidden_layers",
+        "num_heads" => "num_attention_heads",
+        "num_kv_heads" => "num_key_value_heads",
+        "ffn_size" => "intermediate_size",
+        "max_seq_len" => "max_position_embeddings",
+        "init_std" => "initializer_range",
+        // vocab_size, hidden_size, rms_norm_eps, rope_theta and the token ids keep their names.
+        same => same,
+    }
 }
 
 /// The `config.json` transformers needs to load a model of `config` stored as `dtype`.

@@ -36,10 +36,12 @@ pub enum HfError {
         reason: String,
     },
     /// The configuration converts to an invalid [`crate::HlatConfig`].
-    #[error("{}: {source}", path.display())]
+    #[error("{}: `{file_field}`: {source}", path.display())]
     InvalidConfig {
         /// The `config.json`.
         path: PathBuf,
+        /// The field of the file the invalid value came from.
+        file_field: &'static str,
         /// The validation error.
         source: ConfigError,
     },

@@ -130,6 +130,47 @@ impl ShardHeader {
     }
 }
 
+/// Checks every token id of a shard's body against the vocabulary of its header, so a corrupt
+/// shard is refused when it is opened rather than failing a training step. A sequential read of
+/// the mapped file (a u16 shard of a vocabulary of 65536 or more cannot hold a bad id and is not
+/// read).
+fn check_token_ids(path: &Path, header: ShardHeader, body: &[u8]) -> Result<(), DataError> {
+    let bad = |problem: String| DataError::BadShard {
+        path: path.to_path_buf(),
+        problem,
+    };
+    if header.vocab_size == 0 {
+        return Err(bad("the header announces a vocabulary of 0 tokens".into()));
+    }
+    let vocab = header.vocab_size;
+    let width = header.token_width as usize;
+    if width == 2 && vocab > u32::from(u16::MAX) {
+        return Ok(());
+    }
+    match body
+        .chunks_exact(width)
+        .map(decode_token)
+        .enumerate()
+        .find(|&(_, id)| id >= vocab)
+    {
+        None => Ok(()),
+        Some((position, id)) => Err(bad(format!(
+            "token {position} (byte {}) is id {id}, outside the vocabulary of {vocab} tokens in \
+             the header",
+            SHARD_HEADER_BYTES + position * width
+        ))),
+    }
+}
+
+/// One little-endian token id of 2 or 4 bytes (the widths [`ShardHeader::parse`] accepts).
+fn decode_token(bytes: &[u8]) -> u32 {
+    match *bytes {
+        [low, high] => u32::from(u16::from_le_bytes([low, high])),
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+        _ => panic!("a token id is 2 or 4 bytes, not {}", bytes.len()),
+    }
+}
+
 /// A shard mapped into memory.
 pub struct TokenShard {
     path: PathBuf,
@@ -146,6 +187,7 @@ impl TokenShard {
         // the mapping is read-only.
         let map = unsafe { Mmap::map(&file) }.map_err(|error| DataError::io(path, error))?;
         let header = ShardHeader::parse(path, &map)?;
+        check_token_ids(path, header, &map[SHARD_HEADER_BYTES..])?;
         Ok(Self {
             path: path.to_path_buf(),
             header,
@@ -178,14 +220,8 @@ impl TokenShard {
         let width = self.header.token_width as usize;
         let from = SHARD_HEADER_BYTES + start * width;
         let bytes = &self.map[from..from + out.len() * width];
-        if width == 2 {
-            for (token, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *token = u16::from_le_bytes([pair[0], pair[1]]) as u32;
-            }
-        } else {
-            for (token, quad) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *token = u32::from_le_bytes(quad.try_into().unwrap());
-            }
+        for (token, encoded) in out.iter_mut().zip(bytes.chunks_exact(width)) {
+            *token = decode_token(encoded);
         }
     }
 }

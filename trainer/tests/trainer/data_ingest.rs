@@ -355,6 +355,38 @@ fn shards_with_a_wrong_header_or_length_are_refused() {
         "{truncated}"
     );
     assert!(shard_error(&[header(1, 2, 4, 300), vec![0; 6]].concat()).contains("4 tokens"));
+    assert!(shard_error(&[header(1, 2, 0, 0)].concat()).contains("vocabulary of 0 tokens"));
+}
+
+#[test]
+fn shards_holding_an_id_outside_their_vocabulary_are_refused_on_open() {
+    // Ids 0, 299, 300 in a vocabulary of 300: the third is one past the end.
+    let ids = |width: u32, ids: &[u32]| -> Vec<u8> {
+        ids.iter()
+            .flat_map(|&id| match width {
+                2 => (id as u16).to_le_bytes().to_vec(),
+                _ => id.to_le_bytes().to_vec(),
+            })
+            .collect()
+    };
+    for width in [2, 4] {
+        let bytes = [header(1, width, 3, 300), ids(width, &[0, 299, 300])].concat();
+        let message = shard_error(&bytes);
+        assert!(
+            message.contains("token 2")
+                && message.contains("id 300")
+                && message.contains("vocabulary of 300"),
+            "{message}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in-range.bin");
+        fs::write(
+            &path,
+            [header(1, width, 2, 300), ids(width, &[0, 299])].concat(),
+        )
+        .unwrap();
+        assert_eq!(TokenShard::open(&path).unwrap().len(), 2);
+    }
 }
 
 #[test]

@@ -82,6 +82,37 @@ fn toml_overrides_only_the_fields_it_names() {
 }
 
 #[test]
+fn toml_values_out_of_range_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.toml");
+    let cases = [
+        ("lr = 0.0", "lr"),
+        ("lr = nan", "lr"),
+        ("eps = -1e-8", "eps"),
+        ("beta2 = 1.0", "beta2"),
+        ("min_lr_ratio = 1.5", "min_lr_ratio"),
+        ("weight_decay = -0.1", "weight_decay"),
+        ("clip_grad_norm = inf", "clip_grad_norm"),
+        ("seq_len = 0", "seq_len"),
+        ("micro_batch_rows = 0", "micro_batch_rows"),
+        ("data_parallel = 0", "data_parallel"),
+        ("max_steps = 0", "max_steps"),
+        ("keep_checkpoints = 0", "keep_checkpoints"),
+        ("peak_flops = -1.0", "peak_flops"),
+        ("eval_rows = 0", "eval_rows"),
+        (
+            "seq_len = 9223372036854775807\nmicro_batch_rows = 4",
+            "micro_batch_rows",
+        ),
+    ];
+    for (line, field) in cases {
+        std::fs::write(&path, format!("{line}\n")).unwrap();
+        let error = TrainConfig::load_toml(&path, &TrainConfig::default()).expect_err(line);
+        assert!(error.to_string().contains(field), "{line}: {error}");
+    }
+}
+
+#[test]
 fn data_spec_names_folders_and_weights() {
     let sources = parse_data_spec("domain=shards/a:0.99,general=shards/b:0.01").unwrap();
     assert_eq!(sources.len(), 2);

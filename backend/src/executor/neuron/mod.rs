@@ -22,8 +22,8 @@ pub use cache::{CacheKey, CacheOutcome, CachedNeff, NeffCache};
 pub use compile_only::{COMPILE_ONLY_ENV, compile_only, set_compile_only};
 pub use compiler::{CompiledNeff, MODULE_FILE, NEFF_FILE, NeuronCompiler};
 pub use error::NeuronError;
-pub use precision::{AUTO_CAST_PREFIX, FULL_PRECISION_FLAGS, has_full_precision_matmul};
 pub use names::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE, request_neff_names};
+pub use precision::{AUTO_CAST_PREFIX, FULL_PRECISION_FLAGS, has_full_precision_matmul};
 pub use settings::{
     CACHE_URL_ENV, COMPILER_ENV, DEFAULT_CACHE_ROOT, DEFAULT_COMPILER, DEFAULT_FLAGS, FLAGS_ENV,
     NeuronSettings, NeuronTarget, RawSettings, TARGET_ENV, set_settings,

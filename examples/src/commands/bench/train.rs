@@ -55,7 +55,7 @@ pub struct TrainBenchArgs {
     pub precision: String,
     /// Peak FLOP/s the MFU column divides by [default: measured in this run, the fastest f32
     /// matmul of the backends measured].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::commands::ranges::positive)]
     pub peak_flops: Option<f64>,
     /// Also run the same model and step in PyTorch (Hugging Face `LlamaForCausalLM`, eager),
     /// when torch and transformers are installed.
