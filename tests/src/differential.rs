@@ -2,6 +2,7 @@
 //! `Trainium`'s `host` and `xla` executors in f32 and bf16, against `burn-ndarray` (see
 //! [`crate::support::check`]). On `xla` none of them may fall back to the host.
 
+use burn::backend::Autodiff;
 use burn::tensor::activation::{gelu, log_softmax, relu, sigmoid, silu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::{attention, embedding, linear};
@@ -387,8 +388,29 @@ fn scatter_add_accumulates_widely<B: Backend>(device: &B::Device, p: Precision) 
         .into_data()
 }
 
+/// 300 lookups of one token: its gradient row sums 300 ones (bf16 accumulation stops at 256).
+/// Burn's embedding backward is a select-assign sum, widened on every executor.
+fn embedding_gradient_accumulates_widely<B: Backend>(
+    device: &B::Device,
+    p: Precision,
+) -> TensorData {
+    let weights = Tensor::<Autodiff<B>, 2>::zeros([4, 3], (device, p.dtype())).require_grad();
+    let ids = Tensor::<Autodiff<B>, 2, Int>::zeros([1, 300], device);
+    let gradients = embedding(weights.clone(), ids).sum().backward();
+    weights
+        .grad(&gradients)
+        .expect("the weights take part in the sum")
+        .cast(DType::F32)
+        .into_data()
+}
+
 #[test]
 fn indexing() {
+    check(
+        "embedding_gradient_accumulates_widely",
+        embedding_gradient_accumulates_widely::<Reference>,
+        embedding_gradient_accumulates_widely::<Trainium>,
+    );
     check(
         "scatter_add_accumulates_widely",
         scatter_add_accumulates_widely::<Reference>,
