@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::Backend;
-use burn_store::{BurnpackStore, ModuleSnapshot, ModuleStore};
+use burn_store::{BurnpackStore, ModuleSnapshot, ModuleStore, TensorSnapshot, TensorSnapshotError};
 use tokenizers::Tokenizer;
 
-use crate::config::{ConfigError, HlatConfig};
+use crate::config::{ConfigError, HlatConfig, element_count};
 use crate::hf::{self, HfError, WeightDtype};
 use crate::model::Hlat;
 use crate::run_folder::{MODEL_DIR, RunFolder, RunFolderError};
@@ -146,6 +146,20 @@ pub fn load_native<B: Backend>(
             B::name(device)
         )));
     }
+    // The model is built from the configuration before the weights are applied: a configuration
+    // that needs more parameters than the weights hold is refused before anything is allocated.
+    let stored_parameters = stored
+        .values()
+        .map(|snapshot| element_count(&snapshot.shape))
+        .fold(0u64, u64::saturating_add);
+    config.validate()?;
+    if stored_parameters != config.num_params() {
+        return Err(burnpack_error(format!(
+            "the weights hold {stored_parameters} parameters, the configuration in {} needs {}",
+            dir.join(NATIVE_CONFIG_FILE).display(),
+            config.num_params()
+        )));
+    }
     let mut model = config.try_init::<B>(device)?;
     let result = model.apply(stored.into_values().collect(), None, None, false);
     if let Some(error) = result.errors.first() {
@@ -160,17 +174,55 @@ pub fn load_native<B: Backend>(
     Ok((config, model))
 }
 
-/// The tensors of a burnpack file by parameter path (read lazily, when their data is asked for).
+/// The tensors of a burnpack file by parameter path (read lazily, when their data is asked for;
+/// see [`length_checked`]).
 pub(crate) fn read_burnpack(
     path: &Path,
-) -> Result<std::collections::BTreeMap<String, burn_store::TensorSnapshot>, CheckpointError> {
-    BurnpackStore::from_file(path)
+) -> Result<std::collections::BTreeMap<String, TensorSnapshot>, CheckpointError> {
+    let snapshots = BurnpackStore::from_file(path)
         .get_all_snapshots()
         .cloned()
         .map_err(|error| CheckpointError::Burnpack {
             path: path.to_path_buf(),
             message: error.to_string(),
-        })
+        })?;
+    Ok(snapshots
+        .into_iter()
+        .map(|(name, snapshot)| (name, length_checked(snapshot)))
+        .collect())
+}
+
+/// `snapshot`, whose data is checked when it is read: a burnpack entry's byte range must hold
+/// exactly the bytes of its shape and dtype. Burn's backends assume so (a corrupt file would make
+/// them panic); here it is an error of the load that names the tensor.
+fn length_checked(snapshot: TensorSnapshot) -> TensorSnapshot {
+    let expected = snapshot.data_len();
+    let (dtype, shape) = (snapshot.dtype, snapshot.shape.clone());
+    let name = snapshot.full_path();
+    let read = snapshot.clone_data_fn();
+    let checked = move || {
+        let data = read()?;
+        if data.dtype != dtype || data.shape != shape || data.as_bytes().len() != expected {
+            return Err(TensorSnapshotError::DataError(format!(
+                "tensor `{name}` holds {} bytes of {:?} {:?}; its entry says {:?} {:?}, {expected} \
+                 bytes",
+                data.as_bytes().len(),
+                data.dtype,
+                data.shape,
+                dtype,
+                shape
+            )));
+        }
+        Ok(data)
+    };
+    TensorSnapshot::from_closure(
+        std::rc::Rc::new(checked),
+        snapshot.dtype,
+        snapshot.shape.clone(),
+        snapshot.path_stack.clone().unwrap_or_default(),
+        snapshot.container_stack.clone().unwrap_or_default(),
+        snapshot.tensor_id.unwrap_or_default(),
+    )
 }
 
 /// Loads a model from a native checkpoint, a Hugging Face folder (weights as f32) or a training

@@ -92,6 +92,14 @@ fn largest_size(field: &str) -> usize {
     }
 }
 
+/// The elements of a tensor of `shape`, saturating instead of overflowing (shapes read from a
+/// corrupt file can be anything).
+pub fn element_count(shape: &[usize]) -> u64 {
+    shape
+        .iter()
+        .fold(1u64, |count, &size| count.saturating_mul(size as u64))
+}
+
 /// Names of the built-in presets, in the order [`HlatConfig::preset`] documents them.
 const PRESET_NAMES: &[&str] = &[
     "hlat-7b",

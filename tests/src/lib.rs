@@ -4,6 +4,7 @@
 //! - `differential`: every operation family on `Trainium`'s `host` and `xla` executors against
 //!   `burn-ndarray`, in f32 and bf16, with one tolerance table (`support`);
 //! - `autodiff`: gradients against `Autodiff<NdArray>`;
+//! - `fuzz`: mutated inputs for every parser of user files: no panic, no hang, bounded memory;
 //! - `evaluation` and `generation`: fixed sets of programs on a compiled device;
 //! - `hlat_training`: the real HLAT model trained for a few steps with the project's trainer on
 //!   `host` and `xla`, against `NdArray`;
@@ -19,6 +20,8 @@ mod autodiff;
 mod differential;
 #[cfg(test)]
 mod evaluation;
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod generation;
 #[cfg(test)]

@@ -69,7 +69,6 @@ pub fn export_hf<B: Backend>(
         .collect();
     let element_size = options.dtype.size_bytes() as u64;
     let tensors: Vec<(TensorSpec, TensorSnapshot)> = tensor_specs(config)
-        .into_iter()
         .map(|spec| {
             let snapshot = snapshots
                 .remove(&spec.burn_path)

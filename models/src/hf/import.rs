@@ -33,8 +33,7 @@ pub fn import_hf<B: Backend>(
     }
     let config = read_hf_config(dir)?;
     let weights = Rc::new(Weights::open(dir)?);
-    let specs = tensor_specs(&config);
-    check_tensors(&weights, &specs)?;
+    let specs = check_tensors(&weights, tensor_specs(&config))?;
 
     let snapshots = specs
         .into_iter()
@@ -74,23 +73,19 @@ pub fn import_hf<B: Backend>(
     Ok((config, model))
 }
 
-/// Checks names, shapes and dtypes of the stored tensors against `specs`.
-fn check_tensors(weights: &Weights, specs: &[TensorSpec]) -> Result<(), HfError> {
-    for name in weights.tensors.keys() {
-        if is_derived_buffer(name) {
-            log::debug!("skipping {name}: recomputed from the configuration");
-        } else if !specs.iter().any(|spec| &spec.hf_name == name) {
-            return Err(HfError::UnexpectedTensor {
-                file: weights.file_of(name).to_path_buf(),
-                tensor: name.clone(),
-            });
-        }
-    }
+/// Checks names, shapes and dtypes of the stored tensors against `specs` and returns them. The
+/// specs are taken one at a time and the first missing tensor stops the check, so what is kept
+/// is bounded by the tensors the files hold, whatever the configuration asks for.
+fn check_tensors(
+    weights: &Weights,
+    specs: impl Iterator<Item = TensorSpec>,
+) -> Result<Vec<TensorSpec>, HfError> {
+    let mut found = Vec::new();
     for spec in specs {
         let Some(located) = weights.tensors.get(&spec.hf_name) else {
             return Err(HfError::MissingTensor {
                 file: weights.listing.clone(),
-                tensor: spec.hf_name.clone(),
+                tensor: spec.hf_name,
             });
         };
         let file = || weights.file_of(&spec.hf_name).to_path_buf();
@@ -109,8 +104,21 @@ fn check_tensors(weights: &Weights, specs: &[TensorSpec]) -> Result<(), HfError>
                 dtype: format!("{:?}", located.info.dtype),
             });
         }
+        found.push(spec);
     }
-    Ok(())
+    let expected: std::collections::HashSet<&str> =
+        found.iter().map(|spec| spec.hf_name.as_str()).collect();
+    for name in weights.tensors.keys() {
+        if is_derived_buffer(name) {
+            log::debug!("skipping {name}: recomputed from the configuration");
+        } else if !expected.contains(name.as_str()) {
+            return Err(HfError::UnexpectedTensor {
+                file: weights.file_of(name).to_path_buf(),
+                tensor: name.clone(),
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// A lazy snapshot that decodes, transposes and converts one stored tensor when applied.

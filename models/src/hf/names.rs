@@ -16,63 +16,69 @@ pub struct TensorSpec {
     pub transposed: bool,
 }
 
-/// Every weight of a model of `config`, in the order transformers saves them.
-pub fn tensor_specs(config: &HlatConfig) -> Vec<TensorSpec> {
+/// Every weight of a model of `config`, in the order transformers saves them, made one at a
+/// time (a configuration read from a file may ask for any number of layers).
+pub fn tensor_specs(config: &HlatConfig) -> impl Iterator<Item = TensorSpec> + '_ {
     let hidden = config.hidden_size;
-    let kv_width = config.num_kv_heads * config.head_dim();
-    let q_width = config.num_heads * config.head_dim();
-    let vector = |path: String| TensorSpec {
-        hf_name: format!("model.{path}"),
-        burn_path: path,
-        hf_shape: vec![hidden],
-        transposed: false,
-    };
-    let linear = |path: String, out: usize, input: usize| TensorSpec {
-        hf_name: format!("model.{path}"),
-        burn_path: path,
-        hf_shape: vec![out, input],
-        transposed: true,
-    };
-    let mut specs = vec![TensorSpec {
+    let embedding = TensorSpec {
         hf_name: "model.embed_tokens.weight".into(),
         burn_path: "embed_tokens.weight".into(),
         hf_shape: vec![config.vocab_size, hidden],
         transposed: false,
-    }];
-    for layer in 0..config.num_layers {
-        let prefix = format!("layers.{layer}");
-        specs.push(vector(format!("{prefix}.input_layernorm.weight")));
-        for (name, out) in [("q", q_width), ("k", kv_width), ("v", kv_width)] {
-            specs.push(linear(
-                format!("{prefix}.self_attn.{name}_proj.weight"),
-                out,
-                hidden,
-            ));
-        }
-        specs.push(linear(
-            format!("{prefix}.self_attn.o_proj.weight"),
-            hidden,
-            q_width,
-        ));
-        specs.push(vector(format!("{prefix}.post_attention_layernorm.weight")));
-        for name in ["gate", "up"] {
-            specs.push(linear(
-                format!("{prefix}.mlp.{name}_proj.weight"),
-                config.ffn_size,
-                hidden,
-            ));
-        }
-        specs.push(linear(
-            format!("{prefix}.mlp.down_proj.weight"),
-            hidden,
-            config.ffn_size,
-        ));
-    }
-    specs.push(vector("norm.weight".into()));
+    };
     let mut lm_head = linear("lm_head.weight".into(), config.vocab_size, hidden);
     lm_head.hf_name = "lm_head.weight".into();
-    specs.push(lm_head);
-    specs
+    std::iter::once(embedding)
+        .chain((0..config.num_layers).flat_map(move |layer| layer_specs(config, layer)))
+        .chain([vector("norm.weight".into(), hidden), lm_head])
+}
+
+/// A norm gain of `size` at Burn path `path`.
+fn vector(path: String, size: usize) -> TensorSpec {
+    TensorSpec {
+        hf_name: format!("model.{path}"),
+        burn_path: path,
+        hf_shape: vec![size],
+        transposed: false,
+    }
+}
+
+/// A projection at Burn path `path`, stored `[out, input]` as torch does.
+fn linear(path: String, out: usize, input: usize) -> TensorSpec {
+    TensorSpec {
+        hf_name: format!("model.{path}"),
+        burn_path: path,
+        hf_shape: vec![out, input],
+        transposed: true,
+    }
+}
+
+/// The weights of decoder layer `layer`.
+fn layer_specs(config: &HlatConfig, layer: usize) -> [TensorSpec; 9] {
+    let hidden = config.hidden_size;
+    let kv_width = config.num_kv_heads * config.head_dim();
+    let q_width = config.num_heads * config.head_dim();
+    let ffn = config.ffn_size;
+    let prefix = format!("layers.{layer}");
+    [
+        vector(format!("{prefix}.input_layernorm.weight"), hidden),
+        linear(format!("{prefix}.self_attn.q_proj.weight"), q_width, hidden),
+        linear(
+            format!("{prefix}.self_attn.k_proj.weight"),
+            kv_width,
+            hidden,
+        ),
+        linear(
+            format!("{prefix}.self_attn.v_proj.weight"),
+            kv_width,
+            hidden,
+        ),
+        linear(format!("{prefix}.self_attn.o_proj.weight"), hidden, q_width),
+        vector(format!("{prefix}.post_attention_layernorm.weight"), hidden),
+        linear(format!("{prefix}.mlp.gate_proj.weight"), ffn, hidden),
+        linear(format!("{prefix}.mlp.up_proj.weight"), ffn, hidden),
+        linear(format!("{prefix}.mlp.down_proj.weight"), hidden, ffn),
+    ]
 }
 
 /// Buffers older transformers versions saved that carry no weights (recomputed from the config).
@@ -87,7 +93,7 @@ mod tests {
     #[test]
     fn specs_cover_every_parameter_once() {
         let config = HlatConfig::preset("hlat-tiny").unwrap();
-        let specs = tensor_specs(&config);
+        let specs: Vec<_> = tensor_specs(&config).collect();
         let total: usize = specs
             .iter()
             .map(|s| s.hf_shape.iter().product::<usize>())

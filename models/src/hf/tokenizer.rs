@@ -9,12 +9,38 @@ use super::error::HfError;
 /// The tokenizer file name of Hugging Face folders (and of native checkpoints).
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
-/// Reads a `tokenizer.json`.
+/// Text every tokenizer must encode and decode when it is loaded.
+const PROBE_TEXT: &str = "Tokenizer check: 123, äöü 你好\n";
+
+/// Reads a `tokenizer.json` and checks that it encodes and decodes [`PROBE_TEXT`]. A malformed
+/// file is an error, including those on which the `tokenizers` crate (0.22) panics instead of
+/// returning one (a malformed `decoder` while reading; a template post-processor naming a
+/// special token it does not define, at every encoding).
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, HfError> {
-    Tokenizer::from_file(path).map_err(|error| HfError::Tokenizer {
+    let text = std::fs::read_to_string(path).map_err(HfError::io(path))?;
+    let malformed = |message: String| HfError::Tokenizer {
         path: path.to_path_buf(),
-        message: error.to_string(),
-    })
+        message,
+    };
+    let load_and_probe = || {
+        let tokenizer = text.parse::<Tokenizer>()?;
+        let encoding = tokenizer.encode(PROBE_TEXT, true)?;
+        tokenizer.decode(encoding.get_ids(), false)?;
+        Ok::<_, tokenizers::Error>(tokenizer)
+    };
+    match std::panic::catch_unwind(load_and_probe) {
+        Ok(loaded) => loaded.map_err(|error| malformed(error.to_string())),
+        Err(panic) => {
+            let reason = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            Err(malformed(format!(
+                "the tokenizers library failed on it: {reason}"
+            )))
+        }
+    }
 }
 
 /// Reads `DIR/tokenizer.json` when the folder has one.

@@ -31,6 +31,31 @@ fn native_save_then_load_gives_the_same_model() {
     logits(&loaded).assert_eq(&logits(&model), true);
 }
 
+/// A native checkpoint whose config.json asks for a bigger model than its weights hold is
+/// refused before the model is built (which would allocate for the configuration).
+#[test]
+fn a_configuration_larger_than_the_weights_is_refused_before_building() {
+    let device = Default::default();
+    let config = HlatConfig::preset("hlat-test").unwrap();
+    let model = config.init::<NdArray>(&device);
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("model");
+    save_native(&model, &config, &dir).unwrap();
+    let mut larger = config.clone();
+    larger.hidden_size = 65536;
+    larger.num_layers = 64;
+    larger.save(&dir.join("config.json")).unwrap();
+    let Err(error) = load_native::<NdArray>(&dir, &device) else {
+        panic!("a configuration larger than the weights was loaded");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("needs {}", larger.num_params()))
+            && message.contains(&format!("hold {} parameters", config.num_params())),
+        "{message}"
+    );
+}
+
 #[test]
 fn load_any_reads_hf_native_and_run_folders() {
     let device = Default::default();

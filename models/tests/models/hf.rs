@@ -234,7 +234,7 @@ print(json.dumps(found))
         String::from_utf8_lossy(&output.stderr)
     );
     let found: HashMap<String, (String, Vec<usize>)> = serde_json::from_str(&stdout).unwrap();
-    let specs = hlat::hf::tensor_specs(model.config());
+    let specs: Vec<_> = hlat::hf::tensor_specs(model.config()).collect();
     assert_eq!(found.len(), specs.len());
     for spec in specs {
         assert_eq!(
@@ -411,6 +411,15 @@ fn each_bad_input_gets_its_own_error() {
             "{field}: {error}"
         );
     }
+
+    // A config.json with 60000 layers: the first missing layer is reported, and no list
+    // of 540000 tensors is built on the way (see the fuzz harness's allocation cap).
+    let dir = broken_fixture(|c| c["num_hidden_layers"] = 60_000.into(), keep);
+    let error = import_error(dir.path());
+    assert!(
+        matches!(&error, HfError::MissingTensor { tensor, .. } if tensor == "model.layers.2.input_layernorm.weight"),
+        "{error}"
+    );
 
     let dir = broken_fixture(unchanged, keep);
     let weights = dir.path().join("model.safetensors");

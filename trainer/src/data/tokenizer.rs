@@ -30,8 +30,9 @@ impl TextTokenizer {
     /// Loads a Hugging Face `tokenizer.json`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, DataError> {
         let path = path.as_ref();
-        let inner = Tokenizer::from_file(path).map_err(|error| DataError::Tokenizer {
-            context: format!("loading {}", path.display()),
+        // The message names the file.
+        let inner = hlat::hf::load_tokenizer(path).map_err(|error| DataError::Tokenizer {
+            context: "loading".to_string(),
             message: error.to_string(),
         })?;
         Ok(Self { inner })
