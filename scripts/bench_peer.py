@@ -39,6 +39,14 @@ Output keys: backend, median_step_seconds, tokens_per_second (B * S / median), c
 the one compile of the step; pytorch: 0), compile_seconds, peak_rss_bytes (ru_maxrss),
 final_loss (the loss of the last step, computed before its update), version.
 
+Generation (`hlat bench generate --with-transformers`): with `--task generate --framework pytorch
+--new-tokens N`, the same model (f32, eval mode) runs `generate` greedily from the prompt of
+`--seq-len` tokens (the first row of `batch_rows`, as the Rust backends use), with the KV cache,
+exactly N new tokens (`min_new_tokens`), W untimed runs then `--steps` timed ones. A logits
+processor records when each new token's logits arrive: prefill is the time to the first, decode
+the time from the first to the last over N - 1. Output keys: backend, prefill_seconds,
+decode_seconds_per_token (medians), peak_rss_bytes, version.
+
 Exit status: 0 on success, 2 for a bad argument or config, 3 when the framework is not installed
 (stderr then names the missing package and the pip command that installs it).
 """
@@ -114,7 +122,13 @@ def parse_args():
     parser.add_argument("--precision", required=True,
                         help=f"one of {', '.join(PRECISIONS)}")
     parser.add_argument("--threads", type=int_at_least(1), help="CPU threads to use")
+    parser.add_argument("--task", choices=("train", "generate"), default="train",
+                        help="time a training step, or greedy generation (pytorch only)")
+    parser.add_argument("--new-tokens", type=int_at_least(2),
+                        help="tokens generated per run (--task generate)")
     args = parser.parse_args()
+    if args.task == "generate" and (args.framework != "pytorch" or args.new_tokens is None):
+        fail("--task generate needs --framework pytorch and --new-tokens")
     if args.precision not in PRECISIONS:
         fail(f"--precision {args.precision!r} is not supported here "
              f"(the peers support {' and '.join(PRECISIONS)})")
@@ -191,10 +205,9 @@ def time_steps(step, warmup, steps):
 # pytorch -------------------------------------------------------------------------------------
 
 
-def run_pytorch(config, args):
+def llama(config, args):
+    """`LlamaForCausalLM` of the config, f32, eager attention, seeded; `--threads` applied."""
     import torch
-    import torch.nn.functional as F
-    import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if args.threads is not None:
@@ -217,8 +230,16 @@ def run_pytorch(config, args):
         attention_dropout=0.0,
         attn_implementation="eager",
     )
-    model = LlamaForCausalLM(hf_config).float().train()
-    params = list(model.parameters())
+    return LlamaForCausalLM(hf_config).float()
+
+
+def run_pytorch(config, args):
+    import torch
+    import torch.nn.functional as F
+    import transformers
+
+    model = llama(config, args)
+    params = list(model.train().parameters())
     optimizer = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
 
     batch = torch.tensor(batch_rows(config["vocab_size"], args.batch, args.seq_len))
@@ -241,6 +262,44 @@ def run_pytorch(config, args):
         "compiles": 0,
         "compile_seconds": 0.0,
         "final_loss": final_loss,
+        "version": f"torch {torch.__version__} / transformers {transformers.__version__}",
+    }
+
+
+def run_pytorch_generate(config, args):
+    import torch
+    import transformers
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    model = llama(config, args).eval()
+    prompt = torch.tensor(batch_rows(config["vocab_size"], 1, args.seq_len - 1))
+
+    class Arrivals(LogitsProcessor):
+        """Records when the logits of each new token arrive; changes nothing."""
+
+        def __init__(self):
+            self.times = []
+
+        def __call__(self, input_ids, scores):
+            self.times.append(time.perf_counter())
+            return scores
+
+    def once():
+        arrivals = Arrivals()
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=args.new_tokens,
+                           min_new_tokens=args.new_tokens, do_sample=False, use_cache=True,
+                           logits_processor=LogitsProcessorList([arrivals]), pad_token_id=0)
+        first, last = arrivals.times[0], arrivals.times[-1]
+        return first - start, (last - first) / (len(arrivals.times) - 1)
+
+    for _ in range(args.warmup):
+        once()
+    timed = [once() for _ in range(args.steps)]
+    return {
+        "prefill_seconds": statistics.median(prefill for prefill, _ in timed),
+        "decode_seconds_per_token": statistics.median(decode for _, decode in timed),
         "version": f"torch {torch.__version__} / transformers {transformers.__version__}",
     }
 
@@ -415,6 +474,20 @@ def main():
     result_fd = os.dup(sys.stdout.fileno())
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+    if args.task == "generate":
+        measured = run_pytorch_generate(config, args)
+        result = {
+            "backend": "transformers",
+            "prefill_seconds": measured["prefill_seconds"],
+            "decode_seconds_per_token": measured["decode_seconds_per_token"],
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "version": measured["version"],
+        }
+        sys.stdout.flush()
+        with os.fdopen(result_fd, "w") as out:
+            out.write(json.dumps(result) + "\n")
+        return
 
     run = run_pytorch if args.framework == "pytorch" else run_jax
     measured = run(config, args)

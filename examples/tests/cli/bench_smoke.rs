@@ -168,6 +168,52 @@ fn bench_ops_on_xla_reports_no_rate_above_the_measured_peak() {
     }
 }
 
+/// Generation compiles a fixed set of programs on `xla`, all during the warmup, and every
+/// backend reports both phases.
+#[test]
+fn bench_generate_compiles_in_the_warmup_only() {
+    require_plugin();
+    let folder = tempfile::tempdir().unwrap();
+    let output = hlat(
+        &[
+            "bench",
+            "generate",
+            "--preset",
+            "hlat-test",
+            "--backends",
+            "host,xla,ndarray",
+            "--prompt-len",
+            "5",
+            "--new-tokens",
+            "12",
+            "--runs",
+            "1",
+            "--json",
+            "generate.json",
+        ],
+        folder.path(),
+    );
+    succeeded(&output);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.path().join("generate.json")).unwrap())
+            .unwrap();
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{report}");
+    for result in results {
+        for key in ["prefill_tokens_per_second", "decode_tokens_per_second"] {
+            assert!(result[key].as_f64().unwrap() > 0.0, "{key}: {result}");
+        }
+        assert_eq!(result["tokens"].as_array().unwrap().len(), 12, "{result}");
+        assert_eq!(result["timed_compiles"], 0, "{result}");
+    }
+    let xla = results
+        .iter()
+        .find(|result| result["backend"] == "xla")
+        .unwrap();
+    let compiles = xla["warmup_compiles"].as_u64().unwrap();
+    assert!((1..=3).contains(&compiles), "{xla}");
+}
+
 #[test]
 fn an_unknown_backend_or_an_empty_step_is_a_clear_error() {
     let folder = tempfile::tempdir().unwrap();

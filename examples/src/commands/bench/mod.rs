@@ -8,9 +8,11 @@
 //! or the device synchronised, so lazy backends do the work inside it; compiles in the warmup
 //! and in the timed steps are counted apart; MFU divides by a peak measured in the same run
 //! (the fastest f32 matmul of the backends measured) unless `--peak-flops` is given. PyTorch and
-//! JAX peers (`--with-pytorch`, `--with-jax`) run the same model and step side by side.
+//! JAX peers (`--with-pytorch`, `--with-jax`) run the same model and step side by side;
+//! `hlat bench generate --with-transformers` adds Hugging Face `generate`.
 
 mod backends;
+mod generate;
 mod ops;
 mod peak;
 mod peers;
@@ -32,6 +34,8 @@ enum BenchCommand {
     Train(train::TrainBenchArgs),
     /// Micro-benchmarks of the model's operations (matmul, softmax, RMSNorm, attention).
     Ops(ops::OpsBenchArgs),
+    /// Greedy generation on several backends: prefill and decode tokens/s, and compiles.
+    Generate(generate::GenerateBenchArgs),
 }
 
 /// Runs `hlat bench`.
@@ -39,5 +43,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Train(args) => train::run(args),
         BenchCommand::Ops(args) => ops::run(args),
+        BenchCommand::Generate(args) => generate::run(args),
     }
 }

@@ -1,12 +1,14 @@
-//! Peers of `hlat bench train` in other frameworks: the same model and step in PyTorch
-//! (`LlamaForCausalLM`, eager) and JAX (one `jit`), run by `scripts/bench_peer.py` (embedded in
-//! this binary) when the Python packages are installed.
+//! Peers in other frameworks, run by `scripts/bench_peer.py` (embedded in this binary) when the
+//! Python packages are installed: for `hlat bench train` the same model and step in PyTorch
+//! (`LlamaForCausalLM`, eager) and JAX (one `jit`); for `hlat bench generate` Hugging Face
+//! `generate` on the same model shape.
 
 use std::process::Command;
 
 use anyhow::{Context, bail};
 use hlat::HlatConfig;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 /// The peer script, as shipped in the repository.
 const SCRIPT: &str = include_str!("../../../../scripts/bench_peer.py");
@@ -69,21 +71,80 @@ pub struct PeerStep<'a> {
 /// Runs the peer script for `framework` with `python` and returns its result; a missing
 /// framework is an error that says what to install.
 pub fn run(python: &str, framework: Framework, step: &PeerStep<'_>) -> anyhow::Result<PeerResult> {
+    let arguments = [
+        ("--batch", step.batch.to_string()),
+        ("--seq-len", step.seq_len.to_string()),
+        ("--warmup", step.warmup.to_string()),
+        ("--steps", step.steps.to_string()),
+        ("--precision", step.precision.to_string()),
+    ];
+    run_script(python, framework, step.config, &arguments)
+}
+
+/// The greedy generation the transformers row of `hlat bench generate` runs.
+pub struct GenerationRun<'a> {
+    /// The model.
+    pub config: &'a HlatConfig,
+    /// Prompt tokens (the script makes the same prompt as the Rust backends).
+    pub prompt_len: usize,
+    /// New tokens per run.
+    pub new_tokens: usize,
+    /// Untimed runs.
+    pub warmup: usize,
+    /// Timed runs.
+    pub runs: usize,
+}
+
+/// What the script prints for a generation.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GenerationResult {
+    /// Median seconds to the first new token's logits.
+    pub prefill_seconds: f64,
+    /// Median seconds per new token after the first.
+    pub decode_seconds_per_token: f64,
+    /// Peak resident memory, bytes.
+    pub peak_rss_bytes: u64,
+    /// Framework versions.
+    pub version: String,
+}
+
+/// Times Hugging Face `generate` (greedy, KV cache) with the peer script.
+pub fn run_generation(python: &str, run: &GenerationRun<'_>) -> anyhow::Result<GenerationResult> {
+    let arguments = [
+        ("--task", "generate".to_string()),
+        ("--batch", "1".to_string()),
+        ("--seq-len", run.prompt_len.to_string()),
+        ("--new-tokens", run.new_tokens.to_string()),
+        ("--warmup", run.warmup.to_string()),
+        ("--steps", run.runs.to_string()),
+        ("--precision", "f32".to_string()),
+    ];
+    run_script(python, Framework::PyTorch, run.config, &arguments)
+}
+
+/// Runs the peer script for `framework` on `config` with `arguments` and parses the JSON line it
+/// prints; a missing framework is an error that says what to install.
+fn run_script<T: DeserializeOwned>(
+    python: &str,
+    framework: Framework,
+    config: &HlatConfig,
+    arguments: &[(&str, String)],
+) -> anyhow::Result<T> {
     let folder = tempfile::tempdir().context("creating a folder for the peer script")?;
     let script = folder.path().join("bench_peer.py");
     std::fs::write(&script, SCRIPT).context("writing the peer script")?;
-    let config = folder.path().join("config.json");
-    std::fs::write(&config, serde_json::to_vec(step.config)?).context("writing the config")?;
-    let output = Command::new(python)
+    let config_path = folder.path().join("config.json");
+    std::fs::write(&config_path, serde_json::to_vec(config)?).context("writing the config")?;
+    let mut command = Command::new(python);
+    command
         .arg(&script)
         .args(["--framework", framework.name()])
         .arg("--config")
-        .arg(&config)
-        .args(["--batch", &step.batch.to_string()])
-        .args(["--seq-len", &step.seq_len.to_string()])
-        .args(["--warmup", &step.warmup.to_string()])
-        .args(["--steps", &step.steps.to_string()])
-        .args(["--precision", step.precision])
+        .arg(&config_path);
+    for (flag, value) in arguments {
+        command.args([*flag, value.as_str()]);
+    }
+    let output = command
         .output()
         .with_context(|| format!("starting `{python}` for the {} peer", framework.name()))?;
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
+use super::generate::GenerateReport;
 use super::train::TrainReport;
 
 /// The command line of this process, as typed (`hlat bench ...`).
@@ -93,6 +94,61 @@ pub fn train_table(report: &TrainReport) -> String {
         let _ = writeln!(
             table,
             "| {backend} | did not run: {reason} | | | | | | | | | | | |"
+        );
+    }
+    table
+}
+
+/// The Markdown table of a generation benchmark: prefill and decode speed, ratios of decode
+/// speed against the baseline, compiles, memory, and whether each backend generated the
+/// baseline's tokens (all Rust backends run the same weights; a near-tie of two logits can
+/// still go either way between backends).
+pub fn generate_table(report: &GenerateReport) -> String {
+    let baseline = report
+        .results
+        .iter()
+        .find(|result| result.backend == report.baseline);
+    let mut table = String::from(
+        "| backend | prefill | prefill tokens/s | decode ms/token | decode tokens/s | decode vs baseline | compiles (warmup + timed) | compile s | peak RSS | same tokens as baseline |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
+    );
+    for result in &report.results {
+        let ratio = baseline.map_or_else(
+            || "n/a".to_string(),
+            |base| {
+                format!(
+                    "{:.2}×",
+                    result.decode_tokens_per_second / base.decode_tokens_per_second
+                )
+            },
+        );
+        let same = match baseline {
+            _ if result.tokens.is_empty() => "n/a (other weights)",
+            Some(base) if base.tokens == result.tokens => "yes",
+            Some(_) => "no",
+            None => "n/a",
+        };
+        let _ = writeln!(
+            table,
+            "| {} | {:.1} ms | {:.0} | {:.2} | {:.0} | {} | {} + {} | {:.1} | {:.0} MiB | {} |",
+            result.backend,
+            result.prefill_seconds * 1e3,
+            result.prefill_tokens_per_second,
+            result.decode_seconds_per_token * 1e3,
+            result.decode_tokens_per_second,
+            ratio,
+            result.warmup_compiles,
+            result.timed_compiles,
+            result.compile_seconds,
+            result.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+            same
+        );
+    }
+    for (backend, reason) in &report.failures {
+        let reason = reason.lines().next().unwrap_or_default();
+        let _ = writeln!(
+            table,
+            "| {backend} | did not run: {reason} | | | | | | | | |"
         );
     }
     table

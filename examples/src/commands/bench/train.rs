@@ -5,7 +5,6 @@ use std::time::Instant;
 
 use anyhow::Context;
 use burn::backend::{Autodiff, Flex, NdArray};
-use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use hlat::HlatConfig;
@@ -280,7 +279,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
 }
 
 /// Replaces (or appends) `--flag value` in an argument list.
-fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
+pub(super) fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
     let prefix = format!("{flag}=");
     arguments.retain(|argument| !argument.starts_with(&prefix));
     match arguments.iter().position(|argument| argument == flag) {
@@ -322,7 +321,7 @@ pub fn load_config(preset: &str) -> anyhow::Result<HlatConfig> {
 }
 
 /// Trainium statistics when `device` is a Trainium device, for counters other backends lack.
-fn trainium_stats<B: AutodiffBackend>(device: &B::Device) -> Option<burn_trainium::Stats> {
+pub(super) fn trainium_stats<Device: 'static>(device: &Device) -> Option<burn_trainium::Stats> {
     (device as &dyn std::any::Any)
         .downcast_ref::<TrainiumDevice>()
         .map(burn_trainium::stats)
@@ -339,7 +338,7 @@ where
 {
     let precision: Precision = args.precision.parse().map_err(anyhow::Error::msg)?;
     let matmul_peak = peak::probe::<B::InnerBackend>(&device)?;
-    let probe_stats = trainium_stats::<B>(&device).unwrap_or_default();
+    let probe_stats = trainium_stats(&device).unwrap_or_default();
     B::seed(&device, 7);
     let model = cast_params(config.try_init::<B>(&device)?, precision.param_dtype());
     let recipe = TrainConfig::default();
@@ -366,7 +365,7 @@ where
     let mut timed_start = probe_stats;
     for step in 0..args.warmup + args.steps() {
         if step == args.warmup {
-            timed_start = trainium_stats::<B>(&device).unwrap_or_default();
+            timed_start = trainium_stats(&device).unwrap_or_default();
         }
         let start = Instant::now();
         // `train_step` reads the loss and gradient norm back; the sync runs the update too.
@@ -379,7 +378,7 @@ where
     }
     let median_step_seconds = median(&step_seconds);
     let tokens_per_second = (args.batch() * args.seq_len()) as f64 / median_step_seconds;
-    let end = trainium_stats::<B>(&device).unwrap_or_default();
+    let end = trainium_stats(&device).unwrap_or_default();
     let start = timed_start;
     let operations = end.operations_captured - start.operations_captured;
     Ok(TrainMeasurement {
@@ -416,7 +415,7 @@ fn micros_per(seconds: f64, count: u64) -> f64 {
 }
 
 /// Deterministic rows of `seq_len + 1` token ids for the benchmark batch.
-fn batch_rows(vocab_size: usize, batch: usize, seq_len: usize) -> Vec<Vec<u32>> {
+pub(super) fn batch_rows(vocab_size: usize, batch: usize, seq_len: usize) -> Vec<Vec<u32>> {
     let mut state = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || {
         state ^= state << 13;
