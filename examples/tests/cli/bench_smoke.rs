@@ -214,6 +214,55 @@ fn bench_generate_compiles_in_the_warmup_only() {
     assert!((1..=3).contains(&compiles), "{xla}");
 }
 
+/// The unrolled LSTM step trains the same model on every backend (equal losses), and on the
+/// Trainium executors every operation of a step is captured.
+#[test]
+fn bench_unrolled_trains_the_same_model_everywhere() {
+    require_plugin();
+    let folder = tempfile::tempdir().unwrap();
+    let output = hlat(
+        &[
+            "bench",
+            "unrolled",
+            "--backends",
+            "host,xla,ndarray",
+            "--seq-len",
+            "3",
+            "--hidden",
+            "4",
+            "--batch",
+            "2",
+            "--warmup",
+            "1",
+            "--steps",
+            "1",
+            "--json",
+            "unrolled.json",
+        ],
+        folder.path(),
+    );
+    succeeded(&output);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.path().join("unrolled.json")).unwrap())
+            .unwrap();
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{report}");
+    let loss = |result: &serde_json::Value| result["final_loss"].as_f64().unwrap();
+    let reference = loss(&results[2]);
+    for result in results {
+        assert!(
+            (loss(result) - reference).abs() <= 1e-4 * (1.0 + reference.abs()),
+            "{result}"
+        );
+        if result["backend"] != "ndarray" {
+            assert!(
+                result["operations_per_step"].as_u64().unwrap() > 100,
+                "{result}"
+            );
+        }
+    }
+}
+
 #[test]
 fn an_unknown_backend_or_an_empty_step_is_a_clear_error() {
     let folder = tempfile::tempdir().unwrap();

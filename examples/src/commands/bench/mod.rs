@@ -18,6 +18,7 @@ mod peak;
 mod peers;
 mod report;
 mod train;
+mod unrolled;
 
 use clap::{Args, Subcommand};
 
@@ -36,6 +37,9 @@ enum BenchCommand {
     Ops(ops::OpsBenchArgs),
     /// Greedy generation on several backends: prefill and decode tokens/s, and compiles.
     Generate(generate::GenerateBenchArgs),
+    /// A training step of about ten thousand operations (an unrolled LSTM): time to the first
+    /// step, compile seconds and steady step time.
+    Unrolled(unrolled::UnrolledBenchArgs),
 }
 
 /// Runs `hlat bench`.
@@ -44,5 +48,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Train(args) => train::run(args),
         BenchCommand::Ops(args) => ops::run(args),
         BenchCommand::Generate(args) => generate::run(args),
+        BenchCommand::Unrolled(args) => unrolled::run(args),
     }
 }

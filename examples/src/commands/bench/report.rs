@@ -7,6 +7,7 @@ use anyhow::{Context, bail};
 
 use super::generate::GenerateReport;
 use super::train::TrainReport;
+use super::unrolled::UnrolledReport;
 
 /// The command line of this process, as typed (`hlat bench ...`).
 pub fn command_line() -> String {
@@ -150,6 +151,45 @@ pub fn generate_table(report: &GenerateReport) -> String {
             table,
             "| {backend} | did not run: {reason} | | | | | | | | |"
         );
+    }
+    table
+}
+
+/// The Markdown table of the unrolled-step benchmark: time to the first step, compiles and the
+/// steady step time, with ratios of the steady step against the baseline.
+pub fn unrolled_table(report: &UnrolledReport) -> String {
+    let baseline = report
+        .results
+        .iter()
+        .find(|result| result.backend == report.baseline)
+        .map(|result| result.median_step_seconds);
+    let mut table = String::from(
+        "| backend | first step | compiles (first step + later) | compile s | median step | vs baseline | ops/step | peak RSS | final loss |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for result in &report.results {
+        let ratio = baseline.map_or_else(
+            || "n/a".to_string(),
+            |base| format!("{:.2}×", base / result.median_step_seconds),
+        );
+        let _ = writeln!(
+            table,
+            "| {} | {:.2} s | {} + {} | {:.1} | {:.1} ms | {} | {} | {:.0} MiB | {:.6} |",
+            result.backend,
+            result.first_step_seconds,
+            result.first_step_compiles,
+            result.later_compiles,
+            result.compile_seconds,
+            result.median_step_seconds * 1e3,
+            ratio,
+            result.operations_per_step,
+            result.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+            result.final_loss
+        );
+    }
+    for (backend, reason) in &report.failures {
+        let reason = reason.lines().next().unwrap_or_default();
+        let _ = writeln!(table, "| {backend} | did not run: {reason} | | | | | | | |");
     }
     table
 }

@@ -1,0 +1,291 @@
+//! `hlat bench unrolled`: a training step of about ten thousand operations, an LSTM unrolled
+//! over its sequence as Burn users write one (burn-nn's `Lstm` and a linear head, mean squared
+//! error, Adam), timed on several backends in one run. On a compiled device such a step is one
+//! large program: the report gives the time to the first step (compiles included), the compile
+//! seconds and the steady-state step time.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig, Lstm, LstmConfig};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use burn_trainium::{Trainium, TrainiumDevice};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::backends::{
+    self, BackendName, emit_result, median, parse_backends, peak_resident_bytes,
+};
+use super::report;
+use super::train::{replace_flag, trainium_stats};
+use crate::commands::ranges::at_least_one;
+
+/// Features of each input step.
+const FEATURES: usize = 8;
+
+/// Arguments of `hlat bench unrolled`.
+#[derive(Args, Clone)]
+pub struct UnrolledBenchArgs {
+    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
+    #[arg(long, default_value = "host,xla,ndarray")]
+    pub backends: String,
+    /// The backend the ratios are computed against.
+    #[arg(long, default_value = "ndarray")]
+    pub baseline: String,
+    /// Time steps the LSTM is unrolled over (the operations of a step grow with it).
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>())]
+    pub seq_len: usize,
+    /// Width of the LSTM state.
+    #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>())]
+    pub hidden: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8, value_parser = at_least_one::<usize>())]
+    pub batch: usize,
+    /// Untimed steps after the first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Timed steps.
+    #[arg(long, default_value_t = 5, value_parser = at_least_one::<usize>())]
+    pub steps: usize,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench-unrolled.json")]
+    pub json: PathBuf,
+    /// Internal: measure one backend in this process and print its result.
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+/// One backend's measurement of the unrolled step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnrolledMeasurement {
+    /// The backend measured.
+    pub backend: String,
+    /// Seconds from the start to the end of the first step (its compiles included).
+    pub first_step_seconds: f64,
+    /// Median seconds per timed step.
+    pub median_step_seconds: f64,
+    /// Programs compiled in the first step, and after it.
+    pub first_step_compiles: u64,
+    /// Programs compiled after the first step (a steady step compiles nothing).
+    pub later_compiles: u64,
+    /// Seconds spent compiling.
+    pub compile_seconds: f64,
+    /// Operations captured per timed step (Trainium only).
+    pub operations_per_step: u64,
+    /// Peak resident memory of the process, bytes.
+    pub peak_rss_bytes: u64,
+    /// The loss of the last step (every backend trains the same model on the same data).
+    pub final_loss: f64,
+    /// What ran.
+    pub version: String,
+}
+
+/// A full `hlat bench unrolled` run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnrolledReport {
+    /// The command line that produced the report.
+    pub command: String,
+    /// Time steps unrolled.
+    pub seq_len: usize,
+    /// LSTM width.
+    pub hidden: usize,
+    /// Sequences per step.
+    pub batch: usize,
+    /// The baseline of the ratios.
+    pub baseline: String,
+    /// One entry per backend that ran.
+    pub results: Vec<UnrolledMeasurement>,
+    /// Backends that could not run, with the reason.
+    pub failures: Vec<(String, String)>,
+    /// A description of the machine.
+    pub machine: String,
+    /// How this `hlat` binary was built.
+    pub build: String,
+}
+
+/// The recurrent network: an LSTM over the sequence and a linear head on its last state.
+#[derive(Module, Debug)]
+struct Recurrent<B: Backend> {
+    lstm: Lstm<B>,
+    head: Linear<B>,
+}
+
+impl<B: Backend> Recurrent<B> {
+    fn new(hidden: usize, device: &B::Device) -> Self {
+        Self {
+            lstm: LstmConfig::new(FEATURES, hidden, true).init(device),
+            head: LinearConfig::new(hidden, 1).init(device),
+        }
+    }
+
+    /// `inputs` [batch, seq, features] to one prediction per sequence, [batch, 1].
+    fn forward(&self, inputs: Tensor<B, 3>) -> Tensor<B, 2> {
+        let (_, state) = self.lstm.forward(inputs, None);
+        self.head.forward(state.hidden)
+    }
+}
+
+/// Runs `hlat bench unrolled`.
+pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
+    if args.worker {
+        let backends = parse_backends(&args.backends)?;
+        let [backend] = backends[..] else {
+            anyhow::bail!(
+                "a worker measures exactly one backend, got `{}`",
+                args.backends
+            );
+        };
+        return emit_result(&measure_backend(backend, &args)?);
+    }
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for backend in parse_backends(&args.backends)? {
+        let mut arguments: Vec<String> = std::env::args().skip(1).collect();
+        replace_flag(&mut arguments, "--backends", backend.name());
+        eprintln!("measuring the unrolled step on {backend}...");
+        match backends::run_worker::<UnrolledMeasurement>(
+            &arguments,
+            &format!("the {backend} worker"),
+        ) {
+            Ok(measurement) => results.push(measurement),
+            Err(error) => {
+                eprintln!("{backend}: {error:#}");
+                failures.push((backend.name().to_string(), format!("{error:#}")));
+            }
+        }
+    }
+    let report = UnrolledReport {
+        command: report::command_line(),
+        seq_len: args.seq_len,
+        hidden: args.hidden,
+        batch: args.batch,
+        baseline: args.baseline.clone(),
+        results,
+        failures,
+        machine: report::machine_description(),
+        build: report::build_description(),
+    };
+    println!("{}", report::unrolled_table(&report));
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    eprintln!("wrote {}", args.json.display());
+    Ok(())
+}
+
+fn measure_backend(
+    backend: BackendName,
+    args: &UnrolledBenchArgs,
+) -> anyhow::Result<UnrolledMeasurement> {
+    match backend {
+        BackendName::TrainiumHost => {
+            measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, args)
+        }
+        BackendName::TrainiumXla => {
+            let device = TrainiumDevice::xla(0);
+            burn_trainium::check_device(&device)?;
+            measure::<Autodiff<Trainium>>(backend, device, args)
+        }
+        BackendName::NdArray => measure::<Autodiff<NdArray>>(backend, Default::default(), args),
+        BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), args),
+    }
+}
+
+/// Deterministic values in [-1, 1) for the inputs and targets.
+fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 2000) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn measure<B: AutodiffBackend>(
+    backend: BackendName,
+    device: B::Device,
+    args: &UnrolledBenchArgs,
+) -> anyhow::Result<UnrolledMeasurement>
+where
+    B::Device: 'static,
+{
+    // The same initial weights on every backend: drawn on NdArray, moved as data.
+    let cpu = Default::default();
+    <NdArray as Backend>::seed(&cpu, 7);
+    let reference = Recurrent::<NdArray>::new(args.hidden, &cpu);
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let weights = recorder
+        .record(reference.into_record(), ())
+        .context("serialising the initial weights")?;
+    let mut model = Recurrent::<B>::new(args.hidden, &device).load_record(
+        recorder
+            .load(weights, &device)
+            .context("loading the initial weights")?,
+    );
+    let inputs = Tensor::<B, 3>::from_data(
+        TensorData::new(
+            values(args.batch * args.seq_len * FEATURES, 1),
+            [args.batch, args.seq_len, FEATURES],
+        ),
+        &device,
+    );
+    let targets = Tensor::<B, 2>::from_data(
+        TensorData::new(values(args.batch, 2), [args.batch, 1]),
+        &device,
+    );
+    let mut optimizer = AdamConfig::new().init::<B, Recurrent<B>>();
+    B::sync(&device)?;
+    let start_stats = trainium_stats(&device).unwrap_or_default();
+    let mut after_first = start_stats;
+    let mut step_start_stats = start_stats;
+    let mut first_step_seconds = 0.0;
+    let mut step_seconds = Vec::new();
+    let mut final_loss = f64::NAN;
+    for step in 0..1 + args.warmup + args.steps {
+        if step == 1 + args.warmup {
+            step_start_stats = trainium_stats(&device).unwrap_or_default();
+        }
+        let start = Instant::now();
+        let loss = (model.forward(inputs.clone()) - targets.clone())
+            .powi_scalar(2)
+            .mean();
+        let gradients = GradientsParams::from_grads(loss.backward(), &model);
+        model = optimizer.step(1e-3, model, gradients);
+        // Reading the loss runs the step; the sync runs the update too.
+        final_loss = loss
+            .into_data()
+            .convert::<f64>()
+            .into_vec::<f64>()
+            .map_err(|error| anyhow::anyhow!("reading the loss: {error:?}"))?[0];
+        B::sync(&device)?;
+        let seconds = start.elapsed().as_secs_f64();
+        if step == 0 {
+            first_step_seconds = seconds;
+            after_first = trainium_stats(&device).unwrap_or_default();
+        } else if step > args.warmup {
+            step_seconds.push(seconds);
+        }
+    }
+    let end = trainium_stats(&device).unwrap_or_default();
+    Ok(UnrolledMeasurement {
+        backend: backend.name().to_string(),
+        first_step_seconds,
+        median_step_seconds: median(&step_seconds),
+        first_step_compiles: after_first.compiles - start_stats.compiles,
+        later_compiles: end.compiles - after_first.compiles,
+        compile_seconds: end.compile_seconds - start_stats.compile_seconds,
+        operations_per_step: (end.operations_captured - step_start_stats.operations_captured)
+            / args.steps as u64,
+        peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
+        final_loss,
+        version: backend.description().to_string(),
+    })
+}
