@@ -50,6 +50,15 @@ fn lower(operations: &[OperationIr]) -> lower::LoweredProgram {
     lower_segment(operations, &boundary_of(operations)).expect("lowers")
 }
 
+fn entry_computation(program: &lower::LoweredProgram) -> &burn_trainium::hlo::HloComputationProto {
+    program
+        .module
+        .computations
+        .iter()
+        .find(|computation| computation.id == program.module.entry_computation_id)
+        .expect("the module has its entry computation")
+}
+
 #[test]
 fn the_key_ignores_tensor_ids_and_scalar_values_but_not_shapes() {
     let first = lower(&scaled_sum(10, &[2, 3], 0.1));
@@ -74,12 +83,7 @@ fn scalars_are_parameters_after_the_inputs() {
     assert_eq!(program.released, [TensorId::new(10)]);
     assert_eq!(program.scalars.len(), 1);
     assert_eq!(program.scalars[0].to_vec::<f32>().unwrap(), [0.25]);
-    let entry = program
-        .module
-        .computations
-        .iter()
-        .find(|computation| computation.id == program.module.entry_computation_id)
-        .unwrap();
+    let entry = entry_computation(&program);
     let parameters = entry.program_shape.as_ref().unwrap().parameters.len();
     assert_eq!(parameters, 2, "one input, one scalar pack");
     let donors = program
@@ -164,12 +168,7 @@ fn bf16_attention_is_computed_in_f32_and_rounded_once() {
         out: bf16(5, &[1, 2, 3, 6], TensorStatus::NotInit),
     }));
     let program = lower(&[operation]);
-    let entry = program
-        .module
-        .computations
-        .iter()
-        .find(|computation| computation.id == program.module.entry_computation_id)
-        .unwrap();
+    let entry = entry_computation(&program);
     let type_of = |instruction: &burn_trainium::hlo::HloInstructionProto| {
         PrimitiveType::try_from(instruction.shape.as_ref().unwrap().element_type).unwrap()
     };

@@ -15,14 +15,25 @@ fn logits(model: &hlat::Hlat<NdArray>) -> TensorData {
     model.forward(ids).into_data()
 }
 
-#[test]
-fn native_save_then_load_gives_the_same_model() {
-    let device = Default::default();
+/// An `hlat-test` model saved as a native checkpoint in `model/` of a temporary folder.
+fn saved_test_model() -> (
+    HlatConfig,
+    hlat::Hlat<NdArray>,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let model = config.init::<NdArray>(&device);
+    let model = config.init::<NdArray>(&Default::default());
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("model");
     save_native(&model, &config, &dir).unwrap();
+    (config, model, work, dir)
+}
+
+#[test]
+fn native_save_then_load_gives_the_same_model() {
+    let device = Default::default();
+    let (config, model, work, dir) = saved_test_model();
     // Saving again replaces the checkpoint atomically and leaves no temporary folder.
     save_native(&model, &config, &dir).unwrap();
     assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 1);
@@ -36,11 +47,7 @@ fn native_save_then_load_gives_the_same_model() {
 #[test]
 fn a_configuration_larger_than_the_weights_is_refused_before_building() {
     let device = Default::default();
-    let config = HlatConfig::preset("hlat-test").unwrap();
-    let model = config.init::<NdArray>(&device);
-    let work = tempfile::tempdir().unwrap();
-    let dir = work.path().join("model");
-    save_native(&model, &config, &dir).unwrap();
+    let (config, _, _work, dir) = saved_test_model();
     let mut larger = config.clone();
     larger.hidden_size = 65536;
     larger.num_layers = 64;

@@ -135,3 +135,47 @@ pub fn parse_backends(text: &str) -> anyhow::Result<Vec<BackendName>> {
         })
         .collect()
 }
+
+/// Backends that could not be measured, each with the reason.
+pub type Failures = Vec<(String, String)>;
+
+/// The one backend a worker process measures (its `--backends` value).
+pub fn worker_backend(text: &str) -> anyhow::Result<BackendName> {
+    match parse_backends(text)?[..] {
+        [backend] => Ok(backend),
+        _ => bail!("a worker measures exactly one backend, got `{text}`"),
+    }
+}
+
+/// Measures each backend of `backends` in a worker process: this command line again with
+/// `--backends` set to that backend. Returns the results, and the backends that failed with why.
+pub fn measure_each<T: DeserializeOwned>(
+    backends: &str,
+    what: &str,
+) -> anyhow::Result<(Vec<T>, Failures)> {
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for backend in parse_backends(backends)? {
+        let mut arguments: Vec<String> = std::env::args().skip(1).collect();
+        replace_flag(&mut arguments, "--backends", backend.name());
+        eprintln!("measuring {what} on {backend}...");
+        match run_worker::<T>(&arguments, &format!("the {backend} worker")) {
+            Ok(measurement) => results.push(measurement),
+            Err(error) => {
+                eprintln!("{backend}: {error:#}");
+                failures.push((backend.name().to_string(), format!("{error:#}")));
+            }
+        }
+    }
+    Ok((results, failures))
+}
+
+/// Replaces (or appends) `--flag value` in an argument list.
+fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
+    let prefix = format!("{flag}=");
+    arguments.retain(|argument| !argument.starts_with(&prefix));
+    match arguments.iter().position(|argument| argument == flag) {
+        Some(index) if index + 1 < arguments.len() => arguments[index + 1] = value.to_string(),
+        _ => arguments.extend([flag.to_string(), value.to_string()]),
+    }
+}

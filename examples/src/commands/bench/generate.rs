@@ -15,11 +15,11 @@ use hlat::{Hlat, HlatConfig};
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, parse_backends, peak_resident_bytes,
+    self, BackendName, emit_result, median, peak_resident_bytes, worker_backend,
 };
 use super::peers::{self, GenerationRun};
 use super::report;
-use super::train::{batch_rows, load_config, replace_flag, trainium_stats};
+use super::train::{batch_rows, load_config, trainium_stats};
 use crate::commands::ranges::at_least_one;
 
 /// Arguments of `hlat bench generate`.
@@ -138,32 +138,11 @@ pub fn run(args: GenerateBenchArgs) -> anyhow::Result<()> {
         );
     }
     if args.worker {
-        let backends = parse_backends(&args.backends)?;
-        let [backend] = backends[..] else {
-            anyhow::bail!(
-                "a worker measures exactly one backend, got `{}`",
-                args.backends
-            );
-        };
+        let backend = worker_backend(&args.backends)?;
         return emit_result(&measure_backend(backend, &config, &args)?);
     }
-    let mut results = Vec::new();
-    let mut failures = Vec::new();
-    for backend in parse_backends(&args.backends)? {
-        let mut arguments: Vec<String> = std::env::args().skip(1).collect();
-        replace_flag(&mut arguments, "--backends", backend.name());
-        eprintln!("measuring generation on {backend}...");
-        match backends::run_worker::<GenerateMeasurement>(
-            &arguments,
-            &format!("the {backend} worker"),
-        ) {
-            Ok(measurement) => results.push(measurement),
-            Err(error) => {
-                eprintln!("{backend}: {error:#}");
-                failures.push((backend.name().to_string(), format!("{error:#}")));
-            }
-        }
-    }
+    let (mut results, mut failures) =
+        backends::measure_each::<GenerateMeasurement>(&args.backends, "generation")?;
     if args.with_transformers {
         eprintln!("measuring generation in transformers...");
         let run = GenerationRun {
@@ -207,10 +186,7 @@ pub fn run(args: GenerateBenchArgs) -> anyhow::Result<()> {
         machine: report::machine_description(),
         build: report::build_description(),
     };
-    println!("{}", report::generate_table(&report));
-    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", args.json.display()))?;
-    eprintln!("wrote {}", args.json.display());
+    report::publish(&report::generate_table(&report), &report, &args.json)?;
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use super::backends::{self, BackendName, emit_result, median, parse_backends};
+use super::backends::{self, BackendName, emit_result, median, parse_backends, worker_backend};
 use super::peak::{self, Peak, PeakProbe};
 use super::report;
 use super::train::load_config;
@@ -87,16 +87,11 @@ pub struct OpsReport {
 
 /// Runs `hlat bench ops`.
 pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
-    let backends = parse_backends(&args.backends)?;
     if args.worker {
-        let [backend] = backends[..] else {
-            anyhow::bail!(
-                "a worker measures exactly one backend, got `{}`",
-                args.backends
-            );
-        };
+        let backend = worker_backend(&args.backends)?;
         return emit_result(&measure_backend(backend, &args)?);
     }
+    let backends = parse_backends(&args.backends)?;
     let mut measured = Vec::new();
     for backend in backends {
         let arguments = vec![

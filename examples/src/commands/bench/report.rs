@@ -100,6 +100,15 @@ pub fn train_table(report: &TrainReport) -> String {
     table
 }
 
+/// Prints a benchmark's `table` and writes its `report` as JSON to `json`.
+pub fn publish(table: &str, report: &impl serde::Serialize, json: &Path) -> anyhow::Result<()> {
+    println!("{table}");
+    std::fs::write(json, serde_json::to_string_pretty(report)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    eprintln!("wrote {}", json.display());
+    Ok(())
+}
+
 /// The Markdown table of a generation benchmark: prefill and decode speed, ratios of decode
 /// speed against the baseline, compiles, memory, and whether each backend generated the
 /// baseline's tokens (all Rust backends run the same weights; a near-tie of two logits can

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
@@ -18,7 +17,7 @@ use hlat_train::trainer::Trainer;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, parse_backends, peak_resident_bytes,
+    self, BackendName, emit_result, median, peak_resident_bytes, worker_backend,
 };
 use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerStep};
@@ -167,32 +166,11 @@ pub struct TrainReport {
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
     let config = load_config(&args.preset)?;
     if args.worker {
-        let backend = parse_backends(&args.backends)?;
-        let [backend] = backend[..] else {
-            anyhow::bail!(
-                "a worker measures exactly one backend, got `{}`",
-                args.backends
-            );
-        };
+        let backend = worker_backend(&args.backends)?;
         return emit_result(&measure_backend(backend, &config, &args)?);
     }
-
-    let backends = parse_backends(&args.backends)?;
-    let mut results = Vec::new();
-    let mut failures = Vec::new();
-    for backend in backends {
-        let mut arguments: Vec<String> = std::env::args().skip(1).collect();
-        replace_flag(&mut arguments, "--backends", backend.name());
-        eprintln!("measuring the training step on {backend}...");
-        match backends::run_worker::<TrainMeasurement>(&arguments, &format!("the {backend} worker"))
-        {
-            Ok(measurement) => results.push(measurement),
-            Err(error) => {
-                eprintln!("{backend}: {error:#}");
-                failures.push((backend.name().to_string(), format!("{error:#}")));
-            }
-        }
-    }
+    let (mut results, mut failures) =
+        backends::measure_each::<TrainMeasurement>(&args.backends, "the training step")?;
     let peers = [
         (args.with_pytorch, Framework::PyTorch),
         (args.with_jax, Framework::Jax),
@@ -267,25 +245,12 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
         machine: report::machine_description(),
         build: report::build_description(),
     };
-    println!("{}", report::train_table(&report));
-    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", args.json.display()))?;
-    eprintln!("wrote {}", args.json.display());
+    report::publish(&report::train_table(&report), &report, &args.json)?;
     if let Some(path) = &args.report {
         report::write_train_report(&report, path)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// Replaces (or appends) `--flag value` in an argument list.
-pub(super) fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
-    let prefix = format!("{flag}=");
-    arguments.retain(|argument| !argument.starts_with(&prefix));
-    match arguments.iter().position(|argument| argument == flag) {
-        Some(index) if index + 1 < arguments.len() => arguments[index + 1] = value.to_string(),
-        _ => arguments.extend([flag.to_string(), value.to_string()]),
-    }
 }
 
 fn measure_backend(

@@ -20,10 +20,10 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, parse_backends, peak_resident_bytes,
+    self, BackendName, emit_result, median, peak_resident_bytes, worker_backend,
 };
 use super::report;
-use super::train::{replace_flag, trainium_stats};
+use super::train::trainium_stats;
 use crate::commands::ranges::at_least_one;
 
 /// Features of each input step.
@@ -134,32 +134,11 @@ impl<B: Backend> Recurrent<B> {
 /// Runs `hlat bench unrolled`.
 pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
     if args.worker {
-        let backends = parse_backends(&args.backends)?;
-        let [backend] = backends[..] else {
-            anyhow::bail!(
-                "a worker measures exactly one backend, got `{}`",
-                args.backends
-            );
-        };
+        let backend = worker_backend(&args.backends)?;
         return emit_result(&measure_backend(backend, &args)?);
     }
-    let mut results = Vec::new();
-    let mut failures = Vec::new();
-    for backend in parse_backends(&args.backends)? {
-        let mut arguments: Vec<String> = std::env::args().skip(1).collect();
-        replace_flag(&mut arguments, "--backends", backend.name());
-        eprintln!("measuring the unrolled step on {backend}...");
-        match backends::run_worker::<UnrolledMeasurement>(
-            &arguments,
-            &format!("the {backend} worker"),
-        ) {
-            Ok(measurement) => results.push(measurement),
-            Err(error) => {
-                eprintln!("{backend}: {error:#}");
-                failures.push((backend.name().to_string(), format!("{error:#}")));
-            }
-        }
-    }
+    let (results, failures) =
+        backends::measure_each::<UnrolledMeasurement>(&args.backends, "the unrolled step")?;
     let report = UnrolledReport {
         command: report::command_line(),
         seq_len: args.seq_len,
@@ -171,10 +150,7 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
         machine: report::machine_description(),
         build: report::build_description(),
     };
-    println!("{}", report::unrolled_table(&report));
-    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", args.json.display()))?;
-    eprintln!("wrote {}", args.json.display());
+    report::publish(&report::unrolled_table(&report), &report, &args.json)?;
     Ok(())
 }
 
