@@ -69,3 +69,9 @@ pub enum TrainError {
     #[error("device: {0}")]
     Device(String),
 }
+
+impl From<burn::tensor::backend::ExecutionError> for TrainError {
+    fn from(error: burn::tensor::backend::ExecutionError) -> Self {
+        TrainError::Device(error.to_string())
+    }
+}

@@ -221,9 +221,7 @@ pub fn step_gradients<B: TrainingBackend>(
         squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
     }
     // One read back per step: the summed loss and the summed squared gradient.
-    let values = Tensor::cat(vec![loss_sum, squares], 0)
-        .try_into_data()
-        .map_err(|error| TrainError::Device(error.to_string()))?;
+    let values = Tensor::cat(vec![loss_sum, squares], 0).try_into_data()?;
     let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();
     let loss = values[0] / count as f64;
     let grad_norm = values[1].sqrt() / count as f64;
@@ -296,11 +294,7 @@ pub fn evaluate<B: CollectiveBackend>(
     let mut tokens = 0;
     for batch in batches {
         let output = InferenceStep::step(model, batch);
-        let loss: f64 = output
-            .loss
-            .try_into_scalar()
-            .map_err(|error| TrainError::Device(error.to_string()))?
-            .elem();
+        let loss: f64 = output.loss.try_into_scalar()?.elem();
         weighted += loss * output.tokens as f64;
         tokens += output.tokens;
     }

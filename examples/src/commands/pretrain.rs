@@ -273,7 +273,7 @@ impl DeviceChoice {
                     })?;
                 if device.replicas > 1 && device.replicas != count {
                     bail!(
-                        "--device {device} stands for {} replicas, the layout needs {replicas}",
+                        "device {device} stands for {} replicas, the layout needs {replicas}",
                         device.replicas
                     );
                 }
@@ -286,7 +286,7 @@ impl DeviceChoice {
     /// device index the executor does not have, is an error naming the device, before any work.
     pub fn checked(self) -> anyhow::Result<Self> {
         if let DeviceChoice::Trainium(device) = &self {
-            burn_trainium::check_device(device).with_context(|| format!("--device {device}"))?;
+            burn_trainium::check_device(device).with_context(|| format!("device {device}"))?;
         }
         Ok(self)
     }
