@@ -479,3 +479,36 @@ fn a_dtype_the_backend_lacks_is_an_error() {
         "NdArray supports every dtype: nothing was checked"
     );
 }
+
+/// A template post-processor naming a special token it does not define makes the tokenizers
+/// library panic at every encoding: loading such a file is an error naming it, not a panic.
+#[test]
+fn a_tokenizer_that_would_panic_when_used_is_refused_when_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    let template = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [
+                {"SpecialToken": {"id": "<s>", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}}
+            ],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {}
+        },
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"a": 0, "[UNK]": 1}, "unk_token": "[UNK]"}
+    });
+    std::fs::write(&path, template.to_string()).unwrap();
+    let error = load_tokenizer(&path).expect_err("the tokenizer cannot encode anything");
+    assert!(
+        error.to_string().contains(&path.display().to_string()),
+        "{error}"
+    );
+}
