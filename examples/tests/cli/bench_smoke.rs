@@ -168,6 +168,53 @@ fn bench_ops_on_xla_reports_no_rate_above_the_measured_peak() {
     }
 }
 
+/// A list of sequence lengths measures each with the same tokens per step; a length that does
+/// not divide them is refused naming the flag.
+#[test]
+fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
+    let folder = tempfile::tempdir().unwrap();
+    let arguments = |lengths: &'static str| {
+        [
+            "bench",
+            "train",
+            "--preset",
+            "hlat-test",
+            "--backends",
+            "host",
+            "--batch",
+            "2",
+            "--seq-len",
+            lengths,
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+            "--json",
+            "lengths.json",
+        ]
+    };
+    succeeded(&hlat(&arguments("8,16"), folder.path()));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.path().join("lengths.json")).unwrap())
+            .unwrap();
+    let layouts: Vec<(u64, u64)> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|result| {
+            (
+                result["batch"].as_u64().unwrap(),
+                result["seq_len"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(layouts, [(2, 8), (1, 16)], "{report}");
+    let refused = hlat(&arguments("8,3"), folder.path());
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--seq-len 3"), "{stderr}");
+}
+
 /// Generation compiles a fixed set of programs on `xla`, all during the warmup, and every
 /// backend reports both phases.
 #[test]

@@ -148,9 +148,11 @@ pub fn worker_backend(text: &str) -> anyhow::Result<BackendName> {
 }
 
 /// Measures each backend of `backends` in a worker process: this command line again with
-/// `--backends` set to that backend. Returns the results, and the backends that failed with why.
+/// `--backends` set to that backend and the flags of `overrides` set to their values. Returns
+/// the results, and the backends that failed with why.
 pub fn measure_each<T: DeserializeOwned>(
     backends: &str,
+    overrides: &[(&str, String)],
     what: &str,
 ) -> anyhow::Result<(Vec<T>, Failures)> {
     let mut results = Vec::new();
@@ -158,6 +160,9 @@ pub fn measure_each<T: DeserializeOwned>(
     for backend in parse_backends(backends)? {
         let mut arguments: Vec<String> = std::env::args().skip(1).collect();
         replace_flag(&mut arguments, "--backends", backend.name());
+        for (flag, value) in overrides {
+            replace_flag(&mut arguments, flag, value);
+        }
         eprintln!("measuring {what} on {backend}...");
         match run_worker::<T>(&arguments, &format!("the {backend} worker")) {
             Ok(measurement) => results.push(measurement),

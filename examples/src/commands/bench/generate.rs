@@ -142,7 +142,7 @@ pub fn run(args: GenerateBenchArgs) -> anyhow::Result<()> {
         return emit_result(&measure_backend(backend, &config, &args)?);
     }
     let (mut results, mut failures) =
-        backends::measure_each::<GenerateMeasurement>(&args.backends, "generation")?;
+        backends::measure_each::<GenerateMeasurement>(&args.backends, &[], "generation")?;
     if args.with_transformers {
         eprintln!("measuring generation in transformers...");
         let run = GenerationRun {

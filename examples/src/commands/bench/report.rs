@@ -55,17 +55,20 @@ pub fn machine_description() -> String {
 
 /// The results as a Markdown table, with tokens/s ratios against the report's baseline.
 pub fn train_table(report: &TrainReport) -> String {
-    let baseline = report
-        .results
-        .iter()
-        .find(|result| result.backend == report.baseline)
-        .map(|result| result.tokens_per_second);
+    // The baseline at the same sequence length.
+    let baseline_of = |seq_len: usize| {
+        report
+            .results
+            .iter()
+            .find(|result| result.backend == report.baseline && result.seq_len == seq_len)
+            .map(|result| result.tokens_per_second)
+    };
     let mut table = String::from(
-        "| backend | median step | tokens/s | vs baseline | MFU | compiles (warmup + timed) | compile s | host fallbacks | ops/step | capture µs/op | prepare µs/segment | peak RSS | final loss |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| backend | batch × seq | median step | tokens/s | vs baseline | MFU | compiles (warmup + timed) | compile s | host fallbacks | ops/step | capture µs/op | prepare µs/segment | peak RSS | final loss |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for result in &report.results {
-        let ratio = baseline
+        let ratio = baseline_of(result.seq_len)
             .map(|base| format!("{:.2}×", result.tokens_per_second / base))
             .unwrap_or_else(|| "n/a".to_string());
         let mfu = result
@@ -73,8 +76,10 @@ pub fn train_table(report: &TrainReport) -> String {
             .map_or_else(|| "n/a".to_string(), |mfu| format!("{:.1}%", mfu * 100.0));
         let _ = writeln!(
             table,
-            "| {} | {:.1} ms | {:.0} | {} | {} | {} + {} | {:.1} | {} | {} | {:.2} | {:.1} | {:.0} MiB | {:.4} |",
+            "| {} | {} × {} | {:.1} ms | {:.0} | {} | {} | {} + {} | {:.1} | {} | {} | {:.2} | {:.1} | {:.0} MiB | {:.4} |",
             result.backend,
+            result.batch,
+            result.seq_len,
             result.median_step_seconds * 1e3,
             result.tokens_per_second,
             ratio,
@@ -94,7 +99,7 @@ pub fn train_table(report: &TrainReport) -> String {
         let reason = reason.lines().next().unwrap_or_default();
         let _ = writeln!(
             table,
-            "| {backend} | did not run: {reason} | | | | | | | | | | | |"
+            "| {backend} | did not run: {reason} | | | | | | | | | | | | |"
         );
     }
     table
@@ -462,9 +467,14 @@ fn draw_tokens_per_second(report: &TrainReport, path: &Path) -> anyhow::Result<(
             colours[index % colours.len()],
         );
         let centre = (x0 + x1) as f32 / 2.0;
+        let name = if report.seq_lens.len() > 1 {
+            format!("{} @{}", result.backend, result.seq_len)
+        } else {
+            result.backend.clone()
+        };
         canvas.text(
             &font,
-            &result.backend,
+            &name,
             centre,
             (height - bottom + 22) as f32,
             15.0,

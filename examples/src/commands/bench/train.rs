@@ -35,12 +35,14 @@ pub struct TrainBenchArgs {
     /// The backend the ratios are computed against.
     #[arg(long, default_value = "ndarray")]
     pub baseline: String,
-    /// Sequences per step.
+    /// Sequences per step (at the first `--seq-len`).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
-    /// Tokens per sequence.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
-    pub seq_len: u64,
+    /// Tokens per sequence; a comma-separated list measures each length with the same tokens
+    /// per step (`--batch` × the first length), e.g. `--seq-len 1024,4096`. Lengths beyond the
+    /// preset's context extend it.
+    #[arg(long, default_value = "256", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq_len: Vec<u64>,
     /// Untimed steps before measuring (compiles happen there).
     #[arg(long, default_value_t = 2)]
     pub warmup: usize,
@@ -82,8 +84,29 @@ impl TrainBenchArgs {
         self.batch as usize
     }
 
+    /// The first length (the only one a worker is given).
     fn seq_len(&self) -> usize {
-        self.seq_len as usize
+        self.seq_len[0] as usize
+    }
+
+    /// Each length with its batch: the same tokens per step as `--batch` at the first length.
+    fn layouts(&self) -> anyhow::Result<Vec<(usize, usize)>> {
+        let tokens = self.batch() * self.seq_len();
+        self.seq_len
+            .iter()
+            .map(|&length| {
+                let length = length as usize;
+                if !tokens.is_multiple_of(length) {
+                    anyhow::bail!(
+                        "--seq-len {length}: the {tokens} tokens per step (--batch {} × {}) are \
+                         not a whole number of {length}-token sequences",
+                        self.batch(),
+                        self.seq_len()
+                    );
+                }
+                Ok((length, tokens / length))
+            })
+            .collect()
     }
 
     fn steps(&self) -> usize {
@@ -96,6 +119,10 @@ impl TrainBenchArgs {
 pub struct TrainMeasurement {
     /// The backend measured.
     pub backend: String,
+    /// Tokens per sequence of the step measured.
+    pub seq_len: usize,
+    /// Sequences per step.
+    pub batch: usize,
     /// Median seconds per training step.
     pub median_step_seconds: f64,
     /// Tokens processed per second at the median step time.
@@ -140,8 +167,10 @@ pub struct TrainReport {
     pub precision: String,
     /// Sequences per step.
     pub batch: usize,
-    /// Tokens per sequence.
+    /// Tokens per sequence (the first length measured).
     pub seq_len: usize,
+    /// Every length measured, with the same tokens per step.
+    pub seq_lens: Vec<usize>,
     /// Untimed steps per backend.
     pub warmup: usize,
     /// Timed steps per backend.
@@ -164,13 +193,80 @@ pub struct TrainReport {
 
 /// Runs `hlat bench train`.
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
-    let config = load_config(&args.preset)?;
+    let mut config = load_config(&args.preset)?;
+    let longest = args.seq_len.iter().max().copied().unwrap_or(1) as usize;
+    config.max_seq_len = config.max_seq_len.max(longest);
     if args.worker {
         let backend = worker_backend(&args.backends)?;
         return emit_result(&measure_backend(backend, &config, &args)?);
     }
-    let (mut results, mut failures) =
-        backends::measure_each::<TrainMeasurement>(&args.backends, "the training step")?;
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for (seq_len, batch) in args.layouts()? {
+        let overrides = [
+            ("--seq-len", seq_len.to_string()),
+            ("--batch", batch.to_string()),
+        ];
+        let (measured, failed) = backends::measure_each::<TrainMeasurement>(
+            &args.backends,
+            &overrides,
+            &format!("the training step ({batch} × {seq_len} tokens)"),
+        )?;
+        results.extend(measured);
+        failures.extend(failed);
+        measure_peers(&args, &config, seq_len, batch, &mut results, &mut failures);
+    }
+    let probes: Vec<(String, PeakProbe)> = results
+        .iter()
+        .filter_map(|result| {
+            result
+                .matmul_peak
+                .map(|probe| (result.backend.clone(), probe))
+        })
+        .collect();
+    let peak = Peak::choose(args.peak_flops, &probes);
+    let flops_per_token = config.train_flops_per_token(args.seq_len());
+    for result in &mut results {
+        let flops_per_token = config.train_flops_per_token(result.seq_len);
+        result.mfu = peak
+            .as_ref()
+            .map(|peak| result.tokens_per_second * flops_per_token / peak.flops_per_second);
+    }
+    let report = TrainReport {
+        command: report::command_line(),
+        preset: args.preset.clone(),
+        model: config,
+        precision: args.precision.clone(),
+        batch: args.batch(),
+        seq_len: args.seq_len(),
+        seq_lens: args.seq_len.iter().map(|&length| length as usize).collect(),
+        warmup: args.warmup,
+        steps: args.steps(),
+        flops_per_token,
+        peak,
+        baseline: args.baseline.clone(),
+        results,
+        failures,
+        machine: report::machine_description(),
+        build: report::build_description(),
+    };
+    report::publish(&report::train_table(&report), &report, &args.json)?;
+    if let Some(path) = &args.report {
+        report::write_train_report(&report, path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs the PyTorch and JAX peers asked for on `batch` sequences of `seq_len` tokens.
+fn measure_peers(
+    args: &TrainBenchArgs,
+    config: &HlatConfig,
+    seq_len: usize,
+    batch: usize,
+    results: &mut Vec<TrainMeasurement>,
+    failures: &mut backends::Failures,
+) {
     let peers = [
         (args.with_pytorch, Framework::PyTorch),
         (args.with_jax, Framework::Jax),
@@ -181,9 +277,9 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
     {
         eprintln!("measuring the training step in {}...", framework.name());
         let step = PeerStep {
-            config: &config,
-            batch: args.batch(),
-            seq_len: args.seq_len(),
+            config,
+            batch,
+            seq_len,
             warmup: args.warmup,
             steps: args.steps(),
             precision: &args.precision,
@@ -191,9 +287,10 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
         match peers::run(&args.python, framework, &step) {
             Ok(peer) => results.push(TrainMeasurement {
                 backend: framework.name().to_string(),
+                seq_len,
+                batch,
                 median_step_seconds: peer.median_step_seconds,
-                tokens_per_second: (args.batch() * args.seq_len()) as f64
-                    / peer.median_step_seconds,
+                tokens_per_second: (batch * seq_len) as f64 / peer.median_step_seconds,
                 mfu: None,
                 warmup_compiles: peer.compiles,
                 timed_compiles: 0,
@@ -213,44 +310,6 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let probes: Vec<(String, PeakProbe)> = results
-        .iter()
-        .filter_map(|result| {
-            result
-                .matmul_peak
-                .map(|probe| (result.backend.clone(), probe))
-        })
-        .collect();
-    let peak = Peak::choose(args.peak_flops, &probes);
-    let flops_per_token = config.train_flops_per_token(args.seq_len());
-    for result in &mut results {
-        result.mfu = peak
-            .as_ref()
-            .map(|peak| result.tokens_per_second * flops_per_token / peak.flops_per_second);
-    }
-    let report = TrainReport {
-        command: report::command_line(),
-        preset: args.preset.clone(),
-        model: config,
-        precision: args.precision.clone(),
-        batch: args.batch(),
-        seq_len: args.seq_len(),
-        warmup: args.warmup,
-        steps: args.steps(),
-        flops_per_token,
-        peak,
-        baseline: args.baseline.clone(),
-        results,
-        failures,
-        machine: report::machine_description(),
-        build: report::build_description(),
-    };
-    report::publish(&report::train_table(&report), &report, &args.json)?;
-    if let Some(path) = &args.report {
-        report::write_train_report(&report, path)?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(())
 }
 
 fn measure_backend(
@@ -348,6 +407,8 @@ where
     let operations = end.operations_captured - start.operations_captured;
     Ok(TrainMeasurement {
         backend: backend.name().to_string(),
+        seq_len: args.seq_len(),
+        batch: args.batch(),
         median_step_seconds,
         tokens_per_second,
         mfu: None,

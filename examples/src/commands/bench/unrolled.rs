@@ -138,7 +138,7 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
         return emit_result(&measure_backend(backend, &args)?);
     }
     let (results, failures) =
-        backends::measure_each::<UnrolledMeasurement>(&args.backends, "the unrolled step")?;
+        backends::measure_each::<UnrolledMeasurement>(&args.backends, &[], "the unrolled step")?;
     let report = UnrolledReport {
         command: report::command_line(),
         seq_len: args.seq_len,
