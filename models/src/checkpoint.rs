@@ -160,7 +160,7 @@ pub fn load_native<B: Backend>(
             config.num_params()
         )));
     }
-    let mut model = config.try_init::<B>(device)?;
+    let mut model = Hlat::new(config.clone(), device);
     let result = model.apply(stored.into_values().collect(), None, None, false);
     if let Some(error) = result.errors.first() {
         return Err(burnpack_error(error.to_string()));

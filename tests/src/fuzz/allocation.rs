@@ -101,31 +101,30 @@ fn refuse(size: usize) {
     let _ = std::io::stderr().write_all(&message[..written]);
 }
 
+/// Runs `allocate` for `size` bytes if the thread's cap allows them, counting them while the
+/// allocation holds: a refusal or a failure is a null pointer.
+fn counted(size: usize, allocate: impl FnOnce() -> *mut u8) -> *mut u8 {
+    if !reserve(size) {
+        return std::ptr::null_mut();
+    }
+    let pointer = allocate();
+    if pointer.is_null() {
+        release(size);
+    }
+    pointer
+}
+
 // SAFETY: every call is forwarded to `System` with the same layout; the counters are
 // thread-local cells that never allocate.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !reserve(layout.size()) {
-            return std::ptr::null_mut();
-        }
         // SAFETY: forwarded as received.
-        let pointer = unsafe { System.alloc(layout) };
-        if pointer.is_null() {
-            release(layout.size());
-        }
-        pointer
+        counted(layout.size(), || unsafe { System.alloc(layout) })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !reserve(layout.size()) {
-            return std::ptr::null_mut();
-        }
         // SAFETY: forwarded as received.
-        let pointer = unsafe { System.alloc_zeroed(layout) };
-        if pointer.is_null() {
-            release(layout.size());
-        }
-        pointer
+        counted(layout.size(), || unsafe { System.alloc_zeroed(layout) })
     }
 
     unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {

@@ -99,6 +99,7 @@ fn run(target: &Target, count: usize, progress: &AtomicUsize) -> Result<String, 
         .name
         .bytes()
         .fold(0u64, |hash, byte| hash.rotate_left(5) ^ u64::from(byte));
+    let valid_size: usize = target.files.iter().map(|(_, bytes)| bytes.len()).sum();
     let (mut accepted, mut largest) = (0, (0, 0));
     for index in 0..count {
         progress.store(index, Ordering::Relaxed);
@@ -107,17 +108,7 @@ fn run(target: &Target, count: usize, progress: &AtomicUsize) -> Result<String, 
         let (file, seed) = &target.files[random.below(target.files.len())];
         let mutated = mutate(seed, target.focus, &mut random);
         write(file, &mutated)?;
-        let size: usize = target
-            .files
-            .iter()
-            .map(|(name, bytes)| {
-                if name == file {
-                    mutated.len()
-                } else {
-                    bytes.len()
-                }
-            })
-            .sum();
+        let size = valid_size - seed.len() + mutated.len();
         let label = format!("parsing {} input {index} ({file} mutated)", target.name);
         allocation::limit(ALLOCATION_FACTOR * size + ALLOCATION_SLACK, &label);
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| (target.parse)(folder.path())));

@@ -5,6 +5,11 @@ use std::process::Command;
 use std::str::FromStr;
 
 use anyhow::{Context, bail};
+use burn::backend::NdArray;
+use burn::module::Module;
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::Backend;
+use burn_trainium::TrainiumDevice;
 use serde::de::DeserializeOwned;
 
 /// A backend (and executor) that `hlat bench` can measure.
@@ -183,4 +188,36 @@ fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
         Some(index) if index + 1 < arguments.len() => arguments[index + 1] = value.to_string(),
         _ => arguments.extend([flag.to_string(), value.to_string()]),
     }
+}
+
+/// The `xla` device a benchmark measures, its executor opened (the plugin found) first.
+pub fn xla_device() -> anyhow::Result<TrainiumDevice> {
+    let device = TrainiumDevice::xla(0);
+    burn_trainium::check_device(&device)?;
+    Ok(device)
+}
+
+/// Trainium statistics when `device` is a Trainium device, for counters other backends lack.
+pub fn trainium_stats<Device: 'static>(device: &Device) -> Option<burn_trainium::Stats> {
+    (device as &dyn std::any::Any)
+        .downcast_ref::<TrainiumDevice>()
+        .map(burn_trainium::stats)
+}
+
+/// `target` holding the weights of `reference`, a module of the same kind drawn on `NdArray`:
+/// every backend then measures the same model (`xla` draws random numbers on the device, so its
+/// own initialisation differs).
+pub fn same_weights<B: Backend, M: Module<B>>(
+    reference: impl Module<NdArray>,
+    target: M,
+    device: &B::Device,
+) -> anyhow::Result<M> {
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let weights = recorder
+        .record(reference.into_record(), ())
+        .context("serialising the reference weights")?;
+    let record = recorder
+        .load(weights, device)
+        .context("loading the reference weights")?;
+    Ok(target.load_record(record))
 }

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use burn::backend::{Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn_trainium::{Trainium, TrainiumDevice};
@@ -15,11 +14,12 @@ use hlat::{Hlat, HlatConfig};
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, peak_resident_bytes, worker_backend,
+    self, BackendName, emit_result, median, peak_resident_bytes, same_weights, trainium_stats,
+    worker_backend,
 };
 use super::peers::{self, GenerationRun};
 use super::report;
-use super::train::{batch_rows, load_config, trainium_stats};
+use super::train::{batch_rows, load_config};
 use crate::commands::ranges::at_least_one;
 
 /// Arguments of `hlat bench generate`.
@@ -200,26 +200,20 @@ fn measure_backend(
             measure::<Trainium>(backend, TrainiumDevice::HOST, config, args)
         }
         BackendName::TrainiumXla => {
-            let device = TrainiumDevice::xla(0);
-            burn_trainium::check_device(&device)?;
-            measure::<Trainium>(backend, device, config, args)
+            measure::<Trainium>(backend, backends::xla_device()?, config, args)
         }
         BackendName::NdArray => measure::<NdArray>(backend, Default::default(), config, args),
         BackendName::Flex => measure::<Flex>(backend, Default::default(), config, args),
     }
 }
 
-/// The model every backend generates with: initialised once on `NdArray` from a fixed seed and
-/// loaded through a native checkpoint, so all of them (`xla`, which draws random numbers on the
-/// device, included) hold the same weights and greedy decoding can be compared token by token.
-fn same_weights<B: Backend>(config: &HlatConfig, device: &B::Device) -> anyhow::Result<Hlat<B>> {
+/// The model every backend generates with: drawn once on `NdArray` from a fixed seed (see
+/// [`same_weights`]), so greedy decoding can be compared token by token.
+fn shared_model<B: Backend>(config: &HlatConfig, device: &B::Device) -> anyhow::Result<Hlat<B>> {
     let cpu = Default::default();
     <NdArray as Backend>::seed(&cpu, 7);
     let reference = config.try_init::<NdArray>(&cpu)?;
-    let folder = tempfile::tempdir().context("creating a folder for the benchmark's weights")?;
-    let dir = folder.path().join("model");
-    hlat::checkpoint::save_native(&reference, config, &dir)?;
-    Ok(hlat::checkpoint::load_native::<B>(&dir, device)?.1)
+    same_weights(reference, config.try_init::<B>(device)?, device)
 }
 
 fn measure<B: Backend>(
@@ -231,7 +225,7 @@ fn measure<B: Backend>(
 where
     B::Device: 'static,
 {
-    let model = same_weights::<B>(config, &device)?;
+    let model = shared_model::<B>(config, &device)?;
     // The weights are uploaded now: on a lazy backend they would otherwise join the first
     // prompt pass.
     B::sync(&device)?;

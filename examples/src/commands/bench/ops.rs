@@ -155,11 +155,7 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
 fn measure_backend(backend: BackendName, args: &OpsBenchArgs) -> anyhow::Result<BackendOps> {
     match backend {
         BackendName::TrainiumHost => measure_all::<Trainium>(backend, TrainiumDevice::HOST, args),
-        BackendName::TrainiumXla => {
-            let device = TrainiumDevice::xla(0);
-            burn_trainium::check_device(&device)?;
-            measure_all::<Trainium>(backend, device, args)
-        }
+        BackendName::TrainiumXla => measure_all::<Trainium>(backend, backends::xla_device()?, args),
         BackendName::NdArray => measure_all::<NdArray>(backend, Default::default(), args),
         BackendName::Flex => measure_all::<Flex>(backend, Default::default(), args),
     }

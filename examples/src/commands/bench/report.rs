@@ -91,18 +91,27 @@ pub fn train_table(report: &TrainReport) -> String {
             result.operations_per_step,
             result.capture_micros_per_operation,
             result.prepare_micros_per_segment,
-            result.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+            mebibytes(result.peak_rss_bytes),
             result.final_loss
         );
     }
-    for (backend, reason) in &report.failures {
-        let reason = reason.lines().next().unwrap_or_default();
-        let _ = writeln!(
-            table,
-            "| {backend} | did not run: {reason} | | | | | | | | | | | | |"
-        );
-    }
+    failure_rows(&mut table, &report.failures, 14);
     table
+}
+
+/// Appends a row per backend that did not run to a table of `columns` columns: its name, the
+/// first line of the reason, empty cells.
+fn failure_rows(table: &mut String, failures: &[(String, String)], columns: usize) {
+    for (backend, reason) in failures {
+        let reason = reason.lines().next().unwrap_or_default();
+        let empty = " |".repeat(columns - 2);
+        let _ = writeln!(table, "| {backend} | did not run: {reason} |{empty}");
+    }
+}
+
+/// `bytes` in MiB, for the peak memory columns.
+fn mebibytes(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// Prints a benchmark's `table` and writes its `report` as JSON to `json`.
@@ -155,17 +164,11 @@ pub fn generate_table(report: &GenerateReport) -> String {
             result.warmup_compiles,
             result.timed_compiles,
             result.compile_seconds,
-            result.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+            mebibytes(result.peak_rss_bytes),
             same
         );
     }
-    for (backend, reason) in &report.failures {
-        let reason = reason.lines().next().unwrap_or_default();
-        let _ = writeln!(
-            table,
-            "| {backend} | did not run: {reason} | | | | | | | | |"
-        );
-    }
+    failure_rows(&mut table, &report.failures, 10);
     table
 }
 
@@ -197,14 +200,11 @@ pub fn unrolled_table(report: &UnrolledReport) -> String {
             result.median_step_seconds * 1e3,
             ratio,
             result.operations_per_step,
-            result.peak_rss_bytes as f64 / (1024.0 * 1024.0),
+            mebibytes(result.peak_rss_bytes),
             result.final_loss
         );
     }
-    for (backend, reason) in &report.failures {
-        let reason = reason.lines().next().unwrap_or_default();
-        let _ = writeln!(table, "| {backend} | did not run: {reason} | | | | | | | |");
-    }
+    failure_rows(&mut table, &report.failures, 9);
     table
 }
 

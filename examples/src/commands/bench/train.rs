@@ -17,7 +17,7 @@ use hlat_train::trainer::Trainer;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, peak_resident_bytes, worker_backend,
+    self, BackendName, emit_result, median, peak_resident_bytes, trainium_stats, worker_backend,
 };
 use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerStep};
@@ -322,9 +322,7 @@ fn measure_backend(
             measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, config, args)
         }
         BackendName::TrainiumXla => {
-            let device = TrainiumDevice::xla(0);
-            burn_trainium::check_device(&device)?;
-            measure::<Autodiff<Trainium>>(backend, device, config, args)
+            measure::<Autodiff<Trainium>>(backend, backends::xla_device()?, config, args)
         }
         BackendName::NdArray => {
             measure::<Autodiff<NdArray>>(backend, Default::default(), config, args)
@@ -342,13 +340,6 @@ pub fn load_config(preset: &str) -> anyhow::Result<HlatConfig> {
         HlatConfig::preset(preset)?
     };
     Ok(config)
-}
-
-/// Trainium statistics when `device` is a Trainium device, for counters other backends lack.
-pub(super) fn trainium_stats<Device: 'static>(device: &Device) -> Option<burn_trainium::Stats> {
-    (device as &dyn std::any::Any)
-        .downcast_ref::<TrainiumDevice>()
-        .map(burn_trainium::stats)
 }
 
 fn measure<B: TrainingBackend>(

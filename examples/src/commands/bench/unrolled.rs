@@ -7,12 +7,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Lstm, LstmConfig};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use burn_trainium::{Trainium, TrainiumDevice};
@@ -20,10 +18,10 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, peak_resident_bytes, worker_backend,
+    self, BackendName, emit_result, median, peak_resident_bytes, same_weights, trainium_stats,
+    worker_backend,
 };
 use super::report;
-use super::train::trainium_stats;
 use crate::commands::ranges::at_least_one;
 
 /// Features of each input step.
@@ -163,9 +161,7 @@ fn measure_backend(
             measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, args)
         }
         BackendName::TrainiumXla => {
-            let device = TrainiumDevice::xla(0);
-            burn_trainium::check_device(&device)?;
-            measure::<Autodiff<Trainium>>(backend, device, args)
+            measure::<Autodiff<Trainium>>(backend, backends::xla_device()?, args)
         }
         BackendName::NdArray => measure::<Autodiff<NdArray>>(backend, Default::default(), args),
         BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), args),
@@ -197,15 +193,11 @@ where
     let cpu = Default::default();
     <NdArray as Backend>::seed(&cpu, 7);
     let reference = Recurrent::<NdArray>::new(args.hidden, &cpu);
-    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let weights = recorder
-        .record(reference.into_record(), ())
-        .context("serialising the initial weights")?;
-    let mut model = Recurrent::<B>::new(args.hidden, &device).load_record(
-        recorder
-            .load(weights, &device)
-            .context("loading the initial weights")?,
-    );
+    let mut model = same_weights(
+        reference,
+        Recurrent::<B>::new(args.hidden, &device),
+        &device,
+    )?;
     let inputs = Tensor::<B, 3>::from_data(
         TensorData::new(
             values(args.batch * args.seq_len * FEATURES, 1),
