@@ -6,6 +6,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Tensor};
 
+use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block, blocked_causal_attention};
 use crate::cache::{CacheWrite, KvCache};
 use crate::config::HlatConfig;
 use crate::linear::projection;
@@ -95,6 +96,8 @@ impl<B: Backend> Attention<B> {
 
     /// The attention core: causal softmax attention of `queries` over `keys` and `values` (and
     /// the cached positions before them), the heads joined: `[batch, seq, heads·head_dim]`.
+    /// Without a cache, sequences longer than [`ATTENTION_BLOCK`] attend by blocks (memory
+    /// linear in the sequence, see [`blocked_causal_attention`]).
     pub fn attend(
         &self,
         queries: Tensor<B, 4>,
@@ -102,35 +105,77 @@ impl<B: Backend> Attention<B> {
         values: Tensor<B, 4>,
         context: Context<'_, B>,
     ) -> Tensor<B, 3> {
-        let [batch, _, seq, _] = queries.dims();
-        let dtype = queries.dtype();
+        let seq = queries.dims()[2];
         let device = queries.device();
-        let (keys, values, future) = match context {
+        match context {
+            Context::Full if attends_by_block(seq) => self.join_heads(blocked_causal_attention(
+                queries,
+                self.repeat_kv(keys),
+                self.repeat_kv(values),
+                ATTENTION_BLOCK,
+            )),
             Context::Full => {
                 let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
-                (keys, values, future)
+                self.attend_masked(queries, keys, values, future)
             }
             Context::Cached {
                 cache,
                 layer,
                 write,
-            } => cache.write(layer, keys, values, write),
-        };
+            } => {
+                let (keys, values, future) = cache.write(layer, keys, values, write);
+                self.attend_masked(queries, keys, values, future)
+            }
+        }
+    }
+
+    /// The attention core for the queries of positions `first..first + rows` over the keys and
+    /// values of positions `0..` (at least up to the last query): each query sees the keys up to
+    /// its own position. `[batch, rows, heads·head_dim]`; the rows of [`Attention::attend`] over
+    /// the whole sequence.
+    pub fn attend_rows(
+        &self,
+        queries: Tensor<B, 4>,
+        keys: Tensor<B, 4>,
+        values: Tensor<B, 4>,
+        first: usize,
+    ) -> Tensor<B, 3> {
+        let rows = queries.dims()[2];
+        let total = keys.dims()[2];
+        let future =
+            Tensor::<B, 2, Bool>::tril_mask([rows, total], first as i64, &queries.device());
+        self.attend_masked(queries, keys, values, future)
+    }
+
+    /// Softmax attention with the scores of `future` (`[queries, keys]`, true where a query must
+    /// not look) left out, in one piece; the heads joined.
+    fn attend_masked(
+        &self,
+        queries: Tensor<B, 4>,
+        keys: Tensor<B, 4>,
+        values: Tensor<B, 4>,
+        future: Tensor<B, 2, Bool>,
+    ) -> Tensor<B, 3> {
+        let [batch, _, seq, _] = queries.dims();
+        let dtype = queries.dtype();
         let total = keys.dims()[2];
         let keys = self.repeat_kv(keys);
         let values = self.repeat_kv(values);
 
         let scale = (self.head_dim as f64).powf(-0.5);
         let scores = queries.matmul(keys.swap_dims(2, 3)) * scale;
-        // Query i sees the keys up to its own position.
         let future = future
             .unsqueeze::<4>()
             .expand([batch, self.num_heads, seq, total]);
         let scores = scores.mask_fill(future, f32::NEG_INFINITY);
         let weights = softmax(scores.cast(DType::F32), 3).cast(dtype);
-        weights
-            .matmul(values)
-            .swap_dims(1, 2)
+        self.join_heads(weights.matmul(values))
+    }
+
+    /// `[batch, heads, seq, head_dim]` as `[batch, seq, heads·head_dim]`.
+    fn join_heads(&self, x: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [batch, _, seq, _] = x.dims();
+        x.swap_dims(1, 2)
             .reshape([batch, seq, self.num_heads * self.head_dim])
     }
 

@@ -5,6 +5,7 @@
 //! - [`HlatConfig`]: architecture, presets (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`,
 //!   `bench-tiny`), parameter count and training FLOPs.
 //! - [`Hlat`]: logits and next-token cross-entropy; [`KvCache`] for incremental decoding.
+//! - [`blocked_attention`]: causal attention by blocks (online softmax) for long sequences.
 //! - [`generate`]: greedy or sampled generation with a KV cache.
 //! - [`checkpoint`]: native checkpoints (`config.json` + `model.bpk`) and [`checkpoint::load_any`].
 //! - [`sharded_checkpoint`]: tensor-parallel checkpoints, one file per rank.
@@ -15,6 +16,7 @@
 
 mod attention;
 mod block;
+pub mod blocked_attention;
 mod cache;
 pub mod checkpoint;
 mod config;

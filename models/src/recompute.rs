@@ -21,11 +21,12 @@ use std::str::FromStr;
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Int, Tensor, s};
 use burn_trainium::collective::{self, CollectiveBackend};
 use serde::{Deserialize, Serialize};
 
-use crate::attention::Context;
+use crate::attention::{Attention, Context};
+use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
 use crate::mlp::Mlp;
 use crate::model::{Hlat, loss_from_logits};
 use crate::parallel::Exchange;
@@ -88,6 +89,24 @@ enum Stage<'a, B: AutodiffBackend> {
         run: Run<'a, B>,
         inputs: Vec<Tensor<B, 3>>,
     },
+    /// The attention core of layer `layer` over a long sequence: the values that entered it
+    /// (`[x, queries, keys, values]`, without graph); run again one block of queries at a time.
+    AttentionByBlock {
+        layer: usize,
+        inputs: Vec<Tensor<B, 3>>,
+    },
+}
+
+/// How the backward pass gets the graph of a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Treatment {
+    /// Recorded in the forward pass.
+    Kept,
+    /// Run again, whole.
+    Recomputed,
+    /// The attention core `[x, queries, keys, values] -> [x, attention]`, run again one block of
+    /// queries at a time ([`attention_backward_by_block`]).
+    AttentionByBlock,
 }
 
 impl<B> Hlat<B>
@@ -118,15 +137,26 @@ where
         let mut carry = vec![embedded.clone().detach()];
         let mut stages = Vec::new();
         for index in 0..self.layers.len() {
-            for (run, recompute) in layer_stages(index, &rotary, exchange, checkpointing) {
+            for (run, treatment) in layer_stages(index, &rotary, exchange, checkpointing, seq) {
                 let inputs = carry;
-                let (outputs, stage) = if recompute {
-                    let outputs = run(&without_gradients, inputs.clone());
-                    (outputs, Stage::Recomputed { run, inputs })
-                } else {
-                    let leaves: Vec<_> = inputs.into_iter().map(Tensor::require_grad).collect();
-                    let outputs = run(self, leaves.clone());
-                    (outputs.clone(), Stage::Kept(Recorded { leaves, outputs }))
+                let (outputs, stage) = match treatment {
+                    Treatment::Kept => {
+                        let leaves: Vec<_> = inputs.into_iter().map(Tensor::require_grad).collect();
+                        let outputs = run(self, leaves.clone());
+                        (outputs.clone(), Stage::Kept(Recorded { leaves, outputs }))
+                    }
+                    Treatment::Recomputed => {
+                        let outputs = run(&without_gradients, inputs.clone());
+                        (outputs, Stage::Recomputed { run, inputs })
+                    }
+                    Treatment::AttentionByBlock => {
+                        let outputs = run(&without_gradients, inputs.clone());
+                        let stage = Stage::AttentionByBlock {
+                            layer: index,
+                            inputs,
+                        };
+                        (outputs, stage)
+                    }
                 };
                 carry = outputs.into_iter().map(Tensor::detach).collect();
                 stages.push(stage);
@@ -153,6 +183,11 @@ where
                     let outputs = run(self, leaves.clone());
                     (leaves, outputs)
                 }
+                Stage::AttentionByBlock { layer, inputs } => {
+                    let attention = &self.layers[layer].self_attn;
+                    upstream = attention_backward_by_block(attention, inputs, upstream);
+                    continue;
+                }
             };
             upstream = backpropagate(self, outputs, upstream, &leaves, &mut gradients);
         }
@@ -161,73 +196,197 @@ where
     }
 }
 
-/// The stages of layer `index` and whether each is recomputed.
+/// The stages of layer `index` over a sequence of `seq` positions and how the backward pass gets
+/// the graph of each. Over a long sequence (see [`attends_by_block`]) the attention core is a
+/// stage of its own, run again by blocks of queries whatever `checkpointing` says, so no stage
+/// keeps `[seq × seq]` scores.
 fn layer_stages<'a, B: AutodiffBackend + CollectiveBackend>(
     index: usize,
     rotary: &'a RotaryTables<B>,
     exchange: &'a dyn Exchange<B>,
     checkpointing: ActivationCheckpointing,
-) -> Vec<(Run<'a, B>, bool)> {
+    seq: usize,
+) -> Vec<(Run<'a, B>, Treatment)> {
+    let by_block = attends_by_block(seq);
+    let attend_treatment = if by_block {
+        Treatment::AttentionByBlock
+    } else {
+        Treatment::Recomputed
+    };
+    let whole_treatment = if checkpointing == ActivationCheckpointing::Full {
+        Treatment::Recomputed
+    } else {
+        Treatment::Kept
+    };
     match checkpointing {
-        ActivationCheckpointing::None | ActivationCheckpointing::Full => {
+        ActivationCheckpointing::None | ActivationCheckpointing::Full if !by_block => {
             let whole: Run<'a, B> = Box::new(move |model, inputs| {
                 let x = inputs.into_iter().next().expect("a layer input");
                 vec![model.layers[index].forward(x, rotary, Context::Full, exchange)]
             });
-            vec![(whole, checkpointing == ActivationCheckpointing::Full)]
+            vec![(whole, whole_treatment)]
         }
-        ActivationCheckpointing::Selective => {
-            // [x] -> [x, queries, keys, values]
-            let project: Run<'a, B> = Box::new(move |model, inputs| {
-                let layer = &model.layers[index];
-                let x = inputs.into_iter().next().expect("a layer input");
-                let normed = exchange.enter(layer.input_layernorm.forward(x.clone()));
-                let (queries, keys, values) = layer.self_attn.project(normed, rotary);
-                vec![x, flatten(queries), flatten(keys), flatten(values)]
-            });
-            // [x, queries, keys, values] -> [x, attention]
-            let attend: Run<'a, B> = Box::new(move |model, inputs| {
-                let attention = &model.layers[index].self_attn;
-                let [x, queries, keys, values] = take(inputs);
-                let heads = |t: Tensor<B, 3>, count: usize| unflatten(t, count);
-                let output = attention.attend(
-                    heads(queries, attention.num_heads),
-                    heads(keys, attention.num_kv_heads),
-                    heads(values, attention.num_kv_heads),
-                    Context::Full,
-                );
-                vec![x, output]
-            });
-            // [x, attention] -> [h, gate, up]
-            let mix: Run<'a, B> = Box::new(move |model, inputs| {
-                let layer = &model.layers[index];
-                let [x, output] = take(inputs);
-                let h = x + exchange.exit(layer.self_attn.o_proj.forward(output));
-                let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
-                let gate = layer.mlp.gate_proj.forward(normed.clone());
-                let up = layer.mlp.up_proj.forward(normed);
-                vec![h, gate, up]
-            });
-            // [h, gate, up] -> [h, activation]
-            let activate: Run<'a, B> = Box::new(move |_, inputs| {
-                let [h, gate, up] = take(inputs);
-                vec![h, Mlp::activate(gate, up)]
-            });
-            // [h, activation] -> [layer output]
-            let down: Run<'a, B> = Box::new(move |model, inputs| {
-                let [h, activation] = take(inputs);
-                let mlp = &model.layers[index].mlp;
-                vec![h + exchange.exit(mlp.down_proj.forward(activation))]
-            });
+        ActivationCheckpointing::None | ActivationCheckpointing::Full => {
+            let rest = chain(vec![
+                mix_stage(index, exchange),
+                activate_stage(),
+                down_stage(index, exchange),
+            ]);
             vec![
-                (project, false),
-                (attend, true),
-                (mix, false),
-                (activate, true),
-                (down, false),
+                (project_stage(index, rotary, exchange), whole_treatment),
+                (attend_stage(index), attend_treatment),
+                (rest, whole_treatment),
             ]
         }
+        ActivationCheckpointing::Selective => vec![
+            (project_stage(index, rotary, exchange), Treatment::Kept),
+            (attend_stage(index), attend_treatment),
+            (mix_stage(index, exchange), Treatment::Kept),
+            (activate_stage(), Treatment::Recomputed),
+            (down_stage(index, exchange), Treatment::Kept),
+        ],
     }
+}
+
+/// `[x] -> [x, queries, keys, values]` of layer `index` (heads flattened, see [`flatten`]).
+fn project_stage<'a, B: AutodiffBackend + CollectiveBackend>(
+    index: usize,
+    rotary: &'a RotaryTables<B>,
+    exchange: &'a dyn Exchange<B>,
+) -> Run<'a, B> {
+    Box::new(move |model, inputs| {
+        let layer = &model.layers[index];
+        let x = inputs.into_iter().next().expect("a layer input");
+        let normed = exchange.enter(layer.input_layernorm.forward(x.clone()));
+        let (queries, keys, values) = layer.self_attn.project(normed, rotary);
+        vec![x, flatten(queries), flatten(keys), flatten(values)]
+    })
+}
+
+/// `[x, queries, keys, values] -> [x, attention]`: the attention core of layer `index`.
+fn attend_stage<'a, B: AutodiffBackend + CollectiveBackend>(index: usize) -> Run<'a, B> {
+    Box::new(move |model, inputs| {
+        let attention = &model.layers[index].self_attn;
+        let [x, queries, keys, values] = take(inputs);
+        let output = attention.attend(
+            unflatten(queries, attention.num_heads),
+            unflatten(keys, attention.num_kv_heads),
+            unflatten(values, attention.num_kv_heads),
+            Context::Full,
+        );
+        vec![x, output]
+    })
+}
+
+/// `[x, attention] -> [h, gate, up]`: the output projection and residual of layer `index`, then
+/// the MLP's input projections.
+fn mix_stage<'a, B: AutodiffBackend + CollectiveBackend>(
+    index: usize,
+    exchange: &'a dyn Exchange<B>,
+) -> Run<'a, B> {
+    Box::new(move |model, inputs| {
+        let layer = &model.layers[index];
+        let [x, output] = take(inputs);
+        let h = x + exchange.exit(layer.self_attn.o_proj.forward(output));
+        let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
+        let gate = layer.mlp.gate_proj.forward(normed.clone());
+        let up = layer.mlp.up_proj.forward(normed);
+        vec![h, gate, up]
+    })
+}
+
+/// `[h, gate, up] -> [h, activation]`: SwiGLU.
+fn activate_stage<'a, B: AutodiffBackend + CollectiveBackend>() -> Run<'a, B> {
+    Box::new(move |_, inputs| {
+        let [h, gate, up] = take(inputs);
+        vec![h, Mlp::activate(gate, up)]
+    })
+}
+
+/// `[h, activation] -> [layer output]`: the MLP's output projection and residual of layer
+/// `index`.
+fn down_stage<'a, B: AutodiffBackend + CollectiveBackend>(
+    index: usize,
+    exchange: &'a dyn Exchange<B>,
+) -> Run<'a, B> {
+    Box::new(move |model, inputs| {
+        let [h, activation] = take(inputs);
+        let mlp = &model.layers[index].mlp;
+        vec![h + exchange.exit(mlp.down_proj.forward(activation))]
+    })
+}
+
+/// One stage running `runs` in order, each on the outputs of the one before.
+fn chain<'a, B: AutodiffBackend>(runs: Vec<Run<'a, B>>) -> Run<'a, B> {
+    Box::new(move |model, inputs| runs.iter().fold(inputs, |carry, run| run(model, carry)))
+}
+
+/// The gradients of the attention core's inputs `[x, queries, keys, values]` from those of its
+/// outputs `[x, attention]` (`upstream`), the core run again one block of [`ATTENTION_BLOCK`]
+/// queries at a time over the keys up to the block's last query: the live scores are
+/// `[block × seq]`, not `[seq × seq]`. `x` passes through. Each block's leaves leave one
+/// optimization barrier together with the key and value gradients summed so far, so a compiler
+/// runs the blocks one after the other instead of all at once.
+fn attention_backward_by_block<B>(
+    attention: &Attention<B>,
+    inputs: Vec<Tensor<B, 3>>,
+    upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
+) -> Vec<Option<Tensor<B::InnerBackend, 3>>>
+where
+    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
+{
+    let [_, queries, keys, values] = take(inputs);
+    let mut upstream = upstream.into_iter();
+    let x_grad = upstream.next().flatten();
+    let Some(output_grad) = upstream.next().flatten() else {
+        return vec![x_grad, None, None, None];
+    };
+    let seq = queries.dims()[1];
+    let mut key_grad = keys.clone().inner().zeros_like();
+    let mut value_grad = values.clone().inner().zeros_like();
+    let mut query_grads = Vec::with_capacity(seq.div_ceil(ATTENTION_BLOCK));
+    for first in (0..seq).step_by(ATTENTION_BLOCK) {
+        let end = (first + ATTENTION_BLOCK).min(seq);
+        let block_inputs = vec![
+            queries.clone().slice(s![.., first..end, ..]),
+            keys.clone().slice(s![.., 0..end, ..]),
+            values.clone().slice(s![.., 0..end, ..]),
+        ];
+        let carried = vec![
+            Some(output_grad.clone().slice(s![.., first..end, ..])),
+            Some(key_grad),
+            Some(value_grad),
+        ];
+        let (leaves, fenced) = fence(block_inputs, carried);
+        let [block_output_grad, key_total, value_total] = take_present(fenced);
+        let [query_leaf, key_leaf, value_leaf] = take(leaves);
+        let output = attention.attend_rows(
+            unflatten(query_leaf.clone(), attention.num_heads),
+            unflatten(key_leaf.clone(), attention.num_kv_heads),
+            unflatten(value_leaf.clone(), attention.num_kv_heads),
+            first,
+        );
+        let mut grads = (output * Tensor::from_inner(block_output_grad))
+            .sum()
+            .backward();
+        let gradient = |leaf: &Tensor<B, 3>, grads: &mut B::Gradients| {
+            leaf.grad_remove(grads)
+                .unwrap_or_else(|| leaf.clone().inner().zeros_like())
+        };
+        query_grads.push(gradient(&query_leaf, &mut grads));
+        let add_prefix = |total: Tensor<B::InnerBackend, 3>, part: Tensor<B::InnerBackend, 3>| {
+            let prefix = total.clone().slice(s![.., 0..end, ..]) + part;
+            total.slice_assign(s![.., 0..end, ..], prefix)
+        };
+        key_grad = add_prefix(key_total, gradient(&key_leaf, &mut grads));
+        value_grad = add_prefix(value_total, gradient(&value_leaf, &mut grads));
+    }
+    vec![
+        x_grad,
+        Some(Tensor::cat(query_grads, 1)),
+        Some(key_grad),
+        Some(value_grad),
+    ]
 }
 
 /// A recomputed stage's `inputs` as fresh leaves and its `upstream` gradients, passed together
@@ -385,8 +544,18 @@ fn unflatten<B: AutodiffBackend>(t: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> 
 }
 
 /// The `N` tensors of a stage's inputs.
-fn take<B: AutodiffBackend, const N: usize>(inputs: Vec<Tensor<B, 3>>) -> [Tensor<B, 3>; N] {
+fn take<T, const N: usize>(inputs: Vec<T>) -> [T; N] {
     inputs
         .try_into()
         .unwrap_or_else(|inputs: Vec<_>| panic!("a stage of {N} inputs got {}", inputs.len()))
+}
+
+/// The `N` gradients of `gradients`, every one present.
+fn take_present<T, const N: usize>(gradients: Vec<Option<T>>) -> [T; N] {
+    take(
+        gradients
+            .into_iter()
+            .map(|gradient| gradient.expect("a gradient passed in present"))
+            .collect(),
+    )
 }

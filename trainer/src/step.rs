@@ -6,6 +6,7 @@ use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use burn_trainium::collective::{self, CollectiveBackend};
 use hlat::Hlat;
+use hlat::blocked_attention::attends_by_block;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::recompute::ActivationCheckpointing;
 
@@ -24,7 +25,9 @@ pub struct LanguageModel<B: Backend> {
     #[module(skip)]
     pub tensor_parallel: Option<TensorParallel>,
     /// What the backward pass recomputes instead of keeping (training only; not with
-    /// `compute_cast`, whose cast parameters are not leaves of the graph).
+    /// `compute_cast`, whose cast parameters are not leaves of the graph). Over sequences longer
+    /// than [`hlat::blocked_attention::ATTENTION_BLOCK`] the attention core is recomputed by
+    /// blocks whatever this says (without `compute_cast`).
     #[module(skip)]
     pub checkpointing: ActivationCheckpointing,
 }
@@ -209,7 +212,14 @@ impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
     type Output = LmOutput<B>;
 
     fn step(&self, batch: LmBatch<B>) -> TrainOutput<LmOutput<B>> {
-        if self.checkpointing != ActivationCheckpointing::None {
+        // Stages recompute what checkpointing asks for and, over a long sequence, the attention
+        // core by blocks of queries (memory linear in the sequence). They need the parameters as
+        // leaves of the graph: a cast compute copy (bf16-mixed) takes the plain backward pass,
+        // where blocked attention keeps the tiles of its forward pass.
+        let seq = batch.inputs.dims()[1];
+        let staged = self.checkpointing != ActivationCheckpointing::None
+            || (attends_by_block(seq) && self.compute_cast.is_none());
+        if staged {
             let tokens = batch.tokens();
             let (loss, grads) = self.hlat.loss_and_gradients(
                 batch.inputs,

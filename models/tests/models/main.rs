@@ -2,6 +2,7 @@
 //! Face bridge (against the transformers fixtures in `fixtures/`), tensor and sequence
 //! parallelism, and activation checkpointing.
 
+mod blocked_attention;
 mod checkpoint;
 mod hf;
 mod model;

@@ -16,9 +16,20 @@ pub type B = Autodiff<Trainium>;
 /// Inputs and targets of one batch of 2 rows of 8 tokens (ids of the 64-token `hlat-test`
 /// vocabulary), the same on every replica.
 pub fn batch(device: &TrainiumDevice) -> (Tensor<B, 2, Int>, Tensor<B, 2, Int>) {
-    let rows: Vec<i64> = (0..2 * 9).map(|i| (i * 37 + 5) % 64).collect();
-    let all = Tensor::<B, 2, Int>::from_data(TensorData::new(rows, [2, 9]), device);
-    (all.clone().narrow(1, 0, 8), all.narrow(1, 1, 8))
+    batch_of(device, 2, 8)
+}
+
+/// Inputs and targets of one batch of `rows` rows of `seq` tokens, as [`batch`].
+pub fn batch_of(
+    device: &TrainiumDevice,
+    rows: usize,
+    seq: usize,
+) -> (Tensor<B, 2, Int>, Tensor<B, 2, Int>) {
+    let ids: Vec<i64> = (0..rows * (seq + 1))
+        .map(|i| (i as i64 * 37 + 5) % 64)
+        .collect();
+    let all = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [rows, seq + 1]), device);
+    (all.clone().narrow(1, 0, seq), all.narrow(1, 1, seq))
 }
 
 /// Every gradient of `model` by parameter path, one value per replica. With `joined`, split

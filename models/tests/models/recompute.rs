@@ -1,6 +1,8 @@
 //! Activation checkpointing (`hlat::recompute`): with the layers or their attention core and MLP
 //! activation recomputed in the backward pass, the loss and every gradient equal those of the
-//! ordinary backward pass, on one device and on tensor-parallel pairs with sequence parallelism.
+//! ordinary backward pass, on one device and on tensor-parallel pairs with sequence parallelism;
+//! over a sequence long enough to attend by blocks too (the attention core then recomputed one
+//! block of queries at a time in every mode).
 
 use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
@@ -10,16 +12,24 @@ use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::recompute::ActivationCheckpointing;
 use hlat::{Hlat, HlatConfig};
 
-use crate::parallel_support::{B, assert_close, assert_same_gradients, batch, by_path};
+use hlat::blocked_attention::ATTENTION_BLOCK;
 
-fn check(device: &TrainiumDevice, exchange: &dyn Exchange<B>, shard: Option<&TensorParallel>) {
-    let config = HlatConfig::preset("hlat-test").unwrap();
+use crate::parallel_support::{B, assert_close, assert_same_gradients, batch_of, by_path};
+
+fn check(
+    device: &TrainiumDevice,
+    exchange: &dyn Exchange<B>,
+    shard: Option<&TensorParallel>,
+    seq: usize,
+) {
+    let mut config = HlatConfig::preset("hlat-test").unwrap();
+    config.max_seq_len = config.max_seq_len.max(seq);
     let model: Hlat<B> = Hlat::from_inner(config.init(device));
     let model = match shard {
         Some(parallel) => model.shard(parallel),
         None => model,
     };
-    let (inputs, targets) = batch(device);
+    let (inputs, targets) = batch_of(device, 2, seq);
 
     let loss = model.loss_with(inputs.clone(), targets.clone(), None, exchange);
     let expected_grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -43,7 +53,18 @@ fn check(device: &TrainiumDevice, exchange: &dyn Exchange<B>, shard: Option<&Ten
 
 #[test]
 fn recomputed_gradients_equal_kept_ones_on_one_device() {
-    check(&TrainiumDevice::HOST, &Unsharded, None);
+    check(&TrainiumDevice::HOST, &Unsharded, None, 8);
+}
+
+#[test]
+fn gradients_of_attention_by_blocks_equal_kept_ones_over_a_long_sequence() {
+    // Two whole blocks and a partial one.
+    check(
+        &TrainiumDevice::HOST,
+        &Unsharded,
+        None,
+        2 * ATTENTION_BLOCK + 100,
+    );
 }
 
 #[test]
@@ -53,5 +74,6 @@ fn recomputed_gradients_equal_kept_ones_under_tensor_and_sequence_parallelism() 
         groups: ReplicaGroups::all(2),
         sequence_parallel: true,
     };
-    check(&device, &parallel, Some(&parallel));
+    check(&device, &parallel, Some(&parallel), 8);
+    check(&device, &parallel, Some(&parallel), ATTENTION_BLOCK + 2);
 }

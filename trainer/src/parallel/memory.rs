@@ -3,6 +3,7 @@
 //! activations kept for the backward pass estimated from the model's shapes.
 
 use hlat::HlatConfig;
+use hlat::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
 use hlat::recompute::ActivationCheckpointing;
 
 use super::ParallelLayout;
@@ -100,7 +101,8 @@ impl DeviceMemory {
 /// at the query heads, rotated, and the attention output), the scores three times in f32 (raw,
 /// masked, probabilities) with their mask, and five FFN-sized tensors of SwiGLU (gate and up
 /// projections; sigmoid, SiLU and product, which selective checkpointing recomputes). Then the
-/// final norm and the local logits in f32.
+/// final norm and the local logits in f32. Over a sequence that attends by blocks (without a
+/// cast compute copy), the scores of one block of queries instead of every layer's.
 fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> u64 {
     let tensor = layout.tensor as u64;
     let tokens = (shape.seq_len * shape.micro_batch_rows) as u64;
@@ -120,23 +122,28 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
     let norms = 5 * layer_input;
     let gathered = 2 * tokens * hidden * element;
     let attention_heads = 4 * tokens * local_heads * head_dim * element;
-    let scores = rows * local_heads * seq * seq;
-    // Three f32 copies and a one-byte mask.
-    let attention_core = scores * (3 * 4 + 1);
+    // Three f32 copies of the scores and a one-byte mask, for `queries` rows of queries.
+    let attention_core = |queries: u64| rows * local_heads * queries * seq * (3 * 4 + 1);
     let mlp_projections = 2 * tokens * local_ffn * element;
     let mlp_activation = 3 * tokens * local_ffn * element;
-    let whole_layer =
-        norms + gathered + attention_heads + attention_core + mlp_projections + mlp_activation;
+    let around_core = norms + gathered + attention_heads + mlp_projections + mlp_activation;
 
+    // Over a long sequence (without a cast compute copy) no layer keeps its scores: the backward
+    // pass runs the attention core again one block of queries at a time.
+    let by_block = attends_by_block(shape.seq_len) && shape.precision.compute_cast().is_none();
+    let (kept_core, recomputed_core) = if by_block {
+        (0, attention_core(ATTENTION_BLOCK as u64))
+    } else {
+        (attention_core(seq), attention_core(seq))
+    };
     let layers = config.num_layers as u64;
     let per_model = match shape.checkpointing {
-        ActivationCheckpointing::None => layers * whole_layer,
+        ActivationCheckpointing::None if by_block => layers * around_core + recomputed_core,
+        ActivationCheckpointing::None => layers * (around_core + kept_core),
         // Every layer's input, and one layer's activations while it is run again.
-        ActivationCheckpointing::Full => layers * layer_input + whole_layer,
+        ActivationCheckpointing::Full => layers * layer_input + around_core + recomputed_core,
         ActivationCheckpointing::Selective => {
-            layers * (whole_layer - attention_core - mlp_activation)
-                + attention_core
-                + mlp_activation
+            layers * (around_core - mlp_activation) + recomputed_core + mlp_activation
         }
     };
     // The final norm's input and output, and the local logits in f32.
@@ -207,5 +214,24 @@ mod tests {
         );
         assert!(full.activation_bytes < selective.activation_bytes);
         assert!(selective.activation_bytes < split.activation_bytes);
+    }
+
+    #[test]
+    fn activations_grow_linearly_with_the_sequence_once_attention_goes_by_blocks() {
+        let config = HlatConfig::preset("hlat-7b").unwrap();
+        let activations = |seq_len: usize, precision: Precision| {
+            let shape = StepShape {
+                seq_len,
+                micro_batch_rows: 1,
+                precision,
+                checkpointing: ActivationCheckpointing::None,
+            };
+            DeviceMemory::estimate(&config, &layout(1, 1, false), &shape).activation_bytes
+        };
+        let by_block = Precision::Bf16StochasticRounding;
+        assert_eq!(activations(8192, by_block), 2 * activations(4096, by_block));
+        // A cast compute copy keeps the plain backward pass, and every layer's scores.
+        let mixed = Precision::Bf16Mixed;
+        assert!(activations(8192, mixed) > 3 * activations(4096, mixed));
     }
 }
