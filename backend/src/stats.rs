@@ -11,6 +11,7 @@ pub(crate) struct StatsCounters {
     pub capture_micros: AtomicU64,
     pub segments_run: AtomicU64,
     pub prepare_micros: AtomicU64,
+    pub segments_reused: AtomicU64,
     pub compiles: AtomicU64,
     pub compile_micros: AtomicU64,
     pub cache_hits: AtomicU64,
@@ -49,6 +50,7 @@ impl StatsCounters {
             capture_seconds: load(&self.capture_micros) as f64 * 1e-6,
             segments_run: load(&self.segments_run),
             prepare_seconds: load(&self.prepare_micros) as f64 * 1e-6,
+            segments_reused: load(&self.segments_reused),
             compiles: load(&self.compiles),
             compile_seconds: load(&self.compile_micros) as f64 * 1e-6,
             cache_hits: load(&self.cache_hits),
@@ -71,6 +73,7 @@ impl StatsCounters {
             &self.capture_micros,
             &self.segments_run,
             &self.prepare_micros,
+            &self.segments_reused,
             &self.compiles,
             &self.compile_micros,
             &self.cache_hits,
@@ -97,9 +100,12 @@ pub struct Stats {
     pub capture_seconds: f64,
     /// Segments handed to the executor.
     pub segments_run: u64,
-    /// Seconds executors spent preparing segments before running them: hashing, lowering and
-    /// compile cache look-ups (compiles themselves are counted in `compile_seconds`).
+    /// Seconds executors spent preparing segments before running them: fingerprinting, lowering
+    /// and compile cache look-ups (compiles themselves are counted in `compile_seconds`).
     pub prepare_seconds: f64,
+    /// Segments recognised by their fingerprint as a repeat of one seen before, and prepared
+    /// without lowering (`xla`, `neuron`).
+    pub segments_reused: u64,
     /// Programs compiled (XLA or Neuron executors).
     pub compiles: u64,
     /// Seconds spent compiling.

@@ -11,9 +11,10 @@ use std::time::Instant;
 use burn_backend::{DType, Shape, TensorData};
 use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 
+use super::plan_cache::PlanCache;
 use super::program_cache::{CacheLimits, ProgramCache};
 use super::{Executor, HostExecutor};
-use crate::capture::Segment;
+use crate::capture::{FingerprintedSegment, Segment};
 use crate::lower::{self, LowerOptions, LoweredProgram, Step};
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
@@ -89,6 +90,8 @@ pub(crate) struct DeviceExecutor<T: Target> {
     target: T,
     tensors: HashMap<TensorId, DeviceTensor<T::Buffer>>,
     programs: ProgramCache<T::Program>,
+    /// The plans of segments seen before, by fingerprint.
+    plans: PlanCache,
     counters: Arc<StatsCounters>,
     /// The Threefry key of random tensors drawn on the device (set by `seed`).
     random_key: u64,
@@ -104,6 +107,7 @@ impl<T: Target> DeviceExecutor<T> {
             target,
             tensors: HashMap::new(),
             programs: ProgramCache::new(T::CACHE_LIMITS),
+            plans: PlanCache::default(),
             counters,
             random_key: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -327,6 +331,43 @@ impl<T: Target> DeviceExecutor<T> {
     }
 }
 
+impl<T: Target> DeviceExecutor<T> {
+    /// The steps of a segment: those of the plan kept for its fingerprint when it has one,
+    /// otherwise lowered (and the plan kept for the next segment like it).
+    fn prepare(&mut self, operations: &[OperationIr]) -> Result<Vec<Step>, BackendError> {
+        let fingerprinted = match FingerprintedSegment::of(operations) {
+            Ok(fingerprinted) => Some(fingerprinted),
+            Err(error) => {
+                log::debug!("{}: {error}; the segment is lowered each time", self.device);
+                None
+            }
+        };
+        if let Some(fingerprinted) = &fingerprinted
+            && let Some(steps) = self.plans.steps(fingerprinted, operations)
+        {
+            StatsCounters::add(&self.counters.segments_reused, 1);
+            return Ok(steps);
+        }
+        let options = LowerOptions {
+            replicas: self.replicas(),
+            ..self.target.lower_options()
+        };
+        let steps =
+            lower::plan_segment(operations, &options).map_err(|error| self.failure(error))?;
+        if let Some(fingerprinted) = &fingerprinted
+            && !self.plans.insert(fingerprinted, &steps)
+        {
+            log::debug!(
+                "{}: a segment of {} operations is lowered each time (its scalars cannot be \
+                 traced to their operands)",
+                self.device,
+                operations.len()
+            );
+        }
+        Ok(steps)
+    }
+}
+
 impl<T: Target> Executor for DeviceExecutor<T> {
     fn register_data(&mut self, id: TensorId, data: TensorData) -> Result<(), BackendError> {
         self.store(id, &[data])
@@ -342,12 +383,7 @@ impl<T: Target> Executor for DeviceExecutor<T> {
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
         let start = Instant::now();
-        let options = LowerOptions {
-            replicas: self.replicas(),
-            ..self.target.lower_options()
-        };
-        let steps = lower::plan_segment(segment.operations(), &options)
-            .map_err(|error| self.failure(error))?;
+        let steps = self.prepare(segment.operations())?;
         StatsCounters::add_elapsed(&self.counters.prepare_micros, start);
         for step in steps {
             match step {

@@ -5,6 +5,7 @@ mod atomic_write;
 mod device;
 mod host;
 pub mod neuron;
+mod plan_cache;
 mod program_cache;
 mod xla;
 mod xla_cache;

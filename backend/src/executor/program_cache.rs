@@ -16,8 +16,8 @@ pub(crate) struct CacheLimits {
 
 struct Entry<P> {
     /// The module the program was compiled from, compared on every hit so that a hash collision
-    /// can never run the wrong program.
-    module: Vec<u8>,
+    /// can never run the wrong program (a repeated segment shares it: nothing to compare).
+    module: Arc<Vec<u8>>,
     program: Arc<P>,
     instructions: usize,
     last_use: u64,
@@ -55,7 +55,7 @@ impl<P> ProgramCache<P> {
     pub fn get(&mut self, lowered: &LoweredProgram) -> Option<Arc<P>> {
         self.clock += 1;
         let entry = self.entries.get_mut(&lowered.key)?;
-        if entry.module != lowered.bytes {
+        if !Arc::ptr_eq(&entry.module, &lowered.bytes) && *entry.module != *lowered.bytes {
             return None;
         }
         entry.last_use = self.clock;

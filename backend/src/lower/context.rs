@@ -6,7 +6,7 @@ use burn_backend::{DType, TensorData};
 use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
 
 use super::builder::{Builder, Value};
-use super::{LowerError, LowerOptions};
+use super::{HoistedScalar, LowerError, LowerOptions};
 use crate::capture::SegmentBoundary;
 use crate::hlo::{self, BufferDonorEntryProto, HloBufferDonorProto, PrimitiveType};
 
@@ -90,6 +90,8 @@ struct ScalarPack {
     dtype: DType,
     parameter: Value,
     values: Vec<ScalarIr>,
+    /// The operation being lowered when each value was hoisted.
+    origins: Vec<usize>,
 }
 
 /// A finished lowering: the module, its hoisted scalars, how many random states it draws, and
@@ -97,6 +99,7 @@ struct ScalarPack {
 pub(crate) struct Finished {
     pub module: hlo::HloModuleProto,
     pub scalars: Vec<TensorData>,
+    pub hoisted: Vec<Vec<HoistedScalar>>,
     pub random_draws: usize,
     pub collectives: usize,
     pub collective_bytes: u64,
@@ -116,6 +119,8 @@ pub(crate) struct Lowering {
     pub collective_bytes: u64,
     /// Executor-dependent choices.
     pub options: LowerOptions,
+    /// The index of the operation being lowered (where hoisted scalars come from).
+    pub operation: usize,
 }
 
 impl Lowering {
@@ -131,6 +136,7 @@ impl Lowering {
             collectives: 0,
             collective_bytes: 0,
             options,
+            operation: 0,
         };
         for (number, input) in inputs.iter().enumerate() {
             let element_type =
@@ -183,6 +189,7 @@ impl Lowering {
                     dtype,
                     parameter,
                     values: Vec::new(),
+                    origins: Vec::new(),
                 });
                 self.packs.len() - 1
             }
@@ -190,6 +197,7 @@ impl Lowering {
         let pack = &mut self.packs[pack];
         let position = pack.values.len() as i64;
         pack.values.push(scalar);
+        pack.origins.push(self.operation);
         let parameter = pack.parameter.clone();
         let element = self
             .builder
@@ -259,9 +267,21 @@ impl Lowering {
         if !donors.is_empty() {
             module.buffer_donor = Some(HloBufferDonorProto { entries: donors });
         }
+        let hoisted = self
+            .packs
+            .iter()
+            .map(|pack| {
+                pack.origins
+                    .iter()
+                    .zip(&pack.values)
+                    .map(|(&operation, &value)| HoistedScalar { operation, value })
+                    .collect()
+            })
+            .collect();
         Finished {
             module,
             scalars,
+            hoisted,
             random_draws: self.random_draws as usize,
             collectives: self.collectives,
             collective_bytes: self.collective_bytes,
@@ -270,7 +290,7 @@ impl Lowering {
 }
 
 /// The hoisted scalars of one pack as a rank-1 tensor of `dtype`.
-fn scalar_data(values: &[ScalarIr], dtype: DType) -> TensorData {
+pub(crate) fn scalar_data(values: &[ScalarIr], dtype: DType) -> TensorData {
     let shape = [values.len()];
     match dtype {
         DType::F64 => TensorData::new(values.iter().map(|v| v.elem::<f64>()).collect(), shape),

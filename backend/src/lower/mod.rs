@@ -24,13 +24,17 @@ mod random;
 mod reduce;
 mod shape;
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use burn_backend::TensorData;
-use burn_ir::{OperationIr, TensorId, TensorIr};
+use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
 use prost::Message;
 
 use crate::capture::{Segment, SegmentBoundary};
 use crate::hlo::HloModuleProto;
 
+pub(crate) use context::scalar_data;
 pub use coverage::{COVERAGE, Coverage, coverage_markdown};
 pub use dump::{DUMP_DIR_ENV, dump_module, dump_module_to};
 
@@ -84,19 +88,32 @@ impl std::fmt::Display for StructuralKey {
     }
 }
 
+/// A hoisted scalar and the operation it was hoisted for (its index in the segment).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HoistedScalar {
+    /// The operation being lowered when it was hoisted.
+    pub operation: usize,
+    /// Its value.
+    pub value: ScalarIr,
+}
+
 /// One segment lowered to HLO, with what the executor must pass and collect.
 #[derive(Debug, Clone)]
 pub struct LoweredProgram {
-    /// The module.
-    pub module: HloModuleProto,
+    /// The module (shared by the runs of a segment that repeats).
+    pub module: Arc<HloModuleProto>,
     /// Its serialized bytes (the `"hlo"` program format of PJRT).
-    pub bytes: Vec<u8>,
+    pub bytes: Arc<Vec<u8>>,
     /// Hash of `bytes`: the compile cache key.
     pub key: StructuralKey,
     /// The first parameters: the segment's inputs, in order.
     pub inputs: Vec<TensorIr>,
     /// The following parameters: the hoisted scalars, one rank-1 array per element type.
     pub scalars: Vec<TensorData>,
+    /// Where each hoisted scalar came from, pack by pack as in `scalars`.
+    pub hoisted: Vec<Vec<HoistedScalar>>,
+    /// The operations of the segment the program computes (indices into the segment).
+    pub operations: Range<usize>,
     /// The elements of the result tuple: the segment's outputs, in order.
     pub outputs: Vec<TensorIr>,
     /// The last parameter, when non-zero: `u64[2 * random_draws]`, one fresh Threefry state
@@ -109,6 +126,16 @@ pub struct LoweredProgram {
     pub collectives: usize,
     /// Bytes each replica sends into those collectives per run.
     pub collective_bytes: u64,
+}
+
+impl LoweredProgram {
+    /// Renumbers the program's operations as those of a segment in which they start at `start`.
+    fn shift_operations(&mut self, start: usize) {
+        self.operations = self.operations.start + start..self.operations.end + start;
+        for hoisted in self.hoisted.iter_mut().flatten() {
+            hoisted.operation += start;
+        }
+    }
 }
 
 /// One step of running a segment: a lowered program, or one operation without a lowering.
@@ -153,7 +180,8 @@ pub fn plan_segment(
         loop {
             let piece = &operations[start..end];
             match lower_segment_with(piece, &boundary_of(piece), options) {
-                Ok(program) => {
+                Ok(mut program) => {
+                    program.shift_operations(start);
                     steps.push(Step::Program(Box::new(program)));
                     start = end;
                     break;
@@ -253,6 +281,7 @@ pub fn lower_segment_with(
     // the same compiled program (a new generation after an old one, say).
     let mut number = 0;
     for (index, operation) in operations.iter().enumerate() {
+        lowering.operation = index;
         lowering.builder.op_name = format!("{number}:{}", operation_name(operation));
         if !matches!(operation, OperationIr::Drop(_)) {
             number += 1;
@@ -270,6 +299,7 @@ pub fn lower_segment_with(
     let context::Finished {
         mut module,
         scalars,
+        hoisted,
         random_draws,
         collectives,
         collective_bytes,
@@ -278,11 +308,13 @@ pub fn lower_segment_with(
     module.name = format!("segment_{key}");
     let bytes = module.encode_to_vec();
     Ok(LoweredProgram {
-        module,
-        bytes,
+        module: Arc::new(module),
+        bytes: Arc::new(bytes),
         key,
         inputs: boundary.inputs.clone(),
         scalars,
+        hoisted,
+        operations: 0..operations.len(),
         outputs: boundary.outputs.clone(),
         random_draws,
         released: boundary.released_inputs.clone(),

@@ -153,6 +153,42 @@ fn changing_scalars_reuse_the_compiled_program() {
         after.compiles <= 2 && after.cache_hits >= 3,
         "five scalar values reuse one program (the first run may also drop earlier tensors): {after:?}"
     );
+    assert!(
+        after.segments_reused >= 3,
+        "the repeated segment is recognised before lowering: {after:?}"
+    );
+}
+
+fn a_segment_is_lowered_again_when_an_operand_it_fixed_changes() {
+    // Exponents are baked into the program (XLA's `power` with a constant), so a new exponent
+    // is a new program, whatever the fingerprint says; bounds that are equal, then not, are
+    // two operands with one value.
+    let device = xla(2);
+    let values = [0.5f32, -2.0, 3.0];
+    let x = Tensor::<B, 1>::from_data(TensorData::from(values), &device);
+    // Non-integer exponents (Burn turns integer ones into another operation).
+    for exponent in [2.5f32, 1.5, 2.5, 0.5] {
+        let result: Vec<f32> = x
+            .clone()
+            .abs()
+            .powf_scalar(exponent)
+            .into_data()
+            .to_vec()
+            .unwrap();
+        let expected: Vec<f32> = values.iter().map(|v| v.abs().powf(exponent)).collect();
+        assert_eq!(result.len(), expected.len());
+        for (result, expected) in result.iter().zip(&expected) {
+            assert!(
+                (result - expected).abs() <= 1e-6 * expected.abs(),
+                "x^{exponent}"
+            );
+        }
+    }
+    for (low, high) in [(0.0f32, 0.0), (-1.0, 1.0), (1.0, 1.0), (-3.0, 0.5)] {
+        let result: Vec<f32> = x.clone().clamp(low, high).into_data().to_vec().unwrap();
+        let expected: Vec<f32> = values.iter().map(|v| v.clamp(low, high)).collect();
+        assert_eq!(result, expected, "clamp({low}, {high})");
+    }
 }
 
 #[test]
@@ -208,4 +244,5 @@ fn empty_boolean_and_wide_tensors_round_trip() {
 fn device_statistics_on_a_device_of_their_own() {
     dropped_tensors_release_their_device_buffers();
     changing_scalars_reuse_the_compiled_program();
+    a_segment_is_lowered_again_when_an_operand_it_fixed_changes();
 }

@@ -137,7 +137,7 @@ fn dumps_hold_the_module_as_binary_and_text() {
     let program = lower(&scaled_sum(1, &[2], 3.0));
     let binary = lower::dump_module_to(folder.path(), &program).unwrap();
     let decoded = HloModuleProto::decode(std::fs::read(&binary).unwrap().as_slice()).unwrap();
-    assert_eq!(decoded, program.module);
+    assert_eq!(decoded, *program.module);
     let text = std::fs::read_to_string(binary.with_extension("txt")).unwrap();
     assert!(
         text.contains("HloModule segment_") && text.contains("multiply("),

@@ -10,6 +10,8 @@ use hlat::Tokenizer;
 use hlat::checkpoint::load_any;
 use hlat::generate::{GenerationOptions, Sampling, generate};
 
+use super::micros_per;
+
 /// What `hlat generate` prints.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
@@ -130,6 +132,18 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         println!("device: {device}");
         println!("operations captured: {}", stats.operations_captured);
         println!("segments run: {}", stats.segments_run);
+        println!(
+            "segments reused (not lowered again): {}",
+            stats.segments_reused
+        );
+        println!(
+            "capture µs per operation: {:.2}",
+            micros_per(stats.capture_seconds, stats.operations_captured)
+        );
+        println!(
+            "prepare µs per segment: {:.1}",
+            micros_per(stats.prepare_seconds, stats.segments_run)
+        );
         println!("compiles: {}", stats.compiles);
         println!("compile seconds: {:.2}", stats.compile_seconds);
         println!(

@@ -21,3 +21,13 @@ pub fn device_from_env() -> anyhow::Result<TrainiumDevice> {
     burn_trainium::check_device(&device).with_context(|| format!("{DEVICE_ENV}={device}"))?;
     Ok(device)
 }
+
+/// `seconds` per item of `count`, in microseconds (0 when there are none): the capture and
+/// prepare costs the device statistics report per operation and per segment.
+pub fn micros_per(seconds: f64, count: u64) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        seconds * 1e6 / count as f64
+    }
+}

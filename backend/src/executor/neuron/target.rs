@@ -380,7 +380,7 @@ impl Target for NeuronCores {
         &mut self,
         program: &LoweredProgram,
     ) -> Result<(NeuronProgram, CompileOutcome), BackendError> {
-        let mut module = program.module.clone();
+        let mut module = (*program.module).clone();
         request_neff_names(&mut module)
             .map_err(|reason| failure(format!("{}: {reason}", program.module.name)))?;
         let compiler = self.compiler.for_module(&module);

@@ -64,7 +64,7 @@ pub fn train_table(report: &TrainReport) -> String {
             .map(|result| result.tokens_per_second)
     };
     let mut table = String::from(
-        "| backend | batch × seq | median step | tokens/s | vs baseline | MFU | compiles (warmup + timed) | compile s | host fallbacks | ops/step | capture µs/op | prepare µs/segment | peak RSS | final loss |\n\
+        "| backend | batch × seq | median step | tokens/s | vs baseline | MFU | compiles (warmup + timed) | compile s | host fallbacks | ops/step | capture µs/op | prepare µs/segment (warmup / timed) | peak RSS | final loss |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for result in &report.results {
@@ -76,7 +76,7 @@ pub fn train_table(report: &TrainReport) -> String {
             .map_or_else(|| "n/a".to_string(), |mfu| format!("{:.1}%", mfu * 100.0));
         let _ = writeln!(
             table,
-            "| {} | {} × {} | {:.1} ms | {:.0} | {} | {} | {} + {} | {:.1} | {} | {} | {:.2} | {:.1} | {:.0} MiB | {:.4} |",
+            "| {} | {} × {} | {:.1} ms | {:.0} | {} | {} | {} + {} | {:.1} | {} | {} | {:.2} | {:.1} / {:.1} | {:.0} MiB | {:.4} |",
             result.backend,
             result.batch,
             result.seq_len,
@@ -90,6 +90,7 @@ pub fn train_table(report: &TrainReport) -> String {
             result.host_fallbacks,
             result.operations_per_step,
             result.capture_micros_per_operation,
+            result.warmup_prepare_micros_per_segment,
             result.prepare_micros_per_segment,
             mebibytes(result.peak_rss_bytes),
             result.final_loss

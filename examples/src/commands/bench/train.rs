@@ -22,6 +22,7 @@ use super::backends::{
 use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerStep};
 use super::report;
+use crate::commands::micros_per;
 
 /// Arguments of `hlat bench train`.
 #[derive(Args, Clone)]
@@ -141,9 +142,13 @@ pub struct TrainMeasurement {
     pub operations_per_step: u64,
     /// Microseconds of capture overhead per captured operation (Trainium only).
     pub capture_micros_per_operation: f64,
-    /// Microseconds per segment spent hashing, lowering and looking up the compile cache
-    /// (Trainium executors that compile).
+    /// Microseconds per segment of the timed steps spent fingerprinting, lowering and looking
+    /// up the compile cache (Trainium executors that compile): a repeated segment reuses the
+    /// lowering of the first like it.
     pub prepare_micros_per_segment: f64,
+    /// The same during the warmup steps, whose segments are new and lowered.
+    #[serde(default)]
+    pub warmup_prepare_micros_per_segment: f64,
     /// Peak resident memory of the process, bytes.
     pub peak_rss_bytes: u64,
     /// The loss after the last step (a sanity check that every backend trains the same model).
@@ -299,6 +304,7 @@ fn measure_peers(
                 operations_per_step: 0,
                 capture_micros_per_operation: 0.0,
                 prepare_micros_per_segment: 0.0,
+                warmup_prepare_micros_per_segment: 0.0,
                 peak_rss_bytes: peer.peak_rss_bytes,
                 final_loss: peer.final_loss,
                 matmul_peak: None,
@@ -416,19 +422,15 @@ where
             end.prepare_seconds - start.prepare_seconds,
             end.segments_run - start.segments_run,
         ),
+        warmup_prepare_micros_per_segment: micros_per(
+            start.prepare_seconds - probe_stats.prepare_seconds,
+            start.segments_run - probe_stats.segments_run,
+        ),
         peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
         final_loss,
         matmul_peak: Some(matmul_peak),
         version: backend.description().to_string(),
     })
-}
-
-fn micros_per(seconds: f64, count: u64) -> f64 {
-    if count == 0 {
-        0.0
-    } else {
-        seconds * 1e6 / count as f64
-    }
 }
 
 /// Deterministic rows of `seq_len + 1` token ids for the benchmark batch.
