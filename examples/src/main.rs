@@ -1,4 +1,4 @@
-//! The `hlat` command line: pretrain, data, convert, generate, eval, info, compile, bench.
+//! The `hlat` command line: pretrain, data, convert, generate, eval, merge, info, compile, bench.
 
 mod commands;
 
@@ -24,6 +24,9 @@ enum Command {
     Generate(commands::generate::GenerateArgs),
     /// Evaluate validation loss and perplexity of a checkpoint.
     Eval(commands::eval::EvalArgs),
+    /// Merge Hugging Face checkpoints of one architecture (linear, SLERP, task arithmetic, TIES,
+    /// DARE) from a mergekit-style YAML configuration.
+    Merge(commands::merge::MergeArgs),
     /// Print a configuration and its parameter count.
     Info(commands::info::InfoArgs),
     /// Compile the training step ahead of time into the Neuron compile cache.
@@ -57,6 +60,7 @@ fn main() {
         Command::Convert(args) => commands::convert::run(args),
         Command::Generate(args) => commands::generate::run(args),
         Command::Eval(args) => commands::eval::run(args),
+        Command::Merge(args) => commands::merge::run(args),
         Command::Info(args) => commands::info::run(args),
         Command::Compile(args) => commands::compile::run(args),
         Command::Bench(args) => commands::bench::run(args),

@@ -12,6 +12,8 @@
 //! - [`run_folder`]: the layout of a training run's checkpoints (written by the trainer, read by
 //!   `load_any`).
 //! - [`hf`]: Hugging Face `LlamaForCausalLM` import/export and `tokenizer.json`.
+//! - [`merge`]: mergekit-style merges (linear, SLERP, task arithmetic, TIES, DARE) of Hugging
+//!   Face checkpoints.
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
 
 mod attention;
@@ -23,6 +25,7 @@ mod config;
 pub mod generate;
 pub mod hf;
 mod linear;
+pub mod merge;
 mod mlp;
 mod model;
 mod norm;

@@ -7,6 +7,7 @@ pub mod data;
 pub mod eval;
 pub mod generate;
 pub mod info;
+pub mod merge;
 pub mod pretrain;
 pub mod ranges;
 

@@ -146,36 +146,12 @@ fn write_safetensors(
     tensors: &[(TensorSpec, TensorSnapshot)],
     dtype: WeightDtype,
 ) -> Result<(), HfError> {
-    let element_size = dtype.size_bytes();
-    let mut offset = 0;
-    let infos = tensors
+    let entries: Vec<(String, Vec<usize>)> = tensors
         .iter()
-        .map(|(spec, _)| {
-            let size = spec.hf_shape.iter().product::<usize>() * element_size;
-            let info = TensorInfo {
-                dtype: dtype.safetensors(),
-                shape: spec.hf_shape.clone(),
-                data_offsets: (offset, offset + size),
-            };
-            offset += size;
-            (spec.hf_name.clone(), info)
-        })
+        .map(|(spec, _)| (spec.hf_name.clone(), spec.hf_shape.clone()))
         .collect();
-    // transformers only loads safetensors files that declare the torch format.
-    let format = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let corrupt = |reason: String| HfError::CorruptSafetensors {
-        file: path.to_path_buf(),
-        reason,
-    };
-    let metadata = Metadata::new(Some(format), infos).map_err(|e| corrupt(e.to_string()))?;
-    let mut header = serde_json::to_vec(&metadata).map_err(|e| corrupt(e.to_string()))?;
-    header.resize(header.len().next_multiple_of(8), b' ');
-
-    let mut out = BufWriter::new(File::create(path).map_err(HfError::io(path))?);
-    out.write_all(&(header.len() as u64).to_le_bytes())
-        .and_then(|()| out.write_all(&header))
-        .map_err(HfError::io(path))?;
-    for (spec, snapshot) in tensors {
+    write_safetensors_with(path, &entries, dtype, |index| {
+        let (spec, snapshot) = &tensors[index];
         let data = snapshot.to_data().map_err(|error| HfError::Load {
             file: path.to_path_buf(),
             tensor: spec.burn_path.clone(),
@@ -190,13 +166,63 @@ fn write_safetensors(
                 found: shape,
             });
         }
-        out.write_all(&bytes).map_err(HfError::io(path))?;
+        Ok(bytes)
+    })
+}
+
+/// Writes one safetensors file (declaring the torch format, as transformers requires) of
+/// `tensors` (name and stored shape, in order) in `dtype`, asking `bytes` for each tensor's data
+/// as it is written: one tensor at a time is in memory.
+pub(crate) fn write_safetensors_with(
+    path: &Path,
+    tensors: &[(String, Vec<usize>)],
+    dtype: WeightDtype,
+    mut bytes: impl FnMut(usize) -> Result<Vec<u8>, HfError>,
+) -> Result<(), HfError> {
+    let element_size = dtype.size_bytes();
+    let mut offset = 0;
+    let infos = tensors
+        .iter()
+        .map(|(name, shape)| {
+            let size = shape.iter().product::<usize>() * element_size;
+            let info = TensorInfo {
+                dtype: dtype.safetensors(),
+                shape: shape.clone(),
+                data_offsets: (offset, offset + size),
+            };
+            offset += size;
+            (name.clone(), info)
+        })
+        .collect();
+    let format = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let corrupt = |reason: String| HfError::CorruptSafetensors {
+        file: path.to_path_buf(),
+        reason,
+    };
+    let metadata = Metadata::new(Some(format), infos).map_err(|e| corrupt(e.to_string()))?;
+    let mut header = serde_json::to_vec(&metadata).map_err(|e| corrupt(e.to_string()))?;
+    header.resize(header.len().next_multiple_of(8), b' ');
+
+    let mut out = BufWriter::new(File::create(path).map_err(HfError::io(path))?);
+    out.write_all(&(header.len() as u64).to_le_bytes())
+        .and_then(|()| out.write_all(&header))
+        .map_err(HfError::io(path))?;
+    for (index, (name, shape)) in tensors.iter().enumerate() {
+        let data = bytes(index)?;
+        let expected = shape.iter().product::<usize>() * element_size;
+        if data.len() != expected {
+            return Err(corrupt(format!(
+                "tensor `{name}` has {} bytes, its shape {shape:?} needs {expected}",
+                data.len()
+            )));
+        }
+        out.write_all(&data).map_err(HfError::io(path))?;
     }
     out.flush().map_err(HfError::io(path))
 }
 
 /// Writes pretty JSON.
-fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), HfError> {
+pub(crate) fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), HfError> {
     let text = serde_json::to_string_pretty(value).expect("JSON values serialize");
     std::fs::write(path, text + "\n").map_err(HfError::io(path))
 }

@@ -21,3 +21,7 @@ pub use import::import_hf;
 pub use names::{TensorSpec, tensor_specs};
 pub use reader::{INDEX_FILE, WEIGHTS_FILE};
 pub use tokenizer::{TOKENIZER_FILE, find_tokenizer, load_tokenizer, save_tokenizer};
+
+pub(crate) use dtype::{decode, encode};
+pub(crate) use export::{write_json, write_safetensors_with};
+pub(crate) use reader::Weights;

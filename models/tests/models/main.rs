@@ -5,6 +5,7 @@
 mod blocked_attention;
 mod checkpoint;
 mod hf;
+mod merge;
 mod model;
 mod parallel;
 mod parallel_support;
