@@ -1,5 +1,6 @@
 //! Per-step metrics, appended to `OUT/metrics.jsonl`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -44,6 +45,11 @@ pub struct StepMetrics {
     pub val_loss: Option<f64>,
     /// Validation perplexity, on the steps where it was measured.
     pub val_perplexity: Option<f64>,
+    /// Validation perplexity of each data source of a mixture, by name, on the steps where
+    /// validation was measured (continual pretraining watches the general data beside the
+    /// domain's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_perplexity_by_source: Option<BTreeMap<String, f64>>,
 }
 
 /// Appends [`StepMetrics`] to `metrics.jsonl`.

@@ -154,6 +154,16 @@ impl Encoder {
 
 type Result<T = ()> = std::result::Result<T, EncodeError>;
 
+/// Serializer methods of primitive values, each widened losslessly to the encoder's method.
+macro_rules! forward {
+    ($($method:ident($type:ty) => $encode:ident),* $(,)?) => {$(
+        fn $method(self, value: $type) -> Result {
+            self.$encode(value.into());
+            Ok(())
+        }
+    )*};
+}
+
 impl ser::Serializer for &mut Encoder {
     type Ok = ();
     type Error = EncodeError;
@@ -165,53 +175,19 @@ impl ser::Serializer for &mut Encoder {
     type SerializeStruct = Self;
     type SerializeStructVariant = Self;
 
-    fn serialize_bool(self, value: bool) -> Result {
-        self.boolean(value);
-        Ok(())
-    }
-    fn serialize_i8(self, value: i8) -> Result {
-        self.signed(value.into());
-        Ok(())
-    }
-    fn serialize_i16(self, value: i16) -> Result {
-        self.signed(value.into());
-        Ok(())
-    }
-    fn serialize_i32(self, value: i32) -> Result {
-        self.signed(value.into());
-        Ok(())
-    }
-    fn serialize_i64(self, value: i64) -> Result {
-        self.signed(value);
-        Ok(())
-    }
-    fn serialize_u8(self, value: u8) -> Result {
-        self.unsigned(value.into());
-        Ok(())
-    }
-    fn serialize_u16(self, value: u16) -> Result {
-        self.unsigned(value.into());
-        Ok(())
-    }
-    fn serialize_u32(self, value: u32) -> Result {
-        self.unsigned(value.into());
-        Ok(())
-    }
-    fn serialize_u64(self, value: u64) -> Result {
-        self.unsigned(value);
-        Ok(())
-    }
-    fn serialize_f32(self, value: f32) -> Result {
-        self.float(value.into());
-        Ok(())
-    }
-    fn serialize_f64(self, value: f64) -> Result {
-        self.float(value);
-        Ok(())
-    }
-    fn serialize_char(self, value: char) -> Result {
-        self.unsigned(value.into());
-        Ok(())
+    forward! {
+        serialize_bool(bool) => boolean,
+        serialize_i8(i8) => signed,
+        serialize_i16(i16) => signed,
+        serialize_i32(i32) => signed,
+        serialize_i64(i64) => signed,
+        serialize_u8(u8) => unsigned,
+        serialize_u16(u16) => unsigned,
+        serialize_u32(u32) => unsigned,
+        serialize_u64(u64) => unsigned,
+        serialize_f32(f32) => float,
+        serialize_f64(f64) => float,
+        serialize_char(char) => unsigned,
     }
     fn serialize_str(self, value: &str) -> Result {
         self.serialize_bytes(value.as_bytes())

@@ -8,8 +8,10 @@ pub mod eval;
 pub mod generate;
 pub mod info;
 pub mod merge;
+pub mod plot;
 pub mod pretrain;
 pub mod ranges;
+pub mod validation_plot;
 
 use anyhow::Context;
 use burn_trainium::{DEVICE_ENV, TrainiumDevice};

@@ -239,6 +239,12 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     if let Some(dir) = summary.checkpoint {
         println!("checkpoint: {}", dir.display());
     }
+    // The per-source plot is a view of metrics.jsonl: a machine without a font still has those.
+    match super::validation_plot::draw(&options.out) {
+        Ok(Some(path)) => println!("validation plot: {}", path.display()),
+        Ok(None) => {}
+        Err(error) => log::warn!("no validation plot: {error:#}"),
+    }
     println!("model: {}", options.out.display());
     Ok(())
 }

@@ -97,6 +97,28 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         },
         Case {
             environment: &[],
+            arguments: &[
+                "eval",
+                "perplexity",
+                "--model",
+                FIXTURE,
+                "--ids",
+                "missing-rows.json",
+            ],
+            names: &["missing-rows.json"],
+        },
+        Case {
+            environment: &[],
+            arguments: &["eval", "choice", "--model", FIXTURE, "--task", "task.jsonl"],
+            names: &["no tokenizer.json"],
+        },
+        Case {
+            environment: &[],
+            arguments: &["merge", "--config", "missing.yaml", "--out", "merged"],
+            names: &["missing.yaml"],
+        },
+        Case {
+            environment: &[],
             arguments: &["bench", "train", "--seq-len", "0"],
             names: &["--seq-len"],
         },

@@ -3,6 +3,7 @@
 mod bench_smoke;
 mod compile_cache_cli;
 mod convert_cli;
+mod cpt_cli;
 mod data_cli;
 mod errors_cli;
 mod pretrain_cli;

@@ -82,6 +82,44 @@ fn pretrain_then_generate_and_eval_from_the_run_folder() {
 
     let evaluated = succeed(&["eval", "--model", out]);
     assert!(evaluated.contains("perplexity"), "{evaluated}");
+    // The README's evaluation examples, with the run's own tokenizer.
+    let text = folder.path().join("notes.txt");
+    std::fs::write(&text, "The cat sat on the mat. The dog ran in the park.").unwrap();
+    let perplexity = succeed(&[
+        "eval",
+        "perplexity",
+        "--model",
+        out,
+        "--text",
+        text.to_str().unwrap(),
+    ]);
+    assert!(
+        perplexity.contains("perplexity: ") && perplexity.contains("bits per byte: "),
+        "{perplexity}"
+    );
+    let task = folder.path().join("task.jsonl");
+    let lines = [
+        r#"{"context": "The cat", "choices": ["sat", "flew"], "gold": 0}"#,
+        r#"{"context": "The dog", "choices": ["ran", "sang"], "gold": 0}"#,
+        r#"{"context": "A bird", "choices": ["flew"], "gold": 0, "split": "train"}"#,
+    ];
+    std::fs::write(&task, lines.join("\n")).unwrap();
+    let choice = succeed(&[
+        "eval",
+        "choice",
+        "--model",
+        out,
+        "--task",
+        task.to_str().unwrap(),
+        "--shots",
+        "1",
+    ]);
+    assert!(
+        choice.contains("questions: 2")
+            && choice.contains("acc: ")
+            && choice.contains("acc_norm: "),
+        "{choice}"
+    );
 }
 
 #[test]

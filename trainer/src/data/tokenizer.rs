@@ -26,6 +26,13 @@ pub struct TextTokenizer {
     inner: Tokenizer,
 }
 
+impl From<Tokenizer> for TextTokenizer {
+    /// Wraps a loaded Hugging Face tokenizer (one `hlat::hf::load_tokenizer` checked).
+    fn from(inner: Tokenizer) -> Self {
+        Self { inner }
+    }
+}
+
 impl TextTokenizer {
     /// Loads a Hugging Face `tokenizer.json`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, DataError> {

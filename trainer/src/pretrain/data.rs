@@ -137,6 +137,33 @@ pub(super) fn validation_rows(rows: &dyn RowSource, count: usize) -> Vec<Vec<u32
         .collect()
 }
 
+/// Rows of each data source, by source name.
+pub(super) type RowsBySource = Vec<(String, Vec<Vec<u32>>)>;
+
+/// The first `count` validation rows of each source of a mixture of several, by source name
+/// (none for the built-in corpus or a single source: the mixed validation is then the same).
+pub(super) fn per_source_validation(
+    choice: &DataChoice,
+    config: &TrainConfig,
+    count: usize,
+) -> Result<RowsBySource, TrainError> {
+    let DataChoice::Shards(sources) = choice else {
+        return Ok(Vec::new());
+    };
+    if sources.len() < 2 {
+        return Ok(Vec::new());
+    }
+    sources
+        .iter()
+        .map(|source| {
+            let shards =
+                ShardSet::open_split(&source.folder, Split::Validation).map_err(data_error)?;
+            let rows = PackedRows::new(shards, config.seq_len).map_err(data_error)?;
+            Ok((source.name.clone(), validation_rows(&rows, count)))
+        })
+        .collect()
+}
+
 /// The validation splits of shard folders, mixed by the same weights as training.
 fn shard_validation(
     sources: &[DataSource],

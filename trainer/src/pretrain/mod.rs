@@ -144,6 +144,12 @@ pub fn pretrain<B: TrainingBackend>(
             flops_per_token: start.flops_per_token,
             compiles: info.compiles,
             started,
+            source_validation: if config.eval_every > 0 {
+                data::per_source_validation(&options.data, config, config.eval_rows)?
+            } else {
+                Vec::new()
+            },
+            device: device.clone(),
         },
         start_step,
     ));

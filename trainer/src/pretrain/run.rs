@@ -2,6 +2,7 @@
 //! of `metrics.jsonl` per step, checkpoints every N steps, at the end and when interrupted, and
 //! the summary the caller gets back.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,8 +20,9 @@ use crate::optimizer::HlatOptimizer;
 use crate::parallel::TrainingBackend;
 use crate::precision::cast_params;
 use crate::schedule::WarmupCosine;
-use crate::step::LanguageModel;
+use crate::step::{LanguageModel, LmBatch};
 use crate::trainer::TrainerProgress;
+use crate::trainer::evaluate;
 
 use super::PretrainSummary;
 
@@ -60,6 +62,10 @@ pub(super) struct RunOutputs<B: TrainingBackend> {
     pub compiles: Option<CompileCounter>,
     /// When the run started (before its data and model were prepared).
     pub started: std::time::Instant,
+    /// Validation rows of each source of a data mixture, measured apart at every validation.
+    pub source_validation: super::data::RowsBySource,
+    /// The device validation batches go to.
+    pub device: B::Device,
 }
 
 /// The observer of a pretraining run (see the module documentation).
@@ -109,6 +115,32 @@ impl<B: TrainingBackend> PretrainRun<B> {
             Some(error) => Err(error),
             None => Ok(state.summary.clone()),
         }
+    }
+}
+
+impl<B: TrainingBackend> RunOutputs<B> {
+    /// The validation perplexity of `model` on each data source, as the mixed validation is
+    /// measured (batches of `micro_batch_rows` rows, the last one padded).
+    fn source_perplexities(
+        &self,
+        model: &LanguageModel<B>,
+    ) -> Result<BTreeMap<String, f64>, TrainError> {
+        let model = model.valid();
+        let batch_rows = self.config.micro_batch_rows.max(1);
+        let mut perplexities = BTreeMap::new();
+        for (name, rows) in &self.source_validation {
+            if rows.is_empty() {
+                continue;
+            }
+            let batches = rows
+                .chunks(batch_rows)
+                .map(|chunk| LmBatch::padded(chunk, batch_rows, &self.device))
+                .collect();
+            let loss = evaluate(&model, batches)?;
+            log::info!("validation perplexity of `{name}`: {:.2}", loss.exp());
+            perplexities.insert(name.clone(), loss.exp());
+        }
+        Ok(perplexities)
     }
 }
 
@@ -173,6 +205,12 @@ impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
         let outputs = &mut state.outputs;
         let tokens_per_s = report.tokens as f64 / observed.seconds;
         let compiled = outputs.compiles.as_ref().map(|count| count());
+        let by_source = match observed.val_loss {
+            Some(_) if !outputs.source_validation.is_empty() => {
+                Some(outputs.source_perplexities(observed.model)?)
+            }
+            _ => None,
+        };
         let metrics = StepMetrics {
             step,
             loss: report.loss,
@@ -192,6 +230,7 @@ impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
             skipped: report.skipped,
             val_loss: observed.val_loss,
             val_perplexity: observed.val_loss.map(f64::exp),
+            val_perplexity_by_source: by_source,
         };
         outputs.metrics.append(&metrics)?;
         if let Some(val_loss) = observed.val_loss {

@@ -1,5 +1,5 @@
-//! The integration tests of `hlat-train`, in one binary: the data pipeline (`data_*`) and the
-//! trainer (`train_*`).
+//! The integration tests of `hlat-train`, in one binary: the data pipeline (`data_*`),
+//! evaluation (`eval_*`) and the trainer (`train_*`).
 
 mod data_builtin;
 mod data_ingest;
@@ -7,6 +7,7 @@ mod data_mixing;
 mod data_packing;
 mod data_sampler;
 mod data_tokenizer;
+mod eval_scoring;
 mod train_fixture;
 mod train_learner;
 mod train_optimizer;

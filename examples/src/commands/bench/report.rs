@@ -1,13 +1,14 @@
 //! Tables, the Markdown performance page and its PNG plot.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use super::generate::GenerateReport;
 use super::train::TrainReport;
 use super::unrolled::UnrolledReport;
+use crate::commands::plot::{Canvas, load_font, write_atomically};
 
 /// The command line of this process, as typed (`hlat bench ...`).
 pub fn command_line() -> String {
@@ -283,128 +284,6 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
     write_atomically(path, page.as_bytes())
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    if let Some(parent) = path
-        .parent()
-        .filter(|parent| !parent.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, bytes)
-        .with_context(|| format!("writing {}", temporary.display()))?;
-    std::fs::rename(&temporary, path).with_context(|| format!("publishing {}", path.display()))
-}
-
-/// Fonts tried for the plot's labels, after `HLAT_FONT`.
-const FONT_PATHS: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/System/Library/Fonts/Supplemental/Arial.ttf",
-];
-
-fn load_font() -> anyhow::Result<ab_glyph::FontVec> {
-    let mut candidates: Vec<PathBuf> = std::env::var_os("HLAT_FONT")
-        .map(PathBuf::from)
-        .into_iter()
-        .collect();
-    candidates.extend(FONT_PATHS.iter().map(PathBuf::from));
-    for candidate in &candidates {
-        if let Ok(bytes) = std::fs::read(candidate) {
-            return ab_glyph::FontVec::try_from_vec(bytes)
-                .with_context(|| format!("{} is not a usable TrueType font", candidate.display()));
-        }
-    }
-    let tried: Vec<String> = candidates
-        .iter()
-        .map(|path| path.display().to_string())
-        .collect();
-    bail!(
-        "no font for the plot labels; tried {} (set HLAT_FONT to a .ttf file)",
-        tried.join(", ")
-    )
-}
-
-/// An RGB canvas with just what a bar chart needs.
-struct Canvas {
-    width: usize,
-    height: usize,
-    pixels: Vec<[u8; 3]>,
-}
-
-impl Canvas {
-    fn new(width: usize, height: usize) -> Self {
-        Self {
-            width,
-            height,
-            pixels: vec![[255, 255, 255]; width * height],
-        }
-    }
-
-    fn fill(&mut self, x0: usize, y0: usize, x1: usize, y1: usize, color: [u8; 3]) {
-        for y in y0.min(self.height)..y1.min(self.height) {
-            for x in x0.min(self.width)..x1.min(self.width) {
-                self.pixels[y * self.width + x] = color;
-            }
-        }
-    }
-
-    /// Draws `text` with its baseline at `y`, starting at `x` (or centred on `x`).
-    fn text(
-        &mut self,
-        font: &ab_glyph::FontVec,
-        text: &str,
-        x: f32,
-        y: f32,
-        size: f32,
-        centred: bool,
-    ) {
-        use ab_glyph::{Font, ScaleFont};
-        let scaled = font.as_scaled(size);
-        let width: f32 = text
-            .chars()
-            .map(|c| scaled.h_advance(scaled.glyph_id(c)))
-            .sum();
-        let mut caret = if centred { x - width / 2.0 } else { x };
-        for character in text.chars() {
-            let glyph = scaled
-                .glyph_id(character)
-                .with_scale_and_position(size, ab_glyph::point(caret, y));
-            caret += scaled.h_advance(glyph.id);
-            if let Some(outline) = font.outline_glyph(glyph) {
-                let bounds = outline.px_bounds();
-                outline.draw(|gx, gy, coverage| {
-                    let px = bounds.min.x as i64 + gx as i64;
-                    let py = bounds.min.y as i64 + gy as i64;
-                    if px >= 0
-                        && py >= 0
-                        && (px as usize) < self.width
-                        && (py as usize) < self.height
-                    {
-                        let pixel = &mut self.pixels[py as usize * self.width + px as usize];
-                        for channel in pixel.iter_mut() {
-                            *channel = (*channel as f32 * (1.0 - coverage)) as u8;
-                        }
-                    }
-                });
-            }
-        }
-    }
-
-    fn save_png(&self, path: &Path) -> anyhow::Result<()> {
-        let mut bytes = Vec::new();
-        {
-            let mut encoder = png::Encoder::new(&mut bytes, self.width as u32, self.height as u32);
-            encoder.set_color(png::ColorType::Rgb);
-            encoder.set_depth(png::BitDepth::Eight);
-            let mut writer = encoder.write_header()?;
-            writer.write_image_data(&self.pixels.concat())?;
-        }
-        write_atomically(path, &bytes)
-    }
-}
-
 /// Draws a bar plot of tokens/s per backend.
 fn draw_tokens_per_second(report: &TrainReport, path: &Path) -> anyhow::Result<()> {
     let font = load_font()?;
@@ -422,14 +301,7 @@ fn draw_tokens_per_second(report: &TrainReport, path: &Path) -> anyhow::Result<(
         .map(|result| result.tokens_per_second)
         .fold(0.0, f64::max);
     let plot_height = (height - top - bottom) as f64;
-    canvas.fill(left, top, left + 1, height - bottom, [0, 0, 0]);
-    canvas.fill(
-        left,
-        height - bottom,
-        width - right,
-        height - bottom + 1,
-        [0, 0, 0],
-    );
+    canvas.axes(left, top, width - right, height - bottom);
     for tick in 0..=4 {
         let value = maximum * tick as f64 / 4.0;
         let y = height - bottom - (plot_height * tick as f64 / 4.0) as usize;

@@ -1,4 +1,4 @@
-//! Validation loss and perplexity of a saved model (`hlat eval`).
+//! Validation loss and perplexity of a saved model on a run's validation data (`hlat eval`).
 
 use std::path::Path;
 
