@@ -13,7 +13,7 @@ use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
-use hlat_train::parallel::ActivationCheckpointing;
+use hlat_train::parallel::{ActivationCheckpointing, ProcessGroup};
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{CompileTotals, DataChoice, DeviceInfo, PretrainOptions, pretrain};
 
@@ -111,6 +111,18 @@ pub struct PretrainArgs {
 
 /// Runs `hlat pretrain`.
 pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
+    // Under torchrun or srun every process would otherwise train alone and write the same run
+    // folder: refuse, saying what does work.
+    let process = ProcessGroup::from_env()?;
+    if process.world_size > 1 {
+        bail!(
+            "{} started process {} of {}: training across processes is not supported yet; one \
+             process drives every replica of its device (--dp/--tp with e.g. --device xla:0-3)",
+            process.launcher,
+            process.rank,
+            process.world_size
+        );
+    }
     let mut config = match &args.config {
         Some(path) => TrainConfig::load_toml(path, &TrainConfig::default())?,
         None => TrainConfig::quickstart(),

@@ -118,6 +118,23 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
             names: &["missing.yaml"],
         },
         Case {
+            environment: &[
+                ("RANK", Some("1")),
+                ("WORLD_SIZE", Some("2")),
+                ("LOCAL_RANK", Some("1")),
+                ("LOCAL_WORLD_SIZE", Some("2")),
+                ("MASTER_ADDR", Some("localhost")),
+                ("MASTER_PORT", Some("29500")),
+            ],
+            arguments: &["pretrain", "--max-steps", "1"],
+            names: &["torchrun", "process 1 of 2", "not supported"],
+        },
+        Case {
+            environment: &[("RANK", Some("0")), ("WORLD_SIZE", Some("2"))],
+            arguments: &["pretrain", "--max-steps", "1"],
+            names: &["MASTER_ADDR", "torchrun"],
+        },
+        Case {
             environment: &[],
             arguments: &["bench", "train", "--seq-len", "0"],
             names: &["--seq-len"],

@@ -8,12 +8,14 @@
 //! data-parallel groups the replicas of one tensor-parallel rank (`[[0, 2], [1, 3]]`).
 
 mod gradients;
+mod launch;
 mod memory;
 mod state;
 mod zero;
 
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
 pub use hlat::recompute::ActivationCheckpointing;
+pub use launch::{DEFAULT_MASTER_PORT, LaunchError, Launcher, ProcessGroup, first_host};
 pub use memory::{DeviceMemory, StepShape};
 pub use state::{Reshard, reshard_optimizer_state};
 pub use zero::{Zero1, scatter_gradients};
