@@ -46,3 +46,17 @@ impl From<BackendError> for burn_backend::ExecutionError {
         }
     }
 }
+
+/// The message of a caught panic (`std::panic::catch_unwind`'s payload): its text, or "a panic
+/// without a message". For errors that report a library's panic instead of crashing.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|message| message.to_string())
+        })
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}

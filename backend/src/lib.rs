@@ -38,7 +38,7 @@ pub use capture::{
     DEFAULT_SEGMENT_CAP, Segment, SegmentBoundary, TrainiumChannel, check_device, set_segment_cap,
 };
 pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
-pub use error::BackendError;
+pub use error::{BackendError, panic_message};
 pub use executor::neuron;
 pub use executor::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES,

@@ -1,10 +1,11 @@
 //! Evaluation on a compiled device runs one program per batch shape: a ragged last batch is
-//! padded to the shape of the others, and the loss leaves the padding out.
+//! padded to the shape of the others, and the loss leaves the padding out; scored rows of any
+//! length are padded to a few bucket lengths.
 
 use burn_trainium::{Trainium, TrainiumDevice, reset_stats};
 use hlat::HlatConfig;
 use hlat_train::config::TrainConfig;
-use hlat_train::eval::evaluate_model;
+use hlat_train::eval::{ScoreRequest, evaluate_model, log_likelihoods};
 use hlat_train::pretrain::DataChoice;
 
 use crate::support::{Reference, programs, xla};
@@ -72,4 +73,37 @@ fn evaluation_with_a_ragged_last_batch_compiles_only_its_bucket() {
             expected.loss
         );
     }
+
+    // Scoring (`hlat eval perplexity` and `choice`): rows of any length take one program per
+    // bucket length, and a second set of lengths in the same buckets none.
+    let rows = |lengths: &[usize]| -> Vec<ScoreRequest> {
+        lengths
+            .iter()
+            .map(|&length| ScoreRequest {
+                tokens: (0..length as u32).map(|i| (i * 37 + 11) % 512).collect(),
+                first_scored: 1,
+            })
+            .collect()
+    };
+    let before = programs(&device);
+    let first = rows(&[5, 9, 12, 17, 20, 30]);
+    let scores = log_likelihoods(&model, &first, 2, &device).unwrap();
+    let buckets = programs(&device) - before;
+    assert!(
+        buckets <= 2,
+        "two bucket lengths (16, 32), {buckets} programs"
+    );
+    let expected = log_likelihoods(&initial, &first, 1, &Default::default()).unwrap();
+    for (score, expected) in scores.iter().zip(&expected) {
+        assert!(
+            (score - expected).abs() <= 1e-4 * expected.abs().max(1.0),
+            "{score} vs {expected}"
+        );
+    }
+    log_likelihoods(&model, &rows(&[3, 16, 25, 32, 7]), 2, &device).unwrap();
+    assert_eq!(
+        programs(&device) - before,
+        buckets,
+        "same buckets: no new program"
+    );
 }

@@ -33,16 +33,10 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, HfError> {
     };
     match std::panic::catch_unwind(load_and_probe) {
         Ok(loaded) => loaded.map_err(|error| malformed(error.to_string())),
-        Err(panic) => {
-            let reason = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("no message");
-            Err(malformed(format!(
-                "the tokenizers library failed on it: {reason}"
-            )))
-        }
+        Err(panic) => Err(malformed(format!(
+            "the tokenizers library failed on it: {}",
+            burn_trainium::panic_message(&*panic)
+        ))),
     }
 }
 

@@ -117,11 +117,7 @@ fn run(target: &Target, count: usize, progress: &AtomicUsize) -> Result<String, 
         match outcome {
             Ok(result) => accepted += usize::from(result.is_ok()),
             Err(panic) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|text| text.to_string()))
-                    .unwrap_or_default();
+                let message = burn_trainium::panic_message(&*panic);
                 let kept = folder.keep();
                 return Err(format!(
                     "input {index} ({file} mutated) panicked: {message}; the input is in {}",

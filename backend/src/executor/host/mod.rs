@@ -6,7 +6,6 @@ mod checks;
 mod collective;
 mod widen;
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -19,9 +18,9 @@ use burn_ir::{
 use burn_router::{Runner, RunnerClient};
 
 use super::Executor;
-use crate::BackendError;
 use crate::capture::Segment;
 use crate::collective::Collective;
+use crate::{BackendError, panic_message};
 
 /// Replays captured operations one by one on the embedded CPU backend, once per replica.
 pub(crate) struct HostExecutor {
@@ -32,18 +31,6 @@ pub(crate) struct HostExecutor {
     /// Tensors an earlier failed operation left uncomputed, with the reason: operations that
     /// read them fail the same way (instead of a panic in the runner), and so do reads.
     uncomputed: HashMap<TensorId, String>,
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| {
-            payload
-                .downcast_ref::<&str>()
-                .map(|message| message.to_string())
-        })
-        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 pub(crate) fn failure(reason: impl ToString) -> BackendError {

@@ -12,6 +12,20 @@ use burn::tensor::backend::Backend;
 use burn_trainium::TrainiumDevice;
 use serde::de::DeserializeOwned;
 
+/// What `hlat bench train` and `hlat bench generate` compare: one model on several backends.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Comparison {
+    /// Model preset (or a config JSON file).
+    #[arg(long, default_value = "bench-tiny")]
+    pub preset: String,
+    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
+    #[arg(long, default_value = "host,xla,ndarray,flex")]
+    pub backends: String,
+    /// The backend the ratios are computed against.
+    #[arg(long, default_value = "ndarray")]
+    pub baseline: String,
+}
+
 /// A backend (and executor) that `hlat bench` can measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendName {

@@ -14,8 +14,8 @@ use hlat::{Hlat, HlatConfig};
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, peak_resident_bytes, same_weights, trainium_stats,
-    worker_backend,
+    self, BackendName, Comparison, emit_result, median, peak_resident_bytes, same_weights,
+    trainium_stats, worker_backend,
 };
 use super::peers::{self, GenerationRun};
 use super::report;
@@ -25,15 +25,9 @@ use crate::commands::ranges::at_least_one;
 /// Arguments of `hlat bench generate`.
 #[derive(Args, Clone)]
 pub struct GenerateBenchArgs {
-    /// Model preset (or a config JSON file).
-    #[arg(long, default_value = "bench-tiny")]
-    pub preset: String,
-    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
-    #[arg(long, default_value = "host,xla,ndarray,flex")]
-    pub backends: String,
-    /// The backend the ratios are computed against.
-    #[arg(long, default_value = "ndarray")]
-    pub baseline: String,
+    /// The model and the backends compared.
+    #[command(flatten)]
+    pub comparison: Comparison,
     /// Tokens of the prompt.
     #[arg(long, default_value_t = 32, value_parser = at_least_one::<usize>())]
     pub prompt_len: usize,
@@ -126,23 +120,26 @@ fn prompt(config: &HlatConfig, prompt_len: usize) -> Vec<u32> {
 
 /// Runs `hlat bench generate`.
 pub fn run(args: GenerateBenchArgs) -> anyhow::Result<()> {
-    let config = load_config(&args.preset)?;
+    let config = load_config(&args.comparison.preset)?;
     let total = args.prompt_len + args.new_tokens;
     if total > config.max_seq_len {
         anyhow::bail!(
             "--prompt-len {} plus --new-tokens {} exceed the context of {} ({} tokens)",
             args.prompt_len,
             args.new_tokens,
-            args.preset,
+            args.comparison.preset,
             config.max_seq_len
         );
     }
     if args.worker {
-        let backend = worker_backend(&args.backends)?;
+        let backend = worker_backend(&args.comparison.backends)?;
         return emit_result(&measure_backend(backend, &config, &args)?);
     }
-    let (mut results, mut failures) =
-        backends::measure_each::<GenerateMeasurement>(&args.backends, &[], "generation")?;
+    let (mut results, mut failures) = backends::measure_each::<GenerateMeasurement>(
+        &args.comparison.backends,
+        &[],
+        "generation",
+    )?;
     if args.with_transformers {
         eprintln!("measuring generation in transformers...");
         let run = GenerationRun {
@@ -174,13 +171,13 @@ pub fn run(args: GenerateBenchArgs) -> anyhow::Result<()> {
     }
     let report = GenerateReport {
         command: report::command_line(),
-        preset: args.preset.clone(),
+        preset: args.comparison.preset.clone(),
         model: config,
         prompt_len: args.prompt_len,
         new_tokens: args.new_tokens,
         warmup: args.warmup,
         runs: args.runs,
-        baseline: args.baseline.clone(),
+        baseline: args.comparison.baseline.clone(),
         results,
         failures,
         machine: report::machine_description(),

@@ -17,7 +17,8 @@ use hlat_train::trainer::Trainer;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, peak_resident_bytes, trainium_stats, worker_backend,
+    self, BackendName, Comparison, emit_result, median, peak_resident_bytes, trainium_stats,
+    worker_backend,
 };
 use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerStep};
@@ -27,15 +28,9 @@ use crate::commands::micros_per;
 /// Arguments of `hlat bench train`.
 #[derive(Args, Clone)]
 pub struct TrainBenchArgs {
-    /// Model preset (or a config JSON file).
-    #[arg(long, default_value = "bench-tiny")]
-    pub preset: String,
-    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
-    #[arg(long, default_value = "host,xla,ndarray,flex")]
-    pub backends: String,
-    /// The backend the ratios are computed against.
-    #[arg(long, default_value = "ndarray")]
-    pub baseline: String,
+    /// The model and the backends compared.
+    #[command(flatten)]
+    pub comparison: Comparison,
     /// Sequences per step (at the first `--seq-len`).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
@@ -198,11 +193,11 @@ pub struct TrainReport {
 
 /// Runs `hlat bench train`.
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
-    let mut config = load_config(&args.preset)?;
+    let mut config = load_config(&args.comparison.preset)?;
     let longest = args.seq_len.iter().max().copied().unwrap_or(1) as usize;
     config.max_seq_len = config.max_seq_len.max(longest);
     if args.worker {
-        let backend = worker_backend(&args.backends)?;
+        let backend = worker_backend(&args.comparison.backends)?;
         return emit_result(&measure_backend(backend, &config, &args)?);
     }
     let mut results = Vec::new();
@@ -213,7 +208,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
             ("--batch", batch.to_string()),
         ];
         let (measured, failed) = backends::measure_each::<TrainMeasurement>(
-            &args.backends,
+            &args.comparison.backends,
             &overrides,
             &format!("the training step ({batch} × {seq_len} tokens)"),
         )?;
@@ -239,7 +234,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
     }
     let report = TrainReport {
         command: report::command_line(),
-        preset: args.preset.clone(),
+        preset: args.comparison.preset.clone(),
         model: config,
         precision: args.precision.clone(),
         batch: args.batch(),
@@ -249,7 +244,7 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
         steps: args.steps(),
         flops_per_token,
         peak,
-        baseline: args.baseline.clone(),
+        baseline: args.comparison.baseline.clone(),
         results,
         failures,
         machine: report::machine_description(),
