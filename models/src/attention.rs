@@ -106,7 +106,6 @@ impl<B: Backend> Attention<B> {
         context: Context<'_, B>,
     ) -> Tensor<B, 3> {
         let seq = queries.dims()[2];
-        let device = queries.device();
         match context {
             Context::Full if attends_by_block(seq) => self.join_heads(blocked_causal_attention(
                 queries,
@@ -114,10 +113,7 @@ impl<B: Backend> Attention<B> {
                 self.repeat_kv(values),
                 ATTENTION_BLOCK,
             )),
-            Context::Full => {
-                let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
-                self.attend_masked(queries, keys, values, future)
-            }
+            Context::Full => self.attend_rows(queries, keys, values, 0),
             Context::Cached {
                 cache,
                 layer,

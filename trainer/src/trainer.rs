@@ -283,16 +283,21 @@ impl TrainerProgress {
     }
 }
 
-/// Mean loss of `model` (in inference mode) over batches, each weighted by its target tokens; a
-/// failed read is [`TrainError::Device`].
+/// Mean loss of `model` (in inference mode) over `rows`, in batches of exactly `batch_rows` rows
+/// (the last one padded, so every batch has one shape and a compiled device one program), each
+/// weighted by its target tokens; a failed read is [`TrainError::Device`].
 pub fn evaluate<B: CollectiveBackend>(
     model: &LanguageModel<B>,
-    batches: Vec<LmBatch<B>>,
+    rows: &[Vec<u32>],
+    batch_rows: usize,
+    device: &B::Device,
 ) -> Result<f64, TrainError> {
     use burn::train::InferenceStep;
+    let batch_rows = batch_rows.max(1);
     let mut weighted = 0.0;
     let mut tokens = 0;
-    for batch in batches {
+    for chunk in rows.chunks(batch_rows) {
+        let batch = LmBatch::padded(chunk, batch_rows, device);
         let output = InferenceStep::step(model, batch);
         let loss: f64 = output.loss.try_into_scalar()?.elem();
         weighted += loss * output.tokens as f64;

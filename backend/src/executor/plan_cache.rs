@@ -10,6 +10,7 @@
 //! unambiguously (two operands of one operation with the hoisted value) is not kept.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use burn_ir::{OperationIr, ScalarIr, TensorIr};
 
@@ -106,21 +107,16 @@ impl PlanCache {
             steps.push(match step {
                 PlanStep::Fallback(index) => Step::Fallback(Box::new(operations[*index].clone())),
                 PlanStep::Program(template) => {
-                    let mut program = template.program.clone();
-                    program.inputs = template.inputs.iter().map(tensor).collect();
-                    program.outputs = template.outputs.iter().map(tensor).collect();
-                    program.released = template
-                        .released
-                        .iter()
-                        .map(|&number| fingerprinted.tensor_ids[number])
-                        .collect();
-                    for ((data, sources), hoisted) in program
-                        .scalars
+                    // Only what depends on the segment is built anew; the module is shared.
+                    let lowered = &template.program;
+                    let mut hoisted = lowered.hoisted.clone();
+                    let mut scalars = Vec::with_capacity(hoisted.len());
+                    for ((pack, sources), data) in hoisted
                         .iter_mut()
                         .zip(&template.scalars)
-                        .zip(&mut program.hoisted)
+                        .zip(&lowered.scalars)
                     {
-                        for (source, entry) in sources.iter().zip(hoisted.iter_mut()) {
+                        for (source, entry) in sources.iter().zip(pack.iter_mut()) {
                             entry.value = match *source {
                                 ScalarSource::Operand {
                                     operation,
@@ -129,11 +125,27 @@ impl PlanCache {
                                 ScalarSource::Constant(value) => value,
                             };
                         }
-                        let values: Vec<ScalarIr> =
-                            hoisted.iter().map(|entry| entry.value).collect();
-                        *data = scalar_data(&values, data.dtype);
+                        let values: Vec<ScalarIr> = pack.iter().map(|entry| entry.value).collect();
+                        scalars.push(scalar_data(&values, data.dtype));
                     }
-                    Step::Program(Box::new(program))
+                    Step::Program(Box::new(LoweredProgram {
+                        module: Arc::clone(&lowered.module),
+                        bytes: Arc::clone(&lowered.bytes),
+                        key: lowered.key,
+                        inputs: template.inputs.iter().map(tensor).collect(),
+                        scalars,
+                        hoisted,
+                        operations: lowered.operations.clone(),
+                        outputs: template.outputs.iter().map(tensor).collect(),
+                        random_draws: lowered.random_draws,
+                        released: template
+                            .released
+                            .iter()
+                            .map(|&number| fingerprinted.tensor_ids[number])
+                            .collect(),
+                        collectives: lowered.collectives,
+                        collective_bytes: lowered.collective_bytes,
+                    }))
                 }
             });
         }

@@ -172,13 +172,14 @@ fn write_safetensors(
 
 /// Writes one safetensors file (declaring the torch format, as transformers requires) of
 /// `tensors` (name and stored shape, in order) in `dtype`, asking `bytes` for each tensor's data
-/// as it is written: one tensor at a time is in memory.
-pub(crate) fn write_safetensors_with(
+/// as it is written: one tensor at a time is in memory. `bytes` may fail with its caller's own
+/// error type, which the writer's errors convert into.
+pub(crate) fn write_safetensors_with<E: From<HfError>>(
     path: &Path,
     tensors: &[(String, Vec<usize>)],
     dtype: WeightDtype,
-    mut bytes: impl FnMut(usize) -> Result<Vec<u8>, HfError>,
-) -> Result<(), HfError> {
+    mut bytes: impl FnMut(usize) -> Result<Vec<u8>, E>,
+) -> Result<(), E> {
     let element_size = dtype.size_bytes();
     let mut offset = 0;
     let infos = tensors
@@ -214,11 +215,12 @@ pub(crate) fn write_safetensors_with(
             return Err(corrupt(format!(
                 "tensor `{name}` has {} bytes, its shape {shape:?} needs {expected}",
                 data.len()
-            )));
+            ))
+            .into());
         }
         out.write_all(&data).map_err(HfError::io(path))?;
     }
-    out.flush().map_err(HfError::io(path))
+    Ok(out.flush().map_err(HfError::io(path))?)
 }
 
 /// Writes pretty JSON.

@@ -176,25 +176,11 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
         source,
     })?;
     let weights_path = staging.path().join(WEIGHTS_FILE);
-    let mut failure = None;
-    let written = write_safetensors_with(&weights_path, &names, dtype, |index| {
+    write_safetensors_with(&weights_path, &names, dtype, |index| {
         let (name, shape) = &names[index];
-        match merge_tensor(config, &inputs, name, shape, layers) {
-            Ok(values) => Ok(encode(TensorData::new(values, shape.clone()), dtype, false).0),
-            Err(error) => {
-                // The writer takes `HfError`s: keep the merge error and stop it with a marker.
-                failure = Some(error);
-                Err(HfError::CorruptSafetensors {
-                    file: weights_path.clone(),
-                    reason: "merge stopped".into(),
-                })
-            }
-        }
-    });
-    if let Some(error) = failure {
-        return Err(error);
-    }
-    written?;
+        let values = merge_tensor(config, &inputs, name, shape, layers)?;
+        Ok::<_, MergeError>(encode(TensorData::new(values, shape.clone()), dtype, false).0)
+    })?;
 
     let base_config = reference.folder.join(CONFIG_FILE);
     let text = std::fs::read_to_string(&base_config).map_err(|source| MergeError::Io {

@@ -8,7 +8,7 @@ use hlat::Hlat;
 use crate::config::TrainConfig;
 use crate::error::TrainError;
 use crate::pretrain::{DataChoice, validation_source};
-use crate::step::{LanguageModel, LmBatch};
+use crate::step::LanguageModel;
 use crate::trainer::evaluate;
 
 /// The result of an evaluation.
@@ -58,14 +58,7 @@ pub fn evaluate_model<B: CollectiveBackend>(
     }
     let model = LanguageModel::new(model, None);
     let tokens = rows.len() * seq_len;
-    // Every batch has the same shape (the last one padded), so evaluation runs one program
-    // whatever the number of rows.
-    let batch_rows = config.micro_batch_rows.max(1);
-    let batches = rows
-        .chunks(batch_rows)
-        .map(|chunk| LmBatch::padded(chunk, batch_rows, device))
-        .collect();
-    let loss = evaluate(&model, batches)?;
+    let loss = evaluate(&model, &rows, config.micro_batch_rows, device)?;
     Ok(EvalReport {
         loss,
         perplexity: loss.exp(),

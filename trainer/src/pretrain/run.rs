@@ -20,7 +20,7 @@ use crate::optimizer::HlatOptimizer;
 use crate::parallel::TrainingBackend;
 use crate::precision::cast_params;
 use crate::schedule::WarmupCosine;
-use crate::step::{LanguageModel, LmBatch};
+use crate::step::LanguageModel;
 use crate::trainer::TrainerProgress;
 use crate::trainer::evaluate;
 
@@ -126,17 +126,12 @@ impl<B: TrainingBackend> RunOutputs<B> {
         model: &LanguageModel<B>,
     ) -> Result<BTreeMap<String, f64>, TrainError> {
         let model = model.valid();
-        let batch_rows = self.config.micro_batch_rows.max(1);
         let mut perplexities = BTreeMap::new();
         for (name, rows) in &self.source_validation {
             if rows.is_empty() {
                 continue;
             }
-            let batches = rows
-                .chunks(batch_rows)
-                .map(|chunk| LmBatch::padded(chunk, batch_rows, &self.device))
-                .collect();
-            let loss = evaluate(&model, batches)?;
+            let loss = evaluate(&model, rows, self.config.micro_batch_rows, &self.device)?;
             log::info!("validation perplexity of `{name}`: {:.2}", loss.exp());
             perplexities.insert(name.clone(), loss.exp());
         }
