@@ -28,6 +28,7 @@
 mod capture;
 pub mod collective;
 mod device;
+pub mod distributed;
 mod error;
 mod executor;
 pub mod hlo;

@@ -94,6 +94,29 @@ impl RunFolder {
         Ok(self.complete_steps()?.last().map(|(_, dir)| dir.clone()))
     }
 
+    /// The newest checkpoint complete here and in every one of `others` (the run folders of a
+    /// job's other processes): where every process of a restarted job resumes. `None` when no
+    /// step is complete in all of them.
+    pub fn newest_in_all(&self, others: &[RunFolder]) -> Result<Option<PathBuf>, RunFolderError> {
+        if others.is_empty() {
+            return self.newest();
+        }
+        let mut common: Vec<u64> = self
+            .complete_steps()?
+            .into_iter()
+            .map(|(step, _)| step)
+            .collect();
+        for other in others {
+            let theirs: Vec<u64> = other
+                .complete_steps()?
+                .into_iter()
+                .map(|(step, _)| step)
+                .collect();
+            common.retain(|step| theirs.contains(step));
+        }
+        Ok(common.last().map(|&step| self.step_dir(step)))
+    }
+
     /// Publishes a checkpoint for `step`: `fill` writes its files into a temporary folder (the
     /// [`COMPLETION_MARKER`] last), which is then renamed into place and named by `newest`;
     /// checkpoints beyond the last `keep` are deleted. Returns the checkpoint folder.
@@ -187,4 +210,47 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunFolderError> {
     file.write_all(bytes).map_err(io_error(&temporary))?;
     file.sync_all().map_err(io_error(&temporary))?;
     std::fs::rename(&temporary, path).map_err(io_error(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run folder with complete checkpoints of `steps` (and an unfinished one of `partial`).
+    fn run_with(root: &Path, name: &str, steps: &[u64], partial: Option<u64>) -> RunFolder {
+        let folder = RunFolder::new(&root.join(name));
+        for &step in steps {
+            folder
+                .publish::<RunFolderError>(step, usize::MAX, |dir| {
+                    write_atomic(&dir.join(COMPLETION_MARKER), b"{}")
+                })
+                .unwrap();
+        }
+        if let Some(step) = partial {
+            std::fs::create_dir_all(folder.step_dir(step)).unwrap();
+        }
+        folder
+    }
+
+    #[test]
+    fn a_job_resumes_from_the_newest_step_every_rank_completed() {
+        let root = tempfile::tempdir().unwrap();
+        let rank0 = run_with(root.path(), "rank0", &[10, 20, 30], None);
+        let rank1 = run_with(root.path(), "rank1", &[10, 20], Some(30));
+        let rank2 = run_with(root.path(), "rank2", &[20, 30], None);
+        assert_eq!(rank0.newest().unwrap(), Some(rank0.step_dir(30)));
+        assert_eq!(
+            rank0.newest_in_all(std::slice::from_ref(&rank1)).unwrap(),
+            Some(rank0.step_dir(20))
+        );
+        assert_eq!(
+            rank1
+                .newest_in_all(&[rank0.clone(), rank2.clone()])
+                .unwrap(),
+            Some(rank1.step_dir(20))
+        );
+        let empty = RunFolder::new(&root.path().join("empty"));
+        assert_eq!(rank0.newest_in_all(&[empty]).unwrap(), None);
+        assert_eq!(rank0.newest_in_all(&[]).unwrap(), Some(rank0.step_dir(30)));
+    }
 }

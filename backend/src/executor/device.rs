@@ -15,6 +15,7 @@ use super::plan_cache::PlanCache;
 use super::program_cache::{CacheLimits, ProgramCache};
 use super::{Executor, HostExecutor};
 use crate::capture::{FingerprintedSegment, Segment};
+use crate::distributed::ReplicaSpan;
 use crate::lower::{self, LowerOptions, LoweredProgram, Step};
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
@@ -302,7 +303,7 @@ impl<T: Target> DeviceExecutor<T> {
         let mut results: Vec<Vec<TensorData>> =
             boundary.outputs.iter().map(|_| Vec::new()).collect();
         for replica in 0..self.replicas() {
-            let mut host = HostExecutor::new(1);
+            let mut host = HostExecutor::new(ReplicaSpan::local(1));
             for input in &boundary.inputs {
                 host.register_data(input.id, self.download(input.id, replica)?)?;
             }
@@ -416,6 +417,6 @@ impl<T: Target> Executor for DeviceExecutor<T> {
         self.random_key = seed;
         self.random_counter = 0;
         // Operations that fall back to the host draw from the host's generator.
-        HostExecutor::new(1).seed(seed);
+        HostExecutor::new(ReplicaSpan::local(1)).seed(seed);
     }
 }

@@ -23,6 +23,7 @@ use burn_backend::TensorData;
 use burn_ir::{TensorId, TensorIr};
 
 use crate::capture::Segment;
+use crate::distributed::ReplicaSpan;
 use crate::stats::counters;
 use crate::{BackendError, ExecutorKind, TrainiumDevice};
 
@@ -53,8 +54,20 @@ pub(crate) trait Executor: Send {
 
 /// Opens the executor a device asks for, or says why it is unavailable.
 pub(crate) fn open(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
+    let span = ReplicaSpan::of(device)?;
+    if span.spans_processes() && device.executor != ExecutorKind::Host {
+        return Err(BackendError::Unsupported {
+            executor: device.executor.name(),
+            what: format!(
+                "{device} across the {} processes of a job: compiled programs run in one \
+                 process (the XLA CPU plugin's PJRT_Client_Create takes no node id, node count \
+                 or key-value store); use a `host` device, or one process per job",
+                span.total / span.local
+            ),
+        });
+    }
     Ok(match device.executor {
-        ExecutorKind::Host => Box::new(HostExecutor::new(usize::from(device.replicas))),
+        ExecutorKind::Host => Box::new(HostExecutor::new(span)),
         ExecutorKind::Xla => Box::new(DeviceExecutor::new(
             device,
             xla::XlaTarget::open(device)?,

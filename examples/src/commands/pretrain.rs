@@ -9,13 +9,115 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use burn::backend::{Autodiff, NdArray};
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn_trainium::distributed::Peers;
+use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use clap::Args;
 use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
 use hlat_train::parallel::{ActivationCheckpointing, ProcessGroup};
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{CompileTotals, DataChoice, DeviceInfo, PretrainOptions, pretrain};
+
+/// The job this process trains in: alone, or as one rank of a job torchrun or Slurm started.
+///
+/// Every rank runs the same program on the same global batch (SPMD) over one replicated `host`
+/// device whose replicas are spread over the processes (`burn_trainium::distributed`). Rank 0
+/// writes the output folder; rank R writes `OUT/ranks/rank-RR` (the same checkpoints, so that a
+/// restart after a lost process resumes from the newest step every rank completed, and keeps at
+/// least two checkpoints: ranks are at most one checkpoint apart).
+struct Job {
+    process: ProcessGroup,
+}
+
+impl Job {
+    fn new(process: ProcessGroup) -> Self {
+        Self { process }
+    }
+
+    fn is_multi_process(&self) -> bool {
+        self.process.world_size > 1
+    }
+
+    /// Run settings a rank of a multi-process job needs: no progress display beside rank 0's,
+    /// and two checkpoints kept.
+    fn adjust(&self, config: &mut TrainConfig) {
+        if !self.is_multi_process() {
+            return;
+        }
+        if self.process.rank != 0 {
+            config.progress = false;
+        }
+        if config.keep_checkpoints < 2 {
+            log::info!(
+                "keeping 2 checkpoints instead of {}: the ranks of a job may be one checkpoint \
+                 apart when one of them is lost",
+                config.keep_checkpoints
+            );
+            config.keep_checkpoints = 2;
+        }
+    }
+
+    /// The folder of rank `rank` of a job writing to `out`.
+    fn rank_folder(out: &std::path::Path, rank: usize) -> PathBuf {
+        match rank {
+            0 => out.to_path_buf(),
+            _ => out.join("ranks").join(format!("rank-{rank:02}")),
+        }
+    }
+
+    /// This process's output folder.
+    fn output_folder(&self, out: &std::path::Path) -> PathBuf {
+        Self::rank_folder(out, self.process.rank)
+    }
+
+    /// The output folders of the other ranks.
+    fn other_output_folders(&self, out: &std::path::Path) -> Vec<PathBuf> {
+        (0..self.process.world_size)
+            .filter(|&rank| rank != self.process.rank)
+            .map(|rank| Self::rank_folder(out, rank))
+            .collect()
+    }
+
+    /// Joins the other processes, when there are any; they must train on a replicated `host`
+    /// device (the compiled executors run in one process).
+    fn join(&self, device: &DeviceChoice) -> anyhow::Result<()> {
+        if !self.is_multi_process() {
+            return Ok(());
+        }
+        let process = &self.process;
+        let spans = match device {
+            DeviceChoice::Trainium(device) => {
+                device.executor == ExecutorKind::Host
+                    && usize::from(device.replicas).is_multiple_of(process.world_size)
+            }
+            DeviceChoice::NdArray => false,
+        };
+        if !spans {
+            bail!(
+                "{} started process {} of {}: a job of several processes trains on a `host` \
+                 device whose replicas (--dp × --tp) divide among the processes, e.g. --device \
+                 host:0 --dp {}; the compiled executors (`xla`, `neuron`) and ndarray run in one \
+                 process (one process drives every replica of its device: --device xla:0-3)",
+                process.launcher,
+                process.rank,
+                process.world_size,
+                process.world_size
+            );
+        }
+        burn_trainium::distributed::join(Peers {
+            rank: process.rank,
+            world_size: process.world_size,
+            master_addr: process.master_addr.clone(),
+            master_port: process.master_port,
+        })
+        .with_context(|| {
+            format!(
+                "{} process {} of {}",
+                process.launcher, process.rank, process.world_size
+            )
+        })
+    }
+}
 
 /// Arguments of `hlat pretrain`.
 #[derive(Args)]
@@ -111,18 +213,8 @@ pub struct PretrainArgs {
 
 /// Runs `hlat pretrain`.
 pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
-    // Under torchrun or srun every process would otherwise train alone and write the same run
-    // folder: refuse, saying what does work.
+    // Under torchrun or srun the processes train one job together (see `Job`).
     let process = ProcessGroup::from_env()?;
-    if process.world_size > 1 {
-        bail!(
-            "{} started process {} of {}: training across processes is not supported yet; one \
-             process drives every replica of its device (--dp/--tp with e.g. --device xla:0-3)",
-            process.launcher,
-            process.rank,
-            process.world_size
-        );
-    }
     let mut config = match &args.config {
         Some(path) => TrainConfig::load_toml(path, &TrainConfig::default())?,
         None => TrainConfig::quickstart(),
@@ -188,6 +280,8 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     if args.no_progress {
         config.progress = false;
     }
+    let job = Job::new(process);
+    job.adjust(&mut config);
     config.validate()?;
     let data = match &args.data {
         Some(spec) => DataChoice::Shards(parse_data_spec(spec)?),
@@ -198,14 +292,15 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from("runs").join(&config.preset));
     let options = PretrainOptions {
         config,
-        out,
+        out: job.output_folder(&out),
         data,
         init_from: args.init_from_hf,
+        other_ranks: job.other_output_folders(&out),
     };
-    let summary = match DeviceChoice::parse(args.device.as_deref())?
-        .with_replicas(options.config.layout().replicas())?
-        .checked()?
-    {
+    let device = DeviceChoice::parse(args.device.as_deref())?
+        .with_replicas(options.config.layout().replicas())?;
+    job.join(&device)?;
+    let summary = match device.checked()? {
         DeviceChoice::NdArray => pretrain::<Autodiff<NdArray>>(
             &options,
             &Default::default(),
@@ -258,6 +353,7 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
         Err(error) => log::warn!("no validation plot: {error:#}"),
     }
     println!("model: {}", options.out.display());
+    burn_trainium::distributed::leave();
     Ok(())
 }
 

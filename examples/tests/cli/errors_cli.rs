@@ -127,7 +127,7 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
                 ("MASTER_PORT", Some("29500")),
             ],
             arguments: &["pretrain", "--max-steps", "1"],
-            names: &["torchrun", "process 1 of 2", "not supported"],
+            names: &["torchrun", "process 1 of 2", "--dp 2"],
         },
         Case {
             environment: &[("RANK", Some("0")), ("WORLD_SIZE", Some("2"))],

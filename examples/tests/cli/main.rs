@@ -6,6 +6,7 @@ mod convert_cli;
 mod cpt_cli;
 mod data_cli;
 mod errors_cli;
+mod multi_process_cli;
 mod pretrain_cli;
 
 use std::path::PathBuf;

@@ -47,6 +47,9 @@ pub struct PretrainOptions {
     pub data: DataChoice,
     /// A Hugging Face or native checkpoint to start from instead of a fresh preset.
     pub init_from: Option<PathBuf>,
+    /// The output folders of the job's other processes (empty for a job of one): a restarted
+    /// job resumes from the newest checkpoint every process completed.
+    pub other_ranks: Vec<PathBuf>,
 }
 
 /// What a pretraining run did.
@@ -98,7 +101,12 @@ pub fn pretrain<B: TrainingBackend>(
         source,
     })?;
     let folder = RunFolder::new(&options.out);
-    let resume_from = folder.newest()?;
+    let others: Vec<RunFolder> = options
+        .other_ranks
+        .iter()
+        .map(|out| RunFolder::new(out))
+        .collect();
+    let resume_from = folder.newest_in_all(&others)?;
     let mut data = data::prepare_data(&options.data, config)?;
     if data.tokenizer.is_none()
         && let Some(dir) = &options.init_from

@@ -1,5 +1,6 @@
-//! Collectives across the in-process replicas of the `host` executor: the reference the
-//! compiled collectives are checked against.
+//! Collectives across the replicas of the `host` executor: the reference the compiled
+//! collectives are checked against. When the device spans processes, every replica's input is
+//! gathered first (see [`crate::distributed`]) and each process keeps its replicas' results.
 //!
 //! Reductions are computed in f64 and rounded once to the tensor's type (the lowering reduces
 //! 16-bit floats in f32, so both round a sum once); gathers and splits move bytes.
@@ -12,25 +13,28 @@ use burn_router::Runner;
 use super::{failure, read};
 use crate::BackendError;
 use crate::collective::{Collective, ReduceOp, ReplicaGroups};
+use crate::distributed::ReplicaSpan;
 
 /// Runs `collective` over the replicas: `inputs` (as captured, so a last use frees them) are
-/// read from every runner, `outputs` registered on every runner.
+/// read from every runner of this process, `outputs` registered on every runner.
 pub(super) fn run(
     runners: &[Runner<Flex>],
+    span: &ReplicaSpan,
     collective: &Collective,
     inputs: &[TensorIr],
     outputs: &[TensorIr],
 ) -> Result<(), BackendError> {
     if let Some(groups) = collective.groups() {
         groups
-            .check_covers(runners.len())
+            .check_covers(span.total)
             .map_err(|error| failure(format!("{collective}: {error}")))?;
     }
     for (input, output) in inputs.iter().zip(outputs) {
-        let data = runners
+        let local = runners
             .iter()
             .map(|runner| read(runner, input))
             .collect::<Result<Vec<_>, _>>()?;
+        let data = span.gather(local).map_err(failure)?;
         let results = match collective {
             Collective::Barrier => data,
             Collective::AllReduce { op, groups } => {
@@ -53,7 +57,7 @@ pub(super) fn run(
                 Ok(chunk(&members[rank], *dim, rank, members.len()))
             })?,
         };
-        for (runner, result) in runners.iter().zip(results) {
+        for (runner, result) in runners.iter().zip(span.local_share(results)) {
             runner.register_tensor_data_id(output.id, result);
         }
     }

@@ -1,6 +1,8 @@
 //! The `host` executor: replays segments on `burn-flex` through Burn's own router runner, one
-//! runner per replica. Collectives combine the replicas' data in process; random tensors are
-//! drawn once and given to every replica, as a compiled program does.
+//! runner per replica of this process. Collectives combine the replicas' data in process (and
+//! with the other processes' replicas when the device spans processes, see
+//! [`crate::distributed`]); random tensors are drawn once and given to every replica, as a
+//! compiled program does.
 
 mod checks;
 mod collective;
@@ -20,11 +22,15 @@ use burn_router::{Runner, RunnerClient};
 use super::Executor;
 use crate::capture::Segment;
 use crate::collective::Collective;
+use crate::distributed::ReplicaSpan;
 use crate::{BackendError, panic_message};
 
 /// Replays captured operations one by one on the embedded CPU backend, once per replica.
 pub(crate) struct HostExecutor {
+    /// The runners of this process's replicas.
     replicas: Vec<Runner<Flex>>,
+    /// Which replicas of the device those are.
+    span: ReplicaSpan,
     /// Why the runners can no longer be used: a panic inside a `burn-flex` kernel poisons a
     /// runner's tensor store for good, so every later call reports the first failure instead.
     broken: Option<String>,
@@ -50,12 +56,13 @@ fn is_random(operation: &OperationIr) -> bool {
 }
 
 impl HostExecutor {
-    /// A host executor of `replicas` replicas with empty tensor stores.
-    pub fn new(replicas: usize) -> Self {
+    /// A host executor of the replicas `span` gives this process, with empty tensor stores.
+    pub fn new(span: ReplicaSpan) -> Self {
         Self {
-            replicas: (0..replicas.max(1))
+            replicas: (0..span.local.max(1))
                 .map(|_| Runner::new(FlexDevice))
                 .collect(),
+            span,
             broken: None,
             uncomputed: HashMap::new(),
         }
@@ -110,8 +117,9 @@ impl HostExecutor {
                         what: format!("custom operation `{}`", custom.id),
                     })?
                     .map_err(failure)?;
+                let span = self.span.clone();
                 self.guarded(describe, |runners| {
-                    collective::run(runners, &collective, &custom.inputs, &custom.outputs)
+                    collective::run(runners, &span, &collective, &custom.inputs, &custom.outputs)
                 })
             }
             OperationIr::BaseInt(BaseOperationIr::Cast(cast)) => self
@@ -215,6 +223,7 @@ impl Executor for HostExecutor {
         id: TensorId,
         data: Vec<TensorData>,
     ) -> Result<(), BackendError> {
+        let data = self.span.local_share(data);
         self.guarded(
             || format!("registering tensor {id:?}"),
             |runners| {
@@ -243,12 +252,25 @@ impl Executor for HostExecutor {
         Ok(())
     }
 
+    /// This process's first replica (the device's first when it does not span processes).
     fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
-        self.read_replicas(tensor)
+        self.read_local(tensor)
             .map(|mut replicas| replicas.remove(0))
     }
 
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
+        let local = self.read_local(tensor)?;
+        self.span.gather(local).map_err(failure)
+    }
+
+    fn seed(&mut self, seed: u64) {
+        Flex::seed(&FlexDevice, seed);
+    }
+}
+
+impl HostExecutor {
+    /// This process's replicas of a tensor.
+    fn read_local(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
         if let Some(reason) = self.uncomputed.get(&tensor.id) {
             return Err(uncomputed(tensor.id, reason));
         }
@@ -256,9 +278,5 @@ impl Executor for HostExecutor {
             || format!("reading tensor {:?}", tensor.id),
             |runners| runners.iter().map(|runner| read(runner, tensor)).collect(),
         )
-    }
-
-    fn seed(&mut self, seed: u64) {
-        Flex::seed(&FlexDevice, seed);
     }
 }

@@ -1,0 +1,265 @@
+//! Devices that span processes: one replicated device whose replicas live in several processes
+//! (one per node, or per group of cores), as JAX's multi-process runtime arranges them.
+//!
+//! Every process of the job runs the same program (SPMD). After [`join`], a replicated `host`
+//! device of N replicas in a job of W processes holds replicas `rank × N/W .. (rank + 1) × N/W` in
+//! this process: [`crate::collective`] groups still name global replicas, data given for every
+//! replica keeps this process's share, and a collective or a read of every replica first gathers
+//! the other processes' replicas (bit for bit, through rank 0) and computes from the same inputs
+//! as one process would. A liveness connection from every rank to rank 0 turns a lost process
+//! into an error naming its rank, instead of a wait that never ends.
+//!
+//! Everything goes through rank 0's listener on the port after the job's `MASTER_PORT`
+//! (torchrun's own store listens on `MASTER_PORT` itself).
+//!
+//! burn-collective's multi-node all-reduce (Burn 0.21) was the first candidate for moving the
+//! data; it hangs within a few calls on this machine: its tensor data service (burn-communication
+//! 0.21, `TensorDataService::get_exposed_tensor_bytes`) looks for an exposed tensor, releases the
+//! lock, and only then creates the `Notify` future it waits on, so an `expose` in between is
+//! never seen. The compiled executors (`xla`, `neuron`) do not span processes yet: a replicated
+//! device of theirs in a multi-process job is an error that says so.
+
+mod exchange;
+mod monitor;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use burn_backend::TensorData;
+
+use crate::{BackendError, TrainiumDevice};
+use exchange::Exchange;
+use monitor::Monitor;
+
+/// How long [`join`] waits for every process (seconds), unless set.
+pub const JOIN_TIMEOUT_ENV: &str = "TRAINIUM_JOIN_TIMEOUT_S";
+/// How long one exchange between processes may take (seconds), unless set.
+pub const EXCHANGE_TIMEOUT_ENV: &str = "TRAINIUM_EXCHANGE_TIMEOUT_S";
+
+const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(300);
+const DEFAULT_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// This process's place in a job of several processes, as a launcher describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peers {
+    /// This process's rank.
+    pub rank: usize,
+    /// Processes in the job.
+    pub world_size: usize,
+    /// Host of rank 0.
+    pub master_addr: String,
+    /// The launcher's port on rank 0's host (`MASTER_PORT`); rank 0 listens on the next one.
+    pub master_port: u16,
+}
+
+/// Why processes could not join, or an exchange between them failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DistributedError {
+    /// The peers are not a job (a rank outside the world), or a setting is unusable.
+    #[error("invalid process group: {0}")]
+    Invalid(String),
+    /// This process already joined a job.
+    #[error("this process already joined a job (rank {rank} of {world_size})")]
+    AlreadyJoined {
+        /// Its rank there.
+        rank: usize,
+        /// That job's size.
+        world_size: usize,
+    },
+    /// Setting up the connections failed.
+    #[error("joining the job as rank {rank}: {reason}")]
+    Join {
+        /// This process's rank.
+        rank: usize,
+        /// What failed.
+        reason: String,
+    },
+    /// Another process stopped without leaving the job.
+    #[error("rank {rank} was lost: {reason}")]
+    Lost {
+        /// The lost process's rank.
+        rank: usize,
+        /// How it was noticed.
+        reason: String,
+    },
+    /// An exchange did not finish in time, though every process is still connected.
+    #[error("{what} did not finish within {seconds} s (set {EXCHANGE_TIMEOUT_ENV} to wait longer)")]
+    TimedOut {
+        /// What was waited for.
+        what: String,
+        /// The limit.
+        seconds: u64,
+    },
+    /// The processes disagree about an exchange.
+    #[error("exchange between processes: {0}")]
+    Collective(String),
+}
+
+/// The job this process joined.
+pub(crate) struct Cluster {
+    peers: Peers,
+    monitor: Monitor,
+    exchange: Mutex<Exchange>,
+}
+
+static CLUSTER: OnceLock<Arc<Cluster>> = OnceLock::new();
+
+/// Joins the job `peers` describes: connects to every other process (waiting up to
+/// `TRAINIUM_JOIN_TIMEOUT_S`, default 300 s, for all of them). Replicated `host` devices opened
+/// afterwards span the processes. Call it once, before the first tensor; a job of one process
+/// joins nothing.
+pub fn join(peers: Peers) -> Result<(), DistributedError> {
+    if peers.world_size == 0 || peers.rank >= peers.world_size {
+        return Err(DistributedError::Invalid(format!(
+            "rank {} of {} processes",
+            peers.rank, peers.world_size
+        )));
+    }
+    if peers.world_size == 1 {
+        return Ok(());
+    }
+    if let Some(cluster) = CLUSTER.get() {
+        return Err(DistributedError::AlreadyJoined {
+            rank: cluster.peers.rank,
+            world_size: cluster.peers.world_size,
+        });
+    }
+    let join_timeout = seconds_from_env(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT)?;
+    let exchange_timeout = seconds_from_env(EXCHANGE_TIMEOUT_ENV, DEFAULT_EXCHANGE_TIMEOUT)?;
+    let port = peers.master_port.checked_add(1).ok_or_else(|| {
+        DistributedError::Invalid(format!(
+            "MASTER_PORT {} leaves no port after it to listen on",
+            peers.master_port
+        ))
+    })?;
+    let listener = Peers {
+        master_port: port,
+        ..peers.clone()
+    };
+    let (monitor, links) = Monitor::connect(&listener, join_timeout)?;
+    let exchange = Exchange::new(peers.rank, links, exchange_timeout)?;
+    log::info!(
+        "joined a job of {} processes as rank {} (rank 0 at {}:{})",
+        peers.world_size,
+        peers.rank,
+        peers.master_addr,
+        peers.master_port
+    );
+    let cluster = Arc::new(Cluster {
+        peers,
+        monitor,
+        exchange: Mutex::new(exchange),
+    });
+    CLUSTER
+        .set(cluster)
+        .map_err(|cluster| DistributedError::AlreadyJoined {
+            rank: cluster.peers.rank,
+            world_size: cluster.peers.world_size,
+        })
+}
+
+/// Leaves the job in order: tells the other processes this one is done (so its exit is not
+/// reported as a loss); rank 0 first waits (bounded) for the others to leave. Nothing when this
+/// process joined no job.
+pub fn leave() {
+    if let Some(cluster) = CLUSTER.get() {
+        cluster.monitor.leave();
+    }
+}
+
+/// The job this process joined, if any.
+pub fn joined() -> Option<Peers> {
+    CLUSTER.get().map(|cluster| cluster.peers.clone())
+}
+
+/// Which replicas of a device this process holds, and how it reaches the others.
+#[derive(Clone)]
+pub(crate) struct ReplicaSpan {
+    /// The global index of this process's first replica.
+    pub first: usize,
+    /// This process's replicas.
+    pub local: usize,
+    /// The device's replicas over every process.
+    pub total: usize,
+    cluster: Option<Arc<Cluster>>,
+}
+
+impl ReplicaSpan {
+    /// Every replica in this process.
+    pub fn local(replicas: usize) -> Self {
+        Self {
+            first: 0,
+            local: replicas,
+            total: replicas,
+            cluster: None,
+        }
+    }
+
+    /// The span of `device` in this process's job: a replicated device spans the processes, a
+    /// single device (or a job of one process) stays in this process.
+    pub fn of(device: &TrainiumDevice) -> Result<Self, BackendError> {
+        let replicas = usize::from(device.replicas);
+        let Some(cluster) = CLUSTER.get() else {
+            return Ok(Self::local(replicas));
+        };
+        if replicas == 1 {
+            return Ok(Self::local(1));
+        }
+        let world = cluster.peers.world_size;
+        if !replicas.is_multiple_of(world) {
+            return Err(BackendError::Unsupported {
+                executor: device.executor.name(),
+                what: format!(
+                    "{device}: {replicas} replicas do not divide among the job's {world} processes"
+                ),
+            });
+        }
+        let local = replicas / world;
+        Ok(Self {
+            first: cluster.peers.rank * local,
+            local,
+            total: replicas,
+            cluster: Some(Arc::clone(cluster)),
+        })
+    }
+
+    /// Whether the device's replicas live in several processes.
+    pub fn spans_processes(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Every replica's data, given this process's (`local[i]` is replica `first + i`): the
+    /// others come from their processes, bit for bit. Every process must ask in the same order.
+    pub fn gather(&self, local: Vec<TensorData>) -> Result<Vec<TensorData>, DistributedError> {
+        match &self.cluster {
+            None => Ok(local),
+            Some(cluster) => cluster.exchange.lock().expect("exchange lock").gather(
+                &cluster.monitor,
+                local,
+                self.first,
+                self.total,
+            ),
+        }
+    }
+
+    /// This process's share of data given for every replica.
+    pub fn local_share(&self, mut every: Vec<TensorData>) -> Vec<TensorData> {
+        every.truncate(self.first + self.local);
+        every.split_off(self.first.min(every.len()))
+    }
+}
+
+/// A duration in seconds read from `variable`, else `default`.
+fn seconds_from_env(variable: &str, default: Duration) -> Result<Duration, DistributedError> {
+    match std::env::var(variable) {
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(seconds) if seconds > 0.0 && seconds.is_finite() => {
+                Ok(Duration::from_secs_f64(seconds))
+            }
+            _ => Err(DistributedError::Invalid(format!(
+                "{variable}={text} is not a positive number of seconds"
+            ))),
+        },
+        Err(_) => Ok(default),
+    }
+}

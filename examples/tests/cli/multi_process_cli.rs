@@ -1,0 +1,239 @@
+//! `hlat pretrain` as a job of two processes on this machine (torchrun's variables, loopback):
+//! the same losses as one process driving both replicas, a lost rank stopping the other with an
+//! error naming it, and a restart resuming from the newest step both ranks completed.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{hlat, succeed};
+
+/// Data parallel across the two processes.
+const DATA_PARALLEL: &[&str] = &["--dp", "2"];
+/// Tensor parallel (with sequence parallelism) inside each process, data parallel and ZeRO-1
+/// across them.
+const TENSOR_INSIDE_DATA_ACROSS: &[&str] =
+    &["--dp", "2", "--tp", "2", "--sequence-parallel", "--zero1"];
+
+/// Flags of the small run of `layout` the tests here train.
+fn run_flags(out: &Path, max_steps: u64, layout: &[&str]) -> Vec<String> {
+    ["pretrain", "--preset", "hlat-test", "--device", "host:0"]
+        .into_iter()
+        .chain(layout.iter().copied())
+        .chain([
+            "--max-steps",
+            &max_steps.to_string(),
+            "--seq-len",
+            "32",
+            "--batch-tokens",
+            "256",
+            "--micro-batch-rows",
+            "4",
+            "--lr",
+            "0.01",
+            "--warmup-steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--checkpoint-every",
+            "5",
+            "--no-progress",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .map(str::to_string)
+        .collect()
+}
+
+/// A base port with the three after it free (rank 0's listener, the orchestrator, one data port
+/// per rank).
+fn free_base_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if port < 65000
+            && (1..4).all(|offset| TcpListener::bind(("127.0.0.1", port + offset)).is_ok())
+        {
+            return port;
+        }
+    }
+}
+
+/// Starts rank `rank` of a job of two with `flags`.
+fn start_rank(rank: usize, port: u16, flags: &[String]) -> Child {
+    let mut command: Command = hlat();
+    command
+        .args(flags)
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", "2")
+        .env("LOCAL_RANK", rank.to_string())
+        .env("LOCAL_WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("TRAINIUM_JOIN_TIMEOUT_S", "120")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting hlat")
+}
+
+/// Waits for `child` at most `limit`; kills it past that.
+fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "hlat ran past {limit:?}:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child.wait_with_output().unwrap(), started.elapsed())
+}
+
+/// Runs a job of two processes to its end; both must succeed. Returns each rank's output.
+fn run_job(flags: &[String]) -> Vec<String> {
+    let port = free_base_port();
+    let ranks: Vec<Child> = (0..2).map(|rank| start_rank(rank, port, flags)).collect();
+    ranks
+        .into_iter()
+        .enumerate()
+        .map(|(rank, child)| {
+            let (output, _) = finish(child, Duration::from_secs(600));
+            assert!(
+                output.status.success(),
+                "rank {rank} failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).unwrap()
+        })
+        .collect()
+}
+
+/// `(step, loss)` of every record of a run folder's metrics.jsonl.
+fn losses(out: &Path) -> Vec<(u64, f64)> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .map(|record| {
+            (
+                record["step"].as_u64().unwrap(),
+                record["loss"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Steps with a complete checkpoint in a run folder.
+fn complete_steps(out: &Path) -> Vec<u64> {
+    let mut steps: Vec<u64> = std::fs::read_dir(out.join("checkpoints"))
+        .map(|entries| {
+            entries
+                .filter_map(|entry| {
+                    let entry = entry.ok()?;
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let step = name.strip_prefix("step-")?.parse().ok()?;
+                    entry.path().join("state.json").is_file().then_some(step)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    steps.sort();
+    steps
+}
+
+fn assert_close(found: &[(u64, f64)], expected: &[(u64, f64)]) {
+    assert_eq!(found.len(), expected.len(), "{found:?} vs {expected:?}");
+    for (&(step, loss), &(expected_step, expected_loss)) in found.iter().zip(expected) {
+        assert_eq!(step, expected_step);
+        assert!(
+            (loss - expected_loss).abs() <= 1e-4 * expected_loss.abs(),
+            "step {step}: loss {loss} vs {expected_loss} for one process"
+        );
+    }
+}
+
+#[test]
+fn two_processes_train_as_one_process_driving_every_replica() {
+    let folder = tempfile::tempdir().unwrap();
+    for (name, layout) in [
+        ("dp", DATA_PARALLEL),
+        ("tp-inside-dp-across", TENSOR_INSIDE_DATA_ACROSS),
+    ] {
+        let single = folder.path().join(name).join("single");
+        let flags = run_flags(&single, 10, layout);
+        succeed(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+        let job = folder.path().join(name).join("job");
+        run_job(&run_flags(&job, 10, layout));
+
+        let expected = losses(&single);
+        assert_eq!(expected.len(), 10, "{name}");
+        assert_close(&losses(&job), &expected);
+        // Rank 1 writes its own folder, with the same checkpoints.
+        let rank1 = job.join("ranks/rank-01");
+        assert_eq!(complete_steps(&job), complete_steps(&rank1), "{name}");
+        assert_close(&losses(&rank1), &expected);
+    }
+}
+
+#[test]
+fn a_lost_rank_stops_the_job_and_a_restart_resumes_where_both_ranks_were() {
+    let folder = tempfile::tempdir().unwrap();
+    let job = folder.path().join("job");
+    let rank1_folder = job.join("ranks/rank-01");
+    let flags = run_flags(&job, 40, DATA_PARALLEL);
+    let port = free_base_port();
+    let rank0 = start_rank(0, port, &flags);
+    let mut rank1 = start_rank(1, port, &flags);
+
+    // Rank 1 dies (SIGKILL, as a failed node would) once it has written step 10.
+    let started = Instant::now();
+    while !complete_steps(&rank1_folder).contains(&10) {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "rank 1 never wrote step 10"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rank1.kill().unwrap();
+    rank1.wait().unwrap();
+    let (output, waited) = finish(rank0, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "rank 0 went on alone:\n{stderr}");
+    assert!(
+        stderr.contains("rank 1 was lost"),
+        "rank 0's error does not name the lost rank:\n{stderr}"
+    );
+    assert!(
+        waited < Duration::from_secs(60),
+        "rank 0 took {waited:?} to stop"
+    );
+
+    // Restarted, both ranks resume from the newest step both completed.
+    let ours = complete_steps(&job);
+    let theirs = complete_steps(&rank1_folder);
+    let resume = *ours
+        .iter()
+        .rev()
+        .find(|step| theirs.contains(step))
+        .expect("a step both ranks completed");
+    assert!(resume >= 10, "{ours:?} {theirs:?}");
+    let outputs = run_job(&flags);
+    for output in &outputs {
+        assert!(
+            output.contains(&format!("trained steps {}..40", resume + 1)),
+            "the restart did not resume from step {resume}:\n{output}"
+        );
+    }
+    let steps: Vec<u64> = losses(&job).iter().map(|&(step, _)| step).collect();
+    assert_eq!(steps, (1..=40).collect::<Vec<_>>());
+}
