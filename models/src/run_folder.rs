@@ -101,17 +101,16 @@ impl RunFolder {
         if others.is_empty() {
             return self.newest();
         }
-        let mut common: Vec<u64> = self
-            .complete_steps()?
-            .into_iter()
-            .map(|(step, _)| step)
-            .collect();
-        for other in others {
-            let theirs: Vec<u64> = other
+        let steps = |folder: &RunFolder| -> Result<Vec<u64>, RunFolderError> {
+            Ok(folder
                 .complete_steps()?
                 .into_iter()
                 .map(|(step, _)| step)
-                .collect();
+                .collect())
+        };
+        let mut common = steps(self)?;
+        for other in others {
+            let theirs = steps(other)?;
             common.retain(|step| theirs.contains(step));
         }
         Ok(common.last().map(|&step| self.step_dir(step)))

@@ -36,15 +36,17 @@ pub(super) fn run(
             .collect::<Result<Vec<_>, _>>()?;
         let data = span.gather(local).map_err(failure)?;
         let results = match collective {
-            Collective::Barrier => data,
+            Collective::Barrier => span.local_share(data),
             Collective::AllReduce { op, groups } => {
-                per_group(groups, data, |members, _| reduce(members, *op))?
+                per_group(groups, &data, span, |members, _| reduce(members, *op))?
             }
             Collective::AllGather { dim, groups } => {
-                per_group(groups, data, |members, _| Ok(concatenate(members, *dim)))?
+                per_group(groups, &data, span, |members, _| {
+                    Ok(concatenate(members, *dim))
+                })?
             }
             Collective::ReduceScatter { dim, groups } => {
-                per_group(groups, data, |members, rank| {
+                per_group(groups, &data, span, |members, rank| {
                     Ok(chunk(
                         &reduce(members, ReduceOp::Sum)?,
                         *dim,
@@ -53,24 +55,28 @@ pub(super) fn run(
                     ))
                 })?
             }
-            Collective::Split { dim, groups } => per_group(groups, data, |members, rank| {
-                Ok(chunk(&members[rank], *dim, rank, members.len()))
-            })?,
+            Collective::Split { dim, groups } => {
+                per_group(groups, &data, span, |members, rank| {
+                    Ok(chunk(&members[rank], *dim, rank, members.len()))
+                })?
+            }
         };
-        for (runner, result) in runners.iter().zip(span.local_share(results)) {
+        for (runner, result) in runners.iter().zip(results) {
             runner.register_tensor_data_id(output.id, result);
         }
     }
     Ok(())
 }
 
-/// Each replica's result: `result(members of its group in group order, its rank in the group)`.
+/// The result of each replica of this process, from every replica's `data`:
+/// `result(members of its group in group order, its rank in the group)`.
 fn per_group(
     groups: &ReplicaGroups,
-    data: Vec<TensorData>,
+    data: &[TensorData],
+    span: &ReplicaSpan,
     result: impl Fn(&[TensorData], usize) -> Result<TensorData, BackendError>,
 ) -> Result<Vec<TensorData>, BackendError> {
-    (0..data.len())
+    (span.first..span.first + span.local)
         .map(|replica| {
             let (group, rank) = groups
                 .locate(replica)

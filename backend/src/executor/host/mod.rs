@@ -90,6 +90,17 @@ impl HostExecutor {
         }
     }
 
+    /// This process's replicas of a tensor.
+    fn read_local(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
+        if let Some(reason) = self.uncomputed.get(&tensor.id) {
+            return Err(uncomputed(tensor.id, reason));
+        }
+        self.guarded(
+            || format!("reading tensor {:?}", tensor.id),
+            |runners| runners.iter().map(|runner| read(runner, tensor)).collect(),
+        )
+    }
+
     /// Runs `operation` unless it reads a tensor an earlier failure left uncomputed: then its
     /// outputs are uncomputed too (a `Drop` of such a tensor just forgets it).
     fn run_unless_uncomputed(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
@@ -265,18 +276,5 @@ impl Executor for HostExecutor {
 
     fn seed(&mut self, seed: u64) {
         Flex::seed(&FlexDevice, seed);
-    }
-}
-
-impl HostExecutor {
-    /// This process's replicas of a tensor.
-    fn read_local(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
-        if let Some(reason) = self.uncomputed.get(&tensor.id) {
-            return Err(uncomputed(tensor.id, reason));
-        }
-        self.guarded(
-            || format!("reading tensor {:?}", tensor.id),
-            |runners| runners.iter().map(|runner| read(runner, tensor)).collect(),
-        )
     }
 }
