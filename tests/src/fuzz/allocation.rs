@@ -1,11 +1,14 @@
 //! The allocator of the test binary: the system allocator, counting the bytes each thread holds
 //! so the fuzz harness can bound what a parser allocates, and refusing allocations beyond a
 //! thread's cap (the process then aborts with the size it asked for, after this module has
-//! written which input was being parsed).
+//! written which input was being parsed). Counting only happens while some thread is between a
+//! [`limit`] and its [`unlimit`]: the other tests of the binary allocate at the system
+//! allocator's cost (counting everything made the training tests a fifth slower).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// [`System`], counting per thread.
 pub struct CountingAllocator;
@@ -14,6 +17,14 @@ pub struct CountingAllocator;
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const LABEL_CAPACITY: usize = 240;
+
+/// Threads between a [`limit`] and its [`unlimit`]; while there are none nothing is counted.
+static LIMITED_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether allocations are counted now.
+fn counting() -> bool {
+    LIMITED_THREADS.load(Ordering::Relaxed) != 0
+}
 
 thread_local! {
     /// Bytes allocated minus bytes freed by this thread (frees of memory other threads
@@ -35,8 +46,10 @@ pub fn held() -> isize {
 }
 
 /// Starts a new peak at the current holding and refuses allocations that would hold more than
-/// `extra` bytes beyond it; `label` says what is being done, for the message of a refusal.
+/// `extra` bytes beyond it; `label` says what is being done, for the message of a refusal. Every
+/// `limit` is followed by an [`unlimit`] on the same thread.
 pub fn limit(extra: usize, label: &str) {
+    LIMITED_THREADS.fetch_add(1, Ordering::SeqCst);
     let now = held();
     BASE.with(|base| base.set(now));
     PEAK.with(|peak| peak.set(now));
@@ -62,6 +75,7 @@ pub fn lift_the_cap_on_panic() {
 
 /// Lifts the cap of [`limit`] and returns the peak bytes held beyond the holding at that call.
 pub fn unlimit() -> usize {
+    LIMITED_THREADS.fetch_sub(1, Ordering::SeqCst);
     CAP.with(|cap| cap.set(isize::MAX));
     (PEAK.with(Cell::get) - BASE.with(Cell::get)).max(0) as usize
 }
@@ -86,6 +100,9 @@ fn reserve(size: usize) -> bool {
 }
 
 fn release(size: usize) {
+    if !counting() {
+        return;
+    }
     let _ = HELD.try_with(|held| held.set(held.get().saturating_sub(size as isize)));
 }
 
@@ -104,6 +121,9 @@ fn refuse(size: usize) {
 /// Runs `allocate` for `size` bytes if the thread's cap allows them, counting them while the
 /// allocation holds: a refusal or a failure is a null pointer.
 fn counted(size: usize, allocate: impl FnOnce() -> *mut u8) -> *mut u8 {
+    if !counting() {
+        return allocate();
+    }
     if !reserve(size) {
         return std::ptr::null_mut();
     }
@@ -134,7 +154,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() && !reserve(new_size - layout.size()) {
+        if new_size > layout.size() && counting() && !reserve(new_size - layout.size()) {
             return std::ptr::null_mut();
         }
         // SAFETY: forwarded as received.

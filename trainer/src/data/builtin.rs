@@ -10,6 +10,9 @@
 //! [`default_tokenizer`] trains the matching byte-level BPE tokenizer (512 tokens) on a fixed
 //! sample of the corpus, and [`builtin_dataset`] gives packed train and validation rows.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
 use rayon::prelude::*;
 
 use super::error::DataError;
@@ -190,12 +193,23 @@ pub fn builtin_document(seed: u64, index: u64) -> String {
 /// The default tokenizer for the built-in corpus: a byte-level BPE of [`DEFAULT_VOCAB_SIZE`]
 /// tokens with `<pad>`, `<s>` and `</s>`, trained on a fixed sample of the corpus. The same on
 /// every run and machine.
+///
+/// Trained once per process and cloned after that.
 pub fn default_tokenizer() -> Result<TextTokenizer, DataError> {
+    static TRAINED: Mutex<Option<TextTokenizer>> = Mutex::new(None);
+    let mut trained = TRAINED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(tokenizer) = trained.as_ref() {
+        return Ok(tokenizer.clone());
+    }
     let sample: Vec<String> = (0..TOKENIZER_DOCUMENTS)
         .into_par_iter()
         .map(|index| builtin_document(TOKENIZER_SEED, index))
         .collect();
-    TextTokenizer::train_byte_level_bpe(&sample, DEFAULT_VOCAB_SIZE)
+    let tokenizer = TextTokenizer::train_byte_level_bpe(&sample, DEFAULT_VOCAB_SIZE)?;
+    *trained = Some(tokenizer.clone());
+    Ok(tokenizer)
 }
 
 /// What [`builtin_dataset`] builds.
@@ -221,8 +235,8 @@ pub struct BuiltinDataset {
     pub validation: PackedRows<Vec<u32>>,
 }
 
-/// Generates, tokenizes (on all cores) and packs the built-in corpus. Documents go to training
-/// or validation by [`is_validation`] until both budgets are met.
+/// Generates, tokenizes (on all cores, once per process) and packs the built-in corpus.
+/// Documents go to training or validation by [`is_validation`] until both budgets are met.
 pub fn builtin_dataset(config: &BuiltinDataConfig) -> Result<BuiltinDataset, DataError> {
     let row_len = config.seq_len + 1;
     for (name, tokens) in [
@@ -237,6 +251,36 @@ pub fn builtin_dataset(config: &BuiltinDataConfig) -> Result<BuiltinDataset, Dat
         }
     }
     let tokenizer = default_tokenizer()?;
+    let streams = corpus_streams(config, &tokenizer)?;
+    Ok(BuiltinDataset {
+        train: PackedRows::new(streams.train.clone(), config.seq_len)?,
+        validation: PackedRows::new(streams.validation.clone(), config.seq_len)?,
+        tokenizer,
+    })
+}
+
+/// The training and validation token streams of a corpus, EOS after each document.
+struct CorpusStreams {
+    train: Vec<u32>,
+    validation: Vec<u32>,
+}
+
+/// The token streams of `config`'s corpus, generated and encoded once per process for each seed
+/// and pair of budgets (a few MiB each): a process that prepares several runs on the built-in
+/// data (the test suites, a run and its evaluation) asks for the same streams again.
+fn corpus_streams(
+    config: &BuiltinDataConfig,
+    tokenizer: &TextTokenizer,
+) -> Result<Arc<CorpusStreams>, DataError> {
+    type Key = (u64, usize, usize);
+    static GENERATED: Mutex<BTreeMap<Key, Arc<CorpusStreams>>> = Mutex::new(BTreeMap::new());
+    let key = (config.seed, config.train_tokens, config.validation_tokens);
+    let mut generated = GENERATED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(streams) = generated.get(&key) {
+        return Ok(streams.clone());
+    }
     let eos = tokenizer.eos_id()?;
     let total = config.train_tokens + config.validation_tokens;
     let fraction = config.validation_tokens as f64 / total as f64;
@@ -267,9 +311,7 @@ pub fn builtin_dataset(config: &BuiltinDataConfig) -> Result<BuiltinDataset, Dat
         train.len(),
         validation.len()
     );
-    Ok(BuiltinDataset {
-        train: PackedRows::new(train, config.seq_len)?,
-        validation: PackedRows::new(validation, config.seq_len)?,
-        tokenizer,
-    })
+    let streams = Arc::new(CorpusStreams { train, validation });
+    generated.insert(key, streams.clone());
+    Ok(streams)
 }
