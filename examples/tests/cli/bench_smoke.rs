@@ -189,6 +189,8 @@ fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
             "0",
             "--steps",
             "1",
+            "--peak-flops",
+            "1e11",
             "--json",
             "lengths.json",
         ]
@@ -209,6 +211,16 @@ fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
         })
         .collect();
     assert_eq!(layouts, [(2, 8), (1, 16)], "{report}");
+    // A peak passed on the command line is used as is and nothing is probed.
+    assert_eq!(report["peak"]["flops_per_second"].as_f64(), Some(1e11));
+    assert!(
+        report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|result| result["matmul_peak"].is_null()),
+        "{report}"
+    );
     let refused = hlat(&arguments("8,3"), folder.path());
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);

@@ -50,7 +50,7 @@ pub struct TrainBenchArgs {
     #[arg(long, default_value = "f32")]
     pub precision: String,
     /// Peak FLOP/s the MFU column divides by [default: measured in this run, the fastest f32
-    /// matmul of the backends measured].
+    /// matmul of the backends measured]; a given peak skips that measurement.
     #[arg(long, value_parser = crate::commands::ranges::positive)]
     pub peak_flops: Option<f64>,
     /// Also run the same model and step in PyTorch (Hugging Face `LlamaForCausalLM`, eager),
@@ -353,7 +353,10 @@ where
     B::Device: 'static,
 {
     let precision: Precision = args.precision.parse().map_err(anyhow::Error::msg)?;
-    let matmul_peak = peak::probe::<B::InnerBackend>(&device)?;
+    let matmul_peak = match args.peak_flops {
+        Some(_) => None,
+        None => Some(peak::probe::<B::InnerBackend>(&device)?),
+    };
     let probe_stats = trainium_stats(&device).unwrap_or_default();
     B::seed(&device, 7);
     let model = cast_params(config.try_init::<B>(&device)?, precision.param_dtype());
@@ -423,7 +426,7 @@ where
         ),
         peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
         final_loss,
-        matmul_peak: Some(matmul_peak),
+        matmul_peak,
         version: backend.description().to_string(),
     })
 }
