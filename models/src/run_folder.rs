@@ -98,9 +98,6 @@ impl RunFolder {
     /// job's other processes): where every process of a restarted job resumes. `None` when no
     /// step is complete in all of them.
     pub fn newest_in_all(&self, others: &[RunFolder]) -> Result<Option<PathBuf>, RunFolderError> {
-        if others.is_empty() {
-            return self.newest();
-        }
         let steps = |folder: &RunFolder| -> Result<Vec<u64>, RunFolderError> {
             Ok(folder
                 .complete_steps()?
