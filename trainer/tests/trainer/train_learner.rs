@@ -71,6 +71,7 @@ fn parameters<M: Module<Q>, Q: Backend>(model: &M) -> Vec<TensorData> {
 /// Learner, from the same initial model on `device` in `layout`: the trained parameters agree to
 /// the bit (joined when the model is split).
 fn check(device: &TrainiumDevice, layout: ParallelLayout) {
+    let _random = crate::exclusive_random();
     let config = HlatConfig::preset("hlat-test").unwrap();
     let whole = LanguageModel::new(config.init::<B>(device), None);
     let whole = whole.clone().load_record(whole.into_record());

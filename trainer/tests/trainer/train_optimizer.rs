@@ -151,6 +151,7 @@ fn adamw_matches_torch_formula() {
 
 #[test]
 fn stochastic_rounding_is_unbiased_between_neighbours() {
+    let _random = crate::exclusive_random();
     // NdArray has no bf16; the Trainium host executor (burn-flex) has.
     let device = TrainiumDevice::HOST;
     Trainium::seed(&device, 7);

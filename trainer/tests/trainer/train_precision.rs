@@ -63,6 +63,7 @@ fn losses(precision: Precision) -> (Vec<f64>, Vec<DType>) {
 
 #[test]
 fn bf16_modes_train_and_keep_their_storage_dtype() {
+    let _random = crate::exclusive_random();
     let (reference, dtypes) = losses(Precision::F32);
     assert!(dtypes.iter().all(|&dtype| dtype == DType::F32));
     for (precision, storage) in [

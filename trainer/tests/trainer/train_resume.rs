@@ -64,6 +64,7 @@ fn logged_steps(out: &Path) -> Vec<StepMetrics> {
 
 #[test]
 fn resumed_run_matches_uninterrupted_run() {
+    let _random = crate::exclusive_random();
     let uninterrupted = tempfile::tempdir().unwrap();
     let reference = run(uninterrupted.path(), 6);
     assert_eq!(reference.len(), 6);
@@ -120,6 +121,7 @@ fn resumed_run_matches_uninterrupted_run() {
 /// checkpoint's.
 #[test]
 fn a_longer_max_steps_continues_on_the_longer_schedule() {
+    let _random = crate::exclusive_random();
     let out = tempfile::tempdir().unwrap();
     let with_length = |max_steps| {
         let mut options = options(out.path(), max_steps);

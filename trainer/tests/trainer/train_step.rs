@@ -71,6 +71,7 @@ fn flat_params(model: &LanguageModel<B>) -> Vec<f32> {
 
 #[test]
 fn accumulated_micro_batches_equal_one_batch() {
+    let _random = crate::exclusive_random();
     let device = TrainiumDevice::HOST;
     let rows = rows();
     let model = tiny_model();
@@ -127,6 +128,7 @@ impl<B: Backend> ModuleMapper<B> for Poison {
 
 #[test]
 fn non_finite_steps_are_skipped_then_stop_the_run() {
+    let _random = crate::exclusive_random();
     let device = TrainiumDevice::HOST;
     let rows = rows();
     let mut trainer = trainer(tiny_model().map(&mut Poison), 3);
@@ -160,6 +162,7 @@ fn non_finite_steps_are_skipped_then_stop_the_run() {
 /// the padding rows' targets are left out.
 #[test]
 fn padding_rows_change_neither_loss_nor_gradients() {
+    let _random = crate::exclusive_random();
     let model = tiny_model();
     let device = TrainiumDevice::HOST;
     let rows = rows();
@@ -194,6 +197,7 @@ fn padding_rows_change_neither_loss_nor_gradients() {
 /// working.
 #[test]
 fn a_token_outside_the_vocabulary_is_an_error_of_the_step() {
+    let _random = crate::exclusive_random();
     let device = TrainiumDevice::new(burn_trainium::ExecutorKind::Host, 5);
     B::seed(&device, 11);
     let config = HlatConfig::preset("hlat-test").unwrap();
