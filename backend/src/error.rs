@@ -13,6 +13,16 @@ pub enum BackendError {
         /// Why it was rejected.
         reason: String,
     },
+    /// A setting read from the environment has a value the backend cannot use.
+    #[error("invalid {variable} `{value}`: {reason}")]
+    InvalidSetting {
+        /// The environment variable.
+        variable: &'static str,
+        /// The value it holds.
+        value: String,
+        /// Why it was rejected.
+        reason: String,
+    },
     /// The executor asked for cannot run on this machine.
     #[error("the `{executor}` executor is unavailable: {reason}")]
     ExecutorUnavailable {

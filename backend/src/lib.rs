@@ -36,7 +36,8 @@ pub mod lower;
 mod stats;
 
 pub use capture::{
-    DEFAULT_SEGMENT_CAP, Segment, SegmentBoundary, TrainiumChannel, check_device, set_segment_cap,
+    DEFAULT_SEGMENT_CAP, SEGMENT_CAP_ENV, Segment, SegmentBoundary, TrainiumChannel, check_device,
+    set_segment_cap,
 };
 pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
 pub use error::{BackendError, panic_message};

@@ -159,3 +159,64 @@ fn a_failing_kernel_is_an_error_naming_the_operation_and_the_device_stays_usable
         .unwrap()
         .assert_eq(&TensorData::from([2i32, -3, 4]), false);
 }
+
+/// Five SGD steps of a small two-layer network on `device`: the loss of each step and the
+/// programs the device had needed after it.
+fn train_steps(device: &TrainiumDevice) -> Vec<(f32, u64)> {
+    type Training = burn::backend::Autodiff<Trainium>;
+    let ramp = |count: usize, scale: f32| -> Vec<f32> {
+        (0..count)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) * scale)
+            .collect()
+    };
+    let tensor = |count: usize, scale: f32, shape: [usize; 2]| {
+        Tensor::<Training, 2>::from_data(TensorData::new(ramp(count, scale), shape), device)
+    };
+    let (inputs, targets) = (tensor(48, 0.1, [8, 6]), tensor(8, 0.05, [8, 1]));
+    let mut first = tensor(30, 0.07, [6, 5]).require_grad();
+    let mut second = tensor(5, 0.09, [5, 1]).require_grad();
+    let mut steps = Vec::new();
+    for _ in 0..5 {
+        let hidden = inputs.clone().matmul(first.clone()).tanh();
+        let loss = (hidden.matmul(second.clone()) - targets.clone())
+            .powi_scalar(2)
+            .mean();
+        let gradients = loss.backward();
+        let update = |weight: Tensor<Training, 2>| {
+            let gradient = weight.grad(&gradients).expect("a gradient");
+            Tensor::from_inner(weight.inner() - gradient * 0.5).require_grad()
+        };
+        (first, second) = (update(first), update(second));
+        let loss = loss.into_scalar();
+        Trainium::sync(device).unwrap();
+        steps.push((loss, crate::support::programs(device)));
+    }
+    steps
+}
+
+#[test]
+fn a_step_cut_into_several_programs_compiles_them_once() {
+    let reference = train_steps(&host(18));
+    // xla:1 is this crate's only user of that device: its cap and counters are this test's own.
+    let device = TrainiumDevice::xla(1);
+    crate::support::xla();
+    set_segment_cap(&device, 12);
+    let steps = train_steps(&device);
+    for (step, ((loss, _), (expected, _))) in steps.iter().zip(&reference).enumerate() {
+        assert!(
+            (loss - expected).abs() <= 1e-5 * expected.abs().max(1.0),
+            "step {step}: {loss} on xla with a cap of 12 operations, {expected} on host"
+        );
+    }
+    let programs: Vec<u64> = steps.iter().map(|(_, programs)| *programs).collect();
+    assert!(
+        programs[0] > 2,
+        "a cap of 12 operations must cut a step into several programs: {programs:?}"
+    );
+    assert_eq!(
+        programs[2],
+        programs[4],
+        "steady steps must reuse every program of the step: {programs:?}, {:?}",
+        stats(&device)
+    );
+}

@@ -20,6 +20,41 @@ use crate::{BackendError, TrainiumDevice};
 /// The number of captured operations after which a segment runs even if nothing is read.
 pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
 
+/// The environment variable that sets the segment cap of every device (unless
+/// [`set_segment_cap`] sets one for a device): a positive number of operations. A step longer
+/// than the cap runs as several programs, each compiled on its own: compile time grows faster
+/// than the program, so smaller programs compile sooner (README, `hlat bench unrolled`).
+pub const SEGMENT_CAP_ENV: &str = "TRAINIUM_SEGMENT_CAP";
+
+/// The segment cap `TRAINIUM_SEGMENT_CAP` sets, if it is set (and not empty); read once per
+/// process (the cap is consulted at every captured operation).
+fn segment_cap_from_env() -> Result<Option<usize>, BackendError> {
+    static CAP: OnceLock<Result<Option<usize>, BackendError>> = OnceLock::new();
+    CAP.get_or_init(read_segment_cap_env).clone()
+}
+
+fn read_segment_cap_env() -> Result<Option<usize>, BackendError> {
+    let value = match std::env::var(SEGMENT_CAP_ENV) {
+        Ok(value) if !value.trim().is_empty() => value,
+        Ok(_) | Err(std::env::VarError::NotPresent) => return Ok(None),
+        Err(std::env::VarError::NotUnicode(value)) => {
+            return Err(BackendError::InvalidSetting {
+                variable: SEGMENT_CAP_ENV,
+                value: value.to_string_lossy().into_owned(),
+                reason: "not valid UTF-8".to_string(),
+            });
+        }
+    };
+    match value.trim().parse::<usize>() {
+        Ok(cap) if cap > 0 => Ok(Some(cap)),
+        _ => Err(BackendError::InvalidSetting {
+            variable: SEGMENT_CAP_ENV,
+            value,
+            reason: "expected a positive number of operations".to_string(),
+        }),
+    }
+}
+
 /// Tensor ids are unique across every device of the process.
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -37,7 +72,13 @@ fn segment_cap(device: &TrainiumDevice) -> usize {
     let caps = segment_caps()
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    caps.get(device).copied().unwrap_or(DEFAULT_SEGMENT_CAP)
+    caps.get(device).copied().unwrap_or_else(|| {
+        // Checked when the device was opened: an invalid value never reaches here.
+        segment_cap_from_env()
+            .ok()
+            .flatten()
+            .unwrap_or(DEFAULT_SEGMENT_CAP)
+    })
 }
 
 /// Sets how many operations a segment of `device` may hold before it runs on its own.
@@ -55,6 +96,7 @@ pub fn set_segment_cap(device: &TrainiumDevice, cap: usize) {
 /// Burn creates clients lazily and cannot report an error there, so a program that wants a clear
 /// message instead of a panic on first use calls this first.
 pub fn check_device(device: &TrainiumDevice) -> Result<(), BackendError> {
+    segment_cap_from_env()?;
     executor::open(device).map(|_| ())
 }
 
@@ -82,7 +124,9 @@ impl TrainiumClient {
     /// # Panics
     /// When the executor is unavailable; [`check_device`] reports the same error as a value.
     pub(crate) fn new(device: &TrainiumDevice) -> Self {
-        let executor = executor::open(device).unwrap_or_else(|error| panic!("{error}"));
+        let executor = segment_cap_from_env()
+            .and_then(|_| executor::open(device))
+            .unwrap_or_else(|error| panic!("{error}"));
         log::debug!("opened Trainium device {device}");
         Self {
             device: *device,

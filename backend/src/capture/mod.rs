@@ -10,6 +10,8 @@ mod segment;
 
 pub use channel::TrainiumChannel;
 pub(crate) use client::next_tensor_id;
-pub use client::{DEFAULT_SEGMENT_CAP, TrainiumClient, check_device, set_segment_cap};
+pub use client::{
+    DEFAULT_SEGMENT_CAP, SEGMENT_CAP_ENV, TrainiumClient, check_device, set_segment_cap,
+};
 pub use fingerprint::{Fingerprint, FingerprintedSegment};
 pub use segment::{Segment, SegmentBoundary};

@@ -33,8 +33,12 @@ pub const COMPILE_CACHE_CAPACITY: usize = 256;
 /// How many HLO instructions the programs a device keeps may hold together. Compiled code is
 /// mapped into the process (the XLA CPU plugin maps a few regions per kernel) and the kernel
 /// count grows with the instruction count: without this bound, hundreds of large programs
-/// exhaust the process's memory mappings and LLVM aborts.
-pub const COMPILE_CACHE_INSTRUCTIONS: usize = 16_384;
+/// exhaust the process's memory mappings and LLVM aborts (seen in Burn's LU tests at no bound).
+/// It must hold every program of a step, or each step compiles them all again: an unrolled
+/// step of 9,124 operations cut at `TRAINIUM_SEGMENT_CAP=2048` is 5 programs of about 3,700
+/// instructions, and 10 programs at a cap of 1024 left the process at 2,300–3,400 mappings
+/// (default and cheap compile flags) of the kernel's 65,530.
+pub const COMPILE_CACHE_INSTRUCTIONS: usize = 65_536;
 
 const EXECUTOR: &str = "xla";
 

@@ -1,7 +1,7 @@
 //! Predictable mistakes end in one line naming the device, flag or value at fault and exit
 //! status 2, never a panic.
 
-use burn_trainium::{DEVICE_ENV, PLUGIN_ENV};
+use burn_trainium::{DEVICE_ENV, PLUGIN_ENV, SEGMENT_CAP_ENV};
 
 /// One bad invocation: environment changes, arguments, and what the message must name.
 struct Case {
@@ -46,6 +46,11 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
             environment: &[GPU],
             arguments: &["convert", "--from-hf", FIXTURE, "--to", "unused"],
             names: &[DEVICE_ENV, "gpu"],
+        },
+        Case {
+            environment: &[(SEGMENT_CAP_ENV, Some("lots"))],
+            arguments: &["pretrain", "--max-steps", "1"],
+            names: &[SEGMENT_CAP_ENV, "lots"],
         },
         Case {
             environment: &[NO_PLUGIN],

@@ -211,11 +211,14 @@ pub fn xla_device() -> anyhow::Result<TrainiumDevice> {
     Ok(device)
 }
 
+/// `device` as a Trainium device, when it is one.
+pub fn as_trainium<Device: 'static>(device: &Device) -> Option<&TrainiumDevice> {
+    (device as &dyn std::any::Any).downcast_ref::<TrainiumDevice>()
+}
+
 /// Trainium statistics when `device` is a Trainium device, for counters other backends lack.
 pub fn trainium_stats<Device: 'static>(device: &Device) -> Option<burn_trainium::Stats> {
-    (device as &dyn std::any::Any)
-        .downcast_ref::<TrainiumDevice>()
-        .map(burn_trainium::stats)
+    as_trainium(device).map(burn_trainium::stats)
 }
 
 /// `target` holding the weights of `reference`, a module of the same kind drawn on `NdArray`:

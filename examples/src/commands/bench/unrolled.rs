@@ -51,6 +51,11 @@ pub struct UnrolledBenchArgs {
     /// Timed steps.
     #[arg(long, default_value_t = 5, value_parser = at_least_one::<usize>())]
     pub steps: usize,
+    /// Operations after which a segment of the Trainium backends runs as a program of its own
+    /// (a step longer than this compiles as several smaller programs) [default:
+    /// TRAINIUM_SEGMENT_CAP, else 65536].
+    #[arg(long, value_parser = at_least_one::<usize>())]
+    pub segment_cap: Option<usize>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "bench-unrolled.json")]
     pub json: PathBuf,
@@ -97,6 +102,8 @@ pub struct UnrolledReport {
     pub batch: usize,
     /// The baseline of the ratios.
     pub baseline: String,
+    /// The segment cap of the Trainium backends (`--segment-cap`), if one was set.
+    pub segment_cap: Option<usize>,
     /// One entry per backend that ran.
     pub results: Vec<UnrolledMeasurement>,
     /// Backends that could not run, with the reason.
@@ -143,6 +150,7 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
         hidden: args.hidden,
         batch: args.batch,
         baseline: args.baseline.clone(),
+        segment_cap: args.segment_cap,
         results,
         failures,
         machine: report::machine_description(),
@@ -189,6 +197,9 @@ fn measure<B: AutodiffBackend>(
 where
     B::Device: 'static,
 {
+    if let (Some(cap), Some(trainium)) = (args.segment_cap, backends::as_trainium(&device)) {
+        burn_trainium::set_segment_cap(trainium, cap);
+    }
     // The same initial weights on every backend: drawn on NdArray, moved as data.
     let cpu = Default::default();
     <NdArray as Backend>::seed(&cpu, 7);
