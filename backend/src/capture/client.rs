@@ -278,7 +278,7 @@ impl RunnerClient for TrainiumClient {
         self.update_live_gauge(&state);
         state.segment.push(operation);
         StatsCounters::add_elapsed(&self.counters.capture_micros, start);
-        if state.segment.len() >= segment_cap(&self.device)
+        if state.segment.computing_len() >= segment_cap(&self.device)
             && let Err(error) = self.flush(&mut state)
         {
             // Reported at the next read or sync: capture itself has no way to return it.

@@ -8,6 +8,8 @@ use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 #[derive(Debug, Default, Clone)]
 pub struct Segment {
     operations: Vec<OperationIr>,
+    /// How many of the operations compute something (all but `Drop`).
+    computing: usize,
     /// The tensors the operations produce.
     produced: HashSet<TensorId>,
     /// The tensors the operations read.
@@ -32,6 +34,9 @@ impl Segment {
         self.produced
             .extend(operation.outputs().map(|output| output.id));
         self.read.extend(operation.inputs().map(|input| input.id));
+        if !matches!(operation, OperationIr::Drop(_)) {
+            self.computing += 1;
+        }
         self.operations.push(operation);
     }
 
@@ -51,6 +56,13 @@ impl Segment {
     /// How many operations are waiting.
     pub fn len(&self) -> usize {
         self.operations.len()
+    }
+
+    /// How many waiting operations compute something: every one but `Drop`. The segment cap
+    /// counts these, so where a long step is cut does not depend on when handles were dropped
+    /// (the same step is cut at the same places, and its programs are reused).
+    pub fn computing_len(&self) -> usize {
+        self.computing
     }
 
     /// Whether no operation is waiting.
