@@ -17,7 +17,8 @@ use crate::executor::{self, Executor};
 use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
 
-/// The number of captured operations after which a segment runs even if nothing is read.
+/// The number of captured operations (drops aside) after which a segment runs even if nothing is
+/// read.
 pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
 
 /// The environment variable that sets the segment cap of every device (unless
@@ -81,7 +82,8 @@ fn segment_cap(device: &TrainiumDevice) -> usize {
     })
 }
 
-/// Sets how many operations a segment of `device` may hold before it runs on its own.
+/// Sets how many operations (drops aside) a segment of `device` may hold before it runs on its
+/// own.
 ///
 /// Takes effect at the next captured operation. A cap of 0 is treated as 1 (run every operation).
 pub fn set_segment_cap(device: &TrainiumDevice, cap: usize) {
@@ -122,7 +124,8 @@ impl TrainiumClient {
     /// Opens the executor of `device`.
     ///
     /// # Panics
-    /// When the executor is unavailable; [`check_device`] reports the same error as a value.
+    /// When the executor is unavailable or `TRAINIUM_SEGMENT_CAP` is invalid; [`check_device`]
+    /// reports the same error as a value.
     pub(crate) fn new(device: &TrainiumDevice) -> Self {
         let executor = segment_cap_from_env()
             .and_then(|_| executor::open(device))
