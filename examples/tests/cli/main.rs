@@ -8,6 +8,7 @@ mod data_cli;
 mod errors_cli;
 mod multi_process_cli;
 mod pretrain_cli;
+mod segment_cap_cli;
 
 use std::path::PathBuf;
 use std::process::Command;
