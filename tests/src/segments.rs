@@ -164,17 +164,12 @@ fn a_failing_kernel_is_an_error_naming_the_operation_and_the_device_stays_usable
 /// programs the device had needed after it.
 fn train_steps(device: &TrainiumDevice) -> Vec<(f32, u64)> {
     type Training = burn::backend::Autodiff<Trainium>;
-    let ramp = |count: usize, scale: f32| -> Vec<f32> {
-        (0..count)
-            .map(|i| ((i * 7 % 11) as f32 - 5.0) * scale)
-            .collect()
+    let tensor = |shape: [usize; 2], seed: u64| {
+        crate::support::float::<Training, 2>(shape, seed, crate::support::Precision::F32, device)
     };
-    let tensor = |count: usize, scale: f32, shape: [usize; 2]| {
-        Tensor::<Training, 2>::from_data(TensorData::new(ramp(count, scale), shape), device)
-    };
-    let (inputs, targets) = (tensor(48, 0.1, [8, 6]), tensor(8, 0.05, [8, 1]));
-    let mut first = tensor(30, 0.07, [6, 5]).require_grad();
-    let mut second = tensor(5, 0.09, [5, 1]).require_grad();
+    let (inputs, targets) = (tensor([8, 6], 1), tensor([8, 1], 2));
+    let mut first = tensor([6, 5], 3).require_grad();
+    let mut second = tensor([5, 1], 4).require_grad();
     let mut steps = Vec::new();
     for _ in 0..5 {
         let hidden = inputs.clone().matmul(first.clone()).tanh();
@@ -184,7 +179,7 @@ fn train_steps(device: &TrainiumDevice) -> Vec<(f32, u64)> {
         let gradients = loss.backward();
         let update = |weight: Tensor<Training, 2>| {
             let gradient = weight.grad(&gradients).expect("a gradient");
-            Tensor::from_inner(weight.inner() - gradient * 0.5).require_grad()
+            Tensor::from_inner(weight.inner() - gradient * 0.05).require_grad()
         };
         (first, second) = (update(first), update(second));
         let loss = loss.into_scalar();

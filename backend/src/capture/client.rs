@@ -98,8 +98,13 @@ pub fn set_segment_cap(device: &TrainiumDevice, cap: usize) {
 /// Burn creates clients lazily and cannot report an error there, so a program that wants a clear
 /// message instead of a panic on first use calls this first.
 pub fn check_device(device: &TrainiumDevice) -> Result<(), BackendError> {
+    open_executor(device).map(|_| ())
+}
+
+/// Opens the executor of `device` once the settings its client reads are known to be valid.
+fn open_executor(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
     segment_cap_from_env()?;
-    executor::open(device).map(|_| ())
+    executor::open(device)
 }
 
 /// The mutable state behind one device's client.
@@ -127,9 +132,7 @@ impl TrainiumClient {
     /// When the executor is unavailable or `TRAINIUM_SEGMENT_CAP` is invalid; [`check_device`]
     /// reports the same error as a value.
     pub(crate) fn new(device: &TrainiumDevice) -> Self {
-        let executor = segment_cap_from_env()
-            .and_then(|_| executor::open(device))
-            .unwrap_or_else(|error| panic!("{error}"));
+        let executor = open_executor(device).unwrap_or_else(|error| panic!("{error}"));
         log::debug!("opened Trainium device {device}");
         Self {
             device: *device,
