@@ -37,7 +37,8 @@ state and loss in JAX), so asynchronous execution cannot hide work. The median i
 
 Output keys: backend, median_step_seconds, tokens_per_second (B * S / median), compiles (jax: 1,
 the one compile of the step; pytorch: 0), compile_seconds, peak_rss_bytes (ru_maxrss),
-final_loss (the loss of the last step, computed before its update), version.
+resident_at_start_bytes (VmRSS once the model, optimizer state and batch exist, before the first
+step: the memory a step's peak is measured beyond), final_loss (the loss of the last step, computed before its update), version.
 
 Generation (`hlat bench generate --with-transformers`): with `--task generate --framework pytorch
 --new-tokens N`, the same model (f32, eval mode) runs `generate` greedily from the prompt of
@@ -188,6 +189,18 @@ def batch_rows(vocab_size, batch, seq_len):
     return rows
 
 
+def resident_bytes():
+    """The resident memory of this process now, bytes (Linux `VmRSS`; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def time_steps(step, warmup, steps):
     """Runs warmup + steps calls of step() (each returns the materialised loss).
 
@@ -245,6 +258,7 @@ def run_pytorch(config, args):
     batch = torch.tensor(batch_rows(config["vocab_size"], args.batch, args.seq_len))
     inputs, targets = batch[:, :-1], batch[:, 1:].reshape(-1)
     bf16 = args.precision == "bf16-mixed"
+    resident_at_start = resident_bytes()
 
     def step():
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -261,6 +275,7 @@ def run_pytorch(config, args):
         "median_step_seconds": median,
         "compiles": 0,
         "compile_seconds": 0.0,
+        "resident_at_start_bytes": resident_at_start,
         "final_loss": final_loss,
         "version": f"torch {torch.__version__} / transformers {transformers.__version__}",
     }
@@ -437,6 +452,8 @@ def run_jax(config, args):
     }
     batch = jnp.asarray(batch_rows(vocab, args.batch, args.seq_len), dtype=jnp.int32)
     inputs, targets = batch[:, :-1], batch[:, 1:]
+    jax.block_until_ready((params, opt_state, inputs, targets))
+    resident_at_start = resident_bytes()
 
     start = time.perf_counter()
     compiled = jax.jit(train_step, donate_argnums=(0, 1)).lower(
@@ -456,6 +473,7 @@ def run_jax(config, args):
         "median_step_seconds": median,
         "compiles": 1,
         "compile_seconds": compile_seconds,
+        "resident_at_start_bytes": resident_at_start,
         "final_loss": final_loss,
         "version": f"jax {jax.__version__}",
     }
@@ -498,6 +516,7 @@ def main():
         "compiles": measured["compiles"],
         "compile_seconds": measured["compile_seconds"],
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "resident_at_start_bytes": measured["resident_at_start_bytes"],
         "final_loss": measured["final_loss"],
         "version": measured["version"],
     }

@@ -126,8 +126,18 @@ pub fn run_worker<T: DeserializeOwned>(arguments: &[String], what: &str) -> anyh
 
 /// The peak resident memory of this process so far, in bytes (Linux `VmHWM`).
 pub fn peak_resident_bytes() -> Option<u64> {
+    process_status_bytes("VmHWM:")
+}
+
+/// The resident memory of this process now, in bytes (Linux `VmRSS`).
+pub fn resident_bytes() -> Option<u64> {
+    process_status_bytes("VmRSS:")
+}
+
+/// A size field of `/proc/self/status` (given in kB there), in bytes.
+fn process_status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|line| line.starts_with(field))?;
     let kilobytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kilobytes * 1024)
 }

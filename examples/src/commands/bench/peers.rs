@@ -46,6 +46,9 @@ pub struct PeerResult {
     pub compile_seconds: f64,
     /// Peak resident memory, bytes.
     pub peak_rss_bytes: u64,
+    /// Resident memory before the first step (model, optimizer state, batch), bytes.
+    #[serde(default)]
+    pub resident_at_start_bytes: u64,
     /// The loss of the last step.
     pub final_loss: f64,
     /// Framework versions.

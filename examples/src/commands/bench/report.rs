@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::generate::GenerateReport;
-use super::train::TrainReport;
+use super::train::{TrainMeasurement, TrainReport};
 use super::unrolled::UnrolledReport;
 use crate::commands::plot::{Canvas, load_font, write_atomically};
 
@@ -20,7 +20,8 @@ pub fn command_line() -> String {
 /// How this binary was built: the cargo profile family and the Burn release.
 pub fn build_description() -> String {
     let profile = if cfg!(debug_assertions) {
-        "dev profile (dependencies at opt-level 2, the project's crates at 1)"
+        "dev profile (burn-trainium and the backends' numeric kernels at opt-level 2, the rest \
+         at 0)"
     } else {
         "release profile"
     };
@@ -65,8 +66,8 @@ pub fn train_table(report: &TrainReport) -> String {
             .map(|result| result.tokens_per_second)
     };
     let mut table = String::from(
-        "| backend | batch × seq | median step | tokens/s | vs baseline | MFU | compiles (warmup + timed) | compile s | host fallbacks | ops/step | capture µs/op | prepare µs/segment (warmup / timed) | peak RSS | final loss |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| backend | batch × seq | median step | tokens/s | vs baseline | MFU | compiles (warmup + timed) | compile s | host fallbacks | ops/step | capture µs/op | prepare µs/segment (warmup / timed) | peak RSS | beyond start | final loss |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for result in &report.results {
         let ratio = baseline_of(result.seq_len)
@@ -77,7 +78,7 @@ pub fn train_table(report: &TrainReport) -> String {
             .map_or_else(|| "n/a".to_string(), |mfu| format!("{:.1}%", mfu * 100.0));
         let _ = writeln!(
             table,
-            "| {} | {} × {} | {:.1} ms | {:.0} | {} | {} | {} + {} | {:.1} | {} | {} | {:.2} | {:.1} / {:.1} | {:.0} MiB | {:.4} |",
+            "| {} | {} × {} | {:.1} ms | {:.0} | {} | {} | {} + {} | {:.1} | {} | {} | {:.2} | {:.1} / {:.1} | {:.0} MiB | {} | {:.4} |",
             result.backend,
             result.batch,
             result.seq_len,
@@ -94,11 +95,70 @@ pub fn train_table(report: &TrainReport) -> String {
             result.warmup_prepare_micros_per_segment,
             result.prepare_micros_per_segment,
             mebibytes(result.peak_rss_bytes),
+            beyond_start(result).map_or_else(
+                || "n/a".to_string(),
+                |bytes| format!("{:.0} MiB", mebibytes(bytes))
+            ),
             result.final_loss
         );
     }
-    failure_rows(&mut table, &report.failures, 14);
+    failure_rows(&mut table, &report.failures, 15);
+    table.push_str(&memory_growth(report));
     table
+}
+
+/// The peak resident memory a backend's steps added beyond what it held before the first step
+/// (`None` where the start was not measured).
+fn beyond_start(result: &TrainMeasurement) -> Option<u64> {
+    (result.resident_at_start_bytes > 0).then(|| {
+        result
+            .peak_rss_bytes
+            .saturating_sub(result.resident_at_start_bytes)
+    })
+}
+
+/// With several sequence lengths, one line per backend: the peak memory beyond the start at the
+/// shortest and the longest length, and their ratio (the long-context memory goal's figure).
+fn memory_growth(report: &TrainReport) -> String {
+    let (Some(&shortest), Some(&longest)) =
+        (report.seq_lens.iter().min(), report.seq_lens.iter().max())
+    else {
+        return String::new();
+    };
+    if shortest == longest {
+        return String::new();
+    }
+    let beyond_at = |backend: &str, seq_len: usize| {
+        report
+            .results
+            .iter()
+            .find(|result| result.backend == backend && result.seq_len == seq_len)
+            .and_then(beyond_start)
+    };
+    let mut lines = format!(
+        "\nPeak memory beyond the start (peak RSS − RSS before the first step), {shortest} vs \
+         {longest} tokens per sequence, same tokens per step:\n\n"
+    );
+    let mut backends: Vec<&str> = Vec::new();
+    for result in &report.results {
+        if !backends.contains(&result.backend.as_str()) {
+            backends.push(&result.backend);
+        }
+    }
+    for backend in backends {
+        if let (Some(short), Some(long)) =
+            (beyond_at(backend, shortest), beyond_at(backend, longest))
+        {
+            let _ = writeln!(
+                lines,
+                "- {backend}: {:.0} MiB → {:.0} MiB ({:.2}×)",
+                mebibytes(short),
+                mebibytes(long),
+                long as f64 / short.max(1) as f64
+            );
+        }
+    }
+    lines
 }
 
 /// Appends a row per backend that did not run to a table of `columns` columns: its name, the

@@ -17,8 +17,8 @@ use hlat_train::trainer::Trainer;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, Comparison, emit_result, median, peak_resident_bytes, trainium_stats,
-    worker_backend,
+    self, BackendName, Comparison, emit_result, median, peak_resident_bytes, resident_bytes,
+    trainium_stats, worker_backend,
 };
 use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerStep};
@@ -146,6 +146,12 @@ pub struct TrainMeasurement {
     pub warmup_prepare_micros_per_segment: f64,
     /// Peak resident memory of the process, bytes.
     pub peak_rss_bytes: u64,
+    /// Resident memory of the process before the first step, once the weights are on the device
+    /// (the process, its libraries and the weights; JAX also holds its optimizer state by then),
+    /// bytes; 0 where not measured. The peak beyond it is what the steps add: activations,
+    /// gradients, optimizer state, scratch and, on compiling backends, the compiler's own.
+    #[serde(default)]
+    pub resident_at_start_bytes: u64,
     /// The loss after the last step (a sanity check that every backend trains the same model).
     pub final_loss: f64,
     /// The backend's best f32 matmul rate on this machine (Rust backends).
@@ -301,6 +307,7 @@ fn measure_peers(
                 prepare_micros_per_segment: 0.0,
                 warmup_prepare_micros_per_segment: 0.0,
                 peak_rss_bytes: peer.peak_rss_bytes,
+                resident_at_start_bytes: peer.resident_at_start_bytes,
                 final_loss: peer.final_loss,
                 matmul_peak: None,
                 version: peer.version,
@@ -378,6 +385,8 @@ where
         recipe.max_consecutive_skips,
     );
     let rows = batch_rows(config.vocab_size, args.batch(), args.seq_len());
+    B::sync(&device)?;
+    let resident_at_start_bytes = resident_bytes().unwrap_or(0);
 
     let mut step_seconds = Vec::new();
     let mut final_loss = f64::NAN;
@@ -425,6 +434,7 @@ where
             start.segments_run - probe_stats.segments_run,
         ),
         peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
+        resident_at_start_bytes,
         final_loss,
         matmul_peak,
         version: backend.description().to_string(),
