@@ -1,5 +1,6 @@
 //! The `hlat` command line: pretrain, data, convert, generate, eval, merge, info, compile, bench.
 
+mod allocator;
 mod commands;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,7 @@ const ERROR_STATUS: i32 = 2;
 const DEFAULT_ROOT_COMM_ID: &str = "localhost:61234";
 
 fn main() {
+    let allocator = allocator::keep_freed_memory();
     if std::env::var_os(burn_trainium::neuron::ROOT_COMM_ID_ENV).is_none() {
         // SAFETY: the first thing `main` does, before any other thread exists.
         unsafe {
@@ -53,6 +55,7 @@ fn main() {
         };
     }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    log::debug!("allocator: {allocator}");
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Pretrain(args) => commands::pretrain::run(args),
