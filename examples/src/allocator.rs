@@ -10,8 +10,10 @@
 //!
 //! So `hlat` asks glibc, before any thread exists, for one arena, no `mmap` for allocations and
 //! no trimming: freed memory stays in the process and the next step reuses it. The process's
-//! resident memory then stays at its peak instead of falling after it. A user's own
-//! `MALLOC_*` or `GLIBC_TUNABLES` setting wins: then nothing is changed.
+//! resident memory then stays at its peak instead of falling after it. One arena serialises
+//! allocations between threads: measured on 2 cores only; on a machine with many cores whose
+//! threads allocate a lot (the `host` executor), `MALLOC_ARENA_MAX=N` may serve better. A user's
+//! own `MALLOC_*` or `GLIBC_TUNABLES` setting wins: then nothing is changed.
 
 /// The environment variables through which a user tunes glibc's allocator themselves.
 const USER_SETTINGS: [&str; 4] = [
