@@ -5,8 +5,9 @@
 //! `mmap` and unmaps them on `free`, and worker threads allocate from arenas that always do so
 //! for large sizes: every step then faults every page of those buffers in again, and the kernel
 //! zeroes each one. Measured on bench-tiny (4 × 256 tokens, `hlat bench train`, side by side):
-//! 1.5 million page faults in 8 steps on `xla` and 1.6 million in 4 on `host`, 0.3 million with
-//! the settings below, and steps 15–30% faster for 60–200 MiB more peak memory.
+//! 1.5 million page faults in a run of 8 steps on `xla` and 1.6 million in a run of 4 on `host`,
+//! 0.3 million with the settings below, and steps 15–30% faster, peak memory within the runs'
+//! own spread.
 //!
 //! So `hlat` asks glibc, before any thread exists, for one arena, no `mmap` for allocations and
 //! no trimming: freed memory stays in the process and the next step reuses it. The process's
