@@ -44,6 +44,14 @@ enum BenchCommand {
 
 /// Runs `hlat bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if cfg!(debug_assertions) {
+        // Burn's generic kernels of `ndarray` and `flex` are instantiated in this crate, which
+        // the dev profile leaves unoptimised: those rows would run several times slower.
+        log::warn!(
+            "this `hlat` is a dev build: the ndarray and flex rows run unoptimised kernels; \
+             measure with `cargo run --release -p hlat-cli -- bench ...`"
+        );
+    }
     match args.command {
         BenchCommand::Train(args) => train::run(args),
         BenchCommand::Ops(args) => ops::run(args),
