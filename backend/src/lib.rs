@@ -43,8 +43,8 @@ pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
 pub use error::{BackendError, panic_message};
 pub use executor::neuron;
 pub use executor::{
-    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES,
-    PLUGIN_ENV, XLA_CACHE_ENV,
+    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
+    DEFAULT_CPU_DEVICES, PLUGIN_ENV, XLA_CACHE_ENV,
 };
 pub use stats::{Stats, reset_stats, stats};
 

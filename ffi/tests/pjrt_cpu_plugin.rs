@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use trainium_ffi::pjrt::{
-    Client, CompileOptions, CreateOption, ElementType, PjrtError, Plugin, ProgramFormat,
+    Client, CompileOptions, CompilerOptionValue, CreateOption, ElementType, PjrtError, Plugin,
+    ProgramFormat,
 };
 
 fn plugin_path() -> PathBuf {
@@ -141,5 +142,35 @@ fn missing_and_non_library_files_are_load_errors() {
     assert!(
         not_a_library.to_string().contains("Cargo.toml"),
         "{not_a_library}"
+    );
+}
+
+#[test]
+fn compiler_options_reach_the_compiler_and_unknown_ones_are_refused_by_name() {
+    let plugin = plugin();
+    let client = Client::new(&plugin, &[]).unwrap();
+    let device = &client.devices()[0];
+    let mut options = CompileOptions::on_device(device.id);
+    options.compiler_options = vec![
+        (
+            "xla_cpu_use_fusion_emitters".into(),
+            CompilerOptionValue::Bool(false),
+        ),
+        (
+            "xla_backend_optimization_level".into(),
+            CompilerOptionValue::Int(0),
+        ),
+    ];
+    client
+        .compile(ADD.as_bytes(), ProgramFormat::Mlir, &options)
+        .expect("known compiler options compile");
+    options.compiler_options = vec![("xla_no_such_option".into(), CompilerOptionValue::Bool(true))];
+    let Err(error) = client.compile(ADD.as_bytes(), ProgramFormat::Mlir, &options) else {
+        panic!("an unknown compiler option must be refused");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("xla_no_such_option"),
+        "the error names the option: {message}"
     );
 }

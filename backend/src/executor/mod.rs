@@ -14,8 +14,8 @@ pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};
 pub(crate) use host::HostExecutor;
 pub(crate) use program_cache::CacheLimits;
 pub use xla::{
-    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, CPU_DEVICES_ENV, DEFAULT_CPU_DEVICES,
-    PLUGIN_ENV,
+    COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
+    DEFAULT_CPU_DEVICES, PLUGIN_ENV,
 };
 pub use xla_cache::XLA_CACHE_ENV;
 

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use burn_backend::{DType, Shape, TensorData};
 use trainium_ffi::pjrt::{
-    Buffer, Client, CompileOptions, CreateOption, Device, ElementType, LoadedExecutable, Plugin,
-    ProgramFormat,
+    Buffer, Client, CompileOptions, CompilerOptionValue, CreateOption, Device, ElementType,
+    LoadedExecutable, Plugin, ProgramFormat,
 };
 
 use super::xla_cache::XlaDiskCache;
@@ -23,6 +23,13 @@ pub const PLUGIN_ENV: &str = "TRAINIUM_PJRT_PLUGIN";
 
 /// The environment variable setting how many devices the XLA CPU plugin creates.
 pub const CPU_DEVICES_ENV: &str = "TRAINIUM_PJRT_CPU_DEVICES";
+
+/// The environment variable holding XLA compiler options for every program of the `xla`
+/// executor, `NAME=VALUE` pairs separated by commas (fields of XLA's `DebugOptions`, as JAX's
+/// `compiler_options`), e.g. `xla_cpu_use_fusion_emitters=false,xla_backend_optimization_level=0`.
+/// Unlike `XLA_FLAGS` they apply to this executor's compiles alone, and the persistent compile
+/// cache keys programs by them.
+pub const COMPILER_OPTIONS_ENV: &str = "TRAINIUM_XLA_COMPILER_OPTIONS";
 
 /// How many devices the XLA CPU plugin creates unless `TRAINIUM_PJRT_CPU_DEVICES` says.
 pub const DEFAULT_CPU_DEVICES: i64 = 4;
@@ -61,7 +68,36 @@ fn unavailable(reason: String) -> BackendError {
 struct Runtime {
     client: Client,
     disk_cache: Option<XlaDiskCache>,
+    /// `TRAINIUM_XLA_COMPILER_OPTIONS`, for every compile.
+    compiler_options: Vec<(String, CompilerOptionValue)>,
 }
+
+/// The compiler options of `TRAINIUM_XLA_COMPILER_OPTIONS`'s value `text` (empty: none).
+fn compiler_options(text: &str) -> Result<Vec<(String, CompilerOptionValue)>, BackendError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| match entry.split_once('=') {
+            Some((name, value)) if !name.trim().is_empty() && !value.trim().is_empty() => Ok((
+                name.trim().to_string(),
+                CompilerOptionValue::from_text(value.trim()),
+            )),
+            _ => Err(BackendError::InvalidSetting {
+                variable: COMPILER_OPTIONS_ENV,
+                value: text.to_string(),
+                reason: format!("`{entry}` is not NAME=VALUE"),
+            }),
+        })
+        .collect()
+}
+
+/// A program the plugin compiles in milliseconds, to try the compiler options on.
+const PROBE_PROGRAM: &str = r#"
+func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.add %a, %a : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+"#;
 
 /// The plugin path and CPU device count from the values of `TRAINIUM_PJRT_PLUGIN` and
 /// `TRAINIUM_PJRT_CPU_DEVICES`.
@@ -123,8 +159,27 @@ fn runtime() -> Result<Arc<Runtime>, BackendError> {
             .unwrap_or_else(|error| error.to_string()),
         client.devices().len()
     );
+    let options_text = std::env::var(COMPILER_OPTIONS_ENV).unwrap_or_default();
+    let compiler_options = compiler_options(&options_text)?;
+    if !compiler_options.is_empty() {
+        // An unknown name would otherwise surface at the first segment, mid-job.
+        let mut probe = CompileOptions::on_device(client.devices()[0].id);
+        probe.compiler_options = compiler_options.clone();
+        if let Err(error) = client.compile(PROBE_PROGRAM.as_bytes(), ProgramFormat::Mlir, &probe) {
+            return Err(BackendError::InvalidSetting {
+                variable: COMPILER_OPTIONS_ENV,
+                value: options_text,
+                reason: format!("the plugin refuses them: {error}"),
+            });
+        }
+        log::info!("XLA compiler options: {options_text}");
+    }
     let disk_cache = XlaDiskCache::from_env(&path);
-    let runtime = Arc::new(Runtime { client, disk_cache });
+    let runtime = Arc::new(Runtime {
+        client,
+        disk_cache,
+        compiler_options,
+    });
     runtimes.insert(path, runtime.clone());
     Ok(runtime)
 }
@@ -231,7 +286,8 @@ impl Target for XlaTarget {
     ) -> Result<(LoadedExecutable, CompileOutcome), BackendError> {
         let start = Instant::now();
         let device_ids: Vec<i64> = self.devices.iter().map(|device| device.id).collect();
-        let options = CompileOptions::replicated(&device_ids);
+        let mut options = CompileOptions::replicated(&device_ids);
+        options.compiler_options = self.runtime.compiler_options.clone();
         let cached = self.runtime.disk_cache.as_ref().map(|cache| {
             let entry = cache.entry(&program.bytes, &options.encode());
             (cache, entry)
@@ -297,6 +353,25 @@ impl Target for XlaTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compiler_options_are_name_value_pairs() {
+        assert_eq!(compiler_options("").unwrap(), vec![]);
+        assert_eq!(
+            compiler_options(" a=true, b=2 ,").unwrap(),
+            vec![
+                ("a".to_string(), CompilerOptionValue::Bool(true)),
+                ("b".to_string(), CompilerOptionValue::Int(2)),
+            ]
+        );
+        for bad in ["a", "a=", "=1", "a=1,b"] {
+            let message = compiler_options(bad).unwrap_err().to_string();
+            assert!(
+                message.contains(COMPILER_OPTIONS_ENV) && message.contains("NAME=VALUE"),
+                "{bad}: {message}"
+            );
+        }
+    }
 
     #[test]
     fn missing_or_bad_settings_say_what_to_do() {

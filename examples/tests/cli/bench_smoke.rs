@@ -2,7 +2,9 @@
 //! is physically possible: no matmul beats the machine's measured peak (a benchmark that skipped
 //! the work would).
 
-use burn_trainium::{PLUGIN_ENV, XLA_CACHE_ENV};
+use burn_trainium::XLA_CACHE_ENV;
+
+use super::require_plugin;
 
 /// Runs `hlat` in `folder`, without the persistent compile cache: the checks below count the
 /// compiles of each phase.
@@ -13,17 +15,6 @@ fn hlat(arguments: &[&str], folder: &std::path::Path) -> std::process::Output {
         .env(XLA_CACHE_ENV, "off")
         .output()
         .expect("running hlat")
-}
-
-/// The `xla` backend needs the XLA CPU plugin: the tests fail, never skip, without it.
-fn require_plugin() {
-    let path = std::path::PathBuf::from(std::env::var_os(PLUGIN_ENV).unwrap_or_default());
-    assert!(
-        path.is_file(),
-        "the XLA CPU PJRT plugin is missing (`{PLUGIN_ENV}` = `{}`): run the tests with \
-         `scripts/test`",
-        path.display()
-    );
 }
 
 fn succeeded(output: &std::process::Output) {

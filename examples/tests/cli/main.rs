@@ -3,6 +3,7 @@
 mod allocator_cli;
 mod bench_smoke;
 mod compile_cache_cli;
+mod compiler_options_cli;
 mod convert_cli;
 mod cpt_cli;
 mod data_cli;
@@ -24,6 +25,18 @@ fn fixture(name: &str) -> PathBuf {
 /// The `hlat` program under test.
 fn hlat() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hlat"))
+}
+
+/// The `xla` backend needs the XLA CPU plugin: the tests fail, never skip, without it.
+fn require_plugin() {
+    let variable = burn_trainium::PLUGIN_ENV;
+    let path = PathBuf::from(std::env::var_os(variable).unwrap_or_default());
+    assert!(
+        path.is_file(),
+        "the XLA CPU PJRT plugin is missing (`{variable}` = `{}`): run the tests with \
+         `scripts/test`",
+        path.display()
+    );
 }
 
 /// Runs `hlat` with `arguments` and returns what it did.

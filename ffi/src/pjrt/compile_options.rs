@@ -2,7 +2,7 @@
 ///
 /// A plugin aborts the process when the build options lack the replica or partition count, so
 /// both are always written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CompileOptions {
     /// `executable_build_options.num_replicas`.
     pub num_replicas: i64,
@@ -11,6 +11,53 @@ pub struct CompileOptions {
     /// The PJRT device ids (`PJRT_DeviceDescription_Id`) replica 0, 1, ... runs on; empty lets
     /// the plugin choose.
     pub device_ids: Vec<i64>,
+    /// XLA compiler options set for this compile only (`env_option_overrides`, JAX's
+    /// `compiler_options`): each names a field of XLA's `DebugOptions`, the others keep the
+    /// plugin's defaults (and `XLA_FLAGS`). A plugin refuses a name it does not know.
+    pub compiler_options: Vec<(String, CompilerOptionValue)>,
+}
+
+/// The value of one XLA compiler option (`OptionOverrideProto`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CompilerOptionValue {
+    /// A boolean option.
+    Bool(bool),
+    /// An integer option.
+    Int(i64),
+    /// A floating-point option.
+    Float(f64),
+    /// A string (or enumeration) option.
+    Text(String),
+}
+
+impl CompilerOptionValue {
+    /// The value `text` spells: `true`/`false`, an integer, a number, else the text itself.
+    pub fn from_text(text: &str) -> Self {
+        match text {
+            "true" => Self::Bool(true),
+            "false" => Self::Bool(false),
+            _ => text
+                .parse::<i64>()
+                .map(Self::Int)
+                .or_else(|_| text.parse::<f64>().map(Self::Float))
+                .unwrap_or_else(|_| Self::Text(text.to_string())),
+        }
+    }
+
+    /// The serialized `OptionOverrideProto`.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Self::Text(text) => put_bytes_field(&mut out, 1, text.as_bytes()),
+            Self::Bool(value) => put_varint_field(&mut out, 2, u64::from(*value)),
+            Self::Int(value) => put_varint_field(&mut out, 3, *value as u64),
+            Self::Float(value) => {
+                put_varint(&mut out, (4 << 3) | 1);
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+        }
+        out
+    }
 }
 
 impl Default for CompileOptions {
@@ -19,6 +66,7 @@ impl Default for CompileOptions {
             num_replicas: 1,
             num_partitions: 1,
             device_ids: Vec::new(),
+            compiler_options: Vec::new(),
         }
     }
 }
@@ -35,6 +83,7 @@ impl CompileOptions {
             num_replicas: device_ids.len() as i64,
             num_partitions: 1,
             device_ids: device_ids.to_vec(),
+            compiler_options: Vec::new(),
         }
     }
 
@@ -58,6 +107,12 @@ impl CompileOptions {
         }
         let mut options = Vec::new();
         put_bytes_field(&mut options, 3, &build); // executable_build_options
+        for (name, value) in &self.compiler_options {
+            let mut entry = Vec::new();
+            put_bytes_field(&mut entry, 1, name.as_bytes());
+            put_bytes_field(&mut entry, 2, &value.encode());
+            put_bytes_field(&mut options, 7, &entry); // env_option_overrides
+        }
         options
     }
 }
@@ -103,6 +158,40 @@ mod tests {
                 0x08, 0x02, 0x08, 0x03
             ]
         );
+    }
+
+    #[test]
+    fn compiler_options_are_map_entries_of_field_seven() {
+        let options = CompileOptions {
+            compiler_options: vec![
+                ("a".into(), CompilerOptionValue::Bool(true)),
+                ("b".into(), CompilerOptionValue::Int(-1)),
+                ("c".into(), CompilerOptionValue::Float(0.5)),
+                ("d".into(), CompilerOptionValue::Text("x".into())),
+            ],
+            ..CompileOptions::default()
+        };
+        let bytes = options.encode();
+        let mut expected = vec![0x1a, 0x04, 0x20, 0x01, 0x28, 0x01];
+        expected.extend([0x3a, 0x07, 0x0a, 0x01, b'a', 0x12, 0x02, 0x10, 0x01]);
+        expected.extend([0x3a, 0x10, 0x0a, 0x01, b'b', 0x12, 0x0b, 0x18]);
+        expected.extend([0xff; 9]);
+        expected.push(0x01);
+        expected.extend([0x3a, 0x0e, 0x0a, 0x01, b'c', 0x12, 0x09, 0x21]);
+        expected.extend(0.5f64.to_le_bytes());
+        expected.extend([0x3a, 0x08, 0x0a, 0x01, b'd', 0x12, 0x03, 0x0a, 0x01, b'x']);
+        assert_eq!(bytes, expected);
+    }
+
+    #[test]
+    fn compiler_option_values_are_read_from_text() {
+        use CompilerOptionValue::*;
+        assert_eq!(CompilerOptionValue::from_text("true"), Bool(true));
+        assert_eq!(CompilerOptionValue::from_text("false"), Bool(false));
+        assert_eq!(CompilerOptionValue::from_text("0"), Int(0));
+        assert_eq!(CompilerOptionValue::from_text("-3"), Int(-3));
+        assert_eq!(CompilerOptionValue::from_text("0.25"), Float(0.25));
+        assert_eq!(CompilerOptionValue::from_text("dot"), Text("dot".into()));
     }
 
     #[test]

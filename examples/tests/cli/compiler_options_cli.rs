@@ -1,0 +1,97 @@
+//! `TRAINIUM_XLA_COMPILER_OPTIONS`: XLA compiler options for the `xla` executor's programs,
+//! keyed into the persistent compile cache, and refused by name when the plugin does not know one.
+
+use std::path::Path;
+
+use burn_trainium::{COMPILER_OPTIONS_ENV, DEVICE_ENV, XLA_CACHE_ENV};
+
+use super::{fixture, hlat, require_plugin};
+
+/// Runs greedy generation on `xla:0` with `options` (or none), compiling into `cache`.
+fn generate(options: Option<&str>, cache: &Path) -> std::process::Output {
+    require_plugin();
+    let model = fixture("hf-tiny-llama");
+    let mut command = hlat();
+    command
+        .env(DEVICE_ENV, "xla:0")
+        .env(XLA_CACHE_ENV, cache)
+        .env_remove(COMPILER_OPTIONS_ENV);
+    if let Some(options) = options {
+        command.env(COMPILER_OPTIONS_ENV, options);
+    }
+    command
+        .args(["generate", "--model", model.to_str().unwrap()])
+        .args(["--prompt-ids", "1,2,3", "--format", "ids"])
+        .args(["--max-new-tokens", "3"])
+        .output()
+        .expect("running hlat")
+}
+
+/// The programs in the persistent compile cache.
+fn cached_programs(cache: &Path) -> usize {
+    walk(cache)
+}
+
+fn walk(folder: &Path) -> usize {
+    std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| {
+                    let path = entry.path();
+                    if path.is_dir() { walk(&path) } else { 1 }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn compiler_options_compile_programs_of_their_own_with_the_same_results() {
+    let cache = tempfile::tempdir().unwrap();
+    let plain = generate(None, cache.path());
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let programs = cached_programs(cache.path());
+    assert!(
+        programs > 0,
+        "generation compiled no program into the cache"
+    );
+    let options = "xla_cpu_use_fusion_emitters=false,xla_backend_optimization_level=0";
+    let tuned = generate(Some(options), cache.path());
+    assert!(
+        tuned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tuned.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&tuned.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "compiler options must not change the greedy ids"
+    );
+    assert_eq!(
+        cached_programs(cache.path()),
+        2 * programs,
+        "with compiler options every program is compiled anew, under a key of its own"
+    );
+}
+
+#[test]
+fn unknown_or_malformed_compiler_options_are_refused_by_name() {
+    let cache = tempfile::tempdir().unwrap();
+    for (options, named) in [
+        ("xla_no_such_option=true", "xla_no_such_option"),
+        ("xla_cpu_use_fusion_emitters", "xla_cpu_use_fusion_emitters"),
+    ] {
+        let output = generate(Some(options), cache.path());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{options}: {stderr}");
+        assert!(
+            stderr.contains(COMPILER_OPTIONS_ENV) && stderr.contains(named),
+            "{options}: the message must name the variable and `{named}`:\n{stderr}"
+        );
+    }
+}
