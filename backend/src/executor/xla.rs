@@ -163,7 +163,13 @@ fn runtime() -> Result<Arc<Runtime>, BackendError> {
     let compiler_options = compiler_options(&options_text)?;
     if !compiler_options.is_empty() {
         // An unknown name would otherwise surface at the first segment, mid-job.
-        let mut probe = CompileOptions::on_device(client.devices()[0].id);
+        let device = client.devices().first().ok_or_else(|| {
+            unavailable(format!(
+                "the PJRT client at {} has no devices",
+                path.display()
+            ))
+        })?;
+        let mut probe = CompileOptions::on_device(device.id);
         probe.compiler_options = compiler_options.clone();
         if let Err(error) = client.compile(PROBE_PROGRAM.as_bytes(), ProgramFormat::Mlir, &probe) {
             return Err(BackendError::InvalidSetting {
