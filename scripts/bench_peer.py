@@ -37,8 +37,8 @@ state and loss in JAX), so asynchronous execution cannot hide work. The median i
 
 Output keys: backend, median_step_seconds, tokens_per_second (B * S / median), compiles (jax: 1,
 the one compile of the step; pytorch: 0), compile_seconds, peak_rss_bytes (ru_maxrss),
-resident_at_start_bytes (VmRSS once the model, optimizer state and batch exist, before the first
-step: the memory a step's peak is measured beyond), final_loss (the loss of the last step, computed before its update), version.
+resident_at_start_bytes (VmRSS before the first step, once the model and the batch exist, and
+in JAX the optimizer state; PyTorch's AdamW makes its state in the first step), final_loss (the loss of the last step, computed before its update), version.
 
 Generation (`hlat bench generate --with-transformers`): with `--task generate --framework pytorch
 --new-tokens N`, the same model (f32, eval mode) runs `generate` greedily from the prompt of

@@ -4,25 +4,21 @@
 //! XLA CPU runtime's scratch buffer of hundreds of MiB). glibc serves such allocations with
 //! `mmap` and unmaps them on `free`, and worker threads allocate from arenas that always do so
 //! for large sizes: every step then faults every page of those buffers in again, and the kernel
-//! zeroes each one. Measured on bench-tiny (4 × 256 tokens, `hlat bench train`, side by side):
-//! 1.5 million page faults in a run of 8 steps on `xla` and 1.6 million in a run of 4 on `host`,
-//! 0.3 million with the settings below, and steps 15–30% faster, peak memory within the runs'
-//! own spread.
+//! zeroes each one. The README gives the measurements (bench-tiny, side by side: several times
+//! fewer page faults, steps 1.3–1.4× faster).
 //!
 //! So `hlat` asks glibc, before any thread exists, for one arena, no `mmap` for allocations and
 //! no trimming: freed memory stays in the process and the next step reuses it. The process's
 //! resident memory then stays at its peak instead of falling after it. One arena serialises
 //! allocations between threads: measured on 2 cores only; on a machine with many cores whose
 //! threads allocate a lot (the `host` executor), `MALLOC_ARENA_MAX=N` may serve better. A user's
-//! own `MALLOC_*` or `GLIBC_TUNABLES` setting wins: then nothing is changed.
+//! own setting of glibc's allocator (`GLIBC_TUNABLES`, or any `MALLOC_*` variable) wins: then
+//! nothing is changed.
 
-/// The environment variables through which a user tunes glibc's allocator themselves.
-const USER_SETTINGS: [&str; 4] = [
-    "GLIBC_TUNABLES",
-    "MALLOC_ARENA_MAX",
-    "MALLOC_MMAP_MAX_",
-    "MALLOC_TRIM_THRESHOLD_",
-];
+/// The environment variable of glibc's tunables.
+const TUNABLES: &str = "GLIBC_TUNABLES";
+/// The prefix of glibc's allocator variables (`MALLOC_ARENA_MAX`, `MALLOC_MMAP_MAX_`, ...).
+const MALLOC_PREFIX: &str = "MALLOC_";
 
 /// What [`keep_freed_memory`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,8 +26,11 @@ pub enum AllocatorPolicy {
     /// glibc was set to keep freed memory for reuse.
     KeepFreed,
     /// The user's own setting (the variable named) was left in force.
-    UserSetting(&'static str),
+    UserSetting(String),
+    /// glibc refused the parameters named; the others were set.
+    Refused(Vec<&'static str>),
     /// This C library has no such settings.
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     Unavailable,
 }
 
@@ -44,6 +43,10 @@ impl std::fmt::Display for AllocatorPolicy {
             AllocatorPolicy::UserSetting(variable) => {
                 write!(formatter, "left as {variable} sets it")
             }
+            AllocatorPolicy::Refused(parameters) => {
+                write!(formatter, "glibc refused {}", parameters.join(", "))
+            }
+            #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
             AllocatorPolicy::Unavailable => {
                 formatter.write_str("unchanged (this C library has no such settings)")
             }
@@ -54,10 +57,12 @@ impl std::fmt::Display for AllocatorPolicy {
 /// Makes freed memory stay in the process for reuse (see the module documentation). Call it
 /// first thing in `main`, before any thread exists: arenas are chosen per thread.
 pub fn keep_freed_memory() -> AllocatorPolicy {
-    if let Some(variable) = USER_SETTINGS
-        .into_iter()
-        .find(|variable| std::env::var_os(variable).is_some())
-    {
+    let mut variables: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| name == TUNABLES || name.starts_with(MALLOC_PREFIX))
+        .collect();
+    variables.sort();
+    if let Some(variable) = variables.into_iter().next() {
         return AllocatorPolicy::UserSetting(variable);
     }
     set_glibc_policy()
@@ -65,19 +70,22 @@ pub fn keep_freed_memory() -> AllocatorPolicy {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set_glibc_policy() -> AllocatorPolicy {
-    // SAFETY: mallopt only changes glibc's allocator parameters; it is called before any other
-    // thread exists, so no allocation runs concurrently.
-    let accepted = unsafe {
-        [
-            libc::mallopt(libc::M_ARENA_MAX, 1),
-            libc::mallopt(libc::M_MMAP_MAX, 0),
-            libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX),
-        ]
-    };
-    if accepted.iter().all(|&status| status == 1) {
+    let parameters = [
+        ("M_ARENA_MAX", libc::M_ARENA_MAX, 1),
+        ("M_MMAP_MAX", libc::M_MMAP_MAX, 0),
+        ("M_TRIM_THRESHOLD", libc::M_TRIM_THRESHOLD, i32::MAX),
+    ];
+    let refused: Vec<&'static str> = parameters
+        .into_iter()
+        // SAFETY: mallopt only changes glibc's allocator parameters; it is called before any
+        // other thread exists, so no allocation runs concurrently.
+        .filter(|&(_, parameter, value)| unsafe { libc::mallopt(parameter, value) } != 1)
+        .map(|(name, _, _)| name)
+        .collect();
+    if refused.is_empty() {
         AllocatorPolicy::KeepFreed
     } else {
-        AllocatorPolicy::Unavailable
+        AllocatorPolicy::Refused(refused)
     }
 }
 

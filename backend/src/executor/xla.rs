@@ -73,22 +73,30 @@ struct Runtime {
 }
 
 /// The compiler options of `TRAINIUM_XLA_COMPILER_OPTIONS`'s value `text` (empty: none).
-fn compiler_options(text: &str) -> Result<Vec<(String, CompilerOptionValue)>, BackendError> {
-    text.split(',')
+fn parse_compiler_options(text: &str) -> Result<Vec<(String, CompilerOptionValue)>, BackendError> {
+    let invalid = |reason: String| BackendError::InvalidSetting {
+        variable: COMPILER_OPTIONS_ENV,
+        value: text.to_string(),
+        reason,
+    };
+    let mut options: Vec<(String, CompilerOptionValue)> = Vec::new();
+    for entry in text
+        .split(',')
         .map(str::trim)
         .filter(|entry| !entry.is_empty())
-        .map(|entry| match entry.split_once('=') {
-            Some((name, value)) if !name.trim().is_empty() && !value.trim().is_empty() => Ok((
-                name.trim().to_string(),
-                CompilerOptionValue::from_text(value.trim()),
-            )),
-            _ => Err(BackendError::InvalidSetting {
-                variable: COMPILER_OPTIONS_ENV,
-                value: text.to_string(),
-                reason: format!("`{entry}` is not NAME=VALUE"),
-            }),
-        })
-        .collect()
+    {
+        let (name, value) = match entry.split_once('=') {
+            Some((name, value)) if !name.trim().is_empty() && !value.trim().is_empty() => {
+                (name.trim(), value.trim())
+            }
+            _ => return Err(invalid(format!("`{entry}` is not NAME=VALUE"))),
+        };
+        if options.iter().any(|(known, _)| known == name) {
+            return Err(invalid(format!("`{name}` is given twice")));
+        }
+        options.push((name.to_string(), CompilerOptionValue::from_text(value)));
+    }
+    Ok(options)
 }
 
 /// A program the plugin compiles in milliseconds, to try the compiler options on.
@@ -160,7 +168,7 @@ fn runtime() -> Result<Arc<Runtime>, BackendError> {
         client.devices().len()
     );
     let options_text = std::env::var(COMPILER_OPTIONS_ENV).unwrap_or_default();
-    let compiler_options = compiler_options(&options_text)?;
+    let compiler_options = parse_compiler_options(&options_text)?;
     if !compiler_options.is_empty() {
         // An unknown name would otherwise surface at the first segment, mid-job.
         let device = client.devices().first().ok_or_else(|| {
@@ -362,21 +370,23 @@ mod tests {
 
     #[test]
     fn compiler_options_are_name_value_pairs() {
-        assert_eq!(compiler_options("").unwrap(), vec![]);
+        assert_eq!(parse_compiler_options("").unwrap(), vec![]);
         assert_eq!(
-            compiler_options(" a=true, b=2 ,").unwrap(),
+            parse_compiler_options(" a=true, b=2 ,").unwrap(),
             vec![
                 ("a".to_string(), CompilerOptionValue::Bool(true)),
                 ("b".to_string(), CompilerOptionValue::Int(2)),
             ]
         );
         for bad in ["a", "a=", "=1", "a=1,b"] {
-            let message = compiler_options(bad).unwrap_err().to_string();
+            let message = parse_compiler_options(bad).unwrap_err().to_string();
             assert!(
                 message.contains(COMPILER_OPTIONS_ENV) && message.contains("NAME=VALUE"),
                 "{bad}: {message}"
             );
         }
+        let twice = parse_compiler_options("a=1,a=2").unwrap_err().to_string();
+        assert!(twice.contains("`a` is given twice"), "{twice}");
     }
 
     #[test]

@@ -2,16 +2,15 @@
 
 use super::hlat;
 
-/// What `hlat info` logs about the allocator, with `variable` set to `value` (or nothing set).
+/// What `hlat info` logs about the allocator, with `setting` (a variable and its value) in its
+/// environment and no other setting of glibc's allocator.
 fn allocator_line(setting: Option<(&str, &str)>) -> String {
     let mut command = hlat();
-    for variable in [
-        "GLIBC_TUNABLES",
-        "MALLOC_ARENA_MAX",
-        "MALLOC_MMAP_MAX_",
-        "MALLOC_TRIM_THRESHOLD_",
-    ] {
-        command.env_remove(variable);
+    for (variable, _) in std::env::vars_os() {
+        let name = variable.to_string_lossy();
+        if name == "GLIBC_TUNABLES" || name.starts_with("MALLOC_") {
+            command.env_remove(&variable);
+        }
     }
     if let Some((variable, value)) = setting {
         command.env(variable, value);
@@ -33,7 +32,6 @@ fn allocator_line(setting: Option<(&str, &str)>) -> String {
 }
 
 #[test]
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn freed_memory_is_kept_for_reuse_unless_the_user_tunes_the_allocator() {
     assert_eq!(
         allocator_line(None),
@@ -46,5 +44,9 @@ fn freed_memory_is_kept_for_reuse_unless_the_user_tunes_the_allocator() {
     assert_eq!(
         allocator_line(Some(("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0"))),
         "left as GLIBC_TUNABLES sets it"
+    );
+    assert_eq!(
+        allocator_line(Some(("MALLOC_TOP_PAD_", "0"))),
+        "left as MALLOC_TOP_PAD_ sets it"
     );
 }

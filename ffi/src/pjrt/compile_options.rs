@@ -31,16 +31,20 @@ pub enum CompilerOptionValue {
 }
 
 impl CompilerOptionValue {
-    /// The value `text` spells: `true`/`false`, an integer, a number, else the text itself.
+    /// The value `text` spells: `true`/`false`, an integer (`2`), a number with a point or an
+    /// exponent (`0.5`, `1e3`: XLA refuses an integer for a floating-point option), else the
+    /// text itself (`inf` and `nan` stay text).
     pub fn from_text(text: &str) -> Self {
+        let looks_like_float =
+            text.contains(|c: char| c.is_ascii_digit()) && text.contains(['.', 'e', 'E']);
         match text {
             "true" => Self::Bool(true),
             "false" => Self::Bool(false),
-            _ => text
-                .parse::<i64>()
-                .map(Self::Int)
-                .or_else(|_| text.parse::<f64>().map(Self::Float))
-                .unwrap_or_else(|_| Self::Text(text.to_string())),
+            _ => match (text.parse::<i64>(), text.parse::<f64>()) {
+                (Ok(integer), _) => Self::Int(integer),
+                (_, Ok(float)) if looks_like_float => Self::Float(float),
+                _ => Self::Text(text.to_string()),
+            },
         }
     }
 
@@ -191,7 +195,10 @@ mod tests {
         assert_eq!(CompilerOptionValue::from_text("0"), Int(0));
         assert_eq!(CompilerOptionValue::from_text("-3"), Int(-3));
         assert_eq!(CompilerOptionValue::from_text("0.25"), Float(0.25));
+        assert_eq!(CompilerOptionValue::from_text("1e3"), Float(1000.0));
         assert_eq!(CompilerOptionValue::from_text("dot"), Text("dot".into()));
+        assert_eq!(CompilerOptionValue::from_text("inf"), Text("inf".into()));
+        assert_eq!(CompilerOptionValue::from_text("nan"), Text("nan".into()));
     }
 
     #[test]

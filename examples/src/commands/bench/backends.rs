@@ -129,6 +129,12 @@ pub fn peak_resident_bytes() -> Option<u64> {
     process_status_bytes("VmHWM:")
 }
 
+/// Starts the process's peak resident memory (`VmHWM`) again from its present size, so that a
+/// later [`peak_resident_bytes`] covers only what follows (Linux `clear_refs`).
+pub fn reset_peak_resident() -> std::io::Result<()> {
+    std::fs::write("/proc/self/clear_refs", "5")
+}
+
 /// The resident memory of this process now, in bytes (Linux `VmRSS`).
 pub fn resident_bytes() -> Option<u64> {
     process_status_bytes("VmRSS:")

@@ -46,7 +46,8 @@ pub struct PeerResult {
     pub compile_seconds: f64,
     /// Peak resident memory, bytes.
     pub peak_rss_bytes: u64,
-    /// Resident memory before the first step (model, optimizer state, batch), bytes.
+    /// Resident memory before the first step (the model and the batch; JAX's optimizer state
+    /// too), bytes.
     #[serde(default)]
     pub resident_at_start_bytes: u64,
     /// The loss of the last step.

@@ -20,8 +20,8 @@ pub fn command_line() -> String {
 /// How this binary was built: the cargo profile family and the Burn release.
 pub fn build_description() -> String {
     let profile = if cfg!(debug_assertions) {
-        "dev profile (burn-trainium and the backends' numeric kernels at opt-level 2, the rest \
-         at 0)"
+        "dev profile (burn-trainium and the kernels it calls at opt-level 2, the rest at 0: the \
+         ndarray and flex rows run generic kernels instantiated unoptimised)"
     } else {
         "release profile"
     };
@@ -108,13 +108,15 @@ pub fn train_table(report: &TrainReport) -> String {
 }
 
 /// The peak resident memory a backend's steps added beyond what it held before the first step
-/// (`None` where the start was not measured).
+/// (`None` where the start was not measured). The peak is the one from the start on where known
+/// (the Rust backends), else the process's (the peers, which do nothing heavier before it).
 fn beyond_start(result: &TrainMeasurement) -> Option<u64> {
-    (result.resident_at_start_bytes > 0).then(|| {
-        result
-            .peak_rss_bytes
-            .saturating_sub(result.resident_at_start_bytes)
-    })
+    let peak = match result.peak_since_start_bytes {
+        0 => result.peak_rss_bytes,
+        since_start => since_start,
+    };
+    (result.resident_at_start_bytes > 0)
+        .then(|| peak.saturating_sub(result.resident_at_start_bytes))
 }
 
 /// With several sequence lengths, one line per backend: the peak memory beyond the start at the

@@ -17,8 +17,8 @@ use hlat_train::trainer::Trainer;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, Comparison, emit_result, median, peak_resident_bytes, resident_bytes,
-    trainium_stats, worker_backend,
+    self, BackendName, Comparison, emit_result, median, peak_resident_bytes, reset_peak_resident,
+    resident_bytes, trainium_stats, worker_backend,
 };
 use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerStep};
@@ -152,6 +152,11 @@ pub struct TrainMeasurement {
     /// gradients, optimizer state, scratch and, on compiling backends, the compiler's own.
     #[serde(default)]
     pub resident_at_start_bytes: u64,
+    /// Peak resident memory from the start on, bytes (the Rust backends reset the process's
+    /// peak there, so the matmul probe and model initialisation before it do not count; 0 where
+    /// only the whole process's peak is known).
+    #[serde(default)]
+    pub peak_since_start_bytes: u64,
     /// The loss after the last step (a sanity check that every backend trains the same model).
     pub final_loss: f64,
     /// The backend's best f32 matmul rate on this machine (Rust backends).
@@ -308,6 +313,7 @@ fn measure_peers(
                 warmup_prepare_micros_per_segment: 0.0,
                 peak_rss_bytes: peer.peak_rss_bytes,
                 resident_at_start_bytes: peer.resident_at_start_bytes,
+                peak_since_start_bytes: 0,
                 final_loss: peer.final_loss,
                 matmul_peak: None,
                 version: peer.version,
@@ -387,6 +393,10 @@ where
     let rows = batch_rows(config.vocab_size, args.batch(), args.seq_len());
     B::sync(&device)?;
     let resident_at_start_bytes = resident_bytes().unwrap_or(0);
+    let peak_before_start = peak_resident_bytes().unwrap_or(0);
+    if let Err(error) = reset_peak_resident() {
+        log::warn!("the peak since the start is the whole process's: {error}");
+    }
 
     let mut step_seconds = Vec::new();
     let mut final_loss = f64::NAN;
@@ -404,6 +414,7 @@ where
             step_seconds.push(start.elapsed().as_secs_f64());
         }
     }
+    let peak_since_start = peak_resident_bytes().unwrap_or(0);
     let median_step_seconds = median(&step_seconds);
     let tokens_per_second = (args.batch() * args.seq_len()) as f64 / median_step_seconds;
     let end = trainium_stats(&device).unwrap_or_default();
@@ -433,8 +444,9 @@ where
             start.prepare_seconds - probe_stats.prepare_seconds,
             start.segments_run - probe_stats.segments_run,
         ),
-        peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
+        peak_rss_bytes: peak_before_start.max(peak_since_start),
         resident_at_start_bytes,
+        peak_since_start_bytes: peak_since_start,
         final_loss,
         matmul_peak,
         version: backend.description().to_string(),
