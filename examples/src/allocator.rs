@@ -57,12 +57,12 @@ impl std::fmt::Display for AllocatorPolicy {
 /// Makes freed memory stay in the process for reuse (see the module documentation). Call it
 /// first thing in `main`, before any thread exists: arenas are chosen per thread.
 pub fn keep_freed_memory() -> AllocatorPolicy {
-    let mut variables: Vec<String> = std::env::vars_os()
+    // The first in name order, so the message does not depend on the environment's order.
+    if let Some(variable) = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
         .filter(|name| name == TUNABLES || name.starts_with(MALLOC_PREFIX))
-        .collect();
-    variables.sort();
-    if let Some(variable) = variables.into_iter().next() {
+        .min()
+    {
         return AllocatorPolicy::UserSetting(variable);
     }
     set_glibc_policy()
