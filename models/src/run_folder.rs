@@ -6,6 +6,7 @@
 //!                  step-00000100/model/   the model in the native layout
 //!                  step-00000100/state.json   written last: marks the checkpoint complete
 //! OUT/checkpoints/newest              names the newest complete checkpoint folder
+//! OUT/ranks/rank-01/checkpoints/...   process 1's share of each checkpoint, in a job of several
 //! ```
 //!
 //! A checkpoint is written into a hidden temporary folder, renamed into place, and only then
@@ -24,6 +25,8 @@ pub const NEWEST_FILE: &str = "newest";
 pub const MODEL_DIR: &str = "model";
 /// The file written last into a checkpoint folder: its presence marks the checkpoint complete.
 pub const COMPLETION_MARKER: &str = "state.json";
+/// Folder under a job's output folder holding the output folders of its processes but rank 0.
+pub const RANKS_DIR: &str = "ranks";
 const STEP_PREFIX: &str = "step-";
 const TEMPORARY_PREFIX: &str = ".tmp-";
 
@@ -51,9 +54,36 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RunFolderError {
     move |source| RunFolderError::Io { path, source }
 }
 
+/// The output folder of process `rank` of a job writing to `out`: `out` itself for rank 0,
+/// `out/ranks/rank-RR` for the others. Each process writes its own metrics there and its share of
+/// every checkpoint, with a completion marker of its own.
+pub fn rank_output(out: &Path, rank: usize) -> PathBuf {
+    match rank {
+        0 => out.to_path_buf(),
+        _ => out.join(RANKS_DIR).join(format!("rank-{rank:02}")),
+    }
+}
+
+/// The folder of process `rank`'s share of the checkpoint `step_dir` of a job's folder
+/// (`OUT/checkpoints/step-N` → `OUT/ranks/rank-RR/checkpoints/step-N`; `step_dir` itself for
+/// rank 0). `None` when `step_dir` is not a checkpoint of a run folder.
+pub fn rank_share(step_dir: &Path, rank: usize) -> Option<PathBuf> {
+    if rank == 0 {
+        return Some(step_dir.to_path_buf());
+    }
+    let name = step_dir.file_name()?;
+    let checkpoints = step_dir.parent()?;
+    if checkpoints.file_name()? != CHECKPOINTS_DIR {
+        return None;
+    }
+    let out = checkpoints.parent()?;
+    Some(rank_output(out, rank).join(CHECKPOINTS_DIR).join(name))
+}
+
 /// The checkpoints of one training run.
 #[derive(Debug, Clone)]
 pub struct RunFolder {
+    out: PathBuf,
     checkpoints: PathBuf,
 }
 
@@ -61,8 +91,14 @@ impl RunFolder {
     /// The run whose output folder is `out`.
     pub fn new(out: &Path) -> Self {
         Self {
+            out: out.to_path_buf(),
             checkpoints: out.join(CHECKPOINTS_DIR),
         }
+    }
+
+    /// The checkpoints process `rank` of a job writes, when this is the job's folder (rank 0's).
+    pub fn rank(&self, rank: usize) -> RunFolder {
+        RunFolder::new(&rank_output(&self.out, rank))
     }
 
     /// Whether `out` looks like a run folder (it has a `checkpoints/newest` pointer).
@@ -94,23 +130,26 @@ impl RunFolder {
         Ok(self.complete_steps()?.last().map(|(_, dir)| dir.clone()))
     }
 
-    /// The newest checkpoint complete here and in every one of `others` (the run folders of a
-    /// job's other processes): where every process of a restarted job resumes. `None` when no
-    /// step is complete in all of them.
-    pub fn newest_in_all(&self, others: &[RunFolder]) -> Result<Option<PathBuf>, RunFolderError> {
-        let steps = |folder: &RunFolder| -> Result<Vec<u64>, RunFolderError> {
-            Ok(folder
-                .complete_steps()?
-                .into_iter()
-                .map(|(step, _)| step)
-                .collect())
-        };
-        let mut common = steps(self)?;
-        for other in others {
-            let theirs = steps(other)?;
-            common.retain(|step| theirs.contains(step));
+    /// The newest checkpoint of a job (this is its folder, rank 0's) that every process which
+    /// wrote it completed: `writers(dir)` says how many processes wrote the checkpoint in `dir`,
+    /// and process `R`'s share of a step is that step in [`RunFolder::rank`]`(R)`, complete only
+    /// with its own marker. A job restarted after losing a process resumes there, never from a
+    /// step some process left half-written. `None` when no step is complete everywhere.
+    pub fn newest_complete_in_every_rank<E: From<RunFolderError>>(
+        &self,
+        writers: impl Fn(&Path) -> Result<usize, E>,
+    ) -> Result<Option<PathBuf>, E> {
+        for (step, dir) in self.complete_steps()?.into_iter().rev() {
+            let processes = writers(&dir)?;
+            if (1..processes).all(|rank| is_complete(&self.rank(rank).step_dir(step))) {
+                return Ok(Some(dir));
+            }
+            log::info!(
+                "{}: not every one of its {processes} processes completed it",
+                dir.display()
+            );
         }
-        Ok(common.last().map(|&step| self.step_dir(step)))
+        Ok(None)
     }
 
     /// Publishes a checkpoint for `step`: `fill` writes its files into a temporary folder (the
@@ -229,24 +268,46 @@ mod tests {
     }
 
     #[test]
-    fn a_job_resumes_from_the_newest_step_every_rank_completed() {
+    fn a_job_resumes_from_the_newest_step_every_rank_that_wrote_it_completed() {
         let root = tempfile::tempdir().unwrap();
-        let rank0 = run_with(root.path(), "rank0", &[10, 20, 30], None);
-        let rank1 = run_with(root.path(), "rank1", &[10, 20], Some(30));
-        let rank2 = run_with(root.path(), "rank2", &[20, 30], None);
-        assert_eq!(rank0.newest().unwrap(), Some(rank0.step_dir(30)));
+        let job = root.path().join("job");
+        let rank0 = run_with(&job, "", &[10, 20, 30, 40], None);
+        run_with(&job, "ranks/rank-01", &[10, 20, 30], Some(40));
+        run_with(&job, "ranks/rank-02", &[20, 30], None);
+        assert_eq!(rank0.rank(1).out, job.join("ranks/rank-01"));
         assert_eq!(
-            rank0.newest_in_all(std::slice::from_ref(&rank1)).unwrap(),
+            rank_share(&rank0.step_dir(30), 2),
+            Some(rank0.rank(2).step_dir(30))
+        );
+        assert_eq!(rank_share(Path::new("step-00000030"), 1), None);
+        assert_eq!(rank0.newest().unwrap(), Some(rank0.step_dir(40)));
+        let newest = |writers: fn(u64) -> usize| {
+            rank0
+                .newest_complete_in_every_rank(|dir| {
+                    let step = dir.file_name().unwrap().to_str().unwrap()[STEP_PREFIX.len()..]
+                        .parse()
+                        .unwrap();
+                    Ok::<_, RunFolderError>(writers(step))
+                })
+                .unwrap()
+        };
+        // Written by 3 processes: step 40 misses rank 1's marker, step 10 rank 2's share.
+        assert_eq!(newest(|_| 3), Some(rank0.step_dir(30)));
+        // By 2 processes: rank 2's folder does not matter.
+        assert_eq!(newest(|_| 2), Some(rank0.step_dir(30)));
+        // By one process (a job that grew): the newest step of rank 0.
+        assert_eq!(newest(|_| 1), Some(rank0.step_dir(40)));
+        // Steps 30 and 40 by 4 processes, of which rank 3 wrote nothing: step 20, by 3.
+        assert_eq!(
+            newest(|step| if step >= 30 { 4 } else { 3 }),
             Some(rank0.step_dir(20))
         );
-        assert_eq!(
-            rank1
-                .newest_in_all(&[rank0.clone(), rank2.clone()])
-                .unwrap(),
-            Some(rank1.step_dir(20))
-        );
         let empty = RunFolder::new(&root.path().join("empty"));
-        assert_eq!(rank0.newest_in_all(&[empty]).unwrap(), None);
-        assert_eq!(rank0.newest_in_all(&[]).unwrap(), Some(rank0.step_dir(30)));
+        assert_eq!(
+            empty
+                .newest_complete_in_every_rank(|_| Ok::<_, RunFolderError>(1))
+                .unwrap(),
+            None
+        );
     }
 }

@@ -9,7 +9,7 @@
 //! DIR/tokenizer.json            optional
 //! ```
 //!
-//! A training run writes each rank's shard straight from that rank's replica ([`save_ranks`]);
+//! A training run writes each rank's shard straight from that rank's replica ([`read_ranks`]);
 //! `hlat convert` splits a whole model on the host ([`save_split`]); loading joins the shards on
 //! the host ([`read_joined`]), so a checkpoint of any degree opens as the whole model and resumes
 //! under any layout. Splitting and joining copy bytes, so split → join is bit-exact.
@@ -76,16 +76,21 @@ pub fn save_split<B: burn::tensor::backend::Backend>(
     write_ranks(model.config(), ranks, tokenizer, dir)
 }
 
-/// Saves a tensor-parallel model (split by `Hlat::shard` over the first `degree` replicas of its
-/// device, among others) as rank shards: rank `r`'s file holds replica `r`'s values, read from
-/// the replica without gathering.
-pub fn save_ranks<B: CollectiveBackend>(
+/// The rank shards of a tensor-parallel model, read from its replicas, ready to be written.
+pub struct RankShards {
+    ranks: Vec<Vec<TensorSnapshot>>,
+}
+
+/// Reads a tensor-parallel model (split by `Hlat::shard` over the first `degree` replicas of its
+/// device, among others) as rank shards for the checkpoint folder `dir` (named in errors): rank
+/// `r`'s shard holds replica `r`'s values, read from the replica without gathering them into one
+/// tensor. On a device spanning processes every process must read, in the same order, as with
+/// any read of every replica.
+pub fn read_ranks<B: CollectiveBackend>(
     model: &Hlat<B>,
-    whole: &HlatConfig,
     degree: usize,
-    tokenizer: Option<&Tokenizer>,
     dir: &Path,
-) -> Result<(), CheckpointError> {
+) -> Result<RankShards, CheckpointError> {
     let mut reader = ReplicaReader {
         degree,
         path: ParamPath::default(),
@@ -93,10 +98,24 @@ pub fn save_ranks<B: CollectiveBackend>(
         failure: None,
     };
     model.visit(&mut reader);
-    if let Some(reason) = reader.failure {
-        return Err(shard_error(dir, reason));
+    match reader.failure {
+        Some(reason) => Err(shard_error(dir, reason)),
+        None => Ok(RankShards {
+            ranks: reader.ranks,
+        }),
     }
-    write_ranks(whole, reader.ranks, tokenizer, dir)
+}
+
+impl RankShards {
+    /// Writes the shards as a checkpoint of the whole model `whole` into `dir`.
+    pub fn write(
+        self,
+        whole: &HlatConfig,
+        tokenizer: Option<&Tokenizer>,
+        dir: &Path,
+    ) -> Result<(), CheckpointError> {
+        write_ranks(whole, self.ranks, tokenizer, dir)
+    }
 }
 
 /// The whole model's tensors of a sharded checkpoint, joined on the host, by parameter path.

@@ -84,7 +84,7 @@ fn run_until(
         out: out.to_path_buf(),
         data: DataChoice::Builtin,
         init_from: None,
-        other_ranks: Vec::new(),
+        share: hlat_train::checkpoint::ProcessShare::WHOLE,
     };
     let device_for_stats = *device;
     let compiles = move || {

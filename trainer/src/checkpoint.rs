@@ -2,10 +2,16 @@
 //! publishes it atomically): the model in the native layout (`model/`: `config.json`,
 //! `model.bpk`, `tokenizer.json`), the optimizer state (`optimizer.bin`) and `state.json` (step
 //! counters, LR schedule, data sampler, seed), written last.
+//!
+//! A job of W processes shards each checkpoint over them: rank 0 writes the model and
+//! `state.json` into its folder, and every rank `R` writes the optimizer state of the parameters
+//! at positions `R, R + W, …` (`optimizer-rank-RR-of-WW.bin`) and its own `state.json` into its
+//! own folder ([`hlat::run_folder::rank_output`]). A checkpoint is complete when every rank's
+//! marker is there ([`hlat::run_folder::RunFolder::newest_complete_in_every_rank`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use hlat::run_folder::write_atomic;
+use hlat::run_folder::{rank_share, write_atomic};
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::Optimizer;
@@ -27,6 +33,41 @@ pub const STATE_FILE: &str = hlat::run_folder::COMPLETION_MARKER;
 /// Optimizer state (Burn's binary recorder adds `.bin`).
 const OPTIMIZER_FILE: &str = "optimizer";
 
+/// Which share of a checkpoint this process writes: all of it in a job of one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessShare {
+    /// This process's rank.
+    pub rank: usize,
+    /// Processes in the job.
+    pub processes: usize,
+}
+
+impl ProcessShare {
+    /// The share of the only process of a job.
+    pub const WHOLE: Self = Self {
+        rank: 0,
+        processes: 1,
+    };
+
+    /// Whether this process writes the model (rank 0 does; the others hold the same values).
+    pub fn writes_model(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// Whether this process writes the optimizer state of the parameter at `position`.
+    fn owns(&self, position: usize) -> bool {
+        position % self.processes == self.rank
+    }
+
+    /// The optimizer file of this share, without Burn's `.bin`.
+    fn optimizer_file(&self) -> String {
+        match self.processes {
+            1 => OPTIMIZER_FILE.to_string(),
+            processes => format!("{OPTIMIZER_FILE}-rank-{:02}-of-{processes:02}", self.rank),
+        }
+    }
+}
+
 /// The optimizer state as Burn records it (per parameter id).
 type OptimizerRecord<M, B> = <HlatOptimizer<M, B> as Optimizer<M, B>>::Record;
 
@@ -44,6 +85,14 @@ pub struct CheckpointState {
     pub seed: u64,
     /// Precision the run trains in.
     pub precision: Precision,
+    /// Processes that wrote the checkpoint, each its [`ProcessShare`] (1 when absent: a
+    /// checkpoint of a job of one process).
+    #[serde(default = "one_process")]
+    pub processes: usize,
+}
+
+fn one_process() -> usize {
+    1
 }
 
 /// Writes `state.json` into a checkpoint folder (do this last: it marks the folder complete).
@@ -65,14 +114,16 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
     })
 }
 
-/// Saves the optimizer state of `module`'s parameters into a checkpoint folder, joined into the
-/// whole model's shapes when `layout` splits the model or the state. Parameter ids differ between
-/// processes, so the state is keyed by the parameter's position in the module.
+/// Saves `share` of the optimizer state of `module`'s parameters into a checkpoint folder,
+/// joined into the whole model's shapes when `layout` splits the model or the state. Parameter
+/// ids differ between processes, so the state is keyed by the parameter's position in the
+/// module. Every process of a job calls this at the same point (the join runs collectives).
 pub fn save_optimizer<B, M>(
     dir: &Path,
     optimizer: &HlatOptimizer<M, B>,
     module: &M,
     layout: &ParallelLayout,
+    share: ProcessShare,
 ) -> Result<(), TrainError>
 where
     B: TrainingBackend,
@@ -82,13 +133,14 @@ where
     let positional: OptimizerRecord<M, B> = param_ids(module)
         .into_iter()
         .enumerate()
+        .filter(|&(position, _)| share.owns(position))
         .filter_map(|(position, id)| {
             record
                 .remove(&id)
                 .map(|state| (ParamId::from(position as u64), state))
         })
         .collect();
-    let path = dir.join(OPTIMIZER_FILE);
+    let path = dir.join(share.optimizer_file());
     BinFileRecorder::<FullPrecisionSettings>::new()
         .record(positional, path.clone())
         .map_err(|error| TrainError::Checkpoint {
@@ -98,9 +150,11 @@ where
 }
 
 /// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters, split again
-/// as `layout` splits the model and the state.
+/// as `layout` splits the model and the state. `dir` is a checkpoint of the job's folder
+/// (rank 0's); a checkpoint written by several processes is read from every one's share.
 pub fn load_optimizer<B, M>(
     dir: &Path,
+    processes: usize,
     optimizer: HlatOptimizer<M, B>,
     module: &M,
     layout: &ParallelLayout,
@@ -110,23 +164,34 @@ where
     B: TrainingBackend,
     M: AutodiffModule<B>,
 {
-    let path = dir.join(OPTIMIZER_FILE);
-    let mut positional: OptimizerRecord<M, B> = BinFileRecorder::<FullPrecisionSettings>::new()
-        .load(path.clone(), device)
-        .map_err(|error| TrainError::Checkpoint {
-            path: path.clone(),
-            message: error.to_string(),
-        })?;
     let ids = param_ids(module);
-    if positional.len() > ids.len() {
-        return Err(TrainError::Checkpoint {
-            path,
-            message: format!(
-                "holds optimizer state for {} parameters, the model has {}",
-                positional.len(),
-                ids.len()
-            ),
-        });
+    let mut positional = OptimizerRecord::<M, B>::default();
+    for rank in 0..processes.max(1) {
+        let share = ProcessShare { rank, processes };
+        let path = share_dir(dir, rank)?.join(format!("{}.bin", share.optimizer_file()));
+        let checkpoint_error = |message: String| TrainError::Checkpoint {
+            path: path.clone(),
+            message,
+        };
+        let part: OptimizerRecord<M, B> = BinFileRecorder::<FullPrecisionSettings>::new()
+            .load(path.clone(), device)
+            .map_err(|error| checkpoint_error(error.to_string()))?;
+        for (id, state) in part {
+            let position = id.val() as usize;
+            if position >= ids.len() {
+                return Err(checkpoint_error(format!(
+                    "holds optimizer state for parameter {position}, the model has {}",
+                    ids.len()
+                )));
+            }
+            if !share.owns(position) {
+                return Err(checkpoint_error(format!(
+                    "holds optimizer state for parameter {position}, which is not rank {rank}'s \
+                     of {processes}"
+                )));
+            }
+            positional.insert(id, state);
+        }
     }
     let record = ids
         .into_iter()
@@ -139,6 +204,16 @@ where
         .collect();
     let record = reshard_optimizer_state(module, record, layout, Reshard::Split);
     Ok(optimizer.load_record(record))
+}
+
+/// The folder of process `rank`'s share of the checkpoint `dir` of a job's folder.
+fn share_dir(dir: &Path, rank: usize) -> Result<PathBuf, TrainError> {
+    rank_share(dir, rank).ok_or_else(|| TrainError::Checkpoint {
+        path: dir.to_path_buf(),
+        message: "is not a checkpoint of a run folder (OUT/checkpoints/step-N), where the shares \
+                  of the job's other processes are found"
+            .into(),
+    })
 }
 
 /// The ids of `module`'s float parameters in visiting order.

@@ -12,6 +12,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn_trainium::distributed::Peers;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use clap::Args;
+use hlat_train::checkpoint::ProcessShare;
 use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
 use hlat_train::parallel::{ActivationCheckpointing, ProcessGroup};
@@ -57,25 +58,12 @@ impl Job {
         }
     }
 
-    /// The folder of rank `rank` of a job writing to `out`.
-    fn rank_folder(out: &std::path::Path, rank: usize) -> PathBuf {
-        match rank {
-            0 => out.to_path_buf(),
-            _ => out.join("ranks").join(format!("rank-{rank:02}")),
+    /// The share of each checkpoint this process writes.
+    fn share(&self) -> ProcessShare {
+        ProcessShare {
+            rank: self.process.rank,
+            processes: self.process.world_size,
         }
-    }
-
-    /// This process's output folder.
-    fn output_folder(&self, out: &std::path::Path) -> PathBuf {
-        Self::rank_folder(out, self.process.rank)
-    }
-
-    /// The output folders of the other ranks.
-    fn other_output_folders(&self, out: &std::path::Path) -> Vec<PathBuf> {
-        (0..self.process.world_size)
-            .filter(|&rank| rank != self.process.rank)
-            .map(|rank| Self::rank_folder(out, rank))
-            .collect()
     }
 
     /// Joins the other processes, when there are any; they must train on a replicated `host`
@@ -292,10 +280,10 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from("runs").join(&config.preset));
     let options = PretrainOptions {
         config,
-        out: job.output_folder(&out),
+        out,
         data,
         init_from: args.init_from_hf,
-        other_ranks: job.other_output_folders(&out),
+        share: job.share(),
     };
     let device = DeviceChoice::parse(args.device.as_deref())?
         .with_replicas(options.config.layout().replicas())?;
@@ -347,7 +335,7 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
         println!("checkpoint: {}", dir.display());
     }
     // The per-source plot is a view of metrics.jsonl: a machine without a font still has those.
-    match super::validation_plot::draw(&options.out) {
+    match super::validation_plot::draw(&options.own_out()) {
         Ok(Some(path)) => println!("validation plot: {}", path.display()),
         Ok(None) => {}
         Err(error) => log::warn!("no validation plot: {error:#}"),

@@ -1,13 +1,14 @@
 //! `hlat pretrain` as a job of two processes on this machine (torchrun's variables, loopback):
-//! the same losses as one process driving both replicas, a lost rank stopping the other with an
-//! error naming it, and a restart resuming from the newest step both ranks completed.
+//! the same losses as one process driving both replicas, checkpoints sharded over the ranks (and
+//! resumed by one process), a lost rank stopping the other with an error naming it, and a restart
+//! resuming from the newest step both ranks completed.
 
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{hlat, succeed};
+use super::{hlat, run, succeed};
 
 /// Data parallel across the two processes.
 const DATA_PARALLEL: &[&str] = &["--dp", "2"];
@@ -182,7 +183,54 @@ fn two_processes_train_as_one_process_driving_every_replica() {
         let rank1 = job.join("ranks/rank-01");
         assert_eq!(complete_steps(&job), complete_steps(&rank1), "{name}");
         assert_close(&losses(&rank1), &expected);
+        // Each checkpoint is sharded: rank 0 writes the model and half the optimizer state, rank
+        // 1 the other half, each with its own completion marker.
+        let step = Path::new("checkpoints/step-00000010");
+        assert_eq!(
+            entries(&job.join(step)),
+            ["model", "optimizer-rank-00-of-02.bin", "state.json"],
+            "{name}"
+        );
+        assert_eq!(
+            entries(&rank1.join(step)),
+            ["optimizer-rank-01-of-02.bin", "state.json"],
+            "{name}"
+        );
+
+        // One process resumes the job's checkpoint (both shares of the optimizer state) and
+        // trains on as the one-process run does from its own.
+        let single_on = run_flags(&single, 12, layout);
+        succeed(&single_on.iter().map(String::as_str).collect::<Vec<_>>());
+        let job_on = run_flags(&job, 12, layout);
+        let job_on: Vec<&str> = job_on.iter().map(String::as_str).collect();
+        // A share gone behind its marker is an error naming it, not a silent fresh state.
+        let share = rank1.join(step).join("optimizer-rank-01-of-02.bin");
+        let moved = share.with_extension("moved");
+        std::fs::rename(&share, &moved).unwrap();
+        let failed = run(&job_on);
+        let stderr = String::from_utf8_lossy(&failed.stderr);
+        assert!(!failed.status.success(), "{name}: resumed without a share");
+        assert!(
+            stderr.contains(share.to_str().unwrap()),
+            "{name}: the error does not name the missing share:\n{stderr}"
+        );
+        std::fs::rename(&moved, &share).unwrap();
+        let output = succeed(&job_on);
+        assert!(output.contains("trained steps 11..12"), "{name}: {output}");
+        let expected = losses(&single);
+        assert_eq!(expected.len(), 12, "{name}");
+        assert_close(&losses(&job), &expected);
     }
+}
+
+/// The names in a folder, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 #[test]

@@ -12,7 +12,7 @@ use burn_trainium::collective::ReplicaGroups;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use hlat::checkpoint::{load_native, save_native};
 use hlat::parallel::TensorParallel;
-use hlat::sharded_checkpoint::{TENSOR_PARALLEL_FILE, rank_file, save_ranks, save_split};
+use hlat::sharded_checkpoint::{TENSOR_PARALLEL_FILE, rank_file, read_ranks, save_split};
 use hlat::{Hlat, HlatConfig};
 
 /// Every parameter's values, in visiting order.
@@ -98,7 +98,10 @@ fn the_ranks_of_a_sharded_model_write_the_host_split() {
     let from_ranks = folder.path().join("ranks");
     save_split(&whole, 2, None, &from_host).unwrap();
     let sharded = whole.clone().shard(&parallel);
-    save_ranks(&sharded, whole.config(), 2, None, &from_ranks).unwrap();
+    read_ranks(&sharded, 2, &from_ranks)
+        .unwrap()
+        .write(whole.config(), None, &from_ranks)
+        .unwrap();
     for rank in 0..2 {
         let name = rank_file(rank, 2);
         assert_eq!(

@@ -18,8 +18,9 @@ use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::train::metric::LearningRateMetric;
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
-use hlat::run_folder::RunFolder;
+use hlat::run_folder::{RunFolder, rank_output};
 
+use crate::checkpoint::{ProcessShare, read_state};
 use crate::error::TrainError;
 use crate::learner::{
     HlatStrategy, ProgressRenderer, RowsBatcher, SharedOptimizer, StepLoader, TokenLossMetric,
@@ -41,15 +42,25 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 pub struct PretrainOptions {
     /// Recipe and run settings.
     pub config: crate::config::TrainConfig,
-    /// Output folder: `checkpoints/`, `metrics.jsonl`, `train.toml`, Burn's metric logs.
+    /// Output folder: `checkpoints/`, `metrics.jsonl`, `train.toml`, Burn's metric logs. In a
+    /// job of several processes, the job's folder: rank 0 writes there, rank `R` into
+    /// [`hlat::run_folder::rank_output`]`(out, R)`.
     pub out: PathBuf,
     /// Training data.
     pub data: DataChoice,
     /// A Hugging Face or native checkpoint to start from instead of a fresh preset.
     pub init_from: Option<PathBuf>,
-    /// The output folders of the job's other processes (empty for a job of one): a restarted
-    /// job resumes from the newest checkpoint every process completed.
-    pub other_ranks: Vec<PathBuf>,
+    /// This process's place in its job ([`ProcessShare::WHOLE`] for a job of one): each
+    /// process writes its share of every checkpoint, and a restarted job resumes from the newest
+    /// checkpoint every process that wrote it completed.
+    pub share: ProcessShare,
+}
+
+impl PretrainOptions {
+    /// This process's output folder.
+    pub fn own_out(&self) -> PathBuf {
+        rank_output(&self.out, self.share.rank)
+    }
 }
 
 /// What a pretraining run did.
@@ -96,17 +107,15 @@ pub fn pretrain<B: TrainingBackend>(
             layout.replicas()
         )));
     }
-    std::fs::create_dir_all(&options.out).map_err(|source| TrainError::Io {
-        path: options.out.clone(),
+    let out = options.own_out();
+    std::fs::create_dir_all(&out).map_err(|source| TrainError::Io {
+        path: out.clone(),
         source,
     })?;
-    let folder = RunFolder::new(&options.out);
-    let others: Vec<RunFolder> = options
-        .other_ranks
-        .iter()
-        .map(|out| RunFolder::new(out))
-        .collect();
-    let resume_from = folder.newest_in_all(&others)?;
+    let folder = RunFolder::new(&out);
+    // Every process resumes from the job's folder (the model is rank 0's).
+    let resume_from = RunFolder::new(&options.out)
+        .newest_complete_in_every_rank(|dir| read_state(dir).map(|state| state.processes))?;
     let mut data = data::prepare_data(&options.data, config)?;
     if data.tokenizer.is_none()
         && let Some(dir) = &options.init_from
@@ -125,7 +134,7 @@ pub fn pretrain<B: TrainingBackend>(
         resume_from.as_deref(),
         device,
     )?;
-    config.save_toml(&options.out.join(RUN_CONFIG_FILE))?;
+    config.save_toml(&out.join(RUN_CONFIG_FILE))?;
 
     let start_step = start.progress.step;
     let optimizer = SharedOptimizer::new(start.optimizer);
@@ -142,13 +151,14 @@ pub fn pretrain<B: TrainingBackend>(
     let run = Arc::new(run::PretrainRun::new(
         run::RunOutputs {
             folder,
+            share: options.share,
             config: config.clone(),
             optimizer: optimizer.clone(),
             loader: train.clone(),
             schedule: start.schedule,
             seed: start.seed,
             tokenizer: data.tokenizer,
-            metrics: MetricsLog::open(&options.out, start_step)?,
+            metrics: MetricsLog::open(&out, start_step)?,
             flops_per_token: start.flops_per_token,
             compiles: info.compiles,
             started,
@@ -164,7 +174,7 @@ pub fn pretrain<B: TrainingBackend>(
     if start_step >= config.max_steps {
         log::info!(
             "{} is already at step {start_step} of {}; nothing to do",
-            options.out.display(),
+            out.display(),
             config.max_steps
         );
         return run.finish();
@@ -196,7 +206,7 @@ pub fn pretrain<B: TrainingBackend>(
         step: start_step,
     };
     let learner = Learner::new(start.model, optimizer, scheduler);
-    let training = SupervisedTraining::new(&options.out, Arc::new(train), valid)
+    let training = SupervisedTraining::new(&out, Arc::new(train), valid)
         .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
         .with_application_logger(None)
         .grads_accumulation(accumulation)

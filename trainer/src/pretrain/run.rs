@@ -10,7 +10,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::DType;
 use hlat::run_folder::{MODEL_DIR, RunFolder};
 
-use crate::checkpoint::{CheckpointState, save_optimizer, write_state};
+use crate::checkpoint::{CheckpointState, ProcessShare, save_optimizer, write_state};
 use crate::config::TrainConfig;
 use crate::data::TextTokenizer;
 use crate::error::TrainError;
@@ -40,8 +40,10 @@ pub type CompileCounter = Arc<dyn Fn() -> CompileTotals + Send + Sync>;
 
 /// What a run writes besides the model's updates.
 pub(super) struct RunOutputs<B: TrainingBackend> {
-    /// The run's checkpoints.
+    /// This process's checkpoints.
     pub folder: RunFolder,
+    /// The share of each checkpoint this process writes.
+    pub share: ProcessShare,
     /// The run's configuration.
     pub config: TrainConfig,
     /// The Learner's optimizer, whose state the checkpoints hold.
@@ -155,6 +157,7 @@ impl<B: TrainingBackend> RunState<B> {
             sampler: outputs.loader.sampler_state_after(steps_done),
             seed: outputs.seed,
             precision: config.precision,
+            processes: outputs.share.processes,
         };
         let dir = outputs
             .folder
@@ -162,27 +165,33 @@ impl<B: TrainingBackend> RunState<B> {
                 let model_dir = dir.join(MODEL_DIR);
                 // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
                 // back), so that any tool can read the model; a tensor-parallel model as one file
-                // per rank, read from the ranks' replicas (any layout resumes from either).
+                // per rank, read from the ranks' replicas (any layout resumes from either). Only
+                // rank 0 of a job writes the model, but every process reads the replicas, which
+                // span the processes.
                 let hlat = cast_params(model.hlat.valid(), DType::F32);
                 let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
+                let writes_model = outputs.share.writes_model();
                 match &model.tensor_parallel {
-                    Some(parallel) => hlat::sharded_checkpoint::save_ranks(
+                    Some(parallel) => hlat::sharded_checkpoint::read_ranks(
                         &hlat,
-                        hlat.config(),
                         parallel.groups.group_size(),
-                        tokenizer,
                         &model_dir,
-                    ),
-                    None => hlat::checkpoint::save_native_with_tokenizer(
+                    )
+                    .and_then(|shards| match writes_model {
+                        true => shards.write(hlat.config(), tokenizer, &model_dir),
+                        false => Ok(()),
+                    }),
+                    None if writes_model => hlat::checkpoint::save_native_with_tokenizer(
                         &hlat,
                         hlat.config(),
                         tokenizer,
                         &model_dir,
                     ),
+                    None => Ok(()),
                 }
                 .map_err(|error| TrainError::Model(error.to_string()))?;
                 let optimizer = outputs.optimizer.lock();
-                save_optimizer(dir, &optimizer, model, &config.layout())?;
+                save_optimizer(dir, &optimizer, model, &config.layout(), outputs.share)?;
                 write_state(dir, &state)
             })?;
         log::info!("step {}: checkpoint {}", progress.step, dir.display());

@@ -124,7 +124,7 @@ pub(super) fn start_run<B: TrainingBackend>(
             ),
         });
     }
-    let optimizer = load_optimizer(dir, optimizer, &model, &layout, device)?;
+    let optimizer = load_optimizer(dir, state.processes, optimizer, &model, &layout, device)?;
     if state.schedule != schedule {
         let next = state.progress.step + 1;
         log::warn!(

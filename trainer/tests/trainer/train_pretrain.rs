@@ -29,7 +29,7 @@ fn pretraining_a_tiny_preset_lowers_the_loss() {
         out: out.path().to_path_buf(),
         data: DataChoice::Builtin,
         init_from: None,
-        other_ranks: Vec::new(),
+        share: hlat_train::checkpoint::ProcessShare::WHOLE,
     };
     let device = Default::default();
     let summary = pretrain::<B>(&options, &device, DeviceInfo { compiles: None }).unwrap();

@@ -39,7 +39,7 @@ fn options(out: &Path, max_steps: u64) -> PretrainOptions {
         out: out.to_path_buf(),
         data: DataChoice::Builtin,
         init_from: None,
-        other_ranks: Vec::new(),
+        share: hlat_train::checkpoint::ProcessShare::WHOLE,
     }
 }
 
