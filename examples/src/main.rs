@@ -40,12 +40,15 @@ enum Command {
 /// failure while running), as clap's own usage errors; a panic (a bug) exits with 101.
 const ERROR_STATUS: i32 = 2;
 
-/// Where the NeuronCores of a one-node job meet for their collectives unless the launcher says.
+/// Where the NeuronCores of a one-process job meet for their collectives unless the user says
+/// (a process of a job of several gets rank 0's host, see `commands::pretrain`).
 const DEFAULT_ROOT_COMM_ID: &str = "localhost:61234";
 
 fn main() {
     let allocator = allocator::keep_freed_memory();
-    if std::env::var_os(burn_trainium::neuron::ROOT_COMM_ID_ENV).is_none() {
+    let launched = hlat_train::parallel::ProcessGroup::from_env()
+        .map_or(true, |process| process.world_size > 1);
+    if !launched && std::env::var_os(burn_trainium::neuron::ROOT_COMM_ID_ENV).is_none() {
         // SAFETY: the first thing `main` does, before any other thread exists.
         unsafe {
             std::env::set_var(
@@ -58,7 +61,7 @@ fn main() {
     log::debug!("allocator: {allocator}");
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Pretrain(args) => commands::pretrain::run(args),
+        Command::Pretrain(args) => commands::pretrain::run(args).map(drop),
         Command::Data(args) => commands::data::run(args),
         Command::Convert(args) => commands::convert::run(args),
         Command::Generate(args) => commands::generate::run(args),

@@ -3,6 +3,11 @@
 //! host fallbacks, and asks its [`Target`] only for what differs: upload, download, compile and
 //! launch. Replicated devices are handled here once: every tensor holds one buffer per replica,
 //! a program runs with one argument list per replica.
+//!
+//! A device spanning the processes of a job ([`crate::distributed`]) holds this process's
+//! replicas only: its programs are lowered for every replica of the job (collectives name global
+//! replicas), data given for every replica keeps this process's share, and a read of every
+//! replica gathers the other processes' through the job's exchange.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,6 +93,8 @@ struct DeviceTensor<Buffer> {
 /// Runs segments of one (possibly replicated) device as compiled programs of a [`Target`].
 pub(crate) struct DeviceExecutor<T: Target> {
     device: TrainiumDevice,
+    /// The replicas this process holds.
+    span: ReplicaSpan,
     target: T,
     tensors: HashMap<TensorId, DeviceTensor<T::Buffer>>,
     programs: ProgramCache<T::Program>,
@@ -101,10 +108,16 @@ pub(crate) struct DeviceExecutor<T: Target> {
 }
 
 impl<T: Target> DeviceExecutor<T> {
-    /// An executor of `device` running on `target`.
-    pub fn new(device: &TrainiumDevice, target: T, counters: Arc<StatsCounters>) -> Self {
+    /// An executor of `span`'s replicas of `device` running on `target`.
+    pub fn new(
+        device: &TrainiumDevice,
+        span: ReplicaSpan,
+        target: T,
+        counters: Arc<StatsCounters>,
+    ) -> Self {
         Self {
             device: *device,
+            span,
             target,
             tensors: HashMap::new(),
             programs: ProgramCache::new(T::CACHE_LIMITS),
@@ -117,8 +130,9 @@ impl<T: Target> DeviceExecutor<T> {
         }
     }
 
+    /// The replicas held in this process.
     fn replicas(&self) -> usize {
-        usize::from(self.device.replicas)
+        self.span.local
     }
 
     fn failure(&self, reason: impl ToString) -> BackendError {
@@ -350,7 +364,7 @@ impl<T: Target> DeviceExecutor<T> {
             return Ok(steps);
         }
         let options = LowerOptions {
-            replicas: self.replicas(),
+            replicas: self.span.total,
             ..self.target.lower_options()
         };
         let steps =
@@ -379,6 +393,10 @@ impl<T: Target> Executor for DeviceExecutor<T> {
         id: TensorId,
         data: Vec<TensorData>,
     ) -> Result<(), BackendError> {
+        let data = match data.len() == self.span.total {
+            true => self.span.local_share(data),
+            false => data,
+        };
         self.store(id, &data)
     }
 
@@ -404,13 +422,13 @@ impl<T: Target> Executor for DeviceExecutor<T> {
     }
 
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
-        let data = (0..self.replicas())
+        let local = (0..self.replicas())
             .map(|replica| self.download(tensor.id, replica))
             .collect::<Result<Vec<_>, _>>()?;
         if tensor.status == TensorStatus::ReadWrite {
             self.tensors.remove(&tensor.id);
         }
-        Ok(data)
+        self.span.gather(local).map_err(|error| self.failure(error))
     }
 
     fn seed(&mut self, seed: u64) {

@@ -55,28 +55,15 @@ pub(crate) trait Executor: Send {
 /// Opens the executor a device asks for, or says why it is unavailable.
 pub(crate) fn open(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
     let span = ReplicaSpan::of(device)?;
-    if span.spans_processes() && device.executor != ExecutorKind::Host {
-        return Err(BackendError::Unsupported {
-            executor: device.executor.name(),
-            what: format!(
-                "{device} across the {} processes of a job: compiled programs run in one \
-                 process (the XLA CPU plugin's PJRT_Client_Create takes no node id, node count \
-                 or key-value store); use a `host` device, or one process per job",
-                span.total / span.local
-            ),
-        });
-    }
     Ok(match device.executor {
         ExecutorKind::Host => Box::new(HostExecutor::new(span)),
-        ExecutorKind::Xla => Box::new(DeviceExecutor::new(
-            device,
-            xla::XlaTarget::open(device)?,
-            counters(device),
-        )),
-        ExecutorKind::Neuron => Box::new(DeviceExecutor::new(
-            device,
-            neuron::NeuronCores::open(device)?,
-            counters(device),
-        )),
+        ExecutorKind::Xla => {
+            let target = xla::XlaTarget::open(device, &span)?;
+            Box::new(DeviceExecutor::new(device, span, target, counters(device)))
+        }
+        ExecutorKind::Neuron => {
+            let target = neuron::NeuronCores::open(device, &span)?;
+            Box::new(DeviceExecutor::new(device, span, target, counters(device)))
+        }
     })
 }

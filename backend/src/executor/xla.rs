@@ -15,6 +15,7 @@ use trainium_ffi::pjrt::{
 
 use super::xla_cache::XlaDiskCache;
 use super::{CacheLimits, CompileOutcome, Target};
+use crate::distributed::ReplicaSpan;
 use crate::lower::{LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
 
@@ -236,7 +237,19 @@ pub(crate) struct XlaTarget {
 impl XlaTarget {
     /// Opens `device` (`xla:N` is the N-th addressable device of the plugin's client, `xla:A-B`
     /// devices A to B).
-    pub fn open(device: &TrainiumDevice) -> Result<Self, BackendError> {
+    pub fn open(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Self, BackendError> {
+        if span.spans_processes() {
+            return Err(BackendError::Unsupported {
+                executor: EXECUTOR,
+                what: format!(
+                    "{device} across the {} processes of a job: the XLA CPU plugin's \
+                     PJRT_Client_Create takes no node id, node count or key-value store, and \
+                     has no collectives between processes; use a `host` or `neuron` device, or \
+                     one process per job",
+                    span.total / span.local
+                ),
+            });
+        }
         let runtime = runtime()?;
         let available = runtime.client.devices();
         let devices = (0..device.replicas)

@@ -62,7 +62,10 @@ fn trace_training(pretrain: PretrainArgs) -> anyhow::Result<()> {
     }
     set_compile_only(true);
     log::info!("tracing the training run on {device} in compile-only mode");
-    pretrain::run(pretrain).context("tracing the training run")?;
+    // The run's device: the one of the environment, replicated as the layout asks.
+    let device = pretrain::run(pretrain)
+        .context("tracing the training run")?
+        .unwrap_or(device);
     let stats = stats(&device);
     let settings = NeuronSettings::from_env()?;
     println!(

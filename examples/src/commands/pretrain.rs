@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use burn::backend::{Autodiff, NdArray};
 use burn_trainium::distributed::Peers;
+use burn_trainium::neuron::{NeuronProcess, process_environment};
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use clap::Args;
 use hlat_train::checkpoint::ProcessShare;
@@ -67,30 +68,34 @@ impl Job {
     }
 
     /// Joins the other processes, when there are any; they must train on a replicated `host`
-    /// device (the compiled executors run in one process).
+    /// or `neuron` device (the `xla` executor and ndarray run in one process). A `neuron`
+    /// process first gets its NeuronCores and the collectives' meeting point
+    /// ([`burn_trainium::neuron::process_environment`]), unless the launcher set them.
     fn join(&self, device: &DeviceChoice) -> anyhow::Result<()> {
         if !self.is_multi_process() {
             return Ok(());
         }
         let process = &self.process;
-        let spans = match device {
-            DeviceChoice::Trainium(device) => {
-                device.executor == ExecutorKind::Host
-                    && usize::from(device.replicas).is_multiple_of(process.world_size)
+        let spanning = match device {
+            DeviceChoice::Trainium(device)
+                if matches!(device.executor, ExecutorKind::Host | ExecutorKind::Neuron)
+                    && usize::from(device.replicas).is_multiple_of(process.world_size) =>
+            {
+                device
             }
-            DeviceChoice::NdArray => false,
-        };
-        if !spans {
-            bail!(
-                "{} started process {} of {}: a job of several processes trains on a `host` \
-                 device whose replicas (--dp × --tp) divide among the processes, e.g. --device \
-                 host:0 --dp {}; the compiled executors (`xla`, `neuron`) and ndarray run in one \
-                 process (one process drives every replica of its device: --device xla:0-3)",
+            _ => bail!(
+                "{} started process {} of {}: a job of several processes trains on a `host` or \
+                 `neuron` device whose replicas (--dp × --tp) divide among the processes, e.g. \
+                 --device host:0 --dp {}; the `xla` executor and ndarray run in one process (one \
+                 process drives every replica of its device: --device xla:0-3)",
                 process.launcher,
                 process.rank,
                 process.world_size,
                 process.world_size
-            );
+            ),
+        };
+        if spanning.executor == ExecutorKind::Neuron {
+            self.set_neuron_environment(spanning)?;
         }
         burn_trainium::distributed::join(Peers {
             rank: process.rank,
@@ -104,6 +109,34 @@ impl Job {
                 process.launcher, process.rank, process.world_size
             )
         })
+    }
+}
+
+impl Job {
+    /// Sets the Neuron runtime's variables for this process (its cores, where the collectives
+    /// meet), each unless already set.
+    fn set_neuron_environment(&self, device: &TrainiumDevice) -> anyhow::Result<()> {
+        let process = &self.process;
+        let settings = process_environment(&NeuronProcess {
+            local_rank: process.local_rank,
+            local_replicas: usize::from(device.replicas) / process.world_size,
+            first_core: usize::from(device.index),
+            master_addr: process.master_addr.clone(),
+            master_port: process.master_port,
+        })
+        .map_err(|reason| anyhow::anyhow!("{device} in process {}: {reason}", process.rank))?;
+        for (variable, value) in settings {
+            match std::env::var(variable) {
+                Ok(set) => log::info!("{variable}={set} (as set)"),
+                Err(_) => {
+                    log::info!("{variable}={value}");
+                    // SAFETY: called before the job's connections start; the command has
+                    // started no other thread yet (the device and its runtime open later).
+                    unsafe { std::env::set_var(variable, value) };
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -199,8 +232,8 @@ pub struct PretrainArgs {
     no_progress: bool,
 }
 
-/// Runs `hlat pretrain`.
-pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
+/// Runs `hlat pretrain`; returns the Trainium device it trained on (none on ndarray).
+pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
     // Under torchrun or srun the processes train one job together (see `Job`).
     let process = ProcessGroup::from_env()?;
     let mut config = match &args.config {
@@ -288,6 +321,10 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     let device = DeviceChoice::parse(args.device.as_deref())?
         .with_replicas(options.config.layout().replicas())?;
     job.join(&device)?;
+    let trained_on = match &device {
+        DeviceChoice::Trainium(device) => Some(*device),
+        DeviceChoice::NdArray => None,
+    };
     let summary = match device.checked()? {
         DeviceChoice::NdArray => pretrain::<Autodiff<NdArray>>(
             &options,
@@ -342,7 +379,7 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     }
     println!("model: {}", options.out.display());
     burn_trainium::distributed::leave();
-    Ok(())
+    Ok(trained_on)
 }
 
 /// The device a command runs on.

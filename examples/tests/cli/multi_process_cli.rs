@@ -4,9 +4,14 @@
 //! resuming from the newest step both ranks completed.
 
 use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use burn_trainium::hlo::HloModuleProto;
+use burn_trainium::neuron::MODULE_FILE;
+use prost::Message;
 
 use super::{hlat, run, succeed};
 
@@ -66,6 +71,17 @@ fn free_base_port() -> u16 {
 
 /// Starts rank `rank` of a job of two with `flags`.
 fn start_rank(rank: usize, port: u16, flags: &[String]) -> Child {
+    start_rank_with(rank, port, flags, &[])
+}
+
+/// Starts rank `rank` of a job of two with `flags` and the variables `environment` besides the
+/// launcher's.
+fn start_rank_with(
+    rank: usize,
+    port: u16,
+    flags: &[String],
+    environment: &[(&str, String)],
+) -> Child {
     let mut command: Command = hlat();
     command
         .args(flags)
@@ -77,6 +93,7 @@ fn start_rank(rank: usize, port: u16, flags: &[String]) -> Child {
         .env("MASTER_PORT", port.to_string())
         .env("TRAINIUM_JOIN_TIMEOUT_S", "120")
         .env("RUST_LOG", "warn")
+        .envs(environment.iter().map(|(name, value)| (name, value)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -102,8 +119,17 @@ fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
 
 /// Runs a job of two processes to its end; both must succeed. Returns each rank's output.
 fn run_job(flags: &[String]) -> Vec<String> {
-    let port = free_base_port();
-    let ranks: Vec<Child> = (0..2).map(|rank| start_rank(rank, port, flags)).collect();
+    run_job_with(flags, free_base_port(), &[])
+        .into_iter()
+        .map(|output| String::from_utf8(output.stdout).unwrap())
+        .collect()
+}
+
+/// Runs a job of two processes on `port` with `environment` to its end; both must succeed.
+fn run_job_with(flags: &[String], port: u16, environment: &[(&str, String)]) -> Vec<Output> {
+    let ranks: Vec<Child> = (0..2)
+        .map(|rank| start_rank_with(rank, port, flags, environment))
+        .collect();
     ranks
         .into_iter()
         .enumerate()
@@ -114,7 +140,7 @@ fn run_job(flags: &[String]) -> Vec<String> {
                 "rank {rank} failed:\n{}",
                 String::from_utf8_lossy(&output.stderr)
             );
-            String::from_utf8(output.stdout).unwrap()
+            output
         })
         .collect()
 }
@@ -284,4 +310,101 @@ fn a_lost_rank_stops_the_job_and_a_restart_resumes_where_both_ranks_were() {
     }
     let steps: Vec<u64> = losses(&job).iter().map(|&(step, _)| step).collect();
     assert_eq!(steps, (1..=40).collect::<Vec<_>>());
+}
+
+/// Stand-in for `neuronx-cc` (NOT the Neuron compiler): wraps the module's bytes as the "NEFF".
+const STAND_IN_COMPILER: &str = r#"#!/bin/sh
+if [ "$1" = "--version" ]; then echo "NeuronX Compiler version 0.0.0+stand-in"; exit 0; fi
+input=$2
+shift 2
+while [ $# -gt 0 ]; do
+    if [ "$1" = "--output" ]; then output=$2; fi
+    shift
+done
+{ printf 'NEFF('; cat "$input"; printf ')'; } > "$output"
+"#;
+
+/// The serialized HLO modules under a Neuron compile cache.
+fn cached_modules(dir: &Path) -> Vec<HloModuleProto> {
+    let mut modules = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            modules.extend(cached_modules(&path));
+        } else if path.file_name().is_some_and(|name| name == MODULE_FILE) {
+            modules.push(HloModuleProto::decode(&*std::fs::read(&path).unwrap()).unwrap());
+        }
+    }
+    modules
+}
+
+#[test]
+fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
+    // `hlat compile` traces the job in compile-only mode (no NeuronCore here): every process
+    // opens its share of the `neuron` device, gets its cores and the collectives' meeting point,
+    // and compiles the job's programs, whose collectives name the replicas of both processes.
+    let folder = tempfile::tempdir().unwrap();
+    let compiler = folder.path().join("stand-in-neuronx-cc");
+    std::fs::write(&compiler, STAND_IN_COMPILER).unwrap();
+    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = folder.path().join("cache");
+    let mut flags = run_flags(&folder.path().join("job"), 2, DATA_PARALLEL);
+    flags[0] = "compile".into();
+    flags[4] = "neuron:0".into();
+    let port = free_base_port();
+    let environment = [
+        ("NEURON_CC", compiler.to_str().unwrap().to_string()),
+        (
+            "NEURON_COMPILE_CACHE_URL",
+            cache.to_str().unwrap().to_string(),
+        ),
+        ("TRAINIUM_DEVICE", "neuron:0".to_string()),
+        ("RUST_LOG", "info".to_string()),
+    ];
+    let outputs = run_job_with(&flags, port, &environment);
+    for (rank, output) in outputs.iter().enumerate() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for expected in [
+            format!("NEURON_RT_VISIBLE_CORES={rank}"),
+            format!("NEURON_RT_ROOT_COMM_ID=127.0.0.1:{}", port + 2),
+        ] {
+            assert!(
+                stderr.contains(&expected),
+                "rank {rank}: no {expected}:\n{stderr}"
+            );
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            stdout.contains("trained steps 1..2"),
+            "rank {rank}: {stdout}"
+        );
+        let (compiled, found) = stdout
+            .lines()
+            .find_map(|line| {
+                let (compiled, rest) = line.split_once(" programs compiled in ")?;
+                let found = rest.split(", ").nth(1)?.split_once(" found")?.0;
+                Some((compiled.parse::<u64>().ok()?, found.parse::<u64>().ok()?))
+            })
+            .unwrap_or_else(|| panic!("rank {rank}: no compile summary: {stdout}"));
+        assert!(compiled + found > 0, "rank {rank}: {stdout}");
+    }
+    // The gradients' mean over data parallel 2 is one all-reduce over both processes' replicas.
+    let groups: Vec<Vec<Vec<i64>>> = cached_modules(&cache)
+        .iter()
+        .flat_map(|module| &module.computations)
+        .flat_map(|computation| &computation.instructions)
+        .filter(|instruction| instruction.opcode == "all-reduce")
+        .map(|instruction| {
+            instruction
+                .replica_groups
+                .iter()
+                .map(|group| group.replica_ids.clone())
+                .collect()
+        })
+        .collect();
+    assert!(!groups.is_empty(), "no all-reduce compiled");
+    assert!(
+        groups.iter().all(|groups| groups == &[vec![0, 1]]),
+        "{groups:?}"
+    );
 }

@@ -12,6 +12,7 @@ mod cache;
 mod compile_only;
 mod compiler;
 mod error;
+mod job;
 mod names;
 mod precision;
 mod settings;
@@ -22,6 +23,7 @@ pub use cache::{CacheKey, CacheOutcome, CachedNeff, NeffCache};
 pub use compile_only::{COMPILE_ONLY_ENV, compile_only, set_compile_only};
 pub use compiler::{CompiledNeff, MODULE_FILE, NEFF_FILE, NeuronCompiler};
 pub use error::NeuronError;
+pub use job::{NeuronProcess, ROOT_COMM_PORT_OFFSET, process_environment};
 pub use names::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE, request_neff_names};
 pub use precision::{AUTO_CAST_PREFIX, FULL_PRECISION_FLAGS, has_full_precision_matmul};
 pub use settings::{

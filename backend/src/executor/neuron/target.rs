@@ -4,6 +4,11 @@
 //! with collectives is loaded on each core with `nrt_load_collectives` as one rank of the
 //! replicas, and the replicas run concurrently, as the collectives need.
 //!
+//! In a job of several processes ([`crate::distributed`]) each process drives its own replicas
+//! on the NeuronCores it sees (`NEURON_RT_VISIBLE_CORES`, see [`process_environment`]), and loads
+//! a NEFF with collectives as the global rank of each replica among every replica of the job, so
+//! the Neuron collectives connect the processes (over EFA between nodes).
+//!
 //! In compile-only mode ([`super::compile_only`]) the runtime is never loaded: modules are
 //! compiled into the cache and every tensor reads as zeros, which is enough to trace a training
 //! script ahead of time.
@@ -21,6 +26,7 @@ use super::{
     Binding, CacheKey, CacheOutcome, NeffCache, NeuronCompiler, NeuronSettings, bind, compile_only,
     request_neff_names,
 };
+use crate::distributed::ReplicaSpan;
 use crate::executor::{CacheLimits, CompileOutcome, Target};
 use crate::lower::{LowerOptions, LoweredProgram};
 use crate::stats::{StatsCounters, counters};
@@ -95,8 +101,35 @@ struct Cores {
     runtime: &'static NeuronRuntime,
     /// The device's statistics (runs that finished with non-finite values are counted).
     counters: Arc<StatsCounters>,
-    /// The core index of each replica.
-    indices: Vec<i32>,
+    /// Where each of this process's replicas runs.
+    placements: Vec<CorePlacement>,
+    /// Replicas of the device over every process of the job.
+    global_replicas: u32,
+}
+
+/// Where one replica of this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CorePlacement {
+    /// The NeuronCore, numbered among those visible to this process.
+    core: i32,
+    /// The replica's rank among every replica of the job (the collectives' global device id).
+    global_rank: u32,
+}
+
+/// The cores of `span`'s replicas of `device`: `neuron:N` with R replicas in one process runs on
+/// cores N to N + R − 1; a process of a job runs its replicas on the cores it sees from 0 on (its
+/// [`process_environment`] made them the device's cores of this process).
+fn placements(device: &TrainiumDevice, span: &ReplicaSpan) -> Vec<CorePlacement> {
+    let first_core = match span.spans_processes() {
+        true => 0,
+        false => i32::from(device.index),
+    };
+    (0..span.local)
+        .map(|replica| CorePlacement {
+            core: first_core + replica as i32,
+            global_rank: (span.first + replica) as u32,
+        })
+        .collect()
 }
 
 /// How an execution that returned finished.
@@ -134,13 +167,13 @@ impl NeuronCores {
     /// cores A to B).
     ///
     /// Needs the compiler (`NEURON_CC`, default `neuronx-cc`) and, unless in compile-only mode,
-    /// the Neuron runtime library.
-    pub fn open(device: &TrainiumDevice) -> Result<Self, BackendError> {
+    /// the Neuron runtime library. `span` says which of the device's replicas this process holds.
+    pub fn open(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Self, BackendError> {
         // The runtime first: on a machine without one, that is the error that matters.
         let cores = if compile_only() {
             None
         } else {
-            Some(open_cores(device)?)
+            Some(open_cores(device, span)?)
         };
         let settings = NeuronSettings::current().map_err(unavailable)?;
         let compiler = NeuronCompiler::from_settings(&settings).map_err(unavailable)?;
@@ -159,7 +192,7 @@ impl NeuronCores {
     }
 }
 
-fn open_cores(device: &TrainiumDevice) -> Result<Cores, BackendError> {
+fn open_cores(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Cores, BackendError> {
     // The ranks of a collective program meet where this variable says (read by the runtime).
     if device.replicas > 1
         && std::env::var_os(ROOT_COMM_ID_ENV).is_none_or(|value| value.is_empty())
@@ -171,7 +204,10 @@ fn open_cores(device: &TrainiumDevice) -> Result<Cores, BackendError> {
     }
     let runtime = NeuronRuntime::global().map_err(unavailable)?;
     let visible = runtime.visible_core_count().map_err(unavailable)?;
-    let last = u32::from(device.index) + u32::from(device.replicas) - 1;
+    let placements = placements(device, span);
+    let last = placements
+        .last()
+        .map_or(0, |placement| placement.core as u32);
     if last >= visible {
         let restriction = std::env::var(VISIBLE_CORES_ENV)
             .map(|cores| format!(" ({VISIBLE_CORES_ENV}={cores})"))
@@ -196,15 +232,14 @@ fn open_cores(device: &TrainiumDevice) -> Result<Cores, BackendError> {
     Ok(Cores {
         runtime,
         counters: counters(device),
-        indices: (0..device.replicas)
-            .map(|replica| i32::from(device.index) + i32::from(replica))
-            .collect(),
+        placements,
+        global_replicas: span.total as u32,
     })
 }
 
 impl NeuronCores {
-    /// Loads `neff` on every replica's core: with `nrt_load_collectives` as rank `r` of the
-    /// replicas when the program communicates, else with `nrt_load`.
+    /// Loads `neff` on every replica's core: with `nrt_load_collectives` as the replica's global
+    /// rank among the job's replicas when the program communicates, else with `nrt_load`.
     fn load(
         &self,
         cores: &Cores,
@@ -212,16 +247,14 @@ impl NeuronCores {
         program: &LoweredProgram,
         key: &CacheKey,
     ) -> Result<(Vec<Model<'static>>, Binding), BackendError> {
-        let ranks = cores.indices.len() as u32;
         let models = cores
-            .indices
+            .placements
             .iter()
-            .enumerate()
-            .map(|(rank, &core)| {
+            .map(|&CorePlacement { core, global_rank }| {
                 let loaded = if program.collectives > 0 {
                     cores
                         .runtime
-                        .load_collectives(neff, core, rank as u32, ranks)
+                        .load_collectives(neff, core, global_rank, cores.global_replicas)
                 } else {
                     cores.runtime.load(neff, core)
                 };
@@ -249,7 +282,7 @@ impl NeuronCores {
         program: &LoweredProgram,
         arguments: &[&NeuronBuffer],
     ) -> Result<Vec<NeuronBuffer>, BackendError> {
-        let (runtime, core) = (cores.runtime, cores.indices[replica]);
+        let (runtime, core) = (cores.runtime, cores.placements[replica].core);
         let key = &compiled.key;
         let mut results = Vec::with_capacity(binding.outputs.len());
         for (output, bound) in program.outputs.iter().zip(&binding.outputs) {
@@ -354,7 +387,7 @@ impl Target for NeuronCores {
             .runtime
             .allocate_tensor(
                 TensorPlacement::Device,
-                cores.indices[replica],
+                cores.placements[replica].core,
                 size.max(1),
                 "",
             )
