@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use trainium_ffi::pjrt::{
-    Client, CompileOptions, CompilerOptionValue, CreateOption, ElementType, PjrtError, Plugin,
-    ProgramFormat,
+    Client, CompileOptions, CompilerOptionValue, CreateOption, Distributed, ElementType,
+    KeyValueError, KeyValueStore, PjrtError, Plugin, ProgramFormat,
 };
 
 fn plugin_path() -> PathBuf {
@@ -173,4 +174,51 @@ fn compiler_options_reach_the_compiler_and_unknown_ones_are_refused_by_name() {
         message.contains("xla_no_such_option"),
         "the error names the option: {message}"
     );
+}
+
+/// A store that answers nothing: the CPU plugin never calls it.
+struct Unreachable;
+
+impl KeyValueStore for Unreachable {
+    fn put(&self, _key: &[u8], _value: &[u8]) -> Result<(), KeyValueError> {
+        Err(KeyValueError::Unavailable("no job".into()))
+    }
+
+    fn get(&self, _key: &[u8], _timeout: Duration) -> Result<Vec<u8>, KeyValueError> {
+        Err(KeyValueError::Unavailable("no job".into()))
+    }
+
+    fn try_get(&self, _key: &[u8]) -> Result<Option<Vec<u8>>, KeyValueError> {
+        Err(KeyValueError::Unavailable("no job".into()))
+    }
+}
+
+#[test]
+fn the_cpu_plugin_does_not_join_other_processes() {
+    // It takes the distributed options without a word and makes a client of its own devices:
+    // every device it reports is addressable (what `burn-trainium` checks before refusing).
+    let plugin = plugin();
+    let options = [CreateOption {
+        name: "cpu_device_count".into(),
+        value: 2,
+    }];
+    let client = Client::joining(
+        &plugin,
+        &options,
+        &Distributed {
+            node_id: 1,
+            num_nodes: 2,
+            store: Arc::new(Unreachable),
+        },
+    )
+    .unwrap();
+    let global: Vec<i64> = client
+        .global_devices()
+        .unwrap()
+        .iter()
+        .map(|d| d.id)
+        .collect();
+    let local: Vec<i64> = client.devices().iter().map(|d| d.id).collect();
+    assert_eq!(local.len(), 2);
+    assert_eq!(global, local);
 }

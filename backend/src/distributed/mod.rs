@@ -20,6 +20,7 @@
 //! device of theirs in a multi-process job is an error that says so.
 
 mod exchange;
+mod key_value;
 mod monitor;
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -29,7 +30,10 @@ use burn_backend::TensorData;
 
 use crate::{BackendError, TrainiumDevice};
 use exchange::Exchange;
+use key_value::JobStore;
 use monitor::Monitor;
+
+pub use key_value::KEY_VALUE_PORT_OFFSET;
 
 /// How long [`join`] waits for every process (seconds), unless set.
 pub const JOIN_TIMEOUT_ENV: &str = "TRAINIUM_JOIN_TIMEOUT_S";
@@ -100,6 +104,8 @@ pub(crate) struct Cluster {
     peers: Peers,
     monitor: Monitor,
     exchange: Mutex<Exchange>,
+    /// The store PJRT plugins joining the job exchange their topology through.
+    key_value: Arc<JobStore>,
 }
 
 static CLUSTER: OnceLock<Arc<Cluster>> = OnceLock::new();
@@ -136,6 +142,7 @@ pub fn join(peers: Peers) -> Result<(), DistributedError> {
         master_port: port,
         ..peers.clone()
     };
+    let key_value = Arc::new(JobStore::start(&peers, join_timeout)?);
     let (monitor, links) = Monitor::connect(&listener, join_timeout)?;
     let exchange = Exchange::new(peers.rank, links, exchange_timeout)?;
     log::info!(
@@ -149,6 +156,7 @@ pub fn join(peers: Peers) -> Result<(), DistributedError> {
         peers,
         monitor,
         exchange: Mutex::new(exchange),
+        key_value,
     });
     CLUSTER
         .set(cluster)
@@ -226,6 +234,17 @@ impl ReplicaSpan {
     /// Whether the device's replicas live in several processes.
     pub fn spans_processes(&self) -> bool {
         self.cluster.is_some()
+    }
+
+    /// How a PJRT client joins the processes the device spans (none when it does not).
+    pub fn pjrt_distributed(&self) -> Option<trainium_ffi::pjrt::Distributed> {
+        self.cluster
+            .as_ref()
+            .map(|cluster| trainium_ffi::pjrt::Distributed {
+                node_id: cluster.peers.rank,
+                num_nodes: cluster.peers.world_size,
+                store: cluster.key_value.clone(),
+            })
     }
 
     /// Every replica's data, given this process's (`local[i]` is replica `first + i`): the

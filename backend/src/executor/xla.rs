@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn_backend::{DType, Shape, TensorData};
 use trainium_ffi::pjrt::{
-    Buffer, Client, CompileOptions, CompilerOptionValue, CreateOption, Device, ElementType,
-    LoadedExecutable, Plugin, ProgramFormat,
+    Buffer, Client, CompileOptions, CompilerOptionValue, CreateOption, Device, Distributed,
+    ElementType, LoadedExecutable, Plugin, ProgramFormat,
 };
 
 use super::xla_cache::XlaDiskCache;
@@ -139,9 +139,12 @@ fn settings(
     Ok((path, cpu_devices))
 }
 
-/// Loads the plugin named by `TRAINIUM_PJRT_PLUGIN` once and creates its client.
-fn runtime() -> Result<Arc<Runtime>, BackendError> {
-    static RUNTIMES: OnceLock<Mutex<HashMap<PathBuf, Arc<Runtime>>>> = OnceLock::new();
+/// Loads the plugin named by `TRAINIUM_PJRT_PLUGIN` once and creates its client: one of this
+/// process's devices, or one joining the processes of a job (`distributed`).
+fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendError> {
+    /// The runtimes by plugin path, and whether the client joined a job.
+    type Runtimes = HashMap<(PathBuf, bool), Arc<Runtime>>;
+    static RUNTIMES: OnceLock<Mutex<Runtimes>> = OnceLock::new();
     let (path, cpu_devices) = settings(
         std::env::var_os(PLUGIN_ENV),
         std::env::var(CPU_DEVICES_ENV).ok(),
@@ -150,17 +153,23 @@ fn runtime() -> Result<Arc<Runtime>, BackendError> {
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(runtime) = runtimes.get(&path) {
+    let key = (path, distributed.is_some());
+    if let Some(runtime) = runtimes.get(&key) {
         return Ok(runtime.clone());
     }
+    let path = &key.0;
     let plugin =
-        Plugin::load(&path).map_err(|error| unavailable(format!("{error} (from {PLUGIN_ENV})")))?;
+        Plugin::load(path).map_err(|error| unavailable(format!("{error} (from {PLUGIN_ENV})")))?;
     // Plugins ignore options they do not know: this one only sizes the XLA CPU client.
     let options = [CreateOption {
         name: "cpu_device_count".into(),
         value: cpu_devices,
     }];
-    let client = Client::new(&plugin, &options).map_err(|error| unavailable(error.to_string()))?;
+    let client = match distributed {
+        None => Client::new(&plugin, &options),
+        Some(distributed) => Client::joining(&plugin, &options, distributed),
+    }
+    .map_err(|error| unavailable(error.to_string()))?;
     log::info!(
         "PJRT client on {} with {} devices",
         client
@@ -189,13 +198,13 @@ fn runtime() -> Result<Arc<Runtime>, BackendError> {
         }
         log::info!("XLA compiler options: {options_text}");
     }
-    let disk_cache = XlaDiskCache::from_env(&path);
+    let disk_cache = XlaDiskCache::from_env(path);
     let runtime = Arc::new(Runtime {
         client,
         disk_cache,
         compiler_options,
     });
-    runtimes.insert(path, runtime.clone());
+    runtimes.insert(key, runtime.clone());
     Ok(runtime)
 }
 
@@ -230,31 +239,26 @@ fn element_type(dtype: DType) -> Result<ElementType, BackendError> {
 /// consecutive PJRT devices of a (replicated) device.
 pub(crate) struct XlaTarget {
     runtime: Arc<Runtime>,
-    /// The PJRT device of each replica.
+    /// The PJRT device of each of this process's replicas.
     devices: Vec<Device>,
+    /// The PJRT device id of every replica of the device, over every process of its job.
+    assignment: Vec<i64>,
 }
 
 impl XlaTarget {
     /// Opens `device` (`xla:N` is the N-th addressable device of the plugin's client, `xla:A-B`
     /// devices A to B).
+    ///
+    /// A device spanning the processes of a job needs a plugin that joins them: its client is
+    /// created with the job's node id, node count and key-value store, and each process drives
+    /// its replicas on its own devices.
     pub fn open(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Self, BackendError> {
-        if span.spans_processes() {
-            return Err(BackendError::Unsupported {
-                executor: EXECUTOR,
-                what: format!(
-                    "{device} across the {} processes of a job: the XLA CPU plugin's \
-                     PJRT_Client_Create takes no node id, node count or key-value store, and \
-                     has no collectives between processes; use a `host` or `neuron` device, or \
-                     one process per job",
-                    span.total / span.local
-                ),
-            });
-        }
-        let runtime = runtime()?;
+        let distributed = span.pjrt_distributed();
+        let runtime = runtime(distributed.as_ref())?;
         let available = runtime.client.devices();
-        let devices = (0..device.replicas)
+        let devices = (0..span.local)
             .map(|replica| {
-                let index = usize::from(device.index) + usize::from(replica);
+                let index = usize::from(device.index) + replica;
                 available.get(index).copied().ok_or_else(|| BackendError::ExecutorUnavailable {
                     executor: EXECUTOR,
                     reason: format!(
@@ -265,8 +269,77 @@ impl XlaTarget {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { runtime, devices })
+        let own: Vec<i64> = devices.iter().map(|device| device.id).collect();
+        let assignment = match &distributed {
+            None => own,
+            Some(distributed) => job_assignment(&runtime.client, device, distributed, own)?,
+        };
+        Ok(Self {
+            runtime,
+            devices,
+            assignment,
+        })
     }
+}
+
+/// How long a process waits for the others' device ids.
+const ASSIGNMENT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The PJRT device ids of every replica of `device` over the processes of its job: `own` are
+/// this process's; each process publishes its own in the job's store and reads the others', so
+/// the assignment is the same everywhere. A plugin that did not join the job (every device it
+/// reports is this process's) is an error that says so.
+fn job_assignment(
+    client: &Client,
+    device: &TrainiumDevice,
+    distributed: &Distributed,
+    own: Vec<i64>,
+) -> Result<Vec<i64>, BackendError> {
+    let global = client
+        .global_devices()
+        .map_err(|error| unavailable(error.to_string()))?;
+    if global.len() <= client.devices().len() {
+        let platform = client
+            .platform_name()
+            .unwrap_or_else(|error| error.to_string());
+        return Err(BackendError::Unsupported {
+            executor: EXECUTOR,
+            what: format!(
+                "{device} across the {} processes of a job: the `{platform}` PJRT plugin did \
+                 not join them (it reports {} devices, all of this process; the XLA CPU plugin \
+                 takes no node id, node count or key-value store and has no collectives \
+                 between processes); use a `host` or `neuron` device, or one process per job",
+                distributed.num_nodes,
+                global.len()
+            ),
+        });
+    }
+    let key = |rank: usize| format!("burn-trainium/{device}/devices/rank-{rank}");
+    let text = own.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let store_error = |error: trainium_ffi::pjrt::KeyValueError| {
+        unavailable(format!("{device}: exchanging device ids: {error}"))
+    };
+    distributed
+        .store
+        .put(key(distributed.node_id).as_bytes(), text.as_bytes())
+        .map_err(store_error)?;
+    let mut assignment = Vec::new();
+    for rank in 0..distributed.num_nodes {
+        let value = distributed
+            .store
+            .get(key(rank).as_bytes(), ASSIGNMENT_TIMEOUT)
+            .map_err(store_error)?;
+        let value = String::from_utf8_lossy(&value);
+        for id in value.split(',') {
+            assignment.push(id.parse::<i64>().map_err(|_| {
+                unavailable(format!(
+                    "{device}: rank {rank} published device ids `{value}`"
+                ))
+            })?);
+        }
+    }
+    log::info!("{device}: replicas on PJRT devices {assignment:?} over the job's processes");
+    Ok(assignment)
 }
 
 impl Target for XlaTarget {
@@ -312,8 +385,7 @@ impl Target for XlaTarget {
         program: &LoweredProgram,
     ) -> Result<(LoadedExecutable, CompileOutcome), BackendError> {
         let start = Instant::now();
-        let device_ids: Vec<i64> = self.devices.iter().map(|device| device.id).collect();
-        let mut options = CompileOptions::replicated(&device_ids);
+        let mut options = CompileOptions::replicated(&self.assignment);
         options.compiler_options = self.runtime.compiler_options.clone();
         let cached = self.runtime.disk_cache.as_ref().map(|cache| {
             let entry = cache.entry(&program.bytes, &options.encode());

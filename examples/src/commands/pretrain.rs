@@ -67,10 +67,11 @@ impl Job {
         }
     }
 
-    /// Joins the other processes, when there are any; they must train on a replicated `host`
-    /// or `neuron` device (the `xla` executor and ndarray run in one process). A `neuron`
-    /// process first gets its NeuronCores and the collectives' meeting point
-    /// ([`burn_trainium::neuron::process_environment`]), unless the launcher set them.
+    /// Joins the other processes, when there are any; they must train on a replicated Trainium
+    /// device (`host`, `neuron`, or `xla` with a PJRT plugin that joins processes; ndarray runs
+    /// in one process). A `neuron` process first gets its NeuronCores and the collectives'
+    /// meeting point ([`burn_trainium::neuron::process_environment`]), unless the launcher set
+    /// them.
     fn join(&self, device: &DeviceChoice) -> anyhow::Result<()> {
         if !self.is_multi_process() {
             return Ok(());
@@ -78,16 +79,16 @@ impl Job {
         let process = &self.process;
         let spanning = match device {
             DeviceChoice::Trainium(device)
-                if matches!(device.executor, ExecutorKind::Host | ExecutorKind::Neuron)
-                    && usize::from(device.replicas).is_multiple_of(process.world_size) =>
+                if usize::from(device.replicas).is_multiple_of(process.world_size) =>
             {
                 device
             }
             _ => bail!(
                 "{} started process {} of {}: a job of several processes trains on a `host` or \
-                 `neuron` device whose replicas (--dp × --tp) divide among the processes, e.g. \
-                 --device host:0 --dp {}; the `xla` executor and ndarray run in one process (one \
-                 process drives every replica of its device: --device xla:0-3)",
+                 `neuron` device (or `xla` with a PJRT plugin that joins processes) whose \
+                 replicas (--dp × --tp) divide among the processes, e.g. --device host:0 --dp {}; \
+                 ndarray runs in one process (one process drives every replica of its device: \
+                 --device xla:0-3)",
                 process.launcher,
                 process.rank,
                 process.world_size,

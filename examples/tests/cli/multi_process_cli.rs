@@ -13,7 +13,7 @@ use burn_trainium::hlo::HloModuleProto;
 use burn_trainium::neuron::MODULE_FILE;
 use prost::Message;
 
-use super::{hlat, run, succeed};
+use super::{hlat, require_plugin, run, succeed};
 
 /// Data parallel across the two processes.
 const DATA_PARALLEL: &[&str] = &["--dp", "2"];
@@ -52,8 +52,8 @@ fn run_flags(out: &Path, max_steps: u64, layout: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// A base port with the three after it free (rank 0's listener, the orchestrator, one data port
-/// per rank).
+/// A base port with the three after it free (rank 0's listener, the Neuron collectives' meeting
+/// point, the job's key-value store).
 fn free_base_port() -> u16 {
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
@@ -407,4 +407,30 @@ fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
         groups.iter().all(|groups| groups == &[vec![0, 1]]),
         "{groups:?}"
     );
+}
+
+#[test]
+fn an_xla_job_of_two_processes_is_refused_when_the_plugin_does_not_join_them() {
+    // The client is created with the job's node id, node count and key-value store; the XLA CPU
+    // plugin ignores them and reports only its own devices, which both processes say plainly.
+    require_plugin();
+    let folder = tempfile::tempdir().unwrap();
+    let mut flags = run_flags(&folder.path().join("job"), 2, DATA_PARALLEL);
+    flags[4] = "xla:0".into();
+    let port = free_base_port();
+    let ranks: Vec<Child> = (0..2).map(|rank| start_rank(rank, port, &flags)).collect();
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let (output, _) = finish(child, Duration::from_secs(120));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "rank {rank}:\n{stderr}");
+        for expected in [
+            "xla:0-1 across the 2 processes",
+            "`cpu` PJRT plugin did not join",
+        ] {
+            assert!(
+                stderr.contains(expected),
+                "rank {rank}: no `{expected}`:\n{stderr}"
+            );
+        }
+    }
 }

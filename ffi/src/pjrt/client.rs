@@ -2,6 +2,7 @@ use std::ffi::c_char;
 use std::sync::Arc;
 
 use super::event;
+use super::key_value::{Callbacks, Distributed};
 use super::raw;
 use super::{Buffer, CompileOptions, ElementType, LoadedExecutable, PjrtError, Plugin};
 
@@ -36,6 +37,8 @@ pub struct CreateOption {
 pub(crate) struct ClientHandle {
     pub(crate) plugin: Arc<Plugin>,
     pub(crate) raw: *mut raw::PjrtClient,
+    /// The key-value callbacks' state of a client joining a job: dropped after the client.
+    _key_value: Option<Box<Callbacks>>,
 }
 
 // SAFETY: PJRT clients are thread-safe.
@@ -82,6 +85,38 @@ unsafe impl Sync for Device {}
 impl Client {
     /// Creates a client of `plugin` with the given creation options.
     pub fn new(plugin: &Arc<Plugin>, options: &[CreateOption]) -> Result<Client, PjrtError> {
+        Self::create(plugin, options, None)
+    }
+
+    /// Creates a client of `plugin` that joins the other processes of a job: `node_id` and
+    /// `num_nodes` are added to `options` and the key-value callbacks point at the job's store.
+    /// A plugin that cannot span processes ignores both and makes a client of its own devices
+    /// only: compare [`Client::global_devices`] with [`Client::devices`] to tell.
+    pub fn joining(
+        plugin: &Arc<Plugin>,
+        options: &[CreateOption],
+        distributed: &Distributed,
+    ) -> Result<Client, PjrtError> {
+        Self::create(plugin, options, Some(distributed))
+    }
+
+    fn create(
+        plugin: &Arc<Plugin>,
+        options: &[CreateOption],
+        distributed: Option<&Distributed>,
+    ) -> Result<Client, PjrtError> {
+        let mut options = options.to_vec();
+        if let Some(distributed) = distributed {
+            for (name, value) in [
+                ("node_id", distributed.node_id),
+                ("num_nodes", distributed.num_nodes),
+            ] {
+                options.push(CreateOption {
+                    name: name.to_string(),
+                    value: value as i64,
+                });
+            }
+        }
         let values: Vec<raw::NamedValue> = options
             .iter()
             .map(|option| {
@@ -99,13 +134,25 @@ impl Client {
         let mut args = unsafe { raw::args::<raw::ClientCreateArgs>() };
         args.create_options = values.as_ptr();
         args.num_options = values.len();
+        let mut key_value =
+            distributed.map(|distributed| Callbacks::new(distributed.store.clone()));
+        if let Some(callbacks) = &mut key_value {
+            callbacks.install(&mut args);
+        }
         plugin.call("PJRT_Client_Create", plugin.api().client_create, &mut args)?;
         let handle = Arc::new(ClientHandle {
             plugin: plugin.clone(),
             raw: args.client,
+            _key_value: key_value,
         });
-        let devices = addressable_devices(&handle)?;
+        let devices = list_devices(&handle, DeviceList::Addressable)?;
         Ok(Client { handle, devices })
+    }
+
+    /// Every device of the client, its own and those of the other processes of its job, in
+    /// the plugin's order (`PJRT_Client_Devices`).
+    pub fn global_devices(&self) -> Result<Vec<Device>, PjrtError> {
+        list_devices(&self.handle, DeviceList::Global)
     }
 
     /// The platform name reported by the plugin (`cpu`, `cuda`, `neuron`, ...).
@@ -258,16 +305,28 @@ fn device_description(
     Ok(args.device_description)
 }
 
-fn addressable_devices(handle: &ClientHandle) -> Result<Vec<Device>, PjrtError> {
+/// Which devices [`list_devices`] lists.
+#[derive(Clone, Copy)]
+enum DeviceList {
+    /// Those this process runs on.
+    Addressable,
+    /// Those of every process of the client's job.
+    Global,
+}
+
+fn list_devices(handle: &ClientHandle, list: DeviceList) -> Result<Vec<Device>, PjrtError> {
     let plugin = &handle.plugin;
     // SAFETY: a valid zeroed argument struct.
-    let mut args = unsafe { raw::args::<raw::ClientAddressableDevicesArgs>() };
+    let mut args = unsafe { raw::args::<raw::ClientDevicesArgs>() };
     args.client = handle.raw;
-    plugin.call(
-        "PJRT_Client_AddressableDevices",
-        plugin.api().client_addressable_devices,
-        &mut args,
-    )?;
+    let (function, entry) = match list {
+        DeviceList::Addressable => (
+            "PJRT_Client_AddressableDevices",
+            plugin.api().client_addressable_devices,
+        ),
+        DeviceList::Global => ("PJRT_Client_Devices", plugin.api().client_devices),
+    };
+    plugin.call(function, entry, &mut args)?;
     let raw_devices = if args.num_devices == 0 {
         &[][..]
     } else {

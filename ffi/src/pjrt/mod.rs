@@ -21,6 +21,7 @@ mod element_type;
 mod error;
 mod event;
 mod executable;
+mod key_value;
 mod plugin;
 pub mod raw;
 
@@ -30,4 +31,5 @@ pub use compile_options::{CompileOptions, CompilerOptionValue};
 pub use element_type::ElementType;
 pub use error::PjrtError;
 pub use executable::{CompiledMemoryStats, LoadedExecutable};
+pub use key_value::{Distributed, KeyValueError, KeyValueStore};
 pub use plugin::Plugin;

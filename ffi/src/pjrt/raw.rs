@@ -57,8 +57,8 @@ pub struct Api {
     pub client_platform_name: Call<ClientPlatformNameArgs>,
     pub client_process_index: Unused,
     pub client_platform_version: Unused,
-    pub client_devices: Unused,
-    pub client_addressable_devices: Call<ClientAddressableDevicesArgs>,
+    pub client_devices: Call<ClientDevicesArgs>,
+    pub client_addressable_devices: Call<ClientDevicesArgs>,
     pub client_lookup_device: Unused,
     pub client_lookup_addressable_device: Unused,
     pub client_addressable_memories: Unused,
@@ -206,8 +206,65 @@ pub struct ClientCreateArgs {
     pub kv_put_callback: *const c_void,
     pub kv_put_user_arg: *mut c_void,
     pub client: *mut PjrtClient,
-    pub _tail: [usize; 2],
+    pub kv_try_get_callback: *const c_void,
+    pub kv_try_get_user_arg: *mut c_void,
 }
+
+/// `PJRT_CallbackError`: makes a `PJRT_Error` for a callback to return.
+pub type CallbackError =
+    Option<unsafe extern "C" fn(code: i32, message: *const c_char, size: usize) -> *mut PjrtError>;
+
+/// `PJRT_KeyValueGetCallback_ValueDeleter`.
+pub type ValueDeleter = Option<unsafe extern "C" fn(value: *mut c_char)>;
+
+/// `PJRT_KeyValueGetCallback_Args`.
+#[repr(C)]
+pub struct KeyValueGetArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub timeout_in_ms: i32,
+    pub callback_error: *const CallbackError,
+    pub user_arg: *mut c_void,
+    pub value: *mut c_char,
+    pub value_size: usize,
+    pub value_deleter_callback: ValueDeleter,
+}
+
+/// `PJRT_KeyValueTryGetCallback_Args`.
+#[repr(C)]
+pub struct KeyValueTryGetArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub callback_error: *const CallbackError,
+    pub user_arg: *mut c_void,
+    pub value: *mut c_char,
+    pub value_size: usize,
+    pub value_deleter_callback: ValueDeleter,
+}
+
+/// `PJRT_KeyValuePutCallback_Args`.
+#[repr(C)]
+pub struct KeyValuePutArgs {
+    pub struct_size: usize,
+    pub extension_start: *mut c_void,
+    pub key: *const c_char,
+    pub key_size: usize,
+    pub value: *const c_char,
+    pub value_size: usize,
+    pub callback_error: *const CallbackError,
+    pub user_arg: *mut c_void,
+}
+
+/// `PJRT_Error_Code` values the key-value callbacks return (absl's status codes).
+pub const ERROR_CODE_DEADLINE_EXCEEDED: i32 = 4;
+/// `PJRT_Error_Code_NOT_FOUND`.
+pub const ERROR_CODE_NOT_FOUND: i32 = 5;
+/// `PJRT_Error_Code_UNAVAILABLE`.
+pub const ERROR_CODE_UNAVAILABLE: i32 = 14;
 
 #[repr(C)]
 pub struct ClientDestroyArgs {
@@ -226,7 +283,7 @@ pub struct ClientPlatformNameArgs {
 }
 
 #[repr(C)]
-pub struct ClientAddressableDevicesArgs {
+pub struct ClientDevicesArgs {
     pub struct_size: usize,
     pub extension_start: *mut c_void,
     pub client: *mut PjrtClient,
