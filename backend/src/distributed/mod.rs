@@ -236,8 +236,9 @@ impl ReplicaSpan {
         self.cluster.is_some()
     }
 
-    /// How a PJRT client joins the processes the device spans (none when it does not).
-    pub fn pjrt_distributed(&self) -> Option<trainium_ffi::pjrt::Distributed> {
+    /// The job the device spans (none when it stays in this process): this process's rank, the
+    /// process count and the job's key-value store, as a PJRT client joining it takes them.
+    pub fn distributed(&self) -> Option<trainium_ffi::pjrt::Distributed> {
         self.cluster
             .as_ref()
             .map(|cluster| trainium_ffi::pjrt::Distributed {

@@ -253,7 +253,7 @@ impl XlaTarget {
     /// created with the job's node id, node count and key-value store, and each process drives
     /// its replicas on its own devices.
     pub fn open(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Self, BackendError> {
-        let distributed = span.pjrt_distributed();
+        let distributed = span.distributed();
         let runtime = runtime(distributed.as_ref())?;
         let available = runtime.client.devices();
         let devices = (0..span.local)

@@ -407,6 +407,25 @@ fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
         groups.iter().all(|groups| groups == &[vec![0, 1]]),
         "{groups:?}"
     );
+
+    // A process told to meet elsewhere than rank 0 stops, naming both places.
+    let port = free_base_port();
+    let elsewhere = [
+        environment.to_vec(),
+        vec![("NEURON_RT_ROOT_COMM_ID", "10.0.0.9:1234".to_string())],
+    ]
+    .concat();
+    let rank0 = start_rank_with(0, port, &flags, &environment);
+    let rank1 = start_rank_with(1, port, &flags, &elsewhere);
+    let (output, _) = finish(rank1, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "rank 1 ran:\n{stderr}");
+    let expected = format!(
+        "NEURON_RT_ROOT_COMM_ID is `10.0.0.9:1234` in process 1 but `127.0.0.1:{}` in rank 0",
+        port + 2
+    );
+    assert!(stderr.contains(&expected), "no `{expected}`:\n{stderr}");
+    finish(rank0, Duration::from_secs(120));
 }
 
 #[test]

@@ -22,6 +22,7 @@ use burn_backend::{BoolStore, DType, Shape, TensorData};
 use prost::Message;
 use trainium_ffi::nrt::{Model, NeuronRuntime, NrtError, NrtStatus, Tensor, TensorPlacement};
 
+use super::job::agree_on_root_comm_id;
 use super::{
     Binding, CacheKey, CacheOutcome, NeffCache, NeuronCompiler, NeuronSettings, bind, compile_only,
     request_neff_names,
@@ -169,6 +170,10 @@ impl NeuronCores {
     /// Needs the compiler (`NEURON_CC`, default `neuronx-cc`) and, unless in compile-only mode,
     /// the Neuron runtime library. `span` says which of the device's replicas this process holds.
     pub fn open(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Self, BackendError> {
+        if let Some(job) = span.distributed() {
+            agree_on_root_comm_id(&job)
+                .map_err(|reason| unavailable(format!("{device}: {reason}")))?;
+        }
         // The runtime first: on a machine without one, that is the error that matters.
         let cores = if compile_only() {
             None
