@@ -80,6 +80,17 @@ pub fn rank_share(step_dir: &Path, rank: usize) -> Option<PathBuf> {
     Some(rank_output(out, rank).join(CHECKPOINTS_DIR).join(name))
 }
 
+/// Who wrote a checkpoint: how many processes, and the job they were (an id every process of one
+/// start of a job records), so that a share left at the same step by an earlier start is not
+/// taken for this one's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointWriters {
+    /// Processes that wrote the checkpoint, each its share.
+    pub processes: usize,
+    /// The job's id.
+    pub job: String,
+}
+
 /// The checkpoints of one training run.
 #[derive(Debug, Clone)]
 pub struct RunFolder {
@@ -131,17 +142,23 @@ impl RunFolder {
     }
 
     /// The newest checkpoint of a job (this is its folder, rank 0's) that every process which
-    /// wrote it completed: `writers(dir)` says how many processes wrote the checkpoint in `dir`,
-    /// and process `R`'s share of a step is that step in [`RunFolder::rank`]`(R)`, complete only
-    /// with its own marker. A job restarted after losing a process resumes there, never from a
-    /// step some process left half-written. `None` when no step is complete everywhere.
+    /// wrote it completed: `writers(dir)` reads who wrote the checkpoint or share in `dir`, and
+    /// process `R`'s share of a step is that step in [`RunFolder::rank`]`(R)`, complete only with
+    /// its own marker and the same writers as rank 0's. A job restarted after losing a process
+    /// resumes there, never from a step some process left half-written or wrote for another
+    /// start of the job. `None` when no step is complete everywhere.
     pub fn newest_complete_in_every_rank<E: From<RunFolderError>>(
         &self,
-        writers: impl Fn(&Path) -> Result<usize, E>,
+        writers: impl Fn(&Path) -> Result<CheckpointWriters, E>,
     ) -> Result<Option<PathBuf>, E> {
         for (step, dir) in self.complete_steps()?.into_iter().rev() {
-            let processes = writers(&dir)?;
-            if (1..processes).all(|rank| is_complete(&self.rank(rank).step_dir(step))) {
+            let ours = writers(&dir)?;
+            let processes = ours.processes;
+            let share_complete = |rank: usize| {
+                let share = self.rank(rank).step_dir(step);
+                is_complete(&share) && writers(&share).is_ok_and(|theirs| theirs == ours)
+            };
+            if (1..processes).all(share_complete) {
                 return Ok(Some(dir));
             }
             log::info!(
@@ -281,13 +298,18 @@ mod tests {
         );
         assert_eq!(rank_share(Path::new("step-00000030"), 1), None);
         assert_eq!(rank0.newest().unwrap(), Some(rank0.step_dir(40)));
+        // Rank 1's step 20 was written by another start of the job.
+        let stale = job.join("ranks/rank-01/checkpoints/step-00000020");
         let newest = |writers: fn(u64) -> usize| {
             rank0
                 .newest_complete_in_every_rank(|dir| {
                     let step = dir.file_name().unwrap().to_str().unwrap()[STEP_PREFIX.len()..]
                         .parse()
                         .unwrap();
-                    Ok::<_, RunFolderError>(writers(step))
+                    Ok::<_, RunFolderError>(CheckpointWriters {
+                        processes: writers(step),
+                        job: if dir == stale { "earlier" } else { "this" }.into(),
+                    })
                 })
                 .unwrap()
         };
@@ -297,15 +319,19 @@ mod tests {
         assert_eq!(newest(|_| 2), Some(rank0.step_dir(30)));
         // By one process (a job that grew): the newest step of rank 0.
         assert_eq!(newest(|_| 1), Some(rank0.step_dir(40)));
-        // Steps 30 and 40 by 4 processes, of which rank 3 wrote nothing: step 20, by 3.
+        // Steps 30 and 40 by 4 processes, of which rank 3 wrote nothing; step 20's share of
+        // rank 1 is another start's: step 10, by 2.
         assert_eq!(
-            newest(|step| if step >= 30 { 4 } else { 3 }),
-            Some(rank0.step_dir(20))
+            newest(|step| if step >= 30 { 4 } else { 2 }),
+            Some(rank0.step_dir(10))
         );
         let empty = RunFolder::new(&root.path().join("empty"));
         assert_eq!(
             empty
-                .newest_complete_in_every_rank(|_| Ok::<_, RunFolderError>(1))
+                .newest_complete_in_every_rank(|_| Ok::<_, RunFolderError>(CheckpointWriters {
+                    processes: 1,
+                    job: String::new(),
+                }))
                 .unwrap(),
             None
         );

@@ -84,8 +84,9 @@ pub struct RankShards {
 /// Reads a tensor-parallel model (split by `Hlat::shard` over the first `degree` replicas of its
 /// device, among others) as rank shards for the checkpoint folder `dir` (named in errors): rank
 /// `r`'s shard holds replica `r`'s values, read from the replica without gathering them into one
-/// tensor. On a device spanning processes every process must read, in the same order, as with
-/// any read of every replica.
+/// tensor. Only this process's replicas are read, nothing moves between processes: on a device
+/// spanning the processes of a job, the process holding replicas `0..degree` (rank 0, as
+/// tensor-parallel groups stay inside a process) reads alone.
 pub fn read_ranks<B: CollectiveBackend>(
     model: &Hlat<B>,
     degree: usize,
@@ -239,17 +240,18 @@ impl<B: CollectiveBackend> ModuleVisitor<B> for ReplicaReader {
             return;
         }
         let name = self.path.names().join(".");
-        let replicas = match collective::into_replicas(param.val()) {
-            Ok(replicas) => replicas,
+        let (first, replicas) = match collective::into_local_replicas(param.val()) {
+            Ok(local) => local,
             Err(error) => {
                 self.failure = Some(format!("reading `{name}`: {error}"));
                 return;
             }
         };
-        if replicas.len() < self.degree {
+        if first != 0 || replicas.len() < self.degree {
             self.failure = Some(format!(
-                "`{name}` lives on {} replicas, fewer than the degree {}",
-                replicas.len(),
+                "`{name}`: this process holds replicas {first}..{} of its device, not the \
+                 tensor-parallel ranks 0..{}",
+                first + replicas.len(),
                 self.degree
             ));
             return;

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hlat::run_folder::{rank_share, write_atomic};
+use hlat::run_folder::{CheckpointWriters, rank_share, write_atomic};
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::Optimizer;
@@ -89,6 +89,21 @@ pub struct CheckpointState {
     /// checkpoint of a job of one process).
     #[serde(default = "one_process")]
     pub processes: usize,
+    /// The id of the job's start that wrote the checkpoint, the same in every process's share
+    /// (empty in checkpoints of one process written before there were shares).
+    #[serde(default)]
+    pub job: String,
+}
+
+impl CheckpointState {
+    /// Who wrote the checkpoint, as [`hlat::run_folder::RunFolder::newest_complete_in_every_rank`]
+    /// compares the shares.
+    pub fn writers(&self) -> CheckpointWriters {
+        CheckpointWriters {
+            processes: self.processes,
+            job: self.job.clone(),
+        }
+    }
 }
 
 fn one_process() -> usize {
@@ -108,10 +123,18 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
         path: path.clone(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|error| TrainError::Checkpoint {
-        path,
-        message: error.to_string(),
-    })
+    let state: CheckpointState =
+        serde_json::from_str(&text).map_err(|error| TrainError::Checkpoint {
+            path: path.clone(),
+            message: error.to_string(),
+        })?;
+    if state.processes == 0 {
+        return Err(TrainError::Checkpoint {
+            path,
+            message: "`processes` is 0; a checkpoint is written by at least one process".into(),
+        });
+    }
+    Ok(state)
 }
 
 /// Saves `share` of the optimizer state of `module`'s parameters into a checkpoint folder,
@@ -130,6 +153,13 @@ where
     M: AutodiffModule<B>,
 {
     let mut record = reshard_optimizer_state(module, optimizer.to_record(), layout, Reshard::Join);
+    // Every process runs the join as one program, whichever parameters it then reads.
+    if let Some(device) = module.devices().first() {
+        B::sync(device).map_err(|error| TrainError::Checkpoint {
+            path: dir.to_path_buf(),
+            message: format!("joining the optimizer state: {error}"),
+        })?;
+    }
     let positional: OptimizerRecord<M, B> = param_ids(module)
         .into_iter()
         .enumerate()

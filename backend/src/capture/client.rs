@@ -194,6 +194,14 @@ impl TrainiumClient {
         self.read_with(tensor, |executor| executor.read_replicas(tensor))
     }
 
+    /// Reads this process's replicas of `tensor`, and the index of the first.
+    pub(crate) fn read_local_replicas(
+        &self,
+        tensor: &TensorIr,
+    ) -> Result<(usize, Vec<TensorData>), BackendError> {
+        self.read_with(tensor, |executor| executor.read_local_replicas(tensor))
+    }
+
     /// Reads `tensor` with `read`. A tensor that already has its value is read without running
     /// the waiting segment: a read from another thread (Burn's metrics run in one) must not cut
     /// the segment this thread is capturing at a point that varies from step to step, which

@@ -126,6 +126,12 @@ impl<B: CollectiveBackend, C: CheckpointStrategy> CollectiveBackend for Autodiff
         B::float_into_replicas(tensor.primitive)
     }
 
+    fn float_into_local_replicas(
+        tensor: FloatTensor<Self>,
+    ) -> Result<(usize, Vec<TensorData>), ExecutionError> {
+        B::float_into_local_replicas(tensor.primitive)
+    }
+
     fn collective(
         collective: Collective,
         tensors: Vec<FloatTensor<Self>>,

@@ -63,6 +63,10 @@ macro_rules! single_device_collectives {
                     .map(|data| vec![data])
             }
 
+            fn float_into_local_replicas(tensor: FloatTensor<Self>) -> Result<(usize, Vec<TensorData>), ExecutionError> {
+                Self::float_into_replicas(tensor).map(|data| (0, data))
+            }
+
             fn collective(collective: Collective, tensors: Vec<FloatTensor<Self>>) -> Vec<FloatTensor<Self>> {
                 identity::<Self>(collective, tensors)
             }

@@ -29,6 +29,15 @@ impl CollectiveBackend for Trainium {
             .map_err(ExecutionError::from)
     }
 
+    fn float_into_local_replicas(
+        tensor: FloatTensor<Self>,
+    ) -> Result<(usize, Vec<TensorData>), ExecutionError> {
+        let client = tensor.client.clone();
+        client
+            .read_local_replicas(&tensor.into_ir())
+            .map_err(ExecutionError::from)
+    }
+
     fn collective(
         collective: Collective,
         tensors: Vec<FloatTensor<Self>>,

@@ -9,8 +9,8 @@
 //! little-endian.
 
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,10 @@ const FOUND: u8 = 0;
 const STORED: u8 = 1;
 /// No value under the key (in time, for a get).
 const MISSING: u8 = 2;
+/// The largest key or value the server accepts (plugins exchange topologies of a few KiB).
+const LARGEST_ENTRY: u64 = 64 << 20;
+/// How long the server waits for the bytes of a request.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The map rank 0 holds, and a signal for gets waiting on a key.
 #[derive(Default)]
@@ -130,7 +134,18 @@ fn request(
     };
     let deadline = Instant::now() + connect_timeout;
     let stream = loop {
-        match TcpStream::connect((address.0.as_str(), address.1)) {
+        let attempt = (address.0.as_str(), address.1)
+            .to_socket_addrs()
+            .and_then(|mut addresses| {
+                addresses.next().ok_or_else(|| {
+                    std::io::Error::new(ErrorKind::NotFound, "the host has no address")
+                })
+            })
+            .and_then(|socket| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                TcpStream::connect_timeout(&socket, left.max(Duration::from_millis(10)))
+            });
+        match attempt {
             Ok(stream) => break stream,
             Err(error) if Instant::now() >= deadline => return Err(unavailable(error)),
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -235,6 +250,7 @@ fn serve(listener: TcpListener, entries: Arc<Entries>) {
 
 /// Reads one request from `stream` and answers it.
 fn answer(stream: &TcpStream, entries: &Entries) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(REQUEST_READ_TIMEOUT))?;
     let mut reader = BufReader::new(stream);
     let operation = read_byte(&mut reader)?;
     let key = read_bytes(&mut reader)?;
@@ -287,8 +303,14 @@ fn read_u64(reader: &mut impl Read) -> std::io::Result<u64> {
 }
 
 fn read_bytes(reader: &mut impl Read) -> std::io::Result<Vec<u8>> {
-    let length = read_u64(reader)? as usize;
-    let mut bytes = vec![0u8; length];
+    let length = read_u64(reader)?;
+    if length > LARGEST_ENTRY {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("an entry of {length} bytes (at most {LARGEST_ENTRY})"),
+        ));
+    }
+    let mut bytes = vec![0u8; length as usize];
     reader.read_exact(&mut bytes)?;
     Ok(bytes)
 }

@@ -1,23 +1,25 @@
 //! Devices that span processes: one replicated device whose replicas live in several processes
 //! (one per node, or per group of cores), as JAX's multi-process runtime arranges them.
 //!
-//! Every process of the job runs the same program (SPMD). After [`join`], a replicated `host`
-//! device of N replicas in a job of W processes holds replicas `rank × N/W .. (rank + 1) × N/W` in
-//! this process: [`crate::collective`] groups still name global replicas, data given for every
-//! replica keeps this process's share, and a collective or a read of every replica first gathers
-//! the other processes' replicas (bit for bit, through rank 0) and computes from the same inputs
-//! as one process would. A liveness connection from every rank to rank 0 turns a lost process
-//! into an error naming its rank, instead of a wait that never ends.
+//! Every process of the job runs the same program (SPMD). After [`join`], a replicated device of
+//! N replicas in a job of W processes holds replicas `rank × N/W .. (rank + 1) × N/W` in this
+//! process: [`crate::collective`] groups still name global replicas, data given for every
+//! replica keeps this process's share, and a read of every replica gathers the other processes'
+//! (bit for bit, through rank 0). On `host` a collective gathers its inputs the same way and
+//! computes from them as one process would; `neuron` and `xla` compile their collectives into
+//! the program and leave them to the device's own library (the Neuron collectives, the PJRT
+//! plugin's). A liveness connection from every rank to rank 0 turns a lost process into an error
+//! naming its rank, instead of a wait that never ends.
 //!
-//! Everything goes through rank 0's listener on the port after the job's `MASTER_PORT`
-//! (torchrun's own store listens on `MASTER_PORT` itself).
+//! Rank 0 listens on the port after the job's `MASTER_PORT` (torchrun's own store listens on
+//! `MASTER_PORT` itself) and serves the job's key-value store ([`share`], and the PJRT plugins'
+//! callbacks) [`KEY_VALUE_PORT_OFFSET`] above it; the Neuron collectives meet between the two.
 //!
 //! burn-collective's multi-node all-reduce (Burn 0.21) was the first candidate for moving the
 //! data; it hangs within a few calls on this machine: its tensor data service (burn-communication
 //! 0.21, `TensorDataService::get_exposed_tensor_bytes`) looks for an exposed tensor, releases the
 //! lock, and only then creates the `Notify` future it waits on, so an `expose` in between is
-//! never seen. The compiled executors (`xla`, `neuron`) do not span processes yet: a replicated
-//! device of theirs in a multi-process job is an error that says so.
+//! never seen.
 
 mod exchange;
 mod key_value;
@@ -27,6 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use burn_backend::TensorData;
+use trainium_ffi::pjrt::KeyValueStore;
 
 use crate::{BackendError, TrainiumDevice};
 use exchange::Exchange;
@@ -102,6 +105,8 @@ pub enum DistributedError {
 /// The job this process joined.
 pub(crate) struct Cluster {
     peers: Peers,
+    /// How long a process waits for the others (`TRAINIUM_JOIN_TIMEOUT_S`).
+    join_timeout: Duration,
     monitor: Monitor,
     exchange: Mutex<Exchange>,
     /// The store PJRT plugins joining the job exchange their topology through.
@@ -154,6 +159,7 @@ pub fn join(peers: Peers) -> Result<(), DistributedError> {
     );
     let cluster = Arc::new(Cluster {
         peers,
+        join_timeout,
         monitor,
         exchange: Mutex::new(exchange),
         key_value,
@@ -178,6 +184,33 @@ pub fn leave() {
 /// The job this process joined, if any.
 pub fn joined() -> Option<Peers> {
     CLUSTER.get().map(|cluster| cluster.peers.clone())
+}
+
+/// Every process's `ours` under `key`, by rank: each process publishes its own in the job's
+/// key-value store and reads the others' (waiting up to `TRAINIUM_JOIN_TIMEOUT_S` for each). A
+/// process of no job gets its own alone. A key serves one exchange: use a new one for each.
+pub fn share(key: &str, ours: &[u8]) -> Result<Vec<Vec<u8>>, DistributedError> {
+    let Some(cluster) = CLUSTER.get() else {
+        return Ok(vec![ours.to_vec()]);
+    };
+    let failed = |error: trainium_ffi::pjrt::KeyValueError| {
+        cluster.monitor.loss().unwrap_or_else(|| {
+            DistributedError::Collective(format!("sharing `{key}` between processes: {error}"))
+        })
+    };
+    let rank_key = |rank: usize| format!("{key}/rank-{rank}");
+    cluster
+        .key_value
+        .put(rank_key(cluster.peers.rank).as_bytes(), ours)
+        .map_err(failed)?;
+    (0..cluster.peers.world_size)
+        .map(|rank| {
+            cluster
+                .key_value
+                .get(rank_key(rank).as_bytes(), cluster.join_timeout)
+                .map_err(failed)
+        })
+        .collect()
 }
 
 /// Which replicas of a device this process holds, and how it reaches the others.

@@ -393,9 +393,16 @@ impl<T: Target> Executor for DeviceExecutor<T> {
         id: TensorId,
         data: Vec<TensorData>,
     ) -> Result<(), BackendError> {
-        let data = match data.len() == self.span.total {
-            true => self.span.local_share(data),
-            false => data,
+        // Data for every replica of the device (this process keeps its share), or one for all.
+        let data = match data.len() {
+            1 => data,
+            given if given == self.span.total => self.span.local_share(data),
+            given => {
+                return Err(self.failure(format!(
+                    "data for {given} replicas of {}, which has {}",
+                    self.device, self.span.total
+                )));
+            }
         };
         self.store(id, &data)
     }
@@ -422,13 +429,21 @@ impl<T: Target> Executor for DeviceExecutor<T> {
     }
 
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
+        let (_, local) = self.read_local_replicas(tensor)?;
+        self.span.gather(local).map_err(|error| self.failure(error))
+    }
+
+    fn read_local_replicas(
+        &mut self,
+        tensor: &TensorIr,
+    ) -> Result<(usize, Vec<TensorData>), BackendError> {
         let local = (0..self.replicas())
             .map(|replica| self.download(tensor.id, replica))
             .collect::<Result<Vec<_>, _>>()?;
         if tensor.status == TensorStatus::ReadWrite {
             self.tensors.remove(&tensor.id);
         }
-        self.span.gather(local).map_err(|error| self.failure(error))
+        Ok((self.span.first, local))
     }
 
     fn seed(&mut self, seed: u64) {

@@ -48,6 +48,13 @@ pub(crate) trait Executor: Send {
     /// Copies every replica of a tensor to the host. A `ReadWrite` status releases it.
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError>;
 
+    /// Copies this process's replicas of a tensor to the host, with the index of the first
+    /// among every replica. A `ReadWrite` status releases it.
+    fn read_local_replicas(
+        &mut self,
+        tensor: &TensorIr,
+    ) -> Result<(usize, Vec<TensorData>), BackendError>;
+
     /// Seeds the executor's random number generator.
     fn seed(&mut self, seed: u64);
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn_backend::{DType, Shape, TensorData};
 use trainium_ffi::pjrt::{
@@ -15,7 +15,7 @@ use trainium_ffi::pjrt::{
 
 use super::xla_cache::XlaDiskCache;
 use super::{CacheLimits, CompileOutcome, Target};
-use crate::distributed::ReplicaSpan;
+use crate::distributed::{ReplicaSpan, share};
 use crate::lower::{LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
 
@@ -282,9 +282,6 @@ impl XlaTarget {
     }
 }
 
-/// How long a process waits for the others' device ids.
-const ASSIGNMENT_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// The PJRT device ids of every replica of `device` over the processes of its job: `own` are
 /// this process's; each process publishes its own in the job's store and reads the others', so
 /// the assignment is the same everywhere. A plugin that did not join the job (every device it
@@ -314,29 +311,31 @@ fn job_assignment(
             ),
         });
     }
-    let key = |rank: usize| format!("burn-trainium/{device}/devices/rank-{rank}");
+    let key = format!("burn-trainium/{device}/device-ids");
     let text = own.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-    let store_error = |error: trainium_ffi::pjrt::KeyValueError| {
-        unavailable(format!("{device}: exchanging device ids: {error}"))
-    };
-    distributed
-        .store
-        .put(key(distributed.node_id).as_bytes(), text.as_bytes())
-        .map_err(store_error)?;
+    let every = share(&key, text.as_bytes())
+        .map_err(|error| unavailable(format!("{device}: exchanging device ids: {error}")))?;
     let mut assignment = Vec::new();
-    for rank in 0..distributed.num_nodes {
-        let value = distributed
-            .store
-            .get(key(rank).as_bytes(), ASSIGNMENT_TIMEOUT)
-            .map_err(store_error)?;
-        let value = String::from_utf8_lossy(&value);
+    for (rank, value) in every.iter().enumerate() {
+        let value = String::from_utf8_lossy(value);
         for id in value.split(',') {
             assignment.push(id.parse::<i64>().map_err(|_| {
                 unavailable(format!(
-                    "{device}: rank {rank} published device ids `{value}`"
+                    "{device}: rank {rank} published device ids `{value}` under `{key}`"
                 ))
             })?);
         }
+    }
+    let mut distinct = assignment.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let expected = own.len() * distributed.num_nodes;
+    if assignment.len() != expected || distinct.len() != expected {
+        return Err(unavailable(format!(
+            "{device}: the job's processes hold devices {assignment:?}, not {expected} distinct \
+             ones ({} per process): were they all started with the same layout?",
+            own.len()
+        )));
     }
     log::info!("{device}: replicas on PJRT devices {assignment:?} over the job's processes");
     Ok(assignment)

@@ -1,4 +1,5 @@
 use std::ffi::c_char;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::event;
@@ -37,8 +38,8 @@ pub struct CreateOption {
 pub(crate) struct ClientHandle {
     pub(crate) plugin: Arc<Plugin>,
     pub(crate) raw: *mut raw::PjrtClient,
-    /// The key-value callbacks' state of a client joining a job: dropped after the client.
-    _key_value: Option<Box<Callbacks>>,
+    /// The key-value callbacks' state of a client joining a job: freed after the client.
+    key_value: Option<NonNull<Callbacks>>,
 }
 
 // SAFETY: PJRT clients are thread-safe.
@@ -57,6 +58,10 @@ impl Drop for ClientHandle {
             &mut args,
         ) {
             log::warn!("{error}");
+        }
+        if let Some(state) = self.key_value.take() {
+            // SAFETY: the client is destroyed, so the plugin no longer calls the callbacks.
+            unsafe { Callbacks::free(state) };
         }
     }
 }
@@ -134,16 +139,22 @@ impl Client {
         let mut args = unsafe { raw::args::<raw::ClientCreateArgs>() };
         args.create_options = values.as_ptr();
         args.num_options = values.len();
-        let mut key_value =
-            distributed.map(|distributed| Callbacks::new(distributed.store.clone()));
-        if let Some(callbacks) = &mut key_value {
-            callbacks.install(&mut args);
+        let key_value = distributed.map(|distributed| Callbacks::leak(distributed.store.clone()));
+        if let Some(state) = key_value {
+            Callbacks::install(state, &mut args);
         }
-        plugin.call("PJRT_Client_Create", plugin.api().client_create, &mut args)?;
+        if let Err(error) = plugin.call("PJRT_Client_Create", plugin.api().client_create, &mut args)
+        {
+            if let Some(state) = key_value {
+                // SAFETY: no client was made, so nothing calls the callbacks.
+                unsafe { Callbacks::free(state) };
+            }
+            return Err(error);
+        }
         let handle = Arc::new(ClientHandle {
             plugin: plugin.clone(),
             raw: args.client,
-            _key_value: key_value,
+            key_value,
         });
         let devices = list_devices(&handle, DeviceList::Addressable)?;
         Ok(Client { handle, devices })

@@ -4,6 +4,8 @@
 //! exchanges its topology through them. A plugin without that support ignores them.
 
 use std::ffi::{c_char, c_void};
+use std::panic::AssertUnwindSafe;
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,26 +53,36 @@ pub struct Distributed {
     pub store: Arc<dyn KeyValueStore>,
 }
 
-/// The callbacks' state, owned by the client for as long as the plugin may call them.
+/// The callbacks' state, owned by the client for as long as the plugin may call them: made with
+/// [`Callbacks::leak`] before the client, freed with [`Callbacks::free`] after it is destroyed.
 pub(crate) struct Callbacks {
     store: Arc<dyn KeyValueStore>,
 }
 
 impl Callbacks {
-    /// The callbacks of `store`.
-    pub(crate) fn new(store: Arc<dyn KeyValueStore>) -> Box<Self> {
-        Box::new(Self { store })
+    /// The callbacks' state for `store`, on the heap until [`Callbacks::free`].
+    pub(crate) fn leak(store: Arc<dyn KeyValueStore>) -> NonNull<Callbacks> {
+        NonNull::from(Box::leak(Box::new(Callbacks { store })))
     }
 
-    /// Points `args`' callbacks at this state (which must outlive the client).
-    pub(crate) fn install(self: &mut Box<Self>, args: &mut raw::ClientCreateArgs) {
-        let user_arg = (&mut **self as *mut Callbacks).cast::<c_void>();
-        args.kv_get_callback = get as *const c_void;
+    /// Points `args`' callbacks at `state`.
+    pub(crate) fn install(state: NonNull<Callbacks>, args: &mut raw::ClientCreateArgs) {
+        let user_arg = state.as_ptr().cast::<c_void>();
+        args.kv_get_callback = Some(get);
         args.kv_get_user_arg = user_arg;
-        args.kv_try_get_callback = try_get as *const c_void;
+        args.kv_try_get_callback = Some(try_get);
         args.kv_try_get_user_arg = user_arg;
-        args.kv_put_callback = put as *const c_void;
+        args.kv_put_callback = Some(put);
         args.kv_put_user_arg = user_arg;
+    }
+
+    /// Frees the state [`Callbacks::leak`] made.
+    ///
+    /// # Safety
+    /// Once only, after the plugin can no longer call the callbacks (its client is destroyed).
+    pub(crate) unsafe fn free(state: NonNull<Callbacks>) {
+        // SAFETY: made by `leak`, freed once (the caller's promise).
+        drop(unsafe { Box::from_raw(state.as_ptr()) });
     }
 }
 
@@ -86,42 +98,33 @@ unsafe fn bytes<'a>(pointer: *const c_char, size: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(pointer.cast(), size) }
 }
 
-/// A plugin error made by the plugin's `callback_error` (null when the plugin gave none).
-///
-/// # Safety
-/// `callback_error` must be null or point to the plugin's `PJRT_CallbackError`.
-unsafe fn plugin_error(
-    callback_error: *const raw::CallbackError,
-    code: i32,
-    message: &str,
-) -> *mut raw::PjrtError {
-    // SAFETY: the caller guarantees the pointer is null or valid.
-    match unsafe { callback_error.as_ref() }.copied().flatten() {
-        // SAFETY: the plugin's function, with a message valid for the call.
-        Some(make) => unsafe { make(code, message.as_ptr().cast(), message.len()) },
-        None => std::ptr::null_mut(),
-    }
-}
-
 /// Header before a value handed to the plugin: its length, so [`delete_value`] can free it.
 const LENGTH_HEADER: usize = std::mem::size_of::<u64>();
 
-/// A copy of `value` the plugin frees with [`delete_value`].
-fn handed_value(value: &[u8]) -> *mut c_char {
+/// Hands a copy of `value` to the plugin through a get's out-fields; the plugin frees it with
+/// the [`delete_value`] it is given.
+fn hand_over(
+    value: &[u8],
+    out: &mut *mut c_char,
+    out_size: &mut usize,
+    deleter: &mut raw::ValueDeleter,
+) {
     let mut buffer = Vec::with_capacity(LENGTH_HEADER + value.len());
     buffer.extend_from_slice(&(value.len() as u64).to_le_bytes());
     buffer.extend_from_slice(value);
     let base = Box::into_raw(buffer.into_boxed_slice()).cast::<u8>();
     // SAFETY: the allocation holds the header and the value.
-    unsafe { base.add(LENGTH_HEADER) }.cast()
+    *out = unsafe { base.add(LENGTH_HEADER) }.cast();
+    *out_size = value.len();
+    *deleter = Some(delete_value);
 }
 
-/// `PJRT_KeyValueGetCallback_ValueDeleter` of the values [`handed_value`] makes.
+/// `PJRT_KeyValueGetCallback_ValueDeleter` of the values [`hand_over`] makes.
 unsafe extern "C" fn delete_value(value: *mut c_char) {
     if value.is_null() {
         return;
     }
-    // SAFETY: `value` came from `handed_value`: its header sits right before it.
+    // SAFETY: `value` came from `hand_over`: its header sits right before it.
     unsafe {
         let base = value.cast::<u8>().sub(LENGTH_HEADER);
         let length = u64::from_le_bytes(*base.cast::<[u8; LENGTH_HEADER]>()) as usize;
@@ -132,24 +135,71 @@ unsafe extern "C" fn delete_value(value: *mut c_char) {
     }
 }
 
+/// Runs a callback's body: its error (or a panic, which must not unwind into the plugin) as a
+/// plugin error made by the plugin's `callback_error`.
+///
+/// # Safety
+/// `callback_error` must be null or point to the plugin's `PJRT_CallbackError`.
+unsafe fn answer(
+    callback_error: *const raw::CallbackError,
+    body: impl FnOnce() -> Result<(), (i32, String)>,
+) -> *mut raw::PjrtError {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        Err((
+            raw::ERROR_CODE_INTERNAL,
+            format!("key-value callback: {reason}"),
+        ))
+    });
+    let Err((code, message)) = outcome else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the caller guarantees the pointer is null or valid.
+    match unsafe { callback_error.as_ref() }.copied().flatten() {
+        // SAFETY: the plugin's function, with a message valid for the call.
+        Some(make) => unsafe { make(code, message.as_ptr().cast(), message.len()) },
+        None => {
+            // The plugin gave no way to fail: nothing better than stopping with the reason.
+            log::error!("a PJRT key-value callback failed with no error to return: {message}");
+            std::process::abort()
+        }
+    }
+}
+
+/// The store of the callbacks' state `user_arg`.
+///
+/// # Safety
+/// `user_arg` must be the state [`Callbacks::install`] gave the plugin, not yet freed.
+unsafe fn store<'a>(user_arg: *mut c_void) -> &'a dyn KeyValueStore {
+    // SAFETY: the caller's promise.
+    unsafe { &*(user_arg as *const Callbacks) }.store.as_ref()
+}
+
 /// `PJRT_KeyValueGetCallback`.
 unsafe extern "C" fn get(args: *mut raw::KeyValueGetArgs) -> *mut raw::PjrtError {
-    // SAFETY: the plugin passes valid arguments, `user_arg` is the installed `Callbacks`.
+    // SAFETY: the plugin passes valid arguments and the installed state.
     let args = unsafe { &mut *args };
-    let callbacks = unsafe { &*(args.user_arg as *const Callbacks) };
-    let key = unsafe { bytes(args.key, args.key_size) };
-    let timeout = Duration::from_millis(args.timeout_in_ms.max(0) as u64);
-    match callbacks.store.get(key, timeout) {
-        Ok(value) => {
-            args.value = handed_value(&value);
-            args.value_size = value.len();
-            args.value_deleter_callback = Some(delete_value);
-            std::ptr::null_mut()
-        }
-        // SAFETY: the plugin's callback_error.
-        Err(error) => unsafe {
-            plugin_error(args.callback_error, error.code(), &error.to_string())
-        },
+    let callback_error = args.callback_error;
+    // SAFETY: as above.
+    unsafe {
+        answer(callback_error, || {
+            let key = bytes(args.key, args.key_size);
+            let timeout = Duration::from_millis(args.timeout_in_ms.max(0) as u64);
+            let value = store(args.user_arg)
+                .get(key, timeout)
+                .map_err(|error| (error.code(), error.to_string()))?;
+            hand_over(
+                &value,
+                &mut args.value,
+                &mut args.value_size,
+                &mut args.value_deleter_callback,
+            );
+            Ok(())
+        })
     }
 }
 
@@ -157,43 +207,50 @@ unsafe extern "C" fn get(args: *mut raw::KeyValueGetArgs) -> *mut raw::PjrtError
 unsafe extern "C" fn try_get(args: *mut raw::KeyValueTryGetArgs) -> *mut raw::PjrtError {
     // SAFETY: as for `get`.
     let args = unsafe { &mut *args };
-    let callbacks = unsafe { &*(args.user_arg as *const Callbacks) };
-    let key = unsafe { bytes(args.key, args.key_size) };
-    let (code, message) = match callbacks.store.try_get(key) {
-        Ok(Some(value)) => {
-            args.value = handed_value(&value);
-            args.value_size = value.len();
-            args.value_deleter_callback = Some(delete_value);
-            return std::ptr::null_mut();
-        }
-        Ok(None) => (
-            raw::ERROR_CODE_NOT_FOUND,
-            format!("no key `{}`", String::from_utf8_lossy(key)),
-        ),
-        Err(error) => (error.code(), error.to_string()),
-    };
-    // SAFETY: the plugin's callback_error.
-    unsafe { plugin_error(args.callback_error, code, &message) }
+    let callback_error = args.callback_error;
+    // SAFETY: as above.
+    unsafe {
+        answer(callback_error, || {
+            let key = bytes(args.key, args.key_size);
+            let value = store(args.user_arg)
+                .try_get(key)
+                .map_err(|error| (error.code(), error.to_string()))?
+                .ok_or_else(|| {
+                    (
+                        raw::ERROR_CODE_NOT_FOUND,
+                        format!("no key `{}`", String::from_utf8_lossy(key)),
+                    )
+                })?;
+            hand_over(
+                &value,
+                &mut args.value,
+                &mut args.value_size,
+                &mut args.value_deleter_callback,
+            );
+            Ok(())
+        })
+    }
 }
 
 /// `PJRT_KeyValuePutCallback`.
 unsafe extern "C" fn put(args: *mut raw::KeyValuePutArgs) -> *mut raw::PjrtError {
     // SAFETY: as for `get`.
     let args = unsafe { &mut *args };
-    let callbacks = unsafe { &*(args.user_arg as *const Callbacks) };
-    let key = unsafe { bytes(args.key, args.key_size) };
-    let value = unsafe { bytes(args.value, args.value_size) };
-    match callbacks.store.put(key, value) {
-        Ok(()) => std::ptr::null_mut(),
-        // SAFETY: the plugin's callback_error.
-        Err(error) => unsafe {
-            plugin_error(args.callback_error, error.code(), &error.to_string())
-        },
+    // SAFETY: as above.
+    unsafe {
+        answer(args.callback_error, || {
+            let key = bytes(args.key, args.key_size);
+            let value = bytes(args.value, args.value_size);
+            store(args.user_arg)
+                .put(key, value)
+                .map_err(|error| (error.code(), error.to_string()))
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
     use std::collections::HashMap;
     use std::sync::Mutex;
 
@@ -222,7 +279,7 @@ mod tests {
 
     thread_local! {
         /// The code and message of the last error the stand-in `callback_error` made.
-        static LAST_ERROR: std::cell::RefCell<Option<(i32, String)>> = const { std::cell::RefCell::new(None) };
+        static LAST_ERROR: RefCell<Option<(i32, String)>> = const { RefCell::new(None) };
     }
 
     /// Stands in for the plugin's `PJRT_CallbackError`: records, returns a non-null marker.
@@ -233,91 +290,95 @@ mod tests {
     ) -> *mut raw::PjrtError {
         let text = String::from_utf8_lossy(unsafe { bytes(message, size) }).into_owned();
         LAST_ERROR.with(|last| *last.borrow_mut() = Some((code, text)));
-        std::ptr::NonNull::dangling().as_ptr()
+        NonNull::dangling().as_ptr()
     }
 
     const RECORD_ERROR: raw::CallbackError = Some(record_error);
 
-    /// The callbacks as a plugin sees them after `PJRT_Client_Create`.
-    fn installed() -> (Box<Callbacks>, raw::ClientCreateArgs) {
-        let mut callbacks = Callbacks::new(Arc::new(Memory::default()));
-        // SAFETY: a valid zeroed argument struct.
-        let mut args = unsafe { raw::args::<raw::ClientCreateArgs>() };
-        callbacks.install(&mut args);
-        (callbacks, args)
+    /// The callbacks as a plugin sees them after `PJRT_Client_Create`, and their state.
+    struct Installed {
+        state: NonNull<Callbacks>,
+        args: raw::ClientCreateArgs,
     }
 
-    fn put_through(args: &raw::ClientCreateArgs, key: &[u8], value: &[u8]) -> *mut raw::PjrtError {
-        // SAFETY: a valid zeroed argument struct, filled as a plugin does.
-        let mut put_args = unsafe { raw::args::<raw::KeyValuePutArgs>() };
-        put_args.key = key.as_ptr().cast();
-        put_args.key_size = key.len();
-        put_args.value = value.as_ptr().cast();
-        put_args.value_size = value.len();
-        put_args.callback_error = &RECORD_ERROR;
-        put_args.user_arg = args.kv_put_user_arg;
-        let call: unsafe extern "C" fn(*mut raw::KeyValuePutArgs) -> *mut raw::PjrtError =
-            unsafe { std::mem::transmute(args.kv_put_callback) };
-        unsafe { call(&mut put_args) }
+    impl Installed {
+        fn new() -> Self {
+            let state = Callbacks::leak(Arc::new(Memory::default()));
+            // SAFETY: a valid zeroed argument struct.
+            let mut args = unsafe { raw::args::<raw::ClientCreateArgs>() };
+            Callbacks::install(state, &mut args);
+            Self { state, args }
+        }
+
+        fn put(&self, key: &[u8], value: &[u8]) -> *mut raw::PjrtError {
+            // SAFETY: a valid zeroed argument struct, filled as a plugin does.
+            let mut args = unsafe { raw::args::<raw::KeyValuePutArgs>() };
+            args.key = key.as_ptr().cast();
+            args.key_size = key.len();
+            args.value = value.as_ptr().cast();
+            args.value_size = value.len();
+            args.callback_error = &RECORD_ERROR;
+            args.user_arg = self.args.kv_put_user_arg;
+            unsafe { self.args.kv_put_callback.unwrap()(&mut args) }
+        }
+
+        fn get(&self, key: &[u8]) -> (*mut raw::PjrtError, raw::KeyValueGetArgs) {
+            let mut args = unsafe { raw::args::<raw::KeyValueGetArgs>() };
+            args.key = key.as_ptr().cast();
+            args.key_size = key.len();
+            args.timeout_in_ms = 1000;
+            args.callback_error = &RECORD_ERROR;
+            args.user_arg = self.args.kv_get_user_arg;
+            let error = unsafe { self.args.kv_get_callback.unwrap()(&mut args) };
+            (error, args)
+        }
+
+        fn try_get(&self, key: &[u8]) -> (*mut raw::PjrtError, raw::KeyValueTryGetArgs) {
+            let mut args = unsafe { raw::args::<raw::KeyValueTryGetArgs>() };
+            args.key = key.as_ptr().cast();
+            args.key_size = key.len();
+            args.callback_error = &RECORD_ERROR;
+            args.user_arg = self.args.kv_try_get_user_arg;
+            let error = unsafe { self.args.kv_try_get_callback.unwrap()(&mut args) };
+            (error, args)
+        }
+    }
+
+    impl Drop for Installed {
+        fn drop(&mut self) {
+            // SAFETY: made by `leak`, and the test no longer calls the callbacks.
+            unsafe { Callbacks::free(self.state) };
+        }
     }
 
     #[test]
     fn a_value_put_through_the_callbacks_is_read_back_and_freed_by_the_plugin() {
-        let (_callbacks, args) = installed();
-        assert!(put_through(&args, b"topology/0", b"\x01\x00\x02").is_null());
-
-        // SAFETY: as above.
-        let mut get_args = unsafe { raw::args::<raw::KeyValueGetArgs>() };
-        get_args.key = b"topology/0".as_ptr().cast();
-        get_args.key_size = 10;
-        get_args.timeout_in_ms = 1000;
-        get_args.callback_error = &RECORD_ERROR;
-        get_args.user_arg = args.kv_get_user_arg;
-        let call: unsafe extern "C" fn(*mut raw::KeyValueGetArgs) -> *mut raw::PjrtError =
-            unsafe { std::mem::transmute(args.kv_get_callback) };
-        assert!(unsafe { call(&mut get_args) }.is_null());
-        let value = unsafe { bytes(get_args.value, get_args.value_size) }.to_vec();
-        assert_eq!(value, b"\x01\x00\x02");
-        let delete = get_args.value_deleter_callback.expect("a deleter");
-        unsafe { delete(get_args.value) };
+        let installed = Installed::new();
+        assert!(installed.put(b"topology/0", b"\x01\x00\x02").is_null());
+        let (error, got) = installed.get(b"topology/0");
+        assert!(error.is_null());
+        assert_eq!(unsafe { bytes(got.value, got.value_size) }, b"\x01\x00\x02");
+        unsafe { got.value_deleter_callback.expect("a deleter")(got.value) };
 
         // An empty value is a value too.
-        assert!(put_through(&args, b"empty", b"").is_null());
-        let mut try_args = unsafe { raw::args::<raw::KeyValueTryGetArgs>() };
-        try_args.key = b"empty".as_ptr().cast();
-        try_args.key_size = 5;
-        try_args.callback_error = &RECORD_ERROR;
-        try_args.user_arg = args.kv_try_get_user_arg;
-        let call: unsafe extern "C" fn(*mut raw::KeyValueTryGetArgs) -> *mut raw::PjrtError =
-            unsafe { std::mem::transmute(args.kv_try_get_callback) };
-        assert!(unsafe { call(&mut try_args) }.is_null());
-        assert_eq!(try_args.value_size, 0);
-        unsafe { delete_value(try_args.value) };
+        assert!(installed.put(b"empty", b"").is_null());
+        let (error, got) = installed.try_get(b"empty");
+        assert!(error.is_null());
+        assert_eq!(got.value_size, 0);
+        unsafe { got.value_deleter_callback.expect("a deleter")(got.value) };
     }
 
     #[test]
     fn a_missing_key_is_a_plugin_error_with_its_code() {
-        let (_callbacks, args) = installed();
-        let mut get_args = unsafe { raw::args::<raw::KeyValueGetArgs>() };
-        get_args.key = b"absent".as_ptr().cast();
-        get_args.key_size = 6;
-        get_args.callback_error = &RECORD_ERROR;
-        get_args.user_arg = args.kv_get_user_arg;
-        let call: unsafe extern "C" fn(*mut raw::KeyValueGetArgs) -> *mut raw::PjrtError =
-            unsafe { std::mem::transmute(args.kv_get_callback) };
-        assert!(!unsafe { call(&mut get_args) }.is_null());
+        let installed = Installed::new();
+        let (error, _) = installed.get(b"absent");
+        assert!(!error.is_null());
         let (code, message) = LAST_ERROR.with(|last| last.borrow_mut().take()).unwrap();
         assert_eq!(code, raw::ERROR_CODE_DEADLINE_EXCEEDED);
         assert!(message.contains("absent"), "{message}");
 
-        let mut try_args = unsafe { raw::args::<raw::KeyValueTryGetArgs>() };
-        try_args.key = b"absent".as_ptr().cast();
-        try_args.key_size = 6;
-        try_args.callback_error = &RECORD_ERROR;
-        try_args.user_arg = args.kv_try_get_user_arg;
-        let call: unsafe extern "C" fn(*mut raw::KeyValueTryGetArgs) -> *mut raw::PjrtError =
-            unsafe { std::mem::transmute(args.kv_try_get_callback) };
-        assert!(!unsafe { call(&mut try_args) }.is_null());
+        let (error, _) = installed.try_get(b"absent");
+        assert!(!error.is_null());
         let (code, _) = LAST_ERROR.with(|last| last.borrow_mut().take()).unwrap();
         assert_eq!(code, raw::ERROR_CODE_NOT_FOUND);
     }

@@ -201,12 +201,12 @@ pub struct ClientCreateArgs {
     pub extension_start: *mut c_void,
     pub create_options: *const NamedValue,
     pub num_options: usize,
-    pub kv_get_callback: *const c_void,
+    pub kv_get_callback: Call<KeyValueGetArgs>,
     pub kv_get_user_arg: *mut c_void,
-    pub kv_put_callback: *const c_void,
+    pub kv_put_callback: Call<KeyValuePutArgs>,
     pub kv_put_user_arg: *mut c_void,
     pub client: *mut PjrtClient,
-    pub kv_try_get_callback: *const c_void,
+    pub kv_try_get_callback: Call<KeyValueTryGetArgs>,
     pub kv_try_get_user_arg: *mut c_void,
 }
 
@@ -263,6 +263,8 @@ pub struct KeyValuePutArgs {
 pub const ERROR_CODE_DEADLINE_EXCEEDED: i32 = 4;
 /// `PJRT_Error_Code_NOT_FOUND`.
 pub const ERROR_CODE_NOT_FOUND: i32 = 5;
+/// `PJRT_Error_Code_INTERNAL`.
+pub const ERROR_CODE_INTERNAL: i32 = 13;
 /// `PJRT_Error_Code_UNAVAILABLE`.
 pub const ERROR_CODE_UNAVAILABLE: i32 = 14;
 

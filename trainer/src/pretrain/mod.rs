@@ -87,6 +87,32 @@ pub struct DeviceInfo {
     pub compiles: Option<CompileCounter>,
 }
 
+/// What every process of a job starts from, as rank 0 decides it: the id of this start of the
+/// job (recorded in its checkpoints) and the checkpoint to resume, the newest of the job's folder
+/// that every process which wrote it completed (the model is rank 0's). Rank 0 reads the shared
+/// storage alone and tells the others, so no process can see the folders differently.
+fn agree_on_start(options: &PretrainOptions) -> Result<(String, Option<PathBuf>), TrainError> {
+    let (job, resume_from) = if options.share.rank == 0 {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let job = format!("{:x}-{}", since_epoch.as_nanos(), std::process::id());
+        let resume_from = RunFolder::new(&options.out)
+            .newest_complete_in_every_rank(|dir| read_state(dir).map(|state| state.writers()))?;
+        (job, resume_from)
+    } else {
+        (String::new(), None)
+    };
+    let decision = serde_json::to_vec(&(&job, &resume_from)).expect("paths serialize");
+    let every =
+        burn_trainium::distributed::share("hlat/pretrain/start", &decision).map_err(|error| {
+            TrainError::Mismatch(format!("agreeing on where the job starts: {error}"))
+        })?;
+    serde_json::from_slice(&every[0]).map_err(|error| {
+        TrainError::Mismatch(format!("rank 0's start of the job does not parse: {error}"))
+    })
+}
+
 /// Runs (or resumes) a pretraining job on `device`.
 pub fn pretrain<B: TrainingBackend>(
     options: &PretrainOptions,
@@ -113,9 +139,7 @@ pub fn pretrain<B: TrainingBackend>(
         source,
     })?;
     let folder = RunFolder::new(&out);
-    // Every process resumes from the job's folder (the model is rank 0's).
-    let resume_from = RunFolder::new(&options.out)
-        .newest_complete_in_every_rank(|dir| read_state(dir).map(|state| state.processes))?;
+    let (job, resume_from) = agree_on_start(options)?;
     let mut data = data::prepare_data(&options.data, config)?;
     if data.tokenizer.is_none()
         && let Some(dir) = &options.init_from
@@ -152,6 +176,7 @@ pub fn pretrain<B: TrainingBackend>(
         run::RunOutputs {
             folder,
             share: options.share,
+            job,
             config: config.clone(),
             optimizer: optimizer.clone(),
             loader: train.clone(),

@@ -44,6 +44,8 @@ pub(super) struct RunOutputs<B: TrainingBackend> {
     pub folder: RunFolder,
     /// The share of each checkpoint this process writes.
     pub share: ProcessShare,
+    /// The id of this start of the job, recorded in every checkpoint.
+    pub job: String,
     /// The run's configuration.
     pub config: TrainConfig,
     /// The Learner's optimizer, whose state the checkpoints hold.
@@ -158,6 +160,7 @@ impl<B: TrainingBackend> RunState<B> {
             seed: outputs.seed,
             precision: config.precision,
             processes: outputs.share.processes,
+            job: outputs.job.clone(),
         };
         let dir = outputs
             .folder
@@ -166,30 +169,27 @@ impl<B: TrainingBackend> RunState<B> {
                 // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
                 // back), so that any tool can read the model; a tensor-parallel model as one file
                 // per rank, read from the ranks' replicas (any layout resumes from either). Only
-                // rank 0 of a job writes the model, but every process reads the replicas, which
-                // span the processes.
-                let hlat = cast_params(model.hlat.valid(), DType::F32);
-                let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
-                let writes_model = outputs.share.writes_model();
-                match &model.tensor_parallel {
-                    Some(parallel) => hlat::sharded_checkpoint::read_ranks(
-                        &hlat,
-                        parallel.groups.group_size(),
-                        &model_dir,
-                    )
-                    .and_then(|shards| match writes_model {
-                        true => shards.write(hlat.config(), tokenizer, &model_dir),
-                        false => Ok(()),
-                    }),
-                    None if writes_model => hlat::checkpoint::save_native_with_tokenizer(
-                        &hlat,
-                        hlat.config(),
-                        tokenizer,
-                        &model_dir,
-                    ),
-                    None => Ok(()),
+                // rank 0 of a job writes (and reads) the model: its replicas hold every
+                // tensor-parallel rank, and the others queue nothing they would not run.
+                if outputs.share.writes_model() {
+                    let hlat = cast_params(model.hlat.valid(), DType::F32);
+                    let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
+                    match &model.tensor_parallel {
+                        Some(parallel) => hlat::sharded_checkpoint::read_ranks(
+                            &hlat,
+                            parallel.groups.group_size(),
+                            &model_dir,
+                        )
+                        .and_then(|shards| shards.write(hlat.config(), tokenizer, &model_dir)),
+                        None => hlat::checkpoint::save_native_with_tokenizer(
+                            &hlat,
+                            hlat.config(),
+                            tokenizer,
+                            &model_dir,
+                        ),
+                    }
+                    .map_err(|error| TrainError::Model(error.to_string()))?;
                 }
-                .map_err(|error| TrainError::Model(error.to_string()))?;
                 let optimizer = outputs.optimizer.lock();
                 save_optimizer(dir, &optimizer, model, &config.layout(), outputs.share)?;
                 write_state(dir, &state)

@@ -2,16 +2,9 @@
 //! NeuronCores the process may use, and where the ranks of collective programs meet. The runtime
 //! reads both when it starts (`nrt_init`), so they are set before the device opens.
 
-use std::time::Duration;
-
-use trainium_ffi::pjrt::Distributed;
-
 use super::{ROOT_COMM_ID_ENV, VISIBLE_CORES_ENV};
-
-/// The job's key under which rank 0 publishes where the collectives meet.
-const ROOT_COMM_ID_KEY: &[u8] = b"burn-trainium/neuron/root-comm-id";
-/// How long a process waits for rank 0 to publish it.
-const PUBLISH_TIMEOUT: Duration = Duration::from_secs(300);
+use crate::TrainiumDevice;
+use crate::distributed::share;
 
 /// How far above the launcher's `MASTER_PORT` the Neuron collectives meet: torchrun's store
 /// holds `MASTER_PORT` itself and the job's exchange the port after it.
@@ -62,28 +55,22 @@ pub fn process_environment(process: &NeuronProcess) -> Result<Vec<(&'static str,
     ])
 }
 
-/// Checks that this process meets the others where rank 0 does: rank 0 publishes its
-/// `NEURON_RT_ROOT_COMM_ID` in the job's key-value store, every other process compares its own
-/// (each process's runtime reads its own environment, so a launcher that set the variable
-/// differently on some node would otherwise hang the collectives).
-pub(crate) fn agree_on_root_comm_id(job: &Distributed) -> Result<(), String> {
+/// Checks that this process (rank `rank` of its job) meets the others where rank 0 does: every
+/// process publishes its `NEURON_RT_ROOT_COMM_ID` in the job's key-value store and compares it
+/// with rank 0's (each process's runtime reads its own environment, so a launcher that set the
+/// variable differently on some node would otherwise hang the collectives).
+pub(crate) fn agree_on_root_comm_id(device: &TrainiumDevice, rank: usize) -> Result<(), String> {
     let ours = std::env::var(ROOT_COMM_ID_ENV).unwrap_or_default();
-    if job.node_id == 0 {
-        return job
-            .store
-            .put(ROOT_COMM_ID_KEY, ours.as_bytes())
-            .map_err(|error| format!("publishing {ROOT_COMM_ID_ENV}: {error}"));
-    }
-    let published = job
-        .store
-        .get(ROOT_COMM_ID_KEY, PUBLISH_TIMEOUT)
-        .map_err(|error| format!("reading rank 0's {ROOT_COMM_ID_ENV}: {error}"))?;
-    let theirs = String::from_utf8_lossy(&published);
+    let every = share(
+        &format!("burn-trainium/{device}/root-comm-id"),
+        ours.as_bytes(),
+    )
+    .map_err(|error| error.to_string())?;
+    let theirs = String::from_utf8_lossy(&every[0]);
     if theirs != ours {
         return Err(format!(
-            "{ROOT_COMM_ID_ENV} is `{ours}` in process {} but `{theirs}` in rank 0: every \
-             process must meet rank 0's collectives there (unset it to let `hlat` set it)",
-            job.node_id
+            "{ROOT_COMM_ID_ENV} is `{ours}` in process {rank} but `{theirs}` in rank 0: every \
+             process must meet rank 0's collectives there (unset it to let `hlat` set it)"
         ));
     }
     Ok(())

@@ -171,7 +171,7 @@ impl NeuronCores {
     /// the Neuron runtime library. `span` says which of the device's replicas this process holds.
     pub fn open(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Self, BackendError> {
         if let Some(job) = span.distributed() {
-            agree_on_root_comm_id(&job)
+            agree_on_root_comm_id(device, job.node_id)
                 .map_err(|reason| unavailable(format!("{device}: {reason}")))?;
         }
         // The runtime first: on a machine without one, that is the error that matters.
