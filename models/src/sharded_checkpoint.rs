@@ -240,7 +240,7 @@ impl<B: CollectiveBackend> ModuleVisitor<B> for ReplicaReader {
             return;
         }
         let name = self.path.names().join(".");
-        let (first, replicas) = match collective::into_local_replicas(param.val()) {
+        let (first, replicas) = match collective::into_local_replicas(param.val(), self.degree) {
             Ok(local) => local,
             Err(error) => {
                 self.failure = Some(format!("reading `{name}`: {error}"));

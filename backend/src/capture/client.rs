@@ -194,12 +194,15 @@ impl TrainiumClient {
         self.read_with(tensor, |executor| executor.read_replicas(tensor))
     }
 
-    /// Reads this process's replicas of `tensor`, and the index of the first.
+    /// Reads this process's first `count` replicas of `tensor`, and the index of the first.
     pub(crate) fn read_local_replicas(
         &self,
         tensor: &TensorIr,
+        count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError> {
-        self.read_with(tensor, |executor| executor.read_local_replicas(tensor))
+        self.read_with(tensor, |executor| {
+            executor.read_local_replicas(tensor, count)
+        })
     }
 
     /// Reads `tensor` with `read`. A tensor that already has its value is read without running

@@ -128,8 +128,9 @@ impl<B: CollectiveBackend, C: CheckpointStrategy> CollectiveBackend for Autodiff
 
     fn float_into_local_replicas(
         tensor: FloatTensor<Self>,
+        count: usize,
     ) -> Result<(usize, Vec<TensorData>), ExecutionError> {
-        B::float_into_local_replicas(tensor.primitive)
+        B::float_into_local_replicas(tensor.primitive, count)
     }
 
     fn collective(

@@ -56,11 +56,13 @@ pub trait CollectiveBackend: Backend {
     /// The data of every replica of a float tensor, in replica order.
     fn float_into_replicas(tensor: FloatTensor<Self>) -> Result<Vec<TensorData>, ExecutionError>;
 
-    /// The data of this process's replicas of a float tensor, and the index of the first among
-    /// every replica: all of them from 0 unless the device spans the processes of a job. Nothing
-    /// moves between processes, so one process may read while the others do not.
+    /// The data of this process's first `count` replicas of a float tensor (fewer if it holds
+    /// fewer), and the index of the first among every replica: 0 unless the device spans the
+    /// processes of a job. Nothing moves between processes, so one process may read while the
+    /// others do not.
     fn float_into_local_replicas(
         tensor: FloatTensor<Self>,
+        count: usize,
     ) -> Result<(usize, Vec<TensorData>), ExecutionError>;
 
     /// Runs `collective` on `tensors` (one tensor, or several for the barrier).
@@ -201,10 +203,11 @@ pub fn into_replicas<B: CollectiveBackend, const D: usize>(
     B::float_into_replicas(float_primitive(tensor))
 }
 
-/// The data of this process's replicas of a float tensor, and the index of the first (see
-/// [`CollectiveBackend::float_into_local_replicas`]).
+/// The data of this process's first `count` replicas of a float tensor, and the index of the
+/// first (see [`CollectiveBackend::float_into_local_replicas`]).
 pub fn into_local_replicas<B: CollectiveBackend, const D: usize>(
     tensor: Tensor<B, D>,
+    count: usize,
 ) -> Result<(usize, Vec<TensorData>), ExecutionError> {
-    B::float_into_local_replicas(float_primitive(tensor))
+    B::float_into_local_replicas(float_primitive(tensor), count)
 }

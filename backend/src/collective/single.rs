@@ -63,7 +63,7 @@ macro_rules! single_device_collectives {
                     .map(|data| vec![data])
             }
 
-            fn float_into_local_replicas(tensor: FloatTensor<Self>) -> Result<(usize, Vec<TensorData>), ExecutionError> {
+            fn float_into_local_replicas(tensor: FloatTensor<Self>, _count: usize) -> Result<(usize, Vec<TensorData>), ExecutionError> {
                 Self::float_into_replicas(tensor).map(|data| (0, data))
             }
 

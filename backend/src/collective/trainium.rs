@@ -31,10 +31,11 @@ impl CollectiveBackend for Trainium {
 
     fn float_into_local_replicas(
         tensor: FloatTensor<Self>,
+        count: usize,
     ) -> Result<(usize, Vec<TensorData>), ExecutionError> {
         let client = tensor.client.clone();
         client
-            .read_local_replicas(&tensor.into_ir())
+            .read_local_replicas(&tensor.into_ir(), count)
             .map_err(ExecutionError::from)
     }
 

@@ -429,15 +429,16 @@ impl<T: Target> Executor for DeviceExecutor<T> {
     }
 
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
-        let (_, local) = self.read_local_replicas(tensor)?;
+        let (_, local) = self.read_local_replicas(tensor, self.replicas())?;
         self.span.gather(local).map_err(|error| self.failure(error))
     }
 
     fn read_local_replicas(
         &mut self,
         tensor: &TensorIr,
+        count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError> {
-        let local = (0..self.replicas())
+        let local = (0..self.replicas().min(count))
             .map(|replica| self.download(tensor.id, replica))
             .collect::<Result<Vec<_>, _>>()?;
         if tensor.status == TensorStatus::ReadWrite {

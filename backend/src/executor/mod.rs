@@ -48,11 +48,12 @@ pub(crate) trait Executor: Send {
     /// Copies every replica of a tensor to the host. A `ReadWrite` status releases it.
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError>;
 
-    /// Copies this process's replicas of a tensor to the host, with the index of the first
-    /// among every replica. A `ReadWrite` status releases it.
+    /// Copies this process's first `count` replicas of a tensor (all it holds, if fewer) to the
+    /// host, with the index of the first among every replica. A `ReadWrite` status releases it.
     fn read_local_replicas(
         &mut self,
         tensor: &TensorIr,
+        count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError>;
 
     /// Seeds the executor's random number generator.

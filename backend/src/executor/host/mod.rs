@@ -277,8 +277,12 @@ impl Executor for HostExecutor {
     fn read_local_replicas(
         &mut self,
         tensor: &TensorIr,
+        count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError> {
-        Ok((self.span.first, self.read_local(tensor)?))
+        // Every runner is read: a `ReadWrite` read is what releases the tensor in each.
+        let mut local = self.read_local(tensor)?;
+        local.truncate(count);
+        Ok((self.span.first, local))
     }
 
     fn seed(&mut self, seed: u64) {
