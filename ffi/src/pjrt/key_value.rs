@@ -23,11 +23,13 @@ pub enum KeyValueError {
 }
 
 impl KeyValueError {
-    fn code(&self) -> i32 {
-        match self {
+    /// The `PJRT_Error_Code` and message a callback returns for this error.
+    fn into_plugin_error(self) -> (i32, String) {
+        let code = match self {
             KeyValueError::TimedOut(_) => raw::ERROR_CODE_DEADLINE_EXCEEDED,
             KeyValueError::Unavailable(_) => raw::ERROR_CODE_UNAVAILABLE,
-        }
+        };
+        (code, self.to_string())
     }
 }
 
@@ -191,7 +193,7 @@ unsafe extern "C" fn get(args: *mut raw::KeyValueGetArgs) -> *mut raw::PjrtError
             let timeout = Duration::from_millis(args.timeout_in_ms.max(0) as u64);
             let value = store(args.user_arg)
                 .get(key, timeout)
-                .map_err(|error| (error.code(), error.to_string()))?;
+                .map_err(KeyValueError::into_plugin_error)?;
             hand_over(
                 &value,
                 &mut args.value,
@@ -214,7 +216,7 @@ unsafe extern "C" fn try_get(args: *mut raw::KeyValueTryGetArgs) -> *mut raw::Pj
             let key = bytes(args.key, args.key_size);
             let value = store(args.user_arg)
                 .try_get(key)
-                .map_err(|error| (error.code(), error.to_string()))?
+                .map_err(KeyValueError::into_plugin_error)?
                 .ok_or_else(|| {
                     (
                         raw::ERROR_CODE_NOT_FOUND,
@@ -243,7 +245,7 @@ unsafe extern "C" fn put(args: *mut raw::KeyValuePutArgs) -> *mut raw::PjrtError
             let value = bytes(args.value, args.value_size);
             store(args.user_arg)
                 .put(key, value)
-                .map_err(|error| (error.code(), error.to_string()))
+                .map_err(KeyValueError::into_plugin_error)
         })
     }
 }
