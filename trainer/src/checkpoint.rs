@@ -9,20 +9,23 @@
 //! own folder ([`hlat::run_folder::rank_output`]). A checkpoint is complete when every rank's
 //! marker is there ([`hlat::run_folder::RunFolder::newest_complete_in_every_rank`]).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use hlat::parallel::ParamPath;
 use hlat::run_folder::{CheckpointWriters, rank_share, write_atomic};
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::Optimizer;
-use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::optim::record::AdaptorRecord;
+use burn::record::{BinFileRecorder, BurnRecord, FullPrecisionSettings, Record, Recorder};
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
 use crate::data::SamplerState;
 use crate::error::TrainError;
-use crate::optimizer::HlatOptimizer;
+use crate::optimizer::{HlatAdamW, HlatOptimizer};
 use crate::parallel::{ParallelLayout, Reshard, TrainingBackend, reshard_optimizer_state};
 use crate::precision::Precision;
 use crate::schedule::WarmupCosine;
@@ -70,6 +73,10 @@ impl ProcessShare {
 
 /// The optimizer state as Burn records it (per parameter id).
 type OptimizerRecord<M, B> = <HlatOptimizer<M, B> as Optimizer<M, B>>::Record;
+/// The optimizer state of one parameter.
+type StateRecord<B> = AdaptorRecord<HlatAdamW, B>;
+/// The optimizer state of one parameter as its file holds it (host data).
+type StateItem<B> = <StateRecord<B> as Record<B>>::Item<FullPrecisionSettings>;
 
 /// What `state.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,7 +147,9 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
 /// Saves `share` of the optimizer state of `module`'s parameters into a checkpoint folder,
 /// joined into the whole model's shapes when `layout` splits the model or the state. Parameter
 /// ids differ between processes, so the state is keyed by the parameter's position in the
-/// module. Every process of a job calls this at the same point (the join runs collectives).
+/// module. The state is joined one layer at a time ([`param_groups`]) and read to the host
+/// before the next, so the device holds one layer's whole state at most. Every process of a job
+/// calls this at the same point (the joins run collectives).
 pub fn save_optimizer<B, M>(
     dir: &Path,
     optimizer: &HlatOptimizer<M, B>,
@@ -152,36 +161,45 @@ where
     B: TrainingBackend,
     M: AutodiffModule<B>,
 {
-    let mut record = reshard_optimizer_state(module, optimizer.to_record(), layout, Reshard::Join);
-    // Every process runs the join as one program, whichever parameters it then reads.
-    if let Some(device) = module.devices().first() {
-        B::sync(device).map_err(|error| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            message: format!("joining the optimizer state: {error}"),
-        })?;
-    }
-    let positional: OptimizerRecord<M, B> = param_ids(module)
-        .into_iter()
-        .enumerate()
-        .filter(|&(position, _)| share.owns(position))
-        .filter_map(|(position, id)| {
-            record
-                .remove(&id)
-                .map(|state| (ParamId::from(position as u64), state))
-        })
-        .collect();
     let path = dir.join(share.optimizer_file());
-    BinFileRecorder::<FullPrecisionSettings>::new()
-        .record(positional, path.clone())
-        .map_err(|error| TrainError::Checkpoint {
-            path,
-            message: error.to_string(),
-        })
+    let checkpoint_error = |message: String| TrainError::Checkpoint {
+        path: path.clone(),
+        message,
+    };
+    let mut record = optimizer.to_record();
+    let mut items: HashMap<String, StateItem<B>> = HashMap::new();
+    for group in param_groups(module) {
+        let part: OptimizerRecord<M, B> = group
+            .iter()
+            .filter_map(|(_, id)| record.remove(id).map(|state| (*id, state)))
+            .collect();
+        let mut joined = reshard_optimizer_state(module, part, layout, Reshard::Join);
+        // Every process runs the group's join as one program, whichever states it then reads.
+        sync(module).map_err(|error| checkpoint_error(format!("joining: {error}")))?;
+        for (position, id) in group {
+            if share.owns(position)
+                && let Some(state) = joined.remove(&id)
+            {
+                items.insert(
+                    ParamId::from(position as u64).serialize(),
+                    state.into_item::<FullPrecisionSettings>(),
+                );
+            }
+        }
+    }
+    let file = BurnRecord::<_, B>::new::<BinFileRecorder<FullPrecisionSettings>>(items);
+    <BinFileRecorder<FullPrecisionSettings> as Recorder<B>>::save_item(
+        &BinFileRecorder::new(),
+        file,
+        path.clone(),
+    )
+    .map_err(|error| checkpoint_error(error.to_string()))
 }
 
 /// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters, split again
-/// as `layout` splits the model and the state. `dir` is a checkpoint of the job's folder
-/// (rank 0's); a checkpoint written by several processes is read from every one's share.
+/// as `layout` splits the model and the state, one layer at a time (the device holds one layer's
+/// whole state at most). `dir` is a checkpoint of the job's folder (rank 0's); a checkpoint
+/// written by several processes is read from every one's share.
 pub fn load_optimizer<B, M>(
     dir: &Path,
     processes: usize,
@@ -194,8 +212,9 @@ where
     B: TrainingBackend,
     M: AutodiffModule<B>,
 {
-    let ids = param_ids(module);
-    let mut positional = OptimizerRecord::<M, B>::default();
+    let groups = param_groups(module);
+    let parameters: usize = groups.iter().map(Vec::len).sum();
+    let mut items: HashMap<usize, StateItem<B>> = HashMap::new();
     for rank in 0..processes.max(1) {
         let share = ProcessShare { rank, processes };
         let path = share_dir(dir, rank)?.join(format!("{}.bin", share.optimizer_file()));
@@ -203,15 +222,17 @@ where
             path: path.clone(),
             message,
         };
-        let part: OptimizerRecord<M, B> = BinFileRecorder::<FullPrecisionSettings>::new()
-            .load(path.clone(), device)
+        let file: BurnRecord<HashMap<String, StateItem<B>>, B> =
+            <BinFileRecorder<FullPrecisionSettings> as Recorder<B>>::load_item(
+                &BinFileRecorder::new(),
+                &mut path.clone(),
+            )
             .map_err(|error| checkpoint_error(error.to_string()))?;
-        for (id, state) in part {
-            let position = id.val() as usize;
-            if position >= ids.len() {
+        for (id, item) in file.item {
+            let position = ParamId::deserialize(&id).val() as usize;
+            if position >= parameters {
                 return Err(checkpoint_error(format!(
-                    "holds optimizer state for parameter {position}, the model has {}",
-                    ids.len()
+                    "holds optimizer state for parameter {position}, the model has {parameters}"
                 )));
             }
             if !share.owns(position) {
@@ -220,20 +241,39 @@ where
                      of {processes}"
                 )));
             }
-            positional.insert(id, state);
+            items.insert(position, item);
         }
     }
-    let record = ids
-        .into_iter()
-        .enumerate()
-        .filter_map(|(position, id)| {
-            positional
-                .remove(&ParamId::from(position as u64))
-                .map(|state| (id, state))
-        })
-        .collect();
-    let record = reshard_optimizer_state(module, record, layout, Reshard::Split);
+    let mut record = OptimizerRecord::<M, B>::default();
+    for group in groups {
+        let part: OptimizerRecord<M, B> = group
+            .iter()
+            .filter_map(|(position, id)| {
+                let item = items.remove(position)?;
+                Some((*id, StateRecord::<B>::from_item(item, device)))
+            })
+            .collect();
+        record.extend(reshard_optimizer_state(
+            module,
+            part,
+            layout,
+            Reshard::Split,
+        ));
+        // The group's whole state leaves the device before the next group arrives.
+        sync(module).map_err(|error| TrainError::Checkpoint {
+            path: dir.to_path_buf(),
+            message: format!("splitting the optimizer state: {error}"),
+        })?;
+    }
     Ok(optimizer.load_record(record))
+}
+
+/// Runs what is queued on `module`'s device.
+fn sync<B: TrainingBackend, M: AutodiffModule<B>>(module: &M) -> Result<(), String> {
+    match module.devices().first() {
+        Some(device) => B::sync(device).map_err(|error| error.to_string()),
+        None => Ok(()),
+    }
 }
 
 /// The folder of process `rank`'s share of the checkpoint `dir` of a job's folder.
@@ -246,15 +286,85 @@ fn share_dir(dir: &Path, rank: usize) -> Result<PathBuf, TrainError> {
     })
 }
 
-/// The ids of `module`'s float parameters in visiting order.
-fn param_ids<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> Vec<ParamId> {
-    struct Ids(Vec<ParamId>);
-    impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for Ids {
+/// The float parameters of `module` as `(position, id)` in visiting order, grouped by layer:
+/// consecutive parameters whose names agree down to the first numeric one (`layers.7`), or on
+/// the first name when there is none (`embed_tokens`). Every layer's group is the same program
+/// when joined or split.
+fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+) -> Vec<Vec<(usize, ParamId)>> {
+    struct Groups {
+        path: ParamPath,
+        keys: Vec<Vec<String>>,
+        groups: Vec<Vec<(usize, ParamId)>>,
+        position: usize,
+    }
+    impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for Groups {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.enter(name);
+        }
+
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.exit();
+        }
+
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0.push(param.id);
+            let names = self.path.names();
+            let end = names
+                .iter()
+                .position(|name| name.parse::<usize>().is_ok())
+                .map_or(1, |index| index + 1)
+                .min(names.len());
+            let key = names[..end].to_vec();
+            if self.keys.last() != Some(&key) {
+                self.keys.push(key);
+                self.groups.push(Vec::new());
+            }
+            self.groups
+                .last_mut()
+                .expect("a group was just pushed")
+                .push((self.position, param.id));
+            self.position += 1;
         }
     }
-    let mut ids = Ids(Vec::new());
-    module.visit(&mut ids);
-    ids.0
+    let mut groups = Groups {
+        path: ParamPath::default(),
+        keys: Vec::new(),
+        groups: Vec::new(),
+        position: 0,
+    };
+    module.visit(&mut groups);
+    groups.groups
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, NdArray};
+    use hlat::HlatConfig;
+
+    use super::*;
+    use crate::step::LanguageModel;
+
+    #[test]
+    fn optimizer_state_moves_one_layer_at_a_time() {
+        type B = Autodiff<NdArray>;
+        let config = HlatConfig::preset("hlat-test").unwrap();
+        let model = LanguageModel::new(config.init::<B>(&Default::default()), None);
+        let groups = param_groups::<B, _>(&model);
+        // The embedding, each layer, then the final norm with the head.
+        assert_eq!(groups.len(), config.num_layers + 2, "{groups:?}");
+        let layer_sizes: Vec<usize> = groups[1..=config.num_layers].iter().map(Vec::len).collect();
+        assert!(
+            layer_sizes
+                .iter()
+                .all(|&size| size == layer_sizes[0] && size > 1)
+        );
+        // Positions run in visiting order over every parameter, once.
+        let positions: Vec<usize> = groups
+            .iter()
+            .flatten()
+            .map(|(position, _)| *position)
+            .collect();
+        assert_eq!(positions, (0..positions.len()).collect::<Vec<_>>());
+    }
 }
