@@ -229,7 +229,9 @@ where
             )
             .map_err(|error| checkpoint_error(error.to_string()))?;
         for (id, item) in file.item {
-            let position = ParamId::deserialize(&id).val() as usize;
+            let position = ParamId::try_deserialize(&id)
+                .ok_or_else(|| checkpoint_error(format!("holds a parameter id `{id}`")))?
+                .val() as usize;
             if position >= parameters {
                 return Err(checkpoint_error(format!(
                     "holds optimizer state for parameter {position}, the model has {parameters}"

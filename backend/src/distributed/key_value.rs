@@ -134,16 +134,19 @@ fn request(
     };
     let deadline = Instant::now() + connect_timeout;
     let stream = loop {
+        // Every address the host resolves to, in turn (`localhost` may be `::1` first).
         let attempt = (address.0.as_str(), address.1)
             .to_socket_addrs()
-            .and_then(|mut addresses| {
-                addresses.next().ok_or_else(|| {
-                    std::io::Error::new(ErrorKind::NotFound, "the host has no address")
-                })
-            })
-            .and_then(|socket| {
-                let left = deadline.saturating_duration_since(Instant::now());
-                TcpStream::connect_timeout(&socket, left.max(Duration::from_millis(10)))
+            .and_then(|addresses| {
+                let mut last = std::io::Error::new(ErrorKind::NotFound, "the host has no address");
+                for socket in addresses {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match TcpStream::connect_timeout(&socket, left.max(Duration::from_millis(10))) {
+                        Ok(stream) => return Ok(stream),
+                        Err(error) => last = error,
+                    }
+                }
+                Err(last)
             });
         match attempt {
             Ok(stream) => break stream,
@@ -171,6 +174,16 @@ fn request(
 
 impl KeyValueStore for JobStore {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), KeyValueError> {
+        if let Some(size) = [key.len(), value.len()]
+            .into_iter()
+            .find(|&size| size as u64 > LARGEST_ENTRY)
+        {
+            return Err(KeyValueError::Unavailable(format!(
+                "an entry of {size} bytes under `{}` (the job's store takes at most \
+                 {LARGEST_ENTRY})",
+                String::from_utf8_lossy(&key[..key.len().min(64)])
+            )));
+        }
         match self {
             JobStore::Holder(entries) => {
                 entries.put(key, value);

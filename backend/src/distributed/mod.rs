@@ -26,10 +26,10 @@ mod key_value;
 mod monitor;
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn_backend::TensorData;
-use trainium_ffi::pjrt::KeyValueStore;
+use trainium_ffi::pjrt::{KeyValueError, KeyValueStore};
 
 use crate::{BackendError, TrainiumDevice};
 use exchange::Exchange;
@@ -193,7 +193,7 @@ pub fn share(key: &str, ours: &[u8]) -> Result<Vec<Vec<u8>>, DistributedError> {
     let Some(cluster) = CLUSTER.get() else {
         return Ok(vec![ours.to_vec()]);
     };
-    let failed = |error: trainium_ffi::pjrt::KeyValueError| {
+    let failed = |error: KeyValueError| {
         cluster.monitor.loss().unwrap_or_else(|| {
             DistributedError::Collective(format!("sharing `{key}` between processes: {error}"))
         })
@@ -205,13 +205,32 @@ pub fn share(key: &str, ours: &[u8]) -> Result<Vec<Vec<u8>>, DistributedError> {
         .map_err(failed)?;
     (0..cluster.peers.world_size)
         .map(|rank| {
-            cluster
-                .key_value
-                .get(rank_key(rank).as_bytes(), cluster.join_timeout)
-                .map_err(failed)
+            // In slices, so that a process lost before it published ends the wait at once.
+            let deadline = Instant::now() + cluster.join_timeout;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match cluster
+                    .key_value
+                    .get(rank_key(rank).as_bytes(), left.min(SHARE_POLL))
+                {
+                    Ok(value) => return Ok(value),
+                    Err(error) => {
+                        if let Some(lost) = cluster.monitor.loss() {
+                            return Err(lost);
+                        }
+                        let timed_out = matches!(error, KeyValueError::TimedOut(_));
+                        if !timed_out || Instant::now() >= deadline {
+                            return Err(failed(error));
+                        }
+                    }
+                }
+            }
         })
         .collect()
 }
+
+/// How often [`share`] checks, while it waits, whether a process was lost.
+const SHARE_POLL: Duration = Duration::from_secs(1);
 
 /// Which replicas of a device this process holds, and how it reaches the others.
 #[derive(Clone)]

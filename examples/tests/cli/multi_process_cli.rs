@@ -453,3 +453,21 @@ fn an_xla_job_of_two_processes_is_refused_when_the_plugin_does_not_join_them() {
         }
     }
 }
+
+#[test]
+fn a_tensor_parallel_group_across_processes_is_refused_before_training() {
+    let folder = tempfile::tempdir().unwrap();
+    let flags = run_flags(&folder.path().join("job"), 2, &["--tp", "2"]);
+    let port = free_base_port();
+    let ranks: Vec<Child> = (0..2).map(|rank| start_rank(rank, port, &flags)).collect();
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let (output, _) = finish(child, Duration::from_secs(120));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "rank {rank}:\n{stderr}");
+        assert!(
+            stderr.contains("tensor_parallel = 2 does not fit the 1 replicas"),
+            "rank {rank}:\n{stderr}"
+        );
+    }
+    assert!(!folder.path().join("job/checkpoints").exists());
+}

@@ -57,7 +57,9 @@ impl Drop for ClientHandle {
             self.plugin.api().client_destroy,
             &mut args,
         ) {
+            // The client may live on and call the callbacks: their state stays (leaked).
             log::warn!("{error}");
+            return;
         }
         if let Some(state) = self.key_value.take() {
             // SAFETY: the client is destroyed, so the plugin no longer calls the callbacks.

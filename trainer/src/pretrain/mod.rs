@@ -108,6 +108,13 @@ fn agree_on_start(options: &PretrainOptions) -> Result<(String, Option<PathBuf>)
         burn_trainium::distributed::share("hlat/pretrain/start", &decision).map_err(|error| {
             TrainError::Mismatch(format!("agreeing on where the job starts: {error}"))
         })?;
+    if every.len() != options.share.processes {
+        return Err(TrainError::Mismatch(format!(
+            "process {} of a job of {} has not joined the others \
+             (burn_trainium::distributed::join)",
+            options.share.rank, options.share.processes
+        )));
+    }
     serde_json::from_slice(&every[0]).map_err(|error| {
         TrainError::Mismatch(format!("rank 0's start of the job does not parse: {error}"))
     })
@@ -131,6 +138,16 @@ pub fn pretrain<B: TrainingBackend>(
             layout.data,
             layout.tensor,
             layout.replicas()
+        )));
+    }
+    // Tensor-parallel groups are consecutive replicas, and each must sit inside one process.
+    let processes = options.share.processes;
+    if processes > 1 && !(replicas / processes).is_multiple_of(layout.tensor) {
+        return Err(TrainError::Mismatch(format!(
+            "tensor_parallel = {} does not fit the {} replicas each of the job's {processes} \
+             processes holds: a tensor-parallel group must stay inside one process",
+            layout.tensor,
+            replicas / processes
         )));
     }
     let out = options.own_out();

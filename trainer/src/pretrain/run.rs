@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 use burn::tensor::DType;
 use hlat::run_folder::{MODEL_DIR, RunFolder};
 
@@ -152,6 +152,14 @@ impl<B: TrainingBackend> RunState<B> {
     ) -> Result<PathBuf, TrainError> {
         let outputs = &self.outputs;
         let config = &outputs.config;
+        // Every process runs what the step left queued (its parameter update) now, so that the
+        // programs of the checkpoint start at the same point everywhere, whatever this process
+        // then reads.
+        if let Some(device) = model.devices().first() {
+            B::sync(device).map_err(|error| {
+                TrainError::Model(format!("finishing step {}: {error}", progress.step))
+            })?;
+        }
         let steps_done = progress.step - self.summary.start_step;
         let state = CheckpointState {
             progress,

@@ -92,12 +92,27 @@ impl HostExecutor {
 
     /// This process's replicas of a tensor.
     fn read_local(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
+        self.read_first(tensor, usize::MAX)
+    }
+
+    /// This process's first `count` replicas of a tensor (all, if it holds fewer).
+    fn read_first(
+        &mut self,
+        tensor: &TensorIr,
+        count: usize,
+    ) -> Result<Vec<TensorData>, BackendError> {
         if let Some(reason) = self.uncomputed.get(&tensor.id) {
             return Err(uncomputed(tensor.id, reason));
         }
         self.guarded(
             || format!("reading tensor {:?}", tensor.id),
-            |runners| runners.iter().map(|runner| read(runner, tensor)).collect(),
+            |runners| {
+                runners
+                    .iter()
+                    .take(count)
+                    .map(|runner| read(runner, tensor))
+                    .collect()
+            },
         )
     }
 
@@ -265,8 +280,8 @@ impl Executor for HostExecutor {
 
     /// This process's first replica (the device's first when it does not span processes).
     fn read(&mut self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
-        self.read_local(tensor)
-            .map(|mut replicas| replicas.remove(0))
+        self.read_local_replicas(tensor, 1)
+            .map(|(_, mut replicas)| replicas.remove(0))
     }
 
     fn read_replicas(&mut self, tensor: &TensorIr) -> Result<Vec<TensorData>, BackendError> {
@@ -279,8 +294,11 @@ impl Executor for HostExecutor {
         tensor: &TensorIr,
         count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError> {
-        // Every runner is read: a `ReadWrite` read is what releases the tensor in each.
-        let mut local = self.read_local(tensor)?;
+        // A `ReadWrite` read is what releases the tensor in each runner: then every one is read.
+        let mut local = match tensor.status {
+            TensorStatus::ReadWrite => self.read_local(tensor)?,
+            _ => self.read_first(tensor, count)?,
+        };
         local.truncate(count);
         Ok((self.span.first, local))
     }
