@@ -428,24 +428,16 @@ fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
     finish(rank0, Duration::from_secs(120));
 }
 
-#[test]
-fn an_xla_job_of_two_processes_is_refused_when_the_plugin_does_not_join_them() {
-    // The client is created with the job's node id, node count and key-value store; the XLA CPU
-    // plugin ignores them and reports only its own devices, which both processes say plainly.
-    require_plugin();
-    let folder = tempfile::tempdir().unwrap();
-    let mut flags = run_flags(&folder.path().join("job"), 2, DATA_PARALLEL);
-    flags[4] = "xla:0".into();
+/// Runs a job of two processes with `flags` that both must refuse: exit status 2, with every
+/// one of `expected` in their errors.
+fn refused_by_both(flags: &[String], expected: &[&str]) {
     let port = free_base_port();
-    let ranks: Vec<Child> = (0..2).map(|rank| start_rank(rank, port, &flags)).collect();
+    let ranks: Vec<Child> = (0..2).map(|rank| start_rank(rank, port, flags)).collect();
     for (rank, child) in ranks.into_iter().enumerate() {
         let (output, _) = finish(child, Duration::from_secs(120));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "rank {rank}:\n{stderr}");
-        for expected in [
-            "xla:0-1 across the 2 processes",
-            "`cpu` PJRT plugin did not join",
-        ] {
+        for expected in expected {
             assert!(
                 stderr.contains(expected),
                 "rank {rank}: no `{expected}`:\n{stderr}"
@@ -455,19 +447,26 @@ fn an_xla_job_of_two_processes_is_refused_when_the_plugin_does_not_join_them() {
 }
 
 #[test]
+fn an_xla_job_of_two_processes_is_refused_when_the_plugin_does_not_join_them() {
+    // The client is created with the job's node id, node count and key-value store; the XLA CPU
+    // plugin ignores them and reports only its own devices, which both processes say plainly.
+    require_plugin();
+    let folder = tempfile::tempdir().unwrap();
+    let mut flags = run_flags(&folder.path().join("job"), 2, DATA_PARALLEL);
+    flags[4] = "xla:0".into();
+    refused_by_both(
+        &flags,
+        &[
+            "xla:0-1 across the 2 processes",
+            "`cpu` PJRT plugin did not join",
+        ],
+    );
+}
+
+#[test]
 fn a_tensor_parallel_group_across_processes_is_refused_before_training() {
     let folder = tempfile::tempdir().unwrap();
     let flags = run_flags(&folder.path().join("job"), 2, &["--tp", "2"]);
-    let port = free_base_port();
-    let ranks: Vec<Child> = (0..2).map(|rank| start_rank(rank, port, &flags)).collect();
-    for (rank, child) in ranks.into_iter().enumerate() {
-        let (output, _) = finish(child, Duration::from_secs(120));
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "rank {rank}:\n{stderr}");
-        assert!(
-            stderr.contains("tensor_parallel = 2 does not fit the 1 replicas"),
-            "rank {rank}:\n{stderr}"
-        );
-    }
+    refused_by_both(&flags, &["tensor_parallel = 2 does not fit the 1 replicas"]);
     assert!(!folder.path().join("job/checkpoints").exists());
 }
