@@ -103,30 +103,24 @@ unsafe fn bytes<'a>(pointer: *const c_char, size: usize) -> &'a [u8] {
 /// Header before a value handed to the plugin: its length, so [`delete_value`] can free it.
 const LENGTH_HEADER: usize = std::mem::size_of::<u64>();
 
-/// Hands a copy of `value` to the plugin through a get's out-fields; the plugin frees it with
-/// the [`delete_value`] it is given.
-fn hand_over(
-    value: &[u8],
-    out: &mut *mut c_char,
-    out_size: &mut usize,
-    deleter: &mut raw::ValueDeleter,
-) {
+/// A copy of `value` to hand to the plugin through a get's out-fields (`value`, `value_size`,
+/// `value_deleter_callback`); the plugin frees it with the [`delete_value`] it is given.
+fn handed_over(value: &[u8]) -> (*mut c_char, usize, raw::ValueDeleter) {
     let mut buffer = Vec::with_capacity(LENGTH_HEADER + value.len());
     buffer.extend_from_slice(&(value.len() as u64).to_le_bytes());
     buffer.extend_from_slice(value);
     let base = Box::into_raw(buffer.into_boxed_slice()).cast::<u8>();
     // SAFETY: the allocation holds the header and the value.
-    *out = unsafe { base.add(LENGTH_HEADER) }.cast();
-    *out_size = value.len();
-    *deleter = Some(delete_value);
+    let copy = unsafe { base.add(LENGTH_HEADER) }.cast();
+    (copy, value.len(), Some(delete_value))
 }
 
-/// `PJRT_KeyValueGetCallback_ValueDeleter` of the values [`hand_over`] makes.
+/// `PJRT_KeyValueGetCallback_ValueDeleter` of the values [`handed_over`] makes.
 unsafe extern "C" fn delete_value(value: *mut c_char) {
     if value.is_null() {
         return;
     }
-    // SAFETY: `value` came from `hand_over`: its header sits right before it.
+    // SAFETY: `value` came from `handed_over`: its header sits right before it.
     unsafe {
         let base = value.cast::<u8>().sub(LENGTH_HEADER);
         let length = u64::from_le_bytes(*base.cast::<[u8; LENGTH_HEADER]>()) as usize;
@@ -194,12 +188,7 @@ unsafe extern "C" fn get(args: *mut raw::KeyValueGetArgs) -> *mut raw::PjrtError
             let value = store(args.user_arg)
                 .get(key, timeout)
                 .map_err(KeyValueError::into_plugin_error)?;
-            hand_over(
-                &value,
-                &mut args.value,
-                &mut args.value_size,
-                &mut args.value_deleter_callback,
-            );
+            (args.value, args.value_size, args.value_deleter_callback) = handed_over(&value);
             Ok(())
         })
     }
@@ -223,12 +212,7 @@ unsafe extern "C" fn try_get(args: *mut raw::KeyValueTryGetArgs) -> *mut raw::Pj
                         format!("no key `{}`", String::from_utf8_lossy(key)),
                     )
                 })?;
-            hand_over(
-                &value,
-                &mut args.value,
-                &mut args.value_size,
-                &mut args.value_deleter_callback,
-            );
+            (args.value, args.value_size, args.value_deleter_callback) = handed_over(&value);
             Ok(())
         })
     }
