@@ -115,6 +115,37 @@ pub(crate) struct Cluster {
 
 static CLUSTER: OnceLock<Arc<Cluster>> = OnceLock::new();
 
+impl Cluster {
+    /// Connects this process to the job `peers` describes (rank 0 listens on the port after
+    /// `MASTER_PORT` and serves the key-value store), waiting up to `join_timeout`.
+    fn connect(
+        peers: Peers,
+        join_timeout: Duration,
+        exchange_timeout: Duration,
+    ) -> Result<Self, DistributedError> {
+        let port = peers.master_port.checked_add(1).ok_or_else(|| {
+            DistributedError::Invalid(format!(
+                "MASTER_PORT {} leaves no port after it to listen on",
+                peers.master_port
+            ))
+        })?;
+        let listener = Peers {
+            master_port: port,
+            ..peers.clone()
+        };
+        let key_value = Arc::new(JobStore::start(&peers, join_timeout)?);
+        let (monitor, links) = Monitor::connect(&listener, join_timeout)?;
+        let exchange = Exchange::new(peers.rank, links, exchange_timeout)?;
+        Ok(Self {
+            peers,
+            join_timeout,
+            monitor,
+            exchange: Mutex::new(exchange),
+            key_value,
+        })
+    }
+}
+
 /// Joins the job `peers` describes: connects to every other process (waiting up to
 /// `TRAINIUM_JOIN_TIMEOUT_S`, default 300 s, for all of them). Replicated `host` devices opened
 /// afterwards span the processes. Call it once, before the first tensor; a job of one process
@@ -137,33 +168,14 @@ pub fn join(peers: Peers) -> Result<(), DistributedError> {
     }
     let join_timeout = seconds_from_env(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT)?;
     let exchange_timeout = seconds_from_env(EXCHANGE_TIMEOUT_ENV, DEFAULT_EXCHANGE_TIMEOUT)?;
-    let port = peers.master_port.checked_add(1).ok_or_else(|| {
-        DistributedError::Invalid(format!(
-            "MASTER_PORT {} leaves no port after it to listen on",
-            peers.master_port
-        ))
-    })?;
-    let listener = Peers {
-        master_port: port,
-        ..peers.clone()
-    };
-    let key_value = Arc::new(JobStore::start(&peers, join_timeout)?);
-    let (monitor, links) = Monitor::connect(&listener, join_timeout)?;
-    let exchange = Exchange::new(peers.rank, links, exchange_timeout)?;
+    let cluster = Arc::new(Cluster::connect(peers, join_timeout, exchange_timeout)?);
     log::info!(
         "joined a job of {} processes as rank {} (rank 0 at {}:{})",
-        peers.world_size,
-        peers.rank,
-        peers.master_addr,
-        peers.master_port
+        cluster.peers.world_size,
+        cluster.peers.rank,
+        cluster.peers.master_addr,
+        cluster.peers.master_port
     );
-    let cluster = Arc::new(Cluster {
-        peers,
-        join_timeout,
-        monitor,
-        exchange: Mutex::new(exchange),
-        key_value,
-    });
     CLUSTER
         .set(cluster)
         .map_err(|cluster| DistributedError::AlreadyJoined {
@@ -187,46 +199,53 @@ pub fn joined() -> Option<Peers> {
 }
 
 /// Every process's `ours` under `key`, by rank: each process publishes its own in the job's
-/// key-value store and reads the others' (waiting up to `TRAINIUM_JOIN_TIMEOUT_S` for each). A
-/// process of no job gets its own alone. A key serves one exchange: use a new one for each.
+/// key-value store and reads the others' (waiting up to `TRAINIUM_JOIN_TIMEOUT_S` for each, and
+/// no longer once a process is lost). A process of no job gets its own alone. A key serves one
+/// exchange: use a new one for each.
 pub fn share(key: &str, ours: &[u8]) -> Result<Vec<Vec<u8>>, DistributedError> {
-    let Some(cluster) = CLUSTER.get() else {
-        return Ok(vec![ours.to_vec()]);
-    };
-    let failed = |error: KeyValueError| {
-        cluster.monitor.loss().unwrap_or_else(|| {
-            DistributedError::Collective(format!("sharing `{key}` between processes: {error}"))
-        })
-    };
-    let rank_key = |rank: usize| format!("{key}/rank-{rank}");
-    cluster
-        .key_value
-        .put(rank_key(cluster.peers.rank).as_bytes(), ours)
-        .map_err(failed)?;
-    (0..cluster.peers.world_size)
-        .map(|rank| {
-            // In slices, so that a process lost before it published ends the wait at once.
-            let deadline = Instant::now() + cluster.join_timeout;
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match cluster
-                    .key_value
-                    .get(rank_key(rank).as_bytes(), left.min(SHARE_POLL))
-                {
-                    Ok(value) => return Ok(value),
-                    Err(error) => {
-                        if let Some(lost) = cluster.monitor.loss() {
-                            return Err(lost);
-                        }
-                        let timed_out = matches!(error, KeyValueError::TimedOut(_));
-                        if !timed_out || Instant::now() >= deadline {
-                            return Err(failed(error));
+    match CLUSTER.get() {
+        Some(cluster) => cluster.share(key, ours),
+        None => Ok(vec![ours.to_vec()]),
+    }
+}
+
+impl Cluster {
+    /// [`share`] in this job.
+    fn share(&self, key: &str, ours: &[u8]) -> Result<Vec<Vec<u8>>, DistributedError> {
+        let failed = |error: KeyValueError| {
+            self.monitor.loss().unwrap_or_else(|| {
+                DistributedError::Collective(format!("sharing `{key}` between processes: {error}"))
+            })
+        };
+        let rank_key = |rank: usize| format!("{key}/rank-{rank}");
+        self.key_value
+            .put(rank_key(self.peers.rank).as_bytes(), ours)
+            .map_err(failed)?;
+        (0..self.peers.world_size)
+            .map(|rank| {
+                // In slices, so that a process lost before it published ends the wait at once.
+                let deadline = Instant::now() + self.join_timeout;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match self
+                        .key_value
+                        .get(rank_key(rank).as_bytes(), left.min(SHARE_POLL))
+                    {
+                        Ok(value) => return Ok(value),
+                        Err(error) => {
+                            if let Some(lost) = self.monitor.loss() {
+                                return Err(lost);
+                            }
+                            let timed_out = matches!(error, KeyValueError::TimedOut(_));
+                            if !timed_out || Instant::now() >= deadline {
+                                return Err(failed(error));
+                            }
                         }
                     }
                 }
-            }
-        })
-        .collect()
+            })
+            .collect()
+    }
 }
 
 /// How often [`share`] checks, while it waits, whether a process was lost.
@@ -333,5 +352,81 @@ fn seconds_from_env(variable: &str, default: Duration) -> Result<Duration, Distr
             ))),
         },
         Err(_) => Ok(default),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// A base port with the three after it free.
+    fn free_port() -> u16 {
+        loop {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            if port < 65000
+                && (1..=KEY_VALUE_PORT_OFFSET)
+                    .all(|offset| TcpListener::bind(("127.0.0.1", port + offset)).is_ok())
+            {
+                return port;
+            }
+        }
+    }
+
+    /// Rank `rank` of a job of two on `port`, joined; waits of a minute at most.
+    fn joined(rank: usize, port: u16) -> Cluster {
+        let peers = Peers {
+            rank,
+            world_size: 2,
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+        };
+        Cluster::connect(peers, Duration::from_secs(60), Duration::from_secs(60)).unwrap()
+    }
+
+    #[test]
+    fn every_process_gets_every_value_by_rank() {
+        let port = free_port();
+        let rank1 = std::thread::spawn(move || {
+            let cluster = joined(1, port);
+            let every = cluster.share("test/values", b"one").unwrap();
+            cluster.monitor.leave();
+            every
+        });
+        let cluster = joined(0, port);
+        let every = cluster.share("test/values", b"zero").unwrap();
+        let theirs = rank1.join().unwrap();
+        cluster.monitor.leave();
+        let expected = vec![b"zero".to_vec(), b"one".to_vec()];
+        assert_eq!(every, expected);
+        assert_eq!(theirs, expected);
+    }
+
+    #[test]
+    fn a_process_lost_before_it_shares_ends_the_wait_naming_it() {
+        let port = free_port();
+        let rank1 = std::thread::spawn(move || {
+            // Joins, then goes away without sharing or leaving: a process that died.
+            joined(1, port).monitor.sever();
+        });
+        let cluster = joined(0, port);
+        rank1.join().unwrap();
+        let started = Instant::now();
+        let error = cluster.share("test/lost", b"zero").unwrap_err();
+        assert!(
+            matches!(error, DistributedError::Lost { rank: 1, .. }),
+            "{error}"
+        );
+        // Not the minute a wait may take.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
