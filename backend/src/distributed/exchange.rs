@@ -209,7 +209,7 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distributed::Peers;
+    use crate::distributed::{Peers, free_base_port};
     use burn_backend::DType;
 
     fn peers(rank: usize, port: u16) -> Peers {
@@ -219,14 +219,6 @@ mod tests {
             master_addr: "127.0.0.1".into(),
             master_port: port,
         }
-    }
-
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
     }
 
     /// Rank `rank` of a job of two, joined.
@@ -246,7 +238,7 @@ mod tests {
 
     #[test]
     fn two_ranks_gather_every_replica_bit_for_bit() {
-        let port = free_port();
+        let port = free_base_port();
         let rank1 = std::thread::spawn(move || {
             let (monitor, mut exchange) = joined(1, port);
             let every = exchange
@@ -276,7 +268,7 @@ mod tests {
 
     #[test]
     fn a_rank_that_goes_away_is_named_by_the_one_waiting_for_it() {
-        let port = free_port();
+        let port = free_base_port();
         let rank1 = std::thread::spawn(move || {
             // Joins, then drops its connections without leaving: a process that died.
             drop(joined(1, port));
@@ -294,7 +286,8 @@ mod tests {
 
     #[test]
     fn rank_zero_names_the_ranks_that_never_connected() {
-        let error = match Monitor::connect(&peers(0, free_port()), Duration::from_millis(300)) {
+        let error = match Monitor::connect(&peers(0, free_base_port()), Duration::from_millis(300))
+        {
             Ok(_) => panic!("rank 0 joined a job without rank 1"),
             Err(error) => error.to_string(),
         };

@@ -330,25 +330,8 @@ fn read_bytes(reader: &mut impl Read) -> std::io::Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use std::net::TcpListener;
-
     use super::*;
-
-    fn free_port() -> u16 {
-        loop {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            if port > KEY_VALUE_PORT_OFFSET
-                && TcpListener::bind(("127.0.0.1", port)).is_ok()
-                && TcpListener::bind(("127.0.0.1", port + KEY_VALUE_PORT_OFFSET)).is_ok()
-            {
-                return port;
-            }
-        }
-    }
+    use crate::distributed::free_base_port;
 
     fn peers(rank: usize, port: u16) -> Peers {
         Peers {
@@ -361,7 +344,7 @@ mod tests {
 
     #[test]
     fn ranks_put_and_get_through_rank_0_and_a_get_waits_for_the_put() {
-        let port = free_port();
+        let port = free_base_port();
         let holder = JobStore::start(&peers(0, port), Duration::from_secs(10)).unwrap();
         let first = JobStore::start(&peers(1, port), Duration::from_secs(10)).unwrap();
         let second = JobStore::start(&peers(2, port), Duration::from_secs(10)).unwrap();
@@ -398,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_store_nobody_serves_is_unavailable_in_bounded_time() {
-        let port = free_port();
+        let port = free_base_port();
         let orphan = JobStore::start(&peers(1, port), Duration::from_millis(200)).unwrap();
         let started = Instant::now();
         let error = orphan.try_get(b"key").unwrap_err();

@@ -355,28 +355,25 @@ fn seconds_from_env(variable: &str, default: Duration) -> Result<Duration, Distr
     }
 }
 
+/// A free local port with the ports after it that a job uses free too, for tests.
 #[cfg(test)]
-mod tests {
-    use std::net::TcpListener;
-
-    use super::*;
-
-    /// A base port with the three after it free.
-    fn free_port() -> u16 {
-        loop {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            if port < 65000
-                && (1..=KEY_VALUE_PORT_OFFSET)
-                    .all(|offset| TcpListener::bind(("127.0.0.1", port + offset)).is_ok())
-            {
-                return port;
-            }
+pub(crate) fn free_base_port() -> u16 {
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let free = |offset: u16| std::net::TcpListener::bind(("127.0.0.1", port + offset)).is_ok();
+        if port < 65000 && (1..=KEY_VALUE_PORT_OFFSET).all(free) {
+            return port;
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     /// Rank `rank` of a job of two on `port`, joined; waits of a minute at most.
     fn joined(rank: usize, port: u16) -> Cluster {
@@ -391,7 +388,7 @@ mod tests {
 
     #[test]
     fn every_process_gets_every_value_by_rank() {
-        let port = free_port();
+        let port = free_base_port();
         let rank1 = std::thread::spawn(move || {
             let cluster = joined(1, port);
             let every = cluster.share("test/values", b"one").unwrap();
@@ -409,7 +406,7 @@ mod tests {
 
     #[test]
     fn a_process_lost_before_it_shares_ends_the_wait_naming_it() {
-        let port = free_port();
+        let port = free_base_port();
         let rank1 = std::thread::spawn(move || {
             // Joins, then goes away without sharing or leaving: a process that died.
             joined(1, port).monitor.sever();
