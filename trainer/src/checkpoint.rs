@@ -212,10 +212,16 @@ where
     B: TrainingBackend,
     M: AutodiffModule<B>,
 {
+    if processes == 0 {
+        return Err(TrainError::Checkpoint {
+            path: dir.to_path_buf(),
+            message: "was written by 0 processes; a checkpoint has at least one share".into(),
+        });
+    }
     let groups = param_groups(module);
     let parameters: usize = groups.iter().map(Vec::len).sum();
     let mut items: HashMap<usize, StateItem<B>> = HashMap::new();
-    for rank in 0..processes.max(1) {
+    for rank in 0..processes {
         let share = ProcessShare { rank, processes };
         let path = share_dir(dir, rank)?.join(format!("{}.bin", share.optimizer_file()));
         let checkpoint_error = |message: String| TrainError::Checkpoint {
@@ -271,7 +277,7 @@ where
 }
 
 /// Runs what is queued on `module`'s device.
-fn sync<B: TrainingBackend, M: AutodiffModule<B>>(module: &M) -> Result<(), String> {
+pub(crate) fn sync<B: TrainingBackend, M: AutodiffModule<B>>(module: &M) -> Result<(), String> {
     match module.devices().first() {
         Some(device) => B::sync(device).map_err(|error| error.to_string()),
         None => Ok(()),
@@ -297,7 +303,8 @@ fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
 ) -> Vec<Vec<(usize, ParamId)>> {
     struct Groups {
         path: ParamPath,
-        keys: Vec<Vec<String>>,
+        /// The names the last group's parameters agree on.
+        last_key: Option<Vec<String>>,
         groups: Vec<Vec<(usize, ParamId)>>,
         position: usize,
     }
@@ -317,9 +324,8 @@ fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
                 .position(|name| name.parse::<usize>().is_ok())
                 .map_or(1, |index| index + 1)
                 .min(names.len());
-            let key = names[..end].to_vec();
-            if self.keys.last() != Some(&key) {
-                self.keys.push(key);
+            if self.last_key.as_deref() != Some(&names[..end]) {
+                self.last_key = Some(names[..end].to_vec());
                 self.groups.push(Vec::new());
             }
             self.groups
@@ -331,7 +337,7 @@ fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
     }
     let mut groups = Groups {
         path: ParamPath::default(),
-        keys: Vec::new(),
+        last_key: None,
         groups: Vec::new(),
         position: 0,
     };

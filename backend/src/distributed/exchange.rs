@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use burn_backend::TensorData;
 
-use super::DistributedError;
 use super::monitor::Monitor;
+use super::{DistributedError, push_length_prefixed};
 
 /// How often a waiting exchange checks whether a process was lost.
 const POLL: Duration = Duration::from_millis(100);
@@ -108,8 +108,7 @@ fn send(link: &mut TcpStream, rank: usize, replicas: &[Vec<u8>]) -> Result<(), D
     let mut frame = Vec::with_capacity(8 + replicas.iter().map(|r| 8 + r.len()).sum::<usize>());
     frame.extend_from_slice(&(replicas.len() as u64).to_le_bytes());
     for bytes in replicas {
-        frame.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-        frame.extend_from_slice(bytes);
+        push_length_prefixed(&mut frame, bytes);
     }
     link.write_all(&frame)
         .map_err(|error| DistributedError::Lost {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use trainium_ffi::pjrt::{KeyValueError, KeyValueStore};
 
-use super::{DistributedError, Peers};
+use super::{DistributedError, Peers, push_length_prefixed};
 
 /// How far above the launcher's `MASTER_PORT` rank 0 serves the store (the job's exchange is on
 /// the port after `MASTER_PORT`, the Neuron collectives meet on the one after that).
@@ -194,8 +194,8 @@ impl KeyValueStore for JobStore {
                 connect_timeout,
             } => {
                 let mut message = vec![PUT];
-                push_bytes(&mut message, key);
-                push_bytes(&mut message, value);
+                push_length_prefixed(&mut message, key);
+                push_length_prefixed(&mut message, value);
                 request(address, *connect_timeout, &message, Duration::ZERO).map(drop)
             }
         }
@@ -209,7 +209,7 @@ impl KeyValueStore for JobStore {
                 connect_timeout,
             } => {
                 let mut message = vec![GET];
-                push_bytes(&mut message, key);
+                push_length_prefixed(&mut message, key);
                 message.extend_from_slice(&(timeout.as_millis() as u64).to_le_bytes());
                 match request(address, *connect_timeout, &message, timeout)? {
                     (FOUND, value) => Some(value),
@@ -233,7 +233,7 @@ impl KeyValueStore for JobStore {
                 connect_timeout,
             } => {
                 let mut message = vec![TRY_GET];
-                push_bytes(&mut message, key);
+                push_length_prefixed(&mut message, key);
                 match request(address, *connect_timeout, &message, Duration::ZERO)? {
                     (FOUND, value) => Ok(Some(value)),
                     _ => Ok(None),
@@ -288,7 +288,7 @@ fn answer(stream: &TcpStream, entries: &Entries) -> std::io::Result<()> {
     match found {
         Some(Some(value)) => {
             reply.push(FOUND);
-            push_bytes(&mut reply, &value);
+            push_length_prefixed(&mut reply, &value);
         }
         Some(None) => reply.push(MISSING),
         None => {}
@@ -296,11 +296,6 @@ fn answer(stream: &TcpStream, entries: &Entries) -> std::io::Result<()> {
     let mut writer = BufWriter::new(stream);
     writer.write_all(&reply)?;
     writer.flush()
-}
-
-fn push_bytes(message: &mut Vec<u8>, bytes: &[u8]) {
-    message.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-    message.extend_from_slice(bytes);
 }
 
 fn read_byte(reader: &mut impl Read) -> std::io::Result<u8> {

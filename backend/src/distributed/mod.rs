@@ -212,40 +212,48 @@ pub fn share(key: &str, ours: &[u8]) -> Result<Vec<Vec<u8>>, DistributedError> {
 impl Cluster {
     /// [`share`] in this job.
     fn share(&self, key: &str, ours: &[u8]) -> Result<Vec<Vec<u8>>, DistributedError> {
-        let failed = |error: KeyValueError| {
-            self.monitor.loss().unwrap_or_else(|| {
-                DistributedError::Collective(format!("sharing `{key}` between processes: {error}"))
-            })
-        };
         let rank_key = |rank: usize| format!("{key}/rank-{rank}");
+        let ours_key = rank_key(self.peers.rank);
         self.key_value
-            .put(rank_key(self.peers.rank).as_bytes(), ours)
-            .map_err(failed)?;
+            .put(ours_key.as_bytes(), ours)
+            .map_err(|error| self.store_failure(&ours_key, error))?;
         (0..self.peers.world_size)
-            .map(|rank| {
-                // In slices, so that a process lost before it published ends the wait at once.
-                let deadline = Instant::now() + self.join_timeout;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    match self
-                        .key_value
-                        .get(rank_key(rank).as_bytes(), left.min(SHARE_POLL))
-                    {
-                        Ok(value) => return Ok(value),
-                        Err(error) => {
-                            if let Some(lost) = self.monitor.loss() {
-                                return Err(lost);
-                            }
-                            let timed_out = matches!(error, KeyValueError::TimedOut(_));
-                            if !timed_out || Instant::now() >= deadline {
-                                return Err(failed(error));
-                            }
-                        }
-                    }
-                }
-            })
+            .map(|rank| self.wait_for(&rank_key(rank)))
             .collect()
     }
+
+    /// The value a process puts under `key`, waiting up to the join timeout, in slices, so that
+    /// a process lost before it put it ends the wait at once.
+    fn wait_for(&self, key: &str) -> Result<Vec<u8>, DistributedError> {
+        let deadline = Instant::now() + self.join_timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let error = match self.key_value.get(key.as_bytes(), left.min(SHARE_POLL)) {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            if let Some(lost) = self.monitor.loss() {
+                return Err(lost);
+            }
+            if !matches!(error, KeyValueError::TimedOut(_)) || Instant::now() >= deadline {
+                return Err(self.store_failure(key, error));
+            }
+        }
+    }
+
+    /// A failure of the job's store under `key`: the lost process behind it, if one was lost.
+    fn store_failure(&self, key: &str, error: KeyValueError) -> DistributedError {
+        self.monitor.loss().unwrap_or_else(|| {
+            DistributedError::Collective(format!("sharing `{key}` between processes: {error}"))
+        })
+    }
+}
+
+/// Appends `bytes` to `frame` after their length (a little-endian `u64`): how the exchange's
+/// frames and the key-value store's requests carry byte strings.
+fn push_length_prefixed(frame: &mut Vec<u8>, bytes: &[u8]) {
+    frame.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    frame.extend_from_slice(bytes);
 }
 
 /// How often [`share`] checks, while it waits, whether a process was lost.

@@ -436,16 +436,14 @@ impl Target for XlaTarget {
         let start = Instant::now();
         let mut options = CompileOptions::replicated(&self.assignment);
         options.compiler_options = match self.runtime.compiler_options.is_empty() {
-            true if holds_small_tensors(&program.module) => {
-                log::debug!(
-                    "{}: small tensors, compiled with {:?}",
-                    program.module.name,
-                    small_tensor_options()
-                );
-                small_tensor_options()
-            }
+            true if holds_small_tensors(&program.module) => small_tensor_options(),
             _ => self.runtime.compiler_options.clone(),
         };
+        log::debug!(
+            "{}: compiler options {:?}",
+            program.module.name,
+            options.compiler_options
+        );
         let cached = self.runtime.disk_cache.as_ref().map(|cache| {
             let entry = cache.entry(&program.bytes, &options.encode());
             (cache, entry)

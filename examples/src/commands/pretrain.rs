@@ -111,9 +111,7 @@ impl Job {
             )
         })
     }
-}
 
-impl Job {
     /// Sets the Neuron runtime's variables for this process (its cores, where the collectives
     /// meet), each unless already set.
     fn set_neuron_environment(&self, device: &TrainiumDevice) -> anyhow::Result<()> {

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::tensor::DType;
 use hlat::run_folder::{MODEL_DIR, RunFolder};
 
-use crate::checkpoint::{CheckpointState, ProcessShare, save_optimizer, write_state};
+use crate::checkpoint::{CheckpointState, ProcessShare, save_optimizer, sync, write_state};
 use crate::config::TrainConfig;
 use crate::data::TextTokenizer;
 use crate::error::TrainError;
@@ -155,11 +155,9 @@ impl<B: TrainingBackend> RunState<B> {
         // Every process runs what the step left queued (its parameter update) now, so that the
         // programs of the checkpoint start at the same point everywhere, whatever this process
         // then reads.
-        if let Some(device) = model.devices().first() {
-            B::sync(device).map_err(|error| {
-                TrainError::Model(format!("finishing step {}: {error}", progress.step))
-            })?;
-        }
+        sync(model).map_err(|error| {
+            TrainError::Model(format!("finishing step {}: {error}", progress.step))
+        })?;
         let steps_done = progress.step - self.summary.start_step;
         let state = CheckpointState {
             progress,

@@ -295,10 +295,11 @@ impl Executor for HostExecutor {
         count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError> {
         // A `ReadWrite` read is what releases the tensor in each runner: then every one is read.
-        let mut local = match tensor.status {
-            TensorStatus::ReadWrite => self.read_local(tensor)?,
-            _ => self.read_first(tensor, count)?,
+        let read = match tensor.status {
+            TensorStatus::ReadWrite => usize::MAX,
+            _ => count,
         };
+        let mut local = self.read_first(tensor, read)?;
         local.truncate(count);
         Ok((self.span.first, local))
     }
