@@ -5,7 +5,9 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, set_segment_cap, stats};
+use burn_trainium::{
+    ExecutorKind, SMALL_TENSOR_SEGMENT_CAP, Trainium, TrainiumDevice, set_segment_cap, stats,
+};
 
 fn host(index: u16) -> TrainiumDevice {
     TrainiumDevice::new(ExecutorKind::Host, index)
@@ -221,4 +223,50 @@ fn a_step_cut_into_several_programs_compiles_them_once() {
         .map(|(_, programs)| *programs)
         .collect();
     assert_eq!(again[4], programs[4], "{again:?} after {programs:?}");
+}
+
+/// Runs `operations` elementwise operations on a `shape` tensor of `device` and reads the result:
+/// the value, and how many segments ran for it.
+fn elementwise_chain(
+    device: &TrainiumDevice,
+    shape: [usize; 2],
+    operations: usize,
+) -> (TensorData, u64) {
+    let before = stats(device).segments_run;
+    let elements = shape[0] * shape[1];
+    let data = (0..elements)
+        .map(|i| (i % 7) as f32 / 8.0)
+        .collect::<Vec<_>>();
+    let mut value = Tensor::<Trainium, 2>::from_data(TensorData::new(data, shape), device);
+    for step in 0..operations / 2 {
+        value = (value * 0.5).add_scalar(step as f32 / operations as f32);
+    }
+    let value = value.into_data();
+    (value, stats(device).segments_run - before)
+}
+
+#[test]
+fn xla_cuts_long_segments_of_small_tensors_unless_a_cap_is_set() {
+    crate::support::xla();
+    // A device of this test alone: its cap and counters are its own.
+    let device = TrainiumDevice::new(ExecutorKind::Xla, 2).with_replicas(2);
+    let operations = SMALL_TENSOR_SEGMENT_CAP + SMALL_TENSOR_SEGMENT_CAP / 2;
+    let (small, small_segments) = elementwise_chain(&device, [4, 4], operations);
+    assert_eq!(
+        small_segments, 2,
+        "{operations} operations on 16 elements each run as programs of at most \
+         {SMALL_TENSOR_SEGMENT_CAP}"
+    );
+    let (_, large_segments) = elementwise_chain(&device, [64, 512], operations);
+    assert_eq!(
+        large_segments, 1,
+        "operations on 32,768 elements each stay one program"
+    );
+    let reference = elementwise_chain(&host(19), [4, 4], operations).0;
+    small.assert_approx_eq::<f32>(&reference, burn::tensor::Tolerance::absolute(1e-5));
+
+    set_segment_cap(&device, 65_536);
+    let (capped, capped_segments) = elementwise_chain(&device, [4, 4], operations);
+    assert_eq!(capped_segments, 1, "a cap set for the device decides alone");
+    capped.assert_approx_eq::<f32>(&reference, burn::tensor::Tolerance::absolute(1e-5));
 }

@@ -18,7 +18,8 @@ use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
 
 /// The number of captured operations (drops aside) after which a segment runs even if nothing is
-/// read.
+/// read. Unless a cap is set, the `xla` executor runs a segment of small tensors sooner
+/// ([`SMALL_TENSOR_SEGMENT_CAP`](crate::SMALL_TENSOR_SEGMENT_CAP)).
 pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
 
 /// The environment variable that sets the segment cap of every device (unless
@@ -69,17 +70,16 @@ fn segment_caps() -> &'static Mutex<HashMap<TrainiumDevice, usize>> {
     CAPS.get_or_init(Default::default)
 }
 
-fn segment_cap(device: &TrainiumDevice) -> usize {
+/// The segment cap set for `device` ([`set_segment_cap`], else `TRAINIUM_SEGMENT_CAP`), if any.
+fn set_cap(device: &TrainiumDevice) -> Option<usize> {
     let caps = segment_caps()
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    caps.get(device).copied().unwrap_or_else(|| {
-        // Checked when the device was opened: an invalid value never reaches here.
-        segment_cap_from_env()
-            .ok()
-            .flatten()
-            .unwrap_or(DEFAULT_SEGMENT_CAP)
-    })
+    // The environment was checked when the device was opened: an invalid value never reaches
+    // here.
+    caps.get(device)
+        .copied()
+        .or_else(|| segment_cap_from_env().ok().flatten())
 }
 
 /// Sets how many operations (drops aside) a segment of `device` may hold before it runs on its
@@ -295,9 +295,14 @@ impl RunnerClient for TrainiumClient {
         self.update_live_gauge(&state);
         state.segment.push(operation);
         StatsCounters::add_elapsed(&self.counters.capture_micros, start);
-        if state.segment.computing_len() >= segment_cap(&self.device)
-            && let Err(error) = self.flush(&mut state)
-        {
+        let full = match set_cap(&self.device) {
+            Some(cap) => state.segment.computing_len() >= cap,
+            None => {
+                state.segment.computing_len() >= DEFAULT_SEGMENT_CAP
+                    || state.executor.cuts_segment_early(&state.segment)
+            }
+        };
+        if full && let Err(error) = self.flush(&mut state) {
             // Reported at the next read or sync: capture itself has no way to return it.
             state.pending_error = Some(error);
         }

@@ -10,6 +10,8 @@ pub struct Segment {
     operations: Vec<OperationIr>,
     /// How many of the operations compute something (all but `Drop`).
     computing: usize,
+    /// The elements the computing operations produce, summed over their outputs.
+    computed_elements: u64,
     /// The tensors the operations produce.
     produced: HashSet<TensorId>,
     /// The tensors the operations read.
@@ -36,6 +38,10 @@ impl Segment {
         self.read.extend(operation.inputs().map(|input| input.id));
         if !matches!(operation, OperationIr::Drop(_)) {
             self.computing += 1;
+            self.computed_elements += operation
+                .outputs()
+                .map(|output| output.shape.num_elements() as u64)
+                .sum::<u64>();
         }
         self.operations.push(operation);
     }
@@ -63,6 +69,15 @@ impl Segment {
     /// (the same step is cut at the same places, and its programs are reused).
     pub fn computing_len(&self) -> usize {
         self.computing
+    }
+
+    /// How many elements a computing operation produces on average (0 when none is waiting): a
+    /// long segment of small tensors compiles much sooner as several programs.
+    pub fn mean_computed_elements(&self) -> f64 {
+        if self.computing == 0 {
+            return 0.0;
+        }
+        self.computed_elements as f64 / self.computing as f64
     }
 
     /// Whether no operation is waiting.

@@ -47,6 +47,13 @@ pub(crate) trait Target: Send {
     /// How many compiled programs the executor keeps.
     const CACHE_LIMITS: CacheLimits;
 
+    /// Whether `segment` should run now as a program of its own though no segment cap is
+    /// reached (consulted only when no cap was set): a target that compiles long programs slowly
+    /// cuts them where that costs nothing at run time.
+    fn cuts_segment_early(&self, _segment: &Segment) -> bool {
+        false
+    }
+
     /// The lowering choices of this target.
     fn lower_options(&self) -> LowerOptions;
 
@@ -445,6 +452,10 @@ impl<T: Target> Executor for DeviceExecutor<T> {
             self.tensors.remove(&tensor.id);
         }
         Ok((self.span.first, local))
+    }
+
+    fn cuts_segment_early(&self, segment: &Segment) -> bool {
+        self.target.cuts_segment_early(segment)
     }
 
     fn seed(&mut self, seed: u64) {

@@ -15,7 +15,7 @@ pub(crate) use host::HostExecutor;
 pub(crate) use program_cache::CacheLimits;
 pub use xla::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
-    DEFAULT_CPU_DEVICES, PLUGIN_ENV,
+    DEFAULT_CPU_DEVICES, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP,
 };
 pub use xla_cache::XLA_CACHE_ENV;
 
@@ -55,6 +55,13 @@ pub(crate) trait Executor: Send {
         tensor: &TensorIr,
         count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError>;
+
+    /// Whether `segment` should run now as a program of its own though the default segment cap
+    /// is not reached. The client asks only when no cap was set (`TRAINIUM_SEGMENT_CAP`,
+    /// [`set_segment_cap`](crate::set_segment_cap)).
+    fn cuts_segment_early(&self, _segment: &Segment) -> bool {
+        false
+    }
 
     /// Seeds the executor's random number generator.
     fn seed(&mut self, seed: u64);

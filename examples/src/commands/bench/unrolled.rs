@@ -53,7 +53,7 @@ pub struct UnrolledBenchArgs {
     pub steps: usize,
     /// Operations after which a segment of the Trainium backends runs as a program of its own
     /// (a step longer than this compiles as several smaller programs) [default:
-    /// TRAINIUM_SEGMENT_CAP, else 65536].
+    /// TRAINIUM_SEGMENT_CAP, else 65536, and on xla 2048 for operations of small tensors].
     #[arg(long, value_parser = at_least_one::<usize>())]
     pub segment_cap: Option<usize>,
     /// Where to write the JSON results.
