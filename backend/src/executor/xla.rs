@@ -17,7 +17,7 @@ use super::xla_cache::XlaDiskCache;
 use super::{CacheLimits, CompileOutcome, Target};
 use crate::capture::Segment;
 use crate::distributed::{ReplicaSpan, share};
-use crate::lower::{LowerOptions, LoweredProgram};
+use crate::lower::{Donation, LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
 
 /// The environment variable holding the path of the PJRT plugin (a shared library).
@@ -420,6 +420,7 @@ impl Target for XlaTarget {
     fn lower_options(&self) -> LowerOptions {
         LowerOptions {
             random_on_device: true,
+            donation: Donation::InPlace,
             ..LowerOptions::default()
         }
     }

@@ -309,6 +309,30 @@ pub struct HloBufferDonorProto {
     pub entries: Vec<BufferDonorEntryProto>,
 }
 
+/// `xla.Kind` of an input/output alias: the buffers may share memory.
+pub const MAY_ALIAS: i32 = 1;
+
+/// `xla.HloInputOutputAliasProto.AliasEntryProto`: an output that shares the buffer of a
+/// parameter.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AliasEntryProto {
+    #[prost(int64, repeated, tag = "1")]
+    pub output_shape_index: Vec<i64>,
+    #[prost(int64, tag = "2")]
+    pub parameter_number: i64,
+    #[prost(int64, repeated, tag = "3")]
+    pub parameter_shape_index: Vec<i64>,
+    #[prost(int32, tag = "4")]
+    pub kind: i32,
+}
+
+/// `xla.HloInputOutputAliasProto`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HloInputOutputAliasProto {
+    #[prost(message, repeated, tag = "1")]
+    pub entries: Vec<AliasEntryProto>,
+}
+
 /// `xla.HloModuleProto`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct HloModuleProto {
@@ -324,6 +348,8 @@ pub struct HloModuleProto {
     pub id: i64,
     #[prost(int64, tag = "6")]
     pub entry_computation_id: i64,
+    #[prost(message, optional, tag = "8")]
+    pub input_output_alias: Option<HloInputOutputAliasProto>,
     #[prost(message, optional, tag = "18")]
     pub buffer_donor: Option<HloBufferDonorProto>,
 }

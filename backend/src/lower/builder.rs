@@ -528,6 +528,7 @@ impl Builder {
             host_program_shape: Some(program_shape),
             id: 0,
             entry_computation_id: entry_id,
+            input_output_alias: None,
             buffer_donor: None,
         }
     }

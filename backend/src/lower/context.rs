@@ -8,7 +8,10 @@ use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
 use super::builder::{Builder, Value};
 use super::{HoistedScalar, LowerError, LowerOptions};
 use crate::capture::SegmentBoundary;
-use crate::hlo::{self, BufferDonorEntryProto, HloBufferDonorProto, PrimitiveType};
+use crate::hlo::{
+    self, AliasEntryProto, BufferDonorEntryProto, HloBufferDonorProto, HloInputOutputAliasProto,
+    PrimitiveType,
+};
 
 /// Why one operation could not be lowered; located by [`Failure::at`].
 #[derive(Debug, Clone, PartialEq)]
@@ -232,8 +235,15 @@ impl Lowering {
         Ok(self.builder.broadcast(&value, dims, &[]))
     }
 
-    /// Finishes the module and returns it with the hoisted scalar arguments.
-    pub fn finish(mut self, outputs: &[Value], boundary: &SegmentBoundary) -> Finished {
+    /// Finishes the module and returns it with the hoisted scalar arguments. `aliases` pairs
+    /// (output, input) positions that share a buffer; without them the released inputs are
+    /// offered as buffer donors.
+    pub fn finish(
+        mut self,
+        outputs: &[Value],
+        boundary: &SegmentBoundary,
+        aliases: Option<&[(usize, usize)]>,
+    ) -> Finished {
         let first_pack = self.parameters.len() as i64;
         let mut scalars = Vec::new();
         for (position, pack) in self.packs.iter().enumerate() {
@@ -253,19 +263,36 @@ impl Lowering {
                 .renumber_parameter(states, self.parameters.len() as i64);
             self.parameters.push(shape);
         }
-        let donors: Vec<BufferDonorEntryProto> = boundary
-            .inputs
-            .iter()
-            .enumerate()
-            .filter(|(_, input)| boundary.released_inputs.contains(&input.id))
-            .map(|(number, _)| BufferDonorEntryProto {
-                parameter_number: number as i64,
-                parameter_shape_index: Vec::new(),
-            })
-            .collect();
         let mut module = self.builder.finish("segment", self.parameters, outputs);
-        if !donors.is_empty() {
-            module.buffer_donor = Some(HloBufferDonorProto { entries: donors });
+        match aliases {
+            Some(aliases) if !aliases.is_empty() => {
+                let entries = aliases
+                    .iter()
+                    .map(|&(output, input)| AliasEntryProto {
+                        output_shape_index: vec![output as i64],
+                        parameter_number: input as i64,
+                        parameter_shape_index: Vec::new(),
+                        kind: hlo::MAY_ALIAS,
+                    })
+                    .collect();
+                module.input_output_alias = Some(HloInputOutputAliasProto { entries });
+            }
+            Some(_) => {}
+            None => {
+                let donors: Vec<BufferDonorEntryProto> = boundary
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, input)| boundary.released_inputs.contains(&input.id))
+                    .map(|(number, _)| BufferDonorEntryProto {
+                        parameter_number: number as i64,
+                        parameter_shape_index: Vec::new(),
+                    })
+                    .collect();
+                if !donors.is_empty() {
+                    module.buffer_donor = Some(HloBufferDonorProto { entries: donors });
+                }
+            }
         }
         let hoisted = self
             .packs

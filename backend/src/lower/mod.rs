@@ -18,6 +18,7 @@ mod creation;
 mod dispatch;
 mod dump;
 mod elementwise;
+mod in_place;
 mod index;
 mod matmul;
 mod random;
@@ -156,6 +157,8 @@ pub struct LowerOptions {
     pub random_on_device: bool,
     /// How many replicas run the program (collectives are checked against it).
     pub replicas: usize,
+    /// How the program may reuse the buffers of inputs whose life ends in it.
+    pub donation: Donation,
 }
 
 impl Default for LowerOptions {
@@ -163,8 +166,20 @@ impl Default for LowerOptions {
         Self {
             random_on_device: false,
             replicas: 1,
+            donation: Donation::Donors,
         }
     }
+}
+
+/// How a program may reuse the buffers of the inputs whose life ends in it (`released_inputs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Donation {
+    /// They are offered as buffer donors and the compiler pairs them with outputs of the same
+    /// size, in order.
+    Donors,
+    /// Each output that replaces an input in place (followed along Burn's last-use marks,
+    /// [`in_place::in_place_outputs`]) aliases that input; no other input is offered.
+    InPlace,
 }
 
 /// Splits `operations` into lowered programs and the operations between them that have no
@@ -237,8 +252,8 @@ pub fn operation_name(operation: &OperationIr) -> String {
 /// Lowers `operations` (a whole segment or a run of it) whose boundary is `boundary`.
 ///
 /// `Drop` operations only end lifetimes and lower to nothing. Inputs listed in
-/// `boundary.released_inputs` are marked as buffer donors. Random tensors are not lowered (see
-/// [`lower_segment_with`]).
+/// `boundary.released_inputs` are marked as buffer donors ([`Donation::Donors`]). Random tensors
+/// are not lowered (see [`lower_segment_with`]).
 pub fn lower_segment(
     operations: &[OperationIr],
     boundary: &SegmentBoundary,
@@ -296,6 +311,14 @@ pub fn lower_segment_with(
         .map(|tensor| lowering.get(tensor))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| error.at_outputs())?;
+    let aliases = (options.donation == Donation::InPlace).then(|| {
+        in_place::in_place_outputs(
+            operations,
+            &boundary.inputs,
+            &boundary.outputs,
+            &boundary.released_inputs,
+        )
+    });
     let context::Finished {
         mut module,
         scalars,
@@ -303,7 +326,7 @@ pub fn lower_segment_with(
         random_draws,
         collectives,
         collective_bytes,
-    } = lowering.finish(&outputs, boundary);
+    } = lowering.finish(&outputs, boundary, aliases.as_deref());
     let key = StructuralKey::of(&module.encode_to_vec());
     module.name = format!("segment_{key}");
     let bytes = module.encode_to_vec();

@@ -70,7 +70,7 @@ fn mismatched_add() -> Vec<u8> {
         host_program_shape: Some(program_shape),
         id: 1,
         entry_computation_id: 4,
-        buffer_donor: None,
+        ..Default::default()
     }
     .encode_to_vec()
 }

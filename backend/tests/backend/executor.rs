@@ -239,10 +239,66 @@ fn empty_boolean_and_wide_tensors_round_trip() {
     assert_eq!(double.to_vec::<f64>().unwrap(), [1.0, 6.0]);
 }
 
+/// An optimizer step over parameters of one shape (Adam's formulas): each new moment and
+/// parameter takes over the buffer of the one it replaces, so the compiled update needs no
+/// scratch copy of its inputs. Offered as anonymous donors, the compiler paired the new moments
+/// with other parameters' gradients, still to be read, and copied whole buffers.
+fn an_update_in_place_needs_no_scratch_copies_of_its_inputs() {
+    let device = xla(2);
+    let shape = [64, 128];
+    let tensor_bytes = (shape[0] * shape[1] * 4) as u64;
+    let value = |index: usize, seed: usize, offset: usize| {
+        ((index * 7 + seed * 13 + offset) % 17) as f32 / 17.0 + 0.1
+    };
+    let states = |seed: usize| {
+        let values = |offset: usize| {
+            let data = (0..shape[0] * shape[1])
+                .map(|index| value(index, seed, offset))
+                .collect::<Vec<_>>();
+            Tensor::<B, 2>::from_data(TensorData::new(data, shape), &device)
+        };
+        (values(0), values(1), values(2), values(3))
+    };
+    let parameters: Vec<_> = (0..4).map(states).collect();
+    B::sync(&device).unwrap();
+    reset_stats(&device);
+    let updated: Vec<_> = parameters
+        .into_iter()
+        .map(|(moment, gradient, second_moment, parameter)| {
+            let moment = moment * 0.9 + gradient.clone() * 0.1;
+            let second_moment = second_moment * 0.99 + gradient.clone() * gradient * 0.01;
+            let step = moment.clone() / (second_moment.clone().sqrt() + 1e-8);
+            (moment, second_moment, parameter - step * 1e-3)
+        })
+        .collect();
+    B::sync(&device).unwrap();
+    let after = stats(&device);
+    assert_eq!(after.segments_run, 1, "{after:?}");
+    assert!(
+        after.largest_scratch_bytes < tensor_bytes,
+        "the update needs {} bytes of scratch memory, more than one {tensor_bytes}-byte state",
+        after.largest_scratch_bytes
+    );
+    let (moment, second_moment, parameter) = &updated[3];
+    let first = |tensor: &Tensor<B, 2>| tensor.clone().into_data().to_vec::<f32>().unwrap()[0];
+    let (m, g, v, p) = (
+        value(0, 3, 0),
+        value(0, 3, 1),
+        value(0, 3, 2),
+        value(0, 3, 3),
+    );
+    let (m, v) = (m * 0.9 + g * 0.1, v * 0.99 + g * g * 0.01);
+    let tolerance = 1e-6;
+    assert!((first(moment) - m).abs() < tolerance);
+    assert!((first(second_moment) - v).abs() < tolerance);
+    assert!((first(parameter) - (p - m / (v.sqrt() + 1e-8) * 1e-3)).abs() < tolerance);
+}
+
 /// Tests that count on `xla:2` alone (statistics are per device), one after the other.
 #[test]
 fn device_statistics_on_a_device_of_their_own() {
     dropped_tensors_release_their_device_buffers();
     changing_scalars_reuse_the_compiled_program();
     a_segment_is_lowered_again_when_an_operand_it_fixed_changes();
+    an_update_in_place_needs_no_scratch_copies_of_its_inputs();
 }
