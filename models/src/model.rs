@@ -2,7 +2,6 @@
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear};
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
@@ -223,11 +222,7 @@ pub(crate) fn loss_from_logits<B: Backend>(
         Some(ignored) => targets.mask_fill(ignored.clone(), 0),
         None => targets,
     };
-    let per_row = if exchange.degree() == 1 {
-        log_softmax(logits, 1).gather(1, targets).neg()
-    } else {
-        vocab_parallel_cross_entropy(logits, targets, exchange)
-    };
+    let per_row = cross_entropy_rows(logits, targets, exchange);
     match kept {
         None => per_row.mean(),
         Some(ignored) => {
@@ -238,21 +233,30 @@ pub(crate) fn loss_from_logits<B: Backend>(
     }
 }
 
-/// Per-row cross-entropy `[rows, 1]` of logits split by vocabulary across the ranks of
-/// `exchange` (Megatron's vocabulary-parallel cross-entropy): the maximum, the sum of
-/// exponentials and the target's logit are combined over the group; the same value on every rank.
-fn vocab_parallel_cross_entropy<B: Backend>(
+/// Per-row cross-entropy `[rows, 1]`: the log of the row's sum of exponentials minus the
+/// target's logit. Under an `exchange` of several ranks the logits are split by vocabulary
+/// (Megatron's vocabulary-parallel cross-entropy): the maximum, the sum of exponentials and the
+/// target's logit are combined over the group, the same value on every rank.
+///
+/// Written this way rather than as a log-softmax and a gather, the backward pass takes the
+/// gradient of the log-sum once per row; through a log-softmax it sums the gather's scattered
+/// `[rows, vocab]` gradient back to one value per row, and the forward pass writes the whole
+/// `[rows, vocab]` log-softmax to read one value per row.
+fn cross_entropy_rows<B: Backend>(
     logits: Tensor<B, 2>,
     targets: Tensor<B, 2, Int>,
     exchange: &dyn Exchange<B>,
 ) -> Tensor<B, 2> {
     let [_, local_vocab] = logits.dims();
     // The shift only keeps exp() in range; it cancels in the loss and takes no gradient.
-    let maximum = exchange.max(logits.clone().max_dim(1)).detach();
+    let maximum = exchange.max(logits.clone().detach().max_dim(1));
     let shifted = logits - maximum;
     let total = exchange.sum(shifted.clone().exp().sum_dim(1));
-    let (local, outside) = local_ids(exchange, targets, local_vocab);
-    let picked = shifted.gather(1, local);
-    let target = exchange.sum(picked * outside.bool_not().float());
+    let target = if exchange.degree() == 1 {
+        shifted.gather(1, targets)
+    } else {
+        let (local, outside) = local_ids(exchange, targets, local_vocab);
+        exchange.sum(shifted.gather(1, local) * outside.bool_not().float())
+    };
     total.log() - target
 }
