@@ -372,6 +372,25 @@ fn scatter_add<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
         .into_data()
 }
 
+/// One index per row, then one per column: the scatter of a gather's gradient with one target
+/// per row (the cross-entropy's), which `xla` lowers elementwise.
+fn scatter_add_one_per_line<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let tensor = float::<B, 2>([3, 7], 75, p, device);
+    let rows = tensor.clone().scatter(
+        1,
+        ints([3, 1], 76, 7, device),
+        float([3, 1], 77, p, device),
+        IndexingUpdateOp::Add,
+    );
+    let columns = tensor.scatter(
+        0,
+        ints([1, 7], 78, 3, device),
+        float([1, 7], 79, p, device),
+        IndexingUpdateOp::Add,
+    );
+    Tensor::cat(vec![rows, columns], 0).into_data()
+}
+
 /// 300 ones added into one slot: a bf16 accumulator stops at 256 (256 + 1 rounds back to 256),
 /// an f32 one reaches 300, which bf16 represents exactly.
 fn scatter_add_accumulates_widely<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
@@ -440,6 +459,11 @@ fn indexing() {
         "scatter_add",
         scatter_add::<Reference>,
         scatter_add::<Trainium>,
+    );
+    check(
+        "scatter_add_one_per_line",
+        scatter_add_one_per_line::<Reference>,
+        scatter_add_one_per_line::<Trainium>,
     );
 }
 

@@ -37,7 +37,8 @@ pub(crate) enum Combiner {
 }
 
 impl Combiner {
-    fn opcode(self) -> Option<&'static str> {
+    /// The elementwise opcode that combines two values (none for [`Combiner::Replace`]).
+    pub(crate) fn opcode(self) -> Option<&'static str> {
         match self {
             Combiner::Add => Some("add"),
             Combiner::Multiply => Some("multiply"),

@@ -7,7 +7,7 @@ use burn_ir::{
     SelectAssignOpIr, SelectOpIr,
 };
 
-use super::builder::{Combiner, Value};
+use super::builder::{Combiner, Direction, Value};
 use super::context::{Lowered, Lowering, dims, unsupported};
 use crate::hlo::{GatherDimensionNumbers, PrimitiveType, ScatterDimensionNumbers};
 
@@ -77,6 +77,13 @@ pub(crate) fn scatter(cx: &mut Lowering, ir: &ScatterOpIr) -> Lowered {
     let ones = vec![1; rank];
     let updates = cx.builder.slice(&value, &zeros, &indices.dims, &ones);
     let updates = cx.builder.convert(&updates, tensor.element_type);
+    let combiner = combiner(&ir.update, tensor.element_type);
+    let one_per_line = indices.dims[ir.dim] == 1
+        && (0..rank).all(|d| d == ir.dim || indices.dims[d] == tensor.dims[d]);
+    if one_per_line {
+        let result = scatter_one_per_line(cx, &tensor, &indices, &updates, ir.dim, combiner);
+        return cx.set(&ir.out, result);
+    }
     let coordinates = coordinates(cx, &indices, ir.dim, rank);
     let all: Vec<i64> = (0..rank as i64).collect();
     let numbers = ScatterDimensionNumbers {
@@ -86,11 +93,37 @@ pub(crate) fn scatter(cx: &mut Lowering, ir: &ScatterOpIr) -> Lowered {
         index_vector_dim: rank as i64,
         ..Default::default()
     };
-    let combiner = combiner(&ir.update, tensor.element_type);
     let result = cx
         .builder
         .scatter(&tensor, &coordinates, &updates, numbers, combiner);
     cx.set(&ir.out, result)
+}
+
+/// A scatter of one index per line along `dim` (`indices` of size 1 there and the tensor's size
+/// elsewhere) updates each position at most once, so it is elementwise: where the position
+/// along `dim` equals the line's index, the combination of the tensor and the line's update,
+/// elsewhere the tensor. As a compare and a select it fuses into its consumers instead of
+/// writing a whole tensor: the gradient of a gather of one target per row (the cross-entropy's
+/// backward pass) would otherwise scatter into a fresh `[rows, vocabulary]` tensor, and
+/// scatters are slow on accelerators. Indices out of range match no position, as a scatter
+/// drops them.
+fn scatter_one_per_line(
+    cx: &mut Lowering,
+    tensor: &Value,
+    indices: &Value,
+    updates: &Value,
+    dim: usize,
+    combiner: Combiner,
+) -> Value {
+    let positions = cx.builder.iota(indices.element_type, &tensor.dims, dim);
+    let targets = cx.builder.broadcast_to(indices, &tensor.dims);
+    let hit = cx.builder.compare(Direction::Eq, &positions, &targets);
+    let spread = cx.builder.broadcast_to(updates, &tensor.dims);
+    let combined = match combiner.opcode() {
+        Some(opcode) => cx.builder.binary(opcode, tensor, &spread),
+        None => spread,
+    };
+    cx.builder.select(&hit, &combined, tensor)
 }
 
 /// `select(tensor, dim, indices)`: the slices of `tensor` at `indices` along `dim`.
