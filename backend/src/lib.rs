@@ -34,6 +34,8 @@ mod executor;
 pub mod hlo;
 pub mod lower;
 mod stats;
+#[cfg(test)]
+mod test_operations;
 
 pub use capture::{
     DEFAULT_SEGMENT_CAP, SEGMENT_CAP_ENV, Segment, SegmentBoundary, TrainiumChannel, check_device,

@@ -140,40 +140,8 @@ impl Segment {
 
 #[cfg(test)]
 mod tests {
-    use burn_backend::{DType, Shape};
-    use burn_ir::{BinaryOpIr, FloatOperationIr, NumericOperationIr, UnaryOpIr};
-
     use super::*;
-
-    fn tensor(id: u64, status: TensorStatus) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(id),
-            shape: Shape::from(vec![2, 2]),
-            status,
-            dtype: DType::F32,
-        }
-    }
-
-    fn add(lhs: TensorIr, rhs: TensorIr, out: u64) -> OperationIr {
-        OperationIr::NumericFloat(
-            DType::F32,
-            NumericOperationIr::Add(BinaryOpIr {
-                lhs,
-                rhs,
-                out: tensor(out, TensorStatus::NotInit),
-            }),
-        )
-    }
-
-    fn exp(input: TensorIr, out: u64) -> OperationIr {
-        OperationIr::Float(
-            DType::F32,
-            FloatOperationIr::Exp(UnaryOpIr {
-                input,
-                out: tensor(out, TensorStatus::NotInit),
-            }),
-        )
-    }
+    use crate::test_operations::{add, exp, tensor};
 
     #[test]
     fn boundary_has_inputs_live_outputs_and_released_inputs() {

@@ -58,39 +58,7 @@ pub fn in_place_outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn_backend::{DType, Shape};
-    use burn_ir::{BinaryOpIr, NumericOperationIr, ScalarIr, ScalarOpIr};
-
-    fn tensor(id: u64, status: TensorStatus) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(id),
-            shape: Shape::new([4, 3]),
-            status,
-            dtype: DType::F32,
-        }
-    }
-
-    fn add(lhs: TensorIr, rhs: TensorIr, out: u64) -> OperationIr {
-        OperationIr::NumericFloat(
-            DType::F32,
-            NumericOperationIr::Add(BinaryOpIr {
-                lhs,
-                rhs,
-                out: tensor(out, TensorStatus::NotInit),
-            }),
-        )
-    }
-
-    fn scale(input: TensorIr, out: u64) -> OperationIr {
-        OperationIr::NumericFloat(
-            DType::F32,
-            NumericOperationIr::MulScalar(ScalarOpIr {
-                lhs: input,
-                rhs: ScalarIr::Float(0.5),
-                out: tensor(out, TensorStatus::NotInit),
-            }),
-        )
-    }
+    use crate::test_operations::{add, halve, tensor};
 
     /// Adam's update of one parameter: inputs moment (1), gradient (2), second moment (3),
     /// parameter (4); outputs new moment (10), new second moment (13), new parameter (14).
@@ -98,11 +66,11 @@ mod tests {
     fn each_updated_state_takes_the_buffer_of_the_state_it_replaces() {
         use TensorStatus::{ReadOnly, ReadWrite};
         let operations = [
-            scale(tensor(1, ReadWrite), 5),
-            scale(tensor(2, ReadOnly), 6),
+            halve(tensor(1, ReadWrite), 5),
+            halve(tensor(2, ReadOnly), 6),
             add(tensor(5, ReadWrite), tensor(6, ReadWrite), 10),
-            scale(tensor(3, ReadWrite), 7),
-            scale(tensor(2, ReadWrite), 8),
+            halve(tensor(3, ReadWrite), 7),
+            halve(tensor(2, ReadWrite), 8),
             add(tensor(7, ReadWrite), tensor(8, ReadWrite), 13),
             add(tensor(10, ReadOnly), tensor(13, ReadOnly), 11),
             add(tensor(4, ReadWrite), tensor(11, ReadWrite), 14),
