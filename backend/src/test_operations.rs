@@ -1,10 +1,11 @@
 //! Captured operations for unit tests: tensors by id and status, and elementwise operations on
 //! them, all `f32` of one shape.
 
+use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{DType, Shape};
 use burn_ir::{
-    BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
-    TensorIr, TensorStatus, UnaryOpIr,
+    BaseOperationIr, BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr,
+    ScalarOpIr, ScatterOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
 };
 
 /// Tensor `id` with `status`.
@@ -50,4 +51,29 @@ pub(crate) fn exp(input: TensorIr, out: u64) -> OperationIr {
             out: tensor(out, TensorStatus::NotInit),
         }),
     )
+}
+
+/// `out = target` with `value[i]` added at `indices[i]` along dimension 1, where `indices` and
+/// `value` are `[2, columns]` and `target` is `[2, 2]`.
+pub(crate) fn scatter_add_along_rows(
+    target: TensorIr,
+    indices: u64,
+    value: u64,
+    columns: usize,
+    out: u64,
+) -> OperationIr {
+    let of_shape = |id: u64, dtype: DType| TensorIr {
+        id: TensorId::new(id),
+        shape: Shape::new([2, columns]),
+        status: TensorStatus::ReadOnly,
+        dtype,
+    };
+    OperationIr::BaseFloat(BaseOperationIr::Scatter(ScatterOpIr {
+        tensor: target,
+        dim: 1,
+        indices: of_shape(indices, DType::I64),
+        value: of_shape(value, DType::F32),
+        update: IndexingUpdateOp::Add,
+        out: tensor(out, TensorStatus::NotInit),
+    }))
 }

@@ -260,3 +260,62 @@ fn cross_entropy_rows<B: Backend>(
     };
     total.log() - target
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::{Autodiff, NdArray};
+
+    use super::*;
+
+    /// The loss is the mean over kept rows of `log(sum(exp(x))) - x[target]`, and its gradient
+    /// with respect to the logits `(softmax(x) - one_hot(target)) / kept` on kept rows and 0 on
+    /// ignored ones: computed here in f64 from the formulas, independently of the model's code.
+    #[test]
+    fn the_loss_and_its_gradient_follow_the_closed_form() {
+        type B = Autodiff<NdArray>;
+        let device = Default::default();
+        let (rows, vocab, ignore_id) = (3, 5, 7);
+        let values: Vec<f32> = (0..rows * vocab)
+            .map(|i| ((i * 7) % 11) as f32 * 0.75 - 3.0)
+            .collect();
+        let targets = [2i64, 0, ignore_id as i64];
+        let logits =
+            Tensor::<B, 3>::from_data(TensorData::new(values.clone(), [1, rows, vocab]), &device)
+                .require_grad();
+        let target_ids =
+            Tensor::<B, 2, Int>::from_data(TensorData::new(targets.to_vec(), [1, rows]), &device);
+        let loss = loss_from_logits(logits.clone(), target_ids, Some(ignore_id), &Unsharded);
+        let gradient = logits
+            .grad(&loss.backward())
+            .expect("the logits take part in the loss")
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let loss = loss.into_data().to_vec::<f32>().unwrap()[0];
+
+        let kept = 2.0;
+        let (mut expected_loss, mut expected_gradient) = (0.0f64, vec![0.0f64; rows * vocab]);
+        for (row, &target) in targets.iter().enumerate().take(2) {
+            let line: Vec<f64> = values[row * vocab..(row + 1) * vocab]
+                .iter()
+                .map(|&value| value as f64)
+                .collect();
+            let total: f64 = line.iter().map(|value| value.exp()).sum();
+            expected_loss += (total.ln() - line[target as usize]) / kept;
+            for (column, value) in line.iter().enumerate() {
+                let one_hot = if column == target as usize { 1.0 } else { 0.0 };
+                expected_gradient[row * vocab + column] = (value.exp() / total - one_hot) / kept;
+            }
+        }
+        assert!(
+            (loss as f64 - expected_loss).abs() < 1e-5,
+            "{loss} vs {expected_loss}"
+        );
+        for (index, (actual, expected)) in gradient.iter().zip(&expected_gradient).enumerate() {
+            assert!(
+                (*actual as f64 - expected).abs() < 1e-6,
+                "gradient {index}: {actual} vs {expected}"
+            );
+        }
+    }
+}

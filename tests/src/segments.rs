@@ -248,6 +248,10 @@ fn elementwise_chain(
 #[test]
 fn xla_cuts_long_segments_of_small_tensors_unless_a_cap_is_set() {
     crate::support::xla();
+    assert!(
+        std::env::var_os(burn_trainium::SEGMENT_CAP_ENV).is_none(),
+        "this test checks the cut made when no cap is set: unset TRAINIUM_SEGMENT_CAP"
+    );
     // A device of this test alone: its cap and counters are its own.
     let device = TrainiumDevice::new(ExecutorKind::Xla, 2).with_replicas(2);
     let operations = SMALL_TENSOR_SEGMENT_CAP + SMALL_TENSOR_SEGMENT_CAP / 2;

@@ -8,7 +8,7 @@ use burn_router::{MultiBackendBridge, RouterTensor, RunnerChannel, RunnerClient}
 use super::TrainiumClient;
 use crate::TrainiumDevice;
 
-/// Connects Burn's router to one [`TrainiumClient`] per [`TrainiumDevice`].
+/// Connects Burn's router to one `TrainiumClient` per [`TrainiumDevice`].
 #[derive(Clone, Debug, Default)]
 pub struct TrainiumChannel;
 

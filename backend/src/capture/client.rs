@@ -71,7 +71,7 @@ fn segment_caps() -> &'static Mutex<HashMap<TrainiumDevice, usize>> {
 }
 
 /// The segment cap set for `device` ([`set_segment_cap`], else `TRAINIUM_SEGMENT_CAP`), if any.
-fn set_cap(device: &TrainiumDevice) -> Option<usize> {
+fn configured_cap(device: &TrainiumDevice) -> Option<usize> {
     let caps = segment_caps()
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -295,7 +295,7 @@ impl RunnerClient for TrainiumClient {
         self.update_live_gauge(&state);
         state.segment.push(operation);
         StatsCounters::add_elapsed(&self.counters.capture_micros, start);
-        let full = match set_cap(&self.device) {
+        let full = match configured_cap(&self.device) {
             Some(cap) => state.segment.computing_len() >= cap,
             None => {
                 state.segment.computing_len() >= DEFAULT_SEGMENT_CAP

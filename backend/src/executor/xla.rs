@@ -68,13 +68,13 @@ pub(crate) fn holds_small_tensors(module: &crate::hlo::HloModuleProto) -> bool {
     instructions > 0 && elements / instructions as f64 <= SMALL_TENSOR_ELEMENTS
 }
 
-/// The operations after which a segment of small tensors (at most [`SMALL_TENSOR_ELEMENTS`]
-/// elements produced per operation on average) runs as a program of its own on `xla`, unless a
-/// segment cap is set (`TRAINIUM_SEGMENT_CAP`, [`set_segment_cap`](crate::set_segment_cap)).
-/// Such programs run at the speed of their kernels' launches, and their compile time grows faster
-/// than their length: measured on the unrolled LSTM step of `hlat bench unrolled` (9,124
-/// operations), one program compiles in 65 s with steady steps of 174 ms, five programs cut
-/// at 2,048 operations in 9.8 s with steps of 90 ms. Larger tensors (bench-tiny, HLAT) keep one
+/// The operations after which a segment of small tensors (at most 16,384 elements produced per
+/// operation on average) runs as a program of its own on `xla`, unless a segment cap is set
+/// (`TRAINIUM_SEGMENT_CAP`, [`set_segment_cap`](crate::set_segment_cap)). Such programs run at
+/// the speed of their kernels' launches, and their compile time grows faster than their length:
+/// measured side by side on the unrolled LSTM step of `hlat bench unrolled` (9,124 operations,
+/// 2026-12-02, README), one program compiled in 62.0 s in all with steady steps of 140.5 ms,
+/// five programs cut at 2,048 operations in 9.9 s with steps of 99.0 ms. Larger tensors (bench-tiny, HLAT) keep one
 /// program per segment, which lets the compiler fuse across the whole step.
 pub const SMALL_TENSOR_SEGMENT_CAP: usize = 2_048;
 

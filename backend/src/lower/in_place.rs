@@ -17,7 +17,7 @@ use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 /// the input through operations that each consume (last use) a tensor of the output's shape and
 /// type, starting from an input whose life ends in the program (`released`). Each input and each
 /// output appears at most once.
-pub fn in_place_outputs(
+pub(crate) fn in_place_outputs(
     operations: &[OperationIr],
     inputs: &[TensorIr],
     outputs: &[TensorIr],
@@ -58,6 +58,8 @@ pub fn in_place_outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::Segment;
+    use crate::lower::{Donation, LowerOptions, lower_segment_with};
     use crate::test_operations::{add, halve, tensor};
 
     /// Adam's update of one parameter: inputs moment (1), gradient (2), second moment (3),
@@ -91,5 +93,53 @@ mod tests {
             in_place_outputs(&operations, &inputs, &outputs, &released[1..]),
             vec![(1, 2), (2, 3)]
         );
+    }
+
+    /// The lowered module carries the pairs as `input_output_alias` entries (output tuple index,
+    /// parameter number) and no buffer donors; with `Donation::Donors` the reverse.
+    #[test]
+    fn the_module_aliases_each_pair_or_offers_donors() {
+        use TensorStatus::{ReadOnly, ReadWrite};
+        let mut segment = Segment::default();
+        // 1 lives on; 2 is replaced by 4 through 3; 5 is a new output of 1's.
+        segment.push(halve(tensor(2, ReadWrite), 3));
+        segment.push(add(tensor(3, ReadWrite), tensor(1, ReadOnly), 4));
+        segment.push(halve(tensor(1, ReadOnly), 5));
+        let boundary = segment.boundary();
+        let lower = |donation| {
+            let options = LowerOptions {
+                donation,
+                ..LowerOptions::default()
+            };
+            lower_segment_with(segment.operations(), &boundary, &options)
+                .unwrap()
+                .module
+        };
+        let in_place = lower(Donation::InPlace);
+        let entries = &in_place.input_output_alias.as_ref().unwrap().entries;
+        let pairs: Vec<(Vec<i64>, i64)> = entries
+            .iter()
+            .map(|entry| (entry.output_shape_index.clone(), entry.parameter_number))
+            .collect();
+        // Inputs in order of first use: 2 (parameter 0), then 1; outputs 4, then 5.
+        assert_eq!(pairs, vec![(vec![0], 0)]);
+        assert!(
+            entries
+                .iter()
+                .all(|entry| entry.kind == crate::hlo::MAY_ALIAS)
+        );
+        assert_eq!(in_place.buffer_donor, None);
+
+        let donors = lower(Donation::Donors);
+        assert_eq!(donors.input_output_alias, None);
+        let numbers: Vec<i64> = donors
+            .buffer_donor
+            .as_ref()
+            .unwrap()
+            .entries
+            .iter()
+            .map(|entry| entry.parameter_number)
+            .collect();
+        assert_eq!(numbers, vec![0]);
     }
 }

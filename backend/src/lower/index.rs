@@ -115,8 +115,10 @@ fn scatter_one_per_line(
     dim: usize,
     combiner: Combiner,
 ) -> Value {
-    let positions = cx.builder.iota(indices.element_type, &tensor.dims, dim);
-    let targets = cx.builder.broadcast_to(indices, &tensor.dims);
+    // In 64 bits: positions along a long dimension may not fit the indices' own type.
+    let indices = cx.builder.convert(indices, PrimitiveType::S64);
+    let positions = cx.builder.iota(PrimitiveType::S64, &tensor.dims, dim);
+    let targets = cx.builder.broadcast_to(&indices, &tensor.dims);
     let hit = cx.builder.compare(Direction::Eq, &positions, &targets);
     let spread = cx.builder.broadcast_to(updates, &tensor.dims);
     let combined = match combiner.opcode() {
@@ -247,4 +249,44 @@ pub(crate) fn embedding_backward(cx: &mut Lowering, ir: &EmbeddingBackwardOpIr) 
         .builder
         .scatter(&zeros, &indices, &gradient, numbers, Combiner::Add);
     cx.set(&ir.out, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_ir::TensorStatus;
+
+    use crate::capture::Segment;
+    use crate::lower::lower_segment;
+    use crate::test_operations::{scatter_add_along_rows, tensor};
+
+    /// How many instructions of the lowered module are scatters.
+    fn scatters(columns: usize) -> usize {
+        let mut segment = Segment::default();
+        segment.push(scatter_add_along_rows(
+            tensor(1, TensorStatus::ReadOnly),
+            2,
+            3,
+            columns,
+            4,
+        ));
+        let module = lower_segment(segment.operations(), &segment.boundary())
+            .unwrap()
+            .module;
+        module
+            .computations
+            .iter()
+            .flat_map(|computation| &computation.instructions)
+            .filter(|instruction| instruction.opcode == "scatter")
+            .count()
+    }
+
+    #[test]
+    fn one_index_per_line_lowers_without_a_scatter() {
+        assert_eq!(
+            scatters(1),
+            0,
+            "one index per row is a compare and a select"
+        );
+        assert_eq!(scatters(2), 1, "several indices per row stay a scatter");
+    }
 }

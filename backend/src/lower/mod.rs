@@ -6,8 +6,8 @@
 //! rate that changes every step does not change the program), and the states of the random
 //! tensors it draws. The entry computation returns a tuple of the segment's outputs (tensors produced and still alive at its end).
 //!
-//! Files follow the kinds of operations: [`elementwise`], [`reduce`], [`shape`], [`index`],
-//! [`matmul`] (matmul and the linear module), [`attention`], [`creation`].
+//! Files follow the kinds of operations: `elementwise`, `reduce`, `shape`, `index`, `matmul`
+//! (matmul and the linear module), `attention`, `creation`.
 
 mod attention;
 mod builder;
@@ -177,8 +177,9 @@ pub enum Donation {
     /// They are offered as buffer donors and the compiler pairs them with outputs of the same
     /// size, in order.
     Donors,
-    /// Each output that replaces an input in place (followed along Burn's last-use marks,
-    /// [`in_place::in_place_outputs`]) aliases that input; no other input is offered.
+    /// Each output that replaces an input in place (followed from the input along Burn's last-use
+    /// marks through operations of the output's shape and type) aliases that input; no other
+    /// input is offered.
     InPlace,
 }
 
