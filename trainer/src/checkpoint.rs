@@ -147,7 +147,7 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
 /// Saves `share` of the optimizer state of `module`'s parameters into a checkpoint folder,
 /// joined into the whole model's shapes when `layout` splits the model or the state. Parameter
 /// ids differ between processes, so the state is keyed by the parameter's position in the
-/// module. The state is joined one layer at a time ([`param_groups`]) and read to the host
+/// module. The state is joined one layer at a time (`param_groups`) and read to the host
 /// before the next, so the device holds one layer's whole state at most. Every process of a job
 /// calls this at the same point (the joins run collectives).
 pub fn save_optimizer<B, M>(

@@ -12,7 +12,7 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// Text every tokenizer is made to encode and decode when it is loaded.
 const PROBE_TEXT: &str = "Tokenizer check: 123, äöü 你好\n";
 
-/// Reads a `tokenizer.json` and makes it encode and decode [`PROBE_TEXT`]. A malformed file is
+/// Reads a `tokenizer.json` and makes it encode and decode `PROBE_TEXT`. A malformed file is
 /// an error, including those on which the `tokenizers` crate (0.22) panics instead of returning
 /// one (a malformed `decoder` while reading; a template post-processor naming a special token it
 /// does not define, at every encoding).
