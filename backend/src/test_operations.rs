@@ -1,5 +1,5 @@
-//! Captured operations for unit tests: tensors by id and status, and elementwise operations on
-//! them, all `f32` of one shape.
+//! Captured operations for unit tests: `f32` tensors of one shape by id and status, elementwise
+//! operations on them, and a scatter-add into one of them.
 
 use burn_backend::tensor::IndexingUpdateOp;
 use burn_backend::{DType, Shape};

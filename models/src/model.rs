@@ -234,9 +234,10 @@ pub(crate) fn loss_from_logits<B: Backend>(
 }
 
 /// Per-row cross-entropy `[rows, 1]`: the log of the row's sum of exponentials (shifted by the
-/// row's maximum, which keeps exp() in range and takes no gradient) minus the target's logit. Under an `exchange` of several ranks the logits are split by vocabulary
-/// (Megatron's vocabulary-parallel cross-entropy): the maximum, the sum of exponentials and the
-/// target's logit are combined over the group, the same value on every rank.
+/// row's maximum, which keeps exp() in range and takes no gradient) minus the target's logit.
+/// Under an `exchange` of several ranks the logits are split by vocabulary (Megatron's
+/// vocabulary-parallel cross-entropy): the maximum, the sum of exponentials and the target's
+/// logit are combined over the group, the same value on every rank.
 ///
 /// Written this way rather than as a log-softmax and a gather, the backward pass takes the
 /// gradient of the log-sum once per row; through a log-softmax it sums the gather's scattered

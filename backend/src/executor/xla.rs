@@ -74,8 +74,9 @@ pub(crate) fn holds_small_tensors(module: &crate::hlo::HloModuleProto) -> bool {
 /// the speed of their kernels' launches, and their compile time grows faster than their length:
 /// measured side by side on the unrolled LSTM step of `hlat bench unrolled` (9,124 operations,
 /// 2026-12-02, README), one program compiled in 62.0 s in all with steady steps of 140.5 ms,
-/// five programs cut at 2,048 operations in 9.9 s with steps of 99.0 ms. Larger tensors (bench-tiny, HLAT) keep one
-/// program per segment, which lets the compiler fuse across the whole step.
+/// five programs cut at 2,048 operations in 9.9 s with steps of 99.0 ms. Larger tensors
+/// (bench-tiny, HLAT) keep one program per segment, which lets the compiler fuse across the
+/// whole step.
 pub const SMALL_TENSOR_SEGMENT_CAP: usize = 2_048;
 
 /// The XLA compiler options of programs of small tensors, unless `TRAINIUM_XLA_COMPILER_OPTIONS`
