@@ -203,6 +203,9 @@ fn an_hlat_training_step_uses_only_supported_neuron_operators() {
         compiler_flags: Vec::new(),
         cache_root: cache_root.clone(),
         retry_failed: false,
+        // Training decomposes attention (Burn's autodiff): no kernel call to trace.
+        flash_attention: burn_trainium::neuron::FlashAttention::Off,
+        kernel_tracer: None,
     }));
     burn_trainium::neuron::set_compile_only(true);
     let device = TrainiumDevice::neuron(0);

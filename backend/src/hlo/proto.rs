@@ -232,12 +232,16 @@ pub struct HloInstructionProto {
     pub gather_slice_sizes: Vec<i64>,
     #[prost(int64, tag = "26")]
     pub channel_id: i64,
+    #[prost(string, tag = "28")]
+    pub custom_call_target: String,
     #[prost(int64, tag = "35")]
     pub id: i64,
     #[prost(int64, repeated, tag = "36")]
     pub operand_ids: Vec<i64>,
     #[prost(int64, repeated, tag = "38")]
     pub called_computation_ids: Vec<i64>,
+    #[prost(bytes = "vec", tag = "43")]
+    pub backend_config: Vec<u8>,
     #[prost(message, optional, tag = "48")]
     pub scatter_dimension_numbers: Option<ScatterDimensionNumbers>,
     #[prost(message, repeated, tag = "49")]

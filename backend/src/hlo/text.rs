@@ -75,6 +75,12 @@ fn attributes(
             .collect();
         extra.push(format!("slice={{{}}}", ranges.join(", ")));
     }
+    if !instruction.custom_call_target.is_empty() {
+        extra.push(format!(
+            "custom_call_target=\"{}\"",
+            instruction.custom_call_target
+        ));
+    }
     if !instruction.comparison_direction.is_empty() {
         extra.push(format!("direction={}", instruction.comparison_direction));
     }

@@ -4,9 +4,17 @@
 use burn_backend::DType;
 use burn_ir::{AttentionOpIr, ScalarIr};
 
+use super::AttentionLowering;
 use super::builder::{Combiner, Direction, Value};
-use super::context::{Lowered, Lowering, dims, element_type, unsupported};
+use super::context::{Failure, Lowered, Lowering, dims, element_type, unsupported};
+use super::kernel_call::{KernelRequest, KernelTensor};
 use crate::hlo::{DotDimensionNumbers, PrimitiveType};
+
+/// The key tiles the Neuron SDK's flash kernel can work in (`FlashConfig.seq_tile_size`; the
+/// sequence must be a multiple of the tile), largest first: 2048 is the kernel's default.
+const FLASH_TILES: [i64; 3] = [2048, 1024, 512];
+/// The widest head the flash kernel takes (one tile of the tensor engine).
+const FLASH_WIDEST_HEAD: i64 = 128;
 
 /// The smallest finite value and the smallest positive normal value of a float dtype.
 fn limits(dtype: DType) -> Lowered<(f64, f64)> {
@@ -40,6 +48,12 @@ fn batched_dot(
 /// Attention of bf16 or f16 tensors is computed in f32 (both products, the softmax and its sum)
 /// and rounded once into the output, as the host executor does (`executor/host/widen.rs`).
 pub(crate) fn attention(cx: &mut Lowering, ir: &AttentionOpIr) -> Lowered {
+    if cx.options.attention == AttentionLowering::NeuronFlash {
+        match flash_tile(ir) {
+            Ok(tile) => return neuron_flash_attention(cx, ir, tile),
+            Err(reason) => log::debug!("attention lowered with HLO operations: {reason}"),
+        }
+    }
     let dtype = match ir.query.dtype {
         DType::BF16 | DType::F16 => DType::F32,
         other => other,
@@ -113,5 +127,112 @@ pub(crate) fn attention(cx: &mut Lowering, ir: &AttentionOpIr) -> Lowered {
     let weights = builder.binary("divide", &numerator, &sum);
 
     let out = batched_dot(cx, &weights, &value, 2, &dims(&ir.out));
+    cx.set(&ir.out, out)
+}
+
+/// The key tile the Neuron SDK's flash kernel computes `ir` in, or why the kernel does not
+/// compute what `ir` asks for.
+fn flash_tile(ir: &AttentionOpIr) -> Result<i64, String> {
+    let options = &ir.options;
+    if !options.is_causal || ir.mask.is_some() || ir.attn_bias.is_some() {
+        return Err("the flash kernel takes causal attention without mask or bias".to_string());
+    }
+    if options.softcap.is_some() {
+        return Err("the flash kernel has no soft cap".to_string());
+    }
+    let dtype = ir.query.dtype;
+    if !matches!(dtype, DType::F32 | DType::BF16)
+        || ir.key.dtype != dtype
+        || ir.value.dtype != dtype
+    {
+        return Err(format!(
+            "the flash kernel takes f32 or bf16 tensors of one type, not {dtype:?}, {:?}, {:?}",
+            ir.key.dtype, ir.value.dtype
+        ));
+    }
+    let [query, key, value] = [dims(&ir.query), dims(&ir.key), dims(&ir.value)];
+    if key[..2] != query[..2] || value[..2] != query[..2] {
+        return Err("the flash kernel takes as many key and value heads as query heads".into());
+    }
+    let positions = query[2];
+    if key[2] != positions || value[2] != positions {
+        return Err(format!(
+            "the flash kernel takes as many keys as queries, not {} and {positions}",
+            key[2]
+        ));
+    }
+    let width = query[3];
+    if key[3] != width || value[3] != width || width > FLASH_WIDEST_HEAD {
+        return Err(format!(
+            "the flash kernel takes heads of one width up to {FLASH_WIDEST_HEAD}, not {width}, {}, {}",
+            key[3], value[3]
+        ));
+    }
+    FLASH_TILES
+        .into_iter()
+        .find(|tile| positions % tile == 0)
+        .ok_or_else(|| {
+            format!("the flash kernel takes a multiple of 512 positions, not {positions}")
+        })
+}
+
+/// `ir` as a request for the Neuron SDK's flash-attention forward kernel: queries and keys
+/// transposed to `[batch, heads, width, positions]`, values as they are, a (unused) dropout seed;
+/// one launch per batch row and head; the output `[batch, heads, positions, width]`. bf16 runs
+/// the kernel's mixed precision (products in bf16, softmax in f32), f32 runs it in f32.
+///
+/// The kernel's scale is part of the program, always `1/√width` (the shape decides it); a scale
+/// the operation gives is a hoisted scalar, as everywhere (its value is not in the program's
+/// key), so the queries are multiplied by its ratio to the kernel's before the call.
+fn neuron_flash_attention(cx: &mut Lowering, ir: &AttentionOpIr, tile: i64) -> Lowered {
+    let query = cx.get(&ir.query)?;
+    let key = cx.get(&ir.key)?;
+    let value = cx.get(&ir.value)?;
+    let [batch, heads, _, width] = [query.dims[0], query.dims[1], query.dims[2], query.dims[3]];
+    let kernel_scale = 1.0 / (width as f64).sqrt();
+    let query = match &ir.options.scale {
+        None => query,
+        Some(scale) => {
+            let given = cx.scalar_filled(scale.clone(), DType::F32, &query.dims)?;
+            let builder = &mut cx.builder;
+            let root = builder.filled(PrimitiveType::F32, (width as f64).sqrt(), &query.dims);
+            let ratio = builder.binary("multiply", &given, &root);
+            let widened = builder.convert(&query, PrimitiveType::F32);
+            let scaled = builder.binary("multiply", &widened, &ratio);
+            builder.convert(&scaled, query.element_type)
+        }
+    };
+    let builder = &mut cx.builder;
+    let query = builder.transpose(&query, &[0, 1, 3, 2]);
+    let key = builder.transpose(&key, &[0, 1, 3, 2]);
+    let seed = builder.constant_s32(&[0]);
+    let operands = [&query, &key, &value, &seed];
+    let inputs = operands
+        .iter()
+        .map(|operand| KernelTensor::of(operand))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Failure::Invalid("a flash kernel operand of another type".into()))?;
+    let output = KernelTensor {
+        shape: dims(&ir.out),
+        ..inputs[2].clone()
+    };
+    let arguments = serde_json::json!({
+        "softmax_scale": kernel_scale,
+        "use_causal_mask": true,
+        "mixed_precision": ir.query.dtype == DType::BF16,
+        "seq_tile_size": tile,
+        "training": false,
+    });
+    let request = KernelRequest {
+        kernel: "flash_fwd".to_string(),
+        grid: vec![batch, heads],
+        inputs,
+        output,
+        arguments: arguments
+            .as_object()
+            .cloned()
+            .expect("the arguments are a JSON object"),
+    };
+    let out = builder.kernel_request(&request, &operands, value.element_type);
     cx.set(&ir.out, out)
 }

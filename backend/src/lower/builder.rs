@@ -136,7 +136,7 @@ fn scalar_literal(element_type: PrimitiveType, value: f64) -> LiteralProto {
 }
 
 impl Builder {
-    fn push(&mut self, mut instruction: HloInstructionProto) -> Value {
+    pub(super) fn push(&mut self, mut instruction: HloInstructionProto) -> Value {
         if !self.op_name.is_empty() {
             instruction.metadata = Some(OpMetadata {
                 op_type: String::new(),
@@ -157,7 +157,7 @@ impl Builder {
         value
     }
 
-    fn op(
+    pub(super) fn op(
         &mut self,
         opcode: &str,
         element_type: PrimitiveType,

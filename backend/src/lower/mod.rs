@@ -20,6 +20,7 @@ mod dump;
 mod elementwise;
 mod in_place;
 mod index;
+mod kernel_call;
 mod matmul;
 mod random;
 mod reduce;
@@ -38,6 +39,7 @@ use crate::hlo::HloModuleProto;
 pub(crate) use context::scalar_data;
 pub use coverage::{COVERAGE, Coverage, coverage_markdown};
 pub use dump::{DUMP_DIR_ENV, dump_module, dump_module_to};
+pub use kernel_call::{KERNEL_REQUEST_TARGET, KernelRequest, KernelTensor};
 
 use context::Lowering;
 
@@ -159,6 +161,8 @@ pub struct LowerOptions {
     pub replicas: usize,
     /// How the program may reuse the buffers of inputs whose life ends in it.
     pub donation: Donation,
+    /// How Burn's attention module (`ModuleOperationIr::Attention`) is lowered.
+    pub attention: AttentionLowering,
 }
 
 impl Default for LowerOptions {
@@ -167,8 +171,21 @@ impl Default for LowerOptions {
             random_on_device: false,
             replicas: 1,
             donation: Donation::Donors,
+            attention: AttentionLowering::Portable,
         }
     }
+}
+
+/// How Burn's attention module is lowered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionLowering {
+    /// With HLO's own operations, as Burn's reference computes it: every compiler runs it.
+    Portable,
+    /// As a request for the Neuron SDK's flash-attention kernel (`flash_fwd`) wherever the
+    /// kernel computes the same thing (causal, no mask, bias or soft cap, f32 or bf16, a
+    /// sequence a multiple of 512 and heads at most 128 wide); elsewhere portable. The `neuron`
+    /// executor turns the requests into the SDK's calls (see [`KernelRequest`]).
+    NeuronFlash,
 }
 
 /// How a program may reuse the buffers of the inputs whose life ends in it (`released_inputs`).

@@ -200,3 +200,178 @@ fn bf16_attention_is_computed_in_f32_and_rounded_once() {
         .unwrap();
     assert_eq!(type_of(result), PrimitiveType::Bf16);
 }
+
+/// Causal attention of `dtype` tensors, `queries` and `keys` positions, heads `width` wide.
+fn causal_attention(dtype: DType, queries: usize, keys: usize, width: usize) -> AttentionOpIr {
+    let typed = |id: u64, shape: &[usize], status| TensorIr {
+        dtype,
+        ..tensor(id, shape, status)
+    };
+    AttentionOpIr {
+        query: typed(1, &[1, 2, queries, width], TensorStatus::ReadOnly),
+        key: typed(2, &[1, 2, keys, width], TensorStatus::ReadOnly),
+        value: typed(3, &[1, 2, keys, width], TensorStatus::ReadOnly),
+        mask: None,
+        attn_bias: None,
+        options: AttentionOptionsIr {
+            scale: Some(ScalarIr::Float(0.5)),
+            softcap: None,
+            is_causal: true,
+        },
+        out: typed(5, &[1, 2, queries, width], TensorStatus::NotInit),
+    }
+}
+
+/// The entry computation's custom calls and products when `attention` is lowered with `lowering`.
+fn lowered_attention(
+    attention: AttentionOpIr,
+    lowering: lower::AttentionLowering,
+) -> (Vec<burn_trainium::hlo::HloInstructionProto>, usize) {
+    let operations = [OperationIr::Module(ModuleOperationIr::Attention(attention))];
+    let options = LowerOptions {
+        attention: lowering,
+        ..LowerOptions::default()
+    };
+    let program = lower::lower_segment_with(&operations, &boundary_of(&operations), &options)
+        .expect("lowers");
+    let entry = entry_computation(&program);
+    let calls = entry
+        .instructions
+        .iter()
+        .filter(|instruction| instruction.opcode == "custom-call")
+        .cloned()
+        .collect();
+    let products = entry
+        .instructions
+        .iter()
+        .filter(|instruction| instruction.opcode == "dot")
+        .count();
+    (calls, products)
+}
+
+/// With the Neuron flash lowering, attention the SDK's `flash_fwd` computes is one kernel request
+/// on the kernel's layouts (queries and keys transposed to `[batch, heads, width, positions]`);
+/// anything else, and every attention under the portable lowering, keeps HLO's products.
+#[test]
+fn neuron_flash_attention_is_a_kernel_request_where_the_kernel_computes_the_same() {
+    use lower::AttentionLowering::{NeuronFlash, Portable};
+
+    let operations = [OperationIr::Module(ModuleOperationIr::Attention(
+        causal_attention(DType::F32, 512, 512, 32),
+    ))];
+    let options = LowerOptions {
+        attention: NeuronFlash,
+        ..LowerOptions::default()
+    };
+    let program =
+        lower::lower_segment_with(&operations, &boundary_of(&operations), &options).unwrap();
+    let entry = entry_computation(&program);
+    let by_id = |id: i64| {
+        entry
+            .instructions
+            .iter()
+            .find(|instruction| instruction.id == id)
+            .unwrap()
+    };
+    let calls: Vec<_> = entry
+        .instructions
+        .iter()
+        .filter(|instruction| instruction.opcode == "custom-call")
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].custom_call_target, lower::KERNEL_REQUEST_TARGET);
+    assert!(entry.instructions.iter().all(|i| i.opcode != "dot"));
+    let operands: Vec<_> = calls[0].operand_ids.iter().map(|&id| by_id(id)).collect();
+    for operand in &operands[..2] {
+        assert_eq!(operand.opcode, "transpose");
+        assert_eq!(operand.dimensions, [0, 1, 3, 2]);
+    }
+    let key = by_id(operands[1].operand_ids[0]);
+    assert_eq!(
+        (key.opcode.as_str(), key.parameter_number),
+        ("parameter", 1)
+    );
+    // The given scale (0.5, a hoisted scalar) reaches the kernel as a factor on the queries:
+    // 0.5 · √32 times the queries, then the kernel's own 1/√32.
+    let scaled = by_id(operands[0].operand_ids[0]);
+    assert_eq!(scaled.opcode, "multiply");
+    let [query, ratio] = [0, 1].map(|index| by_id(scaled.operand_ids[index]));
+    assert_eq!(
+        (query.opcode.as_str(), query.parameter_number),
+        ("parameter", 0)
+    );
+    assert_eq!(ratio.opcode, "multiply");
+    assert_eq!(
+        (operands[2].opcode.as_str(), operands[2].parameter_number),
+        ("parameter", 2)
+    );
+    assert_eq!(operands[3].opcode, "constant");
+    let request = lower::KernelRequest::of_instruction(calls[0])
+        .unwrap()
+        .unwrap();
+    assert_eq!(request.kernel, "flash_fwd");
+    assert_eq!(request.grid, [1, 2]);
+    assert_eq!(request.inputs[0].shape, [1, 2, 32, 512]);
+    assert_eq!(request.inputs[2].shape, [1, 2, 512, 32]);
+    assert_eq!(request.inputs[3].dtype, "int32");
+    assert_eq!(request.output.dtype, "float32");
+    let kernel_scale = request.arguments["softmax_scale"].as_f64().unwrap();
+    assert!(
+        (kernel_scale - 1.0 / 32f64.sqrt()).abs() < 1e-15,
+        "the kernel's scale depends on the shape alone: {kernel_scale}"
+    );
+    assert_eq!(request.arguments["mixed_precision"], false);
+    assert_eq!(request.arguments["seq_tile_size"], 512);
+    assert_eq!(request.arguments["training"], false);
+    // 4096 positions run in the kernel's default tile.
+    let (calls, _) = lowered_attention(causal_attention(DType::BF16, 4096, 4096, 8), NeuronFlash);
+    let request = lower::KernelRequest::of_instruction(&calls[0])
+        .unwrap()
+        .unwrap();
+    assert_eq!(request.arguments["seq_tile_size"], 2048);
+    assert_eq!(request.arguments["mixed_precision"], true);
+
+    // The portable lowering never asks for the kernel.
+    let (calls, products) = lowered_attention(causal_attention(DType::F32, 512, 512, 32), Portable);
+    assert_eq!((calls.len(), products), (0, 2));
+    // What the kernel does not compute stays portable.
+    let not_causal = AttentionOpIr {
+        options: AttentionOptionsIr {
+            is_causal: false,
+            ..causal_attention(DType::F32, 512, 512, 32).options
+        },
+        ..causal_attention(DType::F32, 512, 512, 32)
+    };
+    let masked = AttentionOpIr {
+        mask: Some(TensorIr {
+            dtype: DType::Bool(burn::tensor::BoolStore::Native),
+            ..tensor(4, &[1, 2, 512, 512], TensorStatus::ReadOnly)
+        }),
+        ..causal_attention(DType::F32, 512, 512, 32)
+    };
+    let soft_capped = AttentionOpIr {
+        options: AttentionOptionsIr {
+            softcap: Some(ScalarIr::Float(30.0)),
+            ..causal_attention(DType::F32, 512, 512, 32).options
+        },
+        ..causal_attention(DType::F32, 512, 512, 32)
+    };
+    for (case, attention) in [
+        ("not causal", not_causal),
+        ("masked", masked),
+        ("soft capped", soft_capped),
+        ("500 positions", causal_attention(DType::F32, 500, 500, 32)),
+        (
+            "fewer queries than keys",
+            causal_attention(DType::F32, 512, 1024, 32),
+        ),
+        (
+            "heads 256 wide",
+            causal_attention(DType::F32, 512, 512, 256),
+        ),
+        ("f16", causal_attention(DType::F16, 512, 512, 32)),
+    ] {
+        let (calls, products) = lowered_attention(attention, NeuronFlash);
+        assert_eq!((calls.len(), products), (0, 2), "{case}");
+    }
+}

@@ -11,7 +11,9 @@ use burn_trainium::neuron::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE};
 use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
 use prost::Message;
 
-use super::neuron_support::{Workspace, cached_modules, use_stand_in_for_the_executor};
+use super::neuron_support::{
+    Workspace, cached_modules, use_stand_in_for_the_executor, use_stand_ins_with_flash_attention,
+};
 
 fn small_program(device: &TrainiumDevice) -> TensorData {
     let a = Tensor::<Trainium, 2>::from_data(
@@ -70,6 +72,137 @@ fn compile_only_mode_fills_the_cache_and_reuses_it() {
 
     replicated_device_compiles_its_collectives(&workspace);
     bf16_products_keep_the_compilers_default_cast(&workspace);
+    attention_runs_as_the_sdk_flash_kernel(&workspace);
+}
+
+/// The instructions of every computation of `module`.
+fn instructions(module: &HloModuleProto) -> Vec<&burn_trainium::hlo::HloInstructionProto> {
+    module
+        .computations
+        .iter()
+        .flat_map(|computation| &computation.instructions)
+        .collect()
+}
+
+/// Burn's attention module with the SDK's flash kernel on: the cached module holds one kernel
+/// request per call and no product of queries and keys; the stand-in compiler receives the
+/// tracer's calls in their place; two calls of one shape are traced once.
+fn attention_runs_as_the_sdk_flash_kernel(workspace: &Workspace) {
+    use burn::tensor::Distribution;
+    use burn::tensor::module::attention;
+    use burn::tensor::ops::AttentionModuleOptions;
+    use burn_trainium::lower::{KERNEL_REQUEST_TARGET, KernelRequest};
+    use burn_trainium::neuron::{NEFF_FILE, NEURON_KERNEL_TARGET};
+
+    use_stand_ins_with_flash_attention(workspace);
+    let device = TrainiumDevice::neuron(4);
+    let before = cached_modules(&workspace.cache_root());
+    let random = |seed| {
+        Tensor::<Trainium, 4>::random([2, 3, 1024, 64], Distribution::Default, &device)
+            .cast(DType::BF16)
+            .add_scalar(seed as f32)
+    };
+    let [query, key, value] = [random(0), random(1), random(2)];
+    let causal = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: true,
+    };
+    let first = attention(
+        query.clone(),
+        key.clone(),
+        value.clone(),
+        None,
+        None,
+        causal,
+    );
+    let second = attention(query * 2.0, key, value, None, None, causal);
+    // Compile-only: the program is compiled, not run; the result reads as zeros.
+    let result = (first + second).into_data();
+    assert_eq!(result.shape.to_vec(), [2, 3, 1024, 64]);
+
+    let new_modules: Vec<_> = cached_modules(&workspace.cache_root())
+        .into_iter()
+        .filter(|module| !before.contains(module))
+        .collect();
+    let decode = |path: &std::path::Path| {
+        HloModuleProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap()
+    };
+    let requested = new_modules
+        .iter()
+        .map(|path| decode(path))
+        .find(|module| {
+            instructions(module)
+                .iter()
+                .any(|instruction| instruction.custom_call_target == KERNEL_REQUEST_TARGET)
+        })
+        .expect("a module with kernel requests");
+    let requests: Vec<KernelRequest> = instructions(&requested)
+        .iter()
+        .filter_map(|instruction| KernelRequest::of_instruction(instruction))
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(requests.len(), 2);
+    let request = &requests[0];
+    assert_eq!(request.kernel, "flash_fwd");
+    assert_eq!(request.grid, [2, 3]);
+    let shapes: Vec<_> = request
+        .inputs
+        .iter()
+        .map(|input| &input.shape[..])
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            &[2, 3, 64, 1024][..],
+            &[2, 3, 64, 1024],
+            &[2, 3, 1024, 64],
+            &[1]
+        ]
+    );
+    assert_eq!(request.output.shape, [2, 3, 1024, 64]);
+    assert_eq!(request.output.dtype, "bfloat16");
+    assert_eq!(request.arguments["softmax_scale"], 0.125);
+    assert_eq!(request.arguments["use_causal_mask"], true);
+    assert_eq!(request.arguments["mixed_precision"], true);
+    assert_eq!(request.arguments["seq_tile_size"], 1024);
+    // No [1024 x 1024] scores: the queries meet the keys only inside the kernel.
+    assert!(
+        instructions(&requested)
+            .iter()
+            .all(|instruction| instruction.opcode != "dot"),
+        "{}",
+        burn_trainium::hlo::module_to_text(&requested)
+    );
+
+    // What the compiler received (the stand-in's "NEFF" wraps it): the SDK's calls instead.
+    let neff_path = new_modules
+        .iter()
+        .find(|path| decode(path) == requested)
+        .unwrap()
+        .with_file_name(NEFF_FILE);
+    let neff = std::fs::read(neff_path).unwrap();
+    let compiled = HloModuleProto::decode(&neff[b"NEFF(".len()..neff.len() - 1]).unwrap();
+    let calls: Vec<_> = instructions(&compiled)
+        .into_iter()
+        .filter(|instruction| instruction.opcode == "custom-call")
+        .collect();
+    assert_eq!(calls.len(), 2);
+    for call in calls {
+        assert_eq!(call.custom_call_target, NEURON_KERNEL_TARGET);
+        assert_eq!(call.backend_config, b"stand-in-config:flash_fwd");
+    }
+    // One trace for the two calls of one shape, for the configured target.
+    let traced = workspace.traced_requests();
+    assert_eq!(traced.len(), 1, "{traced:?}");
+    assert_eq!(
+        traced[0]["arguments"],
+        serde_json::json!(["--target", "trn1"])
+    );
+    assert_eq!(
+        serde_json::from_value::<KernelRequest>(traced[0]["request"].clone()).unwrap(),
+        *request
+    );
 }
 
 /// A bf16 matrix product has nothing for `--auto-cast` to cast: the configured flags alone.

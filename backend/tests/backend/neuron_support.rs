@@ -6,7 +6,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use burn_trainium::neuron::{NeffCache, NeuronCompiler, NeuronSettings, NeuronTarget};
+use burn_trainium::neuron::{
+    FlashAttention, NeffCache, NeuronCompiler, NeuronSettings, NeuronTarget,
+};
 
 const STAND_IN_COMPILER: &str = r#"#!/bin/sh
 # Stand-in for neuronx-cc written by the tests of burn-trainium. NOT the Neuron compiler.
@@ -37,6 +39,24 @@ fi
 echo "stand-in neuronx-cc: compiled $input"
 "#;
 
+/// A stand-in for the kernel tracer (`HLAT_NEURON_KERNEL_TRACER`). It is NOT the Neuron SDK's
+/// tracer: it answers `--probe`, records every request it reads in `requests` beside itself, and
+/// answers with a fixed configuration and the output the request names.
+const STAND_IN_TRACER: &str = r#"#!/usr/bin/env python3
+# Stand-in for the NKI kernel tracer written by the tests of burn-trainium. NOT the Neuron SDK.
+import json, os, sys
+if sys.argv[1:] == ["--probe"]:
+    sys.exit(0)
+request = json.load(sys.stdin)
+with open(os.path.join(os.path.dirname(sys.argv[0]), "requests"), "a") as log:
+    log.write(json.dumps({"arguments": sys.argv[1:], "request": request}) + "\n")
+json.dump({
+    "custom_call_target": "AwsNeuronCustomNativeKernel",
+    "backend_config": "stand-in-config:" + request["kernel"],
+    "output": request["output"],
+}, sys.stdout)
+"#;
+
 /// A temporary folder holding the stand-in compiler and a cache root; removed on drop.
 pub struct Workspace {
     dir: PathBuf,
@@ -53,6 +73,9 @@ impl Workspace {
         let script = dir.join("bin").join("stand-in-neuronx-cc");
         std::fs::write(&script, STAND_IN_COMPILER).unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let tracer = dir.join("bin").join("stand-in-kernel-tracer");
+        std::fs::write(&tracer, STAND_IN_TRACER).unwrap();
+        std::fs::set_permissions(&tracer, std::fs::Permissions::from_mode(0o755)).unwrap();
         Self { dir }
     }
 
@@ -67,6 +90,21 @@ impl Workspace {
             vec!["--model-type".into(), "transformer".into()],
         )
         .unwrap()
+    }
+
+    pub fn tracer_path(&self) -> PathBuf {
+        self.dir.join("bin").join("stand-in-kernel-tracer")
+    }
+
+    /// Every request the stand-in tracer read, with its command-line arguments, in order.
+    pub fn traced_requests(&self) -> Vec<serde_json::Value> {
+        match std::fs::read_to_string(self.dir.join("bin").join("requests")) {
+            Ok(text) => text
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
     }
 
     pub fn cache_root(&self) -> PathBuf {
@@ -98,16 +136,29 @@ impl Drop for Workspace {
 }
 
 /// Points the `neuron` executors opened from now on at the stand-in compiler and a cache in
-/// `workspace`, in compile-only mode.
+/// `workspace`, in compile-only mode, without the SDK's flash kernel.
 pub fn use_stand_in_for_the_executor(workspace: &Workspace) {
-    burn_trainium::neuron::set_settings(Some(NeuronSettings {
+    burn_trainium::neuron::set_settings(Some(stand_in_settings(workspace, FlashAttention::Off)));
+    burn_trainium::neuron::set_compile_only(true);
+}
+
+/// As [`use_stand_in_for_the_executor`], with attention as the SDK's flash kernel traced by the
+/// stand-in tracer.
+pub fn use_stand_ins_with_flash_attention(workspace: &Workspace) {
+    burn_trainium::neuron::set_settings(Some(stand_in_settings(workspace, FlashAttention::On)));
+    burn_trainium::neuron::set_compile_only(true);
+}
+
+fn stand_in_settings(workspace: &Workspace, flash_attention: FlashAttention) -> NeuronSettings {
+    NeuronSettings {
         compiler: workspace.compiler_path(),
         target: NeuronTarget::Trn1,
         compiler_flags: vec!["--model-type".into(), "transformer".into()],
         cache_root: workspace.cache_root(),
         retry_failed: false,
-    }));
-    burn_trainium::neuron::set_compile_only(true);
+        flash_attention,
+        kernel_tracer: Some(workspace.tracer_path()),
+    }
 }
 
 /// Every `model.hlo_module.pb` under `root`, sorted.

@@ -1,6 +1,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use super::kernels::{KernelTracer, with_kernels};
 use super::precision::flags_for_module;
 use super::{NeuronError, NeuronSettings, NeuronTarget};
 use crate::hlo::HloModuleProto;
@@ -17,6 +18,7 @@ pub struct NeuronCompiler {
     target: NeuronTarget,
     flags: Vec<String>,
     version: String,
+    kernels: Option<KernelTracer>,
 }
 
 /// A successful compile.
@@ -95,6 +97,7 @@ impl NeuronCompiler {
             target,
             flags,
             version,
+            kernels: None,
         })
     }
 
@@ -114,6 +117,20 @@ impl NeuronCompiler {
             flags: flags_for_module(&self.flags, module),
             ..self.clone()
         }
+    }
+
+    /// The driver with `tracer` turning kernel requests into the SDK's calls before each compile
+    /// (see `kernels.rs`); without one, a module holding a request fails to compile.
+    pub fn with_kernel_tracer(self, tracer: Option<KernelTracer>) -> Self {
+        Self {
+            kernels: tracer,
+            ..self
+        }
+    }
+
+    /// The kernel tracer, if the driver has one.
+    pub fn kernel_tracer(&self) -> Option<&KernelTracer> {
+        self.kernels.as_ref()
     }
 
     /// The compiler's version.
@@ -140,15 +157,17 @@ impl NeuronCompiler {
     }
 
     /// Compiles `module` (a serialized `HloModuleProto`) in `work_dir`, which is created if needed
-    /// and holds the module, the NEFF and the compiler's own log files afterwards.
+    /// and holds the module, the NEFF and the compiler's own log files afterwards. Kernel requests
+    /// in the module are first replaced by the SDK's calls (see [`Self::with_kernel_tracer`]).
     ///
     /// Runs `neuronx-cc compile model.hlo_module.pb --framework XLA --target T FLAGS --output
     /// model.neff` with `work_dir` as the working folder. On failure the error carries the
     /// command line and everything the compiler printed.
     pub fn compile(&self, module: &[u8], work_dir: &Path) -> Result<CompiledNeff, NeuronError> {
+        let module = with_kernels(module, self.kernels.as_ref())?;
         std::fs::create_dir_all(work_dir).map_err(NeuronError::io("create", work_dir))?;
         let module_path = work_dir.join(MODULE_FILE);
-        std::fs::write(&module_path, module).map_err(NeuronError::io("write", &module_path))?;
+        std::fs::write(&module_path, &module).map_err(NeuronError::io("write", &module_path))?;
         let neff_path = work_dir.join(NEFF_FILE);
         let mut command = Command::new(&self.executable);
         command

@@ -53,6 +53,16 @@ pub enum NeuronError {
         /// The remembered compiler output.
         log: String,
     },
+    /// The kernel tracer could not turn a kernel request into the SDK's call.
+    #[error("cannot trace {kernel} with `{command}` (set {tracer} to another tracer, or {flash}=off): {reason}", tracer = super::KERNEL_TRACER_ENV, flash = super::FLASH_ATTENTION_ENV)]
+    KernelTracer {
+        /// The kernel (or what was being done).
+        kernel: String,
+        /// The tracer's command line.
+        command: String,
+        /// What failed, with what the tracer printed.
+        reason: String,
+    },
     /// A file of the cache or work folder could not be read or written.
     #[error("cannot {action} {path}: {source}")]
     Io {

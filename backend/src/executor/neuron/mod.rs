@@ -1,5 +1,6 @@
 //! The `neuron` target and its toolchain: settings, the `neuronx-cc` driver, the persistent NEFF
-//! cache, and how a loaded NEFF binds to the module it was compiled from.
+//! cache, the SDK's kernels (`kernels.rs`), and how a loaded NEFF binds to the module it was
+//! compiled from.
 //!
 //! A segment lowered to an XLA HLO module (the same bytes the `xla` executor compiles) is
 //! compiled by `neuronx-cc compile --framework XLA --target trn1|trn2` into a NEFF, which the
@@ -13,6 +14,7 @@ mod compile_only;
 mod compiler;
 mod error;
 mod job;
+mod kernels;
 mod names;
 mod precision;
 mod settings;
@@ -24,6 +26,10 @@ pub use compile_only::{COMPILE_ONLY_ENV, compile_only, set_compile_only};
 pub use compiler::{CompiledNeff, MODULE_FILE, NEFF_FILE, NeuronCompiler};
 pub use error::NeuronError;
 pub use job::{NeuronProcess, ROOT_COMM_PORT_OFFSET, process_environment};
+pub use kernels::{
+    FLASH_ATTENTION_ENV, FlashAttention, KERNEL_TRACER_ENV, KernelTracer, NEURON_KERNEL_TARGET,
+    TRACER_SCRIPT, TracedKernel,
+};
 pub use names::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE, request_neff_names};
 pub use precision::{AUTO_CAST_PREFIX, FULL_PRECISION_FLAGS, has_full_precision_matmul};
 pub use settings::{

@@ -3,6 +3,7 @@ use core::str::FromStr;
 use std::path::PathBuf;
 
 use super::NeuronError;
+use super::kernels::{FLASH_ATTENTION_ENV, FlashAttention, KERNEL_TRACER_ENV};
 
 /// The environment variable naming the compiler executable (a path or a name on `PATH`).
 pub const COMPILER_ENV: &str = "NEURON_CC";
@@ -74,6 +75,10 @@ pub struct NeuronSettings {
     pub cache_root: PathBuf,
     /// Whether a remembered compile failure is retried instead of reported.
     pub retry_failed: bool,
+    /// Whether Burn's attention module runs as the SDK's flash-attention kernel.
+    pub flash_attention: FlashAttention,
+    /// The kernel tracer executable; `None`: the project's script, run by `python3`.
+    pub kernel_tracer: Option<PathBuf>,
 }
 
 /// The raw text of each setting, as read from the environment.
@@ -87,6 +92,10 @@ pub struct RawSettings {
     pub target: Option<String>,
     /// [`CACHE_URL_ENV`].
     pub cache_url: Option<String>,
+    /// [`FLASH_ATTENTION_ENV`].
+    pub flash_attention: Option<String>,
+    /// [`KERNEL_TRACER_ENV`].
+    pub kernel_tracer: Option<String>,
 }
 
 impl RawSettings {
@@ -102,6 +111,8 @@ impl RawSettings {
             flags: read(FLAGS_ENV),
             target: read(TARGET_ENV),
             cache_url: read(CACHE_URL_ENV),
+            flash_attention: read(FLASH_ATTENTION_ENV),
+            kernel_tracer: read(KERNEL_TRACER_ENV),
         }
     }
 }
@@ -186,6 +197,13 @@ impl NeuronSettings {
             compiler_flags,
             cache_root,
             retry_failed,
+            flash_attention: raw
+                .flash_attention
+                .as_deref()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
+            kernel_tracer: raw.kernel_tracer.as_deref().map(PathBuf::from),
         })
     }
 }
@@ -221,6 +239,8 @@ mod tests {
             PathBuf::from("/var/tmp/neuron-compile-cache")
         );
         assert!(!settings.retry_failed);
+        assert_eq!(settings.flash_attention, FlashAttention::Auto);
+        assert_eq!(settings.kernel_tracer, None);
     }
 
     #[test]
@@ -232,6 +252,8 @@ mod tests {
             cache_url: Some("/ignored".into()),
             target: Some("TRN2".into()),
             compiler: Some("/opt/cc".into()),
+            flash_attention: Some("OFF".into()),
+            kernel_tracer: Some("/opt/tracer".into()),
         };
         let settings = NeuronSettings::parse(&raw).unwrap();
         assert_eq!(settings.compiler_flags, ["--model-type=transformer", "-O1"]);
@@ -239,6 +261,8 @@ mod tests {
         assert!(settings.retry_failed);
         assert_eq!(settings.target, NeuronTarget::Trn2);
         assert_eq!(settings.compiler, PathBuf::from("/opt/cc"));
+        assert_eq!(settings.flash_attention, FlashAttention::Off);
+        assert_eq!(settings.kernel_tracer, Some(PathBuf::from("/opt/tracer")));
     }
 
     #[test]
@@ -273,6 +297,14 @@ mod tests {
             ..Default::default()
         });
         assert!(error.contains("needs a path"), "{error}");
+        let error = parse(RawSettings {
+            flash_attention: Some("sometimes".into()),
+            ..Default::default()
+        });
+        assert!(
+            error.contains("HLAT_NEURON_FLASH_ATTENTION") && error.contains("sometimes"),
+            "{error}"
+        );
     }
 
     #[test]

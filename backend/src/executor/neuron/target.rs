@@ -24,12 +24,12 @@ use trainium_ffi::nrt::{Model, NeuronRuntime, NrtError, NrtStatus, Tensor, Tenso
 
 use super::job::agree_on_root_comm_id;
 use super::{
-    Binding, CacheKey, CacheOutcome, NeffCache, NeuronCompiler, NeuronSettings, bind, compile_only,
-    request_neff_names,
+    Binding, CacheKey, CacheOutcome, FLASH_ATTENTION_ENV, FlashAttention, KernelTracer, NeffCache,
+    NeuronCompiler, NeuronSettings, bind, compile_only, request_neff_names,
 };
 use crate::distributed::ReplicaSpan;
 use crate::executor::{CacheLimits, CompileOutcome, Target};
-use crate::lower::{LowerOptions, LoweredProgram};
+use crate::lower::{AttentionLowering, LowerOptions, LoweredProgram};
 use crate::stats::{StatsCounters, counters};
 use crate::{BackendError, TrainiumDevice};
 
@@ -163,6 +163,37 @@ pub(crate) struct NeuronCores {
     cores: Option<Cores>,
 }
 
+/// The kernel tracer `settings` ask for, if the SDK's flash kernel is to be used and can be:
+/// with `auto`, a tracer that does not find the SDK's kernels leaves attention to HLO operations
+/// (logged); with `on`, it fails the executor.
+fn kernel_tracer(
+    settings: &NeuronSettings,
+    device: &TrainiumDevice,
+) -> Result<Option<KernelTracer>, BackendError> {
+    if settings.flash_attention == FlashAttention::Off {
+        return Ok(None);
+    }
+    let tracer = match &settings.kernel_tracer {
+        Some(executable) => KernelTracer::new(executable, settings.target),
+        None => KernelTracer::default_script(&settings.cache_root, settings.target)
+            .map_err(unavailable)?,
+    };
+    match tracer.probe() {
+        Ok(()) => {
+            log::info!("{device}: attention runs as the Neuron SDK's flash kernel where it can");
+            Ok(Some(tracer))
+        }
+        Err(error) if settings.flash_attention == FlashAttention::On => Err(unavailable(error)),
+        Err(error) => {
+            log::info!(
+                "{device}: attention is lowered with HLO operations ({FLASH_ATTENTION_ENV}=auto \
+                 and no flash kernel): {error}"
+            );
+            Ok(None)
+        }
+    }
+}
+
 impl NeuronCores {
     /// Opens `device` (`neuron:N` is the N-th NeuronCore visible to the process, `neuron:A-B`
     /// cores A to B).
@@ -181,7 +212,9 @@ impl NeuronCores {
             Some(open_cores(device, span)?)
         };
         let settings = NeuronSettings::current().map_err(unavailable)?;
-        let compiler = NeuronCompiler::from_settings(&settings).map_err(unavailable)?;
+        let compiler = NeuronCompiler::from_settings(&settings)
+            .map_err(unavailable)?
+            .with_kernel_tracer(kernel_tracer(&settings, device)?);
         let cache = NeffCache::from_settings(&settings);
         if cores.is_none() {
             log::info!(
@@ -370,7 +403,14 @@ impl Target for NeuronCores {
 
     fn lower_options(&self) -> LowerOptions {
         // Random tensors are drawn on the host.
-        LowerOptions::default()
+        let attention = match self.compiler.kernel_tracer() {
+            Some(_) => AttentionLowering::NeuronFlash,
+            None => AttentionLowering::Portable,
+        };
+        LowerOptions {
+            attention,
+            ..LowerOptions::default()
+        }
     }
 
     fn upload(&mut self, replica: usize, data: &TensorData) -> Result<NeuronBuffer, BackendError> {
