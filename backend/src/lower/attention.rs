@@ -193,7 +193,7 @@ fn neuron_flash_attention(cx: &mut Lowering, ir: &AttentionOpIr, tile: i64) -> L
     let query = match &ir.options.scale {
         None => query,
         Some(scale) => {
-            let given = cx.scalar_filled(scale.clone(), DType::F32, &query.dims)?;
+            let given = cx.scalar_filled(*scale, DType::F32, &query.dims)?;
             let builder = &mut cx.builder;
             let root = builder.filled(PrimitiveType::F32, (width as f64).sqrt(), &query.dims);
             let ratio = builder.binary("multiply", &given, &root);
