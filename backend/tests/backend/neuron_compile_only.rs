@@ -12,7 +12,8 @@ use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
 use prost::Message;
 
 use super::neuron_support::{
-    Workspace, cached_modules, use_stand_in_for_the_executor, use_stand_ins_with_flash_attention,
+    Workspace, cached_modules, stand_in_settings, use_stand_in_for_the_executor,
+    use_stand_ins_with_flash_attention,
 };
 
 fn small_program(device: &TrainiumDevice) -> TensorData {
@@ -73,6 +74,25 @@ fn compile_only_mode_fills_the_cache_and_reuses_it() {
     replicated_device_compiles_its_collectives(&workspace);
     bf16_products_keep_the_compilers_default_cast(&workspace);
     attention_runs_as_the_sdk_flash_kernel(&workspace);
+    flash_attention_on_needs_a_working_tracer(&workspace);
+}
+
+/// `HLAT_NEURON_FLASH_ATTENTION=on` with a tracer that cannot run: the device does not open, and
+/// the error names the tracer and the setting.
+fn flash_attention_on_needs_a_working_tracer(workspace: &Workspace) {
+    use burn_trainium::neuron::{FlashAttention, KERNEL_TRACER_ENV};
+
+    burn_trainium::neuron::set_settings(Some(burn_trainium::neuron::NeuronSettings {
+        kernel_tracer: Some("/nonexistent/kernel-tracer".into()),
+        ..stand_in_settings(workspace, FlashAttention::On)
+    }));
+    let message = check_device(&TrainiumDevice::neuron(5))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("/nonexistent/kernel-tracer") && message.contains(KERNEL_TRACER_ENV),
+        "{message}"
+    );
 }
 
 /// The instructions of every computation of `module`.

@@ -149,7 +149,8 @@ pub fn use_stand_ins_with_flash_attention(workspace: &Workspace) {
     burn_trainium::neuron::set_compile_only(true);
 }
 
-fn stand_in_settings(workspace: &Workspace, flash_attention: FlashAttention) -> NeuronSettings {
+/// The settings of the stand-in compiler and tracer in `workspace`.
+pub fn stand_in_settings(workspace: &Workspace, flash_attention: FlashAttention) -> NeuronSettings {
     NeuronSettings {
         compiler: workspace.compiler_path(),
         target: NeuronTarget::Trn1,

@@ -174,12 +174,11 @@ fn kernel_tracer(
         return Ok(None);
     }
     let tracer = match &settings.kernel_tracer {
-        Some(executable) => KernelTracer::new(executable, settings.target),
-        None => KernelTracer::default_script(&settings.cache_root, settings.target)
-            .map_err(unavailable)?,
+        Some(executable) => Ok(KernelTracer::new(executable, settings.target)),
+        None => KernelTracer::default_script(&settings.cache_root, settings.target),
     };
-    match tracer.probe() {
-        Ok(()) => {
+    match tracer.and_then(|tracer| tracer.probe().map(|()| tracer)) {
+        Ok(tracer) => {
             log::info!("{device}: attention runs as the Neuron SDK's flash kernel where it can");
             Ok(Some(tracer))
         }
