@@ -4,6 +4,8 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Tensor};
 
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block, blocked_causal_attention};
@@ -96,8 +98,12 @@ impl<B: Backend> Attention<B> {
 
     /// The attention core: causal softmax attention of `queries` over `keys` and `values` (and
     /// the cached positions before them), the heads joined: `[batch, seq, heads·head_dim]`.
-    /// Without a cache, sequences longer than [`ATTENTION_BLOCK`] attend by blocks (memory
-    /// linear in the sequence, see [`blocked_causal_attention`]).
+    /// Without a cache, sequences longer than [`ATTENTION_BLOCK`] attend by blocks when training
+    /// (memory linear in the sequence, see [`blocked_causal_attention`]), and through Burn's
+    /// attention module in inference (no autodiff), which each backend computes its own way:
+    /// burn-flex by tiles, Trainium's `xla` by query blocks, `neuron` as the Neuron SDK's
+    /// flash-attention kernel. (Burn's autodiff decomposes the module into full scores, so
+    /// training keeps the blocks.)
     pub fn attend(
         &self,
         queries: Tensor<B, 4>,
@@ -106,7 +112,23 @@ impl<B: Backend> Attention<B> {
         context: Context<'_, B>,
     ) -> Tensor<B, 3> {
         let seq = queries.dims()[2];
+        let training = B::ad_enabled(&queries.device());
         match context {
+            Context::Full if attends_by_block(seq) && !training => {
+                let causal = AttentionModuleOptions {
+                    scale: None,
+                    softcap: None,
+                    is_causal: true,
+                };
+                self.join_heads(attention(
+                    queries,
+                    self.repeat_kv(keys),
+                    self.repeat_kv(values),
+                    None,
+                    None,
+                    causal,
+                ))
+            }
             Context::Full if attends_by_block(seq) => self.join_heads(blocked_causal_attention(
                 queries,
                 self.repeat_kv(keys),

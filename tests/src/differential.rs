@@ -689,6 +689,28 @@ fn causal_attention<B: Backend>(device: &B::Device, p: Precision) -> TensorData 
     .into_data()
 }
 
+/// Causal self-attention over `positions` positions: above 512, lowered by query blocks.
+fn long_causal_attention<B: Backend, const POSITIONS: usize>(
+    device: &B::Device,
+    p: Precision,
+) -> TensorData {
+    let positions = POSITIONS;
+    let options = AttentionModuleOptions {
+        scale: Some(0.4),
+        softcap: None,
+        is_causal: true,
+    };
+    attention(
+        float::<B, 4>([1, 2, positions, 8], 75, p, device),
+        float([1, 2, positions, 8], 76, p, device),
+        float([1, 2, positions, 4], 77, p, device),
+        None,
+        None,
+        options,
+    )
+    .into_data()
+}
+
 fn attention_with_mask_bias_and_softcap<B: Backend>(
     device: &B::Device,
     p: Precision,
@@ -742,6 +764,17 @@ fn attention_module() {
         "attention_with_mask_bias_and_softcap",
         attention_with_mask_bias_and_softcap::<Reference>,
         attention_with_mask_bias_and_softcap::<Trainium>,
+    );
+    // Query blocks: a multiple of the block and a last block of 76 queries.
+    check(
+        "long_causal_attention_1024",
+        long_causal_attention::<Reference, 1024>,
+        long_causal_attention::<Trainium, 1024>,
+    );
+    check(
+        "long_causal_attention_1100",
+        long_causal_attention::<Reference, 1100>,
+        long_causal_attention::<Trainium, 1100>,
     );
 }
 

@@ -40,6 +40,25 @@ while [ $# -gt 0 ]; do [ "$1" = "--output" ] && output=$2; shift; done
 cp "$input" "$output"
 "#;
 
+/// A stand-in for the kernel tracer: answers the probe and every request with a fixed call.
+const STAND_IN_TRACER: &str = r#"#!/usr/bin/env python3
+# Stand-in for the NKI kernel tracer written by the integration tests. NOT the Neuron SDK.
+import json, sys
+if sys.argv[1:] == ["--probe"]:
+    sys.exit(0)
+request = json.load(sys.stdin)
+json.dump({"custom_call_target": "AwsNeuronCustomNativeKernel",
+           "backend_config": "stand-in", "output": request["output"]}, sys.stdout)
+"#;
+
+/// Writes an executable `body` as `name` in `folder`.
+fn executable(folder: &Path, name: &str, body: &str) -> PathBuf {
+    let path = folder.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
 /// Every HLO opcode of the published list.
 fn supported_opcodes() -> BTreeSet<String> {
     SUPPORTED_OPERATORS
@@ -192,13 +211,11 @@ fn train_two_steps(device: &TrainiumDevice) {
 fn an_hlat_training_step_uses_only_supported_neuron_operators() {
     let _random = crate::support::exclusive_random();
     let workspace = tempfile::tempdir().unwrap();
-    let compiler = workspace.path().join("stand-in-neuronx-cc");
-    std::fs::write(&compiler, STAND_IN_COMPILER).unwrap();
-    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let compiler = executable(workspace.path(), "stand-in-neuronx-cc", STAND_IN_COMPILER);
     let cache_root = workspace.path().join("cache");
     // The only test of this binary that opens `neuron` devices.
     burn_trainium::neuron::set_settings(Some(NeuronSettings {
-        compiler,
+        compiler: compiler.clone(),
         target: NeuronTarget::Trn1,
         compiler_flags: Vec::new(),
         cache_root: cache_root.clone(),
@@ -241,4 +258,71 @@ fn an_hlat_training_step_uses_only_supported_neuron_operators() {
         "{}",
         scan.runtime_exponents.join("\n")
     );
+
+    hlat_inference_asks_for_the_flash_kernel(workspace.path(), &compiler);
+}
+
+/// HLAT's forward pass in inference over 1,024 positions, with the SDK's flash kernel on: the
+/// layers' attention is a kernel request (Burn's attention module), no program holds scores of
+/// every position against every position, and the module the compiler receives holds the
+/// tracer's calls.
+fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use burn_trainium::lower::{KERNEL_REQUEST_TARGET, KernelRequest};
+    use burn_trainium::neuron::{FlashAttention, NEFF_FILE, NEURON_KERNEL_TARGET};
+
+    let cache_root = folder.join("flash-cache");
+    burn_trainium::neuron::set_settings(Some(NeuronSettings {
+        compiler: compiler.to_path_buf(),
+        target: NeuronTarget::Trn1,
+        compiler_flags: Vec::new(),
+        cache_root: cache_root.clone(),
+        retry_failed: false,
+        flash_attention: FlashAttention::On,
+        kernel_tracer: Some(executable(folder, "stand-in-tracer", STAND_IN_TRACER)),
+    }));
+    let device = TrainiumDevice::neuron(1);
+    let mut config = HlatConfig::preset("hlat-test").unwrap();
+    let seq = 1024;
+    config.max_seq_len = seq;
+    let model: hlat::Hlat<Trainium> = config.init(&device);
+    let ids: Vec<i64> = (0..seq as i64).map(|i| i % 64).collect();
+    let ids = Tensor::<Trainium, 2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
+    let _ = model.forward(ids).into_data();
+
+    // The stand-in compiler's "NEFF" is the module it received.
+    let instructions = |path: &Path| {
+        let module = HloModuleProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+        module
+            .computations
+            .into_iter()
+            .flat_map(|computation| computation.instructions)
+            .collect::<Vec<_>>()
+    };
+    let mut requests = Vec::new();
+    let mut calls = 0;
+    for module_path in cached_modules(&cache_root) {
+        for instruction in instructions(&module_path) {
+            if let Some(request) = KernelRequest::of_instruction(&instruction) {
+                requests.push(request.unwrap());
+            }
+            // No scores of every position against every position.
+            let dims = &instruction.shape.as_ref().unwrap().dimensions;
+            assert!(
+                !(instruction.opcode == "dot" && dims.ends_with(&[seq as i64, seq as i64])),
+                "{dims:?}"
+            );
+        }
+        for instruction in instructions(&module_path.with_file_name(NEFF_FILE)) {
+            assert_ne!(instruction.custom_call_target, KERNEL_REQUEST_TARGET);
+            calls += usize::from(instruction.custom_call_target == NEURON_KERNEL_TARGET);
+        }
+    }
+    // The layers run programs of one structure: each distinct program is compiled once.
+    assert!(!requests.is_empty());
+    assert_eq!(calls, requests.len());
+    let heads = config.num_heads as i64;
+    let width = config.head_dim() as i64;
+    assert_eq!(requests[0].grid, [1, heads]);
+    assert_eq!(requests[0].output.shape, [1, heads, seq as i64, width]);
 }

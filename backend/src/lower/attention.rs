@@ -5,7 +5,7 @@ use burn_backend::DType;
 use burn_ir::{AttentionOpIr, ScalarIr};
 
 use super::AttentionLowering;
-use super::builder::{Combiner, Direction, Value};
+use super::builder::{Builder, Combiner, Direction, Value};
 use super::context::{Failure, Lowered, Lowering, dims, element_type, unsupported};
 use super::kernel_call::{KernelRequest, KernelTensor};
 use crate::hlo::{DotDimensionNumbers, PrimitiveType};
@@ -28,7 +28,7 @@ fn limits(dtype: DType) -> Lowered<(f64, f64)> {
 }
 
 fn batched_dot(
-    cx: &mut Lowering,
+    builder: &mut Builder,
     lhs: &Value,
     rhs: &Value,
     rhs_contracting: i64,
@@ -40,13 +40,129 @@ fn batched_dot(
         lhs_batch_dimensions: vec![0, 1],
         rhs_batch_dimensions: vec![0, 1],
     };
-    cx.builder.dot(lhs, rhs, numbers, dims)
+    builder.dot(lhs, rhs, numbers, dims)
+}
+
+/// Causal attention of more positions than this, without mask or bias, is computed by blocks of
+/// this many queries (each over the keys up to its last query), so that no `[positions ×
+/// positions]` scores exist at once: the memory of inference over long sequences stays linear
+/// in their length, as with HLAT's own blocked attention.
+const QUERY_BLOCK: i64 = 512;
+
+/// The lowered operands of a softmax attention, in the type it is computed in.
+struct Operands {
+    query: Value,
+    key: Value,
+    value: Value,
+    mask: Option<Value>,
+    bias: Option<Value>,
+}
+
+/// What turns products into weights: the scale and soft cap (hoisted scalars), the causal mask,
+/// the floors of the softmax's maximum and sum.
+struct Softmax {
+    scale: Value,
+    softcap: Option<Value>,
+    causal: bool,
+    lowest: f64,
+    smallest_positive: f64,
+}
+
+/// `softmax(q kᵀ · scale, capped, masked, biased) v` in one piece.
+fn softmax_attention(builder: &mut Builder, operands: &Operands, softmax: &Softmax) -> Value {
+    let Operands {
+        query,
+        key,
+        value,
+        mask,
+        bias,
+    } = operands;
+    let [batch, heads, queries] = [query.dims[0], query.dims[1], query.dims[2]];
+    let keys = key.dims[2];
+    let score_dims = [batch, heads, queries, keys];
+    let compute = query.element_type;
+
+    let products = batched_dot(builder, query, key, 3, &score_dims);
+    let scale = builder.broadcast(&softmax.scale, &score_dims, &[]);
+    let mut scores = builder.binary("multiply", &products, &scale);
+    if let Some(cap) = &softmax.softcap {
+        let cap = builder.broadcast(cap, &score_dims, &[]);
+        let scaled = builder.binary("divide", &scores, &cap);
+        let squashed = builder.unary("tanh", &scaled);
+        scores = builder.binary("multiply", &squashed, &cap);
+    }
+    let negative_infinity = builder.filled(compute, f64::NEG_INFINITY, &score_dims);
+    if let Some(mask) = mask {
+        let mask = builder.broadcast_to(mask, &score_dims);
+        scores = builder.select(&mask, &negative_infinity, &scores);
+    }
+    if softmax.causal {
+        // Key j is hidden from query i when j > i + (keys - queries).
+        let grid = [queries, keys];
+        let rows = builder.iota(PrimitiveType::S64, &grid, 0);
+        let offset = builder.filled(PrimitiveType::S64, (keys - queries) as f64, &grid);
+        let shifted = builder.binary("add", &rows, &offset);
+        let columns = builder.iota(PrimitiveType::S64, &grid, 1);
+        let future = builder.compare(Direction::Lt, &shifted, &columns);
+        let future = builder.broadcast(&future, &score_dims, &[2, 3]);
+        scores = builder.select(&future, &negative_infinity, &scores);
+    }
+    if let Some(bias) = bias {
+        let bias = builder.broadcast_to(bias, &score_dims);
+        scores = builder.binary("add", &scores, &bias);
+    }
+
+    let row_dims = [batch, heads, queries];
+    let maximum = builder.reduce(&scores, f64::NEG_INFINITY, &[3], Combiner::Maximum);
+    let floor = builder.filled(compute, softmax.lowest, &row_dims);
+    let maximum = builder.binary("maximum", &maximum, &floor);
+    let maximum = builder.broadcast(&maximum, &score_dims, &[0, 1, 2]);
+    let shifted = builder.binary("subtract", &scores, &maximum);
+    let numerator = builder.unary("exponential", &shifted);
+    let sum = builder.reduce(&numerator, 0.0, &[3], Combiner::Add);
+    let tiny = builder.filled(compute, softmax.smallest_positive, &row_dims);
+    let sum = builder.binary("maximum", &sum, &tiny);
+    let sum = builder.broadcast(&sum, &score_dims, &[0, 1, 2]);
+    let weights = builder.binary("divide", &numerator, &sum);
+    let out_dims = [batch, heads, queries, value.dims[3]];
+    batched_dot(builder, &weights, value, 2, &out_dims)
+}
+
+/// Causal attention over the same positions, by blocks of [`QUERY_BLOCK`] queries, each over
+/// the keys and values up to its last query; the blocks' outputs joined.
+fn attention_by_query_blocks(
+    builder: &mut Builder,
+    operands: &Operands,
+    softmax: &Softmax,
+) -> Value {
+    let positions = operands.query.dims[2];
+    let prefix = |builder: &mut Builder, tensor: &Value, from: i64, to: i64| {
+        let mut start = vec![0; 4];
+        let mut limit = tensor.dims.clone();
+        start[2] = from;
+        limit[2] = to;
+        builder.slice(tensor, &start, &limit, &[1; 4])
+    };
+    let mut blocks = Vec::new();
+    for first in (0..positions).step_by(QUERY_BLOCK as usize) {
+        let end = (first + QUERY_BLOCK).min(positions);
+        let block = Operands {
+            query: prefix(builder, &operands.query, first, end),
+            key: prefix(builder, &operands.key, 0, end),
+            value: prefix(builder, &operands.value, 0, end),
+            mask: None,
+            bias: None,
+        };
+        blocks.push(softmax_attention(builder, &block, softmax));
+    }
+    builder.concatenate(&blocks, 2)
 }
 
 /// `attention(query [b, h, q, d], key [b, h, k, d], value [b, h, k, v], mask, bias, options)`.
 ///
 /// Attention of bf16 or f16 tensors is computed in f32 (both products, the softmax and its sum)
 /// and rounded once into the output, as the host executor does (`executor/host/widen.rs`).
+/// Causal self-attention over more than [`QUERY_BLOCK`] positions is computed by query blocks.
 pub(crate) fn attention(cx: &mut Lowering, ir: &AttentionOpIr) -> Lowered {
     if cx.options.attention == AttentionLowering::NeuronFlash {
         match flash_tile(ir) {
@@ -60,73 +176,48 @@ pub(crate) fn attention(cx: &mut Lowering, ir: &AttentionOpIr) -> Lowered {
     };
     let (lowest, smallest_positive) = limits(dtype)?;
     let compute = element_type(dtype)?;
-    let query = cx.get(&ir.query)?;
-    let key = cx.get(&ir.key)?;
-    let value = cx.get(&ir.value)?;
-    let query = cx.builder.convert(&query, compute);
-    let key = cx.builder.convert(&key, compute);
-    let value = cx.builder.convert(&value, compute);
-    let [batch, heads, queries, depth] =
-        [query.dims[0], query.dims[1], query.dims[2], query.dims[3]];
-    let keys = key.dims[2];
-    let score_dims = [batch, heads, queries, keys];
-
-    let products = batched_dot(cx, &query, &key, 3, &score_dims);
+    let convert = |cx: &mut Lowering, tensor| -> Lowered<Value> {
+        let value = cx.get(tensor)?;
+        Ok(cx.builder.convert(&value, compute))
+    };
+    let operands = Operands {
+        query: convert(cx, &ir.query)?,
+        key: convert(cx, &ir.key)?,
+        value: convert(cx, &ir.value)?,
+        mask: ir.mask.as_ref().map(|mask| cx.get(mask)).transpose()?,
+        bias: ir
+            .attn_bias
+            .as_ref()
+            .map(|bias| convert(cx, bias))
+            .transpose()?,
+    };
+    let depth = operands.query.dims[3];
     let scale = ir
         .options
         .scale
         .unwrap_or(ScalarIr::Float(1.0 / (depth as f64).sqrt()));
-    let scale = cx.scalar_filled(scale, dtype, &score_dims)?;
-    let mut scores = cx.builder.binary("multiply", &products, &scale);
-    if let Some(softcap) = ir.options.softcap {
-        let cap = cx.scalar_filled(softcap, dtype, &score_dims)?;
-        let scaled = cx.builder.binary("divide", &scores, &cap);
-        let squashed = cx.builder.unary("tanh", &scaled);
-        scores = cx.builder.binary("multiply", &squashed, &cap);
-    }
-    let negative_infinity = cx
-        .builder
-        .filled(query.element_type, f64::NEG_INFINITY, &score_dims);
-    if let Some(mask) = &ir.mask {
-        let mask = cx.get(mask)?;
-        let mask = cx.builder.broadcast_to(&mask, &score_dims);
-        scores = cx.builder.select(&mask, &negative_infinity, &scores);
-    }
-    if ir.options.is_causal {
-        // Key j is hidden from query i when j > i + (keys - queries).
-        let grid = [queries, keys];
-        let rows = cx.builder.iota(PrimitiveType::S64, &grid, 0);
-        let offset = cx
-            .builder
-            .filled(PrimitiveType::S64, (keys - queries) as f64, &grid);
-        let shifted = cx.builder.binary("add", &rows, &offset);
-        let columns = cx.builder.iota(PrimitiveType::S64, &grid, 1);
-        let future = cx.builder.compare(Direction::Lt, &shifted, &columns);
-        let future = cx.builder.broadcast(&future, &score_dims, &[2, 3]);
-        scores = cx.builder.select(&future, &negative_infinity, &scores);
-    }
-    if let Some(bias) = &ir.attn_bias {
-        let bias = cx.get(bias)?;
-        let bias = cx.builder.convert(&bias, compute);
-        let bias = cx.builder.broadcast_to(&bias, &score_dims);
-        scores = cx.builder.binary("add", &scores, &bias);
-    }
-
-    let builder = &mut cx.builder;
-    let row_dims = [batch, heads, queries];
-    let maximum = builder.reduce(&scores, f64::NEG_INFINITY, &[3], Combiner::Maximum);
-    let floor = builder.filled(query.element_type, lowest, &row_dims);
-    let maximum = builder.binary("maximum", &maximum, &floor);
-    let maximum = builder.broadcast(&maximum, &score_dims, &[0, 1, 2]);
-    let shifted = builder.binary("subtract", &scores, &maximum);
-    let numerator = builder.unary("exponential", &shifted);
-    let sum = builder.reduce(&numerator, 0.0, &[3], Combiner::Add);
-    let tiny = builder.filled(query.element_type, smallest_positive, &row_dims);
-    let sum = builder.binary("maximum", &sum, &tiny);
-    let sum = builder.broadcast(&sum, &score_dims, &[0, 1, 2]);
-    let weights = builder.binary("divide", &numerator, &sum);
-
-    let out = batched_dot(cx, &weights, &value, 2, &dims(&ir.out));
+    let softmax = Softmax {
+        scale: cx.scalar(scale, dtype)?,
+        softcap: ir
+            .options
+            .softcap
+            .map(|softcap| cx.scalar(softcap, dtype))
+            .transpose()?,
+        causal: ir.options.is_causal,
+        lowest,
+        smallest_positive,
+    };
+    let [queries, keys] = [operands.query.dims[2], operands.key.dims[2]];
+    let out = if softmax.causal
+        && operands.mask.is_none()
+        && operands.bias.is_none()
+        && queries == keys
+        && queries > QUERY_BLOCK
+    {
+        attention_by_query_blocks(&mut cx.builder, &operands, &softmax)
+    } else {
+        softmax_attention(&mut cx.builder, &operands, &softmax)
+    };
     cx.set(&ir.out, out)
 }
 

@@ -375,3 +375,42 @@ fn neuron_flash_attention_is_a_kernel_request_where_the_kernel_computes_the_same
         assert_eq!((calls.len(), products), (0, 2), "{case}");
     }
 }
+
+/// Causal self-attention over 1,100 positions is lowered by query blocks of 512: three blocks
+/// (512, 512 and 76 queries over 512, 1,024 and 1,100 keys), no product of all queries with all
+/// keys, the scale hoisted once; over 512 positions it stays one piece.
+#[test]
+fn long_causal_attention_is_lowered_by_query_blocks() {
+    let operations = [OperationIr::Module(ModuleOperationIr::Attention(
+        causal_attention(DType::F32, 1100, 1100, 8),
+    ))];
+    let program = lower(&operations);
+    let entry = entry_computation(&program);
+    let score_shapes: Vec<Vec<i64>> = entry
+        .instructions
+        .iter()
+        .filter(|instruction| instruction.opcode == "dot")
+        .map(|instruction| instruction.shape.as_ref().unwrap().dimensions.clone())
+        .filter(|dims| dims[3] != 8)
+        .collect();
+    assert_eq!(
+        score_shapes,
+        [
+            vec![1, 2, 512, 512],
+            vec![1, 2, 512, 1024],
+            vec![1, 2, 76, 1100]
+        ]
+    );
+    assert_eq!(program.hoisted.iter().map(Vec::len).sum::<usize>(), 1);
+    assert!(
+        entry
+            .instructions
+            .iter()
+            .any(|instruction| instruction.opcode == "concatenate")
+    );
+    let (_, products) = lowered_attention(
+        causal_attention(DType::F32, 512, 512, 8),
+        lower::AttentionLowering::Portable,
+    );
+    assert_eq!(products, 2);
+}

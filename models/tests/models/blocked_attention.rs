@@ -1,7 +1,7 @@
 //! Blocked causal attention (`hlat::blocked_attention`) against attention computed in one piece:
 //! outputs and gradients against a closed-form f64 reference, at lengths that are and are not
 //! multiples of the block, on NdArray and on `host`; and the model's logits over a sequence long
-//! enough to attend by blocks.
+//! enough to attend by blocks, in training (by blocks) and in inference (Burn's attention module).
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::backend::AutodiffBackend;
@@ -131,4 +131,35 @@ fn a_sequence_longer_than_a_block_gives_the_logits_of_its_prefix() {
             .into_data()
             .assert_approx_eq::<f32>(&short.into_data(), Tolerance::absolute(1e-5));
     }
+}
+
+/// Over a long sequence the model attends by blocks when training (autodiff) and through Burn's
+/// attention module in inference: both give the same logits.
+fn inference_attention_equals_training_attention<B: AutodiffBackend>(device: &B::Device) {
+    use burn::module::AutodiffModule;
+
+    let mut config = HlatConfig::preset("hlat-test").unwrap();
+    let seq = 2 * ATTENTION_BLOCK + 100;
+    config.max_seq_len = seq;
+    let model: Hlat<B> = config.init(device);
+    let ids: Vec<i64> = (0..seq as i64).map(|i| (i * 29 + 3) % 64).collect();
+    let ids = TensorData::new(ids, [1, seq]);
+    let training = model
+        .forward(Tensor::<B, 2, Int>::from_data(ids.clone(), device))
+        .into_data();
+    let inference = model
+        .valid()
+        .forward(Tensor::<B::InnerBackend, 2, Int>::from_data(ids, device))
+        .into_data();
+    inference.assert_approx_eq::<f32>(&training, Tolerance::absolute(1e-4));
+}
+
+#[test]
+fn inference_attention_equals_training_attention_on_ndarray() {
+    inference_attention_equals_training_attention::<Autodiff<NdArray>>(&Default::default());
+}
+
+#[test]
+fn inference_attention_equals_training_attention_on_host() {
+    inference_attention_equals_training_attention::<Autodiff<Trainium>>(&TrainiumDevice::HOST);
 }
