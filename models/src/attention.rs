@@ -115,19 +115,27 @@ impl<B: Backend> Attention<B> {
         let training = B::ad_enabled(&queries.device());
         match context {
             Context::Full if attends_by_block(seq) && !training => {
+                // In f32, as the blocks compute their softmax: Burn's reference attention
+                // (NdArray) would sum a bf16 softmax over thousands of keys in bf16.
+                let dtype = queries.dtype();
+                let widen = |tensor: Tensor<B, 4>| match dtype {
+                    DType::BF16 | DType::F16 => tensor.cast(DType::F32),
+                    _ => tensor,
+                };
                 let causal = AttentionModuleOptions {
                     scale: None,
                     softcap: None,
                     is_causal: true,
                 };
-                self.join_heads(attention(
-                    queries,
-                    self.repeat_kv(keys),
-                    self.repeat_kv(values),
+                let attended = attention(
+                    widen(queries),
+                    widen(self.repeat_kv(keys)),
+                    widen(self.repeat_kv(values)),
                     None,
                     None,
                     causal,
-                ))
+                );
+                self.join_heads(attended.cast(dtype))
             }
             Context::Full if attends_by_block(seq) => self.join_heads(blocked_causal_attention(
                 queries,

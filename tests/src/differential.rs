@@ -695,8 +695,9 @@ fn long_causal_attention<B: Backend, const POSITIONS: usize>(
     p: Precision,
 ) -> TensorData {
     let positions = POSITIONS;
+    // A given scale (a hoisted scalar) at a multiple of the block, the default one otherwise.
     let options = AttentionModuleOptions {
-        scale: Some(0.4),
+        scale: positions.is_multiple_of(512).then_some(0.4),
         softcap: None,
         is_causal: true,
     };

@@ -77,8 +77,9 @@ fn attributes(
     }
     if !instruction.custom_call_target.is_empty() {
         extra.push(format!(
-            "custom_call_target=\"{}\"",
-            instruction.custom_call_target
+            "custom_call_target=\"{}\", backend_config={:?}",
+            instruction.custom_call_target,
+            String::from_utf8_lossy(&instruction.backend_config)
         ));
     }
     if !instruction.comparison_direction.is_empty() {

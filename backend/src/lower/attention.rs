@@ -2,7 +2,7 @@
 //! computes it (soft capping, boolean mask, causal mask, additive bias, clamped softmax).
 
 use burn_backend::DType;
-use burn_ir::{AttentionOpIr, ScalarIr};
+use burn_ir::AttentionOpIr;
 
 use super::AttentionLowering;
 use super::builder::{Builder, Combiner, Direction, Value};
@@ -191,13 +191,14 @@ pub(crate) fn attention(cx: &mut Lowering, ir: &AttentionOpIr) -> Lowered {
             .map(|bias| convert(cx, bias))
             .transpose()?,
     };
+    // A given scale is a hoisted scalar; the default depends on the shape alone.
     let depth = operands.query.dims[3];
-    let scale = ir
-        .options
-        .scale
-        .unwrap_or(ScalarIr::Float(1.0 / (depth as f64).sqrt()));
+    let scale = match ir.options.scale {
+        Some(scale) => cx.scalar(scale, dtype)?,
+        None => cx.builder.constant(compute, 1.0 / (depth as f64).sqrt()),
+    };
     let softmax = Softmax {
-        scale: cx.scalar(scale, dtype)?,
+        scale,
         softcap: ir
             .options
             .softcap
@@ -268,7 +269,8 @@ fn flash_tile(ir: &AttentionOpIr) -> Result<i64, String> {
 }
 
 /// `ir` as a request for the Neuron SDK's flash-attention forward kernel: queries and keys
-/// transposed to `[batch, heads, width, positions]`, values as they are, a (unused) dropout seed;
+/// transposed to `[batch, heads, width, positions]`, values as they are (the kernel's dropout
+/// seed is absent: inference takes none);
 /// one launch per batch row and head; the output `[batch, heads, positions, width]`. bf16 runs
 /// the kernel's mixed precision (products in bf16, softmax in f32), f32 runs it in f32.
 ///
@@ -296,8 +298,7 @@ fn neuron_flash_attention(cx: &mut Lowering, ir: &AttentionOpIr, tile: i64) -> L
     let builder = &mut cx.builder;
     let query = builder.transpose(&query, &[0, 1, 3, 2]);
     let key = builder.transpose(&key, &[0, 1, 3, 2]);
-    let seed = builder.constant_s32(&[0]);
-    let operands = [&query, &key, &value, &seed];
+    let operands = [&query, &key, &value];
     let inputs = operands
         .iter()
         .map(|operand| KernelTensor::of(operand))

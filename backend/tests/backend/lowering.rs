@@ -305,7 +305,7 @@ fn neuron_flash_attention_is_a_kernel_request_where_the_kernel_computes_the_same
         (operands[2].opcode.as_str(), operands[2].parameter_number),
         ("parameter", 2)
     );
-    assert_eq!(operands[3].opcode, "constant");
+    assert_eq!(operands.len(), 3, "inference takes no dropout seed");
     let request = lower::KernelRequest::of_instruction(calls[0])
         .unwrap()
         .unwrap();
@@ -313,7 +313,6 @@ fn neuron_flash_attention_is_a_kernel_request_where_the_kernel_computes_the_same
     assert_eq!(request.grid, [1, 2]);
     assert_eq!(request.inputs[0].shape, [1, 2, 32, 512]);
     assert_eq!(request.inputs[2].shape, [1, 2, 512, 32]);
-    assert_eq!(request.inputs[3].dtype, "int32");
     assert_eq!(request.output.dtype, "float32");
     let kernel_scale = request.arguments["softmax_scale"].as_f64().unwrap();
     assert!(

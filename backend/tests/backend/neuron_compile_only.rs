@@ -77,20 +77,75 @@ fn compile_only_mode_fills_the_cache_and_reuses_it() {
     flash_attention_on_needs_a_working_tracer(&workspace);
 }
 
-/// `HLAT_NEURON_FLASH_ATTENTION=on` with a tracer that cannot run: the device does not open, and
-/// the error names the tracer and the setting.
-fn flash_attention_on_needs_a_working_tracer(workspace: &Workspace) {
-    use burn_trainium::neuron::{FlashAttention, KERNEL_TRACER_ENV};
+/// Causal bf16 attention over 1,024 positions on `device`, read back.
+fn long_attention(device: &TrainiumDevice) -> Result<TensorData, String> {
+    use burn::tensor::module::attention;
+    use burn::tensor::ops::AttentionModuleOptions;
 
-    burn_trainium::neuron::set_settings(Some(burn_trainium::neuron::NeuronSettings {
+    let input = || Tensor::<Trainium, 4>::ones([1, 2, 1024, 64], device).cast(DType::BF16);
+    let causal = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: true,
+    };
+    attention(input(), input(), input(), None, None, causal)
+        .try_into_data()
+        .map_err(|error| format!("{error:?}"))
+}
+
+/// A tracer that cannot run: with `HLAT_NEURON_FLASH_ATTENTION=on` the device does not open,
+/// and the error names the tracer and the setting; with `auto` the device opens and attention is
+/// lowered with HLO operations. A tracer that passes the probe and fails on a request fails the
+/// program's compile with what it said.
+fn flash_attention_on_needs_a_working_tracer(workspace: &Workspace) {
+    use burn_trainium::lower::KERNEL_REQUEST_TARGET;
+    use burn_trainium::neuron::{FlashAttention, KERNEL_TRACER_ENV, NeuronSettings};
+
+    let missing = NeuronSettings {
         kernel_tracer: Some("/nonexistent/kernel-tracer".into()),
         ..stand_in_settings(workspace, FlashAttention::On)
-    }));
+    };
+    burn_trainium::neuron::set_settings(Some(missing.clone()));
     let message = check_device(&TrainiumDevice::neuron(5))
         .unwrap_err()
         .to_string();
     assert!(
         message.contains("/nonexistent/kernel-tracer") && message.contains(KERNEL_TRACER_ENV),
+        "{message}"
+    );
+
+    burn_trainium::neuron::set_settings(Some(NeuronSettings {
+        flash_attention: FlashAttention::Auto,
+        ..missing
+    }));
+    let before = cached_modules(&workspace.cache_root());
+    long_attention(&TrainiumDevice::neuron(6)).unwrap();
+    let new_modules: Vec<_> = cached_modules(&workspace.cache_root())
+        .into_iter()
+        .filter(|path| !before.contains(path))
+        .collect();
+    assert!(!new_modules.is_empty());
+    for path in new_modules {
+        let module = HloModuleProto::decode(std::fs::read(&path).unwrap().as_slice()).unwrap();
+        assert!(
+            instructions(&module)
+                .iter()
+                .all(|instruction| instruction.custom_call_target != KERNEL_REQUEST_TARGET)
+        );
+    }
+
+    let refusing = workspace.write_tracer(
+        "refusing-tracer",
+        "#!/bin/sh\n[ \"$1\" = --probe ] && exit 0\necho 'no flash kernel for this shape' >&2\nexit 1\n",
+    );
+    burn_trainium::neuron::set_settings(Some(NeuronSettings {
+        kernel_tracer: Some(refusing.clone()),
+        ..stand_in_settings(workspace, FlashAttention::On)
+    }));
+    let message = long_attention(&TrainiumDevice::neuron(7)).unwrap_err();
+    assert!(
+        message.contains("no flash kernel for this shape")
+            && message.contains(refusing.to_str().unwrap()),
         "{message}"
     );
 }
@@ -173,12 +228,7 @@ fn attention_runs_as_the_sdk_flash_kernel(workspace: &Workspace) {
         .collect();
     assert_eq!(
         shapes,
-        [
-            &[2, 3, 64, 1024][..],
-            &[2, 3, 64, 1024],
-            &[2, 3, 1024, 64],
-            &[1]
-        ]
+        [&[2, 3, 64, 1024][..], &[2, 3, 64, 1024], &[2, 3, 1024, 64]]
     );
     assert_eq!(request.output.shape, [2, 3, 1024, 64]);
     assert_eq!(request.output.dtype, "bfloat16");

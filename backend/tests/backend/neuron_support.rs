@@ -45,7 +45,7 @@ echo "stand-in neuronx-cc: compiled $input"
 const STAND_IN_TRACER: &str = r#"#!/usr/bin/env python3
 # Stand-in for the NKI kernel tracer written by the tests of burn-trainium. NOT the Neuron SDK.
 import json, os, sys
-if sys.argv[1:] == ["--probe"]:
+if "--probe" in sys.argv:
     sys.exit(0)
 request = json.load(sys.stdin)
 with open(os.path.join(os.path.dirname(sys.argv[0]), "requests"), "a") as log:
@@ -73,10 +73,9 @@ impl Workspace {
         let script = dir.join("bin").join("stand-in-neuronx-cc");
         std::fs::write(&script, STAND_IN_COMPILER).unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let tracer = dir.join("bin").join("stand-in-kernel-tracer");
-        std::fs::write(&tracer, STAND_IN_TRACER).unwrap();
-        std::fs::set_permissions(&tracer, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Self { dir }
+        let workspace = Self { dir };
+        workspace.write_tracer("stand-in-kernel-tracer", STAND_IN_TRACER);
+        workspace
     }
 
     pub fn compiler_path(&self) -> PathBuf {
@@ -94,6 +93,14 @@ impl Workspace {
 
     pub fn tracer_path(&self) -> PathBuf {
         self.dir.join("bin").join("stand-in-kernel-tracer")
+    }
+
+    /// Writes an executable tracer `script` named `name` beside the stand-ins.
+    pub fn write_tracer(&self, name: &str, script: &str) -> PathBuf {
+        let path = self.dir.join("bin").join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
     }
 
     /// Every request the stand-in tracer read, with its command-line arguments, in order.

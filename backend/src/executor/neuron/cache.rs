@@ -6,6 +6,7 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::compiler::{MODULE_FILE, NEFF_FILE};
+use super::kernels::has_kernel_requests;
 use super::{NeuronCompiler, NeuronError, NeuronSettings};
 use crate::executor::atomic_write::write_atomically;
 
@@ -56,9 +57,16 @@ impl CacheKey {
         }
     }
 
-    /// The key of compiling `module` with `compiler`.
+    /// The key of compiling `module` with `compiler`: its flags, and for a module holding kernel
+    /// requests the kernel tracer that turns them into the SDK's calls.
     pub fn for_compiler(module: &[u8], compiler: &NeuronCompiler) -> Self {
-        Self::new(module, &compiler.flags(), compiler.version())
+        let mut flags = compiler.flags();
+        if let Some(tracer) = compiler.kernel_tracer()
+            && has_kernel_requests(module)
+        {
+            flags.push(format!("kernel tracer: {}", tracer.identity()));
+        }
+        Self::new(module, &flags, compiler.version())
     }
 
     /// The entry's folder, relative to the cache root.

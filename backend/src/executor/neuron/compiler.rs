@@ -164,8 +164,9 @@ impl NeuronCompiler {
     /// model.neff` with `work_dir` as the working folder. On failure the error carries the
     /// command line and everything the compiler printed.
     pub fn compile(&self, module: &[u8], work_dir: &Path) -> Result<CompiledNeff, NeuronError> {
-        let module = with_kernels(module, self.kernels.as_ref())?;
+        // The work folder first: the cache removes it after a failure, the tracer's included.
         std::fs::create_dir_all(work_dir).map_err(NeuronError::io("create", work_dir))?;
+        let module = with_kernels(module, self.kernels.as_ref())?;
         let module_path = work_dir.join(MODULE_FILE);
         std::fs::write(&module_path, &module).map_err(NeuronError::io("write", &module_path))?;
         let neff_path = work_dir.join(NEFF_FILE);

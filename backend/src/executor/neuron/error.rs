@@ -63,6 +63,12 @@ pub enum NeuronError {
         /// What failed, with what the tracer printed.
         reason: String,
     },
+    /// A module holds kernel requests but the compiler has no tracer for them.
+    #[error("the module's kernel requests cannot be traced: {reason}")]
+    UntracedKernelRequests {
+        /// Why.
+        reason: String,
+    },
     /// A file of the cache or work folder could not be read or written.
     #[error("cannot {action} {path}: {source}")]
     Io {

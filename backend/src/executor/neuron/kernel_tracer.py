@@ -4,18 +4,38 @@
 Reads a kernel request (JSON written by the lowering: kernel, grid, inputs, output, arguments)
 on standard input and writes, on standard output, the `AwsNeuronCustomNativeKernel` call the
 SDK's NKI tracer makes of it (JSON: custom_call_target, backend_config, output). With `--probe`
-it only checks that the SDK's kernels import, and says why not on standard error.
+it traces a small request and says on standard error why that fails, if it does.
 
-Written against the NKI frontend of neuronx-cc (`neuronxcc.nki`, the one jax-neuronx and
-torch-neuronx trace kernels with). The project's tests replace this script by a stand-in: it has
-not been run against the SDK by them.
+Written against the NKI frontend of neuronx-cc (`neuronxcc.nki`) and the `flash_fwd` kernel's
+published interface, without access to the SDK: it has never been run against it. The project's
+tests replace it by a stand-in.
 """
 
 import argparse
 import json
+import os
 import sys
 
 KERNELS = ("flash_fwd",)
+
+# What `--probe` traces: one batch row, one head of width 64, 512 positions, in f32.
+PROBE_REQUEST = {
+    "kernel": "flash_fwd",
+    "grid": [1, 1],
+    "inputs": [
+        {"dtype": "float32", "shape": [1, 1, 64, 512]},
+        {"dtype": "float32", "shape": [1, 1, 64, 512]},
+        {"dtype": "float32", "shape": [1, 1, 512, 64]},
+    ],
+    "output": {"dtype": "float32", "shape": [1, 1, 512, 64]},
+    "arguments": {
+        "softmax_scale": 0.125,
+        "use_causal_mask": True,
+        "mixed_precision": False,
+        "seq_tile_size": 512,
+        "training": False,
+    },
+}
 
 
 def import_sdk():
@@ -54,18 +74,19 @@ def array_kernel_class(unified_kernel):
 
 
 def flash_forward(flash_fwd, flash_config, arguments):
-    """The flash kernel with its compile-time arguments bound, taking (q, k, v, seed)."""
+    """The flash kernel with its compile-time arguments bound, taking (q, k, v); inference takes
+    no dropout seed (the kernel asserts it is None)."""
     kernel = getattr(flash_fwd, "func", flash_fwd)
     config = flash_config(
         seq_tile_size=arguments["seq_tile_size"], training=arguments["training"]
     )
 
-    def flash_attention(q, k, v, seed):
+    def flash_attention(q, k, v):
         return kernel(
             q,
             k,
             v,
-            seed,
+            None,
             softmax_scale=arguments["softmax_scale"],
             use_causal_mask=arguments["use_causal_mask"],
             mixed_precision=arguments["mixed_precision"],
@@ -114,7 +135,7 @@ def trace(request, target):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--probe", action="store_true", help="only check that the SDK imports")
+    parser.add_argument("--probe", action="store_true", help="trace a small request, print nothing")
     parser.add_argument("--target", default="trn1", help="trn1 or trn2")
     options = parser.parse_args()
     try:
@@ -122,14 +143,19 @@ def main():
     except ImportError as error:
         print(f"the Neuron SDK's NKI kernels do not import: {error}", file=sys.stderr)
         return 1
-    if options.probe:
-        return 0
+    # Whatever the SDK prints goes to standard error: standard output holds the answer alone.
+    answer_stream = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     try:
-        request = json.load(sys.stdin)
-        json.dump(trace(request, options.target), sys.stdout)
+        request = PROBE_REQUEST if options.probe else json.load(sys.stdin)
+        call = trace(request, options.target)
     except Exception as error:  # every failure is reported to the executor, with its type
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    if not options.probe:
+        json.dump(call, answer_stream)
+    answer_stream.close()
     return 0
 
 

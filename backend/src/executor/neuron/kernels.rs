@@ -4,13 +4,15 @@
 //! Only the SDK's NKI tracer can write such a call's configuration, so a *kernel tracer* does it:
 //! a command that reads a request (JSON) on its standard input and writes the call (JSON:
 //! `custom_call_target`, `backend_config`, `output`) on its standard output, and that answers
-//! `--probe` with success when the SDK's kernels are there. The default tracer is the project's
-//! own script (`kernel_tracer.py`, run by `python3`); `HLAT_NEURON_KERNEL_TRACER` names another.
+//! `--probe` with success when it can trace a small request. The default tracer is the
+//! project's own script (`kernel_tracer.py`, run by `python3`); `HLAT_NEURON_KERNEL_TRACER` names
+//! another.
 //!
 //! Programs are hashed and cached with their requests, not the traced calls: a request names
-//! everything the kernel is compiled from (shapes, types, compile-time arguments), and the
-//! compiler's version (part of every NEFF cache key) stands for the SDK's. Each distinct request
-//! is traced once per process, and only when a program is compiled.
+//! everything the kernel is compiled from (shapes, types, compile-time arguments), the NEFF cache
+//! key of a module holding requests names the tracer ([`KernelTracer::identity`]), and the
+//! compiler's version stands for the SDK's. Each distinct request is traced once per process,
+//! and only when a program is compiled.
 
 use core::fmt;
 use core::str::FromStr;
@@ -166,19 +168,40 @@ impl KernelTracer {
         }
     }
 
-    /// Whether the tracer finds the SDK's kernels (`--probe`); if not, why.
+    /// What identifies the tracer in NEFF cache keys: its command line (the default script's
+    /// file name holds its hash) and target.
+    pub fn identity(&self) -> String {
+        format!("{} --target {}", self.shown(), self.target.name())
+    }
+
+    /// Whether the tracer traces a small request (`--probe`); if not, why. Asked once per process
+    /// and tracer.
     pub fn probe(&self) -> Result<(), NeuronError> {
-        let output = self
-            .command()
-            .arg("--probe")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|error| self.failure("the probe", error.to_string()))?;
-        if output.status.success() {
-            return Ok(());
-        }
-        let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
-        Err(self.failure("the probe", format!("{} {said}", output.status)))
+        static PROBED: Mutex<Option<HashMap<String, Result<(), String>>>> = Mutex::new(None);
+        let mut probed = PROBED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let answer = probed
+            .get_or_insert_with(HashMap::new)
+            .entry(self.identity())
+            .or_insert_with(|| {
+                let output = self
+                    .command()
+                    .arg("--probe")
+                    .arg("--target")
+                    .arg(self.target.name())
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|error| error.to_string())?;
+                if output.status.success() {
+                    return Ok(());
+                }
+                let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
+                Err(format!("{} {said}", output.status))
+            });
+        answer
+            .clone()
+            .map_err(|reason| self.failure("the probe", reason))
     }
 
     /// The vendor call for `request`, traced once per distinct request.
@@ -260,25 +283,33 @@ impl KernelTracer {
     }
 }
 
+/// Whether `module` (serialized) holds a kernel request.
+pub(crate) fn has_kernel_requests(module: &[u8]) -> bool {
+    let marker = KERNEL_REQUEST_TARGET.as_bytes();
+    module.windows(marker.len()).any(|window| window == marker)
+}
+
 /// `module` (serialized) as the compiler must receive it: its kernel requests replaced by the
 /// SDK's calls through `tracer`. A module without requests is returned as it is.
 pub(crate) fn with_kernels<'a>(
     module: &'a [u8],
     tracer: Option<&KernelTracer>,
 ) -> Result<Cow<'a, [u8]>, NeuronError> {
-    let marker = KERNEL_REQUEST_TARGET.as_bytes();
-    if !module.windows(marker.len()).any(|window| window == marker) {
+    if !has_kernel_requests(module) {
         return Ok(Cow::Borrowed(module));
     }
-    let unusable = |reason: String| NeuronError::KernelTracer {
-        kernel: "the module's kernel requests".to_string(),
-        command: String::new(),
-        reason,
-    };
-    let tracer = tracer
-        .ok_or_else(|| unusable("no kernel tracer is configured for this compiler".into()))?;
-    let mut decoded = HloModuleProto::decode(module)
-        .map_err(|error| unusable(format!("the module does not decode: {error}")))?;
+    let tracer = tracer.ok_or_else(|| NeuronError::UntracedKernelRequests {
+        reason: format!(
+            "no kernel tracer is configured ({FLASH_ATTENTION_ENV} is off, or the SDK was not \
+             found when the device opened)"
+        ),
+    })?;
+    let mut decoded = HloModuleProto::decode(module).map_err(|error| {
+        tracer.failure(
+            "the module's kernel requests",
+            format!("the module does not decode: {error}"),
+        )
+    })?;
     tracer.materialize(&mut decoded)?;
     Ok(Cow::Owned(decoded.encode_to_vec()))
 }

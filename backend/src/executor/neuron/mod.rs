@@ -2,7 +2,8 @@
 //! cache, the SDK's kernels (`kernels.rs`), and how a loaded NEFF binds to the module it was
 //! compiled from.
 //!
-//! A segment lowered to an XLA HLO module (the same bytes the `xla` executor compiles) is
+//! A segment lowered to an XLA HLO module (the bytes the `xla` executor compiles, but for
+//! attention as the SDK's flash kernel where `kernels.rs` can trace it) is
 //! compiled by `neuronx-cc compile --framework XLA --target trn1|trn2` into a NEFF, which the
 //! Neuron runtime loads on a NeuronCore. Compiles take minutes, so NEFFs are kept in a cache
 //! shared by every process of the machine (`NEURON_COMPILE_CACHE_URL`, default
