@@ -7,7 +7,9 @@
 //! ```
 //!
 //! They use the real compiler (`NEURON_CC`, default `neuronx-cc` on `PATH`) and the cache
-//! (`NEURON_COMPILE_CACHE_URL`, default `/var/tmp/neuron-compile-cache`).
+//! (`NEURON_COMPILE_CACHE_URL`, default `/var/tmp/neuron-compile-cache`). With
+//! `HLAT_NEURON_FLASH_ATTENTION=on`, `flash_attention_matches_the_host` checks the SDK's flash
+//! kernel (the default `auto` falls back to HLO attention when the tracer's probe fails).
 
 use burn::backend::Autodiff;
 use burn::module::Module;
@@ -134,4 +136,56 @@ fn training_steps_match_the_host() {
         &TensorData::new(actual, [5]),
         1e-3,
     );
+}
+
+/// Causal attention over 1,024 positions with a given scale: on a chip whose SDK traces the flash
+/// kernel (`HLAT_NEURON_FLASH_ATTENTION=on` makes a failed trace an error), the kernel's result.
+fn long_attention<B: Backend>(device: &B::Device, bf16: bool) -> TensorData {
+    use burn::tensor::module::attention;
+    use burn::tensor::ops::AttentionModuleOptions;
+
+    let input = |salt: usize, shape: [usize; 4]| {
+        let count = shape.iter().product::<usize>();
+        let values: Vec<f32> = (0..count)
+            .map(|i| (((i * 7919 + salt * 104_729) % 2003) as f32 - 1001.0) / 1001.0)
+            .collect();
+        let tensor = Tensor::<B, 4>::from_data(TensorData::new(values, shape), device);
+        if bf16 {
+            tensor.cast(burn::tensor::DType::BF16)
+        } else {
+            tensor
+        }
+    };
+    let shape = [1, 2, 1024, 64];
+    let options = AttentionModuleOptions {
+        scale: Some(0.2),
+        softcap: None,
+        is_causal: true,
+    };
+    attention(
+        input(1, shape),
+        input(2, shape),
+        input(3, shape),
+        None,
+        None,
+        options,
+    )
+    .cast(burn::tensor::DType::F32)
+    .into_data()
+}
+
+#[test]
+#[ignore = "needs a Trainium (trn1/trn2) instance with the Neuron SDK's NKI kernels"]
+fn flash_attention_matches_the_host() {
+    let device = neuron();
+    for (bf16, tolerance) in [(false, 1e-3), (true, 3e-2)] {
+        let expected = long_attention::<Trainium>(&TrainiumDevice::HOST, bf16);
+        let actual = long_attention::<Trainium>(&device, bf16);
+        assert_close(
+            &format!("attention (bf16: {bf16})"),
+            &expected,
+            &actual,
+            tolerance,
+        );
+    }
 }
