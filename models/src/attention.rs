@@ -115,27 +115,7 @@ impl<B: Backend> Attention<B> {
         let training = B::ad_enabled(&queries.device());
         match context {
             Context::Full if attends_by_block(seq) && !training => {
-                // In f32, as the blocks compute their softmax: Burn's reference attention
-                // (NdArray) would sum a bf16 softmax over thousands of keys in bf16.
-                let dtype = queries.dtype();
-                let widen = |tensor: Tensor<B, 4>| match dtype {
-                    DType::BF16 | DType::F16 => tensor.cast(DType::F32),
-                    _ => tensor,
-                };
-                let causal = AttentionModuleOptions {
-                    scale: None,
-                    softcap: None,
-                    is_causal: true,
-                };
-                let attended = attention(
-                    widen(queries),
-                    widen(self.repeat_kv(keys)),
-                    widen(self.repeat_kv(values)),
-                    None,
-                    None,
-                    causal,
-                );
-                self.join_heads(attended.cast(dtype))
+                self.attend_through_module(queries, keys, values)
             }
             Context::Full if attends_by_block(seq) => self.join_heads(blocked_causal_attention(
                 queries,
@@ -171,6 +151,36 @@ impl<B: Backend> Attention<B> {
         let future =
             Tensor::<B, 2, Bool>::tril_mask([rows, total], first as i64, &queries.device());
         self.attend_masked(queries, keys, values, future)
+    }
+
+    /// Causal attention through Burn's attention module, in f32 as the blocks compute their
+    /// softmax (Burn's reference attention, NdArray's, would sum a bf16 softmax over thousands of
+    /// keys in bf16); the heads joined.
+    fn attend_through_module(
+        &self,
+        queries: Tensor<B, 4>,
+        keys: Tensor<B, 4>,
+        values: Tensor<B, 4>,
+    ) -> Tensor<B, 3> {
+        let dtype = queries.dtype();
+        let widen = |tensor: Tensor<B, 4>| match dtype {
+            DType::BF16 | DType::F16 => tensor.cast(DType::F32),
+            _ => tensor,
+        };
+        let causal = AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: true,
+        };
+        let attended = attention(
+            widen(queries),
+            widen(self.repeat_kv(keys)),
+            widen(self.repeat_kv(values)),
+            None,
+            None,
+            causal,
+        );
+        self.join_heads(attended.cast(dtype))
     }
 
     /// Softmax attention with the scores of `future` (`[queries, keys]`, true where a query must

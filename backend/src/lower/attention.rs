@@ -269,10 +269,10 @@ fn flash_tile(ir: &AttentionOpIr) -> Result<i64, String> {
 }
 
 /// `ir` as a request for the Neuron SDK's flash-attention forward kernel: queries and keys
-/// transposed to `[batch, heads, width, positions]`, values as they are (the kernel's dropout
-/// seed is absent: inference takes none);
-/// one launch per batch row and head; the output `[batch, heads, positions, width]`. bf16 runs
-/// the kernel's mixed precision (products in bf16, softmax in f32), f32 runs it in f32.
+/// transposed to `[batch, heads, width, positions]`, values as they are, no dropout seed
+/// (inference takes none); one launch per batch row and head; the output `[batch, heads,
+/// positions, width]`. bf16 runs the kernel's mixed precision (products in bf16, softmax in
+/// f32), f32 runs it in f32.
 ///
 /// The kernel's scale is part of the program, always `1/√width` (the shape decides it); a scale
 /// the operation gives is a hoisted scalar, as everywhere (its value is not in the program's

@@ -33,7 +33,8 @@ pub struct CacheKey {
     pub flags_hash: String,
 }
 
-fn sha256_hex(parts: &[&[u8]], digits: usize) -> String {
+/// The first `digits` hex digits of the SHA-256 of `parts`, one after the other.
+pub(super) fn sha256_hex(parts: &[&[u8]], digits: usize) -> String {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update(part);

@@ -30,7 +30,8 @@ pub struct CompiledNeff {
     pub log: String,
 }
 
-fn printed(output: &Output) -> String {
+/// What a command printed: its standard output, then its standard error.
+pub(super) fn printed(output: &Output) -> String {
     let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !stderr.trim().is_empty() {

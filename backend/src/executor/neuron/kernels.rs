@@ -14,7 +14,6 @@
 //! compiler's version stands for the SDK's. Each distinct request is traced once per process,
 //! and only when a program is compiled.
 
-use core::fmt;
 use core::str::FromStr;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -25,8 +24,9 @@ use std::sync::{Arc, Mutex};
 
 use prost::Message;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
+use super::cache::sha256_hex;
+use super::compiler::printed;
 use super::{NeuronError, NeuronTarget};
 use crate::executor::atomic_write::write_atomically;
 use crate::hlo::HloModuleProto;
@@ -56,16 +56,6 @@ pub enum FlashAttention {
     On,
     /// Never: attention is lowered with HLO operations (`off`).
     Off,
-}
-
-impl fmt::Display for FlashAttention {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(match self {
-            Self::Auto => "auto",
-            Self::On => "on",
-            Self::Off => "off",
-        })
-    }
 }
 
 impl FromStr for FlashAttention {
@@ -128,11 +118,7 @@ impl KernelTracer {
     /// The project's own tracer script, written into `folder` (under a name holding its hash, so
     /// processes of other versions keep theirs) and run by `python3`.
     pub fn default_script(folder: &Path, target: NeuronTarget) -> Result<Self, NeuronError> {
-        let digest = Sha256::digest(TRACER_SCRIPT.as_bytes());
-        let hash: String = digest[..6]
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect();
+        let hash = sha256_hex(&[TRACER_SCRIPT.as_bytes()], 12);
         let script = folder.join(format!("hlat-kernel-tracer-{hash}.py"));
         if !script.is_file() {
             std::fs::create_dir_all(folder).map_err(NeuronError::io("create", folder))?;
@@ -196,8 +182,7 @@ impl KernelTracer {
                 if output.status.success() {
                     return Ok(());
                 }
-                let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
-                Err(format!("{} {said}", output.status))
+                Err(format!("{} {}", output.status, printed(&output).trim()))
             });
         answer
             .clone()
@@ -232,8 +217,8 @@ impl KernelTracer {
             .wait_with_output()
             .map_err(|error| self.failure(kernel, error.to_string()))?;
         if !output.status.success() {
-            let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
-            return Err(self.failure(kernel, format!("{} {said}", output.status)));
+            let said = printed(&output);
+            return Err(self.failure(kernel, format!("{} {}", output.status, said.trim())));
         }
         written.map_err(|error| self.failure(kernel, format!("writing the request: {error}")))?;
         let call: TracedKernel = serde_json::from_slice(&output.stdout).map_err(|error| {
@@ -262,9 +247,8 @@ impl KernelTracer {
         Ok(call)
     }
 
-    /// `module` with every kernel request replaced by the SDK's call; how many were replaced.
-    pub fn materialize(&self, module: &mut HloModuleProto) -> Result<usize, NeuronError> {
-        let mut replaced = 0;
+    /// `module` with every kernel request replaced by the SDK's call.
+    pub fn materialize(&self, module: &mut HloModuleProto) -> Result<(), NeuronError> {
         for instruction in module
             .computations
             .iter_mut()
@@ -277,9 +261,8 @@ impl KernelTracer {
             let call = self.trace(&request)?;
             instruction.custom_call_target = call.custom_call_target;
             instruction.backend_config = call.backend_config.into_bytes();
-            replaced += 1;
         }
-        Ok(replaced)
+        Ok(())
     }
 }
 
