@@ -6,16 +6,20 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, DType, Tensor};
+use burn::tensor::{Bool, DType, Tensor, s};
 
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block, blocked_causal_attention};
 use crate::cache::{CacheWrite, KvCache};
 use crate::config::HlatConfig;
-use crate::linear::projection;
+use crate::linear::{projection, row_parallel};
+use crate::norm::RmsNorm;
+use crate::parallel::Exchange;
 use crate::rotary::RotaryTables;
 
 /// Multi-head causal self-attention; `num_heads / num_kv_heads` query heads share each key/value
-/// head (grouped-query attention, as Hugging Face's `repeat_kv`).
+/// head (grouped-query attention, as Hugging Face's `repeat_kv`). Optionally with biases on the
+/// projections, an RMSNorm over each query and key head before the rotary embedding (Qwen3) and
+/// a sliding window (Mistral).
 #[derive(Module, Debug)]
 pub struct Attention<B: Backend> {
     /// Query projection `hidden -> heads·head_dim`.
@@ -26,12 +30,19 @@ pub struct Attention<B: Backend> {
     pub v_proj: Linear<B>,
     /// Output projection `heads·head_dim -> hidden`.
     pub o_proj: Linear<B>,
+    /// Norm of each query head `[head_dim]` (Qwen3's `q_norm`).
+    pub q_norm: Option<RmsNorm<B>>,
+    /// Norm of each key head `[head_dim]` (Qwen3's `k_norm`).
+    pub k_norm: Option<RmsNorm<B>>,
     /// Number of query heads.
     pub num_heads: usize,
     /// Number of key/value heads.
     pub num_kv_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
+    /// Positions a query sees, its own included, when the layer slides (`None`: all earlier).
+    #[module(skip)]
+    pub sliding_window: Option<usize>,
 }
 
 /// Where the keys and values of earlier positions come from.
@@ -50,50 +61,73 @@ pub enum Context<'a, B: Backend> {
 }
 
 impl<B: Backend> Attention<B> {
-    /// A freshly initialised attention layer.
-    pub fn new(config: &HlatConfig, device: &B::Device) -> Self {
+    /// A freshly initialised attention layer for decoder layer `layer` of `config`.
+    pub fn new(config: &HlatConfig, layer: usize, device: &B::Device) -> Self {
         let head_dim = config.head_dim();
         let hidden = config.hidden_size;
         let kv_width = config.num_kv_heads * head_dim;
+        let q_width = config.num_heads * head_dim;
+        let head_norm = || {
+            config
+                .qk_norm
+                .then(|| RmsNorm::new(head_dim, config.rms_norm_eps, device))
+        };
         Self {
-            q_proj: projection(config, hidden, config.num_heads * head_dim, device),
-            k_proj: projection(config, hidden, kv_width, device),
-            v_proj: projection(config, hidden, kv_width, device),
-            o_proj: projection(config, config.num_heads * head_dim, hidden, device),
+            q_proj: projection(config, hidden, q_width, config.qkv_bias, device),
+            k_proj: projection(config, hidden, kv_width, config.qkv_bias, device),
+            v_proj: projection(config, hidden, kv_width, config.qkv_bias, device),
+            o_proj: projection(config, q_width, hidden, config.o_proj_bias, device),
+            q_norm: head_norm(),
+            k_norm: head_norm(),
             num_heads: config.num_heads,
             num_kv_heads: config.num_kv_heads,
             head_dim,
+            sliding_window: config.window_of_layer(layer),
         }
     }
 
-    /// Attends `x` `[batch, seq, hidden]` whose first position is `rotary`'s first position.
+    /// Attends `x` `[batch, seq, hidden]` (the whole input of this rank's heads) whose first
+    /// position is `rotary`'s first position; the output projection is row-parallel under
+    /// `exchange`.
     pub fn forward(
         &self,
         x: Tensor<B, 3>,
         rotary: &RotaryTables<B>,
         context: Context<'_, B>,
+        exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
         let (queries, keys, values) = self.project(x, rotary);
-        self.o_proj
-            .forward(self.attend(queries, keys, values, context))
+        let attended = self.attend(queries, keys, values, context);
+        row_parallel(&self.o_proj, attended, exchange)
     }
 
     /// Queries, keys and values `[batch, heads, seq, head_dim]` of `x`, the queries and keys
-    /// rotated.
+    /// normed per head (when the layer has those norms) and rotated.
     pub fn project(
         &self,
         x: Tensor<B, 3>,
         rotary: &RotaryTables<B>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
         let [batch, seq, _] = x.dims();
-        let heads = |t: Tensor<B, 3>, count: usize| {
-            t.reshape([batch, seq, count, self.head_dim])
-                .swap_dims(1, 2)
+        let heads = |t: Tensor<B, 3>, count: usize, norm: Option<&RmsNorm<B>>| {
+            let t = t.reshape([batch, seq, count, self.head_dim]);
+            let t = match norm {
+                Some(norm) => norm.forward(t),
+                None => t,
+            };
+            t.swap_dims(1, 2)
         };
-        let queries = rotary.apply(heads(self.q_proj.forward(x.clone()), self.num_heads));
-        let keys = rotary.apply(heads(self.k_proj.forward(x.clone()), self.num_kv_heads));
-        let values = heads(self.v_proj.forward(x), self.num_kv_heads);
+        let queries = self.q_proj.forward(x.clone());
+        let queries = rotary.apply(heads(queries, self.num_heads, self.q_norm.as_ref()));
+        let keys = self.k_proj.forward(x.clone());
+        let keys = rotary.apply(heads(keys, self.num_kv_heads, self.k_norm.as_ref()));
+        let values = heads(self.v_proj.forward(x), self.num_kv_heads, None);
         (queries, keys, values)
+    }
+
+    /// Whether the sliding window hides some earlier position from a sequence of `seq`.
+    fn window_hides(&self, seq: usize) -> bool {
+        self.sliding_window.is_some_and(|window| window < seq)
     }
 
     /// The attention core: causal softmax attention of `queries` over `keys` and `values` (and
@@ -114,6 +148,23 @@ impl<B: Backend> Attention<B> {
         let seq = queries.dims()[2];
         let training = B::ad_enabled(&queries.device());
         match context {
+            // The window in the mask, a block of queries at a time over a long sequence (scores
+            // `[block × seq]`, as the backward pass recomputes them).
+            Context::Full if self.window_hides(seq) => {
+                let blocks = (0..seq)
+                    .step_by(ATTENTION_BLOCK)
+                    .map(|first| {
+                        let end = (first + ATTENTION_BLOCK).min(seq);
+                        self.attend_rows(
+                            queries.clone().slice(s![.., .., first..end, ..]),
+                            keys.clone().slice(s![.., .., 0..end, ..]),
+                            values.clone().slice(s![.., .., 0..end, ..]),
+                            first,
+                        )
+                    })
+                    .collect();
+                Tensor::cat(blocks, 1)
+            }
             Context::Full if attends_by_block(seq) && !training => {
                 self.attend_through_module(queries, keys, values)
             }
@@ -129,16 +180,18 @@ impl<B: Backend> Attention<B> {
                 layer,
                 write,
             } => {
-                let (keys, values, future) = cache.write(layer, keys, values, write);
-                self.attend_masked(queries, keys, values, future)
+                let (keys, values, hidden) =
+                    cache.write(layer, keys, values, write, self.sliding_window.is_some());
+                self.attend_masked(queries, keys, values, hidden)
             }
         }
     }
 
     /// The attention core for the queries of positions `first..first + rows` over the keys and
     /// values of positions `0..` (at least up to the last query): each query sees the keys up to
-    /// its own position. `[batch, rows, heads·head_dim]`; the rows of [`Attention::attend`] over
-    /// the whole sequence.
+    /// its own position (and, with a sliding window, none before the window).
+    /// `[batch, rows, heads·head_dim]`; the rows of [`Attention::attend`] over the whole
+    /// sequence.
     pub fn attend_rows(
         &self,
         queries: Tensor<B, 4>,
@@ -148,9 +201,15 @@ impl<B: Backend> Attention<B> {
     ) -> Tensor<B, 3> {
         let rows = queries.dims()[2];
         let total = keys.dims()[2];
-        let future =
-            Tensor::<B, 2, Bool>::tril_mask([rows, total], first as i64, &queries.device());
-        self.attend_masked(queries, keys, values, future)
+        let device = queries.device();
+        let mut hidden = Tensor::<B, 2, Bool>::tril_mask([rows, total], first as i64, &device);
+        if let Some(window) = self.sliding_window {
+            // Key k is before query q's window when k <= q - window.
+            let offset = first as i64 - window as i64 + 1;
+            let before = Tensor::<B, 2, Bool>::triu_mask([rows, total], offset, &device);
+            hidden = hidden.bool_or(before);
+        }
+        self.attend_masked(queries, keys, values, hidden)
     }
 
     /// Causal attention through Burn's attention module, in f32 as the blocks compute their

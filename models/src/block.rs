@@ -25,10 +25,10 @@ pub struct DecoderLayer<B: Backend> {
 }
 
 impl<B: Backend> DecoderLayer<B> {
-    /// A freshly initialised block.
-    pub fn new(config: &HlatConfig, device: &B::Device) -> Self {
+    /// A freshly initialised block, decoder layer `layer` of `config`.
+    pub fn new(config: &HlatConfig, layer: usize, device: &B::Device) -> Self {
         Self {
-            self_attn: Attention::new(config, device),
+            self_attn: Attention::new(config, layer, device),
             mlp: Mlp::new(config, device),
             input_layernorm: RmsNorm::new(config.hidden_size, config.rms_norm_eps, device),
             post_attention_layernorm: RmsNorm::new(config.hidden_size, config.rms_norm_eps, device),
@@ -37,7 +37,7 @@ impl<B: Backend> DecoderLayer<B> {
 
     /// Applies the block to `[batch, seq, hidden]` (a slice of the sequence under sequence
     /// parallelism); attention and the feed-forward network run between `exchange`'s `enter`
-    /// and `exit`.
+    /// and `exit` (their row-parallel output projections).
     pub fn forward(
         &self,
         x: Tensor<B, 3>,
@@ -46,10 +46,10 @@ impl<B: Backend> DecoderLayer<B> {
         exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
         let normed = exchange.enter(self.input_layernorm.forward(x.clone()));
-        let attended = exchange.exit(self.self_attn.forward(normed, rotary, context));
+        let attended = self.self_attn.forward(normed, rotary, context, exchange);
         let x = x + attended;
         let normed = exchange.enter(self.post_attention_layernorm.forward(x.clone()));
-        let transformed = exchange.exit(self.mlp.forward(normed));
+        let transformed = self.mlp.forward(normed, exchange);
         x + transformed
     }
 }

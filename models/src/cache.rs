@@ -29,6 +29,8 @@ pub struct KvCache<B: Backend> {
     layers: Vec<LayerCache<B>>,
     len: usize,
     capacity: usize,
+    /// The model's sliding window, if some layer slides.
+    window: Option<usize>,
 }
 
 /// Where one forward pass writes into the cache and what its queries see, as run-time data
@@ -41,6 +43,9 @@ pub struct CacheWrite<B: Backend> {
     keep: Tensor<B, 1>,
     /// `[seq, capacity]`: true where a key slot lies after the query's position (or is unwritten).
     future: Tensor<B, 2, Bool>,
+    /// `[seq, capacity]`: `future`, and true where a slot lies before the query's sliding window
+    /// (when the model has one).
+    outside_window: Option<Tensor<B, 2, Bool>>,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -64,6 +69,7 @@ impl<B: Backend> KvCache<B> {
                 .collect(),
             len: 0,
             capacity,
+            window: config.sliding_window.map(|window| window.size),
         }
     }
 
@@ -99,25 +105,36 @@ impl<B: Backend> KvCache<B> {
             placement[(start + position) * seq + position] = 1.0;
             keep[start + position] = 0.0;
         }
-        let future: Vec<bool> = (0..seq)
-            .flat_map(|query| (0..capacity).map(move |slot| slot > start + query))
-            .collect();
+        // Slot c holds position c: a query at position p sees the slots p - window < c <= p.
+        let mask = |window: Option<usize>| {
+            let hidden: Vec<bool> = (0..seq)
+                .flat_map(|query| {
+                    let position = start + query;
+                    (0..capacity).map(move |slot| {
+                        slot > position || window.is_some_and(|window| slot + window <= position)
+                    })
+                })
+                .collect();
+            Tensor::from_data(TensorData::new(hidden, [seq, capacity]), device)
+        };
         CacheWrite {
             placement: Tensor::from_data(TensorData::new(placement, [capacity, seq]), device),
             keep: Tensor::from_data(TensorData::new(keep, [capacity]), device),
-            future: Tensor::from_data(TensorData::new(future, [seq, capacity]), device),
+            future: mask(None),
+            outside_window: self.window.map(|window| mask(Some(window))),
         }
     }
 
     /// Writes `keys`/`values` `[batch, kv_heads, seq, head_dim]` of `layer` where `write`
     /// places them; returns the layer's whole cache and the mask of the slots each query must not
-    /// see, `[seq, capacity]`.
+    /// see, `[seq, capacity]` (those before its window too when the layer `slides`).
     pub(crate) fn write(
         &mut self,
         layer: usize,
         keys: Tensor<B, 4>,
         values: Tensor<B, 4>,
         write: &CacheWrite<B>,
+        slides: bool,
     ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 2, Bool>) {
         let dtype = keys.dtype();
         let placement = write.placement.clone().cast(dtype).unsqueeze::<4>();
@@ -133,11 +150,11 @@ impl<B: Backend> KvCache<B> {
         let entry = &mut self.layers[layer];
         entry.keys = place(entry.keys.clone(), keys);
         entry.values = place(entry.values.clone(), values);
-        (
-            entry.keys.clone(),
-            entry.values.clone(),
-            write.future.clone(),
-        )
+        let hidden = match (&write.outside_window, slides) {
+            (Some(outside_window), true) => outside_window.clone(),
+            _ => write.future.clone(),
+        };
+        (entry.keys.clone(), entry.values.clone(), hidden)
     }
 
     /// Records that `count` more positions have been processed by every layer.

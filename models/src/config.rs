@@ -1,11 +1,14 @@
-//! [`HlatConfig`]: the architecture of an HLAT model, its presets and its derived sizes.
+//! [`HlatConfig`]: the architecture of a LLaMA-family decoder (HLAT and today's Llama 3.x,
+//! Mistral, Qwen2/2.5 and Qwen3 checkpoints), its presets and its derived sizes.
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
+use crate::family::ModelFamily;
 use crate::model::Hlat;
+use crate::rotary::RopeScaling;
 
 /// Errors of configuration lookup, validation and (de)serialization.
 #[derive(Debug, thiserror::Error)]
@@ -44,10 +47,13 @@ pub enum ConfigError {
     },
 }
 
-/// The architecture of an HLAT (LLaMA-style) decoder.
+/// The architecture of a LLaMA-family decoder: HLAT (its presets), and the checkpoints of the
+/// families in [`ModelFamily`], whose variations (RoPE scaling, tied embeddings, head width,
+/// projection biases, per-head query/key norms, a sliding window) are fields here.
 ///
-/// Serialized as our own JSON (`config.json` of a native checkpoint); Hugging Face configurations
-/// are read and written by [`crate::hf`].
+/// Serialized as our own JSON (`config.json` of a native checkpoint); fields added for the
+/// families are left out while they keep HLAT's values, so HLAT configurations read and write as
+/// before. Hugging Face configurations are read and written by [`crate::hf`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HlatConfig {
     /// Number of tokens in the vocabulary.
@@ -76,6 +82,51 @@ pub struct HlatConfig {
     pub eos_token_id: u32,
     /// Padding token id, if the tokenizer has one.
     pub pad_token_id: Option<u32>,
+    /// The checkpoint family: the `model_type` the model exports as (HLAT: `llama`).
+    #[serde(default, skip_serializing_if = "ModelFamily::is_llama")]
+    pub family: ModelFamily,
+    /// Width of one attention head when it is not `hidden_size / num_heads` (Qwen3, Mistral
+    /// NeMo); see [`HlatConfig::head_dim`].
+    #[serde(default, rename = "head_dim", skip_serializing_if = "Option::is_none")]
+    pub explicit_head_dim: Option<usize>,
+    /// How the rotary frequencies are scaled for a longer context (transformers' `rope_type`).
+    #[serde(default, skip_serializing_if = "RopeScaling::is_default")]
+    pub rope_scaling: RopeScaling,
+    /// Whether the LM head is the token embedding, transposed (one weight, both uses).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tie_word_embeddings: bool,
+    /// Biases on the query, key and value projections (Qwen2; Llama's and Qwen3's
+    /// `attention_bias`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qkv_bias: bool,
+    /// A bias on the attention output projection (Llama's and Qwen3's `attention_bias`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub o_proj_bias: bool,
+    /// Biases on the feed-forward projections (Llama's `mlp_bias`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mlp_bias: bool,
+    /// An RMSNorm over each query and key head before the rotary embedding (Qwen3).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub qk_norm: bool,
+    /// Attention limited to the most recent positions (Mistral, Qwen with
+    /// `use_sliding_window`); `None`: every earlier position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// Sliding-window attention: a query sees the `size` positions ending at its own (transformers'
+/// `sliding_window`), in the layers from `first_layer` on (Qwen's `max_window_layers`; 0 for
+/// Mistral, whose every layer slides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlidingWindow {
+    /// Positions a query sees, its own included.
+    pub size: usize,
+    /// The first layer that slides; the layers before it attend to every earlier position.
+    pub first_layer: usize,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// The largest value of a size field of [`HlatConfig`]: far beyond any trained model (HLAT-70B
@@ -87,7 +138,7 @@ fn largest_size(field: &str) -> usize {
         "vocab_size" => i32::MAX as usize,
         "num_layers" => 1 << 16,
         "max_seq_len" => 1 << 24,
-        // hidden_size, num_heads, num_kv_heads, ffn_size.
+        // hidden_size, num_heads, num_kv_heads, head_dim, ffn_size.
         _ => 1 << 22,
     }
 }
@@ -107,7 +158,73 @@ const PRESET_NAMES: &[&str] = &[
     "hlat-tiny",
     "hlat-test",
     "bench-tiny",
+    "llama-3.1-8b",
+    "llama-3.2-1b",
+    "mistral-7b",
+    "qwen2.5-0.5b",
 ];
+
+/// The presets of published checkpoints' architectures (see [`HlatConfig::preset`]), as their
+/// `config.json` files state them.
+fn published_preset(name: &str) -> Option<HlatConfig> {
+    let llama3 = |factor| RopeScaling::Llama3 {
+        factor,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192,
+    };
+    let base = HlatConfig {
+        init_std: 0.02,
+        ..HlatConfig::hlat(128256, 4096, 32, (32, 8), 14336, 131072)
+    };
+    let config = match name {
+        "llama-3.1-8b" => HlatConfig {
+            rope_theta: 500000.0,
+            rope_scaling: llama3(8.0),
+            bos_token_id: 128000,
+            eos_token_id: 128001,
+            ..base
+        },
+        "llama-3.2-1b" => HlatConfig {
+            hidden_size: 2048,
+            num_layers: 16,
+            explicit_head_dim: Some(64),
+            ffn_size: 8192,
+            rope_theta: 500000.0,
+            rope_scaling: llama3(32.0),
+            tie_word_embeddings: true,
+            bos_token_id: 128000,
+            eos_token_id: 128001,
+            ..base
+        },
+        "mistral-7b" => HlatConfig {
+            family: ModelFamily::Mistral,
+            vocab_size: 32768,
+            max_seq_len: 32768,
+            rope_theta: 1e6,
+            ..base
+        },
+        "qwen2.5-0.5b" => HlatConfig {
+            family: ModelFamily::Qwen2,
+            vocab_size: 151936,
+            hidden_size: 896,
+            num_layers: 24,
+            num_heads: 14,
+            num_kv_heads: 2,
+            ffn_size: 4864,
+            max_seq_len: 32768,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1e6,
+            tie_word_embeddings: true,
+            qkv_bias: true,
+            bos_token_id: 151643,
+            eos_token_id: 151643,
+            ..base
+        },
+        _ => return None,
+    };
+    Some(config)
+}
 
 impl HlatConfig {
     /// A built-in configuration:
@@ -119,7 +236,21 @@ impl HlatConfig {
     /// - `hlat-test`: a very small model for unit tests (vocab 64, hidden 32, 2 layers,
     ///   4 heads / 2 KV heads, FFN 64, context 32).
     /// - `bench-tiny`: vocab 32000, hidden 256, 4 layers, 4 heads, FFN 688, context 256.
+    ///
+    /// and the architectures of published checkpoints (as their `config.json` describes them;
+    /// import the weights with [`crate::hf::import_hf`]):
+    /// - `llama-3.1-8b`: Llama 3.1 8B (vocab 128256, hidden 4096, 32 layers, 32 / 8 heads, FFN
+    ///   14336, RoPE θ 500000 with `llama3` scaling ×8, context 131072).
+    /// - `llama-3.2-1b`: Llama 3.2 1B (vocab 128256, hidden 2048, 16 layers, 32 / 8 heads of 64,
+    ///   FFN 8192, tied embeddings, `llama3` scaling ×32, context 131072).
+    /// - `mistral-7b`: Mistral 7B v0.3 (vocab 32768, hidden 4096, 32 layers, 32 / 8 heads, FFN
+    ///   14336, RoPE θ 1e6, context 32768, no sliding window).
+    /// - `qwen2.5-0.5b`: Qwen2.5 0.5B (vocab 151936, hidden 896, 24 layers, 14 / 2 heads, FFN
+    ///   4864, q/k/v biases, tied embeddings, RoPE θ 1e6, context 32768).
     pub fn preset(name: &str) -> Result<HlatConfig, ConfigError> {
+        if let Some(config) = published_preset(name) {
+            return Ok(config);
+        }
         let (vocab, hidden, layers, heads, kv_heads, ffn, context) = match name {
             "hlat-7b" => (32000, 4096, 32, 32, 32, 11008, 4096),
             "hlat-70b" => (32000, 8192, 80, 64, 8, 28672, 4096),
@@ -132,7 +263,27 @@ impl HlatConfig {
                 });
             }
         };
-        Ok(HlatConfig {
+        Ok(HlatConfig::hlat(
+            vocab,
+            hidden,
+            layers,
+            (heads, kv_heads),
+            ffn,
+            context,
+        ))
+    }
+
+    /// An HLAT decoder of these sizes: untied, bias-free, default RoPE θ 1e4, RMSNorm ε 1e-5,
+    /// weights normal(0, 0.021), BOS 1, EOS 2.
+    fn hlat(
+        vocab: usize,
+        hidden: usize,
+        layers: usize,
+        (heads, kv_heads): (usize, usize),
+        ffn: usize,
+        context: usize,
+    ) -> HlatConfig {
+        HlatConfig {
             vocab_size: vocab,
             hidden_size: hidden,
             num_layers: layers,
@@ -146,7 +297,16 @@ impl HlatConfig {
             bos_token_id: 1,
             eos_token_id: 2,
             pad_token_id: None,
-        })
+            family: ModelFamily::Llama,
+            explicit_head_dim: None,
+            rope_scaling: RopeScaling::Default,
+            tie_word_embeddings: false,
+            qkv_bias: false,
+            o_proj_bias: false,
+            mlp_bias: false,
+            qk_norm: false,
+            sliding_window: None,
+        }
     }
 
     /// The names [`HlatConfig::preset`] accepts.
@@ -154,9 +314,18 @@ impl HlatConfig {
         PRESET_NAMES
     }
 
-    /// Width of one attention head (`hidden_size / num_heads`).
+    /// Width of one attention head: the checkpoint's `head_dim` when it has one, else
+    /// `hidden_size / num_heads`.
     pub fn head_dim(&self) -> usize {
-        self.hidden_size / self.num_heads
+        self.explicit_head_dim
+            .unwrap_or(self.hidden_size / self.num_heads.max(1))
+    }
+
+    /// The sliding window of layer `layer`, if it slides.
+    pub fn window_of_layer(&self, layer: usize) -> Option<usize> {
+        self.sliding_window
+            .filter(|window| layer >= window.first_layer)
+            .map(|window| window.size)
     }
 
     /// Checks that a model can be built from this configuration.
@@ -190,12 +359,25 @@ impl HlatConfig {
                 );
             }
         }
-        if !self.hidden_size.is_multiple_of(self.num_heads) {
-            return invalid(
-                "num_heads",
-                self.num_heads.to_string(),
-                &format!("does not divide hidden_size {}", self.hidden_size),
-            );
+        match self.explicit_head_dim {
+            None if !self.hidden_size.is_multiple_of(self.num_heads) => {
+                return invalid(
+                    "num_heads",
+                    self.num_heads.to_string(),
+                    &format!("does not divide hidden_size {}", self.hidden_size),
+                );
+            }
+            Some(width) if width == 0 || width > largest_size("head_dim") => {
+                return invalid(
+                    "head_dim",
+                    width.to_string(),
+                    &format!(
+                        "must be between 1 and {} (the width of one attention head)",
+                        largest_size("head_dim")
+                    ),
+                );
+            }
+            _ => {}
         }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return invalid(
@@ -205,14 +387,29 @@ impl HlatConfig {
             );
         }
         if !self.head_dim().is_multiple_of(2) {
+            let (field, value) = match self.explicit_head_dim {
+                Some(width) => ("head_dim", width),
+                None => ("num_heads", self.num_heads),
+            };
             return invalid(
-                "num_heads",
-                self.num_heads.to_string(),
+                field,
+                value.to_string(),
                 &format!(
                     "gives an odd head width {} (rotary embeddings need an even one)",
                     self.head_dim()
                 ),
             );
+        }
+        if let Some(window) = self.sliding_window
+            && window.size == 0
+        {
+            return invalid("sliding_window", "0".into(), "must be at least 1");
+        }
+        if let Err((field, value, reason)) = self.rope_scaling.check() {
+            return invalid(field, value, &reason);
+        }
+        if let Err((field, reason)) = self.family.check(self) {
+            return invalid(field, self.family.to_string(), &reason);
         }
         let positives = [
             ("rms_norm_eps", self.rms_norm_eps),
@@ -261,16 +458,14 @@ impl HlatConfig {
         Ok(Hlat::new(self.clone(), device))
     }
 
-    /// Number of parameters, computed from the configuration without allocating:
-    /// embeddings and LM head `2·V·H`, per layer `2·H² + 2·H·kv·d` (attention) `+ 3·H·F` (SwiGLU)
-    /// `+ 2·H` (norms), plus the final norm `H`.
+    /// Number of parameters, computed from the configuration without allocating: the elements
+    /// of every weight [`crate::hf::tensor_specs`] lists (a tied LM head counted once). For
+    /// HLAT: embeddings and LM head `2·V·H`, per layer `2·H² + 2·H·kv·d` (attention) `+ 3·H·F`
+    /// (SwiGLU) `+ 2·H` (norms), plus the final norm `H`.
     pub fn num_params(&self) -> u64 {
-        let hidden = self.hidden_size as u64;
-        let kv_width = (self.num_kv_heads * self.head_dim()) as u64;
-        let attention = 2 * hidden * hidden + 2 * hidden * kv_width;
-        let mlp = 3 * hidden * self.ffn_size as u64;
-        let per_layer = attention + mlp + 2 * hidden;
-        2 * self.vocab_size as u64 * hidden + self.num_layers as u64 * per_layer + hidden
+        crate::hf::tensor_specs(self)
+            .map(|spec| element_count(&spec.hf_shape))
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Training FLOPs per token for sequences of `seq_len` tokens (forward + backward), as in
@@ -284,8 +479,13 @@ impl HlatConfig {
     /// attention score and weighted-value products (`2·2·H·T` per layer forward, times 3 for
     /// forward + backward), without discounting the causal mask.
     pub fn train_flops_per_token(&self, seq_len: usize) -> f64 {
-        let matmul_params =
-            (self.num_params() - (self.vocab_size * self.hidden_size) as u64) as f64;
+        // A tied embedding still takes part as the LM head.
+        let lookup = if self.tie_word_embeddings {
+            0
+        } else {
+            (self.vocab_size * self.hidden_size) as u64
+        };
+        let matmul_params = (self.num_params() - lookup) as f64;
         let attention = 12.0 * self.num_layers as f64 * self.hidden_size as f64 * seq_len as f64;
         6.0 * matmul_params + attention
     }
@@ -337,6 +537,25 @@ mod tests {
             HlatConfig::preset("hlat-70b").unwrap().num_params(),
             68_976_648_192
         );
+    }
+
+    /// The counts transformers reports for the published checkpoints
+    /// (`sum(p.numel() for p in model.parameters())`, a tied head counted once).
+    #[test]
+    fn parameter_counts_of_the_published_presets() {
+        let counts = [
+            ("llama-3.1-8b", 8_030_261_248),
+            ("llama-3.2-1b", 1_235_814_400),
+            ("mistral-7b", 7_248_023_552),
+            ("qwen2.5-0.5b", 494_032_768),
+        ];
+        for (name, count) in counts {
+            assert_eq!(
+                HlatConfig::preset(name).unwrap().num_params(),
+                count,
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! # hlat
 //!
-//! The HLAT model (arXiv 2404.10630): a LLaMA-style decoder for Burn, generic over the backend.
+//! The HLAT model (arXiv 2404.10630) as one preset of a configurable LLaMA-family decoder for
+//! Burn, generic over the backend, that also imports Llama 3.x, Mistral, Qwen2/2.5 and Qwen3.
 //!
 //! - [`HlatConfig`]: architecture, presets (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`,
-//!   `bench-tiny`), parameter count and training FLOPs.
+//!   `bench-tiny`, and `llama-3.1-8b`, `llama-3.2-1b`, `mistral-7b`, `qwen2.5-0.5b`), parameter
+//!   count and training FLOPs; [`ModelFamily`], [`RopeScaling`], [`SlidingWindow`] for the
+//!   families' variations.
 //! - [`Hlat`]: logits and next-token cross-entropy; [`KvCache`] for incremental decoding.
 //! - [`blocked_attention`]: causal attention by blocks (online softmax) for long sequences.
 //! - [`generate`]: greedy or sampled generation with a KV cache.
@@ -11,7 +14,8 @@
 //! - [`sharded_checkpoint`]: tensor-parallel checkpoints, one file per rank.
 //! - [`run_folder`]: the layout of a training run's checkpoints (written by the trainer, read by
 //!   `load_any`).
-//! - [`hf`]: Hugging Face `LlamaForCausalLM` import/export and `tokenizer.json`.
+//! - [`hf`]: Hugging Face import/export (`LlamaForCausalLM`, `MistralForCausalLM`,
+//!   `Qwen2ForCausalLM`, `Qwen3ForCausalLM`) and `tokenizer.json`.
 //! - [`merge`]: mergekit-style merges (linear, SLERP, task arithmetic, TIES, DARE) of Hugging
 //!   Face checkpoints.
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
@@ -22,6 +26,7 @@ pub mod blocked_attention;
 mod cache;
 pub mod checkpoint;
 mod config;
+mod family;
 pub mod generate;
 pub mod hf;
 mod linear;
@@ -39,8 +44,10 @@ mod staging;
 pub use attention::Attention;
 pub use block::DecoderLayer;
 pub use cache::{CacheWrite, KvCache};
-pub use config::{ConfigError, HlatConfig};
+pub use config::{ConfigError, HlatConfig, SlidingWindow, element_count};
+pub use family::ModelFamily;
 pub use mlp::Mlp;
 pub use model::Hlat;
 pub use norm::RmsNorm;
+pub use rotary::RopeScaling;
 pub use tokenizers::Tokenizer;

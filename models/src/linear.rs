@@ -1,21 +1,29 @@
-//! Bias-free projections initialised as in HLAT.
+//! Projections initialised as in HLAT, and the row-parallel application of one.
 
 use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use crate::config::HlatConfig;
+use crate::parallel::Exchange;
 
-/// A bias-free `Linear` `[d_input, d_output]` with weights normal(0, `config.init_std`).
+/// A `Linear` `[d_input, d_output]` with weights normal(0, `config.init_std`) and, when `bias`,
+/// a bias initialised to zero (as transformers initialises biases).
 pub fn projection<B: Backend>(
     config: &HlatConfig,
     d_input: usize,
     d_output: usize,
+    bias: bool,
     device: &B::Device,
 ) -> Linear<B> {
-    LinearConfig::new(d_input, d_output)
+    let mut linear = LinearConfig::new(d_input, d_output)
         .with_bias(false)
         .with_initializer(normal_init(config))
-        .init(device)
+        .init(device);
+    if bias {
+        linear.bias = Some(Initializer::Zeros.init([d_output], device));
+    }
+    linear
 }
 
 /// The initializer of every HLAT weight matrix: normal(0, `config.init_std`).
@@ -23,5 +31,21 @@ pub fn normal_init(config: &HlatConfig) -> Initializer {
     Initializer::Normal {
         mean: 0.0,
         std: config.init_std,
+    }
+}
+
+/// A row-parallel layer (the attention output and MLP down projections): each rank multiplies
+/// its slice of the input features, `exchange` sums the partial products (scattering the
+/// sequence under sequence parallelism), and the bias, held whole by every rank, is added once
+/// after the sum, as Megatron's `RowParallelLinear` adds it.
+pub fn row_parallel<B: Backend>(
+    linear: &Linear<B>,
+    x: Tensor<B, 3>,
+    exchange: &dyn Exchange<B>,
+) -> Tensor<B, 3> {
+    let summed = exchange.exit(burn::tensor::module::linear(x, linear.weight.val(), None));
+    match &linear.bias {
+        Some(bias) => summed + bias.val().unsqueeze(),
+        None => summed,
     }
 }

@@ -14,7 +14,8 @@ use crate::norm::RmsNorm;
 use crate::parallel::{Exchange, Unsharded, local_ids};
 use crate::rotary::RotaryTables;
 
-/// The HLAT decoder: token embedding, pre-norm blocks, final RMSNorm, untied LM head.
+/// The decoder: token embedding, pre-norm blocks, final RMSNorm, LM head (untied in HLAT, the
+/// embedding itself when the configuration ties them).
 ///
 /// Field names follow Hugging Face's `LlamaForCausalLM` (`embed_tokens`, `layers.N.self_attn.q_proj`,
 /// ...), so a parameter's Burn path is its Hugging Face name without the `model.` prefix. The
@@ -27,8 +28,9 @@ pub struct Hlat<B: Backend> {
     pub layers: Vec<DecoderLayer<B>>,
     /// Final norm.
     pub norm: RmsNorm<B>,
-    /// LM head `hidden -> vocab` (untied from the embedding).
-    pub lm_head: Linear<B>,
+    /// LM head `hidden -> vocab`; `None` when tied: the logits are then the final hidden states
+    /// times the embedding, transposed (one weight, whose gradient sums both uses).
+    pub lm_head: Option<Linear<B>>,
     #[module(skip)]
     config: HlatConfig,
 }
@@ -41,10 +43,18 @@ impl<B: Backend> Hlat<B> {
                 .with_initializer(normal_init(&config))
                 .init(device),
             layers: (0..config.num_layers)
-                .map(|_| DecoderLayer::new(&config, device))
+                .map(|layer| DecoderLayer::new(&config, layer, device))
                 .collect(),
             norm: RmsNorm::new(config.hidden_size, config.rms_norm_eps, device),
-            lm_head: projection(&config, config.hidden_size, config.vocab_size, device),
+            lm_head: (!config.tie_word_embeddings).then(|| {
+                projection(
+                    &config,
+                    config.hidden_size,
+                    config.vocab_size,
+                    false,
+                    device,
+                )
+            }),
             config,
         }
     }
@@ -156,7 +166,8 @@ impl<B: Backend> Hlat<B> {
 
     /// The rotary tables of `seq` positions from `start`.
     pub(crate) fn rotary(&self, start: usize, seq: usize, device: &B::Device) -> RotaryTables<B> {
-        RotaryTables::new(
+        RotaryTables::scaled(
+            &self.config.rope_scaling,
             self.config.head_dim(),
             self.config.rope_theta,
             start,
@@ -166,9 +177,14 @@ impl<B: Backend> Hlat<B> {
     }
 
     /// Logits of the last layer's output `x`: the final norm and the LM head (each rank's slice
-    /// of the vocabulary, for the full sequence).
+    /// of the vocabulary, for the full sequence). A tied head multiplies by this rank's rows of
+    /// the vocabulary-parallel embedding: the same slice of the vocabulary.
     pub(crate) fn head(&self, x: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
-        self.lm_head.forward(exchange.enter(self.norm.forward(x)))
+        let x = exchange.enter(self.norm.forward(x));
+        match &self.lm_head {
+            Some(lm_head) => lm_head.forward(x),
+            None => x.matmul(self.embed_tokens.weight.val().transpose().unsqueeze()),
+        }
     }
 
     /// The output of the last layer `[batch, seq, hidden]` (this rank's slice of the sequence

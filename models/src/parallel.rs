@@ -145,17 +145,31 @@ pub enum Placement {
 }
 
 /// The placement of the parameter at `path` (its module names from the model down, the
-/// parameter's field last: `layers.3.self_attn.q_proj.weight`).
+/// parameter's field last: `layers.3.self_attn.q_proj.weight`). A column-parallel layer's bias
+/// is split with its output features; a row-parallel layer's is whole on every rank (added once,
+/// after the sum: see [`crate::linear::row_parallel`]), as are the norms.
 pub fn placement(path: &[String]) -> Placement {
+    let parameter = path.last().map(String::as_str);
     let module = path.iter().rev().nth(1).map(String::as_str);
+    let bias = parameter == Some("bias");
     match module {
         Some("embed_tokens") => Placement::Split(0),
         Some("q_proj" | "k_proj" | "v_proj" | "gate_proj" | "up_proj" | "lm_head") => {
-            Placement::Split(1)
+            Placement::Split(if bias { 0 } else { 1 })
         }
-        Some("o_proj" | "down_proj") => Placement::Split(0),
+        Some("o_proj" | "down_proj") if !bias => Placement::Split(0),
         _ => Placement::Replicated,
     }
+}
+
+/// Whether each tensor-parallel rank gets only its part of the gradient of the parameter at
+/// `path`, which is [`Placement::Replicated`], so that the parts must be summed over the group:
+/// the per-head query/key norms always (each rank norms its own heads), the other whole
+/// parameters under sequence parallelism (each rank sees its slice of the sequence).
+pub fn partial_gradient(path: &[String], sequence_parallel: bool) -> bool {
+    let module = path.iter().rev().nth(1).map(String::as_str);
+    placement(path) == Placement::Replicated
+        && (sequence_parallel || matches!(module, Some("q_norm" | "k_norm")))
 }
 
 /// The module path a visitor or mapper is at.
@@ -183,6 +197,11 @@ impl ParamPath {
     /// Where the current parameter lives across a tensor-parallel group.
     pub fn placement(&self) -> Placement {
         placement(&self.names)
+    }
+
+    /// Whether the current parameter's gradient is partial on each rank ([`partial_gradient`]).
+    pub fn partial_gradient(&self, sequence_parallel: bool) -> bool {
+        partial_gradient(&self.names, sequence_parallel)
     }
 }
 
@@ -227,7 +246,8 @@ impl<B: CollectiveBackend> ModuleMapper<B> for Reshard<'_> {
     }
 }
 
-/// Checks that a configuration can be split `degree` ways.
+/// Checks that a configuration can be split `degree` ways (heads, KV heads, the FFN width and
+/// the vocabulary, which a tied head shares with the embedding).
 pub fn check_degree(config: &crate::HlatConfig, degree: usize) -> Result<(), String> {
     let divides = |what: &str, count: usize| {
         if count.is_multiple_of(degree) {
@@ -325,5 +345,35 @@ mod tests {
             Placement::Replicated
         );
         assert_eq!(placement(&path("norm.weight")), Placement::Replicated);
+        assert_eq!(
+            placement(&path("layers.0.self_attn.k_proj.bias")),
+            Placement::Split(0)
+        );
+        assert_eq!(
+            placement(&path("layers.0.self_attn.o_proj.bias")),
+            Placement::Replicated
+        );
+        assert_eq!(
+            placement(&path("layers.0.mlp.down_proj.bias")),
+            Placement::Replicated
+        );
+        assert_eq!(
+            placement(&path("layers.0.self_attn.q_norm.weight")),
+            Placement::Replicated
+        );
+    }
+
+    #[test]
+    fn per_head_norms_have_partial_gradients_without_sequence_parallelism() {
+        let q_norm = path("layers.0.self_attn.q_norm.weight");
+        let norm = path("layers.0.input_layernorm.weight");
+        let bias = path("layers.0.self_attn.o_proj.bias");
+        assert!(partial_gradient(&q_norm, false) && partial_gradient(&q_norm, true));
+        assert!(!partial_gradient(&norm, false) && partial_gradient(&norm, true));
+        assert!(!partial_gradient(&bias, false) && partial_gradient(&bias, true));
+        assert!(!partial_gradient(
+            &path("layers.0.self_attn.q_proj.bias"),
+            true
+        ));
     }
 }

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attention::{Attention, Context};
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
+use crate::linear::row_parallel;
 use crate::mlp::Mlp;
 use crate::model::{Hlat, loss_from_logits};
 use crate::parallel::Exchange;
@@ -287,7 +288,7 @@ fn mix_stage<'a, B: AutodiffBackend + CollectiveBackend>(
     Box::new(move |model, inputs| {
         let layer = &model.layers[index];
         let [x, output] = take(inputs);
-        let h = x + exchange.exit(layer.self_attn.o_proj.forward(output));
+        let h = x + row_parallel(&layer.self_attn.o_proj, output, exchange);
         let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
         let gate = layer.mlp.gate_proj.forward(normed.clone());
         let up = layer.mlp.up_proj.forward(normed);
@@ -312,7 +313,7 @@ fn down_stage<'a, B: AutodiffBackend + CollectiveBackend>(
     Box::new(move |model, inputs| {
         let [h, activation] = take(inputs);
         let mlp = &model.layers[index].mlp;
-        vec![h + exchange.exit(mlp.down_proj.forward(activation))]
+        vec![h + row_parallel(&mlp.down_proj, activation, exchange)]
     })
 }
 

@@ -78,7 +78,12 @@ fn train<B: TrainingBackend>(model: Hlat<B>, device: &B::Device) -> Run {
     }
     let hlat = &trainer.model.hlat;
     run.weights = vec![
-        hlat.lm_head.weight.val().into_data(),
+        hlat.lm_head
+            .as_ref()
+            .expect("HLAT is untied")
+            .weight
+            .val()
+            .into_data(),
         hlat.layers[0].self_attn.q_proj.weight.val().into_data(),
     ];
     run

@@ -200,8 +200,9 @@ pub fn step_gradients<B: TrainingBackend>(
     }
     let mut grads = accumulator.grads();
     let mut loss_sum = loss_sum.expect("at least one micro-batch");
-    if layout.sequence_parallel && layout.tensor > 1 {
-        reduce_replicated_gradients::<B, _>(model, &mut grads, &layout.tensor_groups());
+    if layout.tensor > 1 {
+        let groups = layout.tensor_groups();
+        reduce_replicated_gradients::<B, _>(model, &mut grads, &groups, layout.sequence_parallel);
     }
     let zero1 = layout.zero1();
     if layout.data > 1 {

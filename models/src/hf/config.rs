@@ -1,4 +1,5 @@
-//! Hugging Face `LlamaConfig` (`config.json`) to and from [`HlatConfig`].
+//! Hugging Face `config.json` of the LLaMA family (`llama`, `mistral`, `qwen2`, `qwen3`) to and
+//! from [`HlatConfig`].
 
 use std::path::Path;
 
@@ -6,17 +7,21 @@ use serde_json::{Map, Value, json};
 
 use super::dtype::WeightDtype;
 use super::error::HfError;
-use crate::config::{ConfigError, HlatConfig};
+use crate::config::{ConfigError, HlatConfig, SlidingWindow};
+use crate::family::ModelFamily;
+use crate::rotary::RopeScaling;
 
 /// The `config.json` file name.
 pub const CONFIG_FILE: &str = "config.json";
 
-/// Reads `DIR/config.json` of a `LlamaForCausalLM` into an [`HlatConfig`].
+/// Reads `DIR/config.json` of a `LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM` or
+/// `Qwen3ForCausalLM` into an [`HlatConfig`].
 ///
-/// Absent keys take transformers' `LlamaConfig` defaults. RoPE theta is read from the top-level
-/// `rope_theta` or from transformers 5's `rope_parameters`. Configurations HLAT does not implement
-/// (RoPE scaling, attention or MLP biases, tied embeddings, another activation or head width) are
-/// errors naming the field.
+/// Absent keys take the defaults of the family's transformers configuration class. RoPE theta
+/// and scaling are read from transformers 5's `rope_parameters`, or from the top-level
+/// `rope_theta` and `rope_scaling` of older files. What the decoder does not implement (another
+/// model type, `rope_type` `dynamic`, another activation, partial rotary embeddings, a sliding
+/// window pattern other than "full, then sliding") is an error naming the file, field and value.
 pub fn read_hf_config(dir: &Path) -> Result<HlatConfig, HfError> {
     read_hf_config_file(&dir.join(CONFIG_FILE))
 }
@@ -39,6 +44,7 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
         path: &path,
         fields,
     };
+    let family = reader.family()?;
     reader.check_supported()?;
 
     let hidden_size = reader.usize("hidden_size", 4096)?;
@@ -46,29 +52,46 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
     let num_kv_heads = reader
         .optional_usize("num_key_value_heads")?
         .unwrap_or(num_heads);
-    if let Some(head_dim) = reader.optional_usize("head_dim")?
-        && num_heads > 0
-        && head_dim.checked_mul(num_heads) != Some(hidden_size)
-    {
-        return Err(reader.unsupported(
-            "head_dim",
-            format!("HLAT heads are hidden_size / num_attention_heads = {hidden_size} / {num_heads} wide"),
-        ));
-    }
+    let num_layers = reader.usize("num_hidden_layers", 32)?;
+    let max_seq_len = reader.usize("max_position_embeddings", 2048)?;
+    // Qwen3's configuration class defaults to heads of 128; the others to hidden / heads.
+    let head_dim = match (reader.optional_usize("head_dim")?, family) {
+        (Some(width), _) => Some(width),
+        (None, ModelFamily::Qwen3) => Some(128),
+        (None, _) => None,
+    };
+    let explicit_head_dim = head_dim
+        .filter(|&width| num_heads == 0 || width.checked_mul(num_heads) != Some(hidden_size));
+    let attention_bias = reader.bool("attention_bias", false)?;
+    let (qkv_bias, o_proj_bias) = match family {
+        ModelFamily::Llama | ModelFamily::Qwen3 => (attention_bias, attention_bias),
+        ModelFamily::Qwen2 => (true, false),
+        ModelFamily::Mistral => (false, false),
+    };
+    let (rope_theta, rope_scaling) = reader.rope(max_seq_len)?;
     let config = HlatConfig {
         vocab_size: reader.usize("vocab_size", 32000)?,
         hidden_size,
-        num_layers: reader.usize("num_hidden_layers", 32)?,
+        num_layers,
         num_heads,
         num_kv_heads,
         ffn_size: reader.usize("intermediate_size", 11008)?,
-        max_seq_len: reader.usize("max_position_embeddings", 2048)?,
+        max_seq_len,
         rms_norm_eps: reader.f64("rms_norm_eps", 1e-6)?,
-        rope_theta: reader.rope_theta()?,
+        rope_theta,
         init_std: reader.f64("initializer_range", 0.02)?,
         bos_token_id: reader.token_id("bos_token_id")?.unwrap_or(1),
         eos_token_id: reader.token_id("eos_token_id")?.unwrap_or(2),
         pad_token_id: reader.token_id("pad_token_id")?,
+        family,
+        explicit_head_dim,
+        rope_scaling,
+        tie_word_embeddings: reader.bool("tie_word_embeddings", false)?,
+        qkv_bias,
+        o_proj_bias,
+        mlp_bias: family == ModelFamily::Llama && reader.bool("mlp_bias", false)?,
+        qk_norm: family == ModelFamily::Qwen3,
+        sliding_window: reader.sliding_window(family, num_layers)?,
     };
     config.validate().map_err(|source| HfError::InvalidConfig {
         path: path.clone(),
@@ -90,22 +113,37 @@ fn hf_field_name(field: &'static str) -> &'static str {
         "ffn_size" => "intermediate_size",
         "max_seq_len" => "max_position_embeddings",
         "init_std" => "initializer_range",
+        "qkv_bias" | "o_proj_bias" => "attention_bias",
+        "factor"
+        | "low_freq_factor"
+        | "high_freq_factor"
+        | "original_max_position_embeddings"
+        | "beta_fast"
+        | "beta_slow"
+        | "attention_factor" => "rope_parameters",
         // vocab_size, hidden_size, rms_norm_eps, rope_theta and the token ids keep their names.
         same => same,
     }
 }
 
-/// The `config.json` transformers needs to load a model of `config` stored as `dtype`.
+/// The `config.json` transformers needs to load a model of `config` stored as `dtype`, with the
+/// fields of the model's family ([`HlatConfig::family`]).
 ///
-/// RoPE theta is written both at the top level (transformers 4) and under `rope_parameters`
-/// (transformers 5).
+/// RoPE is written both as transformers 5 reads it (`rope_parameters`) and as older versions do
+/// (top-level `rope_theta`, `rope_scaling`).
 pub fn hf_config_json(config: &HlatConfig, dtype: WeightDtype) -> Value {
-    json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "attention_bias": false,
+    let family = config.family;
+    let mut rope_parameters =
+        serde_json::to_value(config.rope_scaling).expect("RoPE scaling serializes to JSON");
+    let rope_scaling = match config.rope_scaling {
+        RopeScaling::Default => Value::Null,
+        _ => rope_parameters.clone(),
+    };
+    rope_parameters["rope_theta"] = json!(config.rope_theta);
+    let mut json = json!({
+        "architectures": [family.architecture()],
+        "model_type": family.model_type(),
         "attention_dropout": 0.0,
-        "mlp_bias": false,
         "hidden_act": "silu",
         "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size,
@@ -118,17 +156,45 @@ pub fn hf_config_json(config: &HlatConfig, dtype: WeightDtype) -> Value {
         "rms_norm_eps": config.rms_norm_eps,
         "initializer_range": config.init_std,
         "rope_theta": config.rope_theta,
-        "rope_parameters": {"rope_theta": config.rope_theta, "rope_type": "default"},
-        "rope_scaling": null,
-        "tie_word_embeddings": false,
+        "rope_parameters": rope_parameters,
+        "rope_scaling": rope_scaling,
+        "tie_word_embeddings": config.tie_word_embeddings,
         "bos_token_id": config.bos_token_id,
         "eos_token_id": config.eos_token_id,
         "pad_token_id": config.pad_token_id,
-        "pretraining_tp": 1,
         "use_cache": true,
         "dtype": dtype.torch_name(),
         "torch_dtype": dtype.torch_name(),
-    })
+    });
+    let window = config.sliding_window;
+    let family_fields = match family {
+        ModelFamily::Llama => json!({
+            "attention_bias": config.qkv_bias,
+            "mlp_bias": config.mlp_bias,
+            "pretraining_tp": 1,
+        }),
+        ModelFamily::Mistral => json!({"sliding_window": window.map(|window| window.size)}),
+        ModelFamily::Qwen2 | ModelFamily::Qwen3 => {
+            let mut fields = json!({
+                "use_sliding_window": window.is_some(),
+                "sliding_window": window.map(|window| window.size),
+                "max_window_layers": window.map_or(config.num_layers, |window| window.first_layer),
+                "layer_types": (0..config.num_layers)
+                    .map(|layer| match config.window_of_layer(layer) {
+                        Some(_) => "sliding_attention",
+                        None => "full_attention",
+                    })
+                    .collect::<Vec<_>>(),
+            });
+            if family == ModelFamily::Qwen3 {
+                fields["attention_bias"] = json!(config.qkv_bias);
+            }
+            fields
+        }
+    };
+    let object = json.as_object_mut().expect("a JSON object");
+    object.extend(family_fields.as_object().expect("a JSON object").clone());
+    json
 }
 
 /// The `generation_config.json` matching [`hf_config_json`].
@@ -160,43 +226,207 @@ impl FieldReader<'_> {
         }
     }
 
-    /// Rejects the features of `LlamaConfig` HLAT does not implement.
+    /// The family of `model_type` (absent: `llama`, as older Llama files).
+    fn family(&self) -> Result<ModelFamily, HfError> {
+        match self.get("model_type") {
+            None => Ok(ModelFamily::Llama),
+            Some(Value::String(name)) => name
+                .parse()
+                .map_err(|known| self.unsupported("model_type", known)),
+            Some(_) => Err(self.invalid_type("model_type", "a string")),
+        }
+    }
+
+    /// Rejects the features of the families' configurations the decoder does not implement.
     fn check_supported(&self) -> Result<(), HfError> {
-        if let Some(model_type) = self.get("model_type")
-            && model_type != "llama"
-        {
-            return Err(self.unsupported("model_type", "only `llama` models are supported".into()));
-        }
-        if self.get("rope_scaling").is_some() {
-            return Err(self.unsupported(
-                "rope_scaling",
-                "RoPE scaling is not implemented (only the default rotary embedding)".into(),
-            ));
-        }
-        if let Some(parameters) = self.get("rope_parameters") {
-            let rope_type = parameters.get("rope_type").and_then(Value::as_str);
-            if !matches!(rope_type, None | Some("default")) {
-                return Err(self.unsupported(
-                    "rope_parameters",
-                    "only `rope_type` \"default\" is implemented".into(),
-                ));
-            }
-        }
-        for field in ["attention_bias", "mlp_bias", "tie_word_embeddings"] {
-            if self.get(field).is_some_and(|value| value != false) {
-                let reason = match field {
-                    "tie_word_embeddings" => "HLAT has an untied LM head",
-                    _ => "HLAT projections have no bias",
-                };
-                return Err(self.unsupported(field, reason.into()));
-            }
-        }
         if let Some(act) = self.get("hidden_act")
             && act != "silu"
         {
-            return Err(self.unsupported("hidden_act", "HLAT uses SwiGLU (`silu`)".into()));
+            return Err(self.unsupported("hidden_act", "the decoder uses SwiGLU (`silu`)".into()));
+        }
+        if let Some(factor) = self.get("partial_rotary_factor")
+            && factor.as_f64() != Some(1.0)
+        {
+            return Err(self.unsupported(
+                "partial_rotary_factor",
+                "rotary embeddings cover whole heads".into(),
+            ));
+        }
+        for field in ["num_experts", "num_local_experts"] {
+            if self
+                .get(field)
+                .is_some_and(|count| count.as_u64() != Some(0))
+            {
+                return Err(
+                    self.unsupported(field, "mixture-of-experts models are not supported".into())
+                );
+            }
         }
         Ok(())
+    }
+
+    /// RoPE theta and scaling, from `rope_parameters` (transformers 5) or the top-level
+    /// `rope_theta` and `rope_scaling` (older files). `context` is `max_position_embeddings`,
+    /// YaRN's pretrained context when it names none.
+    fn rope(&self, context: usize) -> Result<(f64, RopeScaling), HfError> {
+        let (field, parameters) = match (self.get("rope_parameters"), self.get("rope_scaling")) {
+            (Some(parameters), _) => ("rope_parameters", Some(parameters)),
+            (None, scaling) => ("rope_scaling", scaling),
+        };
+        let parameters = match parameters {
+            None => None,
+            Some(Value::Object(parameters)) => Some(parameters),
+            Some(_) => return Err(self.invalid_type(field, "an object")),
+        };
+        let nested = |name: &str| {
+            parameters
+                .and_then(|parameters| parameters.get(name))
+                .filter(|value| !value.is_null())
+        };
+        let theta = match nested("rope_theta") {
+            Some(theta) => theta.as_f64().ok_or_else(|| {
+                self.nested_error(field, "rope_theta", theta, "expected a number")
+            })?,
+            None => self.f64("rope_theta", 10000.0)?,
+        };
+        let number = |name: &str, default: Option<f64>| -> Result<f64, HfError> {
+            match (nested(name), default) {
+                (Some(value), _) => value
+                    .as_f64()
+                    .ok_or_else(|| self.nested_error(field, name, value, "expected a number")),
+                (None, Some(default)) => Ok(default),
+                (None, None) => {
+                    Err(self.nested_error(field, name, &Value::Null, "this RoPE type needs it"))
+                }
+            }
+        };
+        let optional = |name: &str| nested(name).map(|_| number(name, None)).transpose();
+        let whole = |name: &str, default: Option<usize>| -> Result<usize, HfError> {
+            match (nested(name), default) {
+                (Some(value), _) => value.as_u64().map(|v| v as usize).ok_or_else(|| {
+                    self.nested_error(field, name, value, "expected a non-negative integer")
+                }),
+                (None, Some(default)) => Ok(default),
+                (None, None) => {
+                    Err(self.nested_error(field, name, &Value::Null, "this RoPE type needs it"))
+                }
+            }
+        };
+        let rope_type = nested("rope_type").or_else(|| nested("type"));
+        let scaling = match rope_type.map(|value| (value, value.as_str())) {
+            None | Some((_, Some("default"))) => RopeScaling::Default,
+            Some((_, Some("linear"))) => RopeScaling::Linear {
+                factor: number("factor", None)?,
+            },
+            Some((_, Some("llama3"))) => RopeScaling::Llama3 {
+                factor: number("factor", None)?,
+                low_freq_factor: number("low_freq_factor", None)?,
+                high_freq_factor: number("high_freq_factor", None)?,
+                original_max_position_embeddings: whole("original_max_position_embeddings", None)?,
+            },
+            Some((_, Some("yarn"))) => RopeScaling::Yarn {
+                factor: number("factor", None)?,
+                original_max_position_embeddings: whole(
+                    "original_max_position_embeddings",
+                    Some(context),
+                )?,
+                beta_fast: number("beta_fast", Some(32.0))?,
+                beta_slow: number("beta_slow", Some(1.0))?,
+                attention_factor: optional("attention_factor")?,
+                mscale: optional("mscale")?,
+                mscale_all_dim: optional("mscale_all_dim")?,
+                truncate: match nested("truncate") {
+                    None => true,
+                    Some(value) => value.as_bool().ok_or_else(|| {
+                        self.nested_error(field, "truncate", value, "expected true or false")
+                    })?,
+                },
+            },
+            Some((value, _)) => {
+                return Err(self.nested_error(
+                    field,
+                    "rope_type",
+                    value,
+                    "supported RoPE types are default, linear, llama3 and yarn",
+                ));
+            }
+        };
+        Ok((theta, scaling))
+    }
+
+    /// The sliding window: Mistral's `sliding_window` (every layer; transformers' default 4096
+    /// when the key is absent, none when it is null), Qwen's when `use_sliding_window` is true
+    /// (from layer `max_window_layers` on, or as `layer_types` lists). Llama has none.
+    fn sliding_window(
+        &self,
+        family: ModelFamily,
+        layers: usize,
+    ) -> Result<Option<SlidingWindow>, HfError> {
+        let size = match family {
+            ModelFamily::Llama => return Ok(None),
+            ModelFamily::Mistral => match self.fields.get("sliding_window") {
+                None => Some(4096),
+                Some(_) => self.optional_usize("sliding_window")?,
+            },
+            ModelFamily::Qwen2 | ModelFamily::Qwen3 => {
+                if !self.bool("use_sliding_window", false)? {
+                    return Ok(None);
+                }
+                Some(self.usize("sliding_window", 4096)?)
+            }
+        };
+        let Some(size) = size else {
+            return Ok(None);
+        };
+        let first_layer = match family {
+            ModelFamily::Mistral => 0,
+            _ => self.usize("max_window_layers", 28)?,
+        };
+        let first_layer = match self.get("layer_types") {
+            None => first_layer,
+            Some(Value::Array(types)) => {
+                let sliding: Vec<bool> = types
+                    .iter()
+                    .map(|kind| kind == "sliding_attention")
+                    .collect();
+                let first = sliding.iter().position(|&slides| slides).unwrap_or(layers);
+                let known = types
+                    .iter()
+                    .all(|kind| kind == "sliding_attention" || kind == "full_attention");
+                if !known || types.len() != layers || sliding[first..].contains(&false) {
+                    return Err(self.unsupported(
+                        "layer_types",
+                        format!(
+                            "expected {layers} entries, `full_attention` layers then \
+                             `sliding_attention` ones"
+                        ),
+                    ));
+                }
+                first
+            }
+            Some(_) => return Err(self.invalid_type("layer_types", "a list")),
+        };
+        Ok((first_layer < layers).then_some(SlidingWindow { size, first_layer }))
+    }
+
+    /// An error about `name` inside the object `field` (`rope_parameters.rope_type`).
+    fn nested_error(&self, field: &str, name: &str, value: &Value, reason: &str) -> HfError {
+        HfError::UnsupportedConfig {
+            path: self.path.to_path_buf(),
+            field: format!("{field}.{name}"),
+            value: short(value),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn bool(&self, field: &str, default: bool) -> Result<bool, HfError> {
+        self.get(field)
+            .map(|value| {
+                value
+                    .as_bool()
+                    .ok_or_else(|| self.invalid_type(field, "true or false"))
+            })
+            .unwrap_or(Ok(default))
     }
 
     fn invalid_type(&self, field: &str, expected: &str) -> HfError {
@@ -226,18 +456,6 @@ impl FieldReader<'_> {
                     .ok_or_else(|| self.invalid_type(field, "a number"))
             })
             .unwrap_or(Ok(default))
-    }
-
-    fn rope_theta(&self) -> Result<f64, HfError> {
-        let nested = self
-            .get("rope_parameters")
-            .and_then(|parameters| parameters.get("rope_theta"));
-        match nested {
-            Some(theta) => theta
-                .as_f64()
-                .ok_or_else(|| self.invalid_type("rope_parameters", "a numeric `rope_theta`")),
-            None => self.f64("rope_theta", 10000.0),
-        }
     }
 
     /// A token id; a list (several EOS ids) keeps its first entry.

@@ -33,7 +33,7 @@ pub fn import_hf<B: Backend>(
     }
     let config = read_hf_config(dir)?;
     let weights = Rc::new(Weights::open(dir)?);
-    let specs = check_tensors(&weights, tensor_specs(&config))?;
+    let specs = check_tensors(&weights, tensor_specs(&config), config.tie_word_embeddings)?;
 
     let snapshots = specs
         .into_iter()
@@ -75,10 +75,13 @@ pub fn import_hf<B: Backend>(
 
 /// Checks names, shapes and dtypes of the stored tensors against `specs` and returns them. The
 /// specs are taken one at a time and the first missing tensor stops the check, so what is kept
-/// is bounded by the tensors the files hold, whatever the configuration asks for.
+/// is bounded by the tensors the files hold, whatever the configuration asks for. A `tied`
+/// model's stored `lm_head.weight` (some exporters write the copy) is skipped, as transformers
+/// skips it.
 fn check_tensors(
     weights: &Weights,
     specs: impl Iterator<Item = TensorSpec>,
+    tied: bool,
 ) -> Result<Vec<TensorSpec>, HfError> {
     let mut found = Vec::new();
     for spec in specs {
@@ -111,6 +114,8 @@ fn check_tensors(
     for name in weights.tensors.keys() {
         if is_derived_buffer(name) {
             log::debug!("skipping {name}: recomputed from the configuration");
+        } else if tied && name == "lm_head.weight" {
+            log::debug!("skipping {name}: the LM head is tied to the embedding");
         } else if !expected.contains(name.as_str()) {
             return Err(HfError::UnexpectedTensor {
                 file: weights.file_of(name).to_path_buf(),

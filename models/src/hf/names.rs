@@ -1,4 +1,5 @@
-//! The Hugging Face `LlamaForCausalLM` tensor names of an HLAT model, and their Burn paths.
+//! The Hugging Face tensor names of a LLaMA-family model (`LlamaForCausalLM` and the families
+//! that share its names), and their Burn paths.
 
 use crate::config::HlatConfig;
 
@@ -17,7 +18,8 @@ pub struct TensorSpec {
 }
 
 /// Every weight of a model of `config`, in the order transformers saves them, made one at a
-/// time (a configuration read from a file may ask for any number of layers).
+/// time (a configuration read from a file may ask for any number of layers). A tied model has
+/// no `lm_head.weight`: transformers neither saves nor expects it.
 pub fn tensor_specs(config: &HlatConfig) -> impl Iterator<Item = TensorSpec> + '_ {
     let hidden = config.hidden_size;
     let embedding = TensorSpec {
@@ -26,14 +28,18 @@ pub fn tensor_specs(config: &HlatConfig) -> impl Iterator<Item = TensorSpec> + '
         hf_shape: vec![config.vocab_size, hidden],
         transposed: false,
     };
-    let mut lm_head = linear("lm_head.weight".into(), config.vocab_size, hidden);
-    lm_head.hf_name = "lm_head.weight".into();
+    let lm_head = (!config.tie_word_embeddings).then(|| {
+        let mut lm_head = linear("lm_head.weight".into(), config.vocab_size, hidden);
+        lm_head.hf_name = "lm_head.weight".into();
+        lm_head
+    });
     std::iter::once(embedding)
         .chain((0..config.num_layers).flat_map(move |layer| layer_specs(config, layer)))
-        .chain([vector("norm.weight".into(), hidden), lm_head])
+        .chain(std::iter::once(vector("norm.weight".into(), hidden)))
+        .chain(lm_head)
 }
 
-/// A norm gain of `size` at Burn path `path`.
+/// A vector (a norm gain or a bias) of `size` at Burn path `path`.
 fn vector(path: String, size: usize) -> TensorSpec {
     TensorSpec {
         hf_name: format!("model.{path}"),
@@ -53,32 +59,58 @@ fn linear(path: String, out: usize, input: usize) -> TensorSpec {
     }
 }
 
-/// The weights of decoder layer `layer`.
-fn layer_specs(config: &HlatConfig, layer: usize) -> [TensorSpec; 9] {
+/// The weights of decoder layer `layer`: each projection's weight followed by its bias when the
+/// configuration has one, the per-head norms after the attention projections.
+fn layer_specs(config: &HlatConfig, layer: usize) -> Vec<TensorSpec> {
     let hidden = config.hidden_size;
-    let kv_width = config.num_kv_heads * config.head_dim();
-    let q_width = config.num_heads * config.head_dim();
+    let head_dim = config.head_dim();
+    let kv_width = config.num_kv_heads * head_dim;
+    let q_width = config.num_heads * head_dim;
     let ffn = config.ffn_size;
     let prefix = format!("layers.{layer}");
-    [
-        vector(format!("{prefix}.input_layernorm.weight"), hidden),
-        linear(format!("{prefix}.self_attn.q_proj.weight"), q_width, hidden),
-        linear(
-            format!("{prefix}.self_attn.k_proj.weight"),
+    let projection = |module: &str, out: usize, input: usize, bias: bool| {
+        let path = format!("{prefix}.{module}");
+        let bias = bias.then(|| vector(format!("{path}.bias"), out));
+        std::iter::once(linear(format!("{path}.weight"), out, input)).chain(bias)
+    };
+    let head_norms = config.qk_norm.then(|| {
+        ["q_norm", "k_norm"]
+            .map(|norm| vector(format!("{prefix}.self_attn.{norm}.weight"), head_dim))
+    });
+    std::iter::once(vector(format!("{prefix}.input_layernorm.weight"), hidden))
+        .chain(projection(
+            "self_attn.q_proj",
+            q_width,
+            hidden,
+            config.qkv_bias,
+        ))
+        .chain(projection(
+            "self_attn.k_proj",
             kv_width,
             hidden,
-        ),
-        linear(
-            format!("{prefix}.self_attn.v_proj.weight"),
+            config.qkv_bias,
+        ))
+        .chain(projection(
+            "self_attn.v_proj",
             kv_width,
             hidden,
-        ),
-        linear(format!("{prefix}.self_attn.o_proj.weight"), hidden, q_width),
-        vector(format!("{prefix}.post_attention_layernorm.weight"), hidden),
-        linear(format!("{prefix}.mlp.gate_proj.weight"), ffn, hidden),
-        linear(format!("{prefix}.mlp.up_proj.weight"), ffn, hidden),
-        linear(format!("{prefix}.mlp.down_proj.weight"), hidden, ffn),
-    ]
+            config.qkv_bias,
+        ))
+        .chain(projection(
+            "self_attn.o_proj",
+            hidden,
+            q_width,
+            config.o_proj_bias,
+        ))
+        .chain(head_norms.into_iter().flatten())
+        .chain(std::iter::once(vector(
+            format!("{prefix}.post_attention_layernorm.weight"),
+            hidden,
+        )))
+        .chain(projection("mlp.gate_proj", ffn, hidden, config.mlp_bias))
+        .chain(projection("mlp.up_proj", ffn, hidden, config.mlp_bias))
+        .chain(projection("mlp.down_proj", hidden, ffn, config.mlp_bias))
+        .collect()
 }
 
 /// Buffers older transformers versions saved that carry no weights (recomputed from the config).

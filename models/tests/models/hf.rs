@@ -15,8 +15,20 @@ use hlat::{Hlat, HlatConfig};
 use safetensors::SafeTensors;
 use serde_json::Value;
 
-fn expected() -> Value {
-    let text = std::fs::read_to_string(fixture("hf-tiny-llama/expected.json")).unwrap();
+/// The transformers fixtures of every family: Llama 2-style, Llama 3.2-style (tied, `llama3`
+/// RoPE), Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms, wider heads, YaRN), Mistral (a sliding
+/// window shorter than the inputs), Llama with every bias and linear RoPE.
+pub(crate) const MODEL_FIXTURES: [&str; 6] = [
+    "hf-tiny-llama",
+    "hf-tiny-llama3",
+    "hf-tiny-qwen2",
+    "hf-tiny-qwen3",
+    "hf-tiny-mistral",
+    "hf-tiny-llama-bias",
+];
+
+fn expected(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -42,14 +54,14 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// Checks the fixture's logits and greedy continuation on backend `B`.
-fn check_fixture<B: Backend>(device: &B::Device) {
-    let expected = expected();
-    let (config, model) =
-        import_hf::<B>(&fixture("hf-tiny-llama"), device, WeightDtype::F32).unwrap();
+/// Checks the logits and greedy continuation of fixture `name` on backend `B`.
+fn check_fixture<B: Backend>(name: &str, device: &B::Device) {
+    let expected = expected(name);
+    let (config, model) = import_hf::<B>(&fixture(name), device, WeightDtype::F32).unwrap();
     assert_eq!(
         config.num_params(),
-        expected["num_parameters"].as_u64().unwrap()
+        expected["num_parameters"].as_u64().unwrap(),
+        "{name}"
     );
 
     let input_ids = ints(&expected["input_ids"]);
@@ -72,13 +84,19 @@ fn check_fixture<B: Backend>(device: &B::Device) {
     assert_eq!(last.len(), 2 * vocab);
     let first_diff = max_abs_diff(&first, &floats(&expected["logits_first_positions"]));
     let last_diff = max_abs_diff(&last, &floats(&expected["logits_last_position"]));
-    assert!(first_diff <= 1e-4, "first positions differ by {first_diff}");
-    assert!(last_diff <= 1e-4, "last position differs by {last_diff}");
+    assert!(
+        first_diff <= 1e-4,
+        "{name}: first positions differ by {first_diff}"
+    );
+    assert!(
+        last_diff <= 1e-4,
+        "{name}: last position differs by {last_diff}"
+    );
     let sum: f64 = logits.into_data().iter::<f32>().map(|v| v as f64).sum();
     let expected_sum = expected["logits_sum"].as_f64().unwrap();
     assert!(
         (sum - expected_sum).abs() < 1e-2,
-        "logits sum {sum} vs {expected_sum}"
+        "{name}: logits sum {sum} vs {expected_sum}"
     );
 
     let prompt: Vec<u32> = ints(&expected["greedy_prompt"])
@@ -97,18 +115,22 @@ fn check_fixture<B: Backend>(device: &B::Device) {
     };
     let mut streamed = Vec::new();
     let generated = generate(&model, &prompt, &options, |token| streamed.push(token)).unwrap();
-    assert_eq!(generated, continuation);
-    assert_eq!(streamed, continuation);
+    assert_eq!(generated, continuation, "{name}");
+    assert_eq!(streamed, continuation, "{name}");
 }
 
 #[test]
 fn fixture_logits_and_greedy_continuation_on_ndarray() {
-    check_fixture::<NdArray>(&Default::default());
+    for name in MODEL_FIXTURES {
+        check_fixture::<NdArray>(name, &Default::default());
+    }
 }
 
 #[test]
 fn fixture_logits_and_greedy_continuation_on_trainium_host() {
-    check_fixture::<Trainium>(&TrainiumDevice::HOST);
+    for name in MODEL_FIXTURES {
+        check_fixture::<Trainium>(name, &TrainiumDevice::HOST);
+    }
 }
 
 fn parameters<B: Backend>(model: &Hlat<B>) -> HashMap<String, TensorData> {
@@ -396,19 +418,74 @@ fn each_bad_input_gets_its_own_error() {
     );
     assert!(error.to_string().contains("model.safetensors"), "{error}");
 
-    for (field, value) in [
+    // What the decoder does not implement, and RoPE parameters that are missing or wrong: each
+    // error names config.json, the field (inside `rope_parameters` where it lies there) and
+    // the value.
+    let rope = |parameters: Value| move |c: &mut Value| c["rope_parameters"] = parameters.clone();
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: [(&str, &str, Edit); 6] = [
         (
-            "rope_scaling",
-            serde_json::json!({"rope_type": "linear", "factor": 2.0}),
+            "rope_parameters.rope_type",
+            "\"dynamic\"",
+            Box::new(rope(
+                serde_json::json!({"rope_type": "dynamic", "factor": 2.0}),
+            )),
         ),
-        ("attention_bias", Value::Bool(true)),
-        ("mlp_bias", Value::Bool(true)),
-    ] {
-        let dir = broken_fixture(|c| c[field] = value.clone(), keep);
+        (
+            "rope_parameters.low_freq_factor",
+            "null",
+            Box::new(rope(serde_json::json!({
+                "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192
+            }))),
+        ),
+        (
+            "rope_parameters.factor",
+            "\"two\"",
+            Box::new(rope(
+                serde_json::json!({"rope_type": "linear", "factor": "two"}),
+            )),
+        ),
+        (
+            "rope_scaling.rope_type",
+            "\"longrope\"",
+            Box::new(|c: &mut Value| {
+                c.as_object_mut().unwrap().remove("rope_parameters");
+                c["rope_scaling"] = serde_json::json!({"type": "longrope", "factor": 2.0});
+            }),
+        ),
+        (
+            "model_type",
+            "\"gemma\"",
+            Box::new(|c: &mut Value| c["model_type"] = "gemma".into()),
+        ),
+        (
+            "hidden_act",
+            "\"gelu\"",
+            Box::new(|c: &mut Value| c["hidden_act"] = "gelu".into()),
+        ),
+    ];
+    for (field, value, edit) in cases {
+        let dir = broken_fixture(edit, keep);
         let error = import_error(dir.path());
         assert!(
-            matches!(&error, HfError::UnsupportedConfig { field: found, path, .. } if found == field && path.ends_with("config.json")),
+            matches!(&error, HfError::UnsupportedConfig { field: found, path, value: shown, .. }
+                if found == field && shown == value && path.ends_with("config.json")),
             "{field}: {error}"
+        );
+    }
+    // A head width that does not fit: odd, or zero.
+    for width in [15, 0] {
+        let dir = broken_fixture(|c| c["head_dim"] = width.into(), keep);
+        let error = import_error(dir.path());
+        assert!(
+            matches!(&error, HfError::InvalidConfig { file_field: "head_dim", path, .. }
+                if path.ends_with("config.json")),
+            "head_dim {width}: {error}"
+        );
+        assert!(
+            error.to_string().contains(&format!("`head_dim` = {width}")),
+            "{error}"
         );
     }
 

@@ -61,7 +61,9 @@ pub fn by_path(
             if let Some(parallel) = self.joined {
                 grad = match self.path.placement() {
                     Placement::Split(dim) => collective::all_gather(grad, dim, &parallel.groups),
-                    Placement::Replicated if parallel.sequence_parallel => {
+                    Placement::Replicated
+                        if self.path.partial_gradient(parallel.sequence_parallel) =>
+                    {
                         collective::all_reduce(grad, ReduceOp::Sum, &parallel.groups)
                     }
                     Placement::Replicated => grad,

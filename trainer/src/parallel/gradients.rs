@@ -6,7 +6,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
-use hlat::parallel::{ParamPath, Placement};
+use hlat::parallel::ParamPath;
 
 /// The most gradient bytes one all-reduce carries (PyTorch DDP's default bucket is 25 MiB).
 pub const BUCKET_BYTES: usize = 25 * 1024 * 1024;
@@ -124,12 +124,15 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
     }
 }
 
-/// Sums the gradients of the parameters every tensor-parallel rank holds whole (the norm gains)
-/// over `groups`: under sequence parallelism each rank saw only its slice of the sequence.
+/// Sums over `groups` the gradients of the parameters every tensor-parallel rank holds whole but
+/// computes only a part of the gradient of ([`hlat::parallel::partial_gradient`]): the per-head
+/// query/key norms, and under `sequence_parallel` every whole parameter (each rank saw only its
+/// slice of the sequence).
 pub fn reduce_replicated_gradients<B, M>(
     module: &M,
     grads: &mut GradientsParams,
     groups: &ReplicaGroups,
+    sequence_parallel: bool,
 ) where
     B: AutodiffBackend,
     B::InnerBackend: CollectiveBackend,
@@ -138,6 +141,7 @@ pub fn reduce_replicated_gradients<B, M>(
     struct Reduce<'a, B: AutodiffBackend> {
         grads: &'a mut GradientsParams,
         groups: &'a ReplicaGroups,
+        sequence_parallel: bool,
         path: ParamPath,
         backend: std::marker::PhantomData<B>,
     }
@@ -154,7 +158,7 @@ pub fn reduce_replicated_gradients<B, M>(
         }
 
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if self.path.placement() != Placement::Replicated {
+            if !self.path.partial_gradient(self.sequence_parallel) {
                 return;
             }
             if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
@@ -166,6 +170,7 @@ pub fn reduce_replicated_gradients<B, M>(
     module.visit(&mut Reduce::<B> {
         grads,
         groups,
+        sequence_parallel,
         path: ParamPath::default(),
         backend: std::marker::PhantomData,
     });

@@ -4,6 +4,7 @@
 
 use hlat::HlatConfig;
 use hlat::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
+use hlat::parallel::{Placement, placement};
 use hlat::recompute::ActivationCheckpointing;
 
 use super::ParallelLayout;
@@ -42,29 +43,17 @@ impl DeviceMemory {
     pub fn estimate(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> Self {
         let tensor = layout.tensor as u64;
         let zero_degree = if layout.zero1 { layout.data as u64 } else { 1 };
-        let hidden = config.hidden_size as u64;
-        let head_dim = config.head_dim() as u64;
-        let heads = config.num_heads as u64;
-        let kv_heads = config.num_kv_heads as u64;
-        let ffn = config.ffn_size as u64;
-        let vocab = config.vocab_size as u64;
-
         // Each parameter's elements on one device: split ones divided by the tensor degree.
-        let split = |elements: u64| elements / tensor;
-        let mut parameters = vec![split(vocab * hidden), split(hidden * vocab), hidden];
-        for _ in 0..config.num_layers {
-            parameters.extend([
-                split(hidden * heads * head_dim),
-                split(hidden * kv_heads * head_dim),
-                split(hidden * kv_heads * head_dim),
-                split(heads * head_dim * hidden),
-                split(hidden * ffn),
-                split(hidden * ffn),
-                split(ffn * hidden),
-                hidden,
-                hidden,
-            ]);
-        }
+        let parameters: Vec<u64> = hlat::hf::tensor_specs(config)
+            .map(|spec| {
+                let elements = hlat::element_count(&spec.hf_shape);
+                let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
+                match placement(&path) {
+                    Placement::Split(_) => elements / tensor,
+                    Placement::Replicated => elements,
+                }
+            })
+            .collect();
         let parameters_per_device: u64 = parameters.iter().sum();
         let stored = shape.precision.param_dtype().size() as u64;
         let compute_copy = if shape.precision.compute_cast().is_some() {

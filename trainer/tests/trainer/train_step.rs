@@ -175,7 +175,14 @@ fn padding_rows_change_neither_loss_nor_gradients() {
         let loss = model.loss(batch);
         let value: f32 = loss.clone().into_scalar();
         let gradients = loss.backward();
-        let head = model.hlat.lm_head.weight.grad(&gradients).unwrap();
+        let head = model
+            .hlat
+            .lm_head
+            .as_ref()
+            .unwrap()
+            .weight
+            .grad(&gradients)
+            .unwrap();
         (value, head.into_data().to_vec::<f32>().unwrap())
     };
     let (plain_loss, plain_gradient) = gradients(&plain);
