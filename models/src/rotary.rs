@@ -44,10 +44,13 @@ pub enum RopeScaling {
         /// Rotations below which dimensions are interpolated (transformers' default 1).
         beta_slow: f64,
         /// Multiplies the tables; `None`: derived from `factor`, `mscale` and `mscale_all_dim`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         attention_factor: Option<f64>,
         /// DeepSeek's `mscale` (used with `mscale_all_dim` when both are set and non-zero).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         mscale: Option<f64>,
         /// DeepSeek's `mscale_all_dim`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         mscale_all_dim: Option<f64>,
         /// Whether the ramp's ends are rounded to whole dimensions (transformers' default true).
         truncate: bool,

@@ -6,6 +6,7 @@
 //! - `autodiff`: gradients against `Autodiff<NdArray>`;
 //! - `fuzz`: mutated inputs for every parser of user files: no panic, no hang, bounded memory;
 //! - `evaluation` and `generation`: fixed sets of programs on a compiled device;
+//! - `families`: every LLaMA-family fixture on `xla`, and under tensor parallelism;
 //! - `hlat_training`: the real HLAT model trained for a few steps with the project's trainer on
 //!   `host` and `xla`, against `NdArray`;
 //! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
@@ -20,6 +21,8 @@ mod autodiff;
 mod differential;
 #[cfg(test)]
 mod evaluation;
+#[cfg(test)]
+mod families;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]

@@ -178,7 +178,8 @@ pub fn hf_config_json(config: &HlatConfig, dtype: WeightDtype) -> Value {
             let mut fields = json!({
                 "use_sliding_window": window.is_some(),
                 "sliding_window": window.map(|window| window.size),
-                "max_window_layers": window.map_or(config.num_layers, |window| window.first_layer),
+                // transformers' default where no layer slides.
+                "max_window_layers": window.map_or(28, |window| window.first_layer),
                 "layer_types": (0..config.num_layers)
                     .map(|layer| match config.window_of_layer(layer) {
                         Some(_) => "sliding_attention",

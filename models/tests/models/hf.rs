@@ -189,9 +189,53 @@ fn check_round_trip<B: Backend>(
 #[test]
 fn export_then_import_round_trips_bit_exactly_in_f32() {
     let device = Default::default();
-    let (_, model) =
-        import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
-    check_round_trip(&model, &device, WeightDtype::F32, 5_000_000_000);
+    for name in MODEL_FIXTURES {
+        let (_, model) = import_hf::<NdArray>(&fixture(name), &device, WeightDtype::F32).unwrap();
+        check_round_trip(&model, &device, WeightDtype::F32, 5_000_000_000);
+    }
+}
+
+/// Every field of the fixture's `config.json` (as transformers 5 wrote it) is in the exported
+/// one with the same value: the family's own fields (`model_type`, `architectures`, the RoPE
+/// parameters, `tie_word_embeddings`, biases, `head_dim`, the sliding window, ...).
+#[test]
+fn exported_config_holds_every_field_transformers_wrote() {
+    let device = Default::default();
+    for name in MODEL_FIXTURES {
+        let (_, model) = import_hf::<NdArray>(&fixture(name), &device, WeightDtype::F32).unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let out = work.path().join("exported");
+        export_hf(&model, &out, &ExportOptions::default(), None).unwrap();
+        let read = |dir: &Path| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap()
+        };
+        let (theirs, ours) = (read(&fixture(name)), read(&out));
+        for (key, value) in theirs.as_object().unwrap() {
+            if key != "transformers_version" {
+                assert!(
+                    same_json(&ours[key], value),
+                    "{name}: `{key}` = {} in the export, {value} in the fixture",
+                    ours[key]
+                );
+            }
+        }
+    }
+}
+
+/// JSON equality with numbers compared as f64 (`16` equals `16.0`), objects by the keys of
+/// `expected`.
+fn same_json(found: &Value, expected: &Value) -> bool {
+    match (found, expected) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_json(a, b))
+        }
+        (Value::Object(a), Value::Object(b)) => b
+            .iter()
+            .all(|(key, value)| a.get(key).is_some_and(|found| same_json(found, value))),
+        (a, b) => a == b,
+    }
 }
 
 #[test]
@@ -270,9 +314,17 @@ print(json.dumps(found))
 
 #[test]
 fn exported_f32_weights_equal_the_fixture_file_in_python() {
+    for name in MODEL_FIXTURES {
+        exported_f32_weights_equal_in_python(name);
+    }
+}
+
+/// Exports fixture `name` in f32 and compares, in Python, every tensor of the export with the
+/// fixture's file: the same names (a tied model has no `lm_head.weight` in either), dtypes,
+/// shapes and values.
+fn exported_f32_weights_equal_in_python(name: &str) {
     let device = Default::default();
-    let (_, model) =
-        import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
+    let (_, model) = import_hf::<NdArray>(&fixture(name), &device, WeightDtype::F32).unwrap();
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("exported");
     export_hf(&model, &out, &ExportOptions::default(), None).unwrap();
@@ -295,7 +347,7 @@ print("ok", len(ours))
         .arg("-c")
         .arg(script)
         .arg(&out)
-        .arg(fixture("hf-tiny-llama"))
+        .arg(fixture(name))
         .output()
         .expect("python3 must be installed");
     assert!(
@@ -304,7 +356,7 @@ print("ok", len(ours))
     );
     assert!(
         output.status.success(),
-        "python failed: {}",
+        "{name}: python failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
 }

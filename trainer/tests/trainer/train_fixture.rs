@@ -1,5 +1,7 @@
-//! Ten AdamW steps from the Hugging Face fixture's weights give the losses torch computed
-//! (`fixtures/hf-tiny-llama/expected.json`, `train`).
+//! Ten AdamW steps from each Hugging Face fixture's weights give the losses torch computed
+//! (`fixtures/hf-tiny-*/expected.json`, `train`): Llama 2-style, tied (Llama 3.2-style), biased
+//! and tied (Qwen2), q/k norms with YaRN (Qwen3), a sliding window (Mistral), every bias
+//! (Llama with `attention_bias` and `mlp_bias`).
 
 use super::fixture;
 use burn::backend::{Autodiff, NdArray};
@@ -14,8 +16,22 @@ type B = Autodiff<NdArray>;
 
 #[test]
 fn ten_adamw_steps_match_torch() {
+    for name in [
+        "hf-tiny-llama",
+        "hf-tiny-llama3",
+        "hf-tiny-qwen2",
+        "hf-tiny-qwen3",
+        "hf-tiny-mistral",
+        "hf-tiny-llama-bias",
+    ] {
+        ten_adamw_steps_of(name);
+    }
+}
+
+/// Trains fixture `name` for its ten steps and compares each loss with torch's.
+fn ten_adamw_steps_of(name: &str) {
     let expected: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("hf-tiny-llama/expected.json")).unwrap(),
+        &std::fs::read_to_string(fixture(name).join("expected.json")).unwrap(),
     )
     .unwrap();
     let train = &expected["train"];
@@ -40,7 +56,7 @@ fn ten_adamw_steps_match_torch() {
         .collect();
 
     let device = Default::default();
-    let (_, model) = import_hf::<B>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
+    let (_, model) = import_hf::<B>(&fixture(name), &device, WeightDtype::F32).unwrap();
     let settings = AdamWSettings {
         beta1: train["betas"][0].as_f64().unwrap(),
         beta2: train["betas"][1].as_f64().unwrap(),
@@ -71,7 +87,7 @@ fn ten_adamw_steps_match_torch() {
         let relative = (report.loss - expected).abs() / expected.abs();
         assert!(
             relative < 1e-3,
-            "step {}: loss {} vs torch {expected} (relative {relative:.2e})",
+            "{name} step {}: loss {} vs torch {expected} (relative {relative:.2e})",
             step + 1,
             report.loss
         );
