@@ -6,14 +6,15 @@ use std::path::Path;
 use anyhow::Context;
 use clap::Args;
 use hlat::checkpoint::{FolderKind, NATIVE_CONFIG_FILE, folder_kind};
-use hlat::{ConfigError, HlatConfig};
+use hlat::{ConfigError, HlatConfig, RopeScaling};
 use hlat_train::parallel::{ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape};
 use hlat_train::precision::Precision;
 
 /// Arguments of `hlat info`.
 #[derive(Args)]
 pub struct InfoArgs {
-    /// A preset name (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`, `bench-tiny`), an HLAT or
+    /// A preset name (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`, `bench-tiny`,
+    /// `llama-3.1-8b`, `llama-3.2-1b`, `mistral-7b`, `qwen2.5-0.5b`), an HLAT or
     /// Hugging Face `config.json`, or a model folder (native checkpoint or Hugging Face).
     pub model: String,
     /// Data-parallel degree of the layout whose memory is estimated.
@@ -176,7 +177,20 @@ fn describe(config: &HlatConfig) -> String {
     let pad = config
         .pad_token_id
         .map_or("none".to_string(), |id| id.to_string());
+    let yes_no = |value: bool| if value { "yes" } else { "no" }.to_string();
+    let biases: Vec<&str> = [
+        (config.qkv_bias, "q/k/v"),
+        (config.o_proj_bias, "o"),
+        (config.mlp_bias, "mlp"),
+    ]
+    .into_iter()
+    .filter_map(|(present, name)| present.then_some(name))
+    .collect();
+    let window = config.sliding_window.map_or("none".to_string(), |window| {
+        format!("{} (from layer {})", window.size, window.first_layer)
+    });
     let lines = [
+        ("model_type", config.family.to_string()),
         ("vocab_size", config.vocab_size.to_string()),
         ("hidden_size", config.hidden_size.to_string()),
         ("num_layers", config.num_layers.to_string()),
@@ -187,6 +201,18 @@ fn describe(config: &HlatConfig) -> String {
         ("max_seq_len", config.max_seq_len.to_string()),
         ("rms_norm_eps", config.rms_norm_eps.to_string()),
         ("rope_theta", config.rope_theta.to_string()),
+        ("rope_scaling", rope_scaling(&config.rope_scaling)),
+        ("tie_word_embeddings", yes_no(config.tie_word_embeddings)),
+        (
+            "biases",
+            if biases.is_empty() {
+                "none".to_string()
+            } else {
+                biases.join(", ")
+            },
+        ),
+        ("qk_norm", yes_no(config.qk_norm)),
+        ("sliding_window", window),
         ("init_std", config.init_std.to_string()),
         ("bos_token_id", config.bos_token_id.to_string()),
         ("eos_token_id", config.eos_token_id.to_string()),
@@ -207,6 +233,23 @@ fn describe(config: &HlatConfig) -> String {
         .collect()
 }
 
+/// RoPE scaling as `type (field value, ...)`.
+fn rope_scaling(scaling: &RopeScaling) -> String {
+    let json = serde_json::to_value(scaling).expect("RoPE scaling serializes to JSON");
+    let fields: Vec<String> = json
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| key.as_str() != "rope_type")
+        .map(|(key, value)| format!("{key} {value}"))
+        .collect();
+    if fields.is_empty() {
+        scaling.rope_type().to_string()
+    } else {
+        format!("{} ({})", scaling.rope_type(), fields.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +263,26 @@ mod tests {
         assert!(source.starts_with("Hugging Face folder"), "{source}");
         assert!(describe(&config).contains("\nparameters: 230208\n"));
         assert!(resolve("hlat-13b").is_err());
+    }
+
+    /// The published presets print their exact parameter counts and what sets their family
+    /// apart.
+    #[test]
+    fn published_presets_describe_their_family() {
+        let cases = [
+            ("llama-3.1-8b", "8030261248", "rope_scaling: llama3 ("),
+            ("llama-3.2-1b", "1235814400", "tie_word_embeddings: yes"),
+            ("mistral-7b", "7248023552", "model_type: mistral"),
+            ("qwen2.5-0.5b", "494032768", "biases: q/k/v"),
+        ];
+        for (name, parameters, feature) in cases {
+            let (_, config) = resolve(name).unwrap();
+            let text = describe(&config);
+            assert!(
+                text.contains(&format!("\nparameters: {parameters}\n")),
+                "{text}"
+            );
+            assert!(text.contains(feature), "{name}: {text}");
+        }
     }
 }

@@ -16,7 +16,7 @@ const VOCAB: usize = 1024;
 
 /// Writes a shard folder whose train and validation splits repeat `document` (ids below
 /// [`VOCAB`]), separated by the end-of-sequence id 2.
-fn corpus(folder: &Path, document: &[u32], repeats: usize) {
+pub(super) fn corpus(folder: &Path, document: &[u32], repeats: usize) {
     std::fs::create_dir_all(folder).unwrap();
     for split in [Split::Train, Split::Validation] {
         let mut writer = ShardWriter::new(folder, split, 1 << 16, VOCAB).unwrap();
@@ -29,7 +29,7 @@ fn corpus(folder: &Path, document: &[u32], repeats: usize) {
 }
 
 /// The perplexity line of `hlat eval perplexity`.
-fn perplexity(output: &str) -> f64 {
+pub(super) fn perplexity(output: &str) -> f64 {
     output
         .lines()
         .find_map(|line| line.strip_prefix("perplexity: "))

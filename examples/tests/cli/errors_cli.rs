@@ -180,24 +180,11 @@ fn numbers_out_of_range_are_refused_naming_the_flag_or_field() {
     // The fixture with one size made huge (and `head_dim`, which the fixture states, left out
     // unless it is the one): the error names the field and its value, before any weight is read.
     let huge = 1u64 << 62;
-    for (index, field) in ["head_dim", "hidden_size", "vocab_size", "num_hidden_layers"]
-        .into_iter()
-        .enumerate()
-    {
-        let model = out.path().join(format!("model-{index}"));
-        std::fs::create_dir_all(&model).unwrap();
-        for entry in std::fs::read_dir(FIXTURE).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
-        }
-        let path = model.join("config.json");
-        let mut config: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        let fields = config.as_object_mut().unwrap();
-        fields.remove("head_dim");
-        fields.insert(field.to_string(), huge.into());
-        std::fs::write(&path, config.to_string()).unwrap();
-        let model = model.display().to_string();
+    for field in ["head_dim", "hidden_size", "vocab_size", "num_hidden_layers"] {
+        let model = edited_fixture(out.path(), field, |fields| {
+            fields.remove("head_dim");
+            fields.insert(field.to_string(), huge.into());
+        });
         let (named, value) = (format!("`{field}`"), huge.to_string());
         expect_refused(
             &[],
@@ -206,6 +193,105 @@ fn numbers_out_of_range_are_refused_naming_the_flag_or_field() {
             out.path(),
         );
     }
+}
+
+/// Configurations of the families the decoder does not implement, or that lack a field their
+/// RoPE type needs, or whose head width does not fit: `hlat generate`, `eval` and `convert`
+/// refuse each naming the file, the field and its value.
+#[test]
+fn bad_family_configurations_are_refused_naming_file_field_and_value() {
+    let out = tempfile::tempdir().unwrap();
+    type Edit = fn(&mut serde_json::Map<String, serde_json::Value>);
+    let cases: [(&str, Edit, &[&str]); 5] = [
+        (
+            "dynamic",
+            |c| {
+                c.insert(
+                    "rope_parameters".into(),
+                    serde_json::json!({"rope_type": "dynamic", "factor": 2.0}),
+                );
+            },
+            &["rope_parameters.rope_type", "\"dynamic\""],
+        ),
+        (
+            "no-low-freq",
+            |c| {
+                c.insert(
+                    "rope_parameters".into(),
+                    serde_json::json!({"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+                );
+            },
+            &["rope_parameters.low_freq_factor", "null"],
+        ),
+        (
+            "odd-head",
+            |c| {
+                c.insert("head_dim".into(), 15.into());
+            },
+            &["`head_dim` = 15"],
+        ),
+        (
+            "moe",
+            |c| {
+                c.insert("model_type".into(), "mixtral".into());
+            },
+            &["model_type", "\"mixtral\""],
+        ),
+        (
+            "sliding-pattern",
+            |c| {
+                c.insert("model_type".into(), "qwen2".into());
+                c.insert("use_sliding_window".into(), true.into());
+                c.insert("sliding_window".into(), 8.into());
+                c.insert(
+                    "layer_types".into(),
+                    serde_json::json!(["sliding_attention", "full_attention"]),
+                );
+            },
+            &["layer_types"],
+        ),
+    ];
+    for (label, edit, names) in cases {
+        let model = edited_fixture(out.path(), label, edit);
+        let config = format!("{model}/config.json");
+        let mut names = names.to_vec();
+        names.push(&config);
+        for arguments in [
+            &["eval", "--model", &model][..],
+            &[
+                "generate",
+                "--model",
+                &model,
+                "--prompt-ids",
+                "1",
+                "--format",
+                "ids",
+            ],
+            &["convert", "--from-hf", &model, "--to", "unused"],
+        ] {
+            expect_refused(&[], arguments, &names, out.path());
+        }
+    }
+}
+
+/// A copy of the fixture in `folder/label` whose `config.json` `edit` changed; its path.
+fn edited_fixture(
+    folder: &std::path::Path,
+    label: &str,
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+) -> String {
+    let model = folder.join(label);
+    std::fs::create_dir_all(&model).unwrap();
+    for entry in std::fs::read_dir(FIXTURE).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
+    }
+    let path = model.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(config.as_object_mut().unwrap());
+    std::fs::write(&path, config.to_string()).unwrap();
+    model.display().to_string()
 }
 
 /// Runs `hlat` with `arguments` and `environment` in `folder`: it must exit with status 2,

@@ -9,6 +9,7 @@ mod convert_cli;
 mod cpt_cli;
 mod data_cli;
 mod errors_cli;
+mod families_cli;
 mod multi_process_cli;
 mod pretrain_cli;
 mod segment_cap_cli;

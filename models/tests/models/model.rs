@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData, Tolerance};
 use burn_store::ModuleSnapshot;
 use burn_trainium::{Trainium, TrainiumDevice};
-use hlat::{Hlat, HlatConfig, KvCache};
+use hlat::{Hlat, HlatConfig, KvCache, ModelFamily, SlidingWindow};
 
 type Reference = NdArray;
 
@@ -82,6 +82,56 @@ fn cached_decoding_equals_full_recompute() {
     Tensor::cat(pieces, 1)
         .into_data()
         .assert_approx_eq::<f32>(&full.into_data(), Tolerance::absolute(1e-5));
+}
+
+/// A configuration whose second layer slides over a window of 100 positions (the first
+/// attends to every earlier one), as Qwen's `max_window_layers` lays them out.
+pub(crate) fn windowed_config(context: usize) -> HlatConfig {
+    HlatConfig {
+        family: ModelFamily::Qwen2,
+        qkv_bias: true,
+        max_seq_len: context,
+        sliding_window: Some(SlidingWindow {
+            size: 100,
+            first_layer: 1,
+        }),
+        ..HlatConfig::preset("hlat-test").unwrap()
+    }
+}
+
+/// Over 600 positions the window hides the first 500 from the last query. The forward pass
+/// (query blocks, the window in a mask built on the device) equals decoding through the KV cache
+/// (the window in a mask built on the host) in two pieces of 300.
+#[test]
+fn a_sliding_window_over_a_long_sequence_equals_cached_decoding() {
+    let (seq, device) = (600, Default::default());
+    let config = windowed_config(seq);
+    let model = config.init::<Reference>(&device);
+    let row: Vec<i64> = (0..seq as i64).map(|i| (i * 37 + 5) % 64).collect();
+    let input = || ids::<Reference>(&[&row], &device);
+    let full = model.forward(input());
+    let mut cache = KvCache::new(&config, 1, seq, DType::F32, &device);
+    let first = model.forward_cached(input().narrow(1, 0, 300), &mut cache);
+    let second = model.forward_cached(input().narrow(1, 300, 300), &mut cache);
+    Tensor::cat(vec![first, second], 1)
+        .into_data()
+        .assert_approx_eq::<f32>(&full.clone().into_data(), Tolerance::absolute(1e-4));
+    // Without the window the last positions see the whole prefix and change.
+    let unwindowed = HlatConfig {
+        sliding_window: None,
+        ..config
+    };
+    let mut plain = unwindowed.init::<Reference>(&device);
+    plain = plain.load_record(model.clone().into_record());
+    let difference = (plain.forward(input()) - full)
+        .narrow(1, seq - 1, 1)
+        .abs()
+        .max()
+        .into_scalar();
+    assert!(
+        difference > 1e-3,
+        "the window changes nothing ({difference})"
+    );
 }
 
 #[test]

@@ -22,7 +22,22 @@ fn check(
     shard: Option<&TensorParallel>,
     seq: usize,
 ) {
-    let mut config = HlatConfig::preset("hlat-test").unwrap();
+    check_config(
+        HlatConfig::preset("hlat-test").unwrap(),
+        device,
+        exchange,
+        shard,
+        seq,
+    );
+}
+
+fn check_config(
+    mut config: HlatConfig,
+    device: &TrainiumDevice,
+    exchange: &dyn Exchange<B>,
+    shard: Option<&TensorParallel>,
+    seq: usize,
+) {
     config.max_seq_len = config.max_seq_len.max(seq);
     let model: Hlat<B> = Hlat::from_inner(config.init(device));
     let model = match shard {
@@ -65,6 +80,15 @@ fn gradients_of_attention_by_blocks_equal_kept_ones_over_a_long_sequence() {
         None,
         2 * ATTENTION_BLOCK + 100,
     );
+}
+
+/// A sliding window over a long sequence: the backward pass by blocks of queries masks the
+/// window as the forward pass does.
+#[test]
+fn gradients_with_a_sliding_window_over_a_long_sequence_equal_kept_ones() {
+    let seq = ATTENTION_BLOCK + 100;
+    let config = crate::model::windowed_config(seq);
+    check_config(config, &TrainiumDevice::HOST, &Unsharded, None, seq);
 }
 
 #[test]

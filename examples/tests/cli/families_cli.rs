@@ -1,0 +1,151 @@
+//! Every LLaMA family through the command line, as a user brings a checkpoint today: greedy
+//! generation and perplexity as transformers computes them, a tensor-parallel conversion that
+//! exports the same bytes, continued pretraining from the checkpoint (tensor-parallel where the
+//! key/value heads split), export and a merge with the base model that evaluates.
+
+use super::cpt_cli::{corpus, perplexity};
+use super::{fixture, succeed};
+
+#[test]
+fn every_family_generates_evaluates_converts_trains_and_merges() {
+    let families = [
+        "hf-tiny-llama3",
+        "hf-tiny-qwen2",
+        "hf-tiny-qwen3",
+        "hf-tiny-mistral",
+        "hf-tiny-llama-bias",
+    ];
+    let work = tempfile::tempdir().unwrap();
+    let text = |name: &str| work.path().join(name).to_str().unwrap().to_string();
+    let domain: Vec<u32> = (0..24).map(|i| 100 + (i * 7) % 24).collect();
+    corpus(&work.path().join("domain"), &domain, 40);
+    for name in families {
+        let base = fixture(name);
+        let base = base.to_str().unwrap();
+        let expected: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(fixture(name).join("expected.json")).unwrap(),
+        )
+        .unwrap();
+        let ids = |value: &serde_json::Value| -> Vec<String> {
+            value
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|id| id.to_string())
+                .collect()
+        };
+
+        let generated = succeed(&[
+            "generate",
+            "--model",
+            base,
+            "--prompt-ids",
+            &ids(&expected["greedy_prompt"]).join(","),
+            "--format",
+            "ids",
+            "--max-new-tokens",
+            "12",
+        ]);
+        assert_eq!(
+            generated.trim(),
+            ids(&expected["greedy_continuation"]).join(","),
+            "{name}"
+        );
+
+        // The training batch's rows: their perplexity is exp of torch's first loss.
+        let rows = text(&format!("{name}-rows.json"));
+        std::fs::write(&rows, expected["train"]["batch"].to_string()).unwrap();
+        let measured = perplexity(&succeed(&[
+            "eval",
+            "perplexity",
+            "--model",
+            base,
+            "--ids",
+            &rows,
+        ]));
+        let torch = expected["train"]["losses"][0].as_f64().unwrap().exp();
+        assert!(
+            (measured - torch).abs() <= 1e-4 * torch,
+            "{name}: perplexity {measured}, transformers {torch}"
+        );
+
+        // Mistral's single key/value head does not split two ways.
+        let tensor = if name == "hf-tiny-mistral" { "1" } else { "2" };
+        let (native, direct, through) = (
+            text(&format!("{name}-native")),
+            text(&format!("{name}-direct")),
+            text(&format!("{name}-through")),
+        );
+        succeed(&[
+            "convert",
+            "--from-hf",
+            base,
+            "--to",
+            &native,
+            "--tp",
+            tensor,
+        ]);
+        succeed(&["convert", "--from", &native, "--to-hf", &through]);
+        succeed(&["convert", "--from-hf", base, "--to-hf", &direct]);
+        for file in ["config.json", "model.safetensors"] {
+            let read = |dir: &str| std::fs::read(std::path::Path::new(dir).join(file)).unwrap();
+            assert!(
+                read(&direct) == read(&through),
+                "{name}: {file} differs after --tp {tensor}"
+            );
+        }
+
+        let run = text(&format!("{name}-run"));
+        succeed(&[
+            "pretrain",
+            "--init-from-hf",
+            base,
+            "--data",
+            &text("domain"),
+            "--out",
+            &run,
+            "--max-steps",
+            "2",
+            "--seq-len",
+            "16",
+            "--batch-tokens",
+            "64",
+            "--micro-batch-rows",
+            "4",
+            "--tp",
+            tensor,
+            "--device",
+            if tensor == "2" { "host:0-1" } else { "host" },
+            "--eval-every",
+            "0",
+            "--no-progress",
+        ]);
+        let exported = text(&format!("{name}-exported"));
+        succeed(&["convert", "--from", &run, "--to-hf", &exported]);
+        let config = work.path().join(format!("{name}-merge.yaml"));
+        std::fs::write(
+            &config,
+            format!(
+                "merge_method: linear\nmodels:\n  - model: {base}\n    parameters:\n      weight: 0.5\n  - model: {exported}\n    parameters:\n      weight: 0.5\ndtype: float32\n"
+            ),
+        )
+        .unwrap();
+        let merged = text(&format!("{name}-merged"));
+        succeed(&[
+            "merge",
+            "--config",
+            config.to_str().unwrap(),
+            "--out",
+            &merged,
+        ]);
+        let halfway = perplexity(&succeed(&[
+            "eval",
+            "perplexity",
+            "--model",
+            &merged,
+            "--ids",
+            &rows,
+        ]));
+        assert!(halfway.is_finite() && halfway > 1.0, "{name}: {halfway}");
+    }
+}
