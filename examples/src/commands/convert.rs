@@ -14,7 +14,7 @@ use hlat::sharded_checkpoint::save_split;
 /// Arguments of `hlat convert`.
 #[derive(Args)]
 pub struct ConvertArgs {
-    /// Hugging Face `LlamaForCausalLM` folder to read.
+    /// Hugging Face folder to read (`llama`, `mistral`, `qwen2` or `qwen3`).
     #[arg(long, conflicts_with = "from", required_unless_present = "from")]
     pub from_hf: Option<PathBuf>,
     /// Native checkpoint, whole or sharded by tensor-parallel rank (joined), or training run

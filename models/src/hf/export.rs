@@ -1,4 +1,4 @@
-//! Export of an HLAT model as a Hugging Face `LlamaForCausalLM` folder.
+//! Export of a model as a Hugging Face folder of its family (`LlamaForCausalLM`, ...).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;

@@ -1,4 +1,4 @@
-//! Import of a Hugging Face `LlamaForCausalLM` folder.
+//! Import of a Hugging Face folder of the LLaMA family.
 
 use std::path::Path;
 use std::rc::Rc;

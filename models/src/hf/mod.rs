@@ -1,4 +1,4 @@
-//! The model zoo bridge: Hugging Face `LlamaForCausalLM` folders in and out.
+//! The model zoo bridge: Hugging Face folders of the LLaMA family in and out.
 //!
 //! - [`import_hf`]: `config.json` (+ `model.safetensors` or a sharded index) to [`crate::Hlat`].
 //! - [`export_hf`]: [`crate::Hlat`] to the same layout, loadable by transformers.
