@@ -50,7 +50,8 @@ struct EncodeArgs {
 
 #[derive(Args)]
 struct IngestArgs {
-    /// A Hugging Face tokenizer.json (it must have an EOS token).
+    /// A Hugging Face tokenizer.json. It must have an EOS token, put after every document: the
+    /// `eos_token` of the tokenizer_config.json beside it, if any (copied beside the shards).
     #[arg(long)]
     tokenizer: PathBuf,
     /// Text files (one document each), JSONL files (a `text` field per line) or folders.

@@ -1,8 +1,12 @@
 //! `hlat data` end to end: `encode` against the Llama-2 fixture made by Hugging Face `tokenizers`,
-//! and `train-tokenizer` → `ingest` on a small corpus.
+//! `train-tokenizer` → `ingest` on a small corpus, and `ingest` with the published tokenizers'
+//! fixtures (Llama 2, Llama 3, Qwen2) against the ids the Python library gives.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::Stdio;
+
+use hlat_train::data::{ShardSet, Split, TokenStream};
 
 use super::{fixture, hlat};
 
@@ -130,4 +134,186 @@ fn encode_with_a_missing_tokenizer_names_the_file() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/tokenizer.json"), "{stderr}");
+}
+
+/// The tokenizer fixtures in the structure of the published ones, each with the ids the Python
+/// `tokenizers` library gives for its sample texts.
+const PUBLISHED_TOKENIZERS: [&str; 3] = ["llama2-tokenizer", "llama3-tokenizer", "qwen2-tokenizer"];
+
+#[test]
+fn ingest_with_published_tokenizers_ends_every_document_with_their_eos() {
+    for name in PUBLISHED_TOKENIZERS {
+        ingest_fixture_samples(name);
+    }
+}
+
+/// Reads a JSON file.
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Ingests the sample texts of fixture `name` (the first as a text file, the others as JSONL
+/// lines) and checks the train shards: every document's ids as Python gave them without the
+/// special tokens, each followed by the EOS that the fixture's `tokenizer_config.json` names.
+/// The expected ids are read from the fixture's files alone, not by `hlat`.
+fn ingest_fixture_samples(name: &str) {
+    let dir = fixture(name);
+    let expected = read_json(&dir.join("expected.json"));
+    let config = read_json(&dir.join("tokenizer_config.json"));
+    let tokenizer_json = read_json(&dir.join("tokenizer.json"));
+    let added = tokenizer_json["added_tokens"].as_array().unwrap();
+    // The id of the token the config names under `key` (None for null: Qwen2 has no BOS).
+    let special_id = |key: &str| {
+        let token = config[key].as_str()?;
+        let added = added.iter().find(|added| added["content"] == token);
+        Some(
+            added.expect("a special token of tokenizer.json")["id"]
+                .as_u64()
+                .unwrap() as u32,
+        )
+    };
+    let bos = special_id("bos_token");
+    let eos = special_id("eos_token").expect("every fixture names its EOS");
+    let vocab_size = added
+        .iter()
+        .map(|added| &added["id"])
+        .chain(
+            tokenizer_json["model"]["vocab"]
+                .as_object()
+                .unwrap()
+                .values(),
+        )
+        .map(|id| id.as_u64().unwrap() + 1)
+        .max()
+        .unwrap();
+
+    let cases = expected["cases"].as_array().unwrap();
+    let texts: Vec<&str> = cases
+        .iter()
+        .map(|case| case["text"].as_str().unwrap())
+        .collect();
+    let folder = tempfile::tempdir().unwrap();
+    let input = folder.path().join("input");
+    std::fs::create_dir(&input).unwrap();
+    // Files are read in sorted order: a.txt, then b.jsonl.
+    std::fs::write(input.join("a.txt"), texts[0]).unwrap();
+    let lines: String = texts[1..]
+        .iter()
+        .map(|text| format!("{}\n", serde_json::json!({ "text": text })))
+        .collect();
+    std::fs::write(input.join("b.jsonl"), lines).unwrap();
+    let out = folder.path().join("shards");
+    let ingested = hlat()
+        .args(["data", "ingest", "--val-fraction", "0", "--tokenizer"])
+        .arg(dir.join("tokenizer.json"))
+        .arg("--input")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        ingested.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&ingested.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&ingested.stdout);
+    assert!(
+        stdout.contains(&format!("{} train documents", texts.len())),
+        "{name}: {stdout}"
+    );
+
+    let mut want = Vec::new();
+    for case in cases {
+        let ids: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+        // Python's ids hold the post-processor's BOS (Llama); ingest encodes without it.
+        let text_ids = match bos {
+            Some(bos) => {
+                assert_eq!(ids[0], bos, "{name}");
+                &ids[1..]
+            }
+            None => &ids[..],
+        };
+        want.extend_from_slice(text_ids);
+        want.push(eos);
+    }
+    let shards = ShardSet::open_split(&out, Split::Train).unwrap();
+    assert_eq!(u64::from(shards.vocab_size()), vocab_size, "{name}");
+    let mut tokens = vec![0; shards.num_tokens()];
+    shards.copy_tokens(0, &mut tokens);
+    assert_eq!(tokens, want, "{name}");
+    assert!(
+        ShardSet::open_split(&out, Split::Validation).is_err(),
+        "{name}"
+    );
+
+    // The folder describes itself: the tokenizer with the config naming its special tokens, and
+    // the documents between the EOS tokens decode back to the texts.
+    assert_eq!(
+        std::fs::read(out.join("tokenizer_config.json")).unwrap(),
+        std::fs::read(dir.join("tokenizer_config.json")).unwrap(),
+        "{name}"
+    );
+    let saved = hlat::hf::load_tokenizer(&out.join("tokenizer.json")).unwrap();
+    assert_eq!(tokens.last(), Some(&eos), "{name}");
+    let decoded: Vec<String> = tokens[..tokens.len() - 1]
+        .split(|&token| token == eos)
+        .map(|document| saved.decode(document, false).unwrap())
+        .collect();
+    assert_eq!(decoded, texts, "{name}");
+
+    // A model trains from scratch on the shards (Qwen's tokenizer has no BOS: its EOS stands
+    // in, as in Qwen's config.json).
+    let run = folder.path().join("run");
+    let trained = hlat()
+        .args(["pretrain", "--preset", "hlat-test", "--data"])
+        .arg(&out)
+        .arg("--out")
+        .arg(&run)
+        .args(["--max-steps", "1", "--seq-len", "8", "--batch-tokens", "16"])
+        .args([
+            "--micro-batch-rows",
+            "2",
+            "--eval-every",
+            "0",
+            "--device",
+            "host",
+        ])
+        .arg("--no-progress")
+        .output()
+        .unwrap();
+    assert!(
+        trained.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+}
+
+#[test]
+fn ingest_with_a_tokenizer_without_eos_names_the_files_and_writes_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    let tokenizer = folder.path().join("tokenizer.json");
+    std::fs::copy(fixture("qwen2-tokenizer/tokenizer.json"), &tokenizer).unwrap();
+    let config = folder.path().join("tokenizer_config.json");
+    std::fs::write(&config, r#"{"bos_token": null, "eos_token": null}"#).unwrap();
+    let input = folder.path().join("docs.txt");
+    std::fs::write(&input, "Some text.").unwrap();
+    let out = folder.path().join("shards");
+    let output = hlat()
+        .args(["data", "ingest", "--tokenizer"])
+        .arg(&tokenizer)
+        .arg("--input")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("{} has no EOS token", tokenizer.display()))
+            && stderr.contains(&format!("{} sets `eos_token` to null", config.display())),
+        "{stderr}"
+    );
+    assert!(!out.exists());
 }

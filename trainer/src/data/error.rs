@@ -53,12 +53,23 @@ pub enum DataError {
         message: String,
     },
     /// The tokenizer lacks a special token the pipeline needs.
-    #[error("the tokenizer has no {role} token (looked for {candidates:?})")]
+    #[error("{tokenizer} has no {role} token: {reason}")]
     MissingSpecialToken {
+        /// The tokenizer's file (or "the tokenizer" when it has none).
+        tokenizer: String,
         /// The token's role: BOS, EOS or padding.
         role: &'static str,
-        /// The token strings that were looked for.
-        candidates: &'static [&'static str],
+        /// Where it was looked for.
+        reason: String,
+    },
+    /// A `tokenizer_config.json` that cannot be read as one, or names a token its tokenizer
+    /// does not hold.
+    #[error("{path}: {problem}")]
+    TokenizerConfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
     },
     /// An output that would overwrite earlier results.
     #[error("{path} already holds {what}; choose an empty output folder")]

@@ -4,8 +4,10 @@
 //! each followed by EOS, and written to the train or validation shards of the output folder
 //! (`train-00000.bin`..., `val-00000.bin`...; see [`super::shard`]). The validation split holds
 //! out whole documents, chosen by [`is_validation`] from the document's index. The tokenizer is
-//! saved beside the shards as [`TOKENIZER_FILE`], so the folder describes itself. Nothing is
-//! renamed into place before every input has been read, so a failed ingest leaves no shard.
+//! saved beside the shards as [`TOKENIZER_FILE`], with the [`TOKENIZER_CONFIG_FILE`] it was read
+//! with (which names its special tokens: EOS is the document separator), so the folder describes
+//! itself. Nothing is renamed into place before every input has been read, so a failed ingest
+//! leaves no shard.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,7 +18,7 @@ use super::documents::{for_each_document, list_input_files};
 use super::error::DataError;
 use super::shard::{ShardWriter, Split};
 use super::split::is_validation;
-use super::tokenizer::TextTokenizer;
+use super::tokenizer::{TOKENIZER_CONFIG_FILE, TextTokenizer};
 
 /// The tokenizer's file in a shard folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -92,7 +94,7 @@ pub fn ingest(
     let eos = tokenizer.eos_id()?;
     let files = list_input_files(&config.inputs)?;
     let tokenizer_json = tokenizer.to_json()?;
-    prepare_output(&config.out_dir, &tokenizer_json)?;
+    prepare_output(&config.out_dir, &tokenizer_json, tokenizer.config_json())?;
     let writer = |split| {
         ShardWriter::new(
             &config.out_dir,
@@ -149,13 +151,22 @@ pub fn ingest(
     let tokenizer_path = config.out_dir.join(TOKENIZER_FILE);
     fs::write(&tokenizer_path, tokenizer_json)
         .map_err(|error| DataError::io(&tokenizer_path, error))?;
+    if let Some(config_json) = tokenizer.config_json() {
+        let config_path = config.out_dir.join(TOKENIZER_CONFIG_FILE);
+        fs::write(&config_path, config_json).map_err(|error| DataError::io(&config_path, error))?;
+    }
     Ok(summary)
 }
 
 /// Creates the output folder, refusing one that already holds shards or another tokenizer
 /// (the tokenizer the shards were made with may already be there, as from
-/// `hlat data train-tokenizer --out DIR/tokenizer.json`).
-fn prepare_output(out_dir: &Path, tokenizer_json: &str) -> Result<(), DataError> {
+/// `hlat data train-tokenizer --out DIR/tokenizer.json`), or a `tokenizer_config.json` other
+/// than the tokenizer's (it would name other special tokens for the shards).
+fn prepare_output(
+    out_dir: &Path,
+    tokenizer_json: &str,
+    config_json: Option<&str>,
+) -> Result<(), DataError> {
     fs::create_dir_all(out_dir).map_err(|error| DataError::io(out_dir, error))?;
     let holds_shards = [Split::Train, Split::Validation]
         .iter()
@@ -173,6 +184,17 @@ fn prepare_output(out_dir: &Path, tokenizer_json: &str) -> Result<(), DataError>
             return Err(DataError::OutputExists {
                 path: out_dir.to_path_buf(),
                 what: "a different tokenizer.json",
+            });
+        }
+    }
+    let config_path = out_dir.join(TOKENIZER_CONFIG_FILE);
+    if config_path.exists() {
+        let existing =
+            fs::read_to_string(&config_path).map_err(|error| DataError::io(&config_path, error))?;
+        if Some(existing.as_str()) != config_json {
+            return Err(DataError::OutputExists {
+                path: out_dir.to_path_buf(),
+                what: "a tokenizer_config.json other than the tokenizer's",
             });
         }
     }

@@ -59,5 +59,5 @@ pub use packing::PackedRows;
 pub use rows::{RowSource, inputs_and_targets};
 pub use sampler::{Sampler, SamplerState};
 pub use shard::{ShardSet, Split, TokenShard};
-pub use tokenizer::TextTokenizer;
+pub use tokenizer::{TOKENIZER_CONFIG_FILE, TextTokenizer};
 pub use tokens::TokenStream;

@@ -1,6 +1,14 @@
 //! Tokenizers: load any Hugging Face `tokenizer.json`, or train a byte-level BPE one.
+//!
+//! The special tokens (BOS, EOS, padding) are the ones the tokenizer's own files name, as
+//! Hugging Face reads them: first the `bos_token`, `eos_token` and `pad_token` of the
+//! [`TOKENIZER_CONFIG_FILE`] beside the `tokenizer.json` (a string, an object with the token as
+//! `content`, or `null` for none: Qwen2 has no BOS), then the tokenizer itself (the token its
+//! post-processor puts before the text for BOS, after it for EOS; its padding settings for
+//! padding), and last, for a `tokenizer.json` alone, the usual token names
+//! (`<s>`/`</s>`, `<|begin_of_text|>`/`<|end_of_text|>`, `<|endoftext|>`, ...).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use tokenizers::models::TrainerWrapper;
@@ -16,25 +24,149 @@ use super::error::DataError;
 /// `<unk>`, which byte-level BPE never needs).
 pub const TRAINED_SPECIAL_TOKENS: [&str; 3] = ["<pad>", "<s>", "</s>"];
 
-const BOS_CANDIDATES: &[&str] = &["<s>", "<|begin_of_text|>", "<bos>", "<|startoftext|>"];
-const EOS_CANDIDATES: &[&str] = &["</s>", "<|end_of_text|>", "<|endoftext|>", "<eos>"];
-const PAD_CANDIDATES: &[&str] = &["<pad>", "<|pad|>", "[PAD]"];
+/// The Hugging Face file beside a `tokenizer.json` that names its special tokens.
+pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+
+/// A special token the pipeline uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Bos,
+    Eos,
+    Pad,
+}
+
+impl Role {
+    /// The role's name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Bos => "BOS",
+            Self::Eos => "EOS",
+            Self::Pad => "padding",
+        }
+    }
+
+    /// Its key in `tokenizer_config.json`.
+    fn key(self) -> &'static str {
+        match self {
+            Self::Bos => "bos_token",
+            Self::Eos => "eos_token",
+            Self::Pad => "pad_token",
+        }
+    }
+
+    /// The usual names of the token, for a `tokenizer.json` that names none.
+    fn candidates(self) -> &'static [&'static str] {
+        match self {
+            Self::Bos => &["<s>", "<|begin_of_text|>", "<bos>", "<|startoftext|>"],
+            Self::Eos => &["</s>", "<|end_of_text|>", "<|endoftext|>", "<eos>"],
+            Self::Pad => &["<pad>", "<|pad|>", "[PAD]"],
+        }
+    }
+}
+
+/// What `tokenizer_config.json` says of one special token.
+#[derive(Debug, Clone, PartialEq)]
+enum Configured {
+    /// Nothing (no such key): the tokenizer itself decides.
+    Unset,
+    /// `null`: the tokenizer has no such token.
+    Null,
+    /// The token's text.
+    Token(String),
+}
+
+/// A `tokenizer_config.json`: its text (copied beside token shards) and its special tokens.
+#[derive(Debug, Clone)]
+struct TokenizerConfig {
+    path: PathBuf,
+    text: String,
+    bos: Configured,
+    eos: Configured,
+    pad: Configured,
+}
+
+impl TokenizerConfig {
+    /// Reads the file at `path`, if there is one.
+    fn read(path: &Path) -> Result<Option<Self>, DataError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(path, text).map(Some),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(DataError::io(path, error)),
+        }
+    }
+
+    fn parse(path: &Path, text: String) -> Result<Self, DataError> {
+        let bad = |problem: String| DataError::TokenizerConfig {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|error| bad(format!("not JSON: {error}")))?;
+        let object = value
+            .as_object()
+            .ok_or_else(|| bad("not a JSON object".into()))?;
+        let configured = |role: Role| {
+            let key = role.key();
+            match object.get(key) {
+                None => Ok(Configured::Unset),
+                Some(serde_json::Value::Null) => Ok(Configured::Null),
+                Some(serde_json::Value::String(token)) => Ok(Configured::Token(token.clone())),
+                Some(serde_json::Value::Object(fields)) => match fields.get("content") {
+                    Some(serde_json::Value::String(token)) => Ok(Configured::Token(token.clone())),
+                    _ => Err(bad(format!(
+                        "`{key}` is an object without a string `content`"
+                    ))),
+                },
+                Some(other) => Err(bad(format!(
+                    "`{key}` is {other}, not a token (a string, an object with `content`, or null)"
+                ))),
+            }
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            bos: configured(Role::Bos)?,
+            eos: configured(Role::Eos)?,
+            pad: configured(Role::Pad)?,
+            text,
+        })
+    }
+
+    fn get(&self, role: Role) -> &Configured {
+        match role {
+            Role::Bos => &self.bos,
+            Role::Eos => &self.eos,
+            Role::Pad => &self.pad,
+        }
+    }
+}
 
 /// A tokenizer: a Hugging Face [`Tokenizer`] with the special tokens the pipeline uses.
 #[derive(Clone)]
 pub struct TextTokenizer {
     inner: Tokenizer,
+    /// The file it was read from, for messages.
+    source: Option<PathBuf>,
+    /// The `tokenizer_config.json` beside that file, if any.
+    config: Option<TokenizerConfig>,
 }
 
 impl From<Tokenizer> for TextTokenizer {
-    /// Wraps a loaded Hugging Face tokenizer (one `hlat::hf::load_tokenizer` checked).
+    /// Wraps a loaded Hugging Face tokenizer (one `hlat::hf::load_tokenizer` checked). Without
+    /// a `tokenizer_config.json`, its special tokens are those the tokenizer itself shows (see
+    /// the [module](self) documentation).
     fn from(inner: Tokenizer) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            source: None,
+            config: None,
+        }
     }
 }
 
 impl TextTokenizer {
-    /// Loads a Hugging Face `tokenizer.json`.
+    /// Loads a Hugging Face `tokenizer.json`, with the special tokens the
+    /// [`TOKENIZER_CONFIG_FILE`] in the same folder names, when there is one. A malformed
+    /// `tokenizer_config.json` is an error naming it.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, DataError> {
         let path = path.as_ref();
         // The message names the file.
@@ -42,7 +174,15 @@ impl TextTokenizer {
             context: "loading".to_string(),
             message: error.to_string(),
         })?;
-        Ok(Self { inner })
+        let config_path = path
+            .parent()
+            .unwrap_or(Path::new(""))
+            .join(TOKENIZER_CONFIG_FILE);
+        Ok(Self {
+            inner,
+            source: Some(path.to_path_buf()),
+            config: TokenizerConfig::read(&config_path)?,
+        })
     }
 
     /// Trains a byte-level BPE tokenizer of `vocab_size` tokens (special tokens included) on
@@ -105,7 +245,7 @@ impl TextTokenizer {
                 message: error.to_string(),
             })?;
         inner.with_post_processor(Some(post_processor));
-        Ok(Self { inner })
+        Ok(Self::from(inner))
     }
 
     /// Saves the tokenizer as a Hugging Face `tokenizer.json`.
@@ -117,6 +257,11 @@ impl TextTokenizer {
     /// The Hugging Face tokenizer underneath.
     pub fn inner(&self) -> &Tokenizer {
         &self.inner
+    }
+
+    /// The text of the [`TOKENIZER_CONFIG_FILE`] read with the tokenizer, if there was one.
+    pub fn config_json(&self) -> Option<&str> {
+        self.config.as_ref().map(|config| config.text.as_str())
     }
 
     /// The tokenizer in Hugging Face `tokenizer.json` form.
@@ -168,30 +313,135 @@ impl TextTokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// The beginning-of-sequence token.
+    /// The beginning-of-sequence token. An error for tokenizers without one (Qwen2's).
     pub fn bos_id(&self) -> Result<u32, DataError> {
-        self.special_id("BOS", BOS_CANDIDATES)
+        self.special_id(Role::Bos)
     }
 
     /// The end-of-sequence token, put after every document when packing.
     pub fn eos_id(&self) -> Result<u32, DataError> {
-        self.special_id("EOS", EOS_CANDIDATES)
+        self.special_id(Role::Eos)
     }
 
     /// The padding token.
     pub fn pad_id(&self) -> Result<u32, DataError> {
-        self.special_id("padding", PAD_CANDIDATES)
+        self.special_id(Role::Pad)
     }
 
-    /// The id of the first of `candidates` the vocabulary holds.
-    fn special_id(
-        &self,
-        role: &'static str,
-        candidates: &'static [&'static str],
-    ) -> Result<u32, DataError> {
+    /// The id of `role`'s token: the one `tokenizer_config.json` names (`null`: none), else the
+    /// one the tokenizer shows (its post-processor; its padding), else the first of the usual
+    /// names the vocabulary holds.
+    fn special_id(&self, role: Role) -> Result<u32, DataError> {
+        if let Some(config) = &self.config {
+            match config.get(role) {
+                Configured::Token(token) => {
+                    return self.inner.token_to_id(token).ok_or_else(|| {
+                        DataError::TokenizerConfig {
+                            path: config.path.clone(),
+                            problem: format!(
+                                "its `{}` {token:?} is not a token of {}",
+                                role.key(),
+                                self.describe()
+                            ),
+                        }
+                    });
+                }
+                Configured::Null => {
+                    return Err(self.missing(
+                        role,
+                        format!("{} sets `{}` to null", config.path.display(), role.key()),
+                    ));
+                }
+                Configured::Unset => {}
+            }
+        }
+        let shown = match role {
+            Role::Bos | Role::Eos => self.post_processor_token(role),
+            Role::Pad => self.inner.get_padding().map(|padding| padding.pad_id),
+        };
+        if let Some(id) = shown {
+            return Ok(id);
+        }
+        let candidates = role.candidates();
         candidates
             .iter()
             .find_map(|token| self.inner.token_to_id(token))
-            .ok_or(DataError::MissingSpecialToken { role, candidates })
+            .ok_or_else(|| {
+                let config = match &self.config {
+                    Some(config) => format!("{} sets no `{}`", config.path.display(), role.key()),
+                    None => format!("no {TOKENIZER_CONFIG_FILE} beside it names one"),
+                };
+                let shown = match role {
+                    Role::Bos | Role::Eos => "its post-processor adds none",
+                    Role::Pad => "it sets no padding",
+                };
+                self.missing(
+                    role,
+                    format!("{config}, {shown}, and it holds none of {candidates:?}"),
+                )
+            })
+    }
+
+    /// The special token the post-processor's template for one text puts before the text (BOS:
+    /// the first) or after it (EOS: the last), as Llama 3's `<|begin_of_text|>`. Read from the
+    /// template's `tokenizer.json` form (a `TemplateProcessing`, alone or in a `Sequence`).
+    fn post_processor_token(&self, role: Role) -> Option<u32> {
+        let processor = serde_json::to_value(self.inner.get_post_processor()?).ok()?;
+        let template = find_template(&processor)?;
+        let single = template.get("single")?.as_array()?;
+        let text = single
+            .iter()
+            .position(|piece| piece.get("Sequence").is_some())?;
+        let special = |piece: &serde_json::Value| {
+            piece
+                .get("SpecialToken")?
+                .get("id")?
+                .as_str()
+                .map(str::to_owned)
+        };
+        let name = match role {
+            Role::Bos => single[..text].iter().find_map(special),
+            _ => single[text + 1..].iter().rev().find_map(special),
+        }?;
+        match template
+            .get("special_tokens")?
+            .get(&name)?
+            .get("ids")?
+            .as_array()?
+            .as_slice()
+        {
+            [id] => id.as_u64().and_then(|id| u32::try_from(id).ok()),
+            _ => None,
+        }
+    }
+
+    /// The tokenizer in messages: its file, if it has one.
+    fn describe(&self) -> String {
+        match &self.source {
+            Some(path) => path.display().to_string(),
+            None => "the tokenizer".to_string(),
+        }
+    }
+
+    fn missing(&self, role: Role, reason: String) -> DataError {
+        DataError::MissingSpecialToken {
+            tokenizer: self.describe(),
+            role: role.name(),
+            reason,
+        }
+    }
+}
+
+/// The `TemplateProcessing` of a post-processor in `tokenizer.json` form: itself, or the first
+/// one of a `Sequence`.
+fn find_template(processor: &serde_json::Value) -> Option<&serde_json::Value> {
+    match processor.get("type")?.as_str()? {
+        "TemplateProcessing" => Some(processor),
+        "Sequence" => processor
+            .get("processors")?
+            .as_array()?
+            .iter()
+            .find_map(find_template),
+        _ => None,
     }
 }

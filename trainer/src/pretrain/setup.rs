@@ -172,8 +172,10 @@ fn initial_model<B: TrainingBackend>(
         .map_err(|error| TrainError::Model(error.to_string()))?;
     if let Some(tokenizer) = tokenizer {
         model_config.vocab_size = tokenizer.vocab_size();
-        model_config.bos_token_id = tokenizer.bos_id().map_err(data_error)?;
         model_config.eos_token_id = tokenizer.eos_id().map_err(data_error)?;
+        // A tokenizer without BOS (Qwen's) names its EOS in the model's `bos_token_id`, as
+        // Qwen's config.json does.
+        model_config.bos_token_id = tokenizer.bos_id().unwrap_or(model_config.eos_token_id);
         model_config.pad_token_id = tokenizer.pad_id().ok();
     }
     model_config

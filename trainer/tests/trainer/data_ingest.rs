@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use hlat_train::data::shard::{SHARD_HEADER_BYTES, ShardWriter};
 use hlat_train::data::{
-    DataError, IngestConfig, ShardSet, Split, TOKENIZER_FILE, TextTokenizer, TokenShard,
-    TokenStream, ingest,
+    DataError, IngestConfig, ShardSet, Split, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TextTokenizer,
+    TokenShard, TokenStream, ingest,
 };
 
 fn tokenizer() -> TextTokenizer {
@@ -311,6 +311,73 @@ fn an_output_holding_the_same_tokenizer_is_used_and_another_refused() {
     );
     let left: Vec<_> = fs::read_dir(other_out.path()).unwrap().collect();
     assert_eq!(left.len(), 1, "only the tokenizer that was there");
+}
+
+#[test]
+fn the_config_beside_the_tokenizer_names_the_separator_and_goes_with_the_shards() {
+    // Llama 3's tokenizer with Llama 3 Instruct's EOS: <|eot_id|> (1002), not <|end_of_text|>.
+    let source = tempfile::tempdir().unwrap();
+    fs::copy(
+        super::fixture("llama3-tokenizer/tokenizer.json"),
+        source.path().join(TOKENIZER_FILE),
+    )
+    .unwrap();
+    let instruct = r#"{"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|eot_id|>"}}"#;
+    fs::write(source.path().join(TOKENIZER_CONFIG_FILE), instruct).unwrap();
+    let tokenizer = TextTokenizer::from_file(source.path().join(TOKENIZER_FILE)).unwrap();
+    let input = tempfile::tempdir().unwrap();
+    fs::write(
+        input.path().join("a.jsonl"),
+        "{\"text\": \"First document.\"}\n{\"text\": \"Second: ünïcödé 🚀\"}\n",
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let run = |out: &Path| {
+        ingest(
+            &tokenizer,
+            &IngestConfig {
+                validation_fraction: 0.0,
+                ..config(vec![input.path().to_path_buf()], out)
+            },
+        )
+    };
+    run(out.path()).unwrap();
+    let tokens = split_tokens(out.path(), Split::Train);
+    assert_eq!(tokens.iter().filter(|&&token| token == 1002).count(), 2);
+    assert!(!tokens.contains(&1001) && !tokens.contains(&1000));
+    // The folder's tokenizer reads back with the same special tokens.
+    assert_eq!(
+        fs::read_to_string(out.path().join(TOKENIZER_CONFIG_FILE)).unwrap(),
+        instruct
+    );
+    let saved = TextTokenizer::from_file(out.path().join(TOKENIZER_FILE)).unwrap();
+    assert_eq!(saved.eos_id().unwrap(), 1002);
+    assert_eq!(
+        decode_documents(&saved, &tokens),
+        ["First document.", "Second: ünïcödé 🚀"]
+    );
+
+    // A folder holding another config (one that would name other tokens) is refused, and so is
+    // any config for a tokenizer read without one.
+    let other_out = tempfile::tempdir().unwrap();
+    fs::write(
+        other_out.path().join(TOKENIZER_CONFIG_FILE),
+        r#"{"eos_token": "<|end_of_text|>"}"#,
+    )
+    .unwrap();
+    let error = run(other_out.path()).expect_err("another config is refused");
+    assert!(
+        error.to_string().contains("tokenizer_config.json"),
+        "{error}"
+    );
+    let error = ingest(
+        &self::tokenizer(),
+        &config(vec![input.path().to_path_buf()], other_out.path()),
+    )
+    .expect_err("a config without its tokenizer is refused");
+    assert!(matches!(error, DataError::OutputExists { .. }), "{error}");
+    let left: Vec<_> = fs::read_dir(other_out.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "only the config that was there");
 }
 
 fn shard_error(bytes: &[u8]) -> String {

@@ -1,35 +1,229 @@
-//! Tokenizers: the Llama-2 fixture made by the Python `tokenizers` library, and trained BPE.
+//! Tokenizers: the fixtures made by the Python `tokenizers` library (Llama 2, Llama 3, Qwen2),
+//! and trained BPE.
 
 use super::fixture;
-use hlat_train::data::TextTokenizer;
 use hlat_train::data::tokenizer::TRAINED_SPECIAL_TOKENS;
+use hlat_train::data::{TOKENIZER_CONFIG_FILE, TextTokenizer};
+use tokenizers::AddedToken;
+use tokenizers::processors::template::TemplateProcessing;
+
+/// A tokenizer fixture, made (or checked) by the Python `tokenizers` library, with the special
+/// tokens its `tokenizer_config.json` names.
+struct Fixture {
+    name: &'static str,
+    vocab_size: usize,
+    bos: Option<u32>,
+    eos: u32,
+    pad: Option<u32>,
+}
+
+const FIXTURES: [Fixture; 3] = [
+    // SentencePiece BPE with byte fallback; <s> 1, </s> 2, no padding.
+    Fixture {
+        name: "llama2-tokenizer",
+        vocab_size: 32000,
+        bos: Some(1),
+        eos: 2,
+        pad: None,
+    },
+    // Byte-level BPE: <|begin_of_text|> 1000 (added by the post-processor), <|end_of_text|> 1001.
+    Fixture {
+        name: "llama3-tokenizer",
+        vocab_size: 1003,
+        bos: Some(1000),
+        eos: 1001,
+        pad: None,
+    },
+    // Byte-level BPE with NFC: no BOS, <|endoftext|> 1000 as EOS and padding.
+    Fixture {
+        name: "qwen2-tokenizer",
+        vocab_size: 1003,
+        bos: None,
+        eos: 1000,
+        pad: Some(1000),
+    },
+];
 
 #[test]
-fn llama2_ids_match_the_python_tokenizers_library() {
-    let tokenizer = TextTokenizer::from_file(fixture("llama2-tokenizer/tokenizer.json")).unwrap();
+fn fixture_tokenizers_match_the_python_tokenizers_library() {
+    for fixture in &FIXTURES {
+        check_against_python(fixture);
+    }
+}
+
+/// Checks the tokenizer of a fixture against its `expected.json`: the ids with the
+/// post-processor's special tokens, the ids without them, and the text the ids decode to
+/// (`expected.json` decodes with Python's default, `skip_special_tokens=True`), then its special
+/// tokens.
+fn check_against_python(
+    &Fixture {
+        name,
+        vocab_size,
+        bos,
+        eos,
+        pad,
+    }: &Fixture,
+) {
+    let dir = fixture(name);
+    let tokenizer = TextTokenizer::from_file(dir.join("tokenizer.json")).unwrap();
     let expected: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(fixture("llama2-tokenizer/expected.json")).unwrap())
-            .unwrap();
-    assert_eq!(expected["add_special_tokens"], true);
+        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    assert_eq!(expected["add_special_tokens"], true, "{name}");
     let cases = expected["cases"].as_array().unwrap();
-    assert!(cases.len() >= 5);
+    assert!(cases.len() >= 5, "{name}");
     for case in cases {
         let text = case["text"].as_str().unwrap();
+        let decoded = case["decoded"].as_str().unwrap();
         let ids: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
         assert_eq!(
             tokenizer.encode(text, true).unwrap(),
             ids,
-            "ids of {text:?}"
+            "{name}: ids of {text:?}"
         );
-        // Without special tokens the post-processor's BOS is absent.
-        assert_eq!(tokenizer.encode(text, false).unwrap(), ids[1..], "{text:?}");
-        let decoded = tokenizer.decode(&ids[1..]).unwrap();
-        assert_eq!(decoded, case["decoded"].as_str().unwrap());
+        // Without special tokens the post-processor's BOS (if any) is absent, and so are the
+        // special tokens: the plain decoding gives the text.
+        let plain = match bos {
+            Some(bos) => {
+                assert_eq!(ids[0], bos, "{name}: {text:?}");
+                &ids[1..]
+            }
+            None => &ids[..],
+        };
+        assert_eq!(
+            tokenizer.encode(text, false).unwrap(),
+            plain,
+            "{name}: {text:?}"
+        );
+        assert_eq!(
+            tokenizer.inner().decode(&ids, true).unwrap(),
+            decoded,
+            "{name}: decoding of {text:?}"
+        );
+        assert_eq!(
+            tokenizer.decode(plain).unwrap(),
+            decoded,
+            "{name}: {text:?}"
+        );
     }
-    assert_eq!(tokenizer.vocab_size(), 32000);
-    assert_eq!(tokenizer.bos_id().unwrap(), 1);
-    assert_eq!(tokenizer.eos_id().unwrap(), 2);
-    assert!(tokenizer.pad_id().is_err(), "Llama-2 has no padding token");
+    assert_eq!(tokenizer.vocab_size(), vocab_size, "{name}");
+    assert_eq!(tokenizer.bos_id().ok(), bos, "{name}: BOS");
+    assert_eq!(tokenizer.eos_id().unwrap(), eos, "{name}: EOS");
+    assert_eq!(tokenizer.pad_id().ok(), pad, "{name}: padding");
+}
+
+/// A folder holding the Llama 3 fixture's `tokenizer.json` (its text edited by `edit`) and, when
+/// given, `config` as its `tokenizer_config.json`.
+fn llama3_folder(edit: impl FnOnce(String) -> String, config: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let json = std::fs::read_to_string(fixture("llama3-tokenizer/tokenizer.json")).unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), edit(json)).unwrap();
+    if let Some(config) = config {
+        std::fs::write(dir.path().join(TOKENIZER_CONFIG_FILE), config).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn special_tokens_come_from_the_config_then_the_post_processor_then_the_names() {
+    // Llama 3 Instruct's config: the tokens as objects, EOS <|eot_id|> rather than the base
+    // model's <|end_of_text|>.
+    let instruct = llama3_folder(
+        |json| json,
+        Some(
+            r#"{"bos_token": {"content": "<|begin_of_text|>", "lstrip": false},
+                "eos_token": {"content": "<|eot_id|>", "special": true},
+                "pad_token": "<|end_of_text|>"}"#,
+        ),
+    );
+    let tokenizer = TextTokenizer::from_file(instruct.path().join("tokenizer.json")).unwrap();
+    let ids = [tokenizer.bos_id(), tokenizer.eos_id(), tokenizer.pad_id()];
+    assert_eq!(ids.map(Result::unwrap), [1000, 1002, 1001]);
+    assert!(tokenizer.config_json().unwrap().contains("<|eot_id|>"));
+
+    // A tokenizer.json alone: BOS from its post-processor, EOS by its name.
+    let alone = llama3_folder(|json| json, None);
+    let tokenizer = TextTokenizer::from_file(alone.path().join("tokenizer.json")).unwrap();
+    assert_eq!(tokenizer.bos_id().unwrap(), 1000);
+    assert_eq!(tokenizer.eos_id().unwrap(), 1001);
+    assert!(tokenizer.pad_id().is_err());
+    assert_eq!(tokenizer.config_json(), None);
+
+    // The post-processor's tokens win over the usual names: before the text BOS, after it EOS.
+    let mut inner = tokenizer.inner().clone();
+    inner.add_special_tokens(&[
+        AddedToken::from("<start>", true),
+        AddedToken::from("<stop>", true),
+    ]);
+    let (start, stop) = (
+        inner.token_to_id("<start>").unwrap(),
+        inner.token_to_id("<stop>").unwrap(),
+    );
+    let template = TemplateProcessing::builder()
+        .try_single("<start> $A <stop>")
+        .unwrap()
+        .special_tokens(vec![("<start>", start), ("<stop>", stop)])
+        .build()
+        .unwrap();
+    inner.with_post_processor(Some(template));
+    let tokenizer = TextTokenizer::from(inner);
+    assert_eq!((start, stop), (1003, 1004));
+    assert_eq!(tokenizer.bos_id().unwrap(), start);
+    assert_eq!(tokenizer.eos_id().unwrap(), stop);
+}
+
+#[test]
+fn a_tokenizer_without_eos_or_with_a_bad_config_is_an_error_naming_the_files() {
+    let message = |dir: &tempfile::TempDir| {
+        let tokenizer = dir.path().join("tokenizer.json");
+        let config = dir.path().join(TOKENIZER_CONFIG_FILE);
+        let error = match TextTokenizer::from_file(&tokenizer) {
+            Ok(loaded) => loaded.eos_id().unwrap_err(),
+            Err(error) => error,
+        };
+        (
+            error.to_string(),
+            tokenizer.display().to_string(),
+            config.display().to_string(),
+        )
+    };
+
+    // No config, and no token the post-processor puts after the text or of a usual name.
+    let dir = llama3_folder(|json| json.replace("<|end_of_text|>", "<|end|>"), None);
+    let (error, tokenizer, _) = message(&dir);
+    assert!(
+        error.contains(&format!("{tokenizer} has no EOS token"))
+            && error.contains("no tokenizer_config.json beside it names one")
+            && error.contains("<|end_of_text|>"),
+        "{error}"
+    );
+
+    // A config that sets no EOS.
+    let dir = llama3_folder(|json| json, Some(r#"{"eos_token": null}"#));
+    let (error, tokenizer, config) = message(&dir);
+    assert!(
+        error.contains(&format!("{tokenizer} has no EOS token"))
+            && error.contains(&format!("{config} sets `eos_token` to null")),
+        "{error}"
+    );
+
+    // A config naming a token the tokenizer does not hold, or malformed.
+    for (text, problem) in [
+        (
+            r#"{"eos_token": "</s>"}"#,
+            r#"`eos_token` "</s>" is not a token of"#,
+        ),
+        (r#"{"eos_token": 5}"#, "`eos_token` is 5, not a token"),
+        (r#"{"eos_token": {"id": 5}}"#, "without a string `content`"),
+        ("[]", "not a JSON object"),
+        ("{", "not JSON"),
+    ] {
+        let dir = llama3_folder(|json| json, Some(text));
+        let (error, _, config) = message(&dir);
+        assert!(
+            error.starts_with(&format!("{config}: ")) && error.contains(problem),
+            "{text}: {error}"
+        );
+    }
 }
 
 fn corpus() -> Vec<String> {
