@@ -46,7 +46,7 @@ pub use error::{BackendError, panic_message};
 pub use executor::neuron;
 pub use executor::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
-    DEFAULT_CPU_DEVICES, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP, XLA_CACHE_ENV,
+    DEFAULT_CPU_DEVICES, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP, XLA_CACHE_ENV, set_operator_rules,
 };
 pub use stats::{Stats, reset_stats, stats};
 

@@ -254,9 +254,10 @@ pub fn prompt_bucket(len: usize, capacity: usize) -> usize {
     bucket.min(capacity).max(len)
 }
 
-/// `ids` as a `[1, len]` batch.
+/// `ids` as a `[1, len]` batch of 32-bit ids (ids below the vocabulary's size, which is at most
+/// `i32::MAX`: no 64-bit integers reach the device, which trn1 would narrow).
 fn token_ids<B: Backend>(ids: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
-    let values: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
+    let values: Vec<i32> = ids.iter().map(|&id| id as i32).collect();
     Tensor::from_data(TensorData::new(values, [1, ids.len()]), device)
 }
 

@@ -114,7 +114,7 @@ impl<B: Backend> Hlat<B> {
         let device = input_ids.device();
         let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
         let [batch, _, _] = hidden.dims();
-        let index = TensorData::new(vec![position as i64], [1]);
+        let index = TensorData::new(vec![position as i32], [1]);
         let index = Tensor::<B, 1, Int>::from_data(index, &device);
         let logits = self.head(hidden.select(1, index), &Unsharded);
         let vocab = logits.dims()[2];

@@ -1,35 +1,29 @@
-//! Every HLO module the `neuron` executor hands to `neuronx-cc` for an HLAT training step (the
-//! real model and trainer) uses only operators of the Neuron compiler's published XLA operator
-//! list (`backend/src/executor/neuron/supported_operators.txt`, which says where the list comes
-//! from), `reduce` only with the computations the list allows, and `power` only with constant
-//! exponents ("Exponent argument must be a compile-time integer constant").
+//! Every HLO module the `neuron` executor hands to `neuronx-cc` follows the Neuron lint (the
+//! operator table and rules of `burn_trainium::neuron::lint_module`, from the Neuron SDK's
+//! documentation), in every parallel layout: one device, dp 2, tp 2 with sequence parallelism,
+//! dp 2 × tp 2 with sequence parallelism and ZeRO-1, activation checkpointing, bf16 with
+//! stochastic rounding; and in generation and evaluation.
 //!
-//! The step runs on `neuron:0` in compile-only mode with a stand-in compiler that copies the
-//! module as its "NEFF" (it is NOT the Neuron compiler); the modules are read back from the NEFF
-//! cache, exactly as the compiler would receive them.
+//! The runs are traced on `neuron` devices in compile-only mode with a stand-in compiler that
+//! copies the module as its "NEFF" (it is NOT the Neuron compiler); the modules are read back
+//! from the NEFF cache, exactly as the compiler would receive them, and linted again here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use burn::backend::Autodiff;
-use burn_trainium::hlo::{HloInstructionProto, HloModuleProto};
-use burn_trainium::neuron::{MODULE_FILE, NeuronSettings, NeuronTarget};
+use burn_trainium::hlo::HloModuleProto;
+use burn_trainium::neuron::{MODULE_FILE, NeuronSettings, NeuronTarget, Violation, lint_module};
 use burn_trainium::{Trainium, TrainiumDevice, stats};
 use hlat::HlatConfig;
-use hlat_train::optimizer::AdamWSettings;
-use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
+use hlat::generate::{GenerationOptions, Sampling, generate};
+use hlat_train::config::TrainConfig;
+use hlat_train::eval::perplexity_of_rows;
+use hlat_train::parallel::ActivationCheckpointing;
+use hlat_train::precision::Precision;
+use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 use prost::Message;
-
-/// The published list: documented name | HLO opcodes | restriction.
-const SUPPORTED_OPERATORS: &str =
-    include_str!("../../backend/src/executor/neuron/supported_operators.txt");
-
-/// Reductions the list allows in `reduce` ("Min, Max, Add and Mul are the only supported
-/// computations").
-const REDUCE_COMPUTATIONS: [&str; 4] = ["add", "maximum", "minimum", "multiply"];
 
 /// A stand-in for `neuronx-cc`: answers `--version` and "compiles" by copying the module.
 const STAND_IN_COMPILER: &str = r#"#!/bin/sh
@@ -59,24 +53,6 @@ fn executable(folder: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
-/// Every HLO opcode of the published list.
-fn supported_opcodes() -> BTreeSet<String> {
-    SUPPORTED_OPERATORS
-        .lines()
-        .filter(|line| !line.trim_start().starts_with('#') && !line.trim().is_empty())
-        .flat_map(|line| {
-            let opcodes = line
-                .split('|')
-                .nth(1)
-                .unwrap_or_else(|| panic!("malformed line `{line}`"));
-            opcodes
-                .split(',')
-                .map(|opcode| opcode.trim().to_string())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// Every module file under `root`, sorted.
 fn cached_modules(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
@@ -95,169 +71,151 @@ fn cached_modules(root: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The instruction an operand's value comes from, looking through shape-only operations.
-fn origin(by_id: &HashMap<i64, &HloInstructionProto>, mut id: i64) -> String {
-    loop {
-        let Some(instruction) = by_id.get(&id) else {
-            return "?".to_string();
-        };
-        match instruction.opcode.as_str() {
-            "broadcast" | "reshape" | "convert" | "slice" | "transpose" => {
-                id = instruction.operand_ids[0]
-            }
-            other => return other.to_string(),
-        }
-    }
-}
-
-/// What the modules use, and where they break the published list.
+/// What the modules under `root` use, and their lint violations.
 #[derive(Debug, Default)]
 struct ModuleScan {
     modules: usize,
     used: BTreeMap<String, usize>,
-    unsupported: Vec<String>,
-    unsupported_reductions: Vec<String>,
-    runtime_exponents: Vec<String>,
+    violations: Vec<Violation>,
 }
 
 fn scan_modules(root: &Path) -> ModuleScan {
-    let supported = supported_opcodes();
     let mut scan = ModuleScan::default();
     for path in cached_modules(root) {
         scan.modules += 1;
         let module = HloModuleProto::decode(std::fs::read(&path).unwrap().as_slice()).unwrap();
-        let roots: HashMap<i64, String> = module
-            .computations
-            .iter()
-            .map(|computation| {
-                let root = computation
-                    .instructions
-                    .iter()
-                    .find(|i| i.id == computation.root_id);
-                (
-                    computation.id,
-                    root.map(|i| i.opcode.clone()).unwrap_or_default(),
-                )
-            })
-            .collect();
-        for computation in &module.computations {
-            let by_id: HashMap<i64, &HloInstructionProto> =
-                computation.instructions.iter().map(|i| (i.id, i)).collect();
-            for instruction in &computation.instructions {
-                *scan.used.entry(instruction.opcode.clone()).or_default() += 1;
-                if !supported.contains(&instruction.opcode) {
-                    scan.unsupported
-                        .push(format!("{}: `{}`", module.name, instruction.opcode));
-                }
-                if instruction.opcode == "reduce" {
-                    for called in &instruction.called_computation_ids {
-                        let root = roots.get(called).map(String::as_str).unwrap_or("?");
-                        if !REDUCE_COMPUTATIONS.contains(&root) {
-                            scan.unsupported_reductions
-                                .push(format!("{}: reduce with `{root}`", module.name));
-                        }
-                    }
-                }
-                if instruction.opcode == "power" {
-                    let exponent = origin(&by_id, instruction.operand_ids[1]);
-                    if exponent != "constant" {
-                        scan.runtime_exponents.push(format!(
-                            "{}: power with an exponent from a `{exponent}`",
-                            module.name
-                        ));
-                    }
-                }
-            }
+        for instruction in module.computations.iter().flat_map(|c| &c.instructions) {
+            *scan.used.entry(instruction.opcode.clone()).or_default() += 1;
         }
+        scan.violations.extend(lint_module(&module));
     }
     scan
 }
 
-/// Two HLAT training steps (HLAT's AdamW, warmup, clipping) on `device`.
-fn train_two_steps(device: &TrainiumDevice) {
-    type B = Autodiff<Trainium>;
-    let config = HlatConfig::preset("hlat-test").unwrap();
-    let model = config.init::<B>(device);
-    let mut trainer = Trainer::new(
-        LanguageModel::new(model, None),
-        AdamWSettings {
-            beta1: 0.9,
-            beta2: 0.95,
-            eps: 1e-8,
-            weight_decay: 0.1,
-            exclude_norms_from_weight_decay: false,
-        },
-        WarmupCosine {
-            peak: 3e-4,
-            warmup_steps: 2,
-            decay_steps: 2,
-            min_ratio: 0.1,
-        },
-        1.0,
-        7,
-        3,
-    );
-    let rows: Vec<Vec<u32>> = (0..2)
-        .map(|row| (0..9).map(|i| ((row * 9 + i) * 7 % 64) as u32).collect())
-        .collect();
-    for _ in 0..2 {
-        trainer
-            .train_step(vec![LmBatch::from_rows(&rows, device)])
-            .unwrap();
-    }
-}
-
-#[test]
-fn an_hlat_training_step_uses_only_supported_neuron_operators() {
-    let _random = crate::support::exclusive_random();
-    let workspace = tempfile::tempdir().unwrap();
-    let compiler = executable(workspace.path(), "stand-in-neuronx-cc", STAND_IN_COMPILER);
-    let cache_root = workspace.path().join("cache");
-    // The only test of this binary that opens `neuron` devices.
-    burn_trainium::neuron::set_settings(Some(NeuronSettings {
-        compiler: compiler.clone(),
+/// The stand-in compiler's settings, with the NEFF cache in `cache_root`.
+fn settings(compiler: &Path, cache_root: &Path) -> NeuronSettings {
+    NeuronSettings {
+        compiler: compiler.to_path_buf(),
         target: NeuronTarget::Trn1,
         compiler_flags: Vec::new(),
-        cache_root: cache_root.clone(),
+        cache_root: cache_root.to_path_buf(),
         retry_failed: false,
         // Training decomposes attention (Burn's autodiff): no kernel call to trace.
         flash_attention: burn_trainium::neuron::FlashAttention::Off,
         kernel_tracer: None,
-    }));
-    burn_trainium::neuron::set_compile_only(true);
-    let device = TrainiumDevice::neuron(0);
-    train_two_steps(&device);
+        lint: Default::default(),
+    }
+}
 
-    let supported = supported_opcodes();
-    assert!(
-        supported.contains("dot") && supported.contains("parameter"),
-        "{supported:?}"
-    );
+/// One traced layout: data and tensor degrees, sequence parallelism, ZeRO-1, checkpointing,
+/// precision.
+type Layout = (usize, usize, bool, bool, ActivationCheckpointing, Precision);
+
+/// Two steps of `hlat-test` pretraining on the built-in corpus in `layout`, on neuron devices
+/// starting at core `first_core`.
+fn trace_pretraining(layout: Layout, first_core: u16, out: &Path) -> TrainiumDevice {
+    let (data, tensor, sequence_parallel, zero1, checkpointing, precision) = layout;
+    let replicas = (data * tensor) as u16;
+    let device = if replicas == 1 {
+        TrainiumDevice::neuron(first_core)
+    } else {
+        TrainiumDevice::neuron(first_core).with_replicas(replicas)
+    };
+    let options = PretrainOptions {
+        config: TrainConfig {
+            preset: "hlat-test".into(),
+            max_steps: 2,
+            warmup_steps: 1,
+            seq_len: 16,
+            batch_tokens: 16 * 4,
+            micro_batch_rows: 4 / data,
+            data_parallel: data,
+            tensor_parallel: tensor,
+            sequence_parallel,
+            zero1,
+            activation_checkpointing: checkpointing,
+            precision,
+            eval_every: 0,
+            checkpoint_every: 0,
+            progress: false,
+            ..TrainConfig::quickstart()
+        },
+        out: out.to_path_buf(),
+        data: DataChoice::Builtin,
+        init_from: None,
+        share: hlat_train::checkpoint::ProcessShare::WHOLE,
+    };
+    pretrain::<Autodiff<Trainium>>(&options, &device, DeviceInfo { compiles: None }).unwrap();
+    device
+}
+
+#[test]
+fn every_layout_compiles_within_the_neuron_rules() {
+    let _random = crate::support::exclusive_random();
+    let workspace = tempfile::tempdir().unwrap();
+    let compiler = executable(workspace.path(), "stand-in-neuronx-cc", STAND_IN_COMPILER);
+    burn_trainium::neuron::set_compile_only(true);
+    use ActivationCheckpointing::{Full, None as Kept, Selective};
+    let layouts: [Layout; 6] = [
+        (1, 1, false, false, Kept, Precision::F32),
+        (2, 1, false, false, Kept, Precision::F32),
+        (1, 2, true, false, Kept, Precision::F32),
+        (2, 2, true, true, Kept, Precision::F32),
+        (
+            1,
+            2,
+            true,
+            false,
+            Selective,
+            Precision::Bf16StochasticRounding,
+        ),
+        (1, 1, false, false, Full, Precision::F32),
+    ];
+    // Each layout on cores of its own, with a cache of its own.
+    let mut first_core = 0;
+    for (index, layout) in layouts.into_iter().enumerate() {
+        let cache_root = workspace.path().join(format!("cache-{index}"));
+        // The only test of this binary that opens `neuron` devices.
+        burn_trainium::neuron::set_settings(Some(settings(&compiler, &cache_root)));
+        let out = workspace.path().join(format!("run-{index}"));
+        let device = trace_pretraining(layout, first_core, &out);
+        first_core += device.replicas;
+        let scan = scan_modules(&cache_root);
+        let compiles = stats(&device).compiles;
+        assert!(
+            compiles > 0 && scan.modules as u64 == compiles,
+            "{layout:?}: {compiles} compiles, {scan:?}"
+        );
+        assert!(scan.used.contains_key("dot"), "{layout:?}: {scan:?}");
+        assert!(
+            scan.violations.is_empty(),
+            "{layout:?}:\n{}",
+            scan.violations
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    // Generation (prompt bucket and decoding steps, with the KV cache) and evaluation (padded
+    // batches of rows scored), on one core.
+    let cache_root = workspace.path().join("cache-inference");
+    burn_trainium::neuron::set_settings(Some(settings(&compiler, &cache_root)));
+    let device = TrainiumDevice::neuron(first_core);
+    let model: hlat::Hlat<Trainium> = HlatConfig::preset("hlat-test").unwrap().init(&device);
+    let options = GenerationOptions {
+        max_new_tokens: 3,
+        sampling: Sampling::Greedy,
+        seed: 0,
+        stop_ids: Vec::new(),
+    };
+    generate(&model, &[1, 5, 9], &options, |_| {}).unwrap();
+    let rows: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5], vec![6, 7, 8]];
+    perplexity_of_rows(&model, &rows, None, 2, &device).unwrap();
     let scan = scan_modules(&cache_root);
-    let compiles = stats(&device).compiles;
-    assert!(
-        compiles > 0 && scan.modules as u64 == compiles,
-        "{compiles} compiles, {scan:?}"
-    );
-    assert!(
-        scan.used.contains_key("dot") && scan.used.contains_key("reduce"),
-        "{scan:?}"
-    );
-    assert!(
-        scan.unsupported.is_empty(),
-        "not in the published list:\n{}",
-        scan.unsupported.join("\n")
-    );
-    assert!(
-        scan.unsupported_reductions.is_empty(),
-        "{}",
-        scan.unsupported_reductions.join("\n")
-    );
-    assert!(
-        scan.runtime_exponents.is_empty(),
-        "{}",
-        scan.runtime_exponents.join("\n")
-    );
+    assert!(scan.modules >= 3, "generation and evaluation: {scan:?}");
+    assert!(scan.violations.is_empty(), "{:?}", scan.violations);
 
     hlat_inference_asks_for_the_flash_kernel(workspace.path(), &compiler);
 }
@@ -273,15 +231,11 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
 
     let cache_root = folder.join("flash-cache");
     burn_trainium::neuron::set_settings(Some(NeuronSettings {
-        compiler: compiler.to_path_buf(),
-        target: NeuronTarget::Trn1,
-        compiler_flags: Vec::new(),
-        cache_root: cache_root.clone(),
-        retry_failed: false,
         flash_attention: FlashAttention::On,
         kernel_tracer: Some(executable(folder, "stand-in-tracer", STAND_IN_TRACER)),
+        ..settings(compiler, &cache_root)
     }));
-    let device = TrainiumDevice::neuron(1);
+    let device = TrainiumDevice::neuron(30);
     let mut config = HlatConfig::preset("hlat-test").unwrap();
     let seq = 1024;
     config.max_seq_len = seq;

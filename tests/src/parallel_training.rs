@@ -7,7 +7,7 @@ use std::path::Path;
 use burn::backend::Autodiff;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorData};
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat_train::config::TrainConfig;
@@ -480,5 +480,52 @@ fn activation_checkpointing_shrinks_the_compiled_steps_scratch_memory() {
     assert!(
         selective < none,
         "selective checkpointing: {selective} bytes, none: {none}"
+    );
+}
+
+/// The Neuron compiler's lowering (the split reading each replica's index from a parameter and
+/// selecting among constant-offset slices, powers as listed operators) run on the XLA CPU plugin
+/// trains as XLA's own lowering does: tensor parallel 2 with sequence parallelism, and data
+/// parallel 2 with ZeRO-1, to 1e-6.
+#[test]
+fn the_neuron_lowering_trains_as_the_default_lowering_on_xla() {
+    use burn_trainium::lower::OperatorRules;
+    let _random = crate::support::exclusive_random();
+    xla();
+    // A replicated device no other test uses, so that its rules are this test's own.
+    let neuron_rules = TrainiumDevice::xla(2).with_replicas(2);
+    burn_trainium::set_operator_rules(&neuron_rules, OperatorRules::Neuron);
+    let layouts = [
+        Layout {
+            tensor: 2,
+            sequence_parallel: true,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
+    ];
+    for layout in layouts {
+        let expected = run(&TrainiumDevice::replicated(ExecutorKind::Xla, 2), layout);
+        let actual = run(&neuron_rules, layout);
+        assert_same_run(
+            &expected,
+            &actual,
+            1e-6,
+            &format!("{layout:?} under Neuron's rules"),
+        );
+    }
+    // A fractional power, as exp(e · log x), against the host.
+    let values = TensorData::new(vec![0.25f32, 1.0, 2.0, 7.5], [4]);
+    let power = |device: &TrainiumDevice| {
+        Tensor::<Trainium, 1>::from_data(values.clone(), device)
+            .powf_scalar(0.3)
+            .into_data()
+    };
+    power(&neuron_rules).assert_approx_eq::<f32>(
+        &power(&TrainiumDevice::HOST),
+        burn::tensor::Tolerance::absolute(1e-6),
     );
 }

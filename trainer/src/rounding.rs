@@ -20,7 +20,14 @@ pub fn stochastic_round_bf16<B: Backend, const D: usize>(values: Tensor<B, D>) -
         .log()
         .div_scalar(std::f32::consts::LN_2)
         .floor();
-    let mut binade = magnitude.ones_like().mul_scalar(2.0).powf(exponent);
+    // 2^exponent as exp(exponent · ln 2), made exact by rounding to bf16: within a few f32 ulps
+    // of a power of two, the nearest bf16 is that power (no `power` of a run-time exponent,
+    // which the Neuron compiler refuses).
+    let mut binade = exponent
+        .mul_scalar(std::f32::consts::LN_2)
+        .exp()
+        .cast(DType::BF16)
+        .cast(DType::F32);
     let too_high = binade.clone().greater(magnitude.clone());
     binade = binade.clone().mask_where(too_high, binade.div_scalar(2.0));
     let too_low = binade.clone().mul_scalar(2.0).lower_equal(magnitude);

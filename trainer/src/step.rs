@@ -294,11 +294,13 @@ fn shifted_blocks(
     let mut targets = Vec::with_capacity(count * seq_len);
     for row in rows {
         assert_eq!(row.len(), width, "rows of one batch differ in length");
-        inputs.extend(row[..seq_len].iter().map(|&id| i64::from(id)));
-        targets.extend(row[1..].iter().map(|&id| i64::from(id)));
+        // 32-bit ids: the vocabulary holds at most i32::MAX ids (no 64-bit integers reach the
+        // device, which trn1 would narrow).
+        inputs.extend(row[..seq_len].iter().map(|&id| id as i32));
+        targets.extend(row[1..].iter().map(|&id| id as i32));
     }
     inputs.resize(count * seq_len, 0);
-    targets.resize(count * seq_len, i64::from(PADDING_TARGET));
+    targets.resize(count * seq_len, PADDING_TARGET as i32);
     (
         TensorData::new(inputs, [count, seq_len]),
         TensorData::new(targets, [count, seq_len]),

@@ -21,7 +21,7 @@ use super::program_cache::{CacheLimits, ProgramCache};
 use super::{Executor, HostExecutor};
 use crate::capture::{FingerprintedSegment, Segment};
 use crate::distributed::ReplicaSpan;
-use crate::lower::{self, LowerOptions, LoweredProgram, Step};
+use crate::lower::{self, LowerOptions, LoweredProgram, OperatorRules, Step};
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
 
@@ -97,6 +97,32 @@ struct DeviceTensor<Buffer> {
     dtype: DType,
 }
 
+/// Operator rules chosen for devices in code, in place of their executor's own.
+static OPERATOR_RULES: std::sync::Mutex<Vec<(TrainiumDevice, OperatorRules)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Makes the programs `device` lowers from now on keep to `rules` instead of its executor's
+/// ([`OperatorRules::Xla`] for `xla`, [`OperatorRules::Neuron`] for `neuron`): for a Neuron
+/// compiler that accepts `replica-id` and run-time slices, or to run the Neuron lowering on the
+/// XLA CPU plugin and compare what it computes.
+pub fn set_operator_rules(device: &TrainiumDevice, rules: OperatorRules) {
+    let mut chosen = OPERATOR_RULES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    chosen.retain(|(other, _)| other != device);
+    chosen.push((*device, rules));
+}
+
+/// The rules chosen for `device` by [`set_operator_rules`], if any.
+fn operator_rules_of(device: &TrainiumDevice) -> Option<OperatorRules> {
+    OPERATOR_RULES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+        .find(|(other, _)| other == device)
+        .map(|&(_, rules)| rules)
+}
+
 /// Runs segments of one (possibly replicated) device as compiled programs of a [`Target`].
 pub(crate) struct DeviceExecutor<T: Target> {
     device: TrainiumDevice,
@@ -105,8 +131,10 @@ pub(crate) struct DeviceExecutor<T: Target> {
     target: T,
     tensors: HashMap<TensorId, DeviceTensor<T::Buffer>>,
     programs: ProgramCache<T::Program>,
-    /// The plans of segments seen before, by fingerprint.
+    /// The plans of segments seen before, by fingerprint, lowered under `rules`.
     plans: PlanCache,
+    /// The operator rules the cached plans were lowered under.
+    rules: Option<OperatorRules>,
     counters: Arc<StatsCounters>,
     /// The Threefry key of random tensors drawn on the device (set by `seed`).
     random_key: u64,
@@ -129,6 +157,7 @@ impl<T: Target> DeviceExecutor<T> {
             tensors: HashMap::new(),
             programs: ProgramCache::new(T::CACHE_LIMITS),
             plans: PlanCache::default(),
+            rules: None,
             counters,
             random_key: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -229,20 +258,26 @@ impl<T: Target> DeviceExecutor<T> {
     fn execute(&mut self, lowered: &LoweredProgram) -> Result<(), BackendError> {
         if !lowered.outputs.is_empty() {
             let compiled = self.compiled(lowered)?;
-            let mut extra = lowered.scalars.clone();
-            if lowered.random_draws > 0 {
+            let states = (lowered.random_draws > 0).then(|| {
                 let states: Vec<u64> = (0..lowered.random_draws)
                     .flat_map(|_| {
                         self.random_counter += 1;
                         [self.random_key, self.random_counter]
                     })
                     .collect();
-                extra.push(TensorData::new(states, [2 * lowered.random_draws]));
-            }
+                TensorData::new(states, [2 * lowered.random_draws])
+            });
             let mut uploaded = Vec::with_capacity(self.replicas());
             for replica in 0..self.replicas() {
-                let buffers = extra
+                // The replica's own global index, after the scalars, where the program asks.
+                let index = lowered
+                    .replica_index
+                    .then(|| TensorData::new(vec![(self.span.first + replica) as i32], [1]));
+                let buffers = lowered
+                    .scalars
                     .iter()
+                    .chain(&index)
+                    .chain(&states)
                     .map(|data| self.target.upload(replica, data))
                     .collect::<Result<Vec<_>, _>>()?;
                 uploaded.push(buffers);
@@ -357,6 +392,16 @@ impl<T: Target> DeviceExecutor<T> {
     /// The steps of a segment: those of the plan kept for its fingerprint when it has one,
     /// otherwise lowered (and the plan kept for the next segment like it).
     fn prepare(&mut self, operations: &[OperationIr]) -> Result<Vec<Step>, BackendError> {
+        let defaults = self.target.lower_options();
+        let options = LowerOptions {
+            replicas: self.span.total,
+            rules: operator_rules_of(&self.device).unwrap_or(defaults.rules),
+            ..defaults
+        };
+        if self.rules.replace(options.rules) != Some(options.rules) {
+            // Plans lowered under other rules would run other programs.
+            self.plans = PlanCache::default();
+        }
         let fingerprinted = match FingerprintedSegment::of(operations) {
             Ok(fingerprinted) => Some(fingerprinted),
             Err(error) => {
@@ -370,10 +415,6 @@ impl<T: Target> DeviceExecutor<T> {
             StatsCounters::add(&self.counters.segments_reused, 1);
             return Ok(steps);
         }
-        let options = LowerOptions {
-            replicas: self.span.total,
-            ..self.target.lower_options()
-        };
         let steps =
             lower::plan_segment(operations, &options).map_err(|error| self.failure(error))?;
         if let Some(fingerprinted) = &fingerprinted

@@ -10,6 +10,7 @@ mod program_cache;
 mod xla;
 mod xla_cache;
 
+pub use device::set_operator_rules;
 pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};
 pub(crate) use host::HostExecutor;
 pub(crate) use program_cache::CacheLimits;

@@ -137,6 +137,7 @@ impl PlanCache {
                         hoisted,
                         operations: lowered.operations.clone(),
                         outputs: template.outputs.iter().map(tensor).collect(),
+                        replica_index: lowered.replica_index,
                         random_draws: lowered.random_draws,
                         released: template
                             .released

@@ -99,10 +99,11 @@ fn softmax_attention(builder: &mut Builder, operands: &Operands, softmax: &Softm
     if softmax.causal {
         // Key j is hidden from query i when j > i + (keys - queries).
         let grid = [queries, keys];
-        let rows = builder.iota(PrimitiveType::S64, &grid, 0);
-        let offset = builder.filled(PrimitiveType::S64, (keys - queries) as f64, &grid);
+        let positions = super::index::position_type(queries.max(keys) * 2);
+        let rows = builder.iota(positions, &grid, 0);
+        let offset = builder.filled(positions, (keys - queries) as f64, &grid);
         let shifted = builder.binary("add", &rows, &offset);
-        let columns = builder.iota(PrimitiveType::S64, &grid, 1);
+        let columns = builder.iota(positions, &grid, 1);
         let future = builder.compare(Direction::Lt, &shifted, &columns);
         let future = builder.broadcast(&future, &score_dims, &[2, 3]);
         scores = builder.select(&future, &negative_infinity, &scores);

@@ -6,7 +6,8 @@
 
 use burn_ir::{CustomOpIr, TensorIr};
 
-use super::builder::{Combiner, Value};
+use super::OperatorRules;
+use super::builder::{Combiner, Direction, Value};
 use super::context::{Failure, Lowered, Lowering, dims, unsupported};
 use crate::collective::{Collective, ReduceOp, ReplicaGroups};
 use crate::hlo::PrimitiveType;
@@ -111,8 +112,7 @@ fn all_reduce(
     builder.convert(&reduced, value.element_type)
 }
 
-/// The chunk along `dim` of the running replica's position in its group: the position is looked
-/// up by `replica-id` in a table of every replica's rank.
+/// The chunk along `dim` of the running replica's position in its group.
 fn split(
     lowering: &mut Lowering,
     value: &Value,
@@ -121,28 +121,66 @@ fn split(
     output: &TensorIr,
 ) -> Value {
     let out_dims = dims(output);
+    let chunk = out_dims[dim];
     let ranks: Vec<i32> = (0..groups.replica_count())
-        .map(|replica| {
-            groups
-                .locate(replica)
-                .map_or(0, |(_, rank)| rank as i32 * out_dims[dim] as i32)
-        })
+        .map(|replica| groups.locate(replica).map_or(0, |(_, rank)| rank as i32))
         .collect();
-    let builder = &mut lowering.builder;
-    let table = builder.constant_s32(&ranks);
-    let replica = builder.replica_id();
-    let replica = builder.convert(&replica, PrimitiveType::S32);
-    let offset = builder.dynamic_slice(&table, &[replica], &[1]);
-    let offset = builder.reshape(&offset, &[]);
-    let zero = builder.constant(PrimitiveType::S32, 0.0);
-    let starts: Vec<Value> = (0..value.rank())
-        .map(|d| {
-            if d == dim {
-                offset.clone()
-            } else {
-                zero.clone()
+    match lowering.options.rules {
+        OperatorRules::Xla => {
+            // The offset looked up by `replica-id` in a table of every replica's, then a slice
+            // at that run-time offset.
+            let offsets: Vec<i32> = ranks.iter().map(|rank| rank * chunk as i32).collect();
+            let builder = &mut lowering.builder;
+            let table = builder.constant_s32(&offsets);
+            let replica = builder.replica_id();
+            let replica = builder.convert(&replica, PrimitiveType::S32);
+            let offset = builder.dynamic_slice(&table, &[replica], &[1]);
+            let offset = builder.reshape(&offset, &[]);
+            let zero = builder.constant(PrimitiveType::S32, 0.0);
+            let starts: Vec<Value> = (0..value.rank())
+                .map(|d| {
+                    if d == dim {
+                        offset.clone()
+                    } else {
+                        zero.clone()
+                    }
+                })
+                .collect();
+            builder.dynamic_slice(value, &starts, &out_dims)
+        }
+        OperatorRules::Neuron => {
+            // The replica's rank from its index (a parameter) and the table of ranks, with
+            // listed operators: a compare against every replica, a select, a sum. Then the
+            // chunks at constant offsets, the rank's selected.
+            let index = lowering.replica_index();
+            let builder = &mut lowering.builder;
+            let replicas = [ranks.len() as i64];
+            let table = builder.constant_s32(&ranks);
+            let every = builder.iota(PrimitiveType::S32, &replicas, 0);
+            let index = builder.broadcast(&index, &replicas, &[]);
+            let mine = builder.compare(Direction::Eq, &every, &index);
+            let zeros = builder.filled(PrimitiveType::S32, 0.0, &replicas);
+            let picked = builder.select(&mine, &table, &zeros);
+            let rank = builder.reduce(&picked, 0.0, &[0], Combiner::Add);
+            let mut selected: Option<Value> = None;
+            for position in 0..groups.group_size() as i64 {
+                let mut start = vec![0; value.rank()];
+                let mut limit = value.dims.clone();
+                start[dim] = position * chunk;
+                limit[dim] = (position + 1) * chunk;
+                let strides = vec![1; value.rank()];
+                let piece = builder.slice(value, &start, &limit, &strides);
+                selected = Some(match selected {
+                    None => piece,
+                    Some(previous) => {
+                        let here = builder.filled(PrimitiveType::S32, position as f64, &[]);
+                        let hit = builder.compare(Direction::Eq, &rank, &here);
+                        let hit = builder.broadcast(&hit, &out_dims, &[]);
+                        builder.select(&hit, &piece, &previous)
+                    }
+                });
             }
-        })
-        .collect();
-    builder.dynamic_slice(value, &starts, &out_dims)
+            selected.expect("a group of at least one replica")
+        }
+    }
 }

@@ -103,6 +103,7 @@ pub(crate) struct Finished {
     pub module: hlo::HloModuleProto,
     pub scalars: Vec<TensorData>,
     pub hoisted: Vec<Vec<HoistedScalar>>,
+    pub replica_index: bool,
     pub random_draws: usize,
     pub collectives: usize,
     pub collective_bytes: u64,
@@ -114,6 +115,8 @@ pub(crate) struct Lowering {
     values: HashMap<TensorId, Value>,
     parameters: Vec<hlo::ShapeProto>,
     packs: Vec<ScalarPack>,
+    /// The `s32[1]` parameter holding the running replica's index, once a collective asks.
+    replica_index: Option<Value>,
     /// The `u64[2 * draws]` parameter of random states, once a random tensor is drawn.
     random_states: Option<Value>,
     random_draws: i64,
@@ -134,6 +137,7 @@ impl Lowering {
             values: HashMap::new(),
             parameters: Vec::new(),
             packs: Vec::new(),
+            replica_index: None,
             random_states: None,
             random_draws: 0,
             collectives: 0,
@@ -208,6 +212,22 @@ impl Lowering {
         Ok(self.builder.reshape(&element, &[]))
     }
 
+    /// The running replica's global index, a rank-0 `s32` read from a parameter each replica
+    /// gets its own value of ([`crate::lower::LoweredProgram::replica_index`]): the program needs
+    /// no `replica-id`.
+    pub fn replica_index(&mut self) -> Value {
+        let parameter = match &self.replica_index {
+            Some(parameter) => parameter.clone(),
+            None => {
+                // Numbered in `finish`, after the scalar packs.
+                let parameter = self.builder.parameter(-1, PrimitiveType::S32, &[1]);
+                self.replica_index = Some(parameter.clone());
+                parameter
+            }
+        };
+        self.builder.reshape(&parameter, &[])
+    }
+
     /// A fresh `u64[2]` Threefry state, read from the random-state parameter.
     pub fn random_state(&mut self) -> Value {
         let states = match &self.random_states {
@@ -254,6 +274,12 @@ impl Lowering {
                 .renumber_parameter(&pack.parameter, first_pack + position as i64);
             self.parameters.push(shape);
             scalars.push(scalar_data(&pack.values, pack.dtype));
+        }
+        if let Some(index) = &self.replica_index {
+            self.builder
+                .renumber_parameter(index, self.parameters.len() as i64);
+            self.parameters
+                .push(hlo::array_shape(PrimitiveType::S32, &[1]));
         }
         if let Some(states) = &self.random_states {
             let shape = self
@@ -309,6 +335,7 @@ impl Lowering {
             module,
             scalars,
             hoisted,
+            replica_index: self.replica_index.is_some(),
             random_draws: self.random_draws as usize,
             collectives: self.collectives,
             collective_bytes: self.collective_bytes,

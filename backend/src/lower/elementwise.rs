@@ -4,7 +4,8 @@
 use burn_backend::DType;
 use burn_ir::{BinaryOpIr, ClampOpIr, ScalarOpIr, TensorIr, UnaryOpIr};
 
-use super::builder::{Direction, Value};
+use super::OperatorRules;
+use super::builder::{Builder, Direction, Value};
 use super::context::{Lowered, Lowering, dims, element_type};
 use crate::hlo::PrimitiveType;
 
@@ -58,6 +59,14 @@ fn apply(cx: &mut Lowering, op: Arithmetic, lhs: &Value, rhs: &Value) -> Value {
             let remainder = builder.binary("remainder", lhs, rhs);
             let shifted = builder.binary("add", &remainder, rhs);
             builder.binary("remainder", &shifted, rhs)
+        }
+        Arithmetic::Or => {
+            // `a or b` as `not (not a and not b)`: Neuron's operator list has LogicalAnd and
+            // LogicalNot but no LogicalOr.
+            let neither_lhs = builder.unary("not", lhs);
+            let neither_rhs = builder.unary("not", rhs);
+            let neither = builder.binary("and", &neither_lhs, &neither_rhs);
+            builder.unary("not", &neither)
         }
         Arithmetic::ShiftRight
             if matches!(
@@ -279,15 +288,59 @@ pub(crate) fn power_int(cx: &mut Lowering, ir: &BinaryOpIr) -> Lowered {
     binary(cx, Arithmetic::Pow, ir)
 }
 
-/// `lhs ^ scalar`.
-/// `lhs ^ exponent` with the exponent as a compile-time constant, not a hoisted parameter: the
-/// Neuron compiler's XLA operator list requires constant exponents, and exponents (RMSNorm's
-/// square, a square root written as a power) do not change from step to step.
+/// `lhs ^ exponent` with the exponent known when lowering, not a hoisted parameter (exponents,
+/// RMSNorm's square or a square root's gradient, do not change from step to step), in the
+/// operators the Neuron compiler documents: `rsqrt` and `sqrt` for ±½, products for small
+/// integers (exponentiation by squaring), `power` with an integer constant exponent, and for
+/// any other exponent `power` on `xla` but `exp(e · log x)` under Neuron's rules (Pow wants an
+/// integer exponent).
 pub(crate) fn power_scalar(cx: &mut Lowering, ir: &ScalarOpIr, _dtype: DType) -> Lowered {
     let lhs = cx.get(&ir.lhs)?;
-    let exponent = cx
-        .builder
-        .filled(lhs.element_type, ir.rhs.elem::<f64>(), &lhs.dims);
-    let value = cx.builder.binary("power", &lhs, &exponent);
+    let exponent = ir.rhs.elem::<f64>();
+    let neuron = cx.options.rules == OperatorRules::Neuron;
+    let builder = &mut cx.builder;
+    let value = match exponent {
+        e if e == 0.5 => builder.unary("sqrt", &lhs),
+        e if e == -0.5 => builder.unary("rsqrt", &lhs),
+        e if e.fract() == 0.0 && (1.0..=16.0).contains(&e.abs()) => {
+            let product = integer_power(builder, &lhs, e.abs() as u32);
+            if e < 0.0 {
+                let one = builder.filled(lhs.element_type, 1.0, &lhs.dims);
+                builder.binary("divide", &one, &product)
+            } else {
+                product
+            }
+        }
+        e if neuron && e.fract() != 0.0 && e.is_finite() => {
+            let log = builder.unary("log", &lhs);
+            let factor = builder.filled(lhs.element_type, e, &lhs.dims);
+            let scaled = builder.binary("multiply", &log, &factor);
+            builder.unary("exponential", &scaled)
+        }
+        e => {
+            let exponent = builder.filled(lhs.element_type, e, &lhs.dims);
+            builder.binary("power", &lhs, &exponent)
+        }
+    };
     cx.set(&ir.out, value)
+}
+
+/// `base ^ exponent` (at least 1) as products, by squaring.
+fn integer_power(builder: &mut Builder, base: &Value, exponent: u32) -> Value {
+    let mut result: Option<Value> = None;
+    let mut square = base.clone();
+    let mut remaining = exponent;
+    loop {
+        if remaining & 1 == 1 {
+            result = Some(match result {
+                Some(result) => builder.binary("multiply", &result, &square),
+                None => square.clone(),
+            });
+        }
+        remaining >>= 1;
+        if remaining == 0 {
+            return result.expect("an exponent of at least 1");
+        }
+        square = builder.binary("multiply", &square, &square);
+    }
 }

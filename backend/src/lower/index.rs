@@ -115,9 +115,17 @@ fn scatter_one_per_line(
     dim: usize,
     combiner: Combiner,
 ) -> Value {
-    // In 64 bits: positions along a long dimension may not fit the indices' own type.
-    let indices = cx.builder.convert(indices, PrimitiveType::S64);
-    let positions = cx.builder.iota(PrimitiveType::S64, &tensor.dims, dim);
+    // Positions in 32 bits where the dimension and the indices fit them (Neuron narrows 64-bit
+    // integers), else in 64.
+    let wide =
+        indices.element_type == PrimitiveType::S64 || indices.element_type == PrimitiveType::U64;
+    let index_type = if wide {
+        PrimitiveType::S64
+    } else {
+        position_type(tensor.dims[dim])
+    };
+    let indices = cx.builder.convert(indices, index_type);
+    let positions = cx.builder.iota(index_type, &tensor.dims, dim);
     let targets = cx.builder.broadcast_to(&indices, &tensor.dims);
     let hit = cx.builder.compare(Direction::Eq, &positions, &targets);
     let spread = cx.builder.broadcast_to(updates, &tensor.dims);
@@ -126,6 +134,16 @@ fn scatter_one_per_line(
         None => spread,
     };
     cx.builder.select(&hit, &combined, tensor)
+}
+
+/// The integer type of positions below `size`: 32 bits where they fit (Neuron narrows 64-bit
+/// integers), else 64.
+pub(crate) fn position_type(size: i64) -> PrimitiveType {
+    if size <= i64::from(i32::MAX) {
+        PrimitiveType::S32
+    } else {
+        PrimitiveType::S64
+    }
 }
 
 /// `select(tensor, dim, indices)`: the slices of `tensor` at `indices` along `dim`.

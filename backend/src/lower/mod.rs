@@ -10,7 +10,7 @@
 //! (matmul and the linear module), `attention`, `creation`.
 
 mod attention;
-mod builder;
+pub(crate) mod builder;
 mod collective;
 mod context;
 mod coverage;
@@ -119,6 +119,10 @@ pub struct LoweredProgram {
     pub operations: Range<usize>,
     /// The elements of the result tuple: the segment's outputs, in order.
     pub outputs: Vec<TensorIr>,
+    /// Whether the parameter after the scalars is `s32[1]`, the running replica's global index
+    /// (each replica its own), which the split of a collective reads under
+    /// [`OperatorRules::Neuron`].
+    pub replica_index: bool,
     /// The last parameter, when non-zero: `u64[2 * random_draws]`, one fresh Threefry state
     /// (`[key, counter]`) per random tensor the program draws, filled by the executor at each run.
     pub random_draws: usize,
@@ -163,6 +167,21 @@ pub struct LowerOptions {
     pub donation: Donation,
     /// How Burn's attention module (`ModuleOperationIr::Attention`) is lowered.
     pub attention: AttentionLowering,
+    /// Which compiler's operator rules the module keeps to.
+    pub rules: OperatorRules,
+}
+
+/// Which compiler's operator rules a module keeps to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OperatorRules {
+    /// Any HLO XLA compiles: a collective's split reads `replica-id` and slices at a run-time
+    /// offset (`dynamic-slice`); powers of any exponent are `power`.
+    #[default]
+    Xla,
+    /// The operators and rules `neuronx-cc` documents (the executor's lint): the split reads the
+    /// replica's index from a parameter and selects among constant-offset slices; a power of a
+    /// fractional exponent is `exp(e · log x)`.
+    Neuron,
 }
 
 impl Default for LowerOptions {
@@ -172,6 +191,7 @@ impl Default for LowerOptions {
             replicas: 1,
             donation: Donation::Donors,
             attention: AttentionLowering::Portable,
+            rules: OperatorRules::Xla,
         }
     }
 }
@@ -341,6 +361,7 @@ pub fn lower_segment_with(
         mut module,
         scalars,
         hoisted,
+        replica_index,
         random_draws,
         collectives,
         collective_bytes,
@@ -357,6 +378,7 @@ pub fn lower_segment_with(
         hoisted,
         operations: 0..operations.len(),
         outputs: boundary.outputs.clone(),
+        replica_index,
         random_draws,
         released: boundary.released_inputs.clone(),
         collectives,

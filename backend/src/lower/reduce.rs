@@ -134,7 +134,12 @@ fn arg_extremum(
         // A row holding NaN has its first NaN as extremum (NumPy's and PyTorch's rule, and the
         // host executor's): NaN equals nothing, so `equal` alone finds no position there.
         let nan = builder.compare(Direction::Ne, input, input);
-        let row_has_nan = builder.reduce(&nan, 0.0, &[axis], Combiner::Or);
+        // Whether any is NaN, as the maximum of 0/1 (Neuron reduces only by min, max, add,
+        // multiply).
+        let flags = builder.convert(&nan, PrimitiveType::S32);
+        let any = builder.reduce(&flags, 0.0, &[axis], Combiner::Maximum);
+        let zero = builder.filled(PrimitiveType::S32, 0.0, &any.dims.clone());
+        let row_has_nan = builder.compare(Direction::Ne, &any, &zero);
         let row_has_nan = builder.broadcast(&row_has_nan, &input.dims, &mapping);
         builder.select(&row_has_nan, &nan, &equal)
     } else {

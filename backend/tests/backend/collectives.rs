@@ -1,4 +1,5 @@
-//! Collectives on replicated devices (`host:0-3` and `xla:0-3`), against results computed with
+//! Collectives on replicated devices (`host:0-3` and `xla:0-3`, the latter also under the Neuron
+//! compiler's operator rules), against results computed with
 //! `burn-ndarray` from the per-replica inputs: every collective with groups `[[0, 1], [2, 3]]`
 //! and `[[0, 1, 2, 3]]` in f32 and bf16, and the gradients through them against the closed-form
 //! backward rules.
@@ -9,7 +10,8 @@
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{DType, Tensor, TensorData};
 use burn_trainium::collective::{self, Collective, ReduceOp, ReplicaGroups};
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
+use burn_trainium::lower::OperatorRules;
+use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, set_operator_rules, stats};
 
 use super::support::{assert_close, lock_device, plugin_path};
 
@@ -121,11 +123,21 @@ fn run(
     collective::into_replicas(y).unwrap()
 }
 
+/// On `host`, on `xla`, and on `xla` lowered under the Neuron compiler's rules (the split
+/// reading the replica's index from a parameter instead of `replica-id`).
 #[test]
 fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
     let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 1)).collect();
-    for device in devices() {
+    let [host, xla] = devices();
+    for (device, rules) in [
+        (host, None),
+        (xla, Some(OperatorRules::Xla)),
+        (xla, Some(OperatorRules::Neuron)),
+    ] {
         let _exclusive = lock_device(&device);
+        if let Some(rules) = rules {
+            set_operator_rules(&device, rules);
+        }
         let before = stats(&device);
         let mut communicating = 0;
         for groups in group_layouts() {
@@ -157,6 +169,9 @@ fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
                 2 * communicating,
                 "one collective per run and dtype on {device}: {after:?}"
             );
+        }
+        if rules.is_some() {
+            set_operator_rules(&device, OperatorRules::Xla);
         }
     }
 }

@@ -6,10 +6,12 @@ use burn_ir::{
     AttentionOpIr, AttentionOptionsIr, BinaryOpIr, CustomOpIr, ModuleOperationIr,
     NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId, TensorIr, TensorStatus,
 };
+use burn_trainium::collective::{Collective, ReplicaGroups};
 use burn_trainium::hlo::{HloModuleProto, PrimitiveType};
 use burn_trainium::lower::{
-    self, LowerError, LowerOptions, Step, boundary_of, lower_segment, plan_segment,
+    self, LowerError, LowerOptions, OperatorRules, Step, boundary_of, lower_segment, plan_segment,
 };
+use burn_trainium::neuron::{Rule, lint_module};
 use prost::Message;
 
 fn tensor(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
@@ -412,4 +414,108 @@ fn long_causal_attention_is_lowered_by_query_blocks() {
         lower::AttentionLowering::Portable,
     );
     assert_eq!(products, 2);
+}
+
+/// The opcodes of every instruction of `program`.
+fn opcodes(program: &lower::LoweredProgram) -> Vec<String> {
+    program
+        .module
+        .computations
+        .iter()
+        .flat_map(|computation| &computation.instructions)
+        .map(|instruction| instruction.opcode.clone())
+        .collect()
+}
+
+/// `split` of an `f32[4, 8]` along dimension 1 over tensor-parallel pairs of 4 replicas, lowered
+/// under `rules`.
+fn lowered_split(rules: OperatorRules) -> lower::LoweredProgram {
+    let groups = ReplicaGroups::contiguous(4, 2).unwrap();
+    let split = Collective::Split { dim: 1, groups }.to_ir(
+        vec![tensor(1, &[4, 8], TensorStatus::ReadOnly)],
+        vec![tensor(2, &[4, 4], TensorStatus::NotInit)],
+    );
+    let operations = [OperationIr::Custom(split)];
+    let options = LowerOptions {
+        replicas: 4,
+        rules,
+        ..LowerOptions::default()
+    };
+    lower::lower_segment_with(&operations, &boundary_of(&operations), &options).unwrap()
+}
+
+/// Under Neuron's rules the split reads the replica's index from a parameter of its own and
+/// selects among slices at constant offsets: no `replica-id`, no `dynamic-slice`, and the lint
+/// finds nothing; XLA's lowering keeps `replica-id` (which the lint names).
+#[test]
+fn the_split_under_neuron_rules_needs_no_replica_id() {
+    let neuron = lowered_split(OperatorRules::Neuron);
+    assert!(neuron.replica_index);
+    let found = opcodes(&neuron);
+    assert!(
+        !found
+            .iter()
+            .any(|op| op == "replica-id" || op == "dynamic-slice"),
+        "{found:?}"
+    );
+    let parameters = entry_computation(&neuron).program_shape.as_ref().unwrap();
+    let index = parameters.parameters.last().unwrap();
+    assert_eq!(
+        (index.element_type, index.dimensions.as_slice()),
+        (PrimitiveType::S32 as i32, &[1i64][..])
+    );
+    assert_eq!(lint_module(&neuron.module), []);
+
+    let xla = lowered_split(OperatorRules::Xla);
+    assert!(!xla.replica_index);
+    assert!(opcodes(&xla).iter().any(|op| op == "replica-id"));
+    let rules: Vec<Rule> = lint_module(&xla.module).iter().map(|v| v.rule).collect();
+    assert_eq!(rules, [Rule::Operator], "replica-id");
+}
+
+/// `x ^ e` for a scalar exponent, lowered under `rules`.
+fn lowered_power(exponent: f64, rules: OperatorRules) -> lower::LoweredProgram {
+    let operations = [OperationIr::Float(
+        DType::F32,
+        burn_ir::FloatOperationIr::PowfScalar(ScalarOpIr {
+            lhs: tensor(1, &[4], TensorStatus::ReadOnly),
+            rhs: ScalarIr::Float(exponent),
+            out: tensor(2, &[4], TensorStatus::NotInit),
+        }),
+    )];
+    let options = LowerOptions {
+        rules,
+        ..LowerOptions::default()
+    };
+    lower::lower_segment_with(&operations, &boundary_of(&operations), &options).unwrap()
+}
+
+/// Powers in the operators the Neuron compiler lists: ±½ as `rsqrt` / `sqrt`, small integers as
+/// products, a fraction as `exp(e · log x)` under Neuron's rules (and `power` under XLA's).
+#[test]
+fn powers_lower_to_listed_operators() {
+    let count = |program: &lower::LoweredProgram, opcode: &str| {
+        opcodes(program).iter().filter(|op| *op == opcode).count()
+    };
+    for rules in [OperatorRules::Xla, OperatorRules::Neuron] {
+        assert_eq!(count(&lowered_power(-0.5, rules), "rsqrt"), 1);
+        assert_eq!(count(&lowered_power(0.5, rules), "sqrt"), 1);
+        let cube = lowered_power(3.0, rules);
+        assert_eq!((count(&cube, "multiply"), count(&cube, "power")), (2, 0));
+        let inverse_square = lowered_power(-2.0, rules);
+        assert_eq!(count(&inverse_square, "divide"), 1);
+        assert_eq!(lint_module(&lowered_power(-0.5, rules).module), []);
+    }
+    let fraction = lowered_power(0.3, OperatorRules::Neuron);
+    assert_eq!(
+        (count(&fraction, "log"), count(&fraction, "exponential")),
+        (1, 1)
+    );
+    assert_eq!(lint_module(&fraction.module), []);
+    let fraction = lowered_power(0.3, OperatorRules::Xla);
+    assert_eq!(count(&fraction, "power"), 1);
+    assert_eq!(
+        lint_module(&fraction.module)[0].rule,
+        Rule::ConstantIntegerExponent
+    );
 }

@@ -103,6 +103,7 @@ fn flash_attention_on_needs_a_working_tracer(workspace: &Workspace) {
 
     let missing = NeuronSettings {
         kernel_tracer: Some("/nonexistent/kernel-tracer".into()),
+        lint: Default::default(),
         ..stand_in_settings(workspace, FlashAttention::On)
     };
     burn_trainium::neuron::set_settings(Some(missing.clone()));
@@ -140,6 +141,7 @@ fn flash_attention_on_needs_a_working_tracer(workspace: &Workspace) {
     );
     burn_trainium::neuron::set_settings(Some(NeuronSettings {
         kernel_tracer: Some(refusing.clone()),
+        lint: Default::default(),
         ..stand_in_settings(workspace, FlashAttention::On)
     }));
     let message = long_attention(&TrainiumDevice::neuron(7)).unwrap_err();

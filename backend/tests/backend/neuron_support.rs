@@ -166,6 +166,7 @@ pub fn stand_in_settings(workspace: &Workspace, flash_attention: FlashAttention)
         retry_failed: false,
         flash_attention,
         kernel_tracer: Some(workspace.tracer_path()),
+        lint: Default::default(),
     }
 }
 

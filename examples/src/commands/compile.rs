@@ -1,9 +1,11 @@
 //! `hlat compile`: fills the Neuron compile cache ahead of time, like `neuron_parallel_compile`.
 //!
 //! Two ways, both without a NeuronCore:
-//! - with the flags of `hlat pretrain` (and `TRAINIUM_DEVICE=neuron`), the training run is
-//!   traced in compile-only mode: every segment is lowered and compiled into the cache, nothing
-//!   runs and every tensor reads as zeros;
+//! - with the flags of `hlat pretrain` (on `--device neuron[:N]`, else `TRAINIUM_DEVICE` when it
+//!   names a `neuron` device, else `neuron:0`), the training run is traced in compile-only mode:
+//!   every segment is lowered, checked by the Neuron lint and compiled into the cache, nothing
+//!   runs and every tensor reads as zeros; with `--check-only` the modules are only checked by
+//!   the lint, and no compiler is needed;
 //! - with `--modules`, serialized HLO modules (e.g. the `*.hlo.pb` files of a
 //!   `TRAINIUM_DUMP_DIR`) are compiled into the cache, several at a time.
 //!
@@ -19,7 +21,7 @@ use anyhow::{Context, bail};
 use burn_trainium::hlo::HloModuleProto;
 use burn_trainium::neuron::{
     CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronSettings, request_neff_names,
-    set_compile_only,
+    set_check_only, set_compile_only,
 };
 use burn_trainium::{DEVICE_ENV, ExecutorKind, TrainiumDevice, stats};
 use clap::Args;
@@ -34,6 +36,11 @@ pub struct CompileArgs {
     /// or folders searched (not recursively) for them.
     #[arg(long, num_args = 1.., value_name = "PATH")]
     pub modules: Vec<PathBuf>,
+    /// Only check every module against the Neuron compiler's documented operator rules (the
+    /// lint), without compiling: no `neuronx-cc` is needed. A violation fails the run, naming
+    /// the operator, the rule and the Burn operation it came from.
+    #[arg(long, conflicts_with = "modules")]
+    pub check_only: bool,
     /// How many compiler processes run at once with `--modules` (each can use several GB).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     pub compile_jobs: usize,
@@ -45,28 +52,53 @@ pub struct CompileArgs {
 /// Runs `hlat compile`.
 pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     if args.modules.is_empty() {
-        trace_training(args.pretrain)
+        trace_training(args.pretrain, args.check_only)
     } else {
         compile_modules(&args.modules, args.compile_jobs)
     }
 }
 
-/// Runs `hlat pretrain` with the `neuron` executor in compile-only mode.
-fn trace_training(pretrain: PretrainArgs) -> anyhow::Result<()> {
-    let device = TrainiumDevice::from_env()?;
+/// Runs `hlat pretrain` with the `neuron` executor in compile-only (or check-only) mode.
+fn trace_training(mut pretrain: PretrainArgs, check_only: bool) -> anyhow::Result<()> {
+    let device = match &pretrain.device {
+        Some(text) => text.parse::<TrainiumDevice>()?,
+        None => match TrainiumDevice::from_env()? {
+            device if device.executor == ExecutorKind::Neuron => device,
+            _ if std::env::var_os(DEVICE_ENV).is_some_and(|value| !value.is_empty()) => {
+                bail!(
+                    "`hlat compile` traces the training run on a `neuron` device, but \
+                     {DEVICE_ENV} selects `{}`: pass --device neuron (or pass --modules)",
+                    std::env::var(DEVICE_ENV).unwrap_or_default()
+                )
+            }
+            _ => TrainiumDevice::neuron(0),
+        },
+    };
     if device.executor != ExecutorKind::Neuron {
         bail!(
-            "`hlat compile` traces the training run on the `neuron` executor, but {DEVICE_ENV} selects \
-             `{device}`: run it with {DEVICE_ENV}=neuron (or pass --modules)"
+            "`hlat compile` traces the training run on a `neuron` device, not `{device}`: pass \
+             --device neuron (or pass --modules)"
         );
     }
-    set_compile_only(true);
+    pretrain.device = Some(device.to_string());
+    if check_only {
+        set_check_only(true);
+    } else {
+        set_compile_only(true);
+    }
     log::info!("tracing the training run on {device} in compile-only mode");
-    // The run's device: the one of the environment, replicated as the layout asks.
+    // The run's device, replicated as the layout asks.
     let device = pretrain::run(pretrain)
         .context("tracing the training run")?
         .unwrap_or(device);
     let stats = stats(&device);
+    if check_only {
+        println!(
+            "{} programs checked: every one within the Neuron compiler's documented operator rules",
+            stats.compiles
+        );
+        return Ok(());
+    }
     let settings = NeuronSettings::from_env()?;
     println!(
         "{} programs compiled in {:.1} s, {} found in the cache {}",

@@ -168,7 +168,7 @@ pub struct PretrainArgs {
     /// Device: `ndarray`, or a Trainium device such as `host:0`, `xla:0`, `neuron:0`
     /// [default: TRAINIUM_DEVICE, else host:0].
     #[arg(long)]
-    device: Option<String>,
+    pub device: Option<String>,
     /// Precision: f32, bf16-sr (bf16 parameters, stochastic rounding) or bf16-mixed (bf16
     /// compute, f32 master weights).
     #[arg(long)]

@@ -4,6 +4,7 @@
 mod allocator_cli;
 mod bench_smoke;
 mod compile_cache_cli;
+mod compile_cli;
 mod compiler_options_cli;
 mod convert_cli;
 mod cpt_cli;

@@ -313,7 +313,7 @@ fn a_lost_rank_stops_the_job_and_a_restart_resumes_where_both_ranks_were() {
 }
 
 /// Stand-in for `neuronx-cc` (NOT the Neuron compiler): wraps the module's bytes as the "NEFF".
-const STAND_IN_COMPILER: &str = r#"#!/bin/sh
+pub(super) const STAND_IN_COMPILER: &str = r#"#!/bin/sh
 if [ "$1" = "--version" ]; then echo "NeuronX Compiler version 0.0.0+stand-in"; exit 0; fi
 input=$2
 shift 2

@@ -78,14 +78,15 @@ pub fn log_likelihoods<B: Backend>(
     }
     for (length, members) in buckets {
         for chunk in members.chunks(batch_rows) {
-            let mut inputs = vec![0i64; batch_rows * length];
-            let mut targets = vec![0i64; batch_rows * length];
+            // 32-bit ids, as the training batches hold them.
+            let mut inputs = vec![0i32; batch_rows * length];
+            let mut targets = vec![0i32; batch_rows * length];
             for (row, &index) in chunk.iter().enumerate() {
                 let tokens = &requests[index].tokens;
                 for (position, &token) in tokens.iter().enumerate() {
-                    inputs[row * length + position] = i64::from(token);
+                    inputs[row * length + position] = token as i32;
                     if position > 0 {
-                        targets[row * length + position - 1] = i64::from(token);
+                        targets[row * length + position - 1] = token as i32;
                     }
                 }
             }

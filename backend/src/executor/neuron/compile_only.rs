@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub const COMPILE_ONLY_ENV: &str = "HLAT_NEURON_COMPILE_ONLY";
 
 static COMPILE_ONLY: AtomicBool = AtomicBool::new(false);
+static CHECK_ONLY: AtomicBool = AtomicBool::new(false);
 
 /// Puts `neuron` executors opened from now on in compile-only mode, or takes them out of it.
 ///
@@ -15,10 +16,23 @@ pub fn set_compile_only(enabled: bool) {
     COMPILE_ONLY.store(enabled, Ordering::Relaxed);
 }
 
-/// Whether `neuron` executors open in compile-only mode: [`set_compile_only`] or
-/// `HLAT_NEURON_COMPILE_ONLY=1`.
+/// Whether `neuron` executors open in compile-only mode: [`set_compile_only`],
+/// `HLAT_NEURON_COMPILE_ONLY=1`, or check-only mode.
 pub fn compile_only() -> bool {
-    COMPILE_ONLY.load(Ordering::Relaxed)
+    check_only()
+        || COMPILE_ONLY.load(Ordering::Relaxed)
         || std::env::var(COMPILE_ONLY_ENV)
             .is_ok_and(|value| matches!(value.trim(), "1" | "true" | "TRUE"))
+}
+
+/// Puts `neuron` executors opened from now on in check-only mode (`hlat compile --check-only`),
+/// or takes them out of it: compile-only mode without the compiler, every module checked by the
+/// Neuron lint and nothing compiled or cached, so no Neuron SDK is needed at all.
+pub fn set_check_only(enabled: bool) {
+    CHECK_ONLY.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether `neuron` executors open in check-only mode ([`set_check_only`]).
+pub fn check_only() -> bool {
+    CHECK_ONLY.load(Ordering::Relaxed)
 }

@@ -102,6 +102,18 @@ impl NeuronCompiler {
         })
     }
 
+    /// A driver that never runs a compiler, for check-only mode ([`super::check_only`]): its
+    /// version is `none`, and no module is compiled with it.
+    pub fn absent(target: NeuronTarget) -> Self {
+        Self {
+            executable: PathBuf::from("(no compiler: check-only mode)"),
+            target,
+            flags: Vec::new(),
+            version: "none".into(),
+            kernels: None,
+        }
+    }
+
     /// The driver configured by `settings`.
     pub fn from_settings(settings: &NeuronSettings) -> Result<Self, NeuronError> {
         Self::new(

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::NeuronError;
 use super::kernels::{FLASH_ATTENTION_ENV, FlashAttention, KERNEL_TRACER_ENV};
+use super::lint::{LINT_ENV, LintMode};
 
 /// The environment variable naming the compiler executable (a path or a name on `PATH`).
 pub const COMPILER_ENV: &str = "NEURON_CC";
@@ -79,6 +80,8 @@ pub struct NeuronSettings {
     pub flash_attention: FlashAttention,
     /// The kernel tracer executable; `None`: the project's script, run by `python3`.
     pub kernel_tracer: Option<PathBuf>,
+    /// What a module breaking the Neuron lint's rules does ([`super::LINT_ENV`]).
+    pub lint: LintMode,
 }
 
 /// The raw text of each setting, as read from the environment.
@@ -96,6 +99,8 @@ pub struct RawSettings {
     pub flash_attention: Option<String>,
     /// [`KERNEL_TRACER_ENV`].
     pub kernel_tracer: Option<String>,
+    /// [`LINT_ENV`].
+    pub lint: Option<String>,
 }
 
 impl RawSettings {
@@ -113,6 +118,7 @@ impl RawSettings {
             cache_url: read(CACHE_URL_ENV),
             flash_attention: read(FLASH_ATTENTION_ENV),
             kernel_tracer: read(KERNEL_TRACER_ENV),
+            lint: read(LINT_ENV),
         }
     }
 }
@@ -204,6 +210,14 @@ impl NeuronSettings {
                 .transpose()?
                 .unwrap_or_default(),
             kernel_tracer: raw.kernel_tracer.as_deref().map(PathBuf::from),
+            lint: match raw.lint.as_deref() {
+                None => LintMode::default(),
+                Some(text) => text.parse().map_err(|reason| NeuronError::InvalidSetting {
+                    name: LINT_ENV,
+                    value: text.to_string(),
+                    reason,
+                })?,
+            },
         })
     }
 }
@@ -254,8 +268,18 @@ mod tests {
             compiler: Some("/opt/cc".into()),
             flash_attention: Some("OFF".into()),
             kernel_tracer: Some("/opt/tracer".into()),
+            lint: Some("warn".into()),
         };
         let settings = NeuronSettings::parse(&raw).unwrap();
+        assert_eq!(settings.lint, LintMode::Warn);
+        let bad = NeuronSettings::parse(&RawSettings {
+            lint: Some("loud".into()),
+            ..RawSettings::default()
+        });
+        assert!(
+            matches!(&bad, Err(NeuronError::InvalidSetting { name, .. }) if *name == LINT_ENV),
+            "{bad:?}"
+        );
         assert_eq!(settings.compiler_flags, ["--model-type=transformer", "-O1"]);
         assert_eq!(settings.cache_root, PathBuf::from("/tmp/c"));
         assert!(settings.retry_failed);

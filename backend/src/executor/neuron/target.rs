@@ -23,13 +23,14 @@ use prost::Message;
 use trainium_ffi::nrt::{Model, NeuronRuntime, NrtError, NrtStatus, Tensor, TensorPlacement};
 
 use super::job::agree_on_root_comm_id;
+use super::lint::{LINT_ENV, LintMode, lint_module};
 use super::{
     Binding, CacheKey, CacheOutcome, FLASH_ATTENTION_ENV, FlashAttention, KernelTracer, NeffCache,
-    NeuronCompiler, NeuronSettings, bind, compile_only, request_neff_names,
+    NeuronCompiler, NeuronSettings, bind, check_only, compile_only, request_neff_names,
 };
 use crate::distributed::ReplicaSpan;
 use crate::executor::{CacheLimits, CompileOutcome, Target};
-use crate::lower::{AttentionLowering, LowerOptions, LoweredProgram};
+use crate::lower::{AttentionLowering, LowerOptions, LoweredProgram, OperatorRules};
 use crate::stats::{StatsCounters, counters};
 use crate::{BackendError, TrainiumDevice};
 
@@ -161,6 +162,7 @@ pub(crate) struct NeuronCores {
     compiler: NeuronCompiler,
     cache: NeffCache,
     cores: Option<Cores>,
+    lint: LintMode,
 }
 
 /// The kernel tracer `settings` ask for, if the SDK's flash kernel is to be used and can be:
@@ -211,9 +213,13 @@ impl NeuronCores {
             Some(open_cores(device, span)?)
         };
         let settings = NeuronSettings::current().map_err(unavailable)?;
-        let compiler = NeuronCompiler::from_settings(&settings)
-            .map_err(unavailable)?
-            .with_kernel_tracer(kernel_tracer(&settings, device)?);
+        let compiler = if check_only() {
+            NeuronCompiler::absent(settings.target)
+        } else {
+            NeuronCompiler::from_settings(&settings)
+                .map_err(unavailable)?
+                .with_kernel_tracer(kernel_tracer(&settings, device)?)
+        };
         let cache = NeffCache::from_settings(&settings);
         if cores.is_none() {
             log::info!(
@@ -225,7 +231,40 @@ impl NeuronCores {
             compiler,
             cache,
             cores,
+            lint: settings.lint,
         })
+    }
+
+    /// Checks `program`'s module against the Neuron lint: its violations refuse the compile
+    /// (or are logged, as [`LINT_ENV`] says).
+    fn lint(&self, program: &LoweredProgram) -> Result<(), BackendError> {
+        if self.lint == LintMode::Off {
+            return Ok(());
+        }
+        let violations = lint_module(&program.module);
+        if violations.is_empty() {
+            return Ok(());
+        }
+        if self.lint == LintMode::Warn {
+            for violation in &violations {
+                log::warn!("{violation}");
+            }
+            return Ok(());
+        }
+        let shown: Vec<String> = violations.iter().take(5).map(ToString::to_string).collect();
+        let more = violations.len().saturating_sub(shown.len());
+        Err(failure(format!(
+            "{} is not compiled: {} violation(s) of the operator rules neuronx-cc documents \
+             ({LINT_ENV}=warn compiles it anyway):\n  {}{}",
+            program.module.name,
+            violations.len(),
+            shown.join("\n  "),
+            if more > 0 {
+                format!("\n  ... and {more} more")
+            } else {
+                String::new()
+            }
+        )))
     }
 }
 
@@ -304,7 +343,8 @@ impl NeuronCores {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let infos = models[0].tensor_info().map_err(failure)?;
-        let parameters = program.inputs.len() + program.scalars.len();
+        let parameters =
+            program.inputs.len() + program.scalars.len() + usize::from(program.replica_index);
         let binding = bind(&infos, parameters, program.outputs.len())
             .map_err(|reason| failure(format!("{} ({key}): {reason}", program.module.name)))?;
         Ok((models, binding))
@@ -408,6 +448,7 @@ impl Target for NeuronCores {
         };
         LowerOptions {
             attention,
+            rules: OperatorRules::Neuron,
             ..LowerOptions::default()
         }
     }
@@ -457,6 +498,16 @@ impl Target for NeuronCores {
         &mut self,
         program: &LoweredProgram,
     ) -> Result<(NeuronProgram, CompileOutcome), BackendError> {
+        self.lint(program)?;
+        if check_only() {
+            let key = CacheKey::for_compiler(&program.bytes, &self.compiler);
+            let program = NeuronProgram {
+                key,
+                models: Vec::new(),
+                binding: None,
+            };
+            return Ok((program, CompileOutcome::Compiled { seconds: 0.0 }));
+        }
         let mut module = (*program.module).clone();
         request_neff_names(&mut module)
             .map_err(|reason| failure(format!("{}: {reason}", program.module.name)))?;
