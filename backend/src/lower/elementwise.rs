@@ -300,8 +300,8 @@ pub(crate) fn power_scalar(cx: &mut Lowering, ir: &ScalarOpIr, _dtype: DType) ->
     let neuron = cx.options.rules == OperatorRules::Neuron;
     let builder = &mut cx.builder;
     let value = match exponent {
-        e if e == 0.5 => builder.unary("sqrt", &lhs),
-        e if e == -0.5 => builder.unary("rsqrt", &lhs),
+        0.5 => builder.unary("sqrt", &lhs),
+        -0.5 => builder.unary("rsqrt", &lhs),
         e if e.fract() == 0.0 && (1.0..=16.0).contains(&e.abs()) => {
             let product = integer_power(builder, &lhs, e.abs() as u32);
             if e < 0.0 {

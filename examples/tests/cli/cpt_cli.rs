@@ -28,6 +28,20 @@ pub(super) fn corpus(folder: &Path, document: &[u32], repeats: usize) {
     }
 }
 
+/// Merges `base` and `other` half and half (mergekit's `linear`, a YAML written to `config`)
+/// into `out`; returns `out`.
+pub(super) fn merge_halves(base: &str, other: &str, config: &Path, out: &str) -> String {
+    std::fs::write(
+        config,
+        format!(
+            "merge_method: linear\nmodels:\n  - model: {base}\n    parameters:\n      weight: 0.5\n  - model: {other}\n    parameters:\n      weight: 0.5\ndtype: float32\n"
+        ),
+    )
+    .unwrap();
+    succeed(&["merge", "--config", config.to_str().unwrap(), "--out", out]);
+    out.to_string()
+}
+
 /// The perplexity line of `hlat eval perplexity`.
 pub(super) fn perplexity(output: &str) -> f64 {
     output
@@ -131,22 +145,7 @@ fn continual_pretraining_from_hugging_face_to_a_merged_evaluated_model() {
     assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "21");
 
     // Merge with the base model, then evaluate the merge on the domain.
-    let config = path("merge.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "merge_method: linear\nmodels:\n  - model: {base}\n    parameters:\n      weight: 0.5\n  - model: {exported}\n    parameters:\n      weight: 0.5\ndtype: float32\n"
-        ),
-    )
-    .unwrap();
-    let merged = text("merged");
-    succeed(&[
-        "merge",
-        "--config",
-        config.to_str().unwrap(),
-        "--out",
-        &merged,
-    ]);
+    let merged = merge_halves(base, &exported, &path("merge.yaml"), &text("merged"));
     let trained = perplexity(&succeed(&[
         "eval",
         "perplexity",

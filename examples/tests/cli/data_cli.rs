@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use hlat_train::data::{ShardSet, Split, TokenStream};
 
-use super::{fixture, hlat};
+use super::{fixture, hlat, succeed};
 
 #[test]
 fn encode_prints_the_ids_hugging_face_tokenizers_gives() {
@@ -203,21 +203,19 @@ fn ingest_fixture_samples(name: &str) {
         .collect();
     std::fs::write(input.join("b.jsonl"), lines).unwrap();
     let out = folder.path().join("shards");
-    let ingested = hlat()
-        .args(["data", "ingest", "--val-fraction", "0", "--tokenizer"])
-        .arg(dir.join("tokenizer.json"))
-        .arg("--input")
-        .arg(&input)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        ingested.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&ingested.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&ingested.stdout);
+    let text = |path: &Path| path.to_str().unwrap().to_string();
+    let stdout = succeed(&[
+        "data",
+        "ingest",
+        "--val-fraction",
+        "0",
+        "--tokenizer",
+        &text(&dir.join("tokenizer.json")),
+        "--input",
+        &text(&input),
+        "--out",
+        &text(&out),
+    ]);
     assert!(
         stdout.contains(&format!("{} train documents", texts.len())),
         "{name}: {stdout}"

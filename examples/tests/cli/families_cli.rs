@@ -3,7 +3,7 @@
 //! exports the same bytes, continued pretraining from the checkpoint (tensor-parallel where the
 //! key/value heads split), export and a merge with the base model that evaluates.
 
-use super::cpt_cli::{corpus, perplexity};
+use super::cpt_cli::{corpus, merge_halves, perplexity};
 use super::{fixture, succeed};
 
 #[test]
@@ -123,21 +123,7 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
         let exported = text(&format!("{name}-exported"));
         succeed(&["convert", "--from", &run, "--to-hf", &exported]);
         let config = work.path().join(format!("{name}-merge.yaml"));
-        std::fs::write(
-            &config,
-            format!(
-                "merge_method: linear\nmodels:\n  - model: {base}\n    parameters:\n      weight: 0.5\n  - model: {exported}\n    parameters:\n      weight: 0.5\ndtype: float32\n"
-            ),
-        )
-        .unwrap();
-        let merged = text(&format!("{name}-merged"));
-        succeed(&[
-            "merge",
-            "--config",
-            config.to_str().unwrap(),
-            "--out",
-            &merged,
-        ]);
+        let merged = merge_halves(base, &exported, &config, &text(&format!("{name}-merged")));
         let halfway = perplexity(&succeed(&[
             "eval",
             "perplexity",
