@@ -13,7 +13,7 @@ use trainium_ffi::pjrt::{
     ElementType, LoadedExecutable, Plugin, ProgramFormat,
 };
 
-use super::xla_cache::XlaDiskCache;
+use super::xla_cache::{MachineIdentity, XlaDiskCache};
 use super::{CacheLimits, CompileOutcome, Target};
 use crate::capture::Segment;
 use crate::distributed::{ReplicaSpan, share};
@@ -260,7 +260,7 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         }
         log::info!("XLA compiler options: {options_text}");
     }
-    let disk_cache = XlaDiskCache::from_env(path);
+    let disk_cache = XlaDiskCache::from_env(path, &machine_identity(&client));
     let runtime = Arc::new(Runtime {
         client,
         disk_cache,
@@ -268,6 +268,34 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
     });
     runtimes.insert(key, runtime.clone());
     Ok(runtime)
+}
+
+/// What the code `client` compiles is specific to (see [`MachineIdentity`]); a part the plugin
+/// cannot report is left empty, and logged.
+fn machine_identity(client: &Client) -> MachineIdentity {
+    let report = |what: &str, result: Result<String, trainium_ffi::pjrt::PjrtError>| {
+        result.unwrap_or_else(|error| {
+            log::debug!("the PJRT plugin does not report its {what}: {error}");
+            String::new()
+        })
+    };
+    let name = report("platform name", client.platform_name());
+    let version = report("platform version", client.platform_version());
+    let device_kinds = client
+        .devices()
+        .iter()
+        .map(|device| report("device kind", client.device_kind(device)))
+        .collect();
+    let processor = if name == "cpu" {
+        MachineIdentity::host_processor()
+    } else {
+        String::new()
+    };
+    MachineIdentity {
+        platform: format!("{name} {version}"),
+        device_kinds,
+        processor,
+    }
 }
 
 /// The PJRT element type of a Burn dtype.

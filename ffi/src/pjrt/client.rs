@@ -183,6 +183,39 @@ impl Client {
         Ok(unsafe { string(args.platform_name, args.platform_name_size) })
     }
 
+    /// The platform version reported by the plugin (for the CPU plugin, its build; for GPU
+    /// plugins, the driver and runtime versions).
+    pub fn platform_version(&self) -> Result<String, PjrtError> {
+        let plugin = &self.handle.plugin;
+        // SAFETY: a valid zeroed argument struct.
+        let mut args = unsafe { raw::args::<raw::ClientPlatformVersionArgs>() };
+        args.client = self.handle.raw;
+        plugin.call(
+            "PJRT_Client_PlatformVersion",
+            plugin.api().client_platform_version,
+            &mut args,
+        )?;
+        // SAFETY: the plugin returned a string of that size owned by the client.
+        Ok(unsafe { string(args.platform_name, args.platform_name_size) })
+    }
+
+    /// The kind of `device` (`cpu`, `NVIDIA H100 80GB HBM3`, ...), what the code compiled for it
+    /// is specific to.
+    pub fn device_kind(&self, device: &Device) -> Result<String, PjrtError> {
+        let plugin = &self.handle.plugin;
+        let description = device_description(&self.handle, device.raw)?;
+        // SAFETY: a valid zeroed argument struct.
+        let mut args = unsafe { raw::args::<raw::DeviceDescriptionKindArgs>() };
+        args.device_description = description;
+        plugin.call(
+            "PJRT_DeviceDescription_Kind",
+            plugin.api().device_description_kind,
+            &mut args,
+        )?;
+        // SAFETY: the plugin returned a string of that size owned by the device.
+        Ok(unsafe { string(args.debug_string, args.debug_string_size) })
+    }
+
     /// The devices this client can run on, in the plugin's order.
     pub fn devices(&self) -> &[Device] {
         &self.devices

@@ -56,7 +56,7 @@ pub struct Api {
     pub client_destroy: Call<ClientDestroyArgs>,
     pub client_platform_name: Call<ClientPlatformNameArgs>,
     pub client_process_index: Unused,
-    pub client_platform_version: Unused,
+    pub client_platform_version: Call<ClientPlatformVersionArgs>,
     pub client_devices: Call<ClientDevicesArgs>,
     pub client_addressable_devices: Call<ClientDevicesArgs>,
     pub client_lookup_device: Unused,
@@ -68,7 +68,7 @@ pub struct Api {
     pub device_description_id: Call<DeviceDescriptionIdArgs>,
     pub device_description_process_index: Unused,
     pub device_description_attributes: Unused,
-    pub device_description_kind: Unused,
+    pub device_description_kind: Call<DeviceDescriptionKindArgs>,
     pub device_description_debug_string: Call<DeviceDescriptionDebugStringArgs>,
     pub device_description_to_string: Unused,
     pub device_get_description: Call<DeviceGetDescriptionArgs>,
@@ -284,6 +284,9 @@ pub struct ClientPlatformNameArgs {
     pub platform_name_size: usize,
 }
 
+/// `PJRT_Client_PlatformVersion_Args`: the same layout as the platform name's.
+pub type ClientPlatformVersionArgs = ClientPlatformNameArgs;
+
 #[repr(C)]
 pub struct ClientDevicesArgs {
     pub struct_size: usize,
@@ -360,6 +363,9 @@ pub struct DeviceDescriptionDebugStringArgs {
     pub debug_string: *const c_char,
     pub debug_string_size: usize,
 }
+
+/// `PJRT_DeviceDescription_Kind_Args`: the same layout as the debug string's.
+pub type DeviceDescriptionKindArgs = DeviceDescriptionDebugStringArgs;
 
 #[repr(C)]
 pub struct ExecutableDestroyArgs {
@@ -512,6 +518,9 @@ mod tests {
         assert_eq!(offset_of!(Api, client_addressable_devices), 168);
         assert_eq!(offset_of!(Api, client_compile), 200);
         assert_eq!(offset_of!(Api, client_buffer_from_host_buffer), 216);
+        assert_eq!(offset_of!(Api, client_platform_name), 136);
+        assert_eq!(offset_of!(Api, client_platform_version), 152);
+        assert_eq!(offset_of!(Api, device_description_kind), 248);
         assert_eq!(offset_of!(Api, device_description_debug_string), 256);
         assert_eq!(offset_of!(Api, device_get_description), 272);
         assert_eq!(offset_of!(Api, executable_destroy), 360);
