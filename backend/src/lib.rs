@@ -44,6 +44,13 @@ pub use capture::{
 pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
 pub use error::{BackendError, panic_message};
 pub use executor::neuron;
+/// The `xla` executor's persistent compile cache, for tools that list and prune it.
+pub mod xla_cache {
+    pub use crate::executor::{
+        CacheEntry, DEFAULT_MAX_BYTES, EntryDescription, XLA_CACHE_MAX_BYTES_ENV, cache_entries,
+        evict_to_bound, xla_cache_folder,
+    };
+}
 pub use executor::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
     DEFAULT_CPU_DEVICES, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP, XLA_CACHE_ENV, set_operator_rules,

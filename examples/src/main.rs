@@ -1,4 +1,5 @@
-//! The `hlat` command line: pretrain, data, convert, generate, eval, merge, info, compile, bench.
+//! The `hlat` command line: pretrain, data, convert, generate, eval, merge, info, compile, bench,
+//! cache.
 
 mod allocator;
 mod commands;
@@ -34,6 +35,8 @@ enum Command {
     Compile(commands::compile::CompileArgs),
     /// Measure performance side by side.
     Bench(commands::bench::BenchArgs),
+    /// List and prune the compile caches (`xla` programs, Neuron NEFFs).
+    Cache(commands::cache::CacheArgs),
 }
 
 /// The exit status of a command that reports an error (a bad flag, file, field or device, or a
@@ -70,6 +73,7 @@ fn main() {
         Command::Info(args) => commands::info::run(args),
         Command::Compile(args) => commands::compile::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Cache(args) => commands::cache::run(args),
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

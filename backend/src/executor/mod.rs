@@ -18,7 +18,10 @@ pub use xla::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
     DEFAULT_CPU_DEVICES, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP,
 };
-pub use xla_cache::XLA_CACHE_ENV;
+pub use xla_cache::{
+    CacheEntry, DEFAULT_MAX_BYTES, EntryDescription, XLA_CACHE_ENV, XLA_CACHE_MAX_BYTES_ENV,
+    cache_entries, evict_to_bound, xla_cache_folder,
+};
 
 use burn_backend::TensorData;
 use burn_ir::{TensorId, TensorIr};

@@ -520,7 +520,7 @@ impl Target for XlaTarget {
         let seconds = start.elapsed().as_secs_f64();
         if let Some((cache, entry)) = &cached {
             match executable.serialize() {
-                Ok(serialized) => cache.store(entry, &serialized),
+                Ok(serialized) => cache.store(entry, &program.module.name, &serialized),
                 Err(error) => log::warn!(
                     "xla compile cache: the plugin cannot serialize {}: {error}",
                     program.module.name

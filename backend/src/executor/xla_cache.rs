@@ -4,7 +4,9 @@
 //! later process running the same job loads its programs instead of compiling them.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::atomic_write::write_atomically;
@@ -13,8 +15,18 @@ use super::atomic_write::write_atomically;
 /// `$XDG_CACHE_HOME/burn-trainium/xla`, else `$HOME/.cache/burn-trainium/xla`.
 pub const XLA_CACHE_ENV: &str = "TRAINIUM_XLA_CACHE_DIR";
 
+/// The environment variable bounding the cache's size in bytes: past it, the least recently
+/// used entries are removed after each store. Default [`DEFAULT_MAX_BYTES`].
+pub const XLA_CACHE_MAX_BYTES_ENV: &str = "TRAINIUM_XLA_CACHE_MAX_BYTES";
+
+/// The default bound of the cache's size: 4 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
 /// Extension of the cached programs.
 const ENTRY_EXTENSION: &str = "pjrt";
+
+/// Extension of the description beside each program.
+const DESCRIPTION_EXTENSION: &str = "json";
 
 /// A folder of serialized PJRT executables, keyed by what the compiled code depends on besides
 /// the module and its compile options: the plugin build, `XLA_FLAGS`, and the machine it was
@@ -25,6 +37,27 @@ pub(crate) struct XlaDiskCache {
     /// What identifies the plugin build, the machine and the compiler settings outside the
     /// module.
     fingerprint: Vec<u8>,
+    /// What each entry was made with and for, written beside it (for `hlat cache`).
+    description: EntryDescription,
+    /// The bound of the folder's size.
+    max_bytes: u64,
+}
+
+/// What a cached program was compiled with and for, kept beside it as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryDescription {
+    /// The module's name (`segment_<key>`), filled in for each entry.
+    pub module: String,
+    /// The plugin file.
+    pub plugin: String,
+    /// The platform's name and version.
+    pub platform: String,
+    /// The kinds of the devices.
+    pub device_kinds: Vec<String>,
+    /// The processor model (CPU platform).
+    pub processor: String,
+    /// `XLA_FLAGS` at compile time.
+    pub xla_flags: String,
 }
 
 /// What code compiled by a PJRT plugin is specific to, besides the plugin build: the platform's
@@ -32,7 +65,7 @@ pub(crate) struct XlaDiskCache {
 /// and instruction-set features (a cache shared by machines of other CPUs, or of other GPUs
 /// behind the same plugin file, then holds other keys: JAX keys its cache likewise).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct MachineIdentity {
+pub struct MachineIdentity {
     /// `PJRT_Client_PlatformName` and `PJRT_Client_PlatformVersion`.
     pub platform: String,
     /// `PJRT_DeviceDescription_Kind` of each device, in order.
@@ -79,7 +112,16 @@ impl XlaDiskCache {
             _ => default_folder()?,
         };
         let xla_flags = std::env::var("XLA_FLAGS").unwrap_or_default();
-        Some(Self::new(folder, plugin, machine, &xla_flags))
+        let mut cache = Self::new(folder, plugin, machine, &xla_flags);
+        match std::env::var(XLA_CACHE_MAX_BYTES_ENV).map(|text| text.trim().parse::<u64>()) {
+            Ok(Ok(bytes)) => cache.max_bytes = bytes,
+            Ok(Err(error)) => log::warn!(
+                "{XLA_CACHE_MAX_BYTES_ENV} is not a byte count ({error}); the cache keeps its \
+                 default bound of {DEFAULT_MAX_BYTES} bytes"
+            ),
+            Err(_) => {}
+        }
+        Some(cache)
     }
 
     /// The cache in `folder` for the plugin at `plugin` compiling for `machine` with
@@ -104,9 +146,24 @@ impl XlaDiskCache {
         fingerprint.extend_from_slice(&machine.key_bytes());
         fingerprint.push(0);
         fingerprint.extend_from_slice(xla_flags.as_bytes());
+        let description = EntryDescription {
+            module: String::new(),
+            plugin: path.display().to_string(),
+            platform: machine.platform.clone(),
+            device_kinds: machine.device_kinds.clone(),
+            processor: machine
+                .processor
+                .split(" | ")
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            xla_flags: xla_flags.to_string(),
+        };
         Self {
             folder,
             fingerprint,
+            description,
+            max_bytes: DEFAULT_MAX_BYTES,
         }
     }
 
@@ -126,10 +183,23 @@ impl XlaDiskCache {
     }
 
     /// The serialized program in `entry`, if the cache holds it (an unreadable entry is logged
-    /// and treated as absent: the program is compiled again).
+    /// and treated as absent: the program is compiled again). A hit marks the entry as just
+    /// used, for the eviction of the least recently used.
     pub fn load(&self, entry: &Path) -> Option<Vec<u8>> {
         match std::fs::read(entry) {
-            Ok(bytes) => Some(bytes),
+            Ok(bytes) => {
+                let touched = std::fs::File::options()
+                    .write(true)
+                    .open(entry)
+                    .and_then(|file| file.set_modified(SystemTime::now()));
+                if let Err(error) = touched {
+                    log::debug!(
+                        "xla compile cache: cannot mark {} used: {error}",
+                        entry.display()
+                    );
+                }
+                Some(bytes)
+            }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
             Err(error) => {
                 log::warn!(
@@ -141,10 +211,17 @@ impl XlaDiskCache {
         }
     }
 
-    /// Stores a serialized program in `entry` (atomically; a failure is logged, the run goes
-    /// on without the cache entry).
-    pub fn store(&self, entry: &Path, serialized: &[u8]) {
+    /// Stores the serialized program of module `module` in `entry`, with its description
+    /// beside it (atomically; a failure is logged, the run goes on without the cache entry),
+    /// then removes the least recently used entries past the cache's bound.
+    pub fn store(&self, entry: &Path, module: &str, serialized: &[u8]) {
+        let description = EntryDescription {
+            module: module.to_string(),
+            ..self.description.clone()
+        };
+        let text = serde_json::to_vec_pretty(&description).expect("descriptions serialize");
         let stored = std::fs::create_dir_all(&self.folder)
+            .and_then(|()| write_atomically(&entry.with_extension(DESCRIPTION_EXTENSION), &text))
             .and_then(|()| write_atomically(entry, serialized));
         if let Err(error) = stored {
             log::warn!(
@@ -152,19 +229,126 @@ impl XlaDiskCache {
                 entry.display()
             );
         }
+        match evict_to_bound(&self.folder, self.max_bytes) {
+            Ok(0) => {}
+            Ok(removed) => log::info!(
+                "xla compile cache: {removed} least recently used entries removed to keep {} \
+                 under {} bytes",
+                self.folder.display(),
+                self.max_bytes
+            ),
+            Err(error) => log::warn!(
+                "xla compile cache: cannot bound {}: {error}",
+                self.folder.display()
+            ),
+        }
     }
 
     /// Removes an entry the plugin could not load.
     pub fn evict(&self, entry: &Path) {
-        if let Err(error) = std::fs::remove_file(entry)
-            && error.kind() != std::io::ErrorKind::NotFound
-        {
+        let entry = CacheEntry {
+            path: entry.to_path_buf(),
+            bytes: 0,
+            last_used: SystemTime::UNIX_EPOCH,
+            description: None,
+        };
+        if let Err(error) = entry.remove() {
             log::warn!(
                 "xla compile cache: cannot remove {}: {error}",
-                entry.display()
+                entry.path.display()
             );
         }
     }
+}
+
+/// One cached program: its file, size, last use and description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheEntry {
+    /// The serialized program.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// When it was last stored or loaded.
+    pub last_used: SystemTime,
+    /// What it was compiled with and for (absent for entries of older versions).
+    pub description: Option<EntryDescription>,
+}
+
+impl CacheEntry {
+    /// Removes the program and its description.
+    pub fn remove(&self) -> std::io::Result<()> {
+        for path in [
+            self.path.clone(),
+            self.path.with_extension(DESCRIPTION_EXTENSION),
+        ] {
+            match std::fs::remove_file(&path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The folder of the `xla` compile cache the environment names ([`XLA_CACHE_ENV`]), `None` when
+/// it is turned off or no folder can be found.
+pub fn xla_cache_folder() -> Option<PathBuf> {
+    match std::env::var_os(XLA_CACHE_ENV) {
+        Some(value) if value == "off" => None,
+        Some(value) if !value.is_empty() => Some(PathBuf::from(value)),
+        _ => default_folder(),
+    }
+}
+
+/// The programs cached in `folder`, most recently used first (an absent folder holds none).
+pub fn cache_entries(folder: &Path) -> std::io::Result<Vec<CacheEntry>> {
+    let listing = match std::fs::read_dir(folder) {
+        Ok(listing) => listing,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let mut entries = Vec::new();
+    for item in listing {
+        let path = item?.path();
+        if path
+            .extension()
+            .is_none_or(|extension| extension != ENTRY_EXTENSION)
+        {
+            continue;
+        }
+        // Another process may remove it meanwhile.
+        let Ok(metadata) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let description = std::fs::read(path.with_extension(DESCRIPTION_EXTENSION))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        entries.push(CacheEntry {
+            bytes: metadata.len(),
+            last_used: metadata.modified()?,
+            path,
+            description,
+        });
+    }
+    entries.sort_by(|a, b| b.last_used.cmp(&a.last_used).then(a.path.cmp(&b.path)));
+    Ok(entries)
+}
+
+/// Removes the least recently used programs of `folder` until the rest hold at most `max_bytes`;
+/// returns how many were removed.
+pub fn evict_to_bound(folder: &Path, max_bytes: u64) -> std::io::Result<usize> {
+    let entries = cache_entries(folder)?;
+    let mut kept = 0u64;
+    let mut removed = 0;
+    for entry in entries {
+        if kept + entry.bytes <= max_bytes {
+            kept += entry.bytes;
+        } else {
+            entry.remove()?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// `$XDG_CACHE_HOME/burn-trainium/xla`, else `$HOME/.cache/burn-trainium/xla`.
@@ -263,10 +447,55 @@ mod tests {
         );
         let entry = cache.entry(b"m", b"o");
         assert_eq!(cache.load(&entry), None);
-        cache.store(&entry, b"serialized");
+        cache.store(&entry, "segment_m", b"serialized");
         assert_eq!(cache.load(&entry).as_deref(), Some(&b"serialized"[..]));
+        let listed = cache_entries(&folder.path().join("xla")).unwrap();
+        assert_eq!(listed.len(), 1);
+        let description = listed[0].description.as_ref().unwrap();
+        assert_eq!(description.module, "segment_m");
+        assert_eq!(description.platform, "cpu 0.0.1");
+        assert_eq!(description.processor, "AMD EPYC 9R14");
         cache.evict(&entry);
         assert_eq!(cache.load(&entry), None);
+        assert_eq!(cache_entries(&folder.path().join("xla")).unwrap(), []);
+    }
+
+    /// Past the bound, the least recently used entries go: a load counts as a use.
+    #[test]
+    fn eviction_keeps_the_most_recently_used_entries_under_the_bound() {
+        let folder = tempfile::tempdir().unwrap();
+        let mut cache = XlaDiskCache::new(
+            folder.path().to_path_buf(),
+            Path::new("/p.so"),
+            &machine(),
+            "",
+        );
+        cache.max_bytes = 3 * 100;
+        let entries: Vec<PathBuf> = (0..4u8).map(|i| cache.entry(&[i], b"o")).collect();
+        let age = |entry: &Path, seconds: u64| {
+            let when = SystemTime::now() - std::time::Duration::from_secs(seconds);
+            std::fs::File::options()
+                .write(true)
+                .open(entry)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        };
+        for (index, entry) in entries.iter().take(3).enumerate() {
+            cache.store(entry, "m", &[0; 100]);
+            age(entry, 100 - index as u64 * 10);
+        }
+        // The oldest is used again: the second oldest is now the least recently used.
+        assert!(cache.load(&entries[0]).is_some());
+        cache.store(&entries[3], "m", &[0; 100]);
+        let kept: Vec<PathBuf> = cache_entries(folder.path())
+            .unwrap()
+            .into_iter()
+            .map(|entry| entry.path)
+            .collect();
+        assert_eq!(kept.len(), 3);
+        assert!(!kept.contains(&entries[1]), "{kept:?}");
+        assert!(!entries[1].with_extension(DESCRIPTION_EXTENSION).exists());
     }
 
     #[test]

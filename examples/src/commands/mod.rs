@@ -1,6 +1,7 @@
 //! One file per `hlat` subcommand.
 
 pub mod bench;
+pub mod cache;
 pub mod compile;
 pub mod convert;
 pub mod data;

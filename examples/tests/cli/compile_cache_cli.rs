@@ -1,12 +1,17 @@
 //! The `xla` executor's persistent compile cache: a second run of the same job, in another
-//! process, loads every program from the cache and compiles nothing.
+//! process, loads every program from the cache and compiles nothing; a truncated entry is
+//! compiled again and replaced; two processes filling one cache at once leave it whole; `hlat
+//! cache` lists what each entry was compiled for and prunes.
+
+use std::path::Path;
 
 use burn_trainium::XLA_CACHE_ENV;
 
-/// Runs a 3-step `hlat pretrain` of `hlat-test` on `xla:0` into `out` with the compile cache in
-/// `cache`; returns the `compiles` and `compile_seconds` of its last metrics record.
-fn pretrain_compiles(out: &std::path::Path, cache: &std::path::Path) -> (u64, f64) {
-    let output = super::hlat()
+/// The command of a 3-step `hlat pretrain` of `hlat-test` on `xla:0` into `out` with the
+/// compile cache in `cache`.
+fn pretrain(out: &Path, cache: &Path) -> std::process::Command {
+    let mut command = super::hlat();
+    command
         .args([
             "pretrain",
             "--preset",
@@ -29,9 +34,19 @@ fn pretrain_compiles(out: &std::path::Path, cache: &std::path::Path) -> (u64, f6
             "3",
             "--no-progress",
         ])
-        .env(XLA_CACHE_ENV, cache)
-        .output()
-        .expect("running hlat");
+        .env(XLA_CACHE_ENV, cache);
+    command
+}
+
+/// Runs [`pretrain`]; returns the `compiles` and `compile_seconds` of its last metrics record.
+fn pretrain_compiles(out: &Path, cache: &Path) -> (u64, f64) {
+    let output = pretrain(out, cache).output().expect("running hlat");
+    check_run(out, &output)
+}
+
+/// The `compiles` and `compile_seconds` of the last metrics record of the run in `out`, which
+/// exited as `output` says.
+fn check_run(out: &Path, output: &std::process::Output) -> (u64, f64) {
     assert!(
         output.status.success(),
         "{}",
@@ -70,11 +85,100 @@ fn a_second_xla_run_loads_its_programs_from_the_cache() {
     );
     // The last step's record counts the compiles until then; the run may compile more after it
     // (its final checkpoint reads).
-    let entries = std::fs::read_dir(&cache).unwrap().count() as u64;
+    let entries = programs(&cache);
     assert!(
-        entries >= first,
-        "{entries} cache entries, {first} compiles"
+        entries.len() as u64 >= first,
+        "{} cache entries, {first} compiles",
+        entries.len()
     );
     let second = pretrain_compiles(&folder.path().join("second"), &cache);
     assert_eq!(second, (0, 0.0), "the second run compiles nothing");
+
+    // A truncated entry does not load: it is compiled again and replaced.
+    let truncated = &entries[0];
+    let size = std::fs::metadata(truncated).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(truncated)
+        .unwrap()
+        .set_len(size / 2)
+        .unwrap();
+    let (third, _) = pretrain_compiles(&folder.path().join("third"), &cache);
+    assert!(third >= 1, "the truncated program is compiled again");
+    assert_eq!(std::fs::metadata(truncated).unwrap().len(), size);
+
+    // `hlat cache` lists every entry with what it was compiled for, and clears them.
+    let listed = cache_command(&cache, &[]);
+    let count = entries.len();
+    assert!(listed.contains(&format!(": {count} entries, ")), "{listed}");
+    assert!(
+        listed.contains("segment_") && listed.contains("on cpu "),
+        "{listed}"
+    );
+    let cleared = cache_command(&cache, &["--clear"]);
+    assert!(
+        cleared.contains(&format!(": 0 entries, 0 bytes ({count} removed)")),
+        "{cleared}"
+    );
+    assert!(programs(&cache).is_empty());
+}
+
+/// Two processes running the same job with one empty cache: each writes its entries whole
+/// (atomically), so a third run loads every program and compiles nothing.
+#[test]
+fn two_processes_filling_one_cache_leave_it_whole() {
+    let folder = tempfile::tempdir().unwrap();
+    let cache = folder.path().join("cache");
+    let outs = [folder.path().join("a"), folder.path().join("b")];
+    let children: Vec<_> = outs
+        .iter()
+        .map(|out| pretrain(out, &cache).spawn().expect("running hlat"))
+        .collect();
+    for (out, child) in outs.iter().zip(children) {
+        let output = child.wait_with_output().unwrap();
+        check_run(out, &output);
+    }
+    let third = pretrain_compiles(&folder.path().join("c"), &cache);
+    assert_eq!(third, (0, 0.0), "every entry loads");
+    // No temporary file is left behind.
+    for entry in std::fs::read_dir(&cache).unwrap() {
+        let name = entry.unwrap().file_name();
+        assert!(!name.to_string_lossy().starts_with('.'), "{name:?}");
+    }
+}
+
+/// The cached programs in `cache`, sorted.
+fn programs(cache: &Path) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(cache)
+        .map(|listing| {
+            listing
+                .map(|entry| entry.unwrap().path())
+                .filter(|path| {
+                    path.extension()
+                        .is_some_and(|extension| extension == "pjrt")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+/// Runs `hlat cache` with `arguments` on `cache` (and an empty Neuron cache); its output.
+fn cache_command(cache: &Path, arguments: &[&str]) -> String {
+    let neuron = cache.with_file_name("neuron-cache");
+    let output = super::hlat()
+        .arg("cache")
+        .args(arguments)
+        .env(XLA_CACHE_ENV, cache)
+        .env("NEURON_COMPILE_CACHE_URL", &neuron)
+        .output()
+        .expect("running hlat");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
