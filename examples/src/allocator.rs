@@ -4,7 +4,7 @@
 //! XLA CPU runtime's scratch buffer of hundreds of MiB). glibc serves such allocations with
 //! `mmap` and unmaps them on `free`, and worker threads allocate from arenas that always do so
 //! for large sizes: every step then faults every page of those buffers in again, and the kernel
-//! zeroes each one. The README gives the measurements (bench-tiny, side by side: several times
+//! zeroes each one. docs/performance.md gives the measurements (bench-tiny, side by side: several times
 //! fewer page faults, steps 1.3–1.4× faster).
 //!
 //! So `hlat` asks glibc, before any thread exists, for one arena, no `mmap` for allocations and

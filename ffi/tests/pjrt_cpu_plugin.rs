@@ -61,7 +61,10 @@ fn compiles_uploads_runs_and_reads_back_on_every_device() {
     .unwrap();
     assert_eq!(client.platform_name().unwrap(), "cpu");
     let version = client.platform_version().unwrap();
-    assert!(!version.is_empty() && !version.contains('\0'), "{version:?}");
+    assert!(
+        !version.is_empty() && !version.contains('\0'),
+        "{version:?}"
+    );
     assert_eq!(client.devices().len(), 2);
     for device in client.devices() {
         assert!(!client.describe(device).unwrap().is_empty());

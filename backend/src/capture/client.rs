@@ -25,7 +25,7 @@ pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
 /// The environment variable that sets the segment cap of every device (unless
 /// [`set_segment_cap`] sets one for a device): a positive number of operations. A step longer
 /// than the cap runs as several programs, each compiled on its own: compile time grows faster
-/// than the program, so smaller programs compile sooner (README, `hlat bench unrolled`).
+/// than the program, so smaller programs compile sooner (docs/performance.md, `hlat bench unrolled`).
 pub const SEGMENT_CAP_ENV: &str = "TRAINIUM_SEGMENT_CAP";
 
 /// The segment cap `TRAINIUM_SEGMENT_CAP` sets, if it is set (and not empty); read once per

@@ -9,6 +9,7 @@ mod plan_cache;
 mod program_cache;
 mod xla;
 mod xla_cache;
+mod xla_stderr;
 
 pub use device::set_operator_rules;
 pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};

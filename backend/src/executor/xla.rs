@@ -73,7 +73,7 @@ pub(crate) fn holds_small_tensors(module: &crate::hlo::HloModuleProto) -> bool {
 /// (`TRAINIUM_SEGMENT_CAP`, [`set_segment_cap`](crate::set_segment_cap)). Such programs run at
 /// the speed of their kernels' launches, and their compile time grows faster than their length:
 /// measured side by side on the unrolled LSTM step of `hlat bench unrolled` (9,124 operations,
-/// 2026-12-02, README), one program compiled in 62.0 s in all with steady steps of 140.5 ms,
+/// 2026-12-02, docs/performance.md), one program compiled in 62.0 s in all with steady steps of 140.5 ms,
 /// five programs cut at 2,048 operations in 9.9 s with steps of 99.0 ms. Larger tensors
 /// (bench-tiny, HLAT) keep one program per segment, which lets the compiler fuse across the
 /// whole step.
@@ -497,7 +497,10 @@ impl Target for XlaTarget {
         if let Some((cache, entry)) = &cached
             && let Some(serialized) = cache.load(entry)
         {
-            match self.runtime.client.load_serialized(&serialized) {
+            let loaded = super::xla_stderr::without_spurious_feature_warnings(|| {
+                self.runtime.client.load_serialized(&serialized)
+            });
+            match loaded {
                 Ok(executable) => {
                     log::debug!("{}: loaded from {}", program.module.name, entry.display());
                     return Ok((executable, CompileOutcome::Cached));

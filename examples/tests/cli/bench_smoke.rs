@@ -29,6 +29,13 @@ fn succeeded(output: &std::process::Output) {
 fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
     require_plugin();
     let folder = tempfile::tempdir().unwrap();
+    // A page whose hand-written measurements the new report keeps.
+    let hand_written = "## Measurements written by hand\n\nMeasured by hand: 42 tokens/s.\n";
+    std::fs::write(
+        folder.path().join("report.md"),
+        format!("# Performance\n\nAn older report.\n\n{hand_written}"),
+    )
+    .unwrap();
     let output = hlat(
         &[
             "bench",
@@ -100,6 +107,10 @@ fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
         page.contains("Machine:")
             && page.contains("measured in this run")
             && page.contains("| xla |"),
+        "{page}"
+    );
+    assert!(
+        page.ends_with(hand_written) && !page.contains("An older report"),
         "{page}"
     );
 }

@@ -91,8 +91,20 @@ fn a_second_xla_run_loads_its_programs_from_the_cache() {
         "{} cache entries, {first} compiles",
         entries.len()
     );
-    let second = pretrain_compiles(&folder.path().join("second"), &cache);
-    assert_eq!(second, (0, 0.0), "the second run compiles nothing");
+    let second_out = folder.path().join("second");
+    let output = pretrain(&second_out, &cache)
+        .output()
+        .expect("running hlat");
+    assert_eq!(
+        check_run(&second_out, &output),
+        (0, 0.0),
+        "the second run compiles nothing"
+    );
+    // Loading its own machine's programs, the plugin reports no mismatch (its spurious tuning
+    // feature warnings are left out, see burn-trainium's executor/xla_stderr.rs).
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let plugin_errors = stderr.lines().filter(|line| line.starts_with('E')).count();
+    assert_eq!(plugin_errors, 0, "{stderr}");
 
     // A truncated entry does not load: it is compiled again and replaced.
     let truncated = &entries[0];
@@ -105,7 +117,9 @@ fn a_second_xla_run_loads_its_programs_from_the_cache() {
         .unwrap();
     let (third, _) = pretrain_compiles(&folder.path().join("third"), &cache);
     assert!(third >= 1, "the truncated program is compiled again");
-    assert_eq!(std::fs::metadata(truncated).unwrap().len(), size);
+    assert!(std::fs::metadata(truncated).unwrap().len() > size / 2);
+    let fourth = pretrain_compiles(&folder.path().join("fourth"), &cache);
+    assert_eq!(fourth, (0, 0.0), "the replaced entry loads");
 
     // `hlat cache` lists every entry with what it was compiled for, and clears them.
     let listed = cache_command(&cache, &[]);

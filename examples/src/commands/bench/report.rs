@@ -286,7 +286,8 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
     let _ = writeln!(page, "# Performance\n");
     let _ = writeln!(
         page,
-        "Written by `{}` (every word of this page comes from that run).\n",
+        "Written by `{}` (every word down to the plot comes from that run; the sections after it \
+         are written by hand).\n",
         report.command
     );
     let _ = writeln!(page, "- Machine: {}.", report.machine);
@@ -343,8 +344,18 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
         let _ = writeln!(page, "- `{}`: {}{probe}", result.backend, result.version);
     }
     let _ = writeln!(page, "\n![tokens per second per backend]({plot_name})");
+    // The hand-written measurements after the generated part stay.
+    if let Ok(existing) = std::fs::read_to_string(path)
+        && let Some(start) = existing.find(HAND_WRITTEN_HEADING)
+    {
+        let _ = write!(page, "\n{}", &existing[start..]);
+    }
     write_atomically(path, page.as_bytes())
 }
+
+/// The heading after which a report page holds measurements written by hand, which
+/// [`write_train_report`] keeps when it rewrites the page.
+pub const HAND_WRITTEN_HEADING: &str = "## Measurements written by hand";
 
 /// Draws a bar plot of tokens/s per backend.
 fn draw_tokens_per_second(report: &TrainReport, path: &Path) -> anyhow::Result<()> {
