@@ -475,7 +475,8 @@ impl HlatConfig {
     ///
     /// where `N` is the number of parameters that take part in matrix multiplications (all of
     /// [`HlatConfig::num_params`] except the input embedding table, which is a lookup), `L` the
-    /// number of layers, `H` the hidden size and `T = seq_len`; the second term counts the
+    /// number of layers, `H` the width of the query heads (the hidden size, unless the checkpoint
+    /// gives another head width) and `T = seq_len`; the second term counts the
     /// attention score and weighted-value products (`2·2·H·T` per layer forward, times 3 for
     /// forward + backward), without discounting the causal mask.
     pub fn train_flops_per_token(&self, seq_len: usize) -> f64 {
@@ -486,7 +487,10 @@ impl HlatConfig {
             (self.vocab_size * self.hidden_size) as u64
         };
         let matmul_params = (self.num_params() - lookup) as f64;
-        let attention = 12.0 * self.num_layers as f64 * self.hidden_size as f64 * seq_len as f64;
+        // The attention products span the query heads' width (the hidden size unless the
+        // checkpoint gives a head width of its own).
+        let width = (self.num_heads * self.head_dim()) as f64;
+        let attention = 12.0 * self.num_layers as f64 * width * seq_len as f64;
         6.0 * matmul_params + attention
     }
 

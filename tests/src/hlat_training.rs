@@ -137,3 +137,49 @@ fn hlat_trains_identically_on_host_xla_and_ndarray() {
         }
     }
 }
+
+/// Stochastic rounding to bf16 (the `bf16-sr` precision's update) keeps zeros, values near the
+/// bottom and the top of the f32 range finite, on the host and on `xla`, whose CPU client flushes
+/// subnormals to zero: each result is one of the value's two bf16 neighbours (a value below
+/// 2^-119, whose bf16 spacing is subnormal, rounds to nearest, or to zero where flushed).
+#[test]
+fn stochastic_rounding_keeps_extreme_values_finite_on_every_device() {
+    use burn::tensor::{DType, Tensor};
+    use hlat_train::rounding::stochastic_round_bf16;
+    let inputs = [
+        0.0f32,
+        -0.0,
+        1e-39,
+        f32::MIN_POSITIVE,
+        1e-37,
+        3e-36,
+        1e-30,
+        -1.0,
+        1.0 + 2f32.powi(-9),
+        3e38,
+    ];
+    for device in devices_under_test() {
+        let tensor =
+            Tensor::<Trainium, 1>::from_data(TensorData::new(inputs.to_vec(), [10]), &device);
+        let rounded = stochastic_round_bf16(tensor)
+            .cast(DType::F32)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        for (&input, &output) in inputs.iter().zip(&rounded) {
+            let below = f32::from_bits(input.to_bits() & 0xFFFF_0000);
+            let above = if below == input {
+                input
+            } else {
+                f32::from_bits(below.to_bits() + 0x1_0000)
+            };
+            assert!(
+                output.is_finite()
+                    && (output == below
+                        || output == above
+                        || (input.abs() < 1e-36 && output == 0.0)),
+                "{input:e} on {device}: {output:e}"
+            );
+        }
+    }
+}

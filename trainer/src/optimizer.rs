@@ -32,7 +32,8 @@ pub struct AdamWSettings {
     pub eps: f64,
     /// Decoupled weight decay.
     pub weight_decay: f64,
-    /// Leaves one-dimensional parameters (HLAT's RMSNorm gains) out of the weight decay.
+    /// Leaves one-dimensional parameters (RMSNorm gains and biases, as Megatron and Hugging
+    /// Face trainers do) out of the weight decay.
     pub exclude_norms_from_weight_decay: bool,
 }
 

@@ -103,8 +103,8 @@ static OPERATOR_RULES: std::sync::Mutex<Vec<(TrainiumDevice, OperatorRules)>> =
 
 /// Makes the programs `device` lowers from now on keep to `rules` instead of its executor's
 /// ([`OperatorRules::Xla`] for `xla`, [`OperatorRules::Neuron`] for `neuron`): for a Neuron
-/// compiler that accepts `replica-id` and run-time slices, or to run the Neuron lowering on the
-/// XLA CPU plugin and compare what it computes.
+/// compiler that accepts `replica-id` (with `HLAT_NEURON_LINT=warn`, since the lint refuses it),
+/// or to run the Neuron lowering on the XLA CPU plugin and compare what it computes.
 pub fn set_operator_rules(device: &TrainiumDevice, rules: OperatorRules) {
     let mut chosen = OPERATOR_RULES
         .lock()

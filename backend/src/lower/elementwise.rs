@@ -5,7 +5,7 @@ use burn_backend::DType;
 use burn_ir::{BinaryOpIr, ClampOpIr, ScalarOpIr, TensorIr, UnaryOpIr};
 
 use super::OperatorRules;
-use super::builder::{Builder, Direction, Value};
+use super::builder::{Direction, Value};
 use super::context::{Lowered, Lowering, dims, element_type};
 use crate::hlo::PrimitiveType;
 
@@ -289,33 +289,36 @@ pub(crate) fn power_int(cx: &mut Lowering, ir: &BinaryOpIr) -> Lowered {
 }
 
 /// `lhs ^ exponent` with the exponent known when lowering, not a hoisted parameter (exponents,
-/// RMSNorm's square or a square root's gradient, do not change from step to step), in the
-/// operators the Neuron compiler documents: `rsqrt` and `sqrt` for ±½, products for small
-/// integers (exponentiation by squaring), `power` with an integer constant exponent, and for
-/// any other exponent `power` on `xla` but `exp(e · log x)` under Neuron's rules (Pow wants an
-/// integer exponent).
+/// RMSNorm's square or a square root's gradient, do not change from step to step). `power` with
+/// a constant exponent, except under Neuron's rules (Pow wants a compile-time integer exponent)
+/// for a fractional exponent of a float tensor: `sqrt` for ½, `rsqrt` for −½, else
+/// `exp(e · log x)` computed in f32 and rounded once.
 pub(crate) fn power_scalar(cx: &mut Lowering, ir: &ScalarOpIr, _dtype: DType) -> Lowered {
     let lhs = cx.get(&ir.lhs)?;
     let exponent = ir.rhs.elem::<f64>();
-    let neuron = cx.options.rules == OperatorRules::Neuron;
+    let float = matches!(
+        lhs.element_type,
+        PrimitiveType::F16 | PrimitiveType::Bf16 | PrimitiveType::F32 | PrimitiveType::F64
+    );
+    let rewrite = cx.options.rules == OperatorRules::Neuron
+        && float
+        && exponent.is_finite()
+        && exponent.fract() != 0.0;
     let builder = &mut cx.builder;
     let value = match exponent {
-        0.5 => builder.unary("sqrt", &lhs),
-        -0.5 => builder.unary("rsqrt", &lhs),
-        e if e.fract() == 0.0 && (1.0..=16.0).contains(&e.abs()) => {
-            let product = integer_power(builder, &lhs, e.abs() as u32);
-            if e < 0.0 {
-                let one = builder.filled(lhs.element_type, 1.0, &lhs.dims);
-                builder.binary("divide", &one, &product)
-            } else {
-                product
-            }
-        }
-        e if neuron && e.fract() != 0.0 && e.is_finite() => {
-            let log = builder.unary("log", &lhs);
-            let factor = builder.filled(lhs.element_type, e, &lhs.dims);
+        0.5 if rewrite => builder.unary("sqrt", &lhs),
+        -0.5 if rewrite => builder.unary("rsqrt", &lhs),
+        e if rewrite => {
+            let wide = match lhs.element_type {
+                PrimitiveType::F64 => PrimitiveType::F64,
+                _ => PrimitiveType::F32,
+            };
+            let x = builder.convert(&lhs, wide);
+            let log = builder.unary("log", &x);
+            let factor = builder.filled(wide, e, &lhs.dims);
             let scaled = builder.binary("multiply", &log, &factor);
-            builder.unary("exponential", &scaled)
+            let power = builder.unary("exponential", &scaled);
+            builder.convert(&power, lhs.element_type)
         }
         e => {
             let exponent = builder.filled(lhs.element_type, e, &lhs.dims);
@@ -323,24 +326,4 @@ pub(crate) fn power_scalar(cx: &mut Lowering, ir: &ScalarOpIr, _dtype: DType) ->
         }
     };
     cx.set(&ir.out, value)
-}
-
-/// `base ^ exponent` (at least 1) as products, by squaring.
-fn integer_power(builder: &mut Builder, base: &Value, exponent: u32) -> Value {
-    let mut result: Option<Value> = None;
-    let mut square = base.clone();
-    let mut remaining = exponent;
-    loop {
-        if remaining & 1 == 1 {
-            result = Some(match result {
-                Some(result) => builder.binary("multiply", &result, &square),
-                None => square.clone(),
-            });
-        }
-        remaining >>= 1;
-        if remaining == 0 {
-            return result.expect("an exponent of at least 1");
-        }
-        square = builder.binary("multiply", &square, &square);
-    }
 }

@@ -1,6 +1,6 @@
 //! Collectives on replicated devices (`host:0-3` and `xla:0-3`, the latter also under the Neuron
 //! compiler's operator rules), against results computed with
-//! `burn-ndarray` from the per-replica inputs: every collective with groups `[[0, 1], [2, 3]]`
+//! `burn-ndarray` from the per-replica inputs: every collective with groups `[[0, 1], [2, 3]]`, `[[0, 2], [1, 3]]`
 //! and `[[0, 1, 2, 3]]` in f32 and bf16, and the gradients through them against the closed-form
 //! backward rules.
 //!
@@ -26,9 +26,11 @@ fn devices() -> [TrainiumDevice; 2] {
     ]
 }
 
-fn group_layouts() -> [ReplicaGroups; 2] {
+fn group_layouts() -> [ReplicaGroups; 3] {
     [
         ReplicaGroups::contiguous(REPLICAS, 2).unwrap(),
+        // [[0, 2], [1, 3]]: the data-parallel groups of dp 2 × tp 2.
+        ReplicaGroups::strided(REPLICAS, 2).unwrap(),
         ReplicaGroups::all(REPLICAS),
     ]
 }

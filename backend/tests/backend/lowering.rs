@@ -490,32 +490,34 @@ fn lowered_power(exponent: f64, rules: OperatorRules) -> lower::LoweredProgram {
     lower::lower_segment_with(&operations, &boundary_of(&operations), &options).unwrap()
 }
 
-/// Powers in the operators the Neuron compiler lists: ±½ as `rsqrt` / `sqrt`, small integers as
-/// products, a fraction as `exp(e · log x)` under Neuron's rules (and `power` under XLA's).
+/// Powers under Neuron's rules in the operators its compiler lists: ±½ as `sqrt` / `rsqrt`, a
+/// fraction as `exp(e · log x)`, an integer as `power` of a constant integer (which the rule
+/// allows); under XLA's, `power` whatever the exponent.
 #[test]
 fn powers_lower_to_listed_operators() {
     let count = |program: &lower::LoweredProgram, opcode: &str| {
         opcodes(program).iter().filter(|op| *op == opcode).count()
     };
-    for rules in [OperatorRules::Xla, OperatorRules::Neuron] {
-        assert_eq!(count(&lowered_power(-0.5, rules), "rsqrt"), 1);
-        assert_eq!(count(&lowered_power(0.5, rules), "sqrt"), 1);
-        let cube = lowered_power(3.0, rules);
-        assert_eq!((count(&cube, "multiply"), count(&cube, "power")), (2, 0));
-        let inverse_square = lowered_power(-2.0, rules);
-        assert_eq!(count(&inverse_square, "divide"), 1);
-        assert_eq!(lint_module(&lowered_power(-0.5, rules).module), []);
-    }
-    let fraction = lowered_power(0.3, OperatorRules::Neuron);
+    let neuron = |exponent| lowered_power(exponent, OperatorRules::Neuron);
+    assert_eq!(count(&neuron(-0.5), "rsqrt"), 1);
+    assert_eq!(count(&neuron(0.5), "sqrt"), 1);
+    let fraction = neuron(0.3);
     assert_eq!(
         (count(&fraction, "log"), count(&fraction, "exponential")),
         (1, 1)
     );
-    assert_eq!(lint_module(&fraction.module), []);
-    let fraction = lowered_power(0.3, OperatorRules::Xla);
-    assert_eq!(count(&fraction, "power"), 1);
+    for exponent in [-0.5, 0.5, 0.3, 3.0, -2.0] {
+        assert_eq!(lint_module(&neuron(exponent).module), [], "{exponent}");
+    }
+    assert_eq!(count(&neuron(3.0), "power"), 1);
+    for exponent in [-0.5, 0.3, 3.0] {
+        assert_eq!(
+            count(&lowered_power(exponent, OperatorRules::Xla), "power"),
+            1
+        );
+    }
     assert_eq!(
-        lint_module(&fraction.module)[0].rule,
+        lint_module(&lowered_power(0.3, OperatorRules::Xla).module)[0].rule,
         Rule::ConstantIntegerExponent
     );
 }

@@ -38,7 +38,9 @@ pub struct CompileArgs {
     pub modules: Vec<PathBuf>,
     /// Only check every module against the Neuron compiler's documented operator rules (the
     /// lint), without compiling: no `neuronx-cc` is needed. A violation fails the run, naming
-    /// the operator, the rule and the Burn operation it came from.
+    /// the operator, the rule and the Burn operation it came from (whatever `HLAT_NEURON_LINT`
+    /// says). Attention is checked in its portable lowering: the SDK's flash-kernel calls need
+    /// the SDK's tracer.
     #[arg(long, conflicts_with = "modules")]
     pub check_only: bool,
     /// How many compiler processes run at once with `--modules` (each can use several GB).

@@ -17,9 +17,10 @@ pub const CONFIG_FILE: &str = "config.json";
 /// Reads `DIR/config.json` of a `LlamaForCausalLM`, `MistralForCausalLM`, `Qwen2ForCausalLM` or
 /// `Qwen3ForCausalLM` into an [`HlatConfig`].
 ///
-/// Absent keys take the defaults of the family's transformers configuration class. RoPE theta
-/// and scaling are read from transformers 5's `rope_parameters`, or from the top-level
-/// `rope_theta` and `rope_scaling` of older files. What the decoder does not implement (another
+/// Absent size keys take transformers' `LlamaConfig` defaults (published configurations state
+/// them all); Qwen3's `head_dim` (128) and each family's sliding-window keys take the family's
+/// own. RoPE theta and scaling are read as transformers 5 reads them: a non-null `rope_scaling`
+/// first, then `rope_parameters`, then the top-level `rope_theta`. What the decoder does not implement (another
 /// model type, `rope_type` `dynamic`, another activation, partial rotary embeddings, a sliding
 /// window pattern other than "full, then sliding") is an error naming the file, field and value.
 pub fn read_hf_config(dir: &Path) -> Result<HlatConfig, HfError> {
@@ -270,21 +271,29 @@ impl FieldReader<'_> {
     /// `rope_theta` and `rope_scaling` (older files). `context` is `max_position_embeddings`,
     /// YaRN's pretrained context when it names none.
     fn rope(&self, context: usize) -> Result<(f64, RopeScaling), HfError> {
-        let (field, parameters) = match (self.get("rope_parameters"), self.get("rope_scaling")) {
-            (Some(parameters), _) => ("rope_parameters", Some(parameters)),
-            (None, scaling) => ("rope_scaling", scaling),
+        // transformers 5 takes a non-null `rope_scaling` over `rope_parameters` (a YaRN block
+        // added to a saved configuration, as Qwen documents), and reads theta from either.
+        let object = |field: &'static str| match self.get(field) {
+            None => Ok(None),
+            Some(Value::Object(parameters)) => Ok(Some((field, parameters))),
+            Some(_) => Err(self.invalid_type(field, "an object")),
         };
-        let parameters = match parameters {
-            None => None,
-            Some(Value::Object(parameters)) => Some(parameters),
-            Some(_) => return Err(self.invalid_type(field, "an object")),
+        let scaling = object("rope_scaling")?;
+        let parameters = object("rope_parameters")?;
+        let (field, parameters) = match scaling.or(parameters) {
+            Some((field, parameters)) => (field, Some(parameters)),
+            None => ("rope_parameters", None),
         };
         let nested = |name: &str| {
             parameters
                 .and_then(|parameters| parameters.get(name))
                 .filter(|value| !value.is_null())
         };
-        let theta = match nested("rope_theta") {
+        let theta = match nested("rope_theta").or_else(|| {
+            self.get("rope_parameters")
+                .and_then(|parameters| parameters.get("rope_theta"))
+                .filter(|value| !value.is_null())
+        }) {
             Some(theta) => theta.as_f64().ok_or_else(|| {
                 self.nested_error(field, "rope_theta", theta, "expected a number")
             })?,
@@ -373,7 +382,11 @@ impl FieldReader<'_> {
                 if !self.bool("use_sliding_window", false)? {
                     return Ok(None);
                 }
-                Some(self.usize("sliding_window", 4096)?)
+                // A null window stays none (every layer attends fully), an absent one is 4096.
+                match self.fields.get("sliding_window") {
+                    None => Some(4096),
+                    Some(_) => self.optional_usize("sliding_window")?,
+                }
             }
         };
         let Some(size) = size else {

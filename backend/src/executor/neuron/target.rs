@@ -231,7 +231,12 @@ impl NeuronCores {
             compiler,
             cache,
             cores,
-            lint: settings.lint,
+            // Check-only mode exists to report violations: it never lets one pass.
+            lint: if check_only() {
+                LintMode::Error
+            } else {
+                settings.lint
+            },
         })
     }
 
