@@ -641,3 +641,43 @@ fn a_tokenizer_that_would_panic_when_used_is_refused_when_loaded() {
         "{error}"
     );
 }
+
+/// As transformers 5 reads them: a `rope_scaling` block added to a saved configuration (Qwen's
+/// recipe for YaRN) wins over its `rope_parameters`, whose theta it keeps; Qwen's
+/// `use_sliding_window` with a null window is no window.
+#[test]
+fn added_rope_scaling_wins_and_a_null_qwen_window_is_none() {
+    let dir = broken_fixture(
+        |c| c["rope_scaling"] = serde_json::json!({"rope_type": "linear", "factor": 2.0}),
+        |_| {},
+    );
+    let config = hlat::hf::read_hf_config(dir.path()).unwrap();
+    assert_eq!(
+        config.rope_scaling,
+        hlat::RopeScaling::Linear { factor: 2.0 }
+    );
+    assert_eq!(config.rope_theta, 1e4);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut qwen: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("hf-tiny-qwen2").join("config.json")).unwrap(),
+    )
+    .unwrap();
+    qwen["use_sliding_window"] = true.into();
+    qwen.as_object_mut().unwrap().remove("layer_types");
+    std::fs::write(dir.path().join("config.json"), qwen.to_string()).unwrap();
+    assert_eq!(
+        hlat::hf::read_hf_config(dir.path()).unwrap().sliding_window,
+        None
+    );
+    qwen["sliding_window"] = 8.into();
+    qwen["max_window_layers"] = 1.into();
+    std::fs::write(dir.path().join("config.json"), qwen.to_string()).unwrap();
+    assert_eq!(
+        hlat::hf::read_hf_config(dir.path()).unwrap().sliding_window,
+        Some(hlat::SlidingWindow {
+            size: 8,
+            first_layer: 1
+        })
+    );
+}
