@@ -384,6 +384,10 @@ mod tests {
         let plugin = Path::new("/no/plugin.so");
         let cache = XlaDiskCache::new(folder.clone(), plugin, &machine(), "");
         let entry = cache.entry(b"module", b"options");
+        // The entry of the same module and options compiled for `other`.
+        let on = |other: MachineIdentity| {
+            XlaDiskCache::new(folder.clone(), plugin, &other, "").entry(b"module", b"options")
+        };
         assert_eq!(entry, cache.entry(b"module", b"options"), "stable");
         assert_eq!(entry.parent(), Some(folder.as_path()));
         assert_eq!(entry.extension().unwrap(), ENTRY_EXTENSION);
@@ -401,36 +405,18 @@ mod tests {
             .entry(b"module", b"options"),
             XlaDiskCache::new(folder.clone(), plugin, &machine(), "--flag")
                 .entry(b"module", b"options"),
-            XlaDiskCache::new(
-                folder.clone(),
-                plugin,
-                &MachineIdentity {
-                    processor: "Intel Xeon 8488C | fpu avx2 avx512f amx_tile".into(),
-                    ..machine()
-                },
-                "",
-            )
-            .entry(b"module", b"options"),
-            XlaDiskCache::new(
-                folder.clone(),
-                plugin,
-                &MachineIdentity {
-                    platform: "cpu 0.0.2".into(),
-                    ..machine()
-                },
-                "",
-            )
-            .entry(b"module", b"options"),
-            XlaDiskCache::new(
-                folder.clone(),
-                plugin,
-                &MachineIdentity {
-                    device_kinds: vec!["NVIDIA H100".into(); 2],
-                    ..machine()
-                },
-                "",
-            )
-            .entry(b"module", b"options"),
+            on(MachineIdentity {
+                processor: "Intel Xeon 8488C | fpu avx2 avx512f amx_tile".into(),
+                ..machine()
+            }),
+            on(MachineIdentity {
+                platform: "cpu 0.0.2".into(),
+                ..machine()
+            }),
+            on(MachineIdentity {
+                device_kinds: vec!["NVIDIA H100".into(); 2],
+                ..machine()
+            }),
         ] {
             assert_ne!(entry, other);
         }
