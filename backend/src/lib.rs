@@ -53,9 +53,10 @@ pub mod xla_cache {
 }
 pub use executor::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
-    DEFAULT_CPU_DEVICES, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP, XLA_CACHE_ENV, set_operator_rules,
+    DEFAULT_CPU_DEVICES, HOST_FALLBACK_ENV, HostFallback, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP,
+    XLA_CACHE_ENV, set_host_fallback, set_operator_rules,
 };
-pub use stats::{Stats, reset_stats, stats};
+pub use stats::{Stats, host_fallbacks_by_kind, reset_stats, stats};
 
 /// The Trainium backend: Burn's router backend over this crate's channel and client.
 ///

@@ -25,6 +25,8 @@ pub(crate) struct StatsCounters {
     pub live_bytes: AtomicU64,
     pub largest_scratch_bytes: AtomicU64,
     pub non_finite_runs: AtomicU64,
+    /// Host fallbacks by operation kind (`Module::Conv2d`, ...).
+    pub fallbacks_by_kind: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl StatsCounters {
@@ -68,6 +70,10 @@ impl StatsCounters {
     }
 
     fn reset(&self) {
+        self.fallbacks_by_kind
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
         for counter in [
             &self.operations_captured,
             &self.capture_micros,
@@ -155,6 +161,18 @@ pub(crate) fn counters(device: &TrainiumDevice) -> Arc<StatsCounters> {
 /// The execution statistics of `device` since the start of the process (or the last reset).
 pub fn stats(device: &TrainiumDevice) -> Stats {
     counters(device).snapshot()
+}
+
+/// The operations of `device` that ran on the host since the start of the process (or the last
+/// reset), by kind, with their counts.
+pub fn host_fallbacks_by_kind(device: &TrainiumDevice) -> Vec<(String, u64)> {
+    counters(device)
+        .fallbacks_by_kind
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+        .map(|(kind, &count)| (kind.clone(), count))
+        .collect()
 }
 
 /// Sets every counter of `device` back to zero, except the live tensor gauges.

@@ -104,6 +104,7 @@ pub fn check_device(device: &TrainiumDevice) -> Result<(), BackendError> {
 /// Opens the executor of `device` once the settings its client reads are known to be valid.
 fn open_executor(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
     segment_cap_from_env()?;
+    crate::executor::host_fallback_from_env()?;
     executor::open(device)
 }
 

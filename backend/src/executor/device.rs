@@ -16,6 +16,7 @@ use std::time::Instant;
 use burn_backend::{DType, Shape, TensorData};
 use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 
+use super::fallback::{HOST_FALLBACK_ENV, HostFallback};
 use super::plan_cache::PlanCache;
 use super::program_cache::{CacheLimits, ProgramCache};
 use super::{Executor, HostExecutor};
@@ -345,13 +346,50 @@ impl<T: Target> DeviceExecutor<T> {
     }
 
     /// Runs one operation that has no lowering on the host, replica by replica: inputs copied
-    /// off the device, outputs copied back, ended inputs released. Counted in `host_fallbacks`.
+    /// off the device, outputs copied back, ended inputs released. Counted in `host_fallbacks`
+    /// and by kind; `TRAINIUM_HOST_FALLBACK` says whether it warns (once per kind), fails or
+    /// runs silently.
     fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
         if let OperationIr::Custom(custom) = operation {
             return Err(BackendError::Unsupported {
                 executor: T::EXECUTOR,
                 what: format!("custom operation `{}` (it has no lowering)", custom.id),
             });
+        }
+        let kind = lower::operation_name(operation);
+        let shapes: Vec<Vec<usize>> = operation
+            .inputs()
+            .map(|input| input.shape.to_vec())
+            .collect();
+        let policy = super::fallback::host_fallback_of(&self.device);
+        if policy == HostFallback::Error {
+            return Err(BackendError::Unsupported {
+                executor: T::EXECUTOR,
+                what: format!(
+                    "{kind} (inputs {shapes:?}) has no lowering and {HOST_FALLBACK_ENV}=error \
+                     keeps it off the host (allow or warn run it there)"
+                ),
+            });
+        }
+        let first = {
+            let mut by_kind = self
+                .counters
+                .fallbacks_by_kind
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let count = by_kind.entry(kind.clone()).or_default();
+            *count += 1;
+            *count == 1
+        };
+        if first && policy == HostFallback::Warn {
+            log::warn!(
+                "{}: {kind} (inputs {shapes:?}) has no lowering: it runs on the host, its inputs \
+                 copied off the device and back, once per call (further ones are counted in \
+                 burn_trainium::host_fallbacks_by_kind; {HOST_FALLBACK_ENV}=error refuses them, \
+                 =allow silences this). Please report it: docs/xla-coverage.md lists what is \
+                 lowered.",
+                self.device
+            );
         }
         let mut segment = Segment::default();
         segment.push(operation.clone());

@@ -3,6 +3,7 @@
 
 mod atomic_write;
 mod device;
+mod fallback;
 mod host;
 pub mod neuron;
 mod plan_cache;
@@ -13,6 +14,8 @@ mod xla_stderr;
 
 pub use device::set_operator_rules;
 pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};
+pub(crate) use fallback::host_fallback_from_env;
+pub use fallback::{HOST_FALLBACK_ENV, HostFallback, set_host_fallback};
 pub(crate) use host::HostExecutor;
 pub(crate) use program_cache::CacheLimits;
 pub use xla::{

@@ -302,3 +302,44 @@ fn device_statistics_on_a_device_of_their_own() {
     a_segment_is_lowered_again_when_an_operand_it_fixed_changes();
     an_update_in_place_needs_no_scratch_copies_of_its_inputs();
 }
+
+/// An operation without a lowering (a 2-d convolution, for now) on `xla`: with
+/// `TRAINIUM_HOST_FALLBACK=error` the read fails naming it and the setting; with `warn` (the
+/// default) it runs on the host, the host's result, counted by kind.
+#[test]
+fn host_fallbacks_are_refused_or_counted_by_kind() {
+    use burn::tensor::module::conv2d;
+    use burn::tensor::ops::ConvOptions;
+    use burn_trainium::{HostFallback, host_fallbacks_by_kind, set_host_fallback};
+
+    // A device no other test of this binary uses: its policy is this test's own.
+    let device = xla(3);
+    let convolve = |device: &TrainiumDevice| {
+        let input = Tensor::<Trainium, 4>::ones([1, 1, 4, 4], device);
+        let weight = Tensor::<Trainium, 4>::ones([1, 1, 3, 3], device);
+        conv2d(
+            input,
+            weight,
+            None,
+            ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
+        )
+        .try_into_data()
+    };
+    set_host_fallback(&device, HostFallback::Error);
+    let error = convolve(&device).expect_err("no lowering, and fallbacks are errors");
+    let message = error.to_string();
+    assert!(
+        message.contains("Module::Conv2d") && message.contains("TRAINIUM_HOST_FALLBACK"),
+        "{message}"
+    );
+
+    set_host_fallback(&device, HostFallback::Warn);
+    reset_stats(&device);
+    let on_xla = convolve(&device).unwrap();
+    assert_eq!(on_xla, convolve(&TrainiumDevice::HOST).unwrap());
+    assert_eq!(
+        host_fallbacks_by_kind(&device),
+        [("Module::Conv2d".to_string(), 1)]
+    );
+    assert_eq!(stats(&device).host_fallbacks, 1);
+}

@@ -53,6 +53,11 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
             names: &[SEGMENT_CAP_ENV, "lots"],
         },
         Case {
+            environment: &[("TRAINIUM_HOST_FALLBACK", Some("never"))],
+            arguments: &["pretrain", "--max-steps", "1"],
+            names: &["TRAINIUM_HOST_FALLBACK", "never"],
+        },
+        Case {
             environment: &[NO_PLUGIN],
             arguments: &["pretrain", "--device", "xla:0", "--max-steps", "1"],
             names: &["xla:0", PLUGIN_ENV],
