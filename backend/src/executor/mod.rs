@@ -7,6 +7,7 @@ mod fallback;
 mod host;
 pub mod neuron;
 mod plan_cache;
+mod plugin_discovery;
 mod program_cache;
 mod xla;
 mod xla_cache;

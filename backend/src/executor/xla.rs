@@ -176,15 +176,29 @@ fn settings(
     plugin: Option<OsString>,
     cpu_devices: Option<String>,
 ) -> Result<(PathBuf, i64), BackendError> {
-    let path = plugin
-        .filter(|value| !value.is_empty())
-        .map(PathBuf::from)
-        .ok_or_else(|| {
-            unavailable(format!(
-                "{PLUGIN_ENV} is not set: point it at a PJRT plugin (for the XLA CPU plugin, run \
-                 `scripts/install-xla-cpu` from this repository and use the path it prints)"
-            ))
-        })?;
+    let path = match plugin.filter(|value| !value.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let found = super::plugin_discovery::discover(
+                &super::plugin_discovery::python_site_packages(),
+                super::plugin_discovery::cache_home().as_deref(),
+            )
+            .ok_or_else(|| {
+                unavailable(format!(
+                    "{PLUGIN_ENV} is not set and no PJRT plugin was found (in the Python \
+                     packages' jax_plugins or libneuronxla, or installed by \
+                     `scripts/install-xla-cpu`): run `scripts/install-xla-cpu` from this \
+                     repository, or point {PLUGIN_ENV} at a plugin"
+                ))
+            })?;
+            log::info!(
+                "{PLUGIN_ENV} is not set: using the PJRT plugin {} found in {}",
+                found.path.display(),
+                found.source
+            );
+            found.path
+        }
+    };
     let cpu_devices = match cpu_devices {
         Some(value) => value
             .trim()
@@ -631,13 +645,6 @@ mod tests {
 
     #[test]
     fn missing_or_bad_settings_say_what_to_do() {
-        let unset = settings(None, None).unwrap_err().to_string();
-        assert!(
-            unset.contains(PLUGIN_ENV) && unset.contains("scripts/install-xla-cpu"),
-            "{unset}"
-        );
-        let empty = settings(Some("".into()), None).unwrap_err().to_string();
-        assert!(empty.contains(PLUGIN_ENV), "{empty}");
         let count = settings(Some("/plugin.so".into()), Some("zero".into()))
             .unwrap_err()
             .to_string();

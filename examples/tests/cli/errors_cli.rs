@@ -13,6 +13,8 @@ struct Case {
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/hf-tiny-llama");
 
 const NO_PLUGIN: (&str, Option<&str>) = (PLUGIN_ENV, None);
+/// No plugin where `scripts/install-xla-cpu` would have put one.
+const NO_INSTALL: (&str, Option<&str>) = ("XDG_CACHE_HOME", Some("/nonexistent/cache"));
 const GPU: (&str, Option<&str>) = (DEVICE_ENV, Some("gpu"));
 
 #[test]
@@ -58,12 +60,12 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
             names: &["TRAINIUM_HOST_FALLBACK", "never"],
         },
         Case {
-            environment: &[NO_PLUGIN],
+            environment: &[NO_PLUGIN, NO_INSTALL],
             arguments: &["pretrain", "--device", "xla:0", "--max-steps", "1"],
             names: &["xla:0", PLUGIN_ENV],
         },
         Case {
-            environment: &[NO_PLUGIN, (DEVICE_ENV, Some("xla:0"))],
+            environment: &[NO_PLUGIN, NO_INSTALL, (DEVICE_ENV, Some("xla:0"))],
             arguments: &[
                 "generate",
                 "--model",
@@ -153,6 +155,46 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
     for case in cases {
         expect_refused(case.environment, case.arguments, case.names, out.path());
     }
+}
+
+/// With `TRAINIUM_PJRT_PLUGIN` unset, `--device xla` finds the plugin `scripts/install-xla-cpu`
+/// installed (here a cache laid out as the installer lays it, linking to the plugin under test)
+/// and says which it chose.
+#[test]
+fn an_unset_plugin_is_found_where_the_installer_put_it() {
+    let plugin =
+        std::path::PathBuf::from(std::env::var_os(PLUGIN_ENV).expect(
+            "the tests run with the XLA CPU plugin (scripts/test sets TRAINIUM_PJRT_PLUGIN)",
+        ));
+    let cache = tempfile::tempdir().unwrap();
+    let library = cache
+        .path()
+        .join("burn-trainium/xla-cpu-2026.6.23/fastatomstruct_xla_cpu/libpjrt_cpu.so");
+    std::fs::create_dir_all(library.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&plugin, &library).unwrap();
+    let output = super::hlat()
+        .args([
+            "generate",
+            "--model",
+            FIXTURE,
+            "--prompt-ids",
+            "1,2",
+            "--format",
+            "ids",
+        ])
+        .args(["--max-new-tokens", "2"])
+        .env(burn_trainium::DEVICE_ENV, "xla:0")
+        .env_remove(PLUGIN_ENV)
+        .env("XDG_CACHE_HOME", cache.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&library.display().to_string())
+            && stderr.contains("scripts/install-xla-cpu's cache"),
+        "{stderr}"
+    );
 }
 
 /// Numeric flags out of range, and model configurations whose sizes would overflow.
