@@ -353,15 +353,11 @@ pub fn evict_to_bound(folder: &Path, max_bytes: u64) -> std::io::Result<usize> {
 
 /// `$XDG_CACHE_HOME/burn-trainium/xla`, else `$HOME/.cache/burn-trainium/xla`.
 fn default_folder() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|value| !value.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|value| !value.is_empty())
-                .map(|home| PathBuf::from(home).join(".cache"))
-        })?;
-    Some(base.join("burn-trainium").join("xla"))
+    Some(
+        super::plugin_discovery::cache_home()?
+            .join("burn-trainium")
+            .join("xla"),
+    )
 }
 
 #[cfg(test)]
