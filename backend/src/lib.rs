@@ -33,6 +33,7 @@ mod error;
 mod executor;
 pub mod hlo;
 pub mod lower;
+mod per_device;
 mod stats;
 #[cfg(test)]
 mod test_operations;

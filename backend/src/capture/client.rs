@@ -1,6 +1,5 @@
 //! The runner client: captures operations into a segment and runs it on the device's executor.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
@@ -14,6 +13,7 @@ use burn_std::future::DynFut;
 use super::Segment;
 use super::live::LiveTensors;
 use crate::executor::{self, Executor};
+use crate::per_device::PerDevice;
 use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
 
@@ -65,20 +65,15 @@ pub(crate) fn next_tensor_id() -> TensorId {
     TensorId::new(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed))
 }
 
-fn segment_caps() -> &'static Mutex<HashMap<TrainiumDevice, usize>> {
-    static CAPS: OnceLock<Mutex<HashMap<TrainiumDevice, usize>>> = OnceLock::new();
-    CAPS.get_or_init(Default::default)
-}
+/// The segment caps set in code ([`set_segment_cap`]).
+static SEGMENT_CAPS: PerDevice<usize> = PerDevice::new();
 
 /// The segment cap set for `device` ([`set_segment_cap`], else `TRAINIUM_SEGMENT_CAP`), if any.
 fn configured_cap(device: &TrainiumDevice) -> Option<usize> {
-    let caps = segment_caps()
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     // The environment was checked when the device was opened: an invalid value never reaches
     // here.
-    caps.get(device)
-        .copied()
+    SEGMENT_CAPS
+        .get(device)
         .or_else(|| segment_cap_from_env().ok().flatten())
 }
 
@@ -87,10 +82,7 @@ fn configured_cap(device: &TrainiumDevice) -> Option<usize> {
 ///
 /// Takes effect at the next captured operation. A cap of 0 is treated as 1 (run every operation).
 pub fn set_segment_cap(device: &TrainiumDevice, cap: usize) {
-    let mut caps = segment_caps()
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    caps.insert(*device, cap.max(1));
+    SEGMENT_CAPS.set(device, cap.max(1));
 }
 
 /// Checks that the executor of `device` can be opened on this machine.

@@ -23,6 +23,7 @@ use super::{Executor, HostExecutor};
 use crate::capture::{FingerprintedSegment, Segment};
 use crate::distributed::ReplicaSpan;
 use crate::lower::{self, LowerOptions, LoweredProgram, OperatorRules, Step};
+use crate::per_device::PerDevice;
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
 
@@ -99,29 +100,14 @@ struct DeviceTensor<Buffer> {
 }
 
 /// Operator rules chosen for devices in code, in place of their executor's own.
-static OPERATOR_RULES: std::sync::Mutex<Vec<(TrainiumDevice, OperatorRules)>> =
-    std::sync::Mutex::new(Vec::new());
+static OPERATOR_RULES: PerDevice<OperatorRules> = PerDevice::new();
 
 /// Makes the programs `device` lowers from now on keep to `rules` instead of its executor's
 /// ([`OperatorRules::Xla`] for `xla`, [`OperatorRules::Neuron`] for `neuron`): for a Neuron
 /// compiler that accepts `replica-id` (with `HLAT_NEURON_LINT=warn`, since the lint refuses it),
 /// or to run the Neuron lowering on the XLA CPU plugin and compare what it computes.
 pub fn set_operator_rules(device: &TrainiumDevice, rules: OperatorRules) {
-    let mut chosen = OPERATOR_RULES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    chosen.retain(|(other, _)| other != device);
-    chosen.push((*device, rules));
-}
-
-/// The rules chosen for `device` by [`set_operator_rules`], if any.
-fn operator_rules_of(device: &TrainiumDevice) -> Option<OperatorRules> {
-    OPERATOR_RULES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .iter()
-        .find(|(other, _)| other == device)
-        .map(|&(_, rules)| rules)
+    OPERATOR_RULES.set(device, rules);
 }
 
 /// Runs segments of one (possibly replicated) device as compiled programs of a [`Target`].
@@ -433,7 +419,7 @@ impl<T: Target> DeviceExecutor<T> {
         let defaults = self.target.lower_options();
         let options = LowerOptions {
             replicas: self.span.total,
-            rules: operator_rules_of(&self.device).unwrap_or(defaults.rules),
+            rules: OPERATOR_RULES.get(&self.device).unwrap_or(defaults.rules),
             ..defaults
         };
         if self.rules.replace(options.rules) != Some(options.rules) {

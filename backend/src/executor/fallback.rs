@@ -3,8 +3,9 @@
 //! run on the host silently (`allow`).
 
 use std::str::FromStr;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
+use crate::per_device::PerDevice;
 use crate::{BackendError, TrainiumDevice};
 
 /// The environment variable choosing the [`HostFallback`] policy of the `xla` and `neuron`
@@ -57,28 +58,19 @@ pub(crate) fn host_fallback_from_env() -> Result<HostFallback, BackendError> {
 }
 
 /// Policies chosen for devices in code, in place of the environment's.
-static CHOSEN: Mutex<Vec<(TrainiumDevice, HostFallback)>> = Mutex::new(Vec::new());
+static CHOSEN: PerDevice<HostFallback> = PerDevice::new();
 
 /// Makes operations without a lowering on `device` follow `policy` from now on, whatever
 /// `TRAINIUM_HOST_FALLBACK` says.
 pub fn set_host_fallback(device: &TrainiumDevice, policy: HostFallback) {
-    let mut chosen = CHOSEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    chosen.retain(|(other, _)| other != device);
-    chosen.push((*device, policy));
+    CHOSEN.set(device, policy);
 }
 
 /// The policy of `device`: chosen in code, else the environment's (already validated when the
 /// device opened; `warn` if it was not).
 pub(crate) fn host_fallback_of(device: &TrainiumDevice) -> HostFallback {
-    let chosen = CHOSEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    chosen
-        .iter()
-        .find(|(other, _)| other == device)
-        .map(|&(_, policy)| policy)
+    CHOSEN
+        .get(device)
         .unwrap_or_else(|| host_fallback_from_env().unwrap_or_default())
 }
 
