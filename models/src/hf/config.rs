@@ -279,8 +279,8 @@ impl FieldReader<'_> {
             Some(_) => Err(self.invalid_type(field, "an object")),
         };
         let scaling = object("rope_scaling")?;
-        let parameters = object("rope_parameters")?;
-        let (field, parameters) = match scaling.or(parameters) {
+        let saved = object("rope_parameters")?;
+        let (field, parameters) = match scaling.or(saved) {
             Some((field, parameters)) => (field, Some(parameters)),
             None => ("rope_parameters", None),
         };
@@ -290,8 +290,8 @@ impl FieldReader<'_> {
                 .filter(|value| !value.is_null())
         };
         let theta = match nested("rope_theta").or_else(|| {
-            self.get("rope_parameters")
-                .and_then(|parameters| parameters.get("rope_theta"))
+            saved
+                .and_then(|(_, parameters)| parameters.get("rope_theta"))
                 .filter(|value| !value.is_null())
         }) {
             Some(theta) => theta.as_f64().ok_or_else(|| {
@@ -299,28 +299,21 @@ impl FieldReader<'_> {
             })?,
             None => self.f64("rope_theta", 10000.0)?,
         };
-        let number = |name: &str, default: Option<f64>| -> Result<f64, HfError> {
-            match (nested(name), default) {
-                (Some(value), _) => value
-                    .as_f64()
-                    .ok_or_else(|| self.nested_error(field, name, value, "expected a number")),
-                (None, Some(default)) => Ok(default),
-                (None, None) => {
-                    Err(self.nested_error(field, name, &Value::Null, "this RoPE type needs it"))
-                }
-            }
+        let number = |name: &str, default: Option<f64>| {
+            self.nested_value(
+                field,
+                name,
+                nested(name),
+                default,
+                Value::as_f64,
+                "a number",
+            )
         };
         let optional = |name: &str| nested(name).map(|_| number(name, None)).transpose();
-        let whole = |name: &str, default: Option<usize>| -> Result<usize, HfError> {
-            match (nested(name), default) {
-                (Some(value), _) => value.as_u64().map(|v| v as usize).ok_or_else(|| {
-                    self.nested_error(field, name, value, "expected a non-negative integer")
-                }),
-                (None, Some(default)) => Ok(default),
-                (None, None) => {
-                    Err(self.nested_error(field, name, &Value::Null, "this RoPE type needs it"))
-                }
-            }
+        let whole = |name: &str, default: Option<usize>| {
+            let integer = |value: &Value| value.as_u64().map(|v| v as usize);
+            let expected = "a non-negative integer";
+            self.nested_value(field, name, nested(name), default, integer, expected)
         };
         let rope_type = nested("rope_type").or_else(|| nested("type"));
         let scaling = match rope_type.map(|value| (value, value.as_str())) {
@@ -345,12 +338,14 @@ impl FieldReader<'_> {
                 attention_factor: optional("attention_factor")?,
                 mscale: optional("mscale")?,
                 mscale_all_dim: optional("mscale_all_dim")?,
-                truncate: match nested("truncate") {
-                    None => true,
-                    Some(value) => value.as_bool().ok_or_else(|| {
-                        self.nested_error(field, "truncate", value, "expected true or false")
-                    })?,
-                },
+                truncate: self.nested_value(
+                    field,
+                    "truncate",
+                    nested("truncate"),
+                    Some(true),
+                    Value::as_bool,
+                    "true or false",
+                )?,
             },
             Some((value, _)) => {
                 return Err(self.nested_error(
@@ -372,22 +367,16 @@ impl FieldReader<'_> {
         family: ModelFamily,
         layers: usize,
     ) -> Result<Option<SlidingWindow>, HfError> {
-        let size = match family {
-            ModelFamily::Llama => return Ok(None),
-            ModelFamily::Mistral => match self.fields.get("sliding_window") {
-                None => Some(4096),
-                Some(_) => self.optional_usize("sliding_window")?,
-            },
-            ModelFamily::Qwen2 | ModelFamily::Qwen3 => {
-                if !self.bool("use_sliding_window", false)? {
-                    return Ok(None);
-                }
-                // A null window stays none (every layer attends fully), an absent one is 4096.
-                match self.fields.get("sliding_window") {
-                    None => Some(4096),
-                    Some(_) => self.optional_usize("sliding_window")?,
-                }
-            }
+        let slides = match family {
+            ModelFamily::Llama => false,
+            ModelFamily::Mistral => true,
+            ModelFamily::Qwen2 | ModelFamily::Qwen3 => self.bool("use_sliding_window", false)?,
+        };
+        // A null window is none (every layer attends fully), an absent one transformers' 4096.
+        let size = match self.fields.get("sliding_window") {
+            _ if !slides => None,
+            None => Some(4096),
+            Some(_) => self.optional_usize("sliding_window")?,
         };
         let Some(size) = size else {
             return Ok(None);
@@ -421,6 +410,29 @@ impl FieldReader<'_> {
             Some(_) => return Err(self.invalid_type("layer_types", "a list")),
         };
         Ok((first_layer < layers).then_some(SlidingWindow { size, first_layer }))
+    }
+
+    /// The field `name` of the object `field`, whose value is `value`: read by `convert`, or
+    /// `default` when absent; an error naming `field.name` when it is absent without a default
+    /// or is not `expected`.
+    fn nested_value<T>(
+        &self,
+        field: &str,
+        name: &str,
+        value: Option<&Value>,
+        default: Option<T>,
+        convert: impl Fn(&Value) -> Option<T>,
+        expected: &str,
+    ) -> Result<T, HfError> {
+        match (value, default) {
+            (Some(value), _) => convert(value).ok_or_else(|| {
+                self.nested_error(field, name, value, &format!("expected {expected}"))
+            }),
+            (None, Some(default)) => Ok(default),
+            (None, None) => {
+                Err(self.nested_error(field, name, &Value::Null, "this RoPE type needs it"))
+            }
+        }
     }
 
     /// An error about `name` inside the object `field` (`rope_parameters.rope_type`).
