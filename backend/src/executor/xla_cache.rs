@@ -246,16 +246,10 @@ impl XlaDiskCache {
 
     /// Removes an entry the plugin could not load.
     pub fn evict(&self, entry: &Path) {
-        let entry = CacheEntry {
-            path: entry.to_path_buf(),
-            bytes: 0,
-            last_used: SystemTime::UNIX_EPOCH,
-            description: None,
-        };
-        if let Err(error) = entry.remove() {
+        if let Err(error) = remove_entry(entry) {
             log::warn!(
                 "xla compile cache: cannot remove {}: {error}",
-                entry.path.display()
+                entry.display()
             );
         }
     }
@@ -277,17 +271,22 @@ pub struct CacheEntry {
 impl CacheEntry {
     /// Removes the program and its description.
     pub fn remove(&self) -> std::io::Result<()> {
-        for path in [
-            self.path.clone(),
-            self.path.with_extension(DESCRIPTION_EXTENSION),
-        ] {
-            match std::fs::remove_file(&path) {
-                Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
-                _ => {}
-            }
-        }
-        Ok(())
+        remove_entry(&self.path)
     }
+}
+
+/// Removes the program at `entry` and its description (either may be gone already).
+fn remove_entry(entry: &Path) -> std::io::Result<()> {
+    for path in [
+        entry.to_path_buf(),
+        entry.with_extension(DESCRIPTION_EXTENSION),
+    ] {
+        match std::fs::remove_file(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The folder of the `xla` compile cache the environment names ([`XLA_CACHE_ENV`]), `None` when
