@@ -62,24 +62,17 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
 
 /// Runs `hlat pretrain` with the `neuron` executor in compile-only (or check-only) mode.
 fn trace_training(mut pretrain: PretrainArgs, check_only: bool) -> anyhow::Result<()> {
-    let device = match &pretrain.device {
-        Some(text) => text.parse::<TrainiumDevice>()?,
-        None => match TrainiumDevice::from_env()? {
-            device if device.executor == ExecutorKind::Neuron => device,
-            _ if std::env::var_os(DEVICE_ENV).is_some_and(|value| !value.is_empty()) => {
-                bail!(
-                    "`hlat compile` traces the training run on a `neuron` device, but \
-                     {DEVICE_ENV} selects `{}`: pass --device neuron (or pass --modules)",
-                    std::env::var(DEVICE_ENV).unwrap_or_default()
-                )
-            }
-            _ => TrainiumDevice::neuron(0),
-        },
+    let (device, source) = match &pretrain.device {
+        Some(text) => (text.parse::<TrainiumDevice>()?, "--device"),
+        None if std::env::var_os(DEVICE_ENV).is_some_and(|value| !value.is_empty()) => {
+            (TrainiumDevice::from_env()?, DEVICE_ENV)
+        }
+        None => (TrainiumDevice::neuron(0), "the default"),
     };
     if device.executor != ExecutorKind::Neuron {
         bail!(
-            "`hlat compile` traces the training run on a `neuron` device, not `{device}`: pass \
-             --device neuron (or pass --modules)"
+            "`hlat compile` traces the training run on a `neuron` device, but {source} selects \
+             `{device}`: pass --device neuron (or pass --modules)"
         );
     }
     pretrain.device = Some(device.to_string());
