@@ -4,6 +4,8 @@
 //! - `differential`: every operation family on `Trainium`'s `host` and `xla` executors against
 //!   `burn-ndarray`, in f32 and bf16, with one tolerance table (`support`);
 //! - `autodiff`: gradients against `Autodiff<NdArray>`;
+//! - `module_ops`: convolutions, pooling and interpolation, forward and backward, against
+//!   `Autodiff<NdArray>`;
 //! - `fuzz`: mutated inputs for every parser of user files: no panic, no hang, bounded memory;
 //! - `evaluation` and `generation`: fixed sets of programs on a compiled device;
 //! - `families`: every LLaMA-family fixture on `xla`, and under tensor parallelism;
@@ -29,6 +31,8 @@ mod fuzz;
 mod generation;
 #[cfg(test)]
 mod hlat_training;
+#[cfg(test)]
+mod module_ops;
 #[cfg(test)]
 mod neuron_operators;
 #[cfg(test)]

@@ -92,18 +92,39 @@ pub fn exclusive_random() -> MutexGuard<'static, ()> {
 /// Runs `under_test` on every device under test in both precisions and compares it with
 /// `reference` in f32. On `xla` no operation may fall back to the host.
 pub fn check(name: &str, reference: Case<Reference>, under_test: Case<Trainium>) {
+    check_all::<Reference>(
+        name,
+        |device, precision| vec![reference(device, precision)],
+        |device, precision| vec![under_test(device, precision)],
+    );
+}
+
+/// [`check`] for a case with several results (an output and its gradients, say), on any
+/// reference backend `R` (an autodiff one for gradients).
+pub fn check_all<R: Backend>(
+    name: &str,
+    reference: impl Fn(&R::Device, Precision) -> Vec<TensorData>,
+    under_test: impl Fn(&TrainiumDevice, Precision) -> Vec<TensorData>,
+) {
     let expected = reference(&Default::default(), Precision::F32);
     for device in devices_under_test() {
         let _exclusive = exclusive_xla();
         let before = stats(&device).host_fallbacks;
         for precision in Precision::ALL {
             let actual = under_test(&device, precision);
-            assert_matches(
-                &format!("{name} on {device} in {precision:?}"),
-                &expected,
-                &actual,
-                precision.tolerance(),
+            assert_eq!(
+                actual.len(),
+                expected.len(),
+                "{name}: results differ in number"
             );
+            for (index, (expected, actual)) in expected.iter().zip(&actual).enumerate() {
+                assert_matches(
+                    &format!("{name} #{index} on {device} in {precision:?}"),
+                    expected,
+                    actual,
+                    precision.tolerance(),
+                );
+            }
         }
         if device != TrainiumDevice::HOST {
             assert_eq!(

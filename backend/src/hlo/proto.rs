@@ -197,6 +197,30 @@ pub struct ScatterDimensionNumbers {
     pub scatter_indices_batching_dims: Vec<i64>,
 }
 
+/// `xla.ConvolutionDimensionNumbers`: which dimension of the input, kernel and output is the
+/// batch, the feature and each spatial dimension.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ConvolutionDimensionNumbers {
+    #[prost(int64, tag = "7")]
+    pub input_batch_dimension: i64,
+    #[prost(int64, tag = "8")]
+    pub input_feature_dimension: i64,
+    #[prost(int64, repeated, tag = "11")]
+    pub input_spatial_dimensions: Vec<i64>,
+    #[prost(int64, tag = "3")]
+    pub kernel_input_feature_dimension: i64,
+    #[prost(int64, tag = "4")]
+    pub kernel_output_feature_dimension: i64,
+    #[prost(int64, repeated, tag = "6")]
+    pub kernel_spatial_dimensions: Vec<i64>,
+    #[prost(int64, tag = "9")]
+    pub output_batch_dimension: i64,
+    #[prost(int64, tag = "10")]
+    pub output_feature_dimension: i64,
+    #[prost(int64, repeated, tag = "12")]
+    pub output_spatial_dimensions: Vec<i64>,
+}
+
 /// `xla.HloInstructionProto` (the fields the lowering sets).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct HloInstructionProto {
@@ -218,6 +242,8 @@ pub struct HloInstructionProto {
     pub dimensions: Vec<i64>,
     #[prost(message, optional, tag = "15")]
     pub window: Option<Window>,
+    #[prost(message, optional, tag = "16")]
+    pub convolution_dimension_numbers: Option<ConvolutionDimensionNumbers>,
     #[prost(message, repeated, tag = "17")]
     pub slice_dimensions: Vec<SliceDimensions>,
     #[prost(int64, repeated, tag = "20")]
@@ -246,6 +272,10 @@ pub struct HloInstructionProto {
     pub scatter_dimension_numbers: Option<ScatterDimensionNumbers>,
     #[prost(message, repeated, tag = "49")]
     pub replica_groups: Vec<ReplicaGroup>,
+    #[prost(int64, tag = "50")]
+    pub feature_group_count: i64,
+    #[prost(int64, tag = "58")]
+    pub batch_group_count: i64,
     #[prost(bool, tag = "60")]
     pub is_stable: bool,
     #[prost(string, tag = "63")]

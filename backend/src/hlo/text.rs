@@ -94,6 +94,50 @@ fn attributes(
             list(&dot.rhs_contracting_dimensions)
         ));
     }
+    if let Some(window) = &instruction.window {
+        let field = |name: &str, value: fn(&crate::hlo::WindowDimension) -> String| {
+            let values: Vec<String> = window.dimensions.iter().map(value).collect();
+            format!("{name}={}", values.join("x"))
+        };
+        extra.push(format!(
+            "window={{{} {} {} {} {}}}",
+            field("size", |d| d.size.to_string()),
+            field("stride", |d| d.stride.to_string()),
+            field("pad", |d| format!("{}_{}", d.padding_low, d.padding_high)),
+            field("lhs_dilate", |d| d.base_dilation.to_string()),
+            field("rhs_dilate", |d| d.window_dilation.to_string()),
+        ));
+    }
+    if let Some(convolution) = &instruction.convolution_dimension_numbers {
+        extra.push(format!(
+            "dim_numbers={{input b={} f={} s={}, kernel o={} i={} s={}, output b={} f={} s={}}}, \
+             feature_group_count={}, batch_group_count={}",
+            convolution.input_batch_dimension,
+            convolution.input_feature_dimension,
+            list(&convolution.input_spatial_dimensions),
+            convolution.kernel_output_feature_dimension,
+            convolution.kernel_input_feature_dimension,
+            list(&convolution.kernel_spatial_dimensions),
+            convolution.output_batch_dimension,
+            convolution.output_feature_dimension,
+            list(&convolution.output_spatial_dimensions),
+            instruction.feature_group_count,
+            instruction.batch_group_count,
+        ));
+    }
+    if let Some(padding) = &instruction.padding_config {
+        let edges: Vec<String> = padding
+            .dimensions
+            .iter()
+            .map(|d| {
+                format!(
+                    "{}_{}_{}",
+                    d.edge_padding_low, d.edge_padding_high, d.interior_padding
+                )
+            })
+            .collect();
+        extra.push(format!("padding={}", edges.join("x")));
+    }
     if let Some(gather) = &instruction.gather_dimension_numbers {
         extra.push(format!(
             "offset_dims={}, collapsed_slice_dims={}, start_index_map={}, index_vector_dim={}, slice_sizes={}",

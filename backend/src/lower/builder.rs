@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 
 use crate::hlo::{
-    self, DotDimensionNumbers, GatherDimensionNumbers, HloComputationProto, HloInstructionProto,
-    LiteralProto, OpMetadata, PrimitiveType, ProgramShapeProto, ReplicaGroup,
-    ScatterDimensionNumbers, SliceDimensions,
+    self, ConvolutionDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
+    HloComputationProto, HloInstructionProto, LiteralProto, OpMetadata, PaddingConfig,
+    PaddingConfigDimension, PrimitiveType, ProgramShapeProto, ReplicaGroup,
+    ScatterDimensionNumbers, SliceDimensions, Window,
 };
 
 /// A value of the computation being built: an instruction id and its array shape.
@@ -592,31 +593,156 @@ impl Builder {
         dimension: usize,
         combiner: Combiner,
     ) -> Value {
+        let axes: Vec<WindowAxis> = operand
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(d, &size)| {
+                if d == dimension {
+                    WindowAxis {
+                        padding_low: size - 1,
+                        ..WindowAxis::new(size, 1)
+                    }
+                } else {
+                    WindowAxis::new(1, 1)
+                }
+            })
+            .collect();
+        self.reduce_window(operand, init, &axes, combiner)
+    }
+}
+
+/// The window of a convolution or a windowed reduction along one dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowAxis {
+    pub size: i64,
+    pub stride: i64,
+    pub padding_low: i64,
+    pub padding_high: i64,
+    /// Holes between the window's taps, plus one (a dilated kernel).
+    pub window_dilation: i64,
+    /// Holes between the operand's elements, plus one (a transposed convolution's input).
+    pub base_dilation: i64,
+}
+
+impl WindowAxis {
+    /// A window of `size` moved by `stride`, neither padded nor dilated.
+    pub fn new(size: i64, stride: i64) -> Self {
+        Self {
+            size,
+            stride,
+            padding_low: 0,
+            padding_high: 0,
+            window_dilation: 1,
+            base_dilation: 1,
+        }
+    }
+
+    /// The number of window positions over an operand dimension of `length`.
+    pub fn positions(&self, length: i64) -> i64 {
+        let dilated_base = if length == 0 {
+            0
+        } else {
+            (length - 1) * self.base_dilation + 1
+        };
+        let padded = dilated_base + self.padding_low + self.padding_high;
+        let extent = (self.size - 1) * self.window_dilation + 1;
+        if padded < extent {
+            0
+        } else {
+            (padded - extent) / self.stride + 1
+        }
+    }
+}
+
+fn window(axes: &[WindowAxis]) -> Window {
+    Window {
+        dimensions: axes
+            .iter()
+            .map(|axis| hlo::WindowDimension {
+                size: axis.size,
+                stride: axis.stride,
+                padding_low: axis.padding_low,
+                padding_high: axis.padding_high,
+                window_dilation: axis.window_dilation,
+                base_dilation: axis.base_dilation,
+            })
+            .collect(),
+    }
+}
+
+impl Builder {
+    /// A convolution of `input` with `kernel` over the `spatial` windows; `numbers` name the
+    /// dimensions, the result has `dims` and the input's type.
+    pub fn convolution(
+        &mut self,
+        input: &Value,
+        kernel: &Value,
+        spatial: &[WindowAxis],
+        numbers: ConvolutionDimensionNumbers,
+        groups: (i64, i64),
+        dims: &[i64],
+    ) -> Value {
+        let (feature_groups, batch_groups) = groups;
+        let mut instruction = self.op("convolution", input.element_type, dims, &[input, kernel]);
+        instruction.window = Some(window(spatial));
+        instruction.convolution_dimension_numbers = Some(numbers);
+        instruction.feature_group_count = feature_groups;
+        instruction.batch_group_count = batch_groups;
+        self.push(instruction)
+    }
+
+    /// Reduces every window of `operand` (one [`WindowAxis`] per dimension) with `combiner`,
+    /// padding with `init`.
+    pub fn reduce_window(
+        &mut self,
+        operand: &Value,
+        init: f64,
+        axes: &[WindowAxis],
+        combiner: Combiner,
+    ) -> Value {
         let element_type = operand.element_type;
         let init = self.constant(element_type, init);
         let computation = self.combiner(combiner, element_type);
-        let mut instruction = self.op(
-            "reduce-window",
-            element_type,
-            &operand.dims.clone(),
-            &[operand, &init],
-        );
-        instruction.window = Some(hlo::Window {
-            dimensions: operand
-                .dims
+        let dims: Vec<i64> = axes
+            .iter()
+            .zip(&operand.dims)
+            .map(|(axis, &length)| axis.positions(length))
+            .collect();
+        let mut instruction = self.op("reduce-window", element_type, &dims, &[operand, &init]);
+        instruction.window = Some(window(axes));
+        instruction.called_computation_ids = vec![computation];
+        self.push(instruction)
+    }
+
+    /// Pads every dimension of `operand` with `value`: `(low, high, interior)` elements per
+    /// dimension (negative edges cut).
+    pub fn pad(&mut self, operand: &Value, value: f64, padding: &[(i64, i64, i64)]) -> Value {
+        if padding.iter().all(|&edges| edges == (0, 0, 0)) {
+            return operand.clone();
+        }
+        let fill = self.constant(operand.element_type, value);
+        let dims: Vec<i64> = operand
+            .dims
+            .iter()
+            .zip(padding)
+            .map(|(&length, &(low, high, interior))| {
+                low + high + length + (length - 1).max(0) * interior
+            })
+            .collect();
+        let mut instruction = self.op("pad", operand.element_type, &dims, &[operand, &fill]);
+        instruction.padding_config = Some(PaddingConfig {
+            dimensions: padding
                 .iter()
-                .enumerate()
-                .map(|(d, &size)| hlo::WindowDimension {
-                    size: if d == dimension { size } else { 1 },
-                    stride: 1,
-                    padding_low: if d == dimension { size - 1 } else { 0 },
-                    padding_high: 0,
-                    window_dilation: 1,
-                    base_dilation: 1,
+                .map(|&(edge_padding_low, edge_padding_high, interior_padding)| {
+                    PaddingConfigDimension {
+                        edge_padding_low,
+                        edge_padding_high,
+                        interior_padding,
+                    }
                 })
                 .collect(),
         });
-        instruction.called_computation_ids = vec![computation];
         self.push(instruction)
     }
 }
@@ -666,13 +792,31 @@ impl Builder {
 impl Builder {
     /// A rank-1 `s32` constant holding `values`.
     pub fn constant_s32(&mut self, values: &[i32]) -> Value {
-        let dims = [values.len() as i64];
-        let mut constant = self.op("constant", PrimitiveType::S32, &dims, &[]);
-        constant.literal = Some(LiteralProto {
-            shape: Some(hlo::array_shape(PrimitiveType::S32, &dims)),
+        let literal = LiteralProto {
             s32s: values.to_vec(),
             ..Default::default()
-        });
+        };
+        self.array_constant(PrimitiveType::S32, &[values.len() as i64], literal)
+    }
+
+    /// An `f32` constant of shape `dims` holding `values` in row-major order.
+    pub fn constant_f32(&mut self, values: &[f32], dims: &[i64]) -> Value {
+        let literal = LiteralProto {
+            f32s: values.to_vec(),
+            ..Default::default()
+        };
+        self.array_constant(PrimitiveType::F32, dims, literal)
+    }
+
+    fn array_constant(
+        &mut self,
+        element_type: PrimitiveType,
+        dims: &[i64],
+        mut literal: LiteralProto,
+    ) -> Value {
+        let mut constant = self.op("constant", element_type, dims, &[]);
+        literal.shape = Some(hlo::array_shape(element_type, dims));
+        constant.literal = Some(literal);
         self.push(constant)
     }
 

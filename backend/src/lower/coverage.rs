@@ -177,54 +177,18 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ("ModuleOperationIr::LinearXBackward", Coverage::Lowered),
     ("ModuleOperationIr::LinearWeightBackward", Coverage::Lowered),
     ("ModuleOperationIr::LinearBiasBackward", Coverage::Lowered),
-    (
-        "ModuleOperationIr::Conv1d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv1dXBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv1dWeightBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv1dBiasBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv2d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv2dXBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv2dWeightBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv2dBiasBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv3d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv3dXBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv3dWeightBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::Conv3dBiasBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::Conv1d", Coverage::Lowered),
+    ("ModuleOperationIr::Conv1dXBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv1dWeightBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv1dBiasBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv2d", Coverage::Lowered),
+    ("ModuleOperationIr::Conv2dXBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv2dWeightBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv2dBiasBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv3d", Coverage::Lowered),
+    ("ModuleOperationIr::Conv3dXBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv3dWeightBackward", Coverage::Lowered),
+    ("ModuleOperationIr::Conv3dBiasBackward", Coverage::Lowered),
     (
         "ModuleOperationIr::DeformableConv2d",
         Coverage::HostFallback("no lowering yet"),
@@ -233,82 +197,37 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
         "ModuleOperationIr::DeformableConv2dBackward",
         Coverage::HostFallback("no lowering yet"),
     ),
-    (
-        "ModuleOperationIr::ConvTranspose1d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::ConvTranspose2d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::ConvTranspose3d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::AvgPool1d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::AvgPool2d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::AvgPool1dBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::AvgPool2dBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::AdaptiveAvgPool1d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::AdaptiveAvgPool2d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::ConvTranspose1d", Coverage::Lowered),
+    ("ModuleOperationIr::ConvTranspose2d", Coverage::Lowered),
+    ("ModuleOperationIr::ConvTranspose3d", Coverage::Lowered),
+    ("ModuleOperationIr::AvgPool1d", Coverage::Lowered),
+    ("ModuleOperationIr::AvgPool2d", Coverage::Lowered),
+    ("ModuleOperationIr::AvgPool1dBackward", Coverage::Lowered),
+    ("ModuleOperationIr::AvgPool2dBackward", Coverage::Lowered),
+    ("ModuleOperationIr::AdaptiveAvgPool1d", Coverage::Lowered),
+    ("ModuleOperationIr::AdaptiveAvgPool2d", Coverage::Lowered),
     (
         "ModuleOperationIr::AdaptiveAvgPool1dBackward",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::Lowered,
     ),
     (
         "ModuleOperationIr::AdaptiveAvgPool2dBackward",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::Lowered,
     ),
-    (
-        "ModuleOperationIr::MaxPool1d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::MaxPool1dWithIndices",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::MaxPool1d", Coverage::Lowered),
+    ("ModuleOperationIr::MaxPool1dWithIndices", Coverage::Lowered),
     (
         "ModuleOperationIr::MaxPool1dWithIndicesBackward",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::Lowered,
     ),
-    (
-        "ModuleOperationIr::MaxPool2d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::MaxPool2dWithIndices",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::MaxPool2d", Coverage::Lowered),
+    ("ModuleOperationIr::MaxPool2dWithIndices", Coverage::Lowered),
     (
         "ModuleOperationIr::MaxPool2dWithIndicesBackward",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::Lowered,
     ),
-    (
-        "ModuleOperationIr::Interpolate",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::InterpolateBackward",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::Interpolate", Coverage::Lowered),
+    ("ModuleOperationIr::InterpolateBackward", Coverage::Lowered),
     (
         "ModuleOperationIr::Rfft",
         Coverage::HostFallback("no lowering yet"),

@@ -7,9 +7,10 @@ use burn_ir::{
 
 use super::builder::Direction;
 use super::context::{Lowered, Lowering, unsupported};
+use super::conv::{self, Geometry};
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
-use super::{attention, collective, creation, index, matmul, random, shape};
+use super::{attention, collective, creation, index, matmul, pool, random, resample, shape};
 
 impl Lowering {
     /// Lowers one operation, or says why it has no lowering.
@@ -192,7 +193,121 @@ impl Lowering {
             Op::LinearWeightBackward(ir) => matmul::linear_weight_backward(self, ir),
             Op::LinearBiasBackward(ir) => matmul::linear_bias_backward(self, ir),
             Op::Attention(ir) => attention::attention(self, ir),
-            _ => unsupported("no lowering yet"),
+            Op::Conv1d(ir) => conv::forward(
+                self,
+                &ir.x,
+                &ir.weight,
+                ir.bias.as_ref(),
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv2d(ir) => conv::forward(
+                self,
+                &ir.x,
+                &ir.weight,
+                ir.bias.as_ref(),
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv3d(ir) => conv::forward(
+                self,
+                &ir.x,
+                &ir.weight,
+                ir.bias.as_ref(),
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv1dXBackward(ir) => conv::x_backward(
+                self,
+                &ir.weight,
+                &ir.output_grad,
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv2dXBackward(ir) => conv::x_backward(
+                self,
+                &ir.weight,
+                &ir.output_grad,
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv3dXBackward(ir) => conv::x_backward(
+                self,
+                &ir.weight,
+                &ir.output_grad,
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv1dWeightBackward(ir) => conv::weight_backward(
+                self,
+                &ir.x,
+                &ir.output_grad,
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv2dWeightBackward(ir) => conv::weight_backward(
+                self,
+                &ir.x,
+                &ir.output_grad,
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv3dWeightBackward(ir) => conv::weight_backward(
+                self,
+                &ir.x,
+                &ir.output_grad,
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::Conv1dBiasBackward(ir) => conv::bias_backward(self, &ir.output_grad, &ir.out),
+            Op::Conv2dBiasBackward(ir) => conv::bias_backward(self, &ir.output_grad, &ir.out),
+            Op::Conv3dBiasBackward(ir) => conv::bias_backward(self, &ir.output_grad, &ir.out),
+            Op::ConvTranspose1d(ir) => conv::transposed(
+                self,
+                &ir.x,
+                &ir.weight,
+                ir.bias.as_ref(),
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::ConvTranspose2d(ir) => conv::transposed(
+                self,
+                &ir.x,
+                &ir.weight,
+                ir.bias.as_ref(),
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::ConvTranspose3d(ir) => conv::transposed(
+                self,
+                &ir.x,
+                &ir.weight,
+                ir.bias.as_ref(),
+                &Geometry::from(&ir.options),
+                &ir.out,
+            ),
+            Op::AvgPool1d(ir) => pool::avg_pool1d(self, ir),
+            Op::AvgPool2d(ir) => pool::avg_pool2d(self, ir),
+            Op::AvgPool1dBackward(ir) => pool::avg_pool1d_backward(self, ir),
+            Op::AvgPool2dBackward(ir) => pool::avg_pool2d_backward(self, ir),
+            Op::MaxPool1d(ir) => pool::max_pool1d(self, ir),
+            Op::MaxPool2d(ir) => pool::max_pool2d(self, ir),
+            Op::MaxPool1dWithIndices(ir) => pool::max_pool1d_with_indices(self, ir),
+            Op::MaxPool2dWithIndices(ir) => pool::max_pool2d_with_indices(self, ir),
+            Op::MaxPool1dWithIndicesBackward(ir) => pool::max_pool1d_backward(self, ir),
+            Op::MaxPool2dWithIndicesBackward(ir) => pool::max_pool2d_backward(self, ir),
+            Op::AdaptiveAvgPool1d(ir) => resample::adaptive_avg_pool1d(self, ir),
+            Op::AdaptiveAvgPool2d(ir) => resample::adaptive_avg_pool2d(self, ir),
+            Op::AdaptiveAvgPool1dBackward(ir) => resample::adaptive_avg_pool1d_backward(self, ir),
+            Op::AdaptiveAvgPool2dBackward(ir) => resample::adaptive_avg_pool2d_backward(self, ir),
+            Op::Interpolate(ir) => resample::interpolate(self, ir),
+            Op::InterpolateBackward(ir) => resample::interpolate_backward(self, ir),
+            Op::DeformableConv2d(_)
+            | Op::DeformableConv2dBackward(_)
+            | Op::Rfft(_)
+            | Op::IRfft(_)
+            | Op::CtcLoss(_)
+            | Op::CtcLossBackward(_) => unsupported("no lowering yet"),
         }
     }
 }

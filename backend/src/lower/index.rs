@@ -78,13 +78,26 @@ pub(crate) fn scatter(cx: &mut Lowering, ir: &ScatterOpIr) -> Lowered {
     let updates = cx.builder.slice(&value, &zeros, &indices.dims, &ones);
     let updates = cx.builder.convert(&updates, tensor.element_type);
     let combiner = combiner(&ir.update, tensor.element_type);
-    let one_per_line = indices.dims[ir.dim] == 1
-        && (0..rank).all(|d| d == ir.dim || indices.dims[d] == tensor.dims[d]);
+    let result = scatter_along(cx, &tensor, &indices, &updates, ir.dim, combiner);
+    cx.set(&ir.out, result)
+}
+
+/// `tensor[i with i[dim] = indices[i]] combiner= updates[i]`, `updates` of the indices' shape.
+pub(crate) fn scatter_along(
+    cx: &mut Lowering,
+    tensor: &Value,
+    indices: &Value,
+    updates: &Value,
+    dim: usize,
+    combiner: Combiner,
+) -> Value {
+    let rank = tensor.rank();
+    let one_per_line =
+        indices.dims[dim] == 1 && (0..rank).all(|d| d == dim || indices.dims[d] == tensor.dims[d]);
     if one_per_line {
-        let result = scatter_one_per_line(cx, &tensor, &indices, &updates, ir.dim, combiner);
-        return cx.set(&ir.out, result);
+        return scatter_one_per_line(cx, tensor, indices, updates, dim, combiner);
     }
-    let coordinates = coordinates(cx, &indices, ir.dim, rank);
+    let coordinates = coordinates(cx, indices, dim, rank);
     let all: Vec<i64> = (0..rank as i64).collect();
     let numbers = ScatterDimensionNumbers {
         update_window_dims: Vec::new(),
@@ -93,10 +106,8 @@ pub(crate) fn scatter(cx: &mut Lowering, ir: &ScatterOpIr) -> Lowered {
         index_vector_dim: rank as i64,
         ..Default::default()
     };
-    let result = cx
-        .builder
-        .scatter(&tensor, &coordinates, &updates, numbers, combiner);
-    cx.set(&ir.out, result)
+    cx.builder
+        .scatter(tensor, &coordinates, updates, numbers, combiner)
 }
 
 /// A scatter of one index per line along `dim` (`indices` of size 1 there and the tensor's size

@@ -13,6 +13,7 @@ mod attention;
 pub(crate) mod builder;
 mod collective;
 mod context;
+mod conv;
 mod coverage;
 mod creation;
 mod dispatch;
@@ -22,8 +23,10 @@ mod in_place;
 mod index;
 mod kernel_call;
 mod matmul;
+mod pool;
 mod random;
 mod reduce;
+mod resample;
 mod shape;
 
 use std::ops::Range;

@@ -107,7 +107,7 @@ pub(crate) fn dim(cx: &mut Lowering, reduction: Reduction, ir: &ReduceDimOpIr) -
 }
 
 /// The index of the first maximum (or minimum) along `axis`, and the extremum itself.
-fn arg_extremum(
+pub(crate) fn arg_extremum(
     cx: &mut Lowering,
     input: &Value,
     axis: usize,

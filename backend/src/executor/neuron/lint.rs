@@ -181,6 +181,12 @@ pub const OPERATORS: &[Operator] = &[
          xm.optimization_barrier_",
     ),
     evidenced(
+        "convolution",
+        "the compiler's release notes (release-notes/components/compiler.rst) fix convolution \
+         results (a kernel smaller than its dilation) and convolution tiling: the operator \
+         itself is compiled",
+    ),
+    evidenced(
         "reduce-window",
         "EVRF017-019 state what the compiler refuses in reduce-window (dilation, several \
          operands): the operator itself is accepted",

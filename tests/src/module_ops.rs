@@ -1,0 +1,361 @@
+//! Burn's convolution, pooling and interpolation modules, forward and backward, on `Trainium`'s
+//! `host` and `xla` executors in f32 and bf16 against `Autodiff<NdArray>` (see
+//! [`crate::support::check_all`]): on `xla` none of them may fall back to the host. Each case
+//! returns its output and the gradient of `Σ output · upstream` for every input.
+
+use burn::backend::Autodiff;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::module::{
+    adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv_transpose1d,
+    conv_transpose2d, conv_transpose3d, conv1d, conv2d, conv3d, interpolate, max_pool1d,
+    max_pool2d,
+};
+use burn::tensor::ops::{ConvOptions, ConvTransposeOptions, InterpolateMode, InterpolateOptions};
+use burn::tensor::{Tensor, TensorData};
+use burn_trainium::{Trainium, stats};
+
+use crate::support::{
+    Precision, Reference, assert_matches, check, check_all, distinct, float, xla,
+};
+
+type Ad<B> = Autodiff<B>;
+
+/// An input that requires a gradient.
+fn leaf<B: AutodiffBackend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    precision: Precision,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    float::<B, D>(shape, seed, precision, device)
+        .detach()
+        .require_grad()
+}
+
+/// An input with distinct values (no ties for max pooling) that requires a gradient.
+fn distinct_leaf<B: AutodiffBackend, const D: usize>(
+    shape: [usize; D],
+    seed: u64,
+    precision: Precision,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    distinct::<B, D>(shape, seed, precision, device)
+        .detach()
+        .require_grad()
+}
+
+/// The output, then the gradients of `Σ output · upstream` for `inputs` (by `grad_of`).
+fn output_and_gradients<B: AutodiffBackend, const D: usize>(
+    output: Tensor<B, D>,
+    precision: Precision,
+    device: &B::Device,
+    gradients_of: impl FnOnce(&B::Gradients) -> Vec<TensorData>,
+) -> Vec<TensorData> {
+    let upstream = float::<B, D>(output.dims(), 99, precision, device);
+    let gradients = (output.clone() * upstream).sum().backward();
+    let mut results = vec![output.into_data()];
+    results.extend(gradients_of(&gradients));
+    results
+}
+
+/// The gradient of `tensor` as data.
+fn gradient<B: AutodiffBackend, const D: usize>(
+    tensor: &Tensor<B, D>,
+    gradients: &B::Gradients,
+) -> TensorData {
+    tensor
+        .grad(gradients)
+        .expect("the input has a gradient")
+        .into_data()
+}
+
+fn convolution_2d<B: AutodiffBackend>(
+    device: &B::Device,
+    p: Precision,
+    options: ConvOptions<2>,
+    channels: [usize; 2],
+) -> Vec<TensorData> {
+    let [inputs, outputs] = channels;
+    let groups = options.groups;
+    let x = leaf::<B, 4>([2, inputs, 7, 6], 1, p, device);
+    let weight = leaf::<B, 4>([outputs, inputs / groups, 3, 2], 2, p, device);
+    let bias = leaf::<B, 1>([outputs], 3, p, device);
+    let out = conv2d(x.clone(), weight.clone(), Some(bias.clone()), options);
+    output_and_gradients(out, p, device, |g| {
+        vec![gradient(&x, g), gradient(&weight, g), gradient(&bias, g)]
+    })
+}
+
+fn strided_conv2d<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    convolution_2d::<B>(
+        device,
+        p,
+        ConvOptions::new([2, 2], [1, 1], [1, 1], 1),
+        [3, 4],
+    )
+}
+
+fn grouped_dilated_conv2d<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    convolution_2d::<B>(
+        device,
+        p,
+        ConvOptions::new([1, 2], [2, 1], [2, 1], 2),
+        [4, 6],
+    )
+}
+
+fn strided_grouped_conv1d<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    let x = leaf::<B, 3>([2, 4, 11], 4, p, device);
+    let weight = leaf::<B, 3>([6, 2, 3], 5, p, device);
+    let bias = leaf::<B, 1>([6], 6, p, device);
+    let options = ConvOptions::new([2], [1], [2], 2);
+    let out = conv1d(x.clone(), weight.clone(), Some(bias.clone()), options);
+    output_and_gradients(out, p, device, |g| {
+        vec![gradient(&x, g), gradient(&weight, g), gradient(&bias, g)]
+    })
+}
+
+fn small_conv3d<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    let x = leaf::<B, 5>([1, 2, 4, 5, 4], 7, p, device);
+    let weight = leaf::<B, 5>([3, 2, 2, 3, 2], 8, p, device);
+    let options = ConvOptions::new([1, 2, 1], [1, 1, 0], [1, 1, 2], 1);
+    let out = conv3d(x.clone(), weight.clone(), None, options);
+    output_and_gradients(out, p, device, |g| {
+        vec![gradient(&x, g), gradient(&weight, g)]
+    })
+}
+
+#[test]
+fn convolutions_and_their_gradients() {
+    check_all::<Ad<Reference>>(
+        "strided_conv2d",
+        strided_conv2d::<Ad<Reference>>,
+        strided_conv2d::<Ad<Trainium>>,
+    );
+    check_all::<Ad<Reference>>(
+        "grouped_dilated_conv2d",
+        grouped_dilated_conv2d::<Ad<Reference>>,
+        grouped_dilated_conv2d::<Ad<Trainium>>,
+    );
+    check_all::<Ad<Reference>>(
+        "strided_grouped_conv1d",
+        strided_grouped_conv1d::<Ad<Reference>>,
+        strided_grouped_conv1d::<Ad<Trainium>>,
+    );
+    check_all::<Ad<Reference>>(
+        "small_conv3d",
+        small_conv3d::<Ad<Reference>>,
+        small_conv3d::<Ad<Trainium>>,
+    );
+}
+
+fn grouped_conv_transpose2d<B: AutodiffBackend>(
+    device: &B::Device,
+    p: Precision,
+) -> Vec<TensorData> {
+    let x = leaf::<B, 4>([2, 4, 3, 4], 10, p, device);
+    let weight = leaf::<B, 4>([4, 3, 3, 2], 11, p, device);
+    let bias = leaf::<B, 1>([6], 12, p, device);
+    let options = ConvTransposeOptions::new([2, 1], [1, 0], [1, 0], [1, 2], 2);
+    let out = conv_transpose2d(x.clone(), weight.clone(), Some(bias.clone()), options);
+    output_and_gradients(out, p, device, |g| {
+        vec![gradient(&x, g), gradient(&weight, g), gradient(&bias, g)]
+    })
+}
+
+fn conv_transpose1d_and_3d<B: AutodiffBackend>(
+    device: &B::Device,
+    p: Precision,
+) -> Vec<TensorData> {
+    let x = leaf::<B, 3>([1, 2, 5], 13, p, device);
+    let weight = leaf::<B, 3>([2, 3, 3], 14, p, device);
+    let options = ConvTransposeOptions::new([3], [1], [2], [1], 1);
+    let line = conv_transpose1d(x.clone(), weight.clone(), None, options);
+    let volume_x = leaf::<B, 5>([1, 2, 2, 3, 2], 15, p, device);
+    let volume_weight = leaf::<B, 5>([2, 1, 2, 2, 2], 16, p, device);
+    let options = ConvTransposeOptions::new([2, 1, 2], [0, 1, 0], [1, 0, 0], [1, 1, 1], 1);
+    let volume = conv_transpose3d(volume_x.clone(), volume_weight.clone(), None, options);
+    let combined = line.sum() + volume.sum();
+    output_and_gradients(combined, p, device, |g| {
+        vec![
+            gradient(&x, g),
+            gradient(&weight, g),
+            gradient(&volume_x, g),
+            gradient(&volume_weight, g),
+        ]
+    })
+}
+
+#[test]
+fn transposed_convolutions_and_their_gradients() {
+    check_all::<Ad<Reference>>(
+        "grouped_conv_transpose2d",
+        grouped_conv_transpose2d::<Ad<Reference>>,
+        grouped_conv_transpose2d::<Ad<Trainium>>,
+    );
+    check_all::<Ad<Reference>>(
+        "conv_transpose1d_and_3d",
+        conv_transpose1d_and_3d::<Ad<Reference>>,
+        conv_transpose1d_and_3d::<Ad<Trainium>>,
+    );
+}
+
+fn average_pools<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    let x = leaf::<B, 4>([2, 3, 7, 6], 20, p, device);
+    let padded = avg_pool2d(x.clone(), [3, 2], [2, 2], [1, 1], true, true);
+    let exact = avg_pool2d(x.clone(), [3, 3], [2, 1], [1, 0], false, true);
+    let line = leaf::<B, 3>([2, 3, 9], 21, p, device);
+    let pooled_line = avg_pool1d(line.clone(), 3, 2, 1, false, false);
+    let combined = padded.sum() + exact.sum() * 0.5 + pooled_line.sum() * 2.0;
+    let mut results = vec![
+        avg_pool2d(x.clone(), [3, 2], [2, 2], [1, 1], true, true).into_data(),
+        avg_pool2d(x.clone(), [3, 3], [2, 1], [1, 0], false, true).into_data(),
+    ];
+    results.extend(output_and_gradients(combined, p, device, |g| {
+        vec![gradient(&x, g), gradient(&line, g)]
+    }));
+    results
+}
+
+fn max_pools<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    let x = distinct_leaf::<B, 4>([1, 2, 7, 8], 22, p, device);
+    let pooled = max_pool2d(x.clone(), [3, 2], [2, 2], [1, 0], [1, 2], true);
+    let line = distinct_leaf::<B, 3>([2, 3, 10], 23, p, device);
+    let pooled_line = max_pool1d(line.clone(), 3, 2, 1, 2, false);
+    let mut results = vec![pooled.clone().into_data(), pooled_line.clone().into_data()];
+    let upstream = float::<B, 4>(pooled.dims(), 24, p, device);
+    let combined = (pooled * upstream).sum() + pooled_line.sum();
+    results.extend(output_and_gradients(combined, p, device, |g| {
+        vec![gradient(&x, g), gradient(&line, g)]
+    }));
+    results
+}
+
+fn adaptive_pools<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    let x = leaf::<B, 4>([2, 3, 7, 5], 25, p, device);
+    let pooled = adaptive_avg_pool2d(x.clone(), [3, 4]);
+    let line = leaf::<B, 3>([2, 2, 10], 26, p, device);
+    let pooled_line = adaptive_avg_pool1d(line.clone(), 4);
+    let mut results = vec![pooled.clone().into_data(), pooled_line.clone().into_data()];
+    let upstream = float::<B, 4>(pooled.dims(), 27, p, device);
+    let combined = (pooled * upstream).sum() + pooled_line.sum();
+    results.extend(output_and_gradients(combined, p, device, |g| {
+        vec![gradient(&x, g), gradient(&line, g)]
+    }));
+    results
+}
+
+#[test]
+fn pooling_and_its_gradients() {
+    check_all::<Ad<Reference>>(
+        "average_pools",
+        average_pools::<Ad<Reference>>,
+        average_pools::<Ad<Trainium>>,
+    );
+    check_all::<Ad<Reference>>(
+        "max_pools",
+        max_pools::<Ad<Reference>>,
+        max_pools::<Ad<Trainium>>,
+    );
+    check_all::<Ad<Reference>>(
+        "adaptive_pools",
+        adaptive_pools::<Ad<Reference>>,
+        adaptive_pools::<Ad<Trainium>>,
+    );
+}
+
+/// Every interpolation mode, down and up, with and without aligned corners.
+fn interpolations<B: burn::tensor::backend::Backend>(
+    device: &B::Device,
+    p: Precision,
+) -> TensorData {
+    let x = float::<B, 4>([1, 2, 5, 6], 30, p, device);
+    let modes = [
+        InterpolateMode::Nearest,
+        InterpolateMode::Bilinear,
+        InterpolateMode::Bicubic,
+        InterpolateMode::Lanczos3,
+    ];
+    let mut parts = Vec::new();
+    for mode in modes {
+        for align_corners in [false, true] {
+            for size in [[3, 4], [8, 11]] {
+                let options = InterpolateOptions {
+                    mode: mode.clone(),
+                    align_corners,
+                };
+                parts.push(interpolate(x.clone(), size, options).flatten::<1>(0, 3));
+            }
+        }
+    }
+    Tensor::cat(parts, 0).into_data()
+}
+
+fn nearest_gradient<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    let x = leaf::<B, 4>([1, 2, 5, 6], 31, p, device);
+    let up = interpolate(
+        x.clone(),
+        [8, 13],
+        InterpolateOptions::new(InterpolateMode::Nearest),
+    );
+    let down = interpolate(
+        x.clone(),
+        [2, 4],
+        InterpolateOptions::new(InterpolateMode::Nearest),
+    );
+    let combined = up.sum() + down.sum() * 3.0;
+    output_and_gradients(combined, p, device, |g| vec![gradient(&x, g)])
+}
+
+#[test]
+fn interpolation_and_its_gradient() {
+    check(
+        "interpolations",
+        interpolations::<Reference>,
+        interpolations::<Trainium>,
+    );
+    check_all::<Ad<Reference>>(
+        "nearest_gradient",
+        nearest_gradient::<Ad<Reference>>,
+        nearest_gradient::<Ad<Trainium>>,
+    );
+}
+
+/// The filtering interpolations are linear maps `M`, so the gradient `Mᵀ g` of `Σ (M x) · g`
+/// satisfies `Σ (Mᵀ g) · x = Σ (M x) · g` (burn-ndarray has no backward pass for them).
+#[test]
+fn filtering_interpolation_gradients_are_the_adjoint_maps() {
+    type B = Ad<Trainium>;
+    let device = xla();
+    let before = stats(&device).host_fallbacks;
+    for mode in [
+        InterpolateMode::Bilinear,
+        InterpolateMode::Bicubic,
+        InterpolateMode::Lanczos3,
+    ] {
+        for (align_corners, size) in [(false, [8, 11]), (true, [3, 4]), (false, [4, 3])] {
+            let x = leaf::<B, 4>([2, 3, 5, 6], 32, Precision::F32, &device);
+            let options = InterpolateOptions {
+                mode: mode.clone(),
+                align_corners,
+            };
+            let out = interpolate(x.clone(), size, options);
+            let upstream = float::<B, 4>(out.dims(), 33, Precision::F32, &device);
+            let forward = (out * upstream).sum();
+            let gradients = forward.backward();
+            let x_gradient = x.grad(&gradients).unwrap();
+            let adjoint = (x_gradient * x.inner()).sum();
+            assert_matches(
+                &format!("{mode:?} (align_corners {align_corners}) to {size:?}"),
+                &forward.into_data(),
+                &adjoint.into_data(),
+                1e-5,
+            );
+        }
+    }
+    assert_eq!(
+        stats(&device).host_fallbacks,
+        before,
+        "an interpolation fell back to the host"
+    );
+}
