@@ -19,6 +19,8 @@
 //! - [`merge`]: mergekit-style merges (linear, SLERP, task arithmetic, TIES, DARE) of Hugging
 //!   Face checkpoints.
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
+//! - [`vision`]: a small CNN in Burn's MNIST style with generated images, the check and
+//!   benchmark of Burn's vision operations on a compiled device.
 
 mod attention;
 mod block;
@@ -40,6 +42,7 @@ mod rotary;
 pub mod run_folder;
 pub mod sharded_checkpoint;
 mod staging;
+pub mod vision;
 
 pub use attention::Attention;
 pub use block::DecoderLayer;

@@ -4,6 +4,7 @@
 //! - `differential`: every operation family on `Trainium`'s `host` and `xla` executors against
 //!   `burn-ndarray`, in f32 and bf16, with one tolerance table (`support`);
 //! - `autodiff`: gradients against `Autodiff<NdArray>`;
+//! - `cnn_training`: a small CNN trained on `xla` with host fallbacks refused, against `NdArray`;
 //! - `module_ops`: convolutions, pooling and interpolation, forward and backward, against
 //!   `Autodiff<NdArray>`;
 //! - `fuzz`: mutated inputs for every parser of user files: no panic, no hang, bounded memory;
@@ -19,6 +20,8 @@
 
 #[cfg(test)]
 mod autodiff;
+#[cfg(test)]
+mod cnn_training;
 #[cfg(test)]
 mod differential;
 #[cfg(test)]

@@ -1,0 +1,100 @@
+//! A small convolutional network in the style of Burn's MNIST example (conv2d → ReLU → max-pool
+//! → conv2d → ReLU → adaptive average pool → linear), with deterministic generated images: the
+//! project's check and benchmark of Burn's vision operations on a compiled device (the same model
+//! runs in PyTorch for `hlat bench cnn`).
+
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+
+/// Side of the square grey images.
+pub const IMAGE_SIZE: usize = 28;
+/// Classes the network tells apart.
+pub const CLASSES: usize = 10;
+/// Channels of the first and second convolutions.
+const CHANNELS: [usize; 2] = [8, 16];
+/// The adaptive pool's output side.
+const POOLED: usize = 4;
+
+/// The network.
+#[derive(Module, Debug)]
+pub struct SmallCnn<B: Backend> {
+    conv1: Conv2d<B>,
+    pool: MaxPool2d,
+    conv2: Conv2d<B>,
+    adaptive: AdaptiveAvgPool2d,
+    head: Linear<B>,
+    activation: Relu,
+}
+
+impl<B: Backend> SmallCnn<B> {
+    /// A network with Burn's default initialisation on `device`.
+    pub fn new(device: &B::Device) -> Self {
+        let [first, second] = CHANNELS;
+        Self {
+            conv1: Conv2dConfig::new([1, first], [3, 3]).init(device),
+            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            conv2: Conv2dConfig::new([first, second], [3, 3]).init(device),
+            adaptive: AdaptiveAvgPool2dConfig::new([POOLED, POOLED]).init(),
+            head: LinearConfig::new(second * POOLED * POOLED, CLASSES).init(device),
+            activation: Relu::new(),
+        }
+    }
+
+    /// Images `[batch, 1, 28, 28]` to class logits `[batch, 10]`.
+    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+        let x = self.activation.forward(self.conv1.forward(images));
+        let x = self.pool.forward(x);
+        let x = self.activation.forward(self.conv2.forward(x));
+        let x = self.adaptive.forward(x);
+        self.head.forward(x.flatten(1, 3))
+    }
+
+    /// The mean cross-entropy of the logits of `images` against `labels`.
+    pub fn loss(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        let logits = self.forward(images);
+        CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits, labels)
+    }
+}
+
+/// A deterministic batch of `batch` generated images in `[0, 1)` (a bright square on noise, its
+/// position telling the class) and their labels, the same for every backend and run.
+pub fn generated_batch<B: Backend>(
+    batch: usize,
+    seed: u64,
+    device: &B::Device,
+) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut pixels = Vec::with_capacity(batch * IMAGE_SIZE * IMAGE_SIZE);
+    let mut labels = Vec::with_capacity(batch);
+    for _ in 0..batch {
+        let label = (next() % CLASSES as u64) as usize;
+        let (row, column) = (2 + 2 * (label / 5) * 6, 2 + (label % 5) * 5);
+        for y in 0..IMAGE_SIZE {
+            for x in 0..IMAGE_SIZE {
+                let noise = (next() % 256) as f32 / 1024.0;
+                let inside = (row..row + 6).contains(&y) && (column..column + 5).contains(&x);
+                pixels.push(if inside { 0.75 + noise } else { noise });
+            }
+        }
+        labels.push(label as i64);
+    }
+    let images = Tensor::from_data(
+        TensorData::new(pixels, [batch, 1, IMAGE_SIZE, IMAGE_SIZE]),
+        device,
+    );
+    let labels = Tensor::from_data(TensorData::new(labels, [batch]), device);
+    (images, labels)
+}
