@@ -1,6 +1,7 @@
-//! A merge configuration in mergekit's YAML layout: `merge_method`, `base_model`, `models` (each
-//! with `parameters` such as `weight` and `density`), global `parameters`, `dtype`; `slices` only
-//! when every source spans all layers (then they list the models).
+//! A merge configuration in mergekit's YAML layout: `merge_method`, `base_model`, either
+//! `models` (each with `parameters`) or `slices` (each with `sources` of a model and a
+//! `layer_range`, optional `parameters` and `base_model`), top-level `parameters`, `dtype`,
+//! `out_dtype` and `tokenizer_source`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,29 +10,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::MergeError;
-use super::yaml;
+use super::method::{BasePolicy, MergeMethod};
+use crate::hf::WeightDtype;
 
-/// How tensors are combined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MergeMethod {
-    /// `Σ wᵢ θᵢ / Σ wᵢ` (`normalize`, default true).
-    Linear,
-    /// Spherical interpolation from the base model (`t` = 0) to the other model (`t` = 1).
-    Slerp,
-    /// `base + Σ wᵢ (θᵢ − base)` (divided by `Σ wᵢ` with `normalize`, default false).
-    TaskArithmetic,
-    /// Task arithmetic over the `density` largest-magnitude differences of each model, with the
-    /// signs elected per element (`normalize` default true).
-    Ties,
-    /// TIES with each difference kept at random with probability `density` and rescaled.
-    DareTies,
-    /// Task arithmetic with each difference kept at random with probability `density` and
-    /// rescaled.
-    DareLinear,
-}
+/// Parameter settings by name, as written (see [`super::setting::evaluate`]).
+pub type Settings = BTreeMap<String, Value>;
 
-/// One model of the merge.
+/// One model of the `models` layout.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelEntry {
@@ -39,38 +24,61 @@ pub struct ModelEntry {
     pub model: String,
     /// Its parameters (`weight`, `density`, ...).
     #[serde(default)]
-    pub parameters: BTreeMap<String, Value>,
+    pub parameters: Settings,
 }
 
-/// A source of a slice (mergekit's layer-range layout).
+/// One source of an output slice: a range of one model's layers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SliceSource {
-    model: String,
-    layer_range: [usize; 2],
+pub struct SliceSource {
+    /// Its Hugging Face folder.
+    pub model: String,
+    /// Its layers `[first, end)`; `None` in the `models` layout, where it is every layer.
+    pub layer_range: Option<[usize; 2]>,
+    /// Its parameters, which take precedence over the slice's and the top level's.
     #[serde(default)]
-    parameters: BTreeMap<String, Value>,
+    pub parameters: Settings,
 }
 
+/// One output slice: layers merged from its sources, one output layer per source layer.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Slice {
-    sources: Vec<SliceSource>,
+pub struct Slice {
+    /// The models and layer ranges merged.
+    pub sources: Vec<SliceSource>,
+    /// The base model of this slice, replacing the top-level one.
+    pub base_model: Option<String>,
+    /// Parameters of this slice, which take precedence over the top level's.
+    #[serde(default)]
+    pub parameters: Settings,
+    /// mergekit accepts it and never reads it: refused.
+    residual_weight: Option<Value>,
+}
+
+/// The tokenizer written beside the merged weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerSource {
+    /// The base model's (`tokenizer_source: base`).
+    Base,
 }
 
 /// The file as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     merge_method: MergeMethod,
     base_model: Option<String>,
+    models: Option<Vec<ModelEntry>>,
+    slices: Option<Vec<Slice>>,
     #[serde(default)]
-    models: Vec<ModelEntry>,
-    #[serde(default)]
-    slices: Vec<Slice>,
-    #[serde(default)]
-    parameters: BTreeMap<String, Value>,
+    parameters: Settings,
     dtype: Option<String>,
+    out_dtype: Option<String>,
+    tokenizer_source: Option<String>,
+    // Accepted by mergekit, refused here with the reason.
+    tokenizer: Option<Value>,
+    chat_template: Option<Value>,
+    modules: Option<Value>,
 }
 
 /// A merge configuration, read and checked.
@@ -82,14 +90,18 @@ pub struct MergeConfig {
     pub method: MergeMethod,
     /// The base model (task vectors are taken against it; SLERP's `t` = 0 end).
     pub base_model: Option<String>,
-    /// Every model, the base included where the file lists it.
-    pub models: Vec<ModelEntry>,
-    /// Parameters for every tensor (`t`, `normalize`, `weight`, ...).
-    pub parameters: BTreeMap<String, Value>,
-    /// The element type written (`float32`, `bfloat16`, `float16`), when given.
-    pub dtype: Option<String>,
-    /// Layer ranges of `slices`, checked against the models' layer count when they are opened.
-    pub slice_ranges: Vec<(String, [usize; 2])>,
+    /// The output slices; in the `models` layout, one slice whose sources have no layer range
+    /// (every layer), the base model added when it is not listed (as mergekit adds it).
+    pub slices: Vec<Slice>,
+    /// Top-level parameters.
+    pub parameters: Settings,
+    /// The element type the inputs are converted to and merged in (`dtype`), when given.
+    pub dtype: Option<WeightDtype>,
+    /// The element type written (`out_dtype`), when given; else `dtype`, else the inputs'.
+    pub out_dtype: Option<WeightDtype>,
+    /// Where the tokenizer comes from, when given (otherwise it is copied from the model whose
+    /// `config.json` is used, as mergekit copies it).
+    pub tokenizer_source: Option<TokenizerSource>,
 }
 
 impl MergeConfig {
@@ -108,254 +120,256 @@ impl MergeConfig {
             path: path.to_path_buf(),
             message,
         };
-        let value = yaml::parse(text).map_err(|error| invalid(error.to_string()))?;
+        // serde_norway's messages end with the line and column.
         let raw: RawConfig =
-            serde_json::from_value(value).map_err(|error| invalid(error.to_string()))?;
-        let mut models = raw.models;
-        let mut slice_ranges = Vec::new();
-        if !raw.slices.is_empty() {
-            if !models.is_empty() {
-                return Err(invalid("give `models` or `slices`, not both".into()));
-            }
-            if raw.slices.len() != 1 {
+            serde_norway::from_str(text).map_err(|error| invalid(error.to_string()))?;
+        let refused = [
+            (
+                "tokenizer",
+                raw.tokenizer.is_some(),
+                "a merged or extended vocabulary",
+            ),
+            (
+                "chat_template",
+                raw.chat_template.is_some(),
+                "a chat template",
+            ),
+            ("modules", raw.modules.is_some(), "per-module merges"),
+        ];
+        if let Some((field, _, what)) = refused.iter().find(|(_, given, _)| *given) {
+            return Err(invalid(format!(
+                "`{field}` ({what}) is not supported by hlat merge"
+            )));
+        }
+        let dtype = |field: &str, name: Option<String>| {
+            name.map(|name| {
+                name.parse::<WeightDtype>().map_err(|_| {
+                    invalid(format!(
+                        "`{field}`: unknown element type `{name}` (float32, bfloat16 or float16)"
+                    ))
+                })
+            })
+            .transpose()
+        };
+        let tokenizer_source = match raw.tokenizer_source.as_deref() {
+            None => None,
+            Some("base") => Some(TokenizerSource::Base),
+            Some("union") => {
                 return Err(invalid(
-                    "only one slice spanning every layer is supported (no layer stacking)".into(),
+                    "`tokenizer_source: union` (a vocabulary merged from every model) is not \
+                     supported: use `base`, or give none to copy the tokenizer of the model \
+                     whose config.json is used"
+                        .into(),
                 ));
             }
-            for source in &raw.slices[0].sources {
-                slice_ranges.push((source.model.clone(), source.layer_range));
-                models.push(ModelEntry {
-                    model: source.model.clone(),
-                    parameters: source.parameters.clone(),
-                });
+            Some(model) => {
+                return Err(invalid(format!(
+                    "`tokenizer_source: {model}`: a tokenizer from a model folder is not \
+                     supported: use `base`"
+                )));
             }
-        }
-        if models.is_empty() {
-            return Err(invalid("no models to merge (`models` is empty)".into()));
+        };
+        let slices = match (raw.models, raw.slices) {
+            (Some(models), None) if !models.is_empty() => {
+                let mut sources: Vec<SliceSource> = models
+                    .into_iter()
+                    .map(|entry| SliceSource {
+                        model: entry.model,
+                        layer_range: None,
+                        parameters: entry.parameters,
+                    })
+                    .collect();
+                if let Some(base) = &raw.base_model
+                    && !sources.iter().any(|source| &source.model == base)
+                {
+                    sources.push(SliceSource {
+                        model: base.clone(),
+                        layer_range: None,
+                        parameters: Settings::new(),
+                    });
+                }
+                vec![Slice {
+                    sources,
+                    base_model: None,
+                    parameters: Settings::new(),
+                    residual_weight: None,
+                }]
+            }
+            (None, Some(slices)) if !slices.is_empty() => slices,
+            _ => {
+                return Err(invalid(
+                    "give exactly one of `models` and `slices`, not empty".into(),
+                ));
+            }
+        };
+        if raw.tokenizer_source.is_some() && raw.base_model.is_none() {
+            return Err(invalid(
+                "`tokenizer_source: base` needs `base_model`".into(),
+            ));
         }
         let config = MergeConfig {
             path: path.to_path_buf(),
             method: raw.merge_method,
             base_model: raw.base_model,
-            models,
+            slices,
             parameters: raw.parameters,
-            dtype: raw.dtype,
-            slice_ranges,
+            dtype: dtype("dtype", raw.dtype)?,
+            out_dtype: dtype("out_dtype", raw.out_dtype)?,
+            tokenizer_source,
         };
         config.check().map_err(invalid)?;
         Ok(config)
     }
 
-    fn check(&self) -> Result<(), String> {
-        // `int8_mask` only saves memory in mergekit: accepted, with nothing to do here.
-        const KNOWN: &[&str] = &[
-            "weight",
-            "density",
-            "t",
-            "normalize",
-            "rescale",
-            "int8_mask",
-        ];
-        let named =
-            self.parameters
-                .keys()
-                .map(|key| (key, None))
-                .chain(self.models.iter().flat_map(|entry| {
-                    entry
-                        .parameters
-                        .keys()
-                        .map(move |key| (key, Some(&entry.model)))
-                }));
-        for (key, model) in named {
-            if !KNOWN.contains(&key.as_str()) {
-                let place = model.map_or(String::new(), |model| format!(" of `{model}`"));
-                return Err(format!(
-                    "unsupported parameter `{key}`{place} (supported: {})",
-                    KNOWN.join(", ")
-                ));
+    /// Reads model folders relative to `dir` instead of the working directory (absolute paths
+    /// are kept).
+    pub fn with_models_in(mut self, dir: &Path) -> Self {
+        let resolve = |model: &mut String| {
+            if Path::new(model.as_str()).is_relative() {
+                *model = dir.join(model.as_str()).to_string_lossy().into_owned();
             }
+        };
+        self.base_model.iter_mut().for_each(resolve);
+        for slice in &mut self.slices {
+            slice.base_model.iter_mut().for_each(resolve);
+            slice
+                .sources
+                .iter_mut()
+                .for_each(|source| resolve(&mut source.model));
         }
-        let needs_base = !matches!(self.method, MergeMethod::Linear);
-        match &self.base_model {
-            None if needs_base => {
-                return Err(format!("{:?} needs `base_model`", self.method));
-            }
-            Some(base) if self.method == MergeMethod::Slerp => {
-                let others = self.models.iter().filter(|m| &m.model != base).count();
-                if others != 1 || self.models.len() > 2 {
-                    return Err(format!(
-                        "slerp merges `base_model` with exactly one other model, found {} models",
-                        self.models.len()
-                    ));
-                }
-            }
-            _ => {}
-        }
-        if self.method == MergeMethod::Slerp && !self.parameters.contains_key("t") {
-            return Err("slerp needs the parameter `t`".into());
-        }
-        if self.method != MergeMethod::Slerp {
-            for entry in self.models_without_base() {
-                if !entry.parameters.contains_key("weight")
-                    && !self.parameters.contains_key("weight")
-                    && self.method != MergeMethod::Linear
-                {
-                    return Err(format!("model `{}` has no `weight`", entry.model));
-                }
-            }
-        }
-        Ok(())
+        self
     }
 
-    /// The models that are not the base model, in order.
-    pub fn models_without_base(&self) -> impl Iterator<Item = &ModelEntry> {
-        self.models
-            .iter()
-            .filter(move |entry| Some(&entry.model) != self.base_model.as_ref())
+    /// The base model of `slice`: its own, else the top-level one.
+    pub fn base_of<'a>(&'a self, slice: &'a Slice) -> Option<&'a str> {
+        slice.base_model.as_deref().or(self.base_model.as_deref())
     }
 
-    /// Every folder the merge reads: the base first (when there is one), then the others.
+    /// Every folder the merge reads, in order of first mention (the base first).
     pub fn folders(&self) -> Vec<String> {
         let mut folders: Vec<String> = self.base_model.iter().cloned().collect();
-        for entry in &self.models {
-            if !folders.contains(&entry.model) {
-                folders.push(entry.model.clone());
+        for slice in &self.slices {
+            for model in slice
+                .base_model
+                .iter()
+                .chain(slice.sources.iter().map(|s| &s.model))
+            {
+                if !folders.contains(model) {
+                    folders.push(model.clone());
+                }
             }
         }
         folders
     }
 
-    /// Parameter `name` for `tensor` of model `entry` (or a global one when `entry` is `None`):
-    /// the model's own value, else the global one, else `default`. `layer` places the tensor
-    /// among `layers` layers for gradients (see [`evaluate`]).
-    pub fn parameter(
-        &self,
-        name: &str,
-        entry: Option<&ModelEntry>,
-        tensor: &TensorPlace<'_>,
-        default: Option<f64>,
-    ) -> Result<f64, MergeError> {
-        let value = entry
-            .and_then(|entry| entry.parameters.get(name))
-            .or_else(|| self.parameters.get(name));
-        match value {
-            Some(value) => evaluate(value, tensor).map_err(|message| MergeError::Config {
-                path: self.path.clone(),
-                message: format!("parameter `{name}`: {message}"),
-            }),
-            None => default.ok_or_else(|| MergeError::Config {
-                path: self.path.clone(),
-                message: format!(
-                    "parameter `{name}` is missing{}",
-                    entry.map_or(String::new(), |entry| format!(" for `{}`", entry.model))
-                ),
-            }),
-        }
+    /// The model whose `config.json` (and tokenizer, unless `tokenizer_source` says otherwise)
+    /// the output takes: the base model, else the first source of the first slice.
+    pub fn donor(&self) -> &str {
+        self.base_model
+            .as_deref()
+            .unwrap_or(&self.slices[0].sources[0].model)
     }
 
-    /// A boolean parameter (`normalize`, `rescale`), global only.
-    pub fn flag(&self, name: &str, default: bool) -> Result<bool, MergeError> {
-        match self.parameters.get(name) {
-            None => Ok(default),
-            Some(Value::Bool(flag)) => Ok(*flag),
-            Some(other) => Err(MergeError::Config {
-                path: self.path.clone(),
-                message: format!("parameter `{name}` must be true or false, found {other}"),
-            }),
-        }
-    }
-}
-
-/// Where a tensor sits, for parameters that vary with it.
-#[derive(Debug, Clone, Copy)]
-pub struct TensorPlace<'a> {
-    /// Its Hugging Face name.
-    pub name: &'a str,
-    /// Its layer, for tensors inside one.
-    pub layer: Option<usize>,
-    /// The model's layer count.
-    pub layers: usize,
-    /// Whether it comes after the layers (the final norm and the output head).
-    pub after_layers: bool,
-}
-
-impl<'a> TensorPlace<'a> {
-    /// The place of tensor `name` in a model of `layers` layers.
-    pub fn of(name: &'a str, layers: usize) -> Self {
-        let layer = name
-            .strip_prefix("model.layers.")
-            .and_then(|rest| rest.split('.').next())
-            .and_then(|index| index.parse().ok());
-        TensorPlace {
-            name,
-            layer,
-            layers,
-            after_layers: layer.is_none() && !name.contains("embed_tokens"),
-        }
-    }
-
-    /// Where a gradient is read for this tensor, from 0 (first layer, embeddings) to 1 (last
-    /// layer, final norm and head).
-    fn fraction(&self) -> f64 {
-        match self.layer {
-            Some(layer) if self.layers > 1 => layer as f64 / (self.layers - 1) as f64,
-            Some(_) => 0.0,
-            None if self.after_layers => 1.0,
-            None => 0.0,
-        }
-    }
-}
-
-/// A parameter's value for one tensor: a number; a gradient (a list of numbers spread evenly
-/// from the first layer to the last, interpolated linearly between them; embeddings take the
-/// first value, the final norm and head the last); or a list of `{filter, value}` entries whose
-/// first `filter` found in the tensor's name (an entry without one matches every tensor) gives
-/// the value.
-pub fn evaluate(value: &Value, tensor: &TensorPlace<'_>) -> Result<f64, String> {
-    match value {
-        Value::Number(number) => number
-            .as_f64()
-            .ok_or_else(|| format!("{number} is not a number")),
-        Value::Array(items) if items.iter().all(Value::is_number) => {
-            let points: Vec<f64> = items.iter().filter_map(Value::as_f64).collect();
-            match points.len() {
-                0 => Err("an empty gradient".into()),
-                1 => Ok(points[0]),
-                count => {
-                    let position = tensor.fraction() * (count - 1) as f64;
-                    let below = (position.floor() as usize).min(count - 2);
-                    let within = position - below as f64;
-                    Ok(points[below] * (1.0 - within) + points[below + 1] * within)
+    /// Checks the parameters' names and each slice's inputs against the method.
+    fn check(&self) -> Result<(), String> {
+        let method = self.method.name();
+        let known: Vec<&str> = self.method.parameters().iter().map(|p| p.name).collect();
+        let check_names = |settings: &Settings, place: &str| match settings
+            .keys()
+            .find(|key| !known.contains(&key.as_str()))
+        {
+            Some(key) => Err(format!(
+                "unknown parameter `{key}`{place}: {method} takes {}",
+                if known.is_empty() {
+                    "no parameters".to_string()
+                } else {
+                    known.join(", ")
                 }
+            )),
+            None => Ok(()),
+        };
+        check_names(&self.parameters, "")?;
+        for (index, slice) in self.slices.iter().enumerate() {
+            if slice.residual_weight.is_some() {
+                return Err(format!(
+                    "slice {index}: `residual_weight` is not supported (mergekit ignores it)"
+                ));
             }
-        }
-        Value::Array(items) => {
-            for item in items {
-                let Value::Object(entry) = item else {
-                    return Err(format!(
-                        "expected `{{filter, value}}` entries, found {item}"
-                    ));
-                };
-                if let Some(unknown) = entry.keys().find(|key| *key != "filter" && *key != "value")
+            check_names(&slice.parameters, &format!(" of slice {index}"))?;
+            for source in &slice.sources {
+                check_names(&source.parameters, &format!(" of `{}`", source.model))?;
+                if let Some([first, end]) = source.layer_range
+                    && first >= end
                 {
-                    return Err(format!("unknown key `{unknown}` in a filtered value"));
-                }
-                let matches = match entry.get("filter") {
-                    None | Some(Value::Null) => true,
-                    Some(Value::String(filter)) => tensor.name.contains(filter.as_str()),
-                    Some(other) => return Err(format!("a filter must be text, found {other}")),
-                };
-                if matches {
-                    let value = entry
-                        .get("value")
-                        .ok_or_else(|| "a filtered entry without `value`".to_string())?;
-                    return evaluate(value, tensor);
+                    return Err(format!(
+                        "slice {index}: `{}` has the empty layer range [{first}, {end}]",
+                        source.model
+                    ));
                 }
             }
-            Err(format!("no entry matches tensor `{}`", tensor.name))
+            let lengths: Vec<usize> = slice
+                .sources
+                .iter()
+                .filter_map(|source| source.layer_range.map(|[first, end]| end - first))
+                .collect();
+            if lengths.iter().any(|length| *length != lengths[0]) {
+                return Err(format!(
+                    "slice {index}: its sources span different numbers of layers {lengths:?}; \
+                     every source of a slice must span as many"
+                ));
+            }
+            self.check_inputs(slice)
+                .map_err(|message| format!("slice {index}: {message}"))?;
         }
-        other => Err(format!(
-            "expected a number, a list of numbers or filtered values, found {other}"
-        )),
+        Ok(())
+    }
+
+    /// The method's rules on the inputs of a slice (mergekit's input contract).
+    fn check_inputs(&self, slice: &Slice) -> Result<(), String> {
+        let method = self.method.name();
+        let contract = self.method.contract();
+        let models: Vec<&str> = slice.sources.iter().map(|s| s.model.as_str()).collect();
+        if let Some(duplicate) = models
+            .iter()
+            .enumerate()
+            .find(|(i, model)| models[..*i].contains(model))
+        {
+            return Err(format!("`{}` is listed twice", duplicate.1));
+        }
+        let base = match contract.base {
+            BasePolicy::Ignored => None,
+            _ => self.base_of(slice),
+        };
+        let has_base = base.is_some_and(|base| models.contains(&base));
+        if let Some(base) = base
+            && !has_base
+        {
+            return Err(format!("the base model `{base}` is not among its sources"));
+        }
+        if contract.base == BasePolicy::Required && !has_base {
+            return Err(format!("{method} needs `base_model`"));
+        }
+        let count = models.len();
+        let bounds = |what: &str, count: usize, min: usize, max: Option<usize>| {
+            if count < min || max.is_some_and(|max| count > max) {
+                let expected = match max {
+                    Some(max) if max == min => format!("exactly {min}"),
+                    Some(max) => format!("{min} to {max}"),
+                    None => format!("at least {min}"),
+                };
+                return Err(format!("{method} merges {expected} {what}, found {count}"));
+            }
+            Ok(())
+        };
+        bounds("models", count, contract.min_inputs, contract.max_inputs)?;
+        if let Some((min, max)) = contract.non_base {
+            bounds(
+                "models besides the base",
+                count - usize::from(has_base),
+                min,
+                max,
+            )?;
+        }
+        Ok(())
     }
 }

@@ -1,23 +1,44 @@
-//! Model merging (`hlat merge`), as mergekit does it: linear, SLERP, task arithmetic, TIES and
-//! DARE over Hugging Face checkpoints of one architecture, configured in mergekit's YAML layout.
+//! Model merging (`hlat merge`), as mergekit 0.1.5 merges: every method of mergekit but `ram`
+//! and `ramplus_tl` over Hugging Face checkpoints of one architecture, configured in mergekit's
+//! YAML layout (`models` or `slices` that stack or drop layers), parameters resolved per tensor
+//! as mergekit resolves them. docs/merge.md lists the methods, options and known differences.
 //!
 //! The merge goes tensor by tensor: each input's weights are memory-mapped, and one tensor of
-//! every input is decoded (to f32), combined (in f64) and written before the next, so memory
-//! stays near one tensor per input. The output is a Hugging Face folder (`config.json` of the base
-//! model with the written dtype, `generation_config.json` and tokenizer files copied from it, one
+//! every input is decoded (to f32, rounded to `dtype` when given), combined (in f64) and written
+//! before the next, so memory stays near one tensor per input. The output is a Hugging Face
+//! folder (`config.json` of the base model, else of the first model, with the written dtype and
+//! the output's layer count, `generation_config.json` and tokenizer files copied from it, one
 //! `model.safetensors`), written under a temporary name and renamed when complete.
 
+mod arcee_fusion;
+mod combine;
 mod config;
-mod methods;
-mod yaml;
+mod interpolation;
+mod method;
+mod model_stock;
+mod nearswap;
+mod plan;
+mod sce;
+mod setting;
+mod sparsify;
+mod task_arithmetic;
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::TensorData;
+use half::{bf16, f16};
+use serde_json::Value;
 
-pub use config::{MergeConfig, MergeMethod, ModelEntry, TensorPlace, evaluate};
-pub use methods::{Sparsification, TaskArithmetic, TaskVector, linear, slerp, task_arithmetic};
-pub use yaml::{YamlError, parse as parse_yaml};
+pub use combine::{combine, tensor_seed};
+pub use config::{MergeConfig, ModelEntry, Settings, Slice, SliceSource, TokenizerSource};
+pub use interpolation::{VectorAxis, karcher, linear, multislerp, nuslerp, slerp};
+pub use method::{
+    BasePolicy, InputContract, MergeMethod, ParameterDefault, ParameterKind, ParameterScope,
+    ParameterSpec, Sparsification, TaskArithmeticOptions,
+};
+pub use plan::{ModelTensors, Parameters, Plan, PlannedInput, PlannedTensor, plan};
+pub use setting::{Scalar, evaluate};
+pub use sparsify::{SparsifyOptions, sparsify};
+pub use task_arithmetic::{TaskArithmetic, TaskVector, stream_seed, task_arithmetic};
 
 use crate::HlatConfig;
 use crate::hf::{
@@ -25,6 +46,7 @@ use crate::hf::{
     write_json, write_safetensors_with,
 };
 use crate::staging::Staging;
+use burn::tensor::TensorData;
 
 /// What can go wrong in a merge. Each names the file, and the model, tensor or field.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +87,7 @@ pub enum MergeError {
         /// The other's.
         found: usize,
     },
-    /// A model lacks a tensor of the first model, or has one the first lacks.
+    /// A model lacks a tensor another source of the same output tensor has.
     #[error("{}: tensor `{tensor}` is {}", model.display(), if *missing { "missing" } else { "not in the other models" })]
     Tensor {
         /// The model folder.
@@ -75,17 +97,22 @@ pub enum MergeError {
         /// Whether the model lacks it (otherwise only this model has it).
         missing: bool,
     },
-    /// A tensor's shape differs between models.
-    #[error("{}: tensor `{tensor}` has shape {found:?}, the first model's has {expected:?}", model.display())]
+    /// A tensor's shape differs between the sources of one output tensor.
+    #[error(
+        "{}: tensor `{tensor}` has shape {found:?}, but {} has {expected:?}",
+        model.display(), reference.display()
+    )]
     Shape {
         /// The model folder.
         model: PathBuf,
         /// The tensor.
         tensor: String,
-        /// The first model's shape.
+        /// The first source's shape.
         expected: Vec<usize>,
         /// This model's.
         found: Vec<usize>,
+        /// The first source.
+        reference: PathBuf,
     },
     /// The output folder exists already.
     #[error("{}: already exists (choose a new folder)", path.display())]
@@ -100,6 +127,8 @@ pub enum MergeError {
 pub struct MergeSummary {
     /// Tensors written.
     pub tensors: usize,
+    /// Layers of the output.
+    pub layers: usize,
     /// Their element type.
     pub dtype: WeightDtype,
     /// The models read, base first.
@@ -117,58 +146,83 @@ const COPIED_FILES: &[&str] = &[
 
 /// One opened input model.
 struct Input {
-    folder: PathBuf,
+    folder: String,
     config: HlatConfig,
+    json: Value,
     weights: Weights,
 }
 
 /// Merges the models of `config` into the new folder `out`. Model folders are read relative to
-/// the working directory, as mergekit reads them.
+/// the working directory, as mergekit reads them (see [`MergeConfig::with_models_in`]). Nothing
+/// is left at `out` unless the merge succeeds, and an existing `out` is an error.
 pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeError> {
     if out.exists() {
         return Err(MergeError::OutputExists {
             path: out.to_path_buf(),
         });
     }
-    let folders = config.folders();
-    let inputs = folders
-        .iter()
+    let inputs = config
+        .folders()
+        .into_iter()
         .map(|folder| {
-            let folder = PathBuf::from(folder);
-            let model_config = read_hf_config(&folder)?;
-            let weights = Weights::open(&folder)?;
+            let path = PathBuf::from(&folder);
+            let model_config = read_hf_config(&path)?;
+            let config_path = path.join(CONFIG_FILE);
+            let text = std::fs::read_to_string(&config_path).map_err(|source| MergeError::Io {
+                path: config_path.clone(),
+                source,
+            })?;
+            let json = serde_json::from_str(&text).map_err(|source| HfError::Json {
+                path: config_path,
+                source,
+            })?;
+            let weights = Weights::open(&path)?;
             Ok(Input {
                 folder,
                 config: model_config,
+                json,
                 weights,
             })
         })
         .collect::<Result<Vec<_>, MergeError>>()?;
-    check_inputs(config, &inputs)?;
-    let reference = &inputs[0];
-    let layers = reference.config.num_layers;
-
-    let dtype = match &config.dtype {
-        Some(name) => name
-            .parse::<WeightDtype>()
-            .map_err(|_| MergeError::Config {
-                path: config.path.clone(),
-                message: format!(
-                    "`dtype`: unknown element type `{name}` (float32, bfloat16 or float16)"
-                ),
-            })?,
-        None => {
-            let first = reference.weights.tensors.values().next();
-            first
-                .and_then(|located| WeightDtype::from_safetensors(located.info.dtype))
-                .unwrap_or(WeightDtype::F32)
-        }
+    check_architectures(&inputs)?;
+    let models: Vec<ModelTensors> = inputs
+        .iter()
+        .map(|input| ModelTensors {
+            folder: input.folder.clone(),
+            layers: input.config.num_layers,
+            shapes: input
+                .weights
+                .tensors
+                .iter()
+                .map(|(name, located)| (name.clone(), located.info.shape.clone()))
+                .collect(),
+        })
+        .collect();
+    let plan = plan(config, &models)?;
+    let donor = inputs
+        .iter()
+        .find(|input| input.folder == config.donor())
+        .expect("the donor is one of the folders");
+    let input_dtype = |model: usize, tensor: &str| {
+        let located = &inputs[model].weights.tensors[tensor];
+        WeightDtype::from_safetensors(located.info.dtype).ok_or_else(|| {
+            MergeError::Hf(HfError::UnsupportedDtype {
+                file: inputs[model].weights.file_of(tensor).to_path_buf(),
+                tensor: tensor.to_string(),
+                dtype: format!("{:?}", located.info.dtype),
+            })
+        })
     };
-    let names: Vec<(String, Vec<usize>)> = reference
-        .weights
+    let first = &plan.tensors[0].inputs[0];
+    let dtype = match config.out_dtype.or(config.dtype) {
+        Some(dtype) => dtype,
+        None => input_dtype(first.model, &first.tensor)?,
+    };
+    let names: Vec<(String, Vec<usize>)> = plan
         .tensors
         .iter()
-        .map(|(name, located)| (name.clone(), located.info.shape.clone()))
+        .map(|tensor| (tensor.name.clone(), tensor.shape.clone()))
         .collect();
 
     let staging = Staging::new(out).map_err(|source| MergeError::Io {
@@ -177,30 +231,57 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
     })?;
     let weights_path = staging.path().join(WEIGHTS_FILE);
     write_safetensors_with(&weights_path, &names, dtype, |index| {
-        let (name, shape) = &names[index];
-        let values = merge_tensor(config, &inputs, name, shape, layers)?;
-        Ok::<_, MergeError>(encode(TensorData::new(values, shape.clone()), dtype, false).0)
+        let tensor = &plan.tensors[index];
+        // The inputs are merged in `dtype`, else in the first input's type; the result is
+        // rounded to that type before it is written in `out_dtype`, as mergekit does.
+        let working = match config.dtype {
+            Some(dtype) => dtype,
+            None => input_dtype(tensor.inputs[0].model, &tensor.inputs[0].tensor)?,
+        };
+        let values = tensor
+            .inputs
+            .iter()
+            .map(|input| {
+                let dtype = input_dtype(input.model, &input.tensor)?;
+                let bytes = inputs[input.model].weights.bytes(&input.tensor);
+                let data = decode(bytes, dtype, &tensor.shape, false);
+                let values = data
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .expect("converted to f32");
+                Ok(round(values.into_iter().map(f64::from), working))
+            })
+            .collect::<Result<Vec<_>, MergeError>>()?;
+        let merged =
+            combine(config.method, tensor, &values).map_err(|message| MergeError::Config {
+                path: config.path.clone(),
+                message: format!("tensor `{}`: {message}", tensor.name),
+            })?;
+        let merged = round(merged.into_iter(), working);
+        Ok::<_, MergeError>(encode(TensorData::new(merged, tensor.shape.clone()), dtype, false).0)
     })?;
 
-    let base_config = reference.folder.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&base_config).map_err(|source| MergeError::Io {
-        path: base_config.clone(),
-        source,
-    })?;
-    let mut json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|source| HfError::Json {
-            path: base_config.clone(),
-            source,
-        })?;
+    let mut json = donor.json.clone();
     if let Some(object) = json.as_object_mut() {
         object.insert("torch_dtype".into(), dtype.torch_name().into());
         if object.contains_key("dtype") {
             object.insert("dtype".into(), dtype.torch_name().into());
         }
+        object.insert("num_hidden_layers".into(), plan.layers.len().into());
+        if object.get("layer_types").is_some_and(Value::is_array) {
+            // Each output layer keeps the type (full or sliding attention) of its source layer.
+            let types: Vec<Value> = plan
+                .layers
+                .iter()
+                .map(|&(model, layer)| inputs[model].json["layer_types"][layer].clone())
+                .collect();
+            object.insert("layer_types".into(), types.into());
+        }
     }
     write_json(&staging.path().join(CONFIG_FILE), &json)?;
+    let donor_folder = Path::new(&donor.folder);
     for file in COPIED_FILES {
-        let source = reference.folder.join(file);
+        let source = donor_folder.join(file);
         if source.is_file() {
             std::fs::copy(&source, staging.path().join(file)).map_err(|error| MergeError::Io {
                 path: source.clone(),
@@ -212,23 +293,40 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
         path: out.to_path_buf(),
         source,
     })?;
-    log::info!("merged {} tensors into {}", names.len(), out.display());
+    log::info!(
+        "merged {} tensors ({} layers) into {}",
+        names.len(),
+        plan.layers.len(),
+        out.display()
+    );
     Ok(MergeSummary {
         tensors: names.len(),
+        layers: plan.layers.len(),
         dtype,
-        models: inputs.into_iter().map(|input| input.folder).collect(),
+        models: inputs
+            .into_iter()
+            .map(|input| input.folder.into())
+            .collect(),
     })
 }
 
-/// Checks that every input has the first one's architecture, tensors and shapes, and that
-/// slices span every layer.
-fn check_inputs(config: &MergeConfig, inputs: &[Input]) -> Result<(), MergeError> {
+/// `values` rounded to `dtype` (as a tensor of that type holds them), as f32.
+fn round(values: impl Iterator<Item = f64>, dtype: WeightDtype) -> Vec<f32> {
+    match dtype {
+        WeightDtype::F32 => values.map(|v| v as f32).collect(),
+        WeightDtype::BF16 => values.map(|v| bf16::from_f64(v).to_f32()).collect(),
+        WeightDtype::F16 => values.map(|v| f16::from_f64(v).to_f32()).collect(),
+    }
+}
+
+/// Checks that every input has the first one's sizes (the layer count may differ: slices pick
+/// layers).
+fn check_architectures(inputs: &[Input]) -> Result<(), MergeError> {
     let reference = &inputs[0];
     let sizes = |model: &HlatConfig| {
         [
             ("vocab_size", model.vocab_size),
             ("hidden_size", model.hidden_size),
-            ("num_hidden_layers", model.num_layers),
             ("num_attention_heads", model.num_heads),
             ("num_key_value_heads", model.num_kv_heads),
             ("intermediate_size", model.ffn_size),
@@ -241,158 +339,14 @@ fn check_inputs(config: &MergeConfig, inputs: &[Input]) -> Result<(), MergeError
         {
             if expected != found {
                 return Err(MergeError::Architecture {
-                    reference: reference.folder.clone(),
-                    other: input.folder.clone(),
+                    reference: reference.folder.clone().into(),
+                    other: input.folder.clone().into(),
                     field,
                     expected,
                     found,
                 });
             }
         }
-        for (name, located) in &reference.weights.tensors {
-            let Some(other) = input.weights.tensors.get(name) else {
-                return Err(MergeError::Tensor {
-                    model: input.folder.clone(),
-                    tensor: name.clone(),
-                    missing: true,
-                });
-            };
-            if other.info.shape != located.info.shape {
-                return Err(MergeError::Shape {
-                    model: input.folder.clone(),
-                    tensor: name.clone(),
-                    expected: located.info.shape.clone(),
-                    found: other.info.shape.clone(),
-                });
-            }
-        }
-        if let Some(name) = input
-            .weights
-            .tensors
-            .keys()
-            .find(|name| !reference.weights.tensors.contains_key(*name))
-        {
-            return Err(MergeError::Tensor {
-                model: input.folder.clone(),
-                tensor: name.clone(),
-                missing: false,
-            });
-        }
-    }
-    for (model, range) in &config.slice_ranges {
-        if *range != [0, reference.config.num_layers] {
-            return Err(MergeError::Config {
-                path: config.path.clone(),
-                message: format!(
-                    "slice of `{model}` covers layers {range:?}: only slices of every layer \
-                     [0, {}] are supported",
-                    reference.config.num_layers
-                ),
-            });
-        }
     }
     Ok(())
-}
-
-/// The values of tensor `name` of `input`, as f32.
-fn values_of(input: &Input, name: &str, shape: &[usize]) -> Result<Vec<f32>, MergeError> {
-    let located = &input.weights.tensors[name];
-    let dtype = WeightDtype::from_safetensors(located.info.dtype).ok_or_else(|| {
-        HfError::UnsupportedDtype {
-            file: input.weights.file_of(name).to_path_buf(),
-            tensor: name.to_string(),
-            dtype: format!("{:?}", located.info.dtype),
-        }
-    })?;
-    let data = decode(input.weights.bytes(name), dtype, shape, false);
-    Ok(data
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("converted to f32"))
-}
-
-/// The merged values of one tensor.
-fn merge_tensor(
-    config: &MergeConfig,
-    inputs: &[Input],
-    name: &str,
-    shape: &[usize],
-    layers: usize,
-) -> Result<Vec<f32>, MergeError> {
-    let place = TensorPlace::of(name, layers);
-    let input_of = |folder: &str| {
-        inputs
-            .iter()
-            .find(|input| input.folder.as_path() == Path::new(folder))
-            .expect("every model was opened")
-    };
-    match config.method {
-        MergeMethod::Linear => {
-            let values = config
-                .models
-                .iter()
-                .map(|entry| values_of(input_of(&entry.model), name, shape))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut models = Vec::with_capacity(values.len());
-            for (entry, values) in config.models.iter().zip(&values) {
-                let weight = config.parameter("weight", Some(entry), &place, Some(1.0))?;
-                models.push((values.as_slice(), weight));
-            }
-            Ok(linear(&models, config.flag("normalize", true)?))
-        }
-        MergeMethod::Slerp => {
-            let base = config
-                .base_model
-                .as_deref()
-                .expect("checked: slerp has a base");
-            let other = config
-                .models_without_base()
-                .next()
-                .expect("checked: slerp has a second model");
-            let t = config.parameter("t", None, &place, None)?;
-            Ok(slerp(
-                t,
-                &values_of(input_of(base), name, shape)?,
-                &values_of(input_of(&other.model), name, shape)?,
-            ))
-        }
-        method => {
-            let base_name = config.base_model.as_deref().expect("checked: a base model");
-            let base = values_of(input_of(base_name), name, shape)?;
-            let entries: Vec<&ModelEntry> = config.models_without_base().collect();
-            let values = entries
-                .iter()
-                .map(|entry| values_of(input_of(&entry.model), name, shape))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut vectors = Vec::with_capacity(entries.len());
-            for (entry, values) in entries.iter().zip(&values) {
-                vectors.push(TaskVector {
-                    values,
-                    weight: config.parameter("weight", Some(entry), &place, None)?,
-                    density: config.parameter("density", Some(entry), &place, Some(1.0))?,
-                });
-            }
-            let seed = tensor_seed(name);
-            let (sparsification, sign_consensus, normalize, rescale) = match method {
-                MergeMethod::TaskArithmetic => (Sparsification::None, false, false, false),
-                MergeMethod::Ties => (Sparsification::Magnitude, true, true, false),
-                MergeMethod::DareTies => (Sparsification::Random(seed), true, false, true),
-                _ => (Sparsification::Random(seed), false, false, true),
-            };
-            let options = TaskArithmetic {
-                sparsification,
-                sign_consensus,
-                normalize: config.flag("normalize", normalize)?,
-                rescale: config.flag("rescale", rescale)?,
-            };
-            Ok(task_arithmetic(&base, &vectors, options))
-        }
-    }
-}
-
-/// A seed for DARE's random choices of one tensor: fixed by its name, so a merge is repeatable.
-fn tensor_seed(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }

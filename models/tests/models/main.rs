@@ -6,6 +6,7 @@ mod blocked_attention;
 mod checkpoint;
 mod hf;
 mod merge;
+mod mergekit;
 mod model;
 mod parallel;
 mod parallel_support;
