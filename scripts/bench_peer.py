@@ -48,6 +48,14 @@ processor records when each new token's logits arrive: prefill is the time to th
 the time from the first to the last over N - 1. Output keys: backend, prefill_seconds,
 decode_seconds_per_token (medians), peak_rss_bytes, version.
 
+CNN (`hlat bench cnn --with-pytorch`): with `--task cnn --framework pytorch --batch B --seed S
+--lr LR`, the network of `hlat::vision::SmallCnn` in torch.nn (Conv2d(1, 8, 3), ReLU,
+MaxPool2d(2, 2), Conv2d(8, 16, 3), ReLU, AdaptiveAvgPool2d(4), Linear(256, 10); PyTorch's own
+initialisation, so its losses differ from the Rust rows') trains with cross-entropy and Adam on
+the images of `hlat::vision::generated_batch` (the same xorshift64 stream): one first step, W
+untimed, N timed. Output keys: backend, first_step_seconds, median_step_seconds, final_loss,
+peak_rss_bytes, version. Only torch is needed.
+
 Exit status: 0 on success, 2 for a bad argument or config, 3 when the framework is not installed
 (stderr then names the missing package and the pip command that installs it).
 """
@@ -71,6 +79,8 @@ EPS = 1e-8
 WEIGHT_DECAY = 0.1
 CLIP_NORM = 1.0
 SEED = 0
+CNN_IMAGE_SIZE = 28
+CNN_CLASSES = 10
 
 PRECISIONS = ("f32", "bf16-mixed")
 # Python packages each framework needs, as pip names them (the import names are the same).
@@ -114,22 +124,30 @@ def parse_args():
     parser = Parser(description="Time one HLAT training step in PyTorch or JAX "
                                 "(a peer of `hlat bench train`).")
     parser.add_argument("--framework", required=True, choices=sorted(REQUIREMENTS))
-    parser.add_argument("--config", required=True, help="model config JSON (HlatConfig layout)")
+    parser.add_argument("--config", help="model config JSON (HlatConfig layout; train, generate)")
     parser.add_argument("--batch", required=True, type=int_at_least(1), help="sequences per step")
-    parser.add_argument("--seq-len", required=True, type=int_at_least(1),
-                        help="tokens per sequence")
+    parser.add_argument("--seq-len", type=int_at_least(1),
+                        help="tokens per sequence (train, generate)")
     parser.add_argument("--warmup", required=True, type=int_at_least(0), help="untimed steps")
     parser.add_argument("--steps", required=True, type=int_at_least(1), help="timed steps")
     parser.add_argument("--precision", required=True,
                         help=f"one of {', '.join(PRECISIONS)}")
     parser.add_argument("--threads", type=int_at_least(1), help="CPU threads to use")
-    parser.add_argument("--task", choices=("train", "generate"), default="train",
-                        help="time a training step, or greedy generation (pytorch only)")
+    parser.add_argument("--task", choices=("train", "generate", "cnn"), default="train",
+                        help="time a training step, greedy generation (pytorch only), or the "
+                             "small CNN's training step (pytorch only)")
+    parser.add_argument("--seed", type=int_at_least(0), default=5,
+                        help="seed of the generated images (--task cnn)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (--task cnn)")
     parser.add_argument("--new-tokens", type=int_at_least(2),
                         help="tokens generated per run (--task generate)")
     args = parser.parse_args()
     if args.task == "generate" and (args.framework != "pytorch" or args.new_tokens is None):
         fail("--task generate needs --framework pytorch and --new-tokens")
+    if args.task == "cnn" and args.framework != "pytorch":
+        fail("--task cnn needs --framework pytorch")
+    if args.task != "cnn" and (args.config is None or args.seq_len is None):
+        fail(f"--task {args.task} needs --config and --seq-len")
     if args.precision not in PRECISIONS:
         fail(f"--precision {args.precision!r} is not supported here "
              f"(the peers support {' and '.join(PRECISIONS)})")
@@ -165,8 +183,9 @@ def load_config(path):
     return config
 
 
-def require(framework):
-    missing = [name for name in REQUIREMENTS[framework] if importlib.util.find_spec(name) is None]
+def require(framework, task):
+    needed = ("torch",) if task == "cnn" else REQUIREMENTS[framework]
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         fail(f"the {framework} peer needs the Python package{'s' if len(missing) > 1 else ''} "
              f"{' and '.join(missing)}, not installed: python3 -m pip install {' '.join(missing)}",
@@ -479,19 +498,94 @@ def run_jax(config, args):
     }
 
 
+# cnn -----------------------------------------------------------------------------------------
+
+
+def generated_images(batch, seed):
+    """The images and labels of `hlat::vision::generated_batch`: a bright 6x5 square on noise,
+    its position telling the class, from the same xorshift64 stream."""
+    mask = (1 << 64) - 1
+    state = ((seed * 0x9E37_79B9_7F4A_7C15) & mask) | 1
+
+    def next_value():
+        nonlocal state
+        state ^= (state << 13) & mask
+        state ^= state >> 7
+        state ^= (state << 17) & mask
+        return state
+
+    pixels, labels = [], []
+    for _ in range(batch):
+        label = next_value() % CNN_CLASSES
+        row, column = 2 + 2 * (label // 5) * 6, 2 + (label % 5) * 5
+        for y in range(CNN_IMAGE_SIZE):
+            for x in range(CNN_IMAGE_SIZE):
+                noise = (next_value() % 256) / 1024.0
+                inside = row <= y < row + 6 and column <= x < column + 5
+                pixels.append(0.75 + noise if inside else noise)
+        labels.append(label)
+    return pixels, labels
+
+
+def run_pytorch_cnn(args):
+    """`hlat::vision::SmallCnn` in torch.nn, trained with Adam on the same generated images."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(SEED)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(8, 16, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(), nn.Linear(16 * 4 * 4, CNN_CLASSES),
+    ).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    pixels, labels = generated_images(args.batch, args.seed)
+    images = torch.tensor(pixels).reshape(args.batch, 1, CNN_IMAGE_SIZE, CNN_IMAGE_SIZE)
+    labels = torch.tensor(labels)
+
+    def step():
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    start = time.perf_counter()
+    step()
+    first_step_seconds = time.perf_counter() - start
+    median, final_loss = time_steps(step, args.warmup, args.steps)
+    return {
+        "first_step_seconds": first_step_seconds,
+        "median_step_seconds": median,
+        "final_loss": final_loss,
+        "version": f"torch {torch.__version__}",
+    }
+
+
 # main ----------------------------------------------------------------------------------------
 
 
 def main():
     args = parse_args()
-    config = load_config(args.config)
-    require(args.framework)
+    config = load_config(args.config) if args.config is not None else None
+    require(args.framework, args.task)
 
     # Only the result line goes to stdout: send everything else, the frameworks' own output
     # included (even from native code), to stderr.
     result_fd = os.dup(sys.stdout.fileno())
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+    if args.task == "cnn":
+        measured = run_pytorch_cnn(args)
+        measured["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        sys.stdout.flush()
+        with os.fdopen(result_fd, "w") as out:
+            out.write(json.dumps({"backend": "pytorch", **measured}) + "\n")
+        return
 
     if args.task == "generate":
         measured = run_pytorch_generate(config, args)

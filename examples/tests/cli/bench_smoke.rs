@@ -275,37 +275,19 @@ fn bench_generate_compiles_in_the_warmup_only() {
     assert!((1..=3).contains(&compiles), "{xla}");
 }
 
-/// The unrolled LSTM step trains the same model on every backend (equal losses), and on the
-/// Trainium executors every operation of a step is captured.
-#[test]
-fn bench_unrolled_trains_the_same_model_everywhere() {
+/// Runs `hlat bench <arguments> --backends host,xla,ndarray` and checks that every backend
+/// trained the same model (equal final losses), that the Trainium executors captured every
+/// operation of a step, and that nothing fell back to the host on `xla`.
+fn trains_the_same_model_everywhere(arguments: &[&str]) {
     require_plugin();
     let folder = tempfile::tempdir().unwrap();
-    let output = hlat(
-        &[
-            "bench",
-            "unrolled",
-            "--backends",
-            "host,xla,ndarray",
-            "--seq-len",
-            "3",
-            "--hidden",
-            "4",
-            "--batch",
-            "2",
-            "--warmup",
-            "1",
-            "--steps",
-            "1",
-            "--json",
-            "unrolled.json",
-        ],
-        folder.path(),
-    );
+    let mut command = vec!["bench"];
+    command.extend_from_slice(arguments);
+    command.extend_from_slice(&["--backends", "host,xla,ndarray", "--json", "loop.json"]);
+    let output = hlat(&command, folder.path());
     succeeded(&output);
     let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.path().join("unrolled.json")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(folder.path().join("loop.json")).unwrap()).unwrap();
     let results = report["results"].as_array().unwrap();
     assert_eq!(results.len(), 3, "{report}");
     let loss = |result: &serde_json::Value| result["final_loss"].as_f64().unwrap();
@@ -321,7 +303,34 @@ fn bench_unrolled_trains_the_same_model_everywhere() {
                 "{result}"
             );
         }
+        if result["backend"] == "xla" {
+            assert_eq!(result["host_fallbacks"].as_u64(), Some(0), "{result}");
+        }
     }
+}
+
+/// The unrolled LSTM step trains the same model on every backend.
+#[test]
+fn bench_unrolled_trains_the_same_model_everywhere() {
+    trains_the_same_model_everywhere(&[
+        "unrolled",
+        "--seq-len",
+        "3",
+        "--hidden",
+        "4",
+        "--batch",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "1",
+    ]);
+}
+
+/// The small CNN trains the same model on every backend, every operation compiled on `xla`.
+#[test]
+fn bench_cnn_trains_the_same_model_everywhere() {
+    trains_the_same_model_everywhere(&["cnn", "--batch", "4", "--warmup", "1", "--steps", "2"]);
 }
 
 #[test]

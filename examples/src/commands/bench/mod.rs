@@ -12,12 +12,14 @@
 //! `hlat bench generate --with-transformers` adds Hugging Face `generate`.
 
 mod backends;
+mod cnn;
 mod generate;
 mod ops;
 mod peak;
 mod peers;
 mod report;
 mod train;
+mod training_loop;
 mod unrolled;
 
 use clap::{Args, Subcommand};
@@ -40,6 +42,9 @@ enum BenchCommand {
     /// A training step of about ten thousand operations (an unrolled LSTM): time to the first
     /// step, compile seconds and steady step time.
     Unrolled(unrolled::UnrolledBenchArgs),
+    /// A small CNN in Burn's MNIST style (conv2d, max-pool, adaptive average pool, linear)
+    /// trained on generated images, on several backends and, with `--with-pytorch`, in PyTorch.
+    Cnn(cnn::CnnBenchArgs),
 }
 
 /// Runs `hlat bench`.
@@ -57,5 +62,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Ops(args) => ops::run(args),
         BenchCommand::Generate(args) => generate::run(args),
         BenchCommand::Unrolled(args) => unrolled::run(args),
+        BenchCommand::Cnn(args) => cnn::run(args),
     }
 }

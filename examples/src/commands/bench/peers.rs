@@ -1,7 +1,7 @@
 //! Peers in other frameworks, run by `scripts/bench_peer.py` (embedded in this binary) when the
 //! Python packages are installed: for `hlat bench train` the same model and step in PyTorch
 //! (`LlamaForCausalLM`, eager) and JAX (one `jit`); for `hlat bench generate` Hugging Face
-//! `generate` on the same model shape.
+//! `generate` on the same model shape; for `hlat bench cnn` the same small CNN in PyTorch eager.
 
 use std::process::Command;
 
@@ -82,7 +82,7 @@ pub fn run(python: &str, framework: Framework, step: &PeerStep<'_>) -> anyhow::R
         ("--steps", step.steps.to_string()),
         ("--precision", step.precision.to_string()),
     ];
-    run_script(python, framework, step.config, &arguments)
+    run_script(python, framework, Some(step.config), &arguments)
 }
 
 /// The greedy generation the transformers row of `hlat bench generate` runs.
@@ -123,28 +123,71 @@ pub fn run_generation(python: &str, run: &GenerationRun<'_>) -> anyhow::Result<G
         ("--steps", run.runs.to_string()),
         ("--precision", "f32".to_string()),
     ];
-    run_script(python, Framework::PyTorch, run.config, &arguments)
+    run_script(python, Framework::PyTorch, Some(run.config), &arguments)
 }
 
-/// Runs the peer script for `framework` on `config` with `arguments` and parses the JSON line it
-/// prints; a missing framework is an error that says what to install.
+/// The CNN training the PyTorch row of `hlat bench cnn` runs.
+pub struct CnnStep {
+    /// Images per step.
+    pub batch: usize,
+    /// The seed of the generated images (`hlat::vision::generated_batch`).
+    pub seed: u64,
+    /// Untimed steps after the first.
+    pub warmup: usize,
+    /// Timed steps.
+    pub steps: usize,
+    /// Adam's learning rate.
+    pub learning_rate: f64,
+}
+
+/// What the script prints for the CNN.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CnnResult {
+    /// Seconds of the first step.
+    pub first_step_seconds: f64,
+    /// Median seconds per timed step.
+    pub median_step_seconds: f64,
+    /// Peak resident memory, bytes.
+    pub peak_rss_bytes: u64,
+    /// The loss of the last step.
+    pub final_loss: f64,
+    /// Framework versions.
+    pub version: String,
+}
+
+/// Times the CNN's training step in PyTorch eager with the peer script.
+pub fn run_cnn(python: &str, step: &CnnStep) -> anyhow::Result<CnnResult> {
+    let arguments = [
+        ("--task", "cnn".to_string()),
+        ("--batch", step.batch.to_string()),
+        ("--seed", step.seed.to_string()),
+        ("--warmup", step.warmup.to_string()),
+        ("--steps", step.steps.to_string()),
+        ("--lr", step.learning_rate.to_string()),
+        ("--precision", "f32".to_string()),
+    ];
+    run_script(python, Framework::PyTorch, None, &arguments)
+}
+
+/// Runs the peer script for `framework` (on `config`, for the language-model tasks) with
+/// `arguments` and parses the JSON line it prints; a missing framework is an error that says
+/// what to install.
 fn run_script<T: DeserializeOwned>(
     python: &str,
     framework: Framework,
-    config: &HlatConfig,
+    config: Option<&HlatConfig>,
     arguments: &[(&str, String)],
 ) -> anyhow::Result<T> {
     let folder = tempfile::tempdir().context("creating a folder for the peer script")?;
     let script = folder.path().join("bench_peer.py");
     std::fs::write(&script, SCRIPT).context("writing the peer script")?;
-    let config_path = folder.path().join("config.json");
-    std::fs::write(&config_path, serde_json::to_vec(config)?).context("writing the config")?;
     let mut command = Command::new(python);
-    command
-        .arg(&script)
-        .args(["--framework", framework.name()])
-        .arg("--config")
-        .arg(&config_path);
+    command.arg(&script).args(["--framework", framework.name()]);
+    if let Some(config) = config {
+        let config_path = folder.path().join("config.json");
+        std::fs::write(&config_path, serde_json::to_vec(config)?).context("writing the config")?;
+        command.arg("--config").arg(&config_path);
+    }
     for (flag, value) in arguments {
         command.args([*flag, value.as_str()]);
     }

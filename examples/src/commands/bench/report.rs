@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use super::generate::GenerateReport;
 use super::train::{TrainMeasurement, TrainReport};
-use super::unrolled::UnrolledReport;
+use super::training_loop::LoopMeasurement;
 use crate::commands::plot::{Canvas, load_font, write_atomically};
 
 /// The command line of this process, as typed (`hlat bench ...`).
@@ -236,39 +236,45 @@ pub fn generate_table(report: &GenerateReport) -> String {
     table
 }
 
-/// The Markdown table of the unrolled-step benchmark: time to the first step, compiles and the
-/// steady step time, with ratios of the steady step against the baseline.
-pub fn unrolled_table(report: &UnrolledReport) -> String {
-    let baseline = report
-        .results
+/// The Markdown table of a training-loop benchmark (`hlat bench unrolled`, `hlat bench cnn`):
+/// time to the first step, compiles, the steady step time with its ratio against `baseline`,
+/// host fallbacks and memory.
+pub fn loop_table(
+    results: &[LoopMeasurement],
+    baseline: &str,
+    failures: &[(String, String)],
+) -> String {
+    let baseline = results
         .iter()
-        .find(|result| result.backend == report.baseline)
-        .map(|result| result.median_step_seconds);
+        .find(|result| result.backend == baseline)
+        .map(|result| result.timing.median_step_seconds);
     let mut table = String::from(
-        "| backend | first step | compiles (first step + later) | compile s | median step | vs baseline | ops/step | peak RSS | final loss |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| backend | first step | compiles (first step + later) | compile s | median step | vs baseline | ops/step | host fallbacks | peak RSS | final loss |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
-    for result in &report.results {
+    for result in results {
+        let timing = &result.timing;
         let ratio = baseline.map_or_else(
             || "n/a".to_string(),
-            |base| format!("{:.2}×", base / result.median_step_seconds),
+            |base| format!("{:.2}×", base / timing.median_step_seconds),
         );
         let _ = writeln!(
             table,
-            "| {} | {:.2} s | {} + {} | {:.1} | {:.1} ms | {} | {} | {:.0} MiB | {:.6} |",
+            "| {} | {:.2} s | {} + {} | {:.1} | {:.1} ms | {} | {} | {} | {:.0} MiB | {:.6} |",
             result.backend,
-            result.first_step_seconds,
-            result.first_step_compiles,
-            result.later_compiles,
-            result.compile_seconds,
-            result.median_step_seconds * 1e3,
+            timing.first_step_seconds,
+            timing.first_step_compiles,
+            timing.later_compiles,
+            timing.compile_seconds,
+            timing.median_step_seconds * 1e3,
             ratio,
-            result.operations_per_step,
+            timing.operations_per_step,
+            timing.host_fallbacks,
             mebibytes(result.peak_rss_bytes),
-            result.final_loss
+            timing.final_loss
         );
     }
-    failure_rows(&mut table, &report.failures, 9);
+    failure_rows(&mut table, failures, 10);
     table
 }
 

@@ -5,12 +5,11 @@
 //! seconds and the steady-state step time.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Lstm, LstmConfig};
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use burn_trainium::{Trainium, TrainiumDevice};
@@ -18,10 +17,10 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, median, peak_resident_bytes, same_weights, trainium_stats,
-    worker_backend,
+    self, BackendName, emit_result, peak_resident_bytes, same_weights, worker_backend,
 };
 use super::report;
+use super::training_loop::{LoopMeasurement, Steps, time_training};
 use crate::commands::ranges::at_least_one;
 
 /// Features of each input step.
@@ -64,31 +63,6 @@ pub struct UnrolledBenchArgs {
     pub worker: bool,
 }
 
-/// One backend's measurement of the unrolled step.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct UnrolledMeasurement {
-    /// The backend measured.
-    pub backend: String,
-    /// Seconds from the start to the end of the first step (its compiles included).
-    pub first_step_seconds: f64,
-    /// Median seconds per timed step.
-    pub median_step_seconds: f64,
-    /// Programs compiled in the first step, and after it.
-    pub first_step_compiles: u64,
-    /// Programs compiled after the first step (a steady step compiles nothing).
-    pub later_compiles: u64,
-    /// Seconds spent compiling.
-    pub compile_seconds: f64,
-    /// Operations captured per timed step (Trainium only).
-    pub operations_per_step: u64,
-    /// Peak resident memory of the process, bytes.
-    pub peak_rss_bytes: u64,
-    /// The loss of the last step (every backend trains the same model on the same data).
-    pub final_loss: f64,
-    /// What ran.
-    pub version: String,
-}
-
 /// A full `hlat bench unrolled` run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UnrolledReport {
@@ -105,7 +79,7 @@ pub struct UnrolledReport {
     /// The segment cap of the Trainium backends (`--segment-cap`), if one was set.
     pub segment_cap: Option<usize>,
     /// One entry per backend that ran.
-    pub results: Vec<UnrolledMeasurement>,
+    pub results: Vec<LoopMeasurement>,
     /// Backends that could not run, with the reason.
     pub failures: Vec<(String, String)>,
     /// A description of the machine.
@@ -143,7 +117,7 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
         return emit_result(&measure_backend(backend, &args)?);
     }
     let (results, failures) =
-        backends::measure_each::<UnrolledMeasurement>(&args.backends, &[], "the unrolled step")?;
+        backends::measure_each::<LoopMeasurement>(&args.backends, &[], "the unrolled step")?;
     let report = UnrolledReport {
         command: report::command_line(),
         seq_len: args.seq_len,
@@ -156,14 +130,15 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
         machine: report::machine_description(),
         build: report::build_description(),
     };
-    report::publish(&report::unrolled_table(&report), &report, &args.json)?;
+    let table = report::loop_table(&report.results, &report.baseline, &report.failures);
+    report::publish(&table, &report, &args.json)?;
     Ok(())
 }
 
 fn measure_backend(
     backend: BackendName,
     args: &UnrolledBenchArgs,
-) -> anyhow::Result<UnrolledMeasurement> {
+) -> anyhow::Result<LoopMeasurement> {
     match backend {
         BackendName::TrainiumHost => {
             measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, args)
@@ -193,7 +168,7 @@ fn measure<B: AutodiffBackend>(
     backend: BackendName,
     device: B::Device,
     args: &UnrolledBenchArgs,
-) -> anyhow::Result<UnrolledMeasurement>
+) -> anyhow::Result<LoopMeasurement>
 where
     B::Device: 'static,
 {
@@ -204,7 +179,7 @@ where
     let cpu = Default::default();
     <NdArray as Backend>::seed(&cpu, 7);
     let reference = Recurrent::<NdArray>::new(args.hidden, &cpu);
-    let mut model = same_weights(
+    let model = same_weights(
         reference,
         Recurrent::<B>::new(args.hidden, &device),
         &device,
@@ -220,51 +195,21 @@ where
         TensorData::new(values(args.batch, 2), [args.batch, 1]),
         &device,
     );
-    let mut optimizer = AdamConfig::new().init::<B, Recurrent<B>>();
-    B::sync(&device)?;
-    let start_stats = trainium_stats(&device).unwrap_or_default();
-    let mut after_first = start_stats;
-    let mut step_start_stats = start_stats;
-    let mut first_step_seconds = 0.0;
-    let mut step_seconds = Vec::new();
-    let mut final_loss = f64::NAN;
-    for step in 0..1 + args.warmup + args.steps {
-        if step == 1 + args.warmup {
-            step_start_stats = trainium_stats(&device).unwrap_or_default();
-        }
-        let start = Instant::now();
-        let loss = (model.forward(inputs.clone()) - targets.clone())
+    let optimizer = AdamConfig::new().init::<B, Recurrent<B>>();
+    let steps = Steps {
+        warmup: args.warmup,
+        timed: args.steps,
+        learning_rate: 1e-3,
+    };
+    let timing = time_training(&device, model, optimizer, steps, |model| {
+        (model.forward(inputs.clone()) - targets.clone())
             .powi_scalar(2)
-            .mean();
-        let gradients = GradientsParams::from_grads(loss.backward(), &model);
-        model = optimizer.step(1e-3, model, gradients);
-        // Reading the loss runs the step; the sync runs the update too.
-        final_loss = loss
-            .into_data()
-            .convert::<f64>()
-            .into_vec::<f64>()
-            .map_err(|error| anyhow::anyhow!("reading the loss: {error:?}"))?[0];
-        B::sync(&device)?;
-        let seconds = start.elapsed().as_secs_f64();
-        if step == 0 {
-            first_step_seconds = seconds;
-            after_first = trainium_stats(&device).unwrap_or_default();
-        } else if step > args.warmup {
-            step_seconds.push(seconds);
-        }
-    }
-    let end = trainium_stats(&device).unwrap_or_default();
-    Ok(UnrolledMeasurement {
+            .mean()
+    })?;
+    Ok(LoopMeasurement {
         backend: backend.name().to_string(),
-        first_step_seconds,
-        median_step_seconds: median(&step_seconds),
-        first_step_compiles: after_first.compiles - start_stats.compiles,
-        later_compiles: end.compiles - after_first.compiles,
-        compile_seconds: end.compile_seconds - start_stats.compile_seconds,
-        operations_per_step: (end.operations_captured - step_start_stats.operations_captured)
-            / args.steps as u64,
+        timing,
         peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
-        final_loss,
         version: backend.description().to_string(),
     })
 }

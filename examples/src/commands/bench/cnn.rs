@@ -1,0 +1,172 @@
+//! `hlat bench cnn`: a small CNN in Burn's MNIST style (`hlat::vision::SmallCnn`: conv2d, ReLU,
+//! max-pool, conv2d, adaptive average pool, linear; cross-entropy, Adam) trained on generated
+//! images, timed on several backends in one run, and with `--with-pytorch` the same network in
+//! PyTorch eager beside them. Host fallbacks are counted per backend: on `xla` every operation
+//! of the step is compiled.
+
+use std::path::PathBuf;
+
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::optim::AdamConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_trainium::{Trainium, TrainiumDevice};
+use clap::Args;
+use hlat::vision::{SmallCnn, generated_batch};
+use serde::{Deserialize, Serialize};
+
+use super::backends::{
+    self, BackendName, emit_result, peak_resident_bytes, same_weights, worker_backend,
+};
+use super::peers;
+use super::report;
+use super::training_loop::{LoopMeasurement, LoopTiming, Steps, time_training};
+use crate::commands::ranges::at_least_one;
+
+/// The seed of the generated images (the PyTorch peer generates the same ones).
+const IMAGES_SEED: u64 = 5;
+/// Adam's learning rate.
+const LEARNING_RATE: f64 = 1e-3;
+
+/// Arguments of `hlat bench cnn`.
+#[derive(Args, Clone)]
+pub struct CnnBenchArgs {
+    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
+    #[arg(long, default_value = "host,xla,ndarray")]
+    pub backends: String,
+    /// The backend the ratios are computed against.
+    #[arg(long, default_value = "ndarray")]
+    pub baseline: String,
+    /// Images per step.
+    #[arg(long, default_value_t = 32, value_parser = at_least_one::<usize>())]
+    pub batch: usize,
+    /// Untimed steps after the first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Timed steps.
+    #[arg(long, default_value_t = 10, value_parser = at_least_one::<usize>())]
+    pub steps: usize,
+    /// Also time the same network and step in PyTorch (eager), when torch is installed.
+    #[arg(long)]
+    pub with_pytorch: bool,
+    /// The Python interpreter of the PyTorch peer.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench-cnn.json")]
+    pub json: PathBuf,
+    /// Internal: measure one backend in this process and print its result.
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+/// A full `hlat bench cnn` run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CnnReport {
+    /// The command line that produced the report.
+    pub command: String,
+    /// Images per step.
+    pub batch: usize,
+    /// The baseline of the ratios.
+    pub baseline: String,
+    /// One entry per backend that ran (PyTorch's starts from its own initial weights, so its
+    /// loss differs).
+    pub results: Vec<LoopMeasurement>,
+    /// Backends that could not run, with the reason.
+    pub failures: Vec<(String, String)>,
+    /// A description of the machine.
+    pub machine: String,
+    /// How this `hlat` binary was built.
+    pub build: String,
+}
+
+/// Runs `hlat bench cnn`.
+pub fn run(args: CnnBenchArgs) -> anyhow::Result<()> {
+    if args.worker {
+        let backend = worker_backend(&args.backends)?;
+        return emit_result(&measure_backend(backend, &args)?);
+    }
+    let (mut results, mut failures) =
+        backends::measure_each::<LoopMeasurement>(&args.backends, &[], "the CNN step")?;
+    if args.with_pytorch {
+        let step = peers::CnnStep {
+            batch: args.batch,
+            seed: IMAGES_SEED,
+            warmup: args.warmup,
+            steps: args.steps,
+            learning_rate: LEARNING_RATE,
+        };
+        match peers::run_cnn(&args.python, &step) {
+            Ok(peer) => results.push(LoopMeasurement {
+                backend: "pytorch".to_string(),
+                timing: LoopTiming {
+                    first_step_seconds: peer.first_step_seconds,
+                    median_step_seconds: peer.median_step_seconds,
+                    final_loss: peer.final_loss,
+                    ..LoopTiming::default()
+                },
+                peak_rss_bytes: peer.peak_rss_bytes,
+                version: peer.version,
+            }),
+            Err(error) => failures.push(("pytorch".to_string(), format!("{error:#}"))),
+        }
+    }
+    let report = CnnReport {
+        command: report::command_line(),
+        batch: args.batch,
+        baseline: args.baseline.clone(),
+        results,
+        failures,
+        machine: report::machine_description(),
+        build: report::build_description(),
+    };
+    let table = report::loop_table(&report.results, &report.baseline, &report.failures);
+    report::publish(&table, &report, &args.json)?;
+    Ok(())
+}
+
+fn measure_backend(backend: BackendName, args: &CnnBenchArgs) -> anyhow::Result<LoopMeasurement> {
+    match backend {
+        BackendName::TrainiumHost => {
+            measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, args)
+        }
+        BackendName::TrainiumXla => {
+            measure::<Autodiff<Trainium>>(backend, backends::xla_device()?, args)
+        }
+        BackendName::NdArray => measure::<Autodiff<NdArray>>(backend, Default::default(), args),
+        BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), args),
+    }
+}
+
+fn measure<B: AutodiffBackend>(
+    backend: BackendName,
+    device: B::Device,
+    args: &CnnBenchArgs,
+) -> anyhow::Result<LoopMeasurement>
+where
+    B::Device: 'static,
+{
+    // The same initial weights on every backend: drawn on NdArray, moved as data.
+    let cpu = Default::default();
+    <NdArray as Backend>::seed(&cpu, 7);
+    let model = same_weights(
+        SmallCnn::<NdArray>::new(&cpu),
+        SmallCnn::<B>::new(&device),
+        &device,
+    )?;
+    let (images, labels) = generated_batch::<B>(args.batch, IMAGES_SEED, &device);
+    let optimizer = AdamConfig::new().init::<B, SmallCnn<B>>();
+    let steps = Steps {
+        warmup: args.warmup,
+        timed: args.steps,
+        learning_rate: LEARNING_RATE,
+    };
+    let timing = time_training(&device, model, optimizer, steps, |model| {
+        model.loss(images.clone(), labels.clone())
+    })?;
+    Ok(LoopMeasurement {
+        backend: backend.name().to_string(),
+        timing,
+        peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
+        version: backend.description().to_string(),
+    })
+}
