@@ -1,5 +1,5 @@
-//! `hlat merge`: mergekit-style merges of Hugging Face checkpoints of one architecture, from a
-//! configuration in mergekit's YAML layout.
+//! `hlat merge`: merges of Hugging Face checkpoints of one architecture as mergekit 0.1.5 makes
+//! them, from a configuration in mergekit's YAML layout (docs/merge.md).
 
 use std::path::PathBuf;
 
@@ -9,11 +9,12 @@ use hlat::merge::{MergeConfig, merge};
 /// Arguments of `hlat merge`.
 #[derive(Args)]
 pub struct MergeArgs {
-    /// The merge configuration (mergekit's layout: `merge_method`, `base_model`, `models` with
-    /// `parameters`, `dtype`). Model folders are read relative to the working directory.
+    /// The merge configuration, in mergekit's layout: `merge_method`, `base_model`, `models` or
+    /// `slices`, `parameters`, `dtype`, `out_dtype`, `tokenizer_source: base`. Model folders are
+    /// read relative to the working directory, as mergekit reads them.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// The new Hugging Face folder to write.
+    /// The new Hugging Face folder to write (an existing one is refused and left as it is).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
 }
@@ -23,11 +24,12 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
     let config = MergeConfig::from_file(&args.config)?;
     let summary = merge(&config, &args.out)?;
     println!(
-        "merged {} models ({:?}) into {}: {} tensors, {}",
+        "merged {} models ({}) into {}: {} tensors, {} layers, {}",
         summary.models.len(),
-        config.method,
+        config.method.name(),
         args.out.display(),
         summary.tensors,
+        summary.layers,
         summary.dtype.torch_name()
     );
     Ok(())
