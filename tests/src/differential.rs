@@ -467,6 +467,90 @@ fn indexing() {
     );
 }
 
+fn gather_nd_slices<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 3>([4, 3, 5], 80, p, device)
+        .gather_nd::<3, 3>(ints([2, 3, 2], 81, 3, device))
+        .into_data()
+}
+
+fn scatter_nd_add<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 3>([4, 3, 5], 82, p, device)
+        .scatter_nd(
+            ints::<B, 2>([6, 2], 83, 3, device),
+            float::<B, 2>([6, 5], 84, p, device),
+            IndexingUpdateOp::Add,
+        )
+        .into_data()
+}
+
+fn unfold_windows<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    float::<B, 3>([3, 10, 2], 85, p, device)
+        .unfold::<4, _>(1, 4, 3)
+        .into_data()
+}
+
+fn cross_product<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let lhs = float::<B, 3>([2, 3, 4], 86, p, device);
+    let rhs = float::<B, 3>([1, 3, 4], 87, p, device);
+    lhs.cross(rhs, 1).into_data()
+}
+
+fn top_values<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let tensor = distinct::<B, 2>([6, 9], 88, p, device);
+    let rows = tensor.clone().topk(3, 1).flatten::<1>(0, 1);
+    let columns = tensor.topk(2, 0).flatten::<1>(0, 1);
+    Tensor::cat(vec![rows, columns], 0).into_data()
+}
+
+/// `argtopk` (burn-ndarray has none: the reference takes the positions of a descending sort).
+fn top_positions<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let tensor = distinct::<B, 2>([6, 9], 89, p, device);
+    let rows = tensor.clone().argtopk(3, 1).flatten::<1>(0, 1);
+    let columns = tensor.argtopk(2, 0).flatten::<1>(0, 1);
+    Tensor::cat(vec![rows, columns], 0).into_data()
+}
+
+fn top_positions_by_sort<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
+    let tensor = distinct::<B, 2>([6, 9], 89, p, device);
+    let rows = tensor.clone().topk_with_indices(3, 1).1.flatten::<1>(0, 1);
+    let columns = tensor.topk_with_indices(2, 0).1.flatten::<1>(0, 1);
+    Tensor::cat(vec![rows, columns], 0).into_data()
+}
+
+#[test]
+fn multi_dimensional_indexing_windows_cross_and_top_k() {
+    check(
+        "gather_nd_slices",
+        gather_nd_slices::<Reference>,
+        gather_nd_slices::<Trainium>,
+    );
+    check(
+        "scatter_nd_add",
+        scatter_nd_add::<Reference>,
+        scatter_nd_add::<Trainium>,
+    );
+    check(
+        "unfold_windows",
+        unfold_windows::<Reference>,
+        unfold_windows::<Trainium>,
+    );
+    check(
+        "cross_product",
+        cross_product::<Reference>,
+        cross_product::<Trainium>,
+    );
+    check(
+        "top_values",
+        top_values::<Reference>,
+        top_values::<Trainium>,
+    );
+    check(
+        "top_positions",
+        top_positions_by_sort::<Reference>,
+        top_positions::<Trainium>,
+    );
+}
+
 fn slice_and_slice_assign<B: Backend>(device: &B::Device, p: Precision) -> TensorData {
     let x = float::<B, 3>([4, 6, 5], 39, p, device);
     let part = x.clone().slice(s![1..3, 2..6, ..]);

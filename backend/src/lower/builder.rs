@@ -748,6 +748,109 @@ impl Builder {
 }
 
 impl Builder {
+    /// Sorts `keys` along `dimension` in descending order, stably (equal keys keep their order),
+    /// carrying `values` (of the same shape) along: the sorted keys and values.
+    pub fn sort_descending(
+        &mut self,
+        keys: &Value,
+        values: &Value,
+        dimension: usize,
+    ) -> (Value, Value) {
+        let comparator = self.descending_comparator(keys.element_type, values.element_type);
+        let id = fresh_id(&mut self.next_id);
+        let mut sort = HloInstructionProto {
+            name: format!("sort.{id}"),
+            opcode: "sort".to_string(),
+            shape: Some(hlo::tuple_shape(vec![
+                hlo::array_shape(keys.element_type, &keys.dims),
+                hlo::array_shape(values.element_type, &values.dims),
+            ])),
+            id,
+            operand_ids: vec![keys.id, values.id],
+            dimensions: vec![dimension as i64],
+            called_computation_ids: vec![comparator],
+            is_stable: true,
+            ..Default::default()
+        };
+        if !self.op_name.is_empty() {
+            sort.metadata = Some(OpMetadata {
+                op_type: String::new(),
+                op_name: self.op_name.clone(),
+            });
+        }
+        self.instructions.push(sort);
+        let mut element = |index: i64, value: &Value| {
+            let mut element = self.op("get-tuple-element", value.element_type, &value.dims, &[]);
+            element.operand_ids = vec![id];
+            element.tuple_index = index;
+            self.push(element)
+        };
+        (element(0, keys), element(1, values))
+    }
+
+    /// The comparator `(key a, key b, value a, value b) -> key a > key b` of a descending sort.
+    fn descending_comparator(&mut self, key_type: PrimitiveType, value_type: PrimitiveType) -> i64 {
+        let types = [key_type, key_type, value_type, value_type];
+        let parameters: Vec<HloInstructionProto> = types
+            .iter()
+            .enumerate()
+            .map(|(number, &element_type)| {
+                let mut parameter = instruction(
+                    fresh_id(&mut self.next_id),
+                    "parameter",
+                    element_type,
+                    &[],
+                    &[],
+                );
+                parameter.parameter_number = number as i64;
+                parameter.name = format!("p{number}.{}", parameter.id);
+                parameter
+            })
+            .collect();
+        let scalar = |parameter: &HloInstructionProto, element_type| Value {
+            id: parameter.id,
+            element_type,
+            dims: Vec::new(),
+        };
+        let (a, b) = (
+            scalar(&parameters[0], key_type),
+            scalar(&parameters[1], key_type),
+        );
+        let mut root = instruction(
+            fresh_id(&mut self.next_id),
+            "compare",
+            PrimitiveType::Pred,
+            &[],
+            &[&a, &b],
+        );
+        root.comparison_direction = Direction::Gt.name().to_string();
+        let root_id = root.id;
+        let id = fresh_id(&mut self.next_id);
+        let program_shape = ProgramShapeProto {
+            parameters: types
+                .iter()
+                .map(|&element_type| hlo::array_shape(element_type, &[]))
+                .collect(),
+            result: Some(hlo::array_shape(PrimitiveType::Pred, &[])),
+            parameter_names: ["a", "b", "value_a", "value_b"]
+                .iter()
+                .map(|name| name.to_string())
+                .collect(),
+        };
+        let mut instructions = parameters;
+        instructions.push(root);
+        self.computations.push(HloComputationProto {
+            name: format!("descending.{id}"),
+            instructions,
+            program_shape: Some(program_shape),
+            id,
+            root_id,
+        });
+        id
+    }
+}
+
+impl Builder {
     /// Reinterprets the bits of `operand` as `element_type` (of the same width).
     pub fn bitcast(&mut self, operand: &Value, element_type: PrimitiveType) -> Value {
         let instruction = self.op(

@@ -10,7 +10,7 @@ use super::context::{Lowered, Lowering, unsupported};
 use super::conv::{self, Geometry};
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
-use super::{attention, collective, creation, index, matmul, pool, random, resample, shape};
+use super::{attention, collective, creation, index, matmul, pool, random, resample, shape, sort};
 
 impl Lowering {
     /// Lowers one operation, or says why it has no lowering.
@@ -57,7 +57,9 @@ impl Lowering {
             Op::Cast(ir) => elementwise::cast(self, &ir.input, &ir.out),
             Op::Empty(ir) | Op::Zeros(ir) => creation::filled(self, ir, 0.0),
             Op::Ones(ir) => creation::filled(self, ir, 1.0),
-            Op::Unfold(_) | Op::ScatterNd(_) | Op::GatherNd(_) => unsupported("no lowering yet"),
+            Op::Unfold(ir) => shape::unfold(self, ir),
+            Op::ScatterNd(ir) => index::scatter_nd(self, ir),
+            Op::GatherNd(ir) => index::gather_nd(self, ir),
         }
     }
 
@@ -108,7 +110,8 @@ impl Lowering {
             Op::CumProd(ir) => reduce::cumulative(self, Reduction::Prod, ir),
             Op::CumMin(ir) => reduce::cumulative(self, Reduction::Min, ir),
             Op::CumMax(ir) => reduce::cumulative(self, Reduction::Max, ir),
-            Op::ArgTopK(_) | Op::TopK(_) => unsupported("no lowering yet (needs a sort)"),
+            Op::ArgTopK(ir) => sort::top_k(self, ir, true),
+            Op::TopK(ir) => sort::top_k(self, ir, false),
         }
     }
 
@@ -177,7 +180,8 @@ impl Lowering {
             Op::ArcSinh(ir) => elementwise::unary(self, Function::ArcSinh, ir),
             Op::ArcTan(ir) => elementwise::unary(self, Function::ArcTan, ir),
             Op::ArcTanh(ir) => elementwise::unary(self, Function::ArcTanh, ir),
-            Op::Cross(_) | Op::Quantize(_) | Op::Dequantize(_) | Op::GridSample2d(_) => {
+            Op::Cross(ir) => elementwise::cross(self, ir),
+            Op::Quantize(_) | Op::Dequantize(_) | Op::GridSample2d(_) => {
                 unsupported("no lowering yet")
             }
         }

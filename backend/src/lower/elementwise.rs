@@ -1,8 +1,9 @@
 //! Elementwise operations: arithmetic with broadcasting, scalar operands, comparisons,
-//! transcendental functions, bitwise and boolean logic, casts.
+//! transcendental functions, bitwise and boolean logic, casts, and the cross product of
+//! 3-vectors.
 
 use burn_backend::DType;
-use burn_ir::{BinaryOpIr, ClampOpIr, ScalarOpIr, TensorIr, UnaryOpIr};
+use burn_ir::{BinaryOpIr, ClampOpIr, CrossOpIr, ScalarOpIr, TensorIr, UnaryOpIr};
 
 use super::OperatorRules;
 use super::builder::{Direction, Value};
@@ -325,5 +326,35 @@ pub(crate) fn power_scalar(cx: &mut Lowering, ir: &ScalarOpIr, _dtype: DType) ->
             builder.binary("power", &lhs, &exponent)
         }
     };
+    cx.set(&ir.out, value)
+}
+
+/// `cross(lhs, rhs, dim)`: the cross product of the 3-vectors along `dim` (broadcast).
+pub(crate) fn cross(cx: &mut Lowering, ir: &CrossOpIr) -> Lowered {
+    let out_dims = dims(&ir.out);
+    let lhs = cx.get(&ir.lhs)?;
+    let rhs = cx.get(&ir.rhs)?;
+    let lhs = cx.builder.broadcast_to(&lhs, &out_dims);
+    let rhs = cx.builder.broadcast_to(&rhs, &out_dims);
+    let rhs = cx.builder.convert(&rhs, lhs.element_type);
+    let mut component = |value: &Value, index: i64| {
+        let mut start = vec![0; out_dims.len()];
+        let mut limit = out_dims.clone();
+        start[ir.dim] = index;
+        limit[ir.dim] = index + 1;
+        cx.builder
+            .slice(value, &start, &limit, &vec![1; out_dims.len()])
+    };
+    let a = [0, 1, 2].map(|index| component(&lhs, index));
+    let b = [0, 1, 2].map(|index| component(&rhs, index));
+    let parts: Vec<Value> = [(1, 2), (2, 0), (0, 1)]
+        .iter()
+        .map(|&(i, j)| {
+            let forward = cx.builder.binary("multiply", &a[i], &b[j]);
+            let backward = cx.builder.binary("multiply", &a[j], &b[i]);
+            cx.builder.binary("subtract", &forward, &backward)
+        })
+        .collect();
+    let value = cx.builder.concatenate(&parts, ir.dim);
     cx.set(&ir.out, value)
 }

@@ -1,10 +1,10 @@
-//! Indexed reads and writes: gather, scatter, select, select-assign, masks, and the embedding
-//! module with its backward pass.
+//! Indexed reads and writes: gather, scatter, their multi-dimensional forms (`gather_nd`,
+//! `scatter_nd`), select, select-assign, masks, and the embedding module with its backward pass.
 
 use burn_backend::tensor::IndexingUpdateOp;
 use burn_ir::{
-    EmbeddingBackwardOpIr, EmbeddingOpIr, GatherOpIr, MaskFillOpIr, MaskWhereOpIr, ScatterOpIr,
-    SelectAssignOpIr, SelectOpIr,
+    EmbeddingBackwardOpIr, EmbeddingOpIr, GatherNdOpIr, GatherOpIr, MaskFillOpIr, MaskWhereOpIr,
+    ScatterNdOpIr, ScatterOpIr, SelectAssignOpIr, SelectOpIr,
 };
 
 use super::builder::{Combiner, Direction, Value};
@@ -108,6 +108,54 @@ pub(crate) fn scatter_along(
     };
     cx.builder
         .scatter(tensor, &coordinates, updates, numbers, combiner)
+}
+
+/// `gather_nd(data, indices [.., m])`: the slices `data[indices[i, 0], .., indices[i, m-1], ..]`,
+/// `indices.shape[..-1] + data.shape[m..]`.
+pub(crate) fn gather_nd(cx: &mut Lowering, ir: &GatherNdOpIr) -> Lowered {
+    let data = cx.get(&ir.data)?;
+    let indices = cx.get(&ir.indices)?;
+    let batch = indices.rank() as i64 - 1;
+    let depth = indices.dims[indices.rank() - 1];
+    let indexed: Vec<i64> = (0..depth).collect();
+    let numbers = GatherDimensionNumbers {
+        offset_dims: (batch..batch + data.rank() as i64 - depth).collect(),
+        collapsed_slice_dims: indexed.clone(),
+        start_index_map: indexed,
+        index_vector_dim: batch,
+        ..Default::default()
+    };
+    let slice_sizes: Vec<i64> = (0..data.rank() as i64)
+        .map(|d| if d < depth { 1 } else { data.dims[d as usize] })
+        .collect();
+    let value = cx
+        .builder
+        .gather(&data, &indices, numbers, &slice_sizes, &dims(&ir.out));
+    cx.set(&ir.out, value)
+}
+
+/// `scatter_nd(data, indices [.., m], values, reduction)`: each slice of `values` combined into
+/// `data` at `indices[i, 0..m]`.
+pub(crate) fn scatter_nd(cx: &mut Lowering, ir: &ScatterNdOpIr) -> Lowered {
+    let data = cx.get(&ir.data)?;
+    let indices = cx.get(&ir.indices)?;
+    let values = cx.get(&ir.values)?;
+    let values = cx.builder.convert(&values, data.element_type);
+    let batch = indices.rank() as i64 - 1;
+    let depth = indices.dims[indices.rank() - 1];
+    let indexed: Vec<i64> = (0..depth).collect();
+    let numbers = ScatterDimensionNumbers {
+        update_window_dims: (batch..batch + data.rank() as i64 - depth).collect(),
+        inserted_window_dims: indexed.clone(),
+        scatter_dims_to_operand_dims: indexed,
+        index_vector_dim: batch,
+        ..Default::default()
+    };
+    let combiner = combiner(&ir.reduction, data.element_type);
+    let result = cx
+        .builder
+        .scatter(&data, &indices, &values, numbers, combiner);
+    cx.set(&ir.out, result)
 }
 
 /// A scatter of one index per line along `dim` (`indices` of size 1 there and the tensor's size

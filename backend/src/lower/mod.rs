@@ -28,6 +28,7 @@ mod random;
 mod reduce;
 mod resample;
 mod shape;
+mod sort;
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -1,13 +1,14 @@
 //! Operations that move elements without computing: reshape, transposes, flips, expansion,
-//! slices (read and assign), concatenation and repetition.
+//! slices (read and assign), concatenation, repetition and sliding windows (`unfold`).
 
 use burn_backend::Slice;
 use burn_ir::{
     CatOpIr, FlipOpIr, PermuteOpIr, RepeatDimOpIr, ShapeOpIr, SliceAssignOpIr, SliceOpIr,
-    SwapDimsOpIr,
+    SwapDimsOpIr, UnfoldOpIr,
 };
 
 use super::context::{Lowered, Lowering, dims, unsupported};
+use crate::hlo::GatherDimensionNumbers;
 
 /// `reshape`: same elements, new dimensions.
 pub(crate) fn reshape(cx: &mut Lowering, ir: &ShapeOpIr) -> Lowered {
@@ -124,5 +125,36 @@ pub(crate) fn repeat_dim(cx: &mut Lowering, ir: &RepeatDimOpIr) -> Lowered {
         .collect();
     let repeated = cx.builder.broadcast(&input, &stretched, &mapping);
     let value = cx.builder.reshape(&repeated, &dims(&ir.out));
+    cx.set(&ir.out, value)
+}
+
+/// `unfold(dim, size, step)`: every complete window of `size` elements along `dim`, advanced by
+/// `step`; the windows replace `dim` and their elements form a new last dimension (a gather at
+/// the constant positions `window · step + offset`).
+pub(crate) fn unfold(cx: &mut Lowering, ir: &UnfoldOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let out_dims = dims(&ir.out);
+    let rank = input.rank() as i64;
+    let windows = out_dims[ir.dim];
+    let size = ir.size as i64;
+    let positions: Vec<i32> = (0..windows)
+        .flat_map(|window| (0..size).map(move |offset| (window * ir.step as i64 + offset) as i32))
+        .collect();
+    let positions = cx.builder.constant_s32(&positions);
+    let positions = cx.builder.reshape(&positions, &[windows, size, 1]);
+    let numbers = GatherDimensionNumbers {
+        offset_dims: (0..=rank)
+            .filter(|&d| d != ir.dim as i64 && d != rank)
+            .collect(),
+        collapsed_slice_dims: vec![ir.dim as i64],
+        start_index_map: vec![ir.dim as i64],
+        index_vector_dim: 2,
+        ..Default::default()
+    };
+    let mut slice_sizes = input.dims.clone();
+    slice_sizes[ir.dim] = 1;
+    let value = cx
+        .builder
+        .gather(&input, &positions, numbers, &slice_sizes, &out_dims);
     cx.set(&ir.out, value)
 }

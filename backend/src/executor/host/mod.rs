@@ -6,6 +6,7 @@
 
 mod checks;
 mod collective;
+mod top_k;
 mod widen;
 
 use std::collections::HashMap;
@@ -152,6 +153,17 @@ impl HostExecutor {
                 .guarded(describe, |runners| {
                     runners.iter().try_for_each(|runner| cast_int(runner, cast))
                 }),
+            OperationIr::NumericFloat(_, NumericOperationIr::ArgTopK(ir))
+            | OperationIr::NumericInt(_, NumericOperationIr::ArgTopK(ir)) => {
+                self.guarded(describe, |runners| {
+                    runners.iter().try_for_each(|runner| {
+                        let input = read(runner, &readable(&ir.input))?;
+                        register(runner, ir.out.id, top_k::arg_top_k(input, ir))?;
+                        drop_if_consumed(runner, &ir.input);
+                        Ok(())
+                    })
+                })
+            }
             _ if is_random(operation) && self.replicas.len() > 1 => {
                 self.guarded(describe, |runners| {
                     runners[0].register_op(operation.clone());
@@ -220,10 +232,15 @@ fn register(runner: &Runner<Flex>, id: TensorId, data: TensorData) -> Result<(),
 fn cast_int(runner: &Runner<Flex>, cast: &CastOpIr) -> Result<(), BackendError> {
     let data = read(runner, &readable(&cast.input))?;
     register(runner, cast.out.id, data.convert_dtype(cast.out.dtype))?;
-    if cast.input.status == TensorStatus::ReadWrite {
-        runner.register_op(OperationIr::Drop(cast.input.clone()));
-    }
+    drop_if_consumed(runner, &cast.input);
     Ok(())
+}
+
+/// Frees `input` in `runner` when the operation that read it was its last use.
+fn drop_if_consumed(runner: &Runner<Flex>, input: &TensorIr) {
+    if input.status == TensorStatus::ReadWrite {
+        runner.register_op(OperationIr::Drop(input.clone()));
+    }
 }
 
 /// Reads one tensor of one runner.
