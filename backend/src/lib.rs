@@ -57,7 +57,7 @@ pub use executor::{
     DEFAULT_CPU_DEVICES, HOST_FALLBACK_ENV, HostFallback, PLUGIN_ENV, SMALL_TENSOR_SEGMENT_CAP,
     XLA_CACHE_ENV, set_host_fallback, set_operator_rules,
 };
-pub use stats::{Stats, host_fallbacks_by_kind, reset_stats, stats};
+pub use stats::{Stats, host_fallback_report, host_fallbacks_by_kind, reset_stats, stats};
 
 /// The Trainium backend: Burn's router backend over this crate's channel and client.
 ///

@@ -175,6 +175,22 @@ pub fn host_fallbacks_by_kind(device: &TrainiumDevice) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// One line naming the operations of `device` that ran on the host, by kind with their counts
+/// (`host fallbacks: 12 (ModuleOperationIr::CtcLoss ×8, …)`), or `None` when none did: what
+/// `hlat`'s `--stats`, its benchmarks and its training log print.
+pub fn host_fallback_report(device: &TrainiumDevice) -> Option<String> {
+    let kinds = host_fallbacks_by_kind(device);
+    let total: u64 = kinds.iter().map(|(_, count)| count).sum();
+    if total == 0 {
+        return None;
+    }
+    let kinds: Vec<String> = kinds
+        .iter()
+        .map(|(kind, count)| format!("{kind} ×{count}"))
+        .collect();
+    Some(format!("host fallbacks: {total} ({})", kinds.join(", ")))
+}
+
 /// Sets every counter of `device` back to zero, except the live tensor gauges.
 pub fn reset_stats(device: &TrainiumDevice) {
     counters(device).reset();

@@ -303,43 +303,43 @@ fn device_statistics_on_a_device_of_their_own() {
     an_update_in_place_needs_no_scratch_copies_of_its_inputs();
 }
 
-/// An operation without a lowering (a 2-d convolution, for now) on `xla`: with
+/// An operation the lowering does not cover (a slice with a negative step) on `xla`: with
 /// `TRAINIUM_HOST_FALLBACK=error` the read fails naming it and the setting; with `warn` (the
-/// default) it runs on the host, the host's result, counted by kind.
+/// default) it runs on the host, the host's result, counted by kind and reported in one line.
 #[test]
 fn host_fallbacks_are_refused_or_counted_by_kind() {
-    use burn::tensor::module::conv2d;
-    use burn::tensor::ops::ConvOptions;
-    use burn_trainium::{HostFallback, host_fallbacks_by_kind, set_host_fallback};
+    use burn::tensor::s;
+    use burn_trainium::{
+        HostFallback, host_fallback_report, host_fallbacks_by_kind, set_host_fallback,
+    };
 
     // A device no other test of this binary uses: its policy is this test's own.
     let device = xla(3);
-    let convolve = |device: &TrainiumDevice| {
-        let input = Tensor::<Trainium, 4>::ones([1, 1, 4, 4], device);
-        let weight = Tensor::<Trainium, 4>::ones([1, 1, 3, 3], device);
-        conv2d(
-            input,
-            weight,
-            None,
-            ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
-        )
-        .try_into_data()
+    let reverse = |device: &TrainiumDevice| {
+        Tensor::<Trainium, 1>::from_floats([1.0, 2.0, 3.0, 4.0], device)
+            .slice(s![..;-1])
+            .try_into_data()
     };
     set_host_fallback(&device, HostFallback::Error);
-    let error = convolve(&device).expect_err("no lowering, and fallbacks are errors");
+    let error = reverse(&device).expect_err("no lowering, and fallbacks are errors");
     let message = error.to_string();
     assert!(
-        message.contains("Module::Conv2d") && message.contains("TRAINIUM_HOST_FALLBACK"),
+        message.contains("BaseFloat::Slice") && message.contains("TRAINIUM_HOST_FALLBACK"),
         "{message}"
     );
 
     set_host_fallback(&device, HostFallback::Warn);
     reset_stats(&device);
-    let on_xla = convolve(&device).unwrap();
-    assert_eq!(on_xla, convolve(&TrainiumDevice::HOST).unwrap());
+    assert_eq!(host_fallback_report(&device), None);
+    let on_xla = reverse(&device).unwrap();
+    assert_eq!(on_xla, reverse(&TrainiumDevice::HOST).unwrap());
     assert_eq!(
         host_fallbacks_by_kind(&device),
-        [("Module::Conv2d".to_string(), 1)]
+        [("BaseFloat::Slice".to_string(), 1)]
+    );
+    assert_eq!(
+        host_fallback_report(&device).as_deref(),
+        Some("host fallbacks: 1 (BaseFloat::Slice ×1)")
     );
     assert_eq!(stats(&device).host_fallbacks, 1);
 }

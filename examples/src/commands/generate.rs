@@ -151,7 +151,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             stats.programs_loaded
         );
         println!("cache hits: {}", stats.cache_hits);
-        println!("host fallbacks: {}", stats.host_fallbacks);
+        match burn_trainium::host_fallback_report(&device) {
+            Some(report) => println!("{report}"),
+            None => println!("host fallbacks: 0"),
+        }
         println!("bytes to device: {}", stats.bytes_to_device);
         println!("bytes to host: {}", stats.bytes_to_host);
     }

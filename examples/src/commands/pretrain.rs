@@ -347,6 +347,13 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
             )?
         }
     };
+    if let Some(report) = trained_on
+        .as_ref()
+        .and_then(burn_trainium::host_fallback_report)
+    {
+        log::warn!("{report}: these operations ran on the host, not the device");
+        println!("{report}");
+    }
     match (summary.losses.first(), summary.losses.last()) {
         (Some(first), Some(last)) => println!(
             "trained steps {}..{}: loss {first:.4} -> {last:.4}",

@@ -254,6 +254,7 @@ where
         }
     }
     let end = trainium_stats(&device).unwrap_or_default();
+    backends::report_host_fallbacks(&device);
     let prefill_seconds = median(&prefill);
     let decode_seconds_per_token = median(&decode);
     Ok(GenerateMeasurement {

@@ -418,6 +418,7 @@ where
     let median_step_seconds = median(&step_seconds);
     let tokens_per_second = (args.batch() * args.seq_len()) as f64 / median_step_seconds;
     let end = trainium_stats(&device).unwrap_or_default();
+    backends::report_host_fallbacks(&device);
     let start = timed_start;
     let operations = end.operations_captured - start.operations_captured;
     Ok(TrainMeasurement {

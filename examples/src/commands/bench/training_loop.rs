@@ -10,7 +10,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-use super::backends::{median, trainium_stats};
+use super::backends::{median, report_host_fallbacks, trainium_stats};
 
 /// What the loop measured.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -110,5 +110,6 @@ where
     timing.operations_per_step =
         (end.operations_captured - timed_start.operations_captured) / steps.timed as u64;
     timing.host_fallbacks = end.host_fallbacks - start.host_fallbacks;
+    report_host_fallbacks(device);
     Ok(timing)
 }
