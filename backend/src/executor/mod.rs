@@ -8,6 +8,7 @@ mod host;
 pub mod neuron;
 mod plan_cache;
 mod plugin_discovery;
+mod plugin_kind;
 mod program_cache;
 mod xla;
 mod xla_cache;
@@ -18,6 +19,7 @@ pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};
 pub(crate) use fallback::host_fallback_from_env;
 pub use fallback::{HOST_FALLBACK_ENV, HostFallback, set_host_fallback};
 pub(crate) use host::HostExecutor;
+pub use plugin_kind::{NEURON_PROCESS_DEVICES_ENV, NEURON_PROCESS_INDEX_ENV, PluginKind};
 pub(crate) use program_cache::CacheLimits;
 pub use xla::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,

@@ -90,9 +90,11 @@ fn shared_libraries(folder: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The site-packages folders of the `python3` on `PATH` (none without one).
+/// The folders the `python3` on `PATH` imports from (`sys.path`: `PYTHONPATH`, the virtual
+/// environment's and the system's site-packages, the user's), where JAX looks for plugin
+/// packages (none without a `python3`).
 pub(crate) fn python_site_packages() -> Vec<PathBuf> {
-    let script = "import site, sys\nfor p in site.getsitepackages() + [site.getusersitepackages()]: print(p)";
+    let script = "import sys\nfor p in sys.path:\n    print(p)";
     Command::new("python3")
         .args(["-c", script])
         .output()
@@ -101,7 +103,9 @@ pub(crate) fn python_site_packages() -> Vec<PathBuf> {
         .map(|output| {
             String::from_utf8_lossy(&output.stdout)
                 .lines()
+                .filter(|line| !line.is_empty())
                 .map(PathBuf::from)
+                .filter(|path| path.is_dir())
                 .collect()
         })
         .unwrap_or_default()

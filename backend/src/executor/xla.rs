@@ -13,6 +13,7 @@ use trainium_ffi::pjrt::{
     ElementType, LoadedExecutable, Plugin, ProgramFormat,
 };
 
+use super::plugin_kind::PluginKind;
 use super::xla_cache::{MachineIdentity, XlaDiskCache};
 use super::{CacheLimits, CompileOutcome, Target};
 use crate::capture::Segment;
@@ -246,11 +247,24 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         Some(distributed) => Client::joining(&plugin, &options, distributed),
     }
     .map_err(|error| unavailable(error.to_string()))?;
+    let device_kind = client
+        .devices()
+        .first()
+        .map(|device| {
+            client
+                .device_kind(device)
+                .unwrap_or_else(|error| error.to_string())
+        })
+        .unwrap_or_default();
     log::info!(
-        "PJRT client on {} with {} devices",
+        "PJRT client on {} ({}) with {} devices of kind `{device_kind}`",
         client
             .platform_name()
             .unwrap_or_else(|error| error.to_string()),
+        match PluginKind::of(path) {
+            PluginKind::Neuron => "the Neuron SDK's plugin",
+            PluginKind::Xla => "an XLA plugin",
+        },
         client.devices().len()
     );
     let options_text = std::env::var(COMPILER_OPTIONS_ENV).unwrap_or_default();
@@ -358,6 +372,21 @@ impl XlaTarget {
     /// its replicas on its own devices.
     pub fn open(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Self, BackendError> {
         let distributed = span.distributed();
+        if let Some(distributed) = &distributed {
+            let (path, _) = settings(
+                std::env::var_os(PLUGIN_ENV),
+                std::env::var(CPU_DEVICES_ENV).ok(),
+            )?;
+            let variable = |name: &str| std::env::var(name).ok();
+            if let Some(reason) = PluginKind::of(&path).job_environment_error(
+                distributed.node_id,
+                distributed.num_nodes,
+                span.local,
+                variable,
+            ) {
+                return Err(unavailable(reason));
+            }
+        }
         let runtime = runtime(distributed.as_ref())?;
         let available = runtime.client.devices();
         let devices = (0..span.local)

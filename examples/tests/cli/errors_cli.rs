@@ -197,6 +197,40 @@ fn an_unset_plugin_is_found_where_the_installer_put_it() {
     );
 }
 
+/// With `TRAINIUM_PJRT_PLUGIN` unset and the Neuron SDK's `libneuronxla` package importable (here
+/// a stand-in: the plugin under test as `libneuronxla/libneuronpjrt.so` on `PYTHONPATH`),
+/// `--device xla` loads the Neuron plugin before the installer's, says so and reports its
+/// devices' kind.
+#[test]
+fn the_neuron_sdks_plugin_is_found_in_the_python_packages_and_loaded() {
+    let plugin =
+        std::path::PathBuf::from(std::env::var_os(PLUGIN_ENV).expect(
+            "the tests run with the XLA CPU plugin (scripts/test sets TRAINIUM_PJRT_PLUGIN)",
+        ));
+    let packages = tempfile::tempdir().unwrap();
+    let library = packages.path().join("libneuronxla/libneuronpjrt.so");
+    std::fs::create_dir_all(library.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&plugin, &library).unwrap();
+    let empty_cache = tempfile::tempdir().unwrap();
+    let output = super::hlat()
+        .args(["generate", "--model", FIXTURE, "--prompt-ids", "1,2"])
+        .args(["--format", "ids", "--max-new-tokens", "2"])
+        .env(burn_trainium::DEVICE_ENV, "xla:0")
+        .env_remove(PLUGIN_ENV)
+        .env("PYTHONPATH", packages.path())
+        .env("XDG_CACHE_HOME", empty_cache.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&library.display().to_string())
+            && stderr.contains("the Neuron SDK's plugin")
+            && stderr.contains("devices of kind `"),
+        "{stderr}"
+    );
+}
+
 /// Numeric flags out of range, and model configurations whose sizes would overflow.
 #[test]
 fn numbers_out_of_range_are_refused_naming_the_flag_or_field() {
