@@ -21,6 +21,8 @@ pub enum PrimitiveType {
     F32 = 11,
     F64 = 12,
     Tuple = 13,
+    /// Complex numbers of two f32 (the spectra of `fft`).
+    C64 = 15,
     Bf16 = 16,
 }
 
@@ -252,6 +254,11 @@ pub struct HloInstructionProto {
     pub padding_config: Option<PaddingConfig>,
     #[prost(message, optional, tag = "30")]
     pub dot_dimension_numbers: Option<DotDimensionNumbers>,
+    /// `xla.FftType`: 0 FFT, 1 IFFT, 2 RFFT, 3 IRFFT.
+    #[prost(int32, tag = "31")]
+    pub fft_type: i32,
+    #[prost(int64, repeated, tag = "32")]
+    pub fft_length: Vec<i64>,
     #[prost(message, optional, tag = "33")]
     pub gather_dimension_numbers: Option<GatherDimensionNumbers>,
     #[prost(int64, repeated, tag = "34")]

@@ -20,6 +20,7 @@ fn type_name(element_type: i32) -> &'static str {
         Ok(PrimitiveType::F32) => "f32",
         Ok(PrimitiveType::F64) => "f64",
         Ok(PrimitiveType::Bf16) => "bf16",
+        Ok(PrimitiveType::C64) => "c64",
         Ok(PrimitiveType::Tuple) => "tuple",
         Ok(PrimitiveType::Invalid) | Err(_) => "invalid",
     }

@@ -131,7 +131,7 @@ fn scalar_literal(element_type: PrimitiveType, value: f64) -> LiteralProto {
         PrimitiveType::Bf16 => literal.bf16s = half::bf16::from_f64(value).to_le_bytes().to_vec(),
         PrimitiveType::F32 => literal.f32s = vec![value as f32],
         PrimitiveType::F64 => literal.f64s = vec![value],
-        PrimitiveType::Tuple | PrimitiveType::Invalid => {}
+        PrimitiveType::C64 | PrimitiveType::Tuple | PrimitiveType::Invalid => {}
     }
     literal
 }

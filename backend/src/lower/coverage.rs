@@ -210,14 +210,8 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ),
     ("ModuleOperationIr::Interpolate", Coverage::Lowered),
     ("ModuleOperationIr::InterpolateBackward", Coverage::Lowered),
-    (
-        "ModuleOperationIr::Rfft",
-        Coverage::HostFallback("no lowering yet"),
-    ),
-    (
-        "ModuleOperationIr::IRfft",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::Rfft", Coverage::Lowered),
+    ("ModuleOperationIr::IRfft", Coverage::Lowered),
     ("ModuleOperationIr::Attention", Coverage::Lowered),
     (
         "ModuleOperationIr::CtcLoss",
@@ -243,7 +237,9 @@ pub fn coverage_markdown() -> String {
          negative steps, slice assignments with steps other than 1, `select` with indices of rank other than 1, integers drawn from the default \
          or normal distribution, data types other than floats, integers and booleans. Random tensors \
          are lowered only for executors that pass random states (`LowerOptions::random_on_device`: \
-         the `xla` executor).\n\n| Operation | Lowering |\n| --- | --- |\n",
+         the `xla` executor). `Rfft` and `IRfft` are lowered but unreachable from Burn's API for now: \
+         burn-router 0.21 stops at a `todo!()` before recording them (the lowering is tested on \
+         hand-built operations).\n\n| Operation | Lowering |\n| --- | --- |\n",
         COVERAGE.len()
     );
     for (name, coverage) in COVERAGE {

@@ -10,7 +10,9 @@ use super::context::{Lowered, Lowering, unsupported};
 use super::conv::{self, Geometry};
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
-use super::{attention, collective, creation, index, matmul, pool, random, resample, shape, sort};
+use super::{
+    attention, collective, creation, fft, index, matmul, pool, random, resample, shape, sort,
+};
 
 impl Lowering {
     /// Lowers one operation, or says why it has no lowering.
@@ -305,11 +307,11 @@ impl Lowering {
             Op::AdaptiveAvgPool1dBackward(ir) => resample::adaptive_avg_pool1d_backward(self, ir),
             Op::AdaptiveAvgPool2dBackward(ir) => resample::adaptive_avg_pool2d_backward(self, ir),
             Op::Interpolate(ir) => resample::interpolate(self, ir),
+            Op::Rfft(ir) => fft::rfft(self, ir),
+            Op::IRfft(ir) => fft::irfft(self, ir),
             Op::InterpolateBackward(ir) => resample::interpolate_backward(self, ir),
             Op::DeformableConv2d(_)
             | Op::DeformableConv2dBackward(_)
-            | Op::Rfft(_)
-            | Op::IRfft(_)
             | Op::CtcLoss(_)
             | Op::CtcLossBackward(_) => unsupported("no lowering yet"),
         }

@@ -19,6 +19,7 @@ mod creation;
 mod dispatch;
 mod dump;
 mod elementwise;
+mod fft;
 mod in_place;
 mod index;
 mod kernel_call;

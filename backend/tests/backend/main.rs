@@ -9,6 +9,7 @@ mod coverage;
 mod data_parallel;
 mod errors;
 mod executor;
+mod fft;
 mod lowering;
 mod neuron_cache;
 mod neuron_compile_only;
