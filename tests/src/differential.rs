@@ -555,7 +555,20 @@ fn slice_and_slice_assign<B: Backend>(device: &B::Device, p: Precision) -> Tenso
     let x = float::<B, 3>([4, 6, 5], 39, p, device);
     let part = x.clone().slice(s![1..3, 2..6, ..]);
     let stepped = x.clone().slice(s![.., 0..5;2, 1..]).sum();
-    (x.slice_assign(s![0..2, 0..4, ..], part * 2.0) + stepped.unsqueeze()).into_data()
+    let assigned = x.clone().slice_assign(s![0..2, 0..4, ..], part * 2.0) + stepped.unsqueeze();
+    // Negative steps walk their range backwards: [7, 5, 3] of 2..8;-2.
+    let backward = x.clone().slice(s![..;-1, 1..6;-2, 1..4]);
+    let values = float::<B, 3>([2, 3, 5], 91, p, device);
+    let stepped_assign = x.slice_assign(s![1..4;2, 0..5;-2, ..], values);
+    Tensor::cat(
+        vec![
+            assigned.flatten::<1>(0, 2),
+            backward.flatten::<1>(0, 2),
+            stepped_assign.flatten::<1>(0, 2),
+        ],
+        0,
+    )
+    .into_data()
 }
 
 fn concatenation<B: Backend>(device: &B::Device, p: Precision) -> TensorData {

@@ -4,14 +4,15 @@
 //! returns its output and the gradient of `Σ output · upstream` for every input.
 
 use burn::backend::Autodiff;
+use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::module::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv_transpose1d,
-    conv_transpose2d, conv_transpose3d, conv1d, conv2d, conv3d, interpolate, max_pool1d,
+    conv_transpose2d, conv_transpose3d, conv1d, conv2d, conv3d, ctc_loss, interpolate, max_pool1d,
     max_pool2d,
 };
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions, InterpolateMode, InterpolateOptions};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
 use burn_trainium::{Trainium, stats};
 
 use crate::support::{
@@ -262,6 +263,23 @@ fn pooling_and_its_gradients() {
         adaptive_pools::<Ad<Reference>>,
         adaptive_pools::<Ad<Trainium>>,
     );
+}
+
+/// The CTC loss of two sequences of different lengths (Burn computes it from other operations,
+/// a scan over time), and its gradient.
+fn ctc<B: AutodiffBackend>(device: &B::Device, p: Precision) -> Vec<TensorData> {
+    let logits = leaf::<B, 3>([6, 2, 5], 40, p, device);
+    let log_probs = log_softmax(logits.clone(), 2);
+    let targets = Tensor::<B, 2, Int>::from_ints([[1, 2, 2], [3, 4, 0]], device);
+    let input_lengths = Tensor::<B, 1, Int>::from_ints([6, 5], device);
+    let target_lengths = Tensor::<B, 1, Int>::from_ints([3, 2], device);
+    let loss = ctc_loss(log_probs, targets, input_lengths, target_lengths, 0);
+    output_and_gradients(loss, p, device, |g| vec![gradient(&logits, g)])
+}
+
+#[test]
+fn ctc_loss_and_its_gradient() {
+    check_all::<Ad<Reference>>("ctc", ctc::<Ad<Reference>>, ctc::<Ad<Trainium>>);
 }
 
 /// Every interpolation mode, down and up, with and without aligned corners.

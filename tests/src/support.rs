@@ -130,7 +130,8 @@ pub fn check_all<R: Backend>(
             assert_eq!(
                 stats(&device).host_fallbacks,
                 before,
-                "{name}: an operation fell back to the host on {device}"
+                "{name}: an operation fell back to the host on {device} (since the start: {})",
+                burn_trainium::host_fallback_report(&device).unwrap_or_default()
             );
         }
     }

@@ -2,22 +2,24 @@
 
 /// Whether an operation kind has a lowering.
 ///
-/// `Lowered` can still fall back for some arguments, named in the error: slices with negative
-/// steps, slice assignments with steps other than 1, `select` with indices of rank other than 1, integers drawn from the default or normal
-/// distribution, data types other than floats, integers and booleans.
+/// `Lowered` can still fall back for some arguments, named in the error: `select` with indices
+/// of rank other than 1, data types other than floats, integers and booleans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coverage {
     /// Lowered to HLO.
     Lowered,
     /// No lowering: the `xla` executor runs it on the host (counted in `host_fallbacks`).
     HostFallback(&'static str),
+    /// Never recorded by Burn 0.21's router, so no executor receives it (the reason says what
+    /// Burn does instead).
+    NotRecorded(&'static str),
 }
 
 /// Every operation kind of `burn-ir` 0.21 and its coverage, named `Enum::Variant`.
 pub const COVERAGE: &[(&str, Coverage)] = &[
     (
         "OperationIr::Init",
-        Coverage::HostFallback("never reaches an executor: its data is registered directly"),
+        Coverage::NotRecorded("its data is registered directly"),
     ),
     // The collectives of `crate::collective`; other custom operations have no lowering.
     ("OperationIr::Custom", Coverage::Lowered),
@@ -124,15 +126,21 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ("FloatOperationIr::IsInf", Coverage::Lowered),
     (
         "FloatOperationIr::Quantize",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::NotRecorded(
+            "burn-router 0.21 has no quantized tensors (its quantization operations are `unimplemented!()`)",
+        ),
     ),
     (
         "FloatOperationIr::Dequantize",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::NotRecorded(
+            "burn-router 0.21 has no quantized tensors (its quantization operations are `unimplemented!()`)",
+        ),
     ),
     (
         "FloatOperationIr::GridSample2d",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::NotRecorded(
+            "Burn computes grid sampling from gathers and arithmetic, which are lowered",
+        ),
     ),
     ("FloatOperationIr::Powf", Coverage::Lowered),
     ("IntOperationIr::IntoFloat", Coverage::Lowered),
@@ -215,27 +223,31 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ("ModuleOperationIr::Attention", Coverage::Lowered),
     (
         "ModuleOperationIr::CtcLoss",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::NotRecorded(
+            "Burn computes the CTC loss from other operations (a scan over time), which are lowered",
+        ),
     ),
     (
         "ModuleOperationIr::CtcLossBackward",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::NotRecorded(
+            "Burn differentiates the CTC loss through the operations it is computed from",
+        ),
     ),
 ];
 
 /// The coverage table as Markdown.
 pub fn coverage_markdown() -> String {
-    let lowered = COVERAGE
-        .iter()
-        .filter(|(_, coverage)| *coverage == Coverage::Lowered)
-        .count();
+    let count = |kind: fn(&Coverage) -> bool| COVERAGE.iter().filter(|(_, c)| kind(c)).count();
+    let lowered = count(|coverage| *coverage == Coverage::Lowered);
+    let not_recorded = count(|coverage| matches!(coverage, Coverage::NotRecorded(_)));
+    let fallbacks = count(|coverage| matches!(coverage, Coverage::HostFallback(_)));
     let mut text = format!(
         "# XLA lowering coverage\n\nGenerated from `backend/src/lower/coverage.rs` by the test \
-         `xla_coverage`; do not edit by hand.\n\n{lowered} of {} operation kinds of `burn-ir` 0.21 are lowered to HLO. \
-         The others run on the host executor, one operation at a time, when they appear in a segment \
-         of the `xla` executor (counted in `Stats::host_fallbacks`). A lowered kind still falls back for the arguments it does not cover: slices with \
-         negative steps, slice assignments with steps other than 1, `select` with indices of rank other than 1, integers drawn from the default \
-         or normal distribution, data types other than floats, integers and booleans. Random tensors \
+         `xla_coverage`; do not edit by hand.\n\n{lowered} of {} operation kinds of `burn-ir` 0.21 are lowered to HLO; \
+         {not_recorded} are never recorded by Burn 0.21's router, so no executor receives them (the \
+         table says what Burn does instead); {fallbacks} run on the host executor, one operation at a \
+         time, when they appear in a segment of the `xla` executor (counted in \
+         `Stats::host_fallbacks`, refused with `TRAINIUM_HOST_FALLBACK=error`). A lowered kind still falls back for the arguments it does not cover: `select` with indices of rank other than 1, data types other than floats, integers and booleans. Random tensors \
          are lowered only for executors that pass random states (`LowerOptions::random_on_device`: \
          the `xla` executor). `Rfft` and `IRfft` are lowered but unreachable from Burn's API for now: \
          burn-router 0.21 stops at a `todo!()` before recording them (the lowering is tested on \
@@ -246,6 +258,7 @@ pub fn coverage_markdown() -> String {
         let status = match coverage {
             Coverage::Lowered => "lowered".to_string(),
             Coverage::HostFallback(reason) => format!("host fallback: {reason}"),
+            Coverage::NotRecorded(reason) => format!("not recorded by Burn: {reason}"),
         };
         text.push_str(&format!("| `{name}` | {status} |\n"));
     }

@@ -23,6 +23,48 @@ fn unit_uniform(cx: &mut Lowering, dims: &[i64]) -> Value {
     builder.binary("subtract", &one_to_two, &one)
 }
 
+/// Integers of `element_type` uniform over the whole type, of shape `dims` (Burn's default
+/// distribution for integers, `rand`'s standard uniform): 32 random bits per element, 64 from
+/// two draws, fewer by truncation, reinterpreted as signed where the type is.
+fn integer_bits(cx: &mut Lowering, dims: &[i64], element_type: PrimitiveType) -> Value {
+    let state = cx.random_state();
+    let builder = &mut cx.builder;
+    let (unsigned, signed) = match element_type {
+        PrimitiveType::S64 | PrimitiveType::U64 => (PrimitiveType::U64, PrimitiveType::S64),
+        PrimitiveType::S16 | PrimitiveType::U16 => (PrimitiveType::U16, PrimitiveType::S16),
+        PrimitiveType::S8 | PrimitiveType::U8 => (PrimitiveType::U8, PrimitiveType::S8),
+        _ => (PrimitiveType::U32, PrimitiveType::S32),
+    };
+    let bits = if unsigned == PrimitiveType::U64 {
+        let mut pair_dims = vec![2];
+        pair_dims.extend(dims);
+        let pair = builder.random_bits(&state, &pair_dims);
+        let pair = builder.convert(&pair, PrimitiveType::U64);
+        let rank = dims.len() + 1;
+        let half = |builder: &mut super::builder::Builder, index: i64| {
+            let mut start = vec![0; rank];
+            let mut limit = pair_dims.clone();
+            start[0] = index;
+            limit[0] = index + 1;
+            let part = builder.slice(&pair, &start, &limit, &vec![1; rank]);
+            builder.reshape(&part, dims)
+        };
+        let high = half(builder, 0);
+        let low = half(builder, 1);
+        let thirty_two = builder.filled(PrimitiveType::U64, 32.0, dims);
+        let high = builder.binary("shift-left", &high, &thirty_two);
+        builder.binary("or", &high, &low)
+    } else {
+        let bits = builder.random_bits(&state, dims);
+        builder.convert(&bits, unsigned)
+    };
+    if element_type == signed {
+        builder.bitcast(&bits, signed)
+    } else {
+        bits
+    }
+}
+
 fn parameter(cx: &mut Lowering, value: f64, dims: &[i64]) -> Lowered<Value> {
     cx.scalar_filled(ScalarIr::Float(value), DType::F32, dims)
 }
@@ -35,9 +77,8 @@ pub(crate) fn random(cx: &mut Lowering, ir: &RandomOpIr, integer: bool) -> Lower
     let out_dims = dims(&ir.out);
     let value = match ir.distribution {
         Distribution::Default if integer => {
-            return unsupported("integers of the default distribution");
+            integer_bits(cx, &out_dims, element_type(ir.out.dtype)?)
         }
-        Distribution::Normal(..) if integer => return unsupported("normal integers"),
         Distribution::Default => unit_uniform(cx, &out_dims),
         Distribution::Uniform(low, high) => {
             let unit = unit_uniform(cx, &out_dims);
@@ -59,6 +100,8 @@ pub(crate) fn random(cx: &mut Lowering, ir: &RandomOpIr, integer: bool) -> Lower
             let hit = cx.builder.compare(Direction::Lt, &unit, &probability);
             cx.builder.convert(&hit, PrimitiveType::F32)
         }
+        // Normal integers are normal floats truncated toward zero (the conversion below), as
+        // `rand`'s normal samples cast to an integer type.
         Distribution::Normal(mean, std) => {
             // Box-Muller: sqrt(-2 ln u1) cos(2 pi u2), with u1 in (0, 1].
             let mut pair_dims = vec![2];

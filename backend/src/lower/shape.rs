@@ -7,8 +7,9 @@ use burn_ir::{
     SwapDimsOpIr, UnfoldOpIr,
 };
 
+use super::builder::Combiner;
 use super::context::{Lowered, Lowering, dims, unsupported};
-use crate::hlo::GatherDimensionNumbers;
+use crate::hlo::{GatherDimensionNumbers, PrimitiveType, ScatterDimensionNumbers};
 
 /// `reshape`: same elements, new dimensions.
 pub(crate) fn reshape(cx: &mut Lowering, ir: &ShapeOpIr) -> Lowered {
@@ -61,8 +62,8 @@ fn bounds(slice: &Slice, size: i64) -> Lowered<(i64, i64, i64)> {
     };
     let start = normalize(slice.start);
     let end = slice.end.map_or(size, normalize);
-    if slice.step <= 0 {
-        return unsupported(format!("slice step {}", slice.step));
+    if slice.step == 0 {
+        return unsupported("slice step 0");
     }
     Ok((start, end.max(start), slice.step as i64))
 }
@@ -86,7 +87,26 @@ fn all_bounds(ranges: &[Slice], dims: &[i64]) -> Lowered<(Vec<i64>, Vec<i64>, Ve
 pub(crate) fn slice(cx: &mut Lowering, ir: &SliceOpIr) -> Lowered {
     let input = cx.get(&ir.tensor)?;
     let (starts, limits, strides) = all_bounds(&ir.ranges, &input.dims)?;
-    let value = cx.builder.slice(&input, &starts, &limits, &strides);
+    let backward: Vec<i64> = (0..strides.len() as i64)
+        .filter(|&d| strides[d as usize] < 0)
+        .collect();
+    if backward.is_empty() {
+        let value = cx.builder.slice(&input, &starts, &limits, &strides);
+        return cx.set(&ir.out, value);
+    }
+    // A negative step walks its range from the end: the range, reversed, then every |step|-th
+    // element from its start.
+    let forward_strides: Vec<i64> = strides.iter().map(|&s| if s < 0 { 1 } else { s }).collect();
+    let ranges = cx.builder.slice(&input, &starts, &limits, &forward_strides);
+    let reversed = cx.builder.reverse(&ranges, &backward);
+    let zeros = vec![0; strides.len()];
+    let magnitudes: Vec<i64> = strides
+        .iter()
+        .map(|&s| if s < 0 { -s } else { 1 })
+        .collect();
+    let value = cx
+        .builder
+        .slice(&reversed, &zeros, &reversed.dims.clone(), &magnitudes);
     cx.set(&ir.out, value)
 }
 
@@ -94,12 +114,47 @@ pub(crate) fn slice(cx: &mut Lowering, ir: &SliceOpIr) -> Lowered {
 pub(crate) fn slice_assign(cx: &mut Lowering, ir: &SliceAssignOpIr) -> Lowered {
     let tensor = cx.get(&ir.tensor)?;
     let value = cx.get(&ir.value)?;
-    let (starts, _, strides) = all_bounds(&ir.ranges, &tensor.dims)?;
-    if strides.iter().any(|&stride| stride != 1) {
-        return unsupported(format!("slice_assign with steps {strides:?}"));
-    }
+    let (starts, limits, strides) = all_bounds(&ir.ranges, &tensor.dims)?;
     let value = cx.builder.convert(&value, tensor.element_type);
-    let result = cx.builder.update_slice(&tensor, &value, &starts);
+    if strides.iter().all(|&stride| stride == 1) {
+        let result = cx.builder.update_slice(&tensor, &value, &starts);
+        return cx.set(&ir.out, result);
+    }
+    // Steps other than 1: every element of `value` written at its own coordinates, the range's
+    // start plus its index times the step (from the range's end backwards for a negative step).
+    let rank = tensor.rank();
+    let index_type = PrimitiveType::S32;
+    let mut column_dims = value.dims.clone();
+    column_dims.push(1);
+    let columns: Vec<_> = (0..rank)
+        .map(|d| {
+            let first = if strides[d] < 0 {
+                limits[d] - 1
+            } else {
+                starts[d]
+            };
+            let index = cx.builder.iota(index_type, &value.dims, d);
+            let step = cx
+                .builder
+                .filled(index_type, strides[d] as f64, &value.dims);
+            let offset = cx.builder.filled(index_type, first as f64, &value.dims);
+            let scaled = cx.builder.binary("multiply", &index, &step);
+            let position = cx.builder.binary("add", &scaled, &offset);
+            cx.builder.reshape(&position, &column_dims)
+        })
+        .collect();
+    let coordinates = cx.builder.concatenate(&columns, rank);
+    let all: Vec<i64> = (0..rank as i64).collect();
+    let numbers = ScatterDimensionNumbers {
+        update_window_dims: Vec::new(),
+        inserted_window_dims: all.clone(),
+        scatter_dims_to_operand_dims: all,
+        index_vector_dim: rank as i64,
+        ..Default::default()
+    };
+    let result = cx
+        .builder
+        .scatter(&tensor, &coordinates, &value, numbers, Combiner::Replace);
     cx.set(&ir.out, result)
 }
 

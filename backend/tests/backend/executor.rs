@@ -70,6 +70,45 @@ fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
     assert_eq!(replay[0], uniform);
 }
 
+/// Integers of the default distribution cover the whole type (`rand`'s standard uniform), normal
+/// integers are normal floats truncated toward zero, both drawn on the device.
+#[test]
+fn random_integers_are_drawn_on_the_device() {
+    let _random = super::support::exclusive_random();
+    let device = xla(1);
+    let before = stats(&device).host_fallbacks;
+    let whole: Vec<i32> = Tensor::<B, 2, Int>::random([100, 100], Distribution::Default, &device)
+        .into_data()
+        .convert::<i32>()
+        .to_vec()
+        .unwrap();
+    let (low, high) = (whole.iter().min().unwrap(), whole.iter().max().unwrap());
+    assert!(*low < -(1 << 30) && *high > 1 << 30, "{low} {high}");
+    let negative = whole.iter().filter(|&&value| value < 0).count();
+    assert!(
+        (4_500..5_500).contains(&negative),
+        "{negative} of 10000 negative"
+    );
+    let normal: Vec<f32> =
+        Tensor::<B, 2, Int>::random([100, 100], Distribution::Normal(20.0, 4.0), &device)
+            .float()
+            .into_data()
+            .to_vec()
+            .unwrap();
+    assert!(normal.iter().all(|value| value.fract() == 0.0));
+    let (mean, std) = moments(&normal);
+    // Truncation toward zero of N(20, 4) lowers the mean by about one half.
+    assert!(
+        (mean - 19.5).abs() < 0.2 && (std - 4.0).abs() < 0.2,
+        "{mean} {std}"
+    );
+    assert_eq!(
+        stats(&device).host_fallbacks,
+        before,
+        "random integers fell back"
+    );
+}
+
 #[test]
 fn any_live_tensor_can_be_read_between_and_after_segments() {
     let device = xla(0);
@@ -303,43 +342,46 @@ fn device_statistics_on_a_device_of_their_own() {
     an_update_in_place_needs_no_scratch_copies_of_its_inputs();
 }
 
-/// An operation the lowering does not cover (a slice with a negative step) on `xla`: with
+/// An operation the lowering does not cover (a deformable convolution) on `xla`: with
 /// `TRAINIUM_HOST_FALLBACK=error` the read fails naming it and the setting; with `warn` (the
 /// default) it runs on the host, the host's result, counted by kind and reported in one line.
 #[test]
 fn host_fallbacks_are_refused_or_counted_by_kind() {
-    use burn::tensor::s;
+    use burn::tensor::module::deform_conv2d;
+    use burn::tensor::ops::DeformConvOptions;
     use burn_trainium::{
         HostFallback, host_fallback_report, host_fallbacks_by_kind, set_host_fallback,
     };
 
     // A device no other test of this binary uses: its policy is this test's own.
     let device = xla(3);
-    let reverse = |device: &TrainiumDevice| {
-        Tensor::<Trainium, 1>::from_floats([1.0, 2.0, 3.0, 4.0], device)
-            .slice(s![..;-1])
-            .try_into_data()
+    let deform = |device: &TrainiumDevice| {
+        let input = Tensor::<Trainium, 4>::ones([1, 1, 4, 4], device);
+        let offset = Tensor::<Trainium, 4>::zeros([1, 18, 2, 2], device) + 0.25;
+        let weight = Tensor::<Trainium, 4>::ones([1, 1, 3, 3], device);
+        let options = DeformConvOptions::new([1, 1], [0, 0], [1, 1], 1, 1);
+        deform_conv2d(input, offset, weight, None, None, options).try_into_data()
     };
     set_host_fallback(&device, HostFallback::Error);
-    let error = reverse(&device).expect_err("no lowering, and fallbacks are errors");
+    let error = deform(&device).expect_err("no lowering, and fallbacks are errors");
     let message = error.to_string();
     assert!(
-        message.contains("BaseFloat::Slice") && message.contains("TRAINIUM_HOST_FALLBACK"),
+        message.contains("Module::DeformableConv2d") && message.contains("TRAINIUM_HOST_FALLBACK"),
         "{message}"
     );
 
     set_host_fallback(&device, HostFallback::Warn);
     reset_stats(&device);
     assert_eq!(host_fallback_report(&device), None);
-    let on_xla = reverse(&device).unwrap();
-    assert_eq!(on_xla, reverse(&TrainiumDevice::HOST).unwrap());
+    let on_xla = deform(&device).unwrap();
+    assert_eq!(on_xla, deform(&TrainiumDevice::HOST).unwrap());
     assert_eq!(
         host_fallbacks_by_kind(&device),
-        [("BaseFloat::Slice".to_string(), 1)]
+        [("Module::DeformableConv2d".to_string(), 1)]
     );
     assert_eq!(
         host_fallback_report(&device).as_deref(),
-        Some("host fallbacks: 1 (BaseFloat::Slice ×1)")
+        Some("host fallbacks: 1 (Module::DeformableConv2d ×1)")
     );
     assert_eq!(stats(&device).host_fallbacks, 1);
 }
