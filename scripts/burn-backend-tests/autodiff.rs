@@ -1,0 +1,54 @@
+// Replaces upstream's common/autodiff.rs. Upstream turns autodiff on through the Dispatch device
+// (`DispatchDevice::autodiff(..)`); here the backend type is `Autodiff<Trainium>` instead, and the
+// device is the plain Trainium device.
+
+pub use super::*;
+
+#[allow(unused)]
+pub type TestBackend = burn_autodiff::Autodiff<burn_trainium::Trainium>;
+#[allow(unused)]
+pub type TestTensor<const D: usize> = burn_tensor::Tensor<TestBackend, D>;
+#[allow(unused)]
+pub type TestTensorInt<const D: usize> = burn_tensor::Tensor<TestBackend, D, burn_tensor::Int>;
+#[allow(unused)]
+pub type TestTensorBool<const D: usize> = burn_tensor::Tensor<TestBackend, D, burn_tensor::Bool>;
+
+pub struct AutodiffDevice;
+
+impl AutodiffDevice {
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> burn_trainium::TrainiumDevice {
+        burn_trainium::TrainiumDevice::default()
+    }
+}
+
+#[path = "../autodiff/mod.rs"]
+mod base;
+
+mod checkpointing {
+    pub use super::FloatElem;
+
+    #[allow(unused)]
+    pub type TestBackend = burn_autodiff::Autodiff<
+        burn_trainium::Trainium,
+        burn_autodiff::checkpoint::strategy::BalancedCheckpointing,
+    >;
+    #[allow(unused)]
+    pub type TestTensor<const D: usize> = burn_tensor::Tensor<TestBackend, D>;
+    #[allow(unused)]
+    pub type TestTensorInt<const D: usize> = burn_tensor::Tensor<TestBackend, D, burn_tensor::Int>;
+    #[allow(unused)]
+    pub type TestTensorBool<const D: usize> =
+        burn_tensor::Tensor<TestBackend, D, burn_tensor::Bool>;
+
+    pub struct AutodiffDevice;
+
+    impl AutodiffDevice {
+        #[allow(clippy::new_ret_no_self)]
+        pub fn new() -> burn_trainium::TrainiumDevice {
+            burn_trainium::TrainiumDevice::default()
+        }
+    }
+
+    include!("../autodiff/mod.rs");
+}
