@@ -11,8 +11,9 @@
 //! the groups moved from the features to the batch.
 
 use burn_ir::{
-    Conv1dOptionsIr, Conv2dOptionsIr, Conv3dOptionsIr, ConvTranspose1dOptionsIr,
-    ConvTranspose2dOptionsIr, ConvTranspose3dOptionsIr, TensorIr,
+    Conv1dOpIr, Conv1dWeightBackwardOpIr, Conv1dXBackwardOpIr, Conv2dOpIr,
+    Conv2dWeightBackwardOpIr, Conv2dXBackwardOpIr, Conv3dOpIr, Conv3dWeightBackwardOpIr,
+    Conv3dXBackwardOpIr, ConvTranspose1dOpIr, ConvTranspose2dOpIr, ConvTranspose3dOpIr, TensorIr,
 };
 
 use super::builder::{Value, WindowAxis};
@@ -33,28 +34,51 @@ fn to_i64(values: &[usize]) -> Vec<i64> {
     values.iter().map(|&value| value as i64).collect()
 }
 
-macro_rules! geometry_from {
-    ($($options:ty),*) => {$(
-        impl From<&$options> for Geometry {
-            fn from(options: &$options) -> Self {
-                Geometry {
-                    stride: to_i64(&options.stride),
-                    padding: to_i64(&options.padding),
-                    dilation: to_i64(&options.dilation),
-                    groups: options.groups as i64,
-                }
-            }
-        }
-    )*};
+/// A convolution's (or transposed convolution's) operation: input, weight, bias and geometry.
+pub(crate) trait ConvolutionIr {
+    fn parts(&self) -> (&TensorIr, &TensorIr, Option<&TensorIr>, Geometry, &TensorIr);
 }
 
-geometry_from!(
-    Conv1dOptionsIr,
-    Conv2dOptionsIr,
-    Conv3dOptionsIr,
-    ConvTranspose1dOptionsIr,
-    ConvTranspose2dOptionsIr,
-    ConvTranspose3dOptionsIr
+/// The gradient operations of a convolution for its input or weight: input, weight, output
+/// gradient and geometry.
+pub(crate) trait ConvolutionGradientIr {
+    fn parts(&self) -> (&TensorIr, &TensorIr, &TensorIr, Geometry, &TensorIr);
+}
+
+/// The [`Geometry`] of a convolution's options (every options type has the same fields).
+macro_rules! geometry_of {
+    ($options:expr) => {
+        Geometry {
+            stride: to_i64(&$options.stride),
+            padding: to_i64(&$options.padding),
+            dilation: to_i64(&$options.dilation),
+            groups: $options.groups as i64,
+        }
+    };
+}
+
+macro_rules! convolution_ir {
+    ($($forward:ty),* ; $($gradient:ty),*) => {
+        $(impl ConvolutionIr for $forward {
+            fn parts(&self) -> (&TensorIr, &TensorIr, Option<&TensorIr>, Geometry, &TensorIr) {
+                let geometry = geometry_of!(self.options);
+                (&self.x, &self.weight, self.bias.as_ref(), geometry, &self.out)
+            }
+        })*
+        $(impl ConvolutionGradientIr for $gradient {
+            fn parts(&self) -> (&TensorIr, &TensorIr, &TensorIr, Geometry, &TensorIr) {
+                let geometry = geometry_of!(self.options);
+                (&self.x, &self.weight, &self.output_grad, geometry, &self.out)
+            }
+        })*
+    };
+}
+
+convolution_ir!(
+    Conv1dOpIr, Conv2dOpIr, Conv3dOpIr, ConvTranspose1dOpIr, ConvTranspose2dOpIr,
+    ConvTranspose3dOpIr;
+    Conv1dXBackwardOpIr, Conv2dXBackwardOpIr, Conv3dXBackwardOpIr, Conv1dWeightBackwardOpIr,
+    Conv2dWeightBackwardOpIr, Conv3dWeightBackwardOpIr
 );
 
 impl Geometry {
@@ -93,14 +117,9 @@ fn add_channel_bias(cx: &mut Lowering, value: Value, bias: Option<&TensorIr>) ->
 }
 
 /// The convolution `x * weight + bias`.
-pub(crate) fn forward(
-    cx: &mut Lowering,
-    x: &TensorIr,
-    weight: &TensorIr,
-    bias: Option<&TensorIr>,
-    geometry: &Geometry,
-    out: &TensorIr,
-) -> Lowered {
+pub(crate) fn forward(cx: &mut Lowering, ir: &impl ConvolutionIr) -> Lowered {
+    let (x, weight, bias, geometry, out) = ir.parts();
+    let geometry = &geometry;
     let input = cx.get(x)?;
     let kernel = cx.get(weight)?;
     let kernel = cx.builder.convert(&kernel, input.element_type);
@@ -186,13 +205,9 @@ fn input_gradient(
 }
 
 /// The gradient of a convolution for its input.
-pub(crate) fn x_backward(
-    cx: &mut Lowering,
-    weight: &TensorIr,
-    output_grad: &TensorIr,
-    geometry: &Geometry,
-    out: &TensorIr,
-) -> Lowered {
+pub(crate) fn x_backward(cx: &mut Lowering, ir: &impl ConvolutionGradientIr) -> Lowered {
+    let (_, weight, output_grad, geometry, out) = ir.parts();
+    let geometry = &geometry;
     let weight = cx.get(weight)?;
     let gradient = cx.get(output_grad)?;
     let value = input_gradient(cx, &gradient, &weight, geometry, &dims(out));
@@ -200,14 +215,9 @@ pub(crate) fn x_backward(
 }
 
 /// The transposed convolution `x *ᵀ weight + bias`.
-pub(crate) fn transposed(
-    cx: &mut Lowering,
-    x: &TensorIr,
-    weight: &TensorIr,
-    bias: Option<&TensorIr>,
-    geometry: &Geometry,
-    out: &TensorIr,
-) -> Lowered {
+pub(crate) fn transposed(cx: &mut Lowering, ir: &impl ConvolutionIr) -> Lowered {
+    let (x, weight, bias, geometry, out) = ir.parts();
+    let geometry = &geometry;
     let input = cx.get(x)?;
     let weight = cx.get(weight)?;
     let value = input_gradient(cx, &input, &weight, geometry, &dims(out));
@@ -217,13 +227,9 @@ pub(crate) fn transposed(
 
 /// The gradient of a convolution for its weight: the input convolved with the output's
 /// gradient, batch and features exchanged, the groups carried by the batch.
-pub(crate) fn weight_backward(
-    cx: &mut Lowering,
-    x: &TensorIr,
-    output_grad: &TensorIr,
-    geometry: &Geometry,
-    out: &TensorIr,
-) -> Lowered {
+pub(crate) fn weight_backward(cx: &mut Lowering, ir: &impl ConvolutionGradientIr) -> Lowered {
+    let (x, _, output_grad, geometry, out) = ir.parts();
+    let geometry = &geometry;
     let input = cx.get(x)?;
     let gradient = cx.get(output_grad)?;
     let gradient = cx.builder.convert(&gradient, input.element_type);

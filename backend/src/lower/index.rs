@@ -28,19 +28,28 @@ fn combiner(update: &IndexingUpdateOp, element_type: PrimitiveType) -> Combiner 
 /// Full coordinates `[..shape, rank]` into a tensor of rank `rank`: `indices` along `dim`, the
 /// position itself along every other dimension.
 fn coordinates(cx: &mut Lowering, indices: &Value, dim: usize, rank: usize) -> Value {
-    let mut column_dims = indices.dims.clone();
-    column_dims.push(1);
     let columns: Vec<Value> = (0..rank)
         .map(|d| {
-            let column = if d == dim {
+            if d == dim {
                 indices.clone()
             } else {
                 cx.builder.iota(indices.element_type, &indices.dims, d)
-            };
-            cx.builder.reshape(&column, &column_dims)
+            }
         })
         .collect();
-    cx.builder.concatenate(&columns, indices.rank())
+    stack_coordinates(cx, &columns)
+}
+
+/// One coordinate per dimension (`columns`, each of one shape) stacked into the index vectors
+/// `[..shape, columns]` of an elementwise scatter or gather.
+pub(crate) fn stack_coordinates(cx: &mut Lowering, columns: &[Value]) -> Value {
+    let mut column_dims = columns[0].dims.clone();
+    column_dims.push(1);
+    let stacked: Vec<Value> = columns
+        .iter()
+        .map(|column| cx.builder.reshape(column, &column_dims))
+        .collect();
+    cx.builder.concatenate(&stacked, column_dims.len() - 1)
 }
 
 /// `gather(dim, tensor, indices)`: `out[i] = tensor[i with i[dim] = indices[i]]`.
@@ -110,24 +119,51 @@ pub(crate) fn scatter_along(
         .scatter(tensor, &coordinates, updates, numbers, combiner)
 }
 
+/// The layout of a `gather_nd`/`scatter_nd`: the index vector is the last dimension of the
+/// indices (`m` long) and indexes the data's first `m` dimensions; the rest form each slice.
+struct NdLayout {
+    /// The index vector's dimension (the indices' last).
+    index_vector_dim: i64,
+    /// The data's indexed dimensions, `0..m`.
+    indexed: Vec<i64>,
+    /// The result's (or updates') dimensions that hold a slice.
+    slice_dims: Vec<i64>,
+}
+
+impl NdLayout {
+    fn of(data: &Value, indices: &Value) -> Self {
+        let batch = indices.rank() as i64 - 1;
+        let depth = indices.dims[indices.rank() - 1];
+        Self {
+            index_vector_dim: batch,
+            indexed: (0..depth).collect(),
+            slice_dims: (batch..batch + data.rank() as i64 - depth).collect(),
+        }
+    }
+}
+
 /// `gather_nd(data, indices [.., m])`: the slices `data[indices[i, 0], .., indices[i, m-1], ..]`,
 /// `indices.shape[..-1] + data.shape[m..]`.
 pub(crate) fn gather_nd(cx: &mut Lowering, ir: &GatherNdOpIr) -> Lowered {
     let data = cx.get(&ir.data)?;
     let indices = cx.get(&ir.indices)?;
-    let batch = indices.rank() as i64 - 1;
-    let depth = indices.dims[indices.rank() - 1];
-    let indexed: Vec<i64> = (0..depth).collect();
+    let layout = NdLayout::of(&data, &indices);
+    let slice_sizes: Vec<i64> = (0..data.rank())
+        .map(|d| {
+            if d < layout.indexed.len() {
+                1
+            } else {
+                data.dims[d]
+            }
+        })
+        .collect();
     let numbers = GatherDimensionNumbers {
-        offset_dims: (batch..batch + data.rank() as i64 - depth).collect(),
-        collapsed_slice_dims: indexed.clone(),
-        start_index_map: indexed,
-        index_vector_dim: batch,
+        offset_dims: layout.slice_dims,
+        collapsed_slice_dims: layout.indexed.clone(),
+        start_index_map: layout.indexed,
+        index_vector_dim: layout.index_vector_dim,
         ..Default::default()
     };
-    let slice_sizes: Vec<i64> = (0..data.rank() as i64)
-        .map(|d| if d < depth { 1 } else { data.dims[d as usize] })
-        .collect();
     let value = cx
         .builder
         .gather(&data, &indices, numbers, &slice_sizes, &dims(&ir.out));
@@ -141,14 +177,12 @@ pub(crate) fn scatter_nd(cx: &mut Lowering, ir: &ScatterNdOpIr) -> Lowered {
     let indices = cx.get(&ir.indices)?;
     let values = cx.get(&ir.values)?;
     let values = cx.builder.convert(&values, data.element_type);
-    let batch = indices.rank() as i64 - 1;
-    let depth = indices.dims[indices.rank() - 1];
-    let indexed: Vec<i64> = (0..depth).collect();
+    let layout = NdLayout::of(&data, &indices);
     let numbers = ScatterDimensionNumbers {
-        update_window_dims: (batch..batch + data.rank() as i64 - depth).collect(),
-        inserted_window_dims: indexed.clone(),
-        scatter_dims_to_operand_dims: indexed,
-        index_vector_dim: batch,
+        update_window_dims: layout.slice_dims,
+        inserted_window_dims: layout.indexed.clone(),
+        scatter_dims_to_operand_dims: layout.indexed,
+        index_vector_dim: layout.index_vector_dim,
         ..Default::default()
     };
     let combiner = combiner(&ir.reduction, data.element_type);

@@ -9,6 +9,7 @@ use burn_ir::{
 
 use super::builder::Combiner;
 use super::context::{Lowered, Lowering, dims, unsupported};
+use super::index::stack_coordinates;
 use crate::hlo::{GatherDimensionNumbers, PrimitiveType, ScatterDimensionNumbers};
 
 /// `reshape`: same elements, new dimensions.
@@ -124,8 +125,6 @@ pub(crate) fn slice_assign(cx: &mut Lowering, ir: &SliceAssignOpIr) -> Lowered {
     // start plus its index times the step (from the range's end backwards for a negative step).
     let rank = tensor.rank();
     let index_type = PrimitiveType::S32;
-    let mut column_dims = value.dims.clone();
-    column_dims.push(1);
     let columns: Vec<_> = (0..rank)
         .map(|d| {
             let first = if strides[d] < 0 {
@@ -139,11 +138,10 @@ pub(crate) fn slice_assign(cx: &mut Lowering, ir: &SliceAssignOpIr) -> Lowered {
                 .filled(index_type, strides[d] as f64, &value.dims);
             let offset = cx.builder.filled(index_type, first as f64, &value.dims);
             let scaled = cx.builder.binary("multiply", &index, &step);
-            let position = cx.builder.binary("add", &scaled, &offset);
-            cx.builder.reshape(&position, &column_dims)
+            cx.builder.binary("add", &scaled, &offset)
         })
         .collect();
-    let coordinates = cx.builder.concatenate(&columns, rank);
+    let coordinates = stack_coordinates(cx, &columns);
     let all: Vec<i64> = (0..rank as i64).collect();
     let numbers = ScatterDimensionNumbers {
         update_window_dims: Vec::new(),

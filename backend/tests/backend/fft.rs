@@ -3,23 +3,11 @@
 //! tests build the operations of Burn's IR by hand, lower them, compile and run the module
 //! through PJRT, and compare with the direct transform.
 
-use burn::tensor::DType;
-use burn_ir::{
-    IRfftOpIr, ModuleOperationIr, OperationIr, RfftOpIr, TensorId, TensorIr, TensorStatus,
-};
+use burn_ir::{IRfftOpIr, ModuleOperationIr, OperationIr, RfftOpIr, TensorStatus};
 use burn_trainium::lower::{boundary_of, lower_segment};
 use trainium_ffi::pjrt::{Client, CompileOptions, ElementType, Plugin, ProgramFormat};
 
-use super::support;
-
-fn tensor(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
-    TensorIr {
-        id: TensorId::new(id),
-        shape: shape.to_vec().into(),
-        status,
-        dtype: DType::F32,
-    }
-}
+use super::support::{self, tensor};
 
 /// Lowers `operation` (its inputs are the segment's), runs it on the CPU plugin with `inputs`
 /// and returns each output's values.

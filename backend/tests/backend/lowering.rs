@@ -14,14 +14,7 @@ use burn_trainium::lower::{
 use burn_trainium::neuron::{Rule, lint_module};
 use prost::Message;
 
-fn tensor(id: u64, shape: &[usize], status: TensorStatus) -> TensorIr {
-    TensorIr {
-        id: TensorId::new(id),
-        shape: shape.to_vec().into(),
-        status,
-        dtype: DType::F32,
-    }
-}
+use super::support::tensor;
 
 /// `out = (x * scale + x) ` with ids from `first` on: `x` is an input, used up by the add.
 fn scaled_sum(first: u64, shape: &[usize], scale: f64) -> Vec<OperationIr> {

@@ -63,3 +63,13 @@ pub fn exclusive_random() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// An `f32` tensor of Burn's IR: id, shape and status (for operations built by hand).
+pub fn tensor(id: u64, shape: &[usize], status: burn_ir::TensorStatus) -> burn_ir::TensorIr {
+    burn_ir::TensorIr {
+        id: burn_ir::TensorId::new(id),
+        shape: shape.to_vec().into(),
+        status,
+        dtype: burn::tensor::DType::F32,
+    }
+}

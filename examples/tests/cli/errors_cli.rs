@@ -157,21 +157,27 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
     }
 }
 
+/// Links the plugin the tests run with (`TRAINIUM_PJRT_PLUGIN`) at `library`, a stand-in found
+/// where discovery looks.
+fn link_plugin_under_test(library: &std::path::Path) {
+    let plugin =
+        std::path::PathBuf::from(std::env::var_os(PLUGIN_ENV).expect(
+            "the tests run with the XLA CPU plugin (scripts/test sets TRAINIUM_PJRT_PLUGIN)",
+        ));
+    std::fs::create_dir_all(library.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&plugin, library).unwrap();
+}
+
 /// With `TRAINIUM_PJRT_PLUGIN` unset, `--device xla` finds the plugin `scripts/install-xla-cpu`
 /// installed (here a cache laid out as the installer lays it, linking to the plugin under test)
 /// and says which it chose.
 #[test]
 fn an_unset_plugin_is_found_where_the_installer_put_it() {
-    let plugin =
-        std::path::PathBuf::from(std::env::var_os(PLUGIN_ENV).expect(
-            "the tests run with the XLA CPU plugin (scripts/test sets TRAINIUM_PJRT_PLUGIN)",
-        ));
     let cache = tempfile::tempdir().unwrap();
     let library = cache
         .path()
         .join("burn-trainium/xla-cpu-2026.6.23/fastatomstruct_xla_cpu/libpjrt_cpu.so");
-    std::fs::create_dir_all(library.parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(&plugin, &library).unwrap();
+    link_plugin_under_test(&library);
     let output = super::hlat()
         .args([
             "generate",
@@ -203,14 +209,9 @@ fn an_unset_plugin_is_found_where_the_installer_put_it() {
 /// devices' kind.
 #[test]
 fn the_neuron_sdks_plugin_is_found_in_the_python_packages_and_loaded() {
-    let plugin =
-        std::path::PathBuf::from(std::env::var_os(PLUGIN_ENV).expect(
-            "the tests run with the XLA CPU plugin (scripts/test sets TRAINIUM_PJRT_PLUGIN)",
-        ));
     let packages = tempfile::tempdir().unwrap();
     let library = packages.path().join("libneuronxla/libneuronpjrt.so");
-    std::fs::create_dir_all(library.parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(&plugin, &library).unwrap();
+    link_plugin_under_test(&library);
     let empty_cache = tempfile::tempdir().unwrap();
     let output = super::hlat()
         .args(["generate", "--model", FIXTURE, "--prompt-ids", "1,2"])

@@ -6,10 +6,9 @@
 
 use std::path::PathBuf;
 
-use burn::backend::{Autodiff, Flex, NdArray};
+use burn::backend::NdArray;
 use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use hlat::vision::{SmallCnn, generated_batch};
 use serde::{Deserialize, Serialize};
@@ -19,7 +18,9 @@ use super::backends::{
 };
 use super::peers;
 use super::report;
-use super::training_loop::{LoopMeasurement, LoopTiming, Steps, time_training};
+use super::training_loop::{
+    LoopBenchmark, LoopMeasurement, LoopTiming, Steps, measure_on, time_training,
+};
 use crate::commands::ranges::at_least_one;
 
 /// The seed of the generated images (the PyTorch peer generates the same ones).
@@ -83,7 +84,7 @@ pub struct CnnReport {
 pub fn run(args: CnnBenchArgs) -> anyhow::Result<()> {
     if args.worker {
         let backend = worker_backend(&args.backends)?;
-        return emit_result(&measure_backend(backend, &args)?);
+        return emit_result(&measure_on(backend, &args)?);
     }
     let (mut results, mut failures) =
         backends::measure_each::<LoopMeasurement>(&args.backends, &[], "the CNN step")?;
@@ -124,49 +125,39 @@ pub fn run(args: CnnBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure_backend(backend: BackendName, args: &CnnBenchArgs) -> anyhow::Result<LoopMeasurement> {
-    match backend {
-        BackendName::TrainiumHost => {
-            measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, args)
-        }
-        BackendName::TrainiumXla => {
-            measure::<Autodiff<Trainium>>(backend, backends::xla_device()?, args)
-        }
-        BackendName::NdArray => measure::<Autodiff<NdArray>>(backend, Default::default(), args),
-        BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), args),
+impl LoopBenchmark for CnnBenchArgs {
+    fn measure<B: AutodiffBackend>(
+        &self,
+        backend: BackendName,
+        device: B::Device,
+    ) -> anyhow::Result<LoopMeasurement>
+    where
+        B::Device: 'static,
+    {
+        let args = self;
+        // The same initial weights on every backend: drawn on NdArray, moved as data.
+        let cpu = Default::default();
+        <NdArray as Backend>::seed(&cpu, 7);
+        let model = same_weights(
+            SmallCnn::<NdArray>::new(&cpu),
+            SmallCnn::<B>::new(&device),
+            &device,
+        )?;
+        let (images, labels) = generated_batch::<B>(args.batch, IMAGES_SEED, &device);
+        let optimizer = AdamConfig::new().init::<B, SmallCnn<B>>();
+        let steps = Steps {
+            warmup: args.warmup,
+            timed: args.steps,
+            learning_rate: LEARNING_RATE,
+        };
+        let timing = time_training(&device, model, optimizer, steps, |model| {
+            model.loss(images.clone(), labels.clone())
+        })?;
+        Ok(LoopMeasurement {
+            backend: backend.name().to_string(),
+            timing,
+            peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
+            version: backend.description().to_string(),
+        })
     }
-}
-
-fn measure<B: AutodiffBackend>(
-    backend: BackendName,
-    device: B::Device,
-    args: &CnnBenchArgs,
-) -> anyhow::Result<LoopMeasurement>
-where
-    B::Device: 'static,
-{
-    // The same initial weights on every backend: drawn on NdArray, moved as data.
-    let cpu = Default::default();
-    <NdArray as Backend>::seed(&cpu, 7);
-    let model = same_weights(
-        SmallCnn::<NdArray>::new(&cpu),
-        SmallCnn::<B>::new(&device),
-        &device,
-    )?;
-    let (images, labels) = generated_batch::<B>(args.batch, IMAGES_SEED, &device);
-    let optimizer = AdamConfig::new().init::<B, SmallCnn<B>>();
-    let steps = Steps {
-        warmup: args.warmup,
-        timed: args.steps,
-        learning_rate: LEARNING_RATE,
-    };
-    let timing = time_training(&device, model, optimizer, steps, |model| {
-        model.loss(images.clone(), labels.clone())
-    })?;
-    Ok(LoopMeasurement {
-        backend: backend.name().to_string(),
-        timing,
-        peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
-        version: backend.description().to_string(),
-    })
 }

@@ -10,7 +10,10 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-use super::backends::{median, report_host_fallbacks, trainium_stats};
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn_trainium::{Trainium, TrainiumDevice};
+
+use super::backends::{self, BackendName, median, report_host_fallbacks, trainium_stats};
 
 /// What the loop measured.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -46,6 +49,35 @@ pub struct LoopMeasurement {
     pub peak_rss_bytes: u64,
     /// What ran.
     pub version: String,
+}
+
+/// A training-loop benchmark, measured on any autodiff backend.
+pub trait LoopBenchmark {
+    /// Measures the loop on `backend`'s `device`.
+    fn measure<B: AutodiffBackend>(
+        &self,
+        backend: BackendName,
+        device: B::Device,
+    ) -> anyhow::Result<LoopMeasurement>
+    where
+        B::Device: 'static;
+}
+
+/// Measures `benchmark` on `backend` (Trainium's executors, NdArray or Flex, under autodiff).
+pub fn measure_on(
+    backend: BackendName,
+    benchmark: &impl LoopBenchmark,
+) -> anyhow::Result<LoopMeasurement> {
+    match backend {
+        BackendName::TrainiumHost => {
+            benchmark.measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST)
+        }
+        BackendName::TrainiumXla => {
+            benchmark.measure::<Autodiff<Trainium>>(backend, backends::xla_device()?)
+        }
+        BackendName::NdArray => benchmark.measure::<Autodiff<NdArray>>(backend, Default::default()),
+        BackendName::Flex => benchmark.measure::<Autodiff<Flex>>(backend, Default::default()),
+    }
 }
 
 /// The steps of a loop.

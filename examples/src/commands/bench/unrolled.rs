@@ -6,13 +6,12 @@
 
 use std::path::PathBuf;
 
-use burn::backend::{Autodiff, Flex, NdArray};
+use burn::backend::NdArray;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Lstm, LstmConfig};
 use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use burn_trainium::{Trainium, TrainiumDevice};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +19,7 @@ use super::backends::{
     self, BackendName, emit_result, peak_resident_bytes, same_weights, worker_backend,
 };
 use super::report;
-use super::training_loop::{LoopMeasurement, Steps, time_training};
+use super::training_loop::{LoopBenchmark, LoopMeasurement, Steps, measure_on, time_training};
 use crate::commands::ranges::at_least_one;
 
 /// Features of each input step.
@@ -114,7 +113,7 @@ impl<B: Backend> Recurrent<B> {
 pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
     if args.worker {
         let backend = worker_backend(&args.backends)?;
-        return emit_result(&measure_backend(backend, &args)?);
+        return emit_result(&measure_on(backend, &args)?);
     }
     let (results, failures) =
         backends::measure_each::<LoopMeasurement>(&args.backends, &[], "the unrolled step")?;
@@ -135,22 +134,6 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure_backend(
-    backend: BackendName,
-    args: &UnrolledBenchArgs,
-) -> anyhow::Result<LoopMeasurement> {
-    match backend {
-        BackendName::TrainiumHost => {
-            measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, args)
-        }
-        BackendName::TrainiumXla => {
-            measure::<Autodiff<Trainium>>(backend, backends::xla_device()?, args)
-        }
-        BackendName::NdArray => measure::<Autodiff<NdArray>>(backend, Default::default(), args),
-        BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), args),
-    }
-}
-
 /// Deterministic values in [-1, 1) for the inputs and targets.
 fn values(count: usize, seed: u64) -> Vec<f32> {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -164,52 +147,55 @@ fn values(count: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn measure<B: AutodiffBackend>(
-    backend: BackendName,
-    device: B::Device,
-    args: &UnrolledBenchArgs,
-) -> anyhow::Result<LoopMeasurement>
-where
-    B::Device: 'static,
-{
-    if let (Some(cap), Some(trainium)) = (args.segment_cap, backends::as_trainium(&device)) {
-        burn_trainium::set_segment_cap(trainium, cap);
+impl LoopBenchmark for UnrolledBenchArgs {
+    fn measure<B: AutodiffBackend>(
+        &self,
+        backend: BackendName,
+        device: B::Device,
+    ) -> anyhow::Result<LoopMeasurement>
+    where
+        B::Device: 'static,
+    {
+        let args = self;
+        if let (Some(cap), Some(trainium)) = (args.segment_cap, backends::as_trainium(&device)) {
+            burn_trainium::set_segment_cap(trainium, cap);
+        }
+        // The same initial weights on every backend: drawn on NdArray, moved as data.
+        let cpu = Default::default();
+        <NdArray as Backend>::seed(&cpu, 7);
+        let reference = Recurrent::<NdArray>::new(args.hidden, &cpu);
+        let model = same_weights(
+            reference,
+            Recurrent::<B>::new(args.hidden, &device),
+            &device,
+        )?;
+        let inputs = Tensor::<B, 3>::from_data(
+            TensorData::new(
+                values(args.batch * args.seq_len * FEATURES, 1),
+                [args.batch, args.seq_len, FEATURES],
+            ),
+            &device,
+        );
+        let targets = Tensor::<B, 2>::from_data(
+            TensorData::new(values(args.batch, 2), [args.batch, 1]),
+            &device,
+        );
+        let optimizer = AdamConfig::new().init::<B, Recurrent<B>>();
+        let steps = Steps {
+            warmup: args.warmup,
+            timed: args.steps,
+            learning_rate: 1e-3,
+        };
+        let timing = time_training(&device, model, optimizer, steps, |model| {
+            (model.forward(inputs.clone()) - targets.clone())
+                .powi_scalar(2)
+                .mean()
+        })?;
+        Ok(LoopMeasurement {
+            backend: backend.name().to_string(),
+            timing,
+            peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
+            version: backend.description().to_string(),
+        })
     }
-    // The same initial weights on every backend: drawn on NdArray, moved as data.
-    let cpu = Default::default();
-    <NdArray as Backend>::seed(&cpu, 7);
-    let reference = Recurrent::<NdArray>::new(args.hidden, &cpu);
-    let model = same_weights(
-        reference,
-        Recurrent::<B>::new(args.hidden, &device),
-        &device,
-    )?;
-    let inputs = Tensor::<B, 3>::from_data(
-        TensorData::new(
-            values(args.batch * args.seq_len * FEATURES, 1),
-            [args.batch, args.seq_len, FEATURES],
-        ),
-        &device,
-    );
-    let targets = Tensor::<B, 2>::from_data(
-        TensorData::new(values(args.batch, 2), [args.batch, 1]),
-        &device,
-    );
-    let optimizer = AdamConfig::new().init::<B, Recurrent<B>>();
-    let steps = Steps {
-        warmup: args.warmup,
-        timed: args.steps,
-        learning_rate: 1e-3,
-    };
-    let timing = time_training(&device, model, optimizer, steps, |model| {
-        (model.forward(inputs.clone()) - targets.clone())
-            .powi_scalar(2)
-            .mean()
-    })?;
-    Ok(LoopMeasurement {
-        backend: backend.name().to_string(),
-        timing,
-        peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
-        version: backend.description().to_string(),
-    })
 }
