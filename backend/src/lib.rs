@@ -54,9 +54,10 @@ pub mod xla_cache {
 }
 pub use executor::{
     COMPILE_CACHE_CAPACITY, COMPILE_CACHE_INSTRUCTIONS, COMPILER_OPTIONS_ENV, CPU_DEVICES_ENV,
-    DEFAULT_CPU_DEVICES, HOST_FALLBACK_ENV, HostFallback, NEURON_PROCESS_DEVICES_ENV,
-    NEURON_PROCESS_INDEX_ENV, PLUGIN_ENV, PluginKind, SMALL_TENSOR_SEGMENT_CAP, XLA_CACHE_ENV,
-    set_host_fallback, set_operator_rules,
+    DEFAULT_CPU_DEVICES, HOST_FALLBACK_ENV, HOST_OPERATIONS_ENV, HostFallback,
+    NEURON_PROCESS_DEVICES_ENV, NEURON_PROCESS_INDEX_ENV, PLUGIN_ENV, PluginKind,
+    SMALL_TENSOR_SEGMENT_CAP, XLA_CACHE_ENV, set_host_fallback, set_host_operations,
+    set_operator_rules,
 };
 pub use stats::{Stats, host_fallback_report, host_fallbacks_by_kind, reset_stats, stats};
 

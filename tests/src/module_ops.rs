@@ -8,12 +8,14 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::module::{
     adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv_transpose1d,
-    conv_transpose2d, conv_transpose3d, conv1d, conv2d, conv3d, ctc_loss, interpolate, max_pool1d,
-    max_pool2d,
+    conv_transpose2d, conv_transpose3d, conv1d, conv2d, conv3d, ctc_loss, deform_conv2d,
+    interpolate, max_pool1d, max_pool2d,
 };
-use burn::tensor::ops::{ConvOptions, ConvTransposeOptions, InterpolateMode, InterpolateOptions};
+use burn::tensor::ops::{
+    ConvOptions, ConvTransposeOptions, DeformConvOptions, InterpolateMode, InterpolateOptions,
+};
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_trainium::{Trainium, stats};
+use burn_trainium::{Trainium, TrainiumDevice, stats};
 
 use crate::support::{
     Precision, Reference, assert_matches, check, check_all, distinct, float, xla,
@@ -185,6 +187,97 @@ fn conv_transpose1d_and_3d<B: AutodiffBackend>(
             gradient(&volume_weight, g),
         ]
     })
+}
+
+/// A deformable convolution with two weight groups, `offset_groups` offset groups, offsets that
+/// move taps between pixels and past the border, a mask and a bias; and one with neither. The
+/// offsets never land a tap on a whole pixel, where the bilinear weights have no derivative (the
+/// backends' choices differ there).
+fn deformable_conv2d<B: AutodiffBackend>(
+    device: &B::Device,
+    p: Precision,
+    offset_groups: usize,
+) -> Vec<TensorData> {
+    let x = leaf::<B, 4>([2, 4, 5, 6], 50, p, device);
+    let weight = leaf::<B, 4>([6, 2, 3, 2], 51, p, device);
+    let offset = leaf::<B, 4>([2, 2 * offset_groups * 6, 5, 2], 52, p, device);
+    let mask = leaf::<B, 4>([2, offset_groups * 6, 5, 2], 53, p, device);
+    let bias = leaf::<B, 1>([6], 54, p, device);
+    let options = DeformConvOptions::new([1, 2], [1, 0], [1, 2], 2, offset_groups);
+    let masked = deform_conv2d(
+        x.clone(),
+        off_grid(offset.clone()),
+        weight.clone(),
+        Some(mask.clone()),
+        Some(bias.clone()),
+        options,
+    );
+    let plain_x = leaf::<B, 4>([1, 2, 4, 4], 55, p, device);
+    let plain_weight = leaf::<B, 4>([3, 2, 2, 2], 56, p, device);
+    let plain_offset = leaf::<B, 4>([1, 8, 3, 3], 57, p, device);
+    let plain = deform_conv2d(
+        plain_x.clone(),
+        off_grid(plain_offset.clone()),
+        plain_weight.clone(),
+        None,
+        None,
+        DeformConvOptions::new([1, 1], [0, 0], [1, 1], 1, 1),
+    );
+    let mut results = vec![masked.clone().into_data(), plain.clone().into_data()];
+    let upstream = float::<B, 4>(masked.dims(), 58, p, device);
+    let combined = (masked * upstream).sum() + plain.sum();
+    results.extend(output_and_gradients(combined, p, device, |g| {
+        vec![
+            gradient(&x, g),
+            gradient(&weight, g),
+            gradient(&offset, g),
+            gradient(&mask, g),
+            gradient(&bias, g),
+            gradient(&plain_x, g),
+            gradient(&plain_weight, g),
+            gradient(&plain_offset, g),
+        ]
+    }));
+    results
+}
+
+/// Offsets `0.5 · o + 19/128` (`o` a multiple of 1/32): an odd number of 128ths, never a whole
+/// number, and exact in bf16.
+fn off_grid<B: AutodiffBackend>(offset: Tensor<B, 4>) -> Tensor<B, 4> {
+    offset * 0.5 + 19.0 / 128.0
+}
+
+#[test]
+fn deformable_convolutions_and_their_gradients() {
+    check_all::<Ad<Reference>>(
+        "deformable_conv2d",
+        |device, p| deformable_conv2d::<Ad<Reference>>(device, p, 1),
+        |device, p| deformable_conv2d::<Ad<Trainium>>(device, p, 1),
+    );
+}
+
+/// Two offset groups, `xla` against the host executor (burn-flex): burn-ndarray 0.21's offset
+/// and mask gradients read the first group's column gradients for every group, so it is no
+/// reference there.
+#[test]
+fn deformable_convolutions_of_several_offset_groups_agree_with_the_host() {
+    let device = xla();
+    let before = stats(&device).host_fallbacks;
+    let host = deformable_conv2d::<Ad<Trainium>>(&TrainiumDevice::HOST, Precision::F32, 2);
+    let on_xla = deformable_conv2d::<Ad<Trainium>>(&device, Precision::F32, 2);
+    for (index, (expected, actual)) in host.iter().zip(&on_xla).enumerate() {
+        assert_matches(
+            &format!("deformable_conv2d with two offset groups #{index}"),
+            expected,
+            actual,
+            Precision::F32.tolerance(),
+        );
+    }
+    assert_eq!(
+        stats(&device).host_fallbacks,
+        before,
+        "fell back to the host"
+    );
 }
 
 #[test]

@@ -97,6 +97,7 @@ pub fn check_device(device: &TrainiumDevice) -> Result<(), BackendError> {
 fn open_executor(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
     segment_cap_from_env()?;
     crate::executor::host_fallback_from_env()?;
+    crate::executor::host_operations_from_env()?;
     executor::open(device)
 }
 

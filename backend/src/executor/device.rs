@@ -122,6 +122,8 @@ pub(crate) struct DeviceExecutor<T: Target> {
     plans: PlanCache,
     /// The operator rules the cached plans were lowered under.
     rules: Option<OperatorRules>,
+    /// The operation kinds kept on the host (`TRAINIUM_HOST_OPERATIONS`), as the plans were made.
+    host_kinds: Vec<String>,
     counters: Arc<StatsCounters>,
     /// The Threefry key of random tensors drawn on the device (set by `seed`).
     random_key: u64,
@@ -145,6 +147,7 @@ impl<T: Target> DeviceExecutor<T> {
             programs: ProgramCache::new(T::CACHE_LIMITS),
             plans: PlanCache::default(),
             rules: None,
+            host_kinds: Vec::new(),
             counters,
             random_key: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -422,9 +425,13 @@ impl<T: Target> DeviceExecutor<T> {
             rules: OPERATOR_RULES.get(&self.device).unwrap_or(defaults.rules),
             ..defaults
         };
-        if self.rules.replace(options.rules) != Some(options.rules) {
-            // Plans lowered under other rules would run other programs.
+        let host_kinds = super::fallback::host_operations_of(&self.device);
+        let rules_changed = self.rules.replace(options.rules) != Some(options.rules);
+        if rules_changed || host_kinds != self.host_kinds {
+            // Plans lowered under other rules, or with other kinds kept on the host, would run
+            // other programs.
             self.plans = PlanCache::default();
+            self.host_kinds = host_kinds;
         }
         let fingerprinted = match FingerprintedSegment::of(operations) {
             Ok(fingerprinted) => Some(fingerprinted),
@@ -439,8 +446,8 @@ impl<T: Target> DeviceExecutor<T> {
             StatsCounters::add(&self.counters.segments_reused, 1);
             return Ok(steps);
         }
-        let steps =
-            lower::plan_segment(operations, &options).map_err(|error| self.failure(error))?;
+        let steps = lower::plan_segment_keeping_on_host(operations, &options, &self.host_kinds)
+            .map_err(|error| self.failure(error))?;
         if let Some(fingerprinted) = &fingerprinted
             && !self.plans.insert(fingerprinted, &steps)
         {

@@ -74,6 +74,96 @@ pub(crate) fn host_fallback_of(device: &TrainiumDevice) -> HostFallback {
         .unwrap_or_else(|| host_fallback_from_env().unwrap_or_default())
 }
 
+/// The environment variable naming operation kinds the `xla` and `neuron` executors run on the
+/// host even though they have a lowering (comma-separated, as the fallback warnings and reports
+/// name them: `Module::Conv2d,Float::Exp`): for bisecting a result that differs between
+/// executors, and for trying the fallback policies.
+pub const HOST_OPERATIONS_ENV: &str = "TRAINIUM_HOST_OPERATIONS";
+
+/// The enums' names in operation kinds (`Module::Conv2d`) and the coverage table's enum each
+/// stands for.
+const KIND_PREFIXES: [(&str, &str); 9] = [
+    ("BaseFloat", "BaseOperationIr"),
+    ("BaseInt", "BaseOperationIr"),
+    ("BaseBool", "BaseOperationIr"),
+    ("NumericFloat", "NumericOperationIr"),
+    ("NumericInt", "NumericOperationIr"),
+    ("Float", "FloatOperationIr"),
+    ("Int", "IntOperationIr"),
+    ("Bool", "BoolOperationIr"),
+    ("Module", "ModuleOperationIr"),
+];
+
+/// The operation kinds a comma-separated list names, or why one is not a kind of Burn's IR.
+pub(crate) fn parse_operation_kinds(text: &str) -> Result<Vec<String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|kind| !kind.is_empty())
+        .map(|kind| {
+            let known = kind.split_once("::").is_some_and(|(prefix, variant)| {
+                KIND_PREFIXES.iter().any(|&(name, table)| {
+                    name == prefix
+                        && crate::lower::COVERAGE
+                            .iter()
+                            .any(|(entry, _)| *entry == format!("{table}::{variant}"))
+                })
+            });
+            if known {
+                Ok(kind.to_string())
+            } else {
+                Err(format!(
+                    "`{kind}` is not an operation kind of Burn's IR (written as the fallback \
+                     reports name them, e.g. `Module::Conv2d`)"
+                ))
+            }
+        })
+        .collect()
+}
+
+/// The kinds `TRAINIUM_HOST_OPERATIONS` names (read once; none when unset), or the error naming
+/// its bad value.
+pub(crate) fn host_operations_from_env() -> Result<Vec<String>, BackendError> {
+    static KINDS: OnceLock<Result<Vec<String>, BackendError>> = OnceLock::new();
+    KINDS
+        .get_or_init(|| match std::env::var(HOST_OPERATIONS_ENV) {
+            Ok(value) => {
+                parse_operation_kinds(&value).map_err(|reason| BackendError::InvalidSetting {
+                    variable: HOST_OPERATIONS_ENV,
+                    value,
+                    reason,
+                })
+            }
+            Err(_) => Ok(Vec::new()),
+        })
+        .clone()
+}
+
+/// Operation kinds kept on the host per device, chosen in code.
+static HOST_OPERATIONS: PerDevice<&'static [String]> = PerDevice::new();
+
+/// Makes `device` run the operation `kinds` on the host from now on (as fallbacks, counted and
+/// subject to the fallback policy), whatever `TRAINIUM_HOST_OPERATIONS` says; an empty list
+/// lowers every kind again. Fails naming a kind that Burn's IR does not have.
+pub fn set_host_operations(device: &TrainiumDevice, kinds: &[&str]) -> Result<(), BackendError> {
+    let joined = kinds.join(",");
+    let kinds = parse_operation_kinds(&joined).map_err(|reason| BackendError::InvalidSetting {
+        variable: HOST_OPERATIONS_ENV,
+        value: joined,
+        reason,
+    })?;
+    // A setting lives as long as the process: the few lists a process chooses are leaked.
+    HOST_OPERATIONS.set(device, Box::leak(kinds.into_boxed_slice()));
+    Ok(())
+}
+
+/// The operation kinds `device` runs on the host: chosen in code, else the environment's.
+pub(crate) fn host_operations_of(device: &TrainiumDevice) -> Vec<String> {
+    HOST_OPERATIONS
+        .get(device)
+        .map(<[String]>::to_vec)
+        .unwrap_or_else(|| host_operations_from_env().unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,5 +175,17 @@ mod tests {
         assert_eq!("warn".parse(), Ok(HostFallback::Warn));
         assert_eq!(HostFallback::default(), HostFallback::Warn);
         assert!("never".parse::<HostFallback>().is_err());
+    }
+
+    #[test]
+    fn host_operations_are_kinds_of_burns_ir() {
+        assert_eq!(
+            parse_operation_kinds(" Module::Conv2d, Float::Exp ,"),
+            Ok(vec!["Module::Conv2d".to_string(), "Float::Exp".to_string()])
+        );
+        let error = parse_operation_kinds("Module::Conv9d").unwrap_err();
+        assert!(error.contains("`Module::Conv9d`"), "{error}");
+        assert!(parse_operation_kinds("Conv2d").is_err());
+        assert!(parse_operation_kinds("Float::Conv2d").is_err());
     }
 }

@@ -16,8 +16,10 @@ mod xla_stderr;
 
 pub use device::set_operator_rules;
 pub(crate) use device::{CompileOutcome, DeviceExecutor, Target};
-pub(crate) use fallback::host_fallback_from_env;
-pub use fallback::{HOST_FALLBACK_ENV, HostFallback, set_host_fallback};
+pub use fallback::{
+    HOST_FALLBACK_ENV, HOST_OPERATIONS_ENV, HostFallback, set_host_fallback, set_host_operations,
+};
+pub(crate) use fallback::{host_fallback_from_env, host_operations_from_env};
 pub(crate) use host::HostExecutor;
 pub use plugin_kind::{NEURON_PROCESS_DEVICES_ENV, NEURON_PROCESS_INDEX_ENV, PluginKind};
 pub(crate) use program_cache::CacheLimits;

@@ -179,13 +179,10 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ("ModuleOperationIr::Conv3dXBackward", Coverage::Lowered),
     ("ModuleOperationIr::Conv3dWeightBackward", Coverage::Lowered),
     ("ModuleOperationIr::Conv3dBiasBackward", Coverage::Lowered),
-    (
-        "ModuleOperationIr::DeformableConv2d",
-        Coverage::HostFallback("no lowering yet"),
-    ),
+    ("ModuleOperationIr::DeformableConv2d", Coverage::Lowered),
     (
         "ModuleOperationIr::DeformableConv2dBackward",
-        Coverage::HostFallback("no lowering yet"),
+        Coverage::Lowered,
     ),
     ("ModuleOperationIr::ConvTranspose1d", Coverage::Lowered),
     ("ModuleOperationIr::ConvTranspose2d", Coverage::Lowered),

@@ -11,7 +11,8 @@ use super::conv;
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
 use super::{
-    attention, collective, creation, fft, index, matmul, pool, random, resample, shape, sort,
+    attention, collective, creation, deform_conv, fft, index, matmul, pool, random, resample,
+    shape, sort,
 };
 
 impl Lowering {
@@ -183,9 +184,12 @@ impl Lowering {
             Op::ArcTan(ir) => elementwise::unary(self, Function::ArcTan, ir),
             Op::ArcTanh(ir) => elementwise::unary(self, Function::ArcTanh, ir),
             Op::Cross(ir) => elementwise::cross(self, ir),
-            Op::Quantize(_) | Op::Dequantize(_) | Op::GridSample2d(_) => {
-                unsupported("no lowering yet")
+            Op::Quantize(_) | Op::Dequantize(_) => {
+                unsupported("burn-router 0.21 never records it (it has no quantized tensors)")
             }
+            Op::GridSample2d(_) => unsupported(
+                "burn-router 0.21 never records it (Burn computes grid sampling from gathers)",
+            ),
         }
     }
 
@@ -232,10 +236,11 @@ impl Lowering {
             Op::Rfft(ir) => fft::rfft(self, ir),
             Op::IRfft(ir) => fft::irfft(self, ir),
             Op::InterpolateBackward(ir) => resample::interpolate_backward(self, ir),
-            Op::DeformableConv2d(_)
-            | Op::DeformableConv2dBackward(_)
-            | Op::CtcLoss(_)
-            | Op::CtcLossBackward(_) => unsupported("no lowering yet"),
+            Op::DeformableConv2d(ir) => deform_conv::deform_conv2d(self, ir),
+            Op::DeformableConv2dBackward(ir) => deform_conv::deform_conv2d_backward(self, ir),
+            Op::CtcLoss(_) | Op::CtcLossBackward(_) => unsupported(
+                "burn-router 0.21 never records it (Burn computes the CTC loss from other operations)",
+            ),
         }
     }
 }

@@ -56,8 +56,19 @@ pub(crate) fn stack_coordinates(cx: &mut Lowering, columns: &[Value]) -> Value {
 pub(crate) fn gather(cx: &mut Lowering, ir: &GatherOpIr) -> Lowered {
     let tensor = cx.get(&ir.tensor)?;
     let indices = cx.get(&ir.indices)?;
+    let value = gather_along(cx, &tensor, &indices, ir.dim);
+    cx.set(&ir.out, value)
+}
+
+/// `tensor[i with i[dim] = indices[i]]`, of the indices' shape.
+pub(crate) fn gather_along(
+    cx: &mut Lowering,
+    tensor: &Value,
+    indices: &Value,
+    dim: usize,
+) -> Value {
     let rank = tensor.rank();
-    let coordinates = coordinates(cx, &indices, ir.dim, rank);
+    let coordinates = coordinates(cx, indices, dim, rank);
     let all: Vec<i64> = (0..rank as i64).collect();
     let numbers = GatherDimensionNumbers {
         offset_dims: Vec::new(),
@@ -66,14 +77,8 @@ pub(crate) fn gather(cx: &mut Lowering, ir: &GatherOpIr) -> Lowered {
         index_vector_dim: rank as i64,
         ..Default::default()
     };
-    let value = cx.builder.gather(
-        &tensor,
-        &coordinates,
-        numbers,
-        &vec![1; rank],
-        &indices.dims,
-    );
-    cx.set(&ir.out, value)
+    cx.builder
+        .gather(tensor, &coordinates, numbers, &vec![1; rank], &indices.dims)
 }
 
 /// `scatter(dim, tensor, indices, value)`: `tensor[i with i[dim] = indices[i]] op= value[i]`.

@@ -16,6 +16,7 @@ mod context;
 mod conv;
 mod coverage;
 mod creation;
+mod deform_conv;
 mod dispatch;
 mod dump;
 mod elementwise;
@@ -231,10 +232,30 @@ pub fn plan_segment(
     operations: &[OperationIr],
     options: &LowerOptions,
 ) -> Result<Vec<Step>, LowerError> {
+    plan_segment_keeping_on_host(operations, options, &[])
+}
+
+/// [`plan_segment`], with the operations of the kinds `host_kinds` names (`Module::Conv2d`, as
+/// [`operation_name`] writes them) kept on the host although they have a lowering.
+pub fn plan_segment_keeping_on_host(
+    operations: &[OperationIr],
+    options: &LowerOptions,
+    host_kinds: &[String],
+) -> Result<Vec<Step>, LowerError> {
+    let kept = |operation: &OperationIr| {
+        !host_kinds.is_empty() && host_kinds.contains(&operation_name(operation))
+    };
     let mut steps = Vec::new();
     let mut start = 0;
     while start < operations.len() {
-        let mut end = operations.len();
+        if kept(&operations[start]) {
+            steps.push(Step::Fallback(Box::new(operations[start].clone())));
+            start += 1;
+            continue;
+        }
+        let mut end = (start..operations.len())
+            .find(|&index| kept(&operations[index]))
+            .unwrap_or(operations.len());
         loop {
             let piece = &operations[start..end];
             match lower_segment_with(piece, &boundary_of(piece), options) {

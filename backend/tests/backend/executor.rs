@@ -342,7 +342,7 @@ fn device_statistics_on_a_device_of_their_own() {
     an_update_in_place_needs_no_scratch_copies_of_its_inputs();
 }
 
-/// An operation the lowering does not cover (a deformable convolution) on `xla`: with
+/// An operation kept on the host (`TRAINIUM_HOST_OPERATIONS`: a deformable convolution) on `xla`: with
 /// `TRAINIUM_HOST_FALLBACK=error` the read fails naming it and the setting; with `warn` (the
 /// default) it runs on the host, the host's result, counted by kind and reported in one line.
 #[test]
@@ -351,6 +351,7 @@ fn host_fallbacks_are_refused_or_counted_by_kind() {
     use burn::tensor::ops::DeformConvOptions;
     use burn_trainium::{
         HostFallback, host_fallback_report, host_fallbacks_by_kind, set_host_fallback,
+        set_host_operations,
     };
 
     // A device no other test of this binary uses: its policy is this test's own.
@@ -362,6 +363,12 @@ fn host_fallbacks_are_refused_or_counted_by_kind() {
         let options = DeformConvOptions::new([1, 1], [0, 0], [1, 1], 1, 1);
         deform_conv2d(input, offset, weight, None, None, options).try_into_data()
     };
+    let unknown = set_host_operations(&device, &["Module::Conv9d"]).unwrap_err();
+    assert!(
+        unknown.to_string().contains("`Module::Conv9d`"),
+        "{unknown}"
+    );
+    set_host_operations(&device, &["Module::DeformableConv2d"]).unwrap();
     set_host_fallback(&device, HostFallback::Error);
     let error = deform(&device).expect_err("no lowering, and fallbacks are errors");
     let message = error.to_string();
