@@ -1,4 +1,6 @@
-// Replaces upstream's common/autodiff.rs. Upstream turns autodiff on through the Dispatch device
+// Replaces upstream's common/autodiff.rs (`run` writes the path of the suite's autodiff/mod.rs,
+// relative to tests/common/, where AUTODIFF_MOD stands). Upstream turns autodiff on through the
+// Dispatch device
 // (`DispatchDevice::autodiff(..)`); here the backend type is `Autodiff<Trainium>` instead, and the
 // device is the plain Trainium device.
 
@@ -22,7 +24,7 @@ impl AutodiffDevice {
     }
 }
 
-#[path = "../autodiff/mod.rs"]
+#[path = "AUTODIFF_MOD"]
 mod base;
 
 mod checkpointing {
@@ -50,5 +52,5 @@ mod checkpointing {
         }
     }
 
-    include!("../autodiff/mod.rs");
+    include!("AUTODIFF_MOD");
 }
