@@ -73,6 +73,19 @@ impl Shape {
         ]
     }
 
+    /// `[batch, offset_groups, channels / offset_groups, taps, out_h, out_w]`: the channels of
+    /// each offset group apart.
+    fn channels_by_group(&self) -> [i64; 6] {
+        [
+            self.batch,
+            self.offset_groups,
+            self.channels / self.offset_groups,
+            self.taps(),
+            self.out[0],
+            self.out[1],
+        ]
+    }
+
     /// `[batch, offset_groups, taps, out_h, out_w]`: one value per offset group, tap, position.
     fn per_group(&self) -> Vec<i64> {
         vec![
@@ -105,31 +118,15 @@ struct Sampling {
 /// `value` of one entry per offset group (`[b, groups, taps, oh, ow]`) repeated for each channel
 /// of its group (`[b, c, taps, oh, ow]`).
 fn to_channels(cx: &mut Lowering, value: &Value, shape: &Shape) -> Value {
-    let per_group = shape.channels / shape.offset_groups;
-    let spread = [
-        shape.batch,
-        shape.offset_groups,
-        per_group,
-        shape.taps(),
-        shape.out[0],
-        shape.out[1],
-    ];
-    let spread = cx.builder.broadcast(value, &spread, &[0, 1, 3, 4, 5]);
+    let spread = cx
+        .builder
+        .broadcast(value, &shape.channels_by_group(), &[0, 1, 3, 4, 5]);
     cx.builder.reshape(&spread, &shape.per_channel())
 }
 
 /// Sums `value` (per channel) over the channels of each offset group.
 fn to_groups(cx: &mut Lowering, value: &Value, shape: &Shape) -> Value {
-    let per_group = shape.channels / shape.offset_groups;
-    let split = [
-        shape.batch,
-        shape.offset_groups,
-        per_group,
-        shape.taps(),
-        shape.out[0],
-        shape.out[1],
-    ];
-    let split = cx.builder.reshape(value, &split);
+    let split = cx.builder.reshape(value, &shape.channels_by_group());
     reduce(cx, Reduction::Sum, &split, &[2])
 }
 

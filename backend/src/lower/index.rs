@@ -40,6 +40,29 @@ fn coordinates(cx: &mut Lowering, indices: &Value, dim: usize, rank: usize) -> V
     stack_coordinates(cx, &columns)
 }
 
+/// `tensor[coordinates[i]] combiner= updates[i]` for every element `i` of `updates`, whose full
+/// coordinates into `tensor` are the last dimension of `coordinates` (as
+/// [`stack_coordinates`] makes them).
+pub(crate) fn scatter_elements(
+    cx: &mut Lowering,
+    tensor: &Value,
+    coordinates: &Value,
+    updates: &Value,
+    combiner: Combiner,
+) -> Value {
+    let rank = tensor.rank() as i64;
+    let all: Vec<i64> = (0..rank).collect();
+    let numbers = ScatterDimensionNumbers {
+        update_window_dims: Vec::new(),
+        inserted_window_dims: all.clone(),
+        scatter_dims_to_operand_dims: all,
+        index_vector_dim: coordinates.rank() as i64 - 1,
+        ..Default::default()
+    };
+    cx.builder
+        .scatter(tensor, coordinates, updates, numbers, combiner)
+}
+
 /// One coordinate per dimension (`columns`, each of one shape) stacked into the index vectors
 /// `[..shape, columns]` of an elementwise scatter or gather.
 pub(crate) fn stack_coordinates(cx: &mut Lowering, columns: &[Value]) -> Value {
@@ -112,16 +135,7 @@ pub(crate) fn scatter_along(
         return scatter_one_per_line(cx, tensor, indices, updates, dim, combiner);
     }
     let coordinates = coordinates(cx, indices, dim, rank);
-    let all: Vec<i64> = (0..rank as i64).collect();
-    let numbers = ScatterDimensionNumbers {
-        update_window_dims: Vec::new(),
-        inserted_window_dims: all.clone(),
-        scatter_dims_to_operand_dims: all,
-        index_vector_dim: rank as i64,
-        ..Default::default()
-    };
-    cx.builder
-        .scatter(tensor, &coordinates, updates, numbers, combiner)
+    scatter_elements(cx, tensor, &coordinates, updates, combiner)
 }
 
 /// The layout of a `gather_nd`/`scatter_nd`: the index vector is the last dimension of the

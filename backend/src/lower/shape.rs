@@ -9,8 +9,8 @@ use burn_ir::{
 
 use super::builder::Combiner;
 use super::context::{Lowered, Lowering, dims, unsupported};
-use super::index::stack_coordinates;
-use crate::hlo::{GatherDimensionNumbers, PrimitiveType, ScatterDimensionNumbers};
+use super::index::{scatter_elements, stack_coordinates};
+use crate::hlo::{GatherDimensionNumbers, PrimitiveType};
 
 /// `reshape`: same elements, new dimensions.
 pub(crate) fn reshape(cx: &mut Lowering, ir: &ShapeOpIr) -> Lowered {
@@ -142,17 +142,7 @@ pub(crate) fn slice_assign(cx: &mut Lowering, ir: &SliceAssignOpIr) -> Lowered {
         })
         .collect();
     let coordinates = stack_coordinates(cx, &columns);
-    let all: Vec<i64> = (0..rank as i64).collect();
-    let numbers = ScatterDimensionNumbers {
-        update_window_dims: Vec::new(),
-        inserted_window_dims: all.clone(),
-        scatter_dims_to_operand_dims: all,
-        index_vector_dim: rank as i64,
-        ..Default::default()
-    };
-    let result = cx
-        .builder
-        .scatter(&tensor, &coordinates, &value, numbers, Combiner::Replace);
+    let result = scatter_elements(cx, &tensor, &coordinates, &value, Combiner::Replace);
     cx.set(&ir.out, result)
 }
 
