@@ -401,6 +401,7 @@ fn columns(cx: &mut Lowering, sampling: &Sampling, shape: &Shape) -> Value {
     )
 }
 
+/// `deform_conv2d`: the samples masked, times the weight per group, plus the bias.
 pub(crate) fn deform_conv2d(cx: &mut Lowering, ir: &DeformConv2dOpIr) -> Lowered {
     let shape = Shape::of(&ir.x, &ir.weight, &ir.offset, &ir.options);
     let input = wide(cx, &ir.x)?;
@@ -420,6 +421,7 @@ pub(crate) fn deform_conv2d(cx: &mut Lowering, ir: &DeformConv2dOpIr) -> Lowered
     set_narrowed(cx, &ir.out, &out)
 }
 
+/// The gradients of `deform_conv2d` for its input, offsets, weight, mask and bias.
 pub(crate) fn deform_conv2d_backward(cx: &mut Lowering, ir: &DeformConv2dBackwardOpIr) -> Lowered {
     let shape = Shape::of(&ir.x, &ir.weight, &ir.offset, &ir.options);
     let input = wide(cx, &ir.x)?;

@@ -298,26 +298,31 @@ fn maximum_backward(
     cx.set(out, value)
 }
 
+/// `avg_pool1d`.
 pub(crate) fn avg_pool1d(cx: &mut Lowering, ir: &AvgPool1dOpIr) -> Lowered {
     let pooling = Pooling::new(&[ir.kernel_size], &[ir.stride], &[ir.padding], &[1]);
     average(cx, &ir.x, &pooling, ir.count_include_pad, &ir.out)
 }
 
+/// `avg_pool2d`.
 pub(crate) fn avg_pool2d(cx: &mut Lowering, ir: &AvgPool2dOpIr) -> Lowered {
     let pooling = Pooling::new(&ir.kernel_size, &ir.stride, &ir.padding, &[1, 1]);
     average(cx, &ir.x, &pooling, ir.count_include_pad, &ir.out)
 }
 
+/// The gradient of `avg_pool1d`.
 pub(crate) fn avg_pool1d_backward(cx: &mut Lowering, ir: &AvgPool1dBackwardOpIr) -> Lowered {
     let pooling = Pooling::new(&[ir.kernel_size], &[ir.stride], &[ir.padding], &[1]);
     average_backward(cx, &ir.x, &ir.grad, &pooling, ir.count_include_pad, &ir.out)
 }
 
+/// The gradient of `avg_pool2d`.
 pub(crate) fn avg_pool2d_backward(cx: &mut Lowering, ir: &AvgPool2dBackwardOpIr) -> Lowered {
     let pooling = Pooling::new(&ir.kernel_size, &ir.stride, &ir.padding, &[1, 1]);
     average_backward(cx, &ir.x, &ir.grad, &pooling, ir.count_include_pad, &ir.out)
 }
 
+/// `max_pool1d`.
 pub(crate) fn max_pool1d(cx: &mut Lowering, ir: &MaxPool1dOpIr) -> Lowered {
     let pooling = Pooling::new(
         &[ir.kernel_size],
@@ -328,11 +333,13 @@ pub(crate) fn max_pool1d(cx: &mut Lowering, ir: &MaxPool1dOpIr) -> Lowered {
     maximum(cx, &ir.x, &pooling, &ir.out)
 }
 
+/// `max_pool2d`.
 pub(crate) fn max_pool2d(cx: &mut Lowering, ir: &MaxPool2dOpIr) -> Lowered {
     let pooling = Pooling::new(&ir.kernel_size, &ir.stride, &ir.padding, &ir.dilation);
     maximum(cx, &ir.x, &pooling, &ir.out)
 }
 
+/// `max_pool1d_with_indices`.
 pub(crate) fn max_pool1d_with_indices(cx: &mut Lowering, ir: &MaxPool1dWithIndicesOpIr) -> Lowered {
     let pooling = Pooling::new(
         &[ir.kernel_size],
@@ -343,11 +350,13 @@ pub(crate) fn max_pool1d_with_indices(cx: &mut Lowering, ir: &MaxPool1dWithIndic
     maximum_with_indices(cx, &ir.x, &pooling, &ir.out, &ir.out_indices)
 }
 
+/// `max_pool2d_with_indices`.
 pub(crate) fn max_pool2d_with_indices(cx: &mut Lowering, ir: &MaxPool2dWithIndicesOpIr) -> Lowered {
     let pooling = Pooling::new(&ir.kernel_size, &ir.stride, &ir.padding, &ir.dilation);
     maximum_with_indices(cx, &ir.x, &pooling, &ir.out, &ir.out_indices)
 }
 
+/// The gradient of `max_pool1d_with_indices`.
 pub(crate) fn max_pool1d_backward(
     cx: &mut Lowering,
     ir: &MaxPool1dWithIndicesBackwardOpIr,
@@ -355,6 +364,7 @@ pub(crate) fn max_pool1d_backward(
     maximum_backward(cx, &ir.x, &ir.grad, &ir.indices, &ir.out)
 }
 
+/// The gradient of `max_pool2d_with_indices`.
 pub(crate) fn max_pool2d_backward(
     cx: &mut Lowering,
     ir: &MaxPool2dWithIndicesBackwardOpIr,

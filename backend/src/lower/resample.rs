@@ -127,14 +127,17 @@ fn adaptive_backward(cx: &mut Lowering, x: &TensorIr, grad: &TensorIr, out: &Ten
     cx.set(out, value)
 }
 
+/// `adaptive_avg_pool1d`.
 pub(crate) fn adaptive_avg_pool1d(cx: &mut Lowering, ir: &AdaptiveAvgPool1dOpIr) -> Lowered {
     adaptive_forward(cx, &ir.x, &ir.out)
 }
 
+/// `adaptive_avg_pool2d`.
 pub(crate) fn adaptive_avg_pool2d(cx: &mut Lowering, ir: &AdaptiveAvgPool2dOpIr) -> Lowered {
     adaptive_forward(cx, &ir.x, &ir.out)
 }
 
+/// The gradient of `adaptive_avg_pool1d`.
 pub(crate) fn adaptive_avg_pool1d_backward(
     cx: &mut Lowering,
     ir: &AdaptiveAvgPool1dBackwardOpIr,
@@ -142,6 +145,7 @@ pub(crate) fn adaptive_avg_pool1d_backward(
     adaptive_backward(cx, &ir.x, &ir.grad, &ir.out)
 }
 
+/// The gradient of `adaptive_avg_pool2d`.
 pub(crate) fn adaptive_avg_pool2d_backward(
     cx: &mut Lowering,
     ir: &AdaptiveAvgPool2dBackwardOpIr,
@@ -292,6 +296,7 @@ fn interpolation(
         .collect()
 }
 
+/// `interpolate` (2-d, every mode).
 pub(crate) fn interpolate(cx: &mut Lowering, ir: &InterpolateOpIr) -> Lowered {
     let input = cx.get(&ir.x)?;
     let value = if ir.options.mode == InterpolateModeIr::Nearest {
@@ -312,6 +317,7 @@ pub(crate) fn interpolate(cx: &mut Lowering, ir: &InterpolateOpIr) -> Lowered {
     cx.set(&ir.out, value)
 }
 
+/// The gradient of `interpolate`.
 pub(crate) fn interpolate_backward(cx: &mut Lowering, ir: &InterpolateBackwardOpIr) -> Lowered {
     let gradient = cx.get(&ir.grad)?;
     let weights: Vec<Weights> = if ir.options.mode == InterpolateModeIr::Nearest {
