@@ -69,9 +69,18 @@ fn a_miss_compiles_once_and_later_calls_hit() {
         std::fs::read(entry.join("model.hlo_module.pb")).unwrap(),
         b"module-a"
     );
+    let flags: Vec<String> =
+        serde_json::from_slice(&std::fs::read(entry.join("compile_flags.json")).unwrap()).unwrap();
     assert_eq!(
-        std::fs::read_to_string(entry.join("compile_flags.json")).unwrap(),
-        r#"["--framework", "XLA", "--target", "trn1", "--model-type", "transformer"]"#
+        flags,
+        [
+            "--framework",
+            "XLA",
+            "--target",
+            "trn1",
+            "--model-type",
+            "transformer"
+        ]
     );
     assert!(
         std::fs::read_to_string(entry.join("model.log"))
