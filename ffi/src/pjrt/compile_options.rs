@@ -48,19 +48,16 @@ impl CompilerOptionValue {
         }
     }
 
-    /// The serialized `OptionOverrideProto`.
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        match self {
-            Self::Text(text) => put_bytes_field(&mut out, 1, text.as_bytes()),
-            Self::Bool(value) => put_varint_field(&mut out, 2, u64::from(*value)),
-            Self::Int(value) => put_varint_field(&mut out, 3, *value as u64),
-            Self::Float(value) => {
-                put_varint(&mut out, (4 << 3) | 1);
-                out.extend_from_slice(&value.to_le_bytes());
-            }
-        }
-        out
+    /// The `OptionOverrideProto` of this value.
+    fn proto(&self) -> proto::OptionOverrideProto {
+        use proto::OverrideValue;
+        let value = match self {
+            Self::Text(text) => OverrideValue::Text(text.clone()),
+            Self::Bool(value) => OverrideValue::Bool(*value),
+            Self::Int(value) => OverrideValue::Int(*value),
+            Self::Float(value) => OverrideValue::Float(*value),
+        };
+        proto::OptionOverrideProto { value: Some(value) }
     }
 }
 
@@ -93,51 +90,88 @@ impl CompileOptions {
 
     /// The protobuf encoding of `CompileOptionsProto`.
     pub fn encode(&self) -> Vec<u8> {
-        let mut build = Vec::new();
-        put_varint_field(&mut build, 4, self.num_replicas as u64); // num_replicas
-        put_varint_field(&mut build, 5, self.num_partitions as u64); // num_partitions
-        if !self.device_ids.is_empty() {
-            // DeviceAssignmentProto { replica_count: N, computation_count: 1,
-            //   computation_devices: [{ replica_device_ids: [id of replica 0, ...] }] }
-            let mut computation_device = Vec::new();
-            for &device_id in &self.device_ids {
-                put_varint_field(&mut computation_device, 1, device_id as u64);
-            }
-            let mut assignment = Vec::new();
-            put_varint_field(&mut assignment, 1, self.device_ids.len() as u64);
-            put_varint_field(&mut assignment, 2, 1);
-            put_bytes_field(&mut assignment, 3, &computation_device);
-            put_bytes_field(&mut build, 9, &assignment); // device_assignment
+        use prost::Message;
+        let device_assignment =
+            (!self.device_ids.is_empty()).then(|| proto::DeviceAssignmentProto {
+                replica_count: self.device_ids.len() as i32,
+                computation_count: 1,
+                computation_devices: vec![proto::ComputationDevice {
+                    replica_device_ids: self.device_ids.clone(),
+                }],
+            });
+        proto::CompileOptionsProto {
+            executable_build_options: Some(proto::ExecutableBuildOptionsProto {
+                num_replicas: self.num_replicas,
+                num_partitions: self.num_partitions,
+                device_assignment,
+            }),
+            env_option_overrides: self
+                .compiler_options
+                .iter()
+                .map(|(name, value)| (name.clone(), value.proto()))
+                .collect(),
         }
-        let mut options = Vec::new();
-        put_bytes_field(&mut options, 3, &build); // executable_build_options
-        for (name, value) in &self.compiler_options {
-            let mut entry = Vec::new();
-            put_bytes_field(&mut entry, 1, name.as_bytes());
-            put_bytes_field(&mut entry, 2, &value.encode());
-            put_bytes_field(&mut options, 7, &entry); // env_option_overrides
-        }
-        options
+        .encode_to_vec()
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
+/// The fields of XLA's `CompileOptionsProto` (`xla/pjrt/proto/compile_options.proto`) and
+/// `DeviceAssignmentProto` (`xla/xla_data.proto`) these options set, with their field numbers.
+mod proto {
+    use std::collections::BTreeMap;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CompileOptionsProto {
+        #[prost(message, optional, tag = "3")]
+        pub executable_build_options: Option<ExecutableBuildOptionsProto>,
+        #[prost(btree_map = "string, message", tag = "7")]
+        pub env_option_overrides: BTreeMap<String, OptionOverrideProto>,
     }
-    out.push(value as u8);
-}
 
-fn put_varint_field(out: &mut Vec<u8>, field: u64, value: u64) {
-    put_varint(out, field << 3);
-    put_varint(out, value);
-}
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ExecutableBuildOptionsProto {
+        #[prost(int64, tag = "4")]
+        pub num_replicas: i64,
+        #[prost(int64, tag = "5")]
+        pub num_partitions: i64,
+        #[prost(message, optional, tag = "9")]
+        pub device_assignment: Option<DeviceAssignmentProto>,
+    }
 
-fn put_bytes_field(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
-    put_varint(out, (field << 3) | 2);
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct DeviceAssignmentProto {
+        #[prost(int32, tag = "1")]
+        pub replica_count: i32,
+        #[prost(int32, tag = "2")]
+        pub computation_count: i32,
+        #[prost(message, repeated, tag = "3")]
+        pub computation_devices: Vec<ComputationDevice>,
+    }
+
+    /// `DeviceAssignmentProto.ComputationDevice`: the device of each replica.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ComputationDevice {
+        #[prost(int64, repeated, tag = "1")]
+        pub replica_device_ids: Vec<i64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct OptionOverrideProto {
+        #[prost(oneof = "OverrideValue", tags = "1, 2, 3, 4")]
+        pub value: Option<OverrideValue>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum OverrideValue {
+        #[prost(string, tag = "1")]
+        Text(String),
+        #[prost(bool, tag = "2")]
+        Bool(bool),
+        #[prost(int64, tag = "3")]
+        Int(i64),
+        #[prost(double, tag = "4")]
+        Float(f64),
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +186,7 @@ mod tests {
         );
     }
 
+    /// The replicas' device ids are one packed repeated field, in replica order.
     #[test]
     fn replicas_are_assigned_in_order() {
         let bytes = CompileOptions::replicated(&[2, 3]).encode();
@@ -159,7 +194,7 @@ mod tests {
             bytes,
             [
                 0x1a, 0x10, 0x20, 0x02, 0x28, 0x01, 0x4a, 0x0a, 0x08, 0x02, 0x10, 0x01, 0x1a, 0x04,
-                0x08, 0x02, 0x08, 0x03
+                0x0a, 0x02, 0x02, 0x03
             ]
         );
     }
@@ -207,8 +242,8 @@ mod tests {
         assert_eq!(
             bytes,
             [
-                0x1a, 0x0e, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x08, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x02,
-                0x08, 0x03
+                0x1a, 0x0f, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x09, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x03,
+                0x0a, 0x01, 0x03
             ]
         );
     }
