@@ -509,21 +509,18 @@ impl HlatConfig {
         Ok(config)
     }
 
-    /// Writes the configuration as pretty JSON (to a temporary file renamed into place).
+    /// Writes the configuration as pretty JSON ([`burn_trainium::write_atomically`]).
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
-        let io_error = |source| ConfigError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
         let text = serde_json::to_string_pretty(self).map_err(|source| ConfigError::Json {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(".tmp");
-        let temporary = PathBuf::from(temporary);
-        std::fs::write(&temporary, text + "\n").map_err(io_error)?;
-        std::fs::rename(&temporary, path).map_err(io_error)
+        burn_trainium::write_atomically(path, (text + "\n").as_bytes()).map_err(|source| {
+            ConfigError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        })
     }
 }
 

@@ -14,7 +14,6 @@
 //! previous or the new checkpoint, never a half-written one. Temporary folders and folders
 //! without the completion marker are ignored, and cleared at the next publish.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Folder of the checkpoints under a run's output folder.
@@ -250,18 +249,10 @@ fn is_complete(dir: &Path) -> bool {
     dir.join(COMPLETION_MARKER).is_file()
 }
 
-/// Writes `bytes` to a temporary sibling of `path`, syncs it and renames it over `path`: readers
-/// see the old file or the new one, never a part.
+/// [`burn_trainium::write_atomically`] with the error a run folder reports: readers see the old
+/// file or the new one, never a part.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunFolderError> {
-    let file_name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temporary = path.with_file_name(format!(".{file_name}.tmp"));
-    let mut file = std::fs::File::create(&temporary).map_err(io_error(&temporary))?;
-    file.write_all(bytes).map_err(io_error(&temporary))?;
-    file.sync_all().map_err(io_error(&temporary))?;
-    std::fs::rename(&temporary, path).map_err(io_error(path))
+    burn_trainium::write_atomically(path, bytes).map_err(io_error(path))
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Atomic file writes for the compile caches on disk.
+//! The project's one atomic file write: the compile caches, module dumps, checkpoints, run
+//! folders, metrics and reports all publish their files through it.
 
 use std::fs::File;
 use std::io::Write;
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then
 /// renamed over `path`. Readers (other processes included) see the old file or the whole new
 /// one, never a part.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()

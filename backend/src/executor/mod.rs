@@ -2,6 +2,7 @@
 //! are targets of the one [`DeviceExecutor`], which runs the segment's lowered programs.
 
 mod atomic_write;
+pub use atomic_write::write_atomically;
 mod device;
 mod fallback;
 mod host;

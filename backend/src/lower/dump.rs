@@ -9,13 +9,6 @@ use crate::hlo;
 /// The environment variable naming the folder modules are dumped to.
 pub const DUMP_DIR_ENV: &str = "TRAINIUM_DUMP_DIR";
 
-/// Writes `bytes` to `path` through a temporary file, so a reader never sees half a file.
-fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let partial = path.with_extension("partial");
-    std::fs::write(&partial, bytes)?;
-    std::fs::rename(&partial, path)
-}
-
 /// Writes `program` to `$TRAINIUM_DUMP_DIR/<module name>.hlo.pb` and `.hlo.txt` when the variable
 /// is set; returns the path of the binary file.
 pub fn dump_module(program: &LoweredProgram) -> io::Result<Option<PathBuf>> {
@@ -31,7 +24,7 @@ pub fn dump_module_to(folder: &Path, program: &LoweredProgram) -> io::Result<Pat
     std::fs::create_dir_all(folder)?;
     let binary = folder.join(format!("{}.hlo.pb", program.module.name));
     let text = folder.join(format!("{}.hlo.txt", program.module.name));
-    write_whole(&binary, &program.bytes)?;
-    write_whole(&text, hlo::module_to_text(&program.module).as_bytes())?;
+    crate::write_atomically(&binary, &program.bytes)?;
+    crate::write_atomically(&text, hlo::module_to_text(&program.module).as_bytes())?;
     Ok(binary)
 }

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-/// Writes `bytes` to `path` through a temporary file renamed into place (creating the parent
-/// folder), so a reader never sees half a file.
+/// Writes `bytes` to `path` with [`burn_trainium::write_atomically`], creating the parent folder
+/// first.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     if let Some(parent) = path
         .parent()
@@ -15,10 +15,8 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
-    let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, bytes)
-        .with_context(|| format!("writing {}", temporary.display()))?;
-    std::fs::rename(&temporary, path).with_context(|| format!("publishing {}", path.display()))
+    burn_trainium::write_atomically(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Fonts tried for the plot's labels, after `HLAT_FONT`.
