@@ -168,30 +168,9 @@ pub fn assert_matches(what: &str, expected: &TensorData, actual: &TensorData, to
     }
 }
 
-/// A deterministic stream of pseudo-random numbers (SplitMix64), so inputs are identical for
-/// every backend and every run.
-pub struct Numbers(u64);
-
-impl Numbers {
-    /// A stream for `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1))
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value in `[0, bound)`.
-    pub fn below(&mut self, bound: u64) -> u64 {
-        self.next_u64() % bound
-    }
-}
+/// A deterministic stream of pseudo-random numbers (the pipeline's SplitMix64), so inputs are
+/// identical for every backend and every run.
+pub type Numbers = hlat_train::data::rng::SplitMix64;
 
 /// Values that bf16 represents exactly: multiples of 1/32 in `[low, high]` (|value| < 4).
 fn grid_values(count: usize, seed: u64, low: f32, high: f32) -> Vec<f32> {

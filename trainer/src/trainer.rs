@@ -310,8 +310,5 @@ pub fn evaluate<B: CollectiveBackend>(
 /// Seed of the randomness of one step: a SplitMix64 mix of the run seed and the step, so that
 /// a resumed run draws the same numbers as an uninterrupted one.
 pub fn step_seed(seed: u64, step: u64) -> u64 {
-    let mut z = seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    crate::data::rng::mix(seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }

@@ -2,25 +2,17 @@
 //! deleted and repeated chunks, and huge or zero little-endian lengths near the start (where
 //! binary headers keep them).
 
-/// SplitMix64: a small, seedable generator, so a failing input can be made again from its seed.
-pub struct Random(u64);
+/// The pipeline's SplitMix64, so a failing input can be made again from its seed.
+pub struct Random(hlat_train::data::rng::SplitMix64);
 
 impl Random {
     pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        Self(hlat_train::data::rng::SplitMix64::new(seed))
     }
 
     /// A value in `0..bound` (`bound` > 0).
     pub fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
+        self.0.below(bound as u64) as usize
     }
 
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {

@@ -53,8 +53,9 @@ impl SplitMix64 {
     }
 }
 
-/// The SplitMix64 output function: a bijective mix of 64 bits.
-fn mix(value: u64) -> u64 {
+/// The SplitMix64 output function: a bijective mix of 64 bits (also the project's hash of a
+/// seed and a number into a new seed).
+pub fn mix(value: u64) -> u64 {
     let mut z = value;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
