@@ -123,7 +123,7 @@ pub(crate) struct DeviceExecutor<T: Target> {
     /// The operator rules the cached plans were lowered under.
     rules: Option<OperatorRules>,
     /// The operation kinds kept on the host (`TRAINIUM_HOST_OPERATIONS`), as the plans were made.
-    host_kinds: Vec<String>,
+    host_kinds: &'static [String],
     counters: Arc<StatsCounters>,
     /// The Threefry key of random tensors drawn on the device (set by `seed`).
     random_key: u64,
@@ -147,7 +147,7 @@ impl<T: Target> DeviceExecutor<T> {
             programs: ProgramCache::new(T::CACHE_LIMITS),
             plans: PlanCache::default(),
             rules: None,
-            host_kinds: Vec::new(),
+            host_kinds: &[],
             counters,
             random_key: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -446,7 +446,7 @@ impl<T: Target> DeviceExecutor<T> {
             StatsCounters::add(&self.counters.segments_reused, 1);
             return Ok(steps);
         }
-        let steps = lower::plan_segment_keeping_on_host(operations, &options, &self.host_kinds)
+        let steps = lower::plan_segment_keeping_on_host(operations, &options, self.host_kinds)
             .map_err(|error| self.failure(error))?;
         if let Some(fingerprinted) = &fingerprinted
             && !self.plans.insert(fingerprinted, &steps)

@@ -120,22 +120,26 @@ pub(crate) fn parse_operation_kinds(text: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// The kinds `TRAINIUM_HOST_OPERATIONS` names (read once; none when unset), or the error naming
-/// its bad value.
-pub(crate) fn host_operations_from_env() -> Result<Vec<String>, BackendError> {
+/// Whether `TRAINIUM_HOST_OPERATIONS` (read once; none when unset) names only kinds of Burn's
+/// IR, or the error naming its bad value.
+pub(crate) fn host_operations_from_env() -> Result<(), BackendError> {
+    environment_host_operations()
+        .as_ref()
+        .map(|_| ())
+        .map_err(Clone::clone)
+}
+
+/// `TRAINIUM_HOST_OPERATIONS`, read and parsed once.
+fn environment_host_operations() -> &'static Result<Vec<String>, BackendError> {
     static KINDS: OnceLock<Result<Vec<String>, BackendError>> = OnceLock::new();
-    KINDS
-        .get_or_init(|| match std::env::var(HOST_OPERATIONS_ENV) {
-            Ok(value) => {
-                parse_operation_kinds(&value).map_err(|reason| BackendError::InvalidSetting {
-                    variable: HOST_OPERATIONS_ENV,
-                    value,
-                    reason,
-                })
-            }
-            Err(_) => Ok(Vec::new()),
-        })
-        .clone()
+    KINDS.get_or_init(|| match std::env::var(HOST_OPERATIONS_ENV) {
+        Ok(value) => parse_operation_kinds(&value).map_err(|reason| BackendError::InvalidSetting {
+            variable: HOST_OPERATIONS_ENV,
+            value,
+            reason,
+        }),
+        Err(_) => Ok(Vec::new()),
+    })
 }
 
 /// Operation kinds kept on the host per device, chosen in code.
@@ -156,12 +160,15 @@ pub fn set_host_operations(device: &TrainiumDevice, kinds: &[&str]) -> Result<()
     Ok(())
 }
 
-/// The operation kinds `device` runs on the host: chosen in code, else the environment's.
-pub(crate) fn host_operations_of(device: &TrainiumDevice) -> Vec<String> {
-    HOST_OPERATIONS
-        .get(device)
-        .map(<[String]>::to_vec)
-        .unwrap_or_else(|| host_operations_from_env().unwrap_or_default())
+/// The operation kinds `device` runs on the host: chosen in code, else the environment's
+/// (already validated when the device opened; none if they were not). Read for every segment,
+/// so nothing is copied.
+pub(crate) fn host_operations_of(device: &TrainiumDevice) -> &'static [String] {
+    HOST_OPERATIONS.get(device).unwrap_or_else(|| {
+        environment_host_operations()
+            .as_ref()
+            .map_or(&[], Vec::as_slice)
+    })
 }
 
 #[cfg(test)]

@@ -127,13 +127,13 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     (
         "FloatOperationIr::Quantize",
         Coverage::NotRecorded(
-            "burn-router 0.21 has no quantized tensors (its quantization operations are `unimplemented!()`)",
+            "burn-router 0.21 has no quantized tensors (its quantization operations are left unimplemented)",
         ),
     ),
     (
         "FloatOperationIr::Dequantize",
         Coverage::NotRecorded(
-            "burn-router 0.21 has no quantized tensors (its quantization operations are `unimplemented!()`)",
+            "burn-router 0.21 has no quantized tensors (its quantization operations are left unimplemented)",
         ),
     ),
     (
@@ -247,7 +247,7 @@ pub fn coverage_markdown() -> String {
          `Stats::host_fallbacks`, refused with `TRAINIUM_HOST_FALLBACK=error`). A lowered kind still falls back for the arguments it does not cover: `select` with indices of rank other than 1, data types other than floats, integers and booleans. Random tensors \
          are lowered only for executors that pass random states (`LowerOptions::random_on_device`: \
          the `xla` executor). `Rfft` and `IRfft` are lowered but unreachable from Burn's API for now: \
-         burn-router 0.21 stops at a `todo!()` before recording them (the lowering is tested on \
+         burn-router 0.21 panics (an unfinished placeholder) before recording them (the lowering is tested on \
          hand-built operations).\n\n| Operation | Lowering |\n| --- | --- |\n",
         COVERAGE.len()
     );

@@ -7,32 +7,13 @@ use burn_ir::{IRfftOpIr, RfftOpIr};
 
 use super::builder::Value;
 use super::context::{Lowered, Lowering, dims};
+use super::shape::{last_to, to_last_order};
 use crate::hlo::PrimitiveType;
 
 /// XLA's `FftType::RFFT`.
 const RFFT: i32 = 2;
 /// XLA's `FftType::IRFFT`.
 const IRFFT: i32 = 3;
-
-/// The permutation that moves `dim` last (its own inverse is [`from_last`]).
-fn to_last(rank: usize, dim: usize) -> Vec<i64> {
-    (0..rank as i64)
-        .filter(|&d| d != dim as i64)
-        .chain([dim as i64])
-        .collect()
-}
-
-/// The permutation that moves the last dimension back to `dim`.
-fn from_last(rank: usize, dim: usize) -> Vec<i64> {
-    let last = rank as i64 - 1;
-    (0..rank as i64)
-        .map(|d| match d.cmp(&(dim as i64)) {
-            std::cmp::Ordering::Less => d,
-            std::cmp::Ordering::Equal => last,
-            std::cmp::Ordering::Greater => d - 1,
-        })
-        .collect()
-}
 
 /// `value` (f32, transformed dimension last) cut or zero-padded to `length` there.
 fn resize_last(cx: &mut Lowering, value: &Value, length: i64) -> Value {
@@ -65,7 +46,7 @@ pub(crate) fn rfft(cx: &mut Lowering, ir: &RfftOpIr) -> Lowered {
     let rank = signal.rank();
     let length = ir.n.unwrap_or(ir.signal.shape[ir.dim]) as i64;
     let wide = cx.builder.convert(&signal, PrimitiveType::F32);
-    let moved = cx.builder.transpose(&wide, &to_last(rank, ir.dim));
+    let moved = cx.builder.transpose(&wide, &to_last_order(rank, ir.dim));
     let resized = resize_last(cx, &moved, length);
     let mut spectrum_dims = resized.dims.clone();
     spectrum_dims[rank - 1] = length / 2 + 1;
@@ -82,7 +63,7 @@ pub(crate) fn rfft(cx: &mut Lowering, ir: &RfftOpIr) -> Lowered {
             .builder
             .op(opcode, PrimitiveType::F32, &spectrum_dims, &[&spectrum]);
         let part = cx.builder.push(part);
-        let part = cx.builder.transpose(&part, &from_last(rank, ir.dim));
+        let part = cx.builder.transpose(&part, &last_to(rank, ir.dim));
         let part = cx.builder.convert(&part, signal.element_type);
         cx.set(out, part)?;
     }
@@ -100,7 +81,7 @@ pub(crate) fn irfft(cx: &mut Lowering, ir: &IRfftOpIr) -> Lowered {
         .into_iter()
         .map(|part| {
             let wide = cx.builder.convert(part, PrimitiveType::F32);
-            let moved = cx.builder.transpose(&wide, &to_last(rank, ir.dim));
+            let moved = cx.builder.transpose(&wide, &to_last_order(rank, ir.dim));
             resize_last(cx, &moved, length / 2 + 1)
         })
         .collect();
@@ -121,7 +102,7 @@ pub(crate) fn irfft(cx: &mut Lowering, ir: &IRfftOpIr) -> Lowered {
         PrimitiveType::F32,
         &signal_dims,
     );
-    let signal = cx.builder.transpose(&signal, &from_last(rank, ir.dim));
+    let signal = cx.builder.transpose(&signal, &last_to(rank, ir.dim));
     let signal = cx.builder.convert(&signal, real.element_type);
     cx.set(&ir.out_signal, signal)
 }

@@ -265,24 +265,34 @@ pub(crate) fn select(cx: &mut Lowering, ir: &SelectOpIr) -> Lowered {
     if indices.rank() != 1 {
         return unsupported(format!("select with indices of rank {}", indices.rank()));
     }
-    let rank = tensor.rank();
+    let value = select_slices(cx, &tensor, &indices, ir.dim);
+    cx.set(&ir.out, value)
+}
+
+/// The slices of `tensor` at the positions `indices` (rank 1) along `dim`, in their order.
+pub(crate) fn select_slices(
+    cx: &mut Lowering,
+    tensor: &Value,
+    indices: &Value,
+    dim: usize,
+) -> Value {
     let count = indices.dims[0];
-    let starts = cx.builder.reshape(&indices, &[count, 1]);
+    let starts = cx.builder.reshape(indices, &[count, 1]);
     let numbers = GatherDimensionNumbers {
-        offset_dims: (0..rank as i64).filter(|&d| d != ir.dim as i64).collect(),
-        collapsed_slice_dims: vec![ir.dim as i64],
-        start_index_map: vec![ir.dim as i64],
+        offset_dims: (0..tensor.rank() as i64)
+            .filter(|&d| d != dim as i64)
+            .collect(),
+        collapsed_slice_dims: vec![dim as i64],
+        start_index_map: vec![dim as i64],
         index_vector_dim: 1,
         ..Default::default()
     };
     let mut slice_sizes = tensor.dims.clone();
-    slice_sizes[ir.dim] = 1;
+    slice_sizes[dim] = 1;
     let mut out_dims = tensor.dims.clone();
-    out_dims[ir.dim] = count;
-    let value = cx
-        .builder
-        .gather(&tensor, &starts, numbers, &slice_sizes, &out_dims);
-    cx.set(&ir.out, value)
+    out_dims[dim] = count;
+    cx.builder
+        .gather(tensor, &starts, numbers, &slice_sizes, &out_dims)
 }
 
 /// `select_add` and friends: `tensor[.., indices[i], ..] op= value[.., i, ..]` along `dim`.

@@ -17,7 +17,9 @@ use burn_ir::{
 
 use super::builder::Value;
 use super::context::{Lowered, Lowering};
-use crate::hlo::{DotDimensionNumbers, GatherDimensionNumbers, PrimitiveType};
+use super::index::select_slices;
+use super::shape::last_to;
+use crate::hlo::{DotDimensionNumbers, PrimitiveType};
 
 /// A weight matrix `[rows, columns]`, row-major: output `i` of an axis is
 /// `Σⱼ weights[i][j] · input[j]`.
@@ -70,15 +72,7 @@ fn map_axis(cx: &mut Lowering, value: &Value, axis: usize, weights: &Weights) ->
         rhs_batch_dimensions: Vec::new(),
     };
     let product = cx.builder.dot(&wide, &matrix, numbers, &product_dims);
-    let last = value.rank() as i64 - 1;
-    let permutation: Vec<i64> = (0..value.rank() as i64)
-        .map(|d| match d.cmp(&(axis as i64)) {
-            std::cmp::Ordering::Less => d,
-            std::cmp::Ordering::Equal => last,
-            std::cmp::Ordering::Greater => d - 1,
-        })
-        .collect();
-    let moved = cx.builder.transpose(&product, &permutation);
+    let moved = cx.builder.transpose(&product, &last_to(value.rank(), axis));
     cx.builder.convert(&moved, value.element_type)
 }
 
@@ -260,22 +254,7 @@ fn interpolation_weights(
 fn take(cx: &mut Lowering, value: &Value, axis: usize, sources: &[usize]) -> Value {
     let indices: Vec<i32> = sources.iter().map(|&source| source as i32).collect();
     let indices = cx.builder.constant_s32(&indices);
-    let starts = cx.builder.reshape(&indices, &[sources.len() as i64, 1]);
-    let numbers = GatherDimensionNumbers {
-        offset_dims: (0..value.rank() as i64)
-            .filter(|&d| d != axis as i64)
-            .collect(),
-        collapsed_slice_dims: vec![axis as i64],
-        start_index_map: vec![axis as i64],
-        index_vector_dim: 1,
-        ..Default::default()
-    };
-    let mut slice_sizes = value.dims.clone();
-    slice_sizes[axis] = 1;
-    let mut out_dims = value.dims.clone();
-    out_dims[axis] = sources.len() as i64;
-    cx.builder
-        .gather(value, &starts, numbers, &slice_sizes, &out_dims)
+    select_slices(cx, value, &indices, axis)
 }
 
 /// The per-axis weights of an interpolation from `x`'s spatial size to `output_size`.

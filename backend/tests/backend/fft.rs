@@ -1,5 +1,5 @@
 //! The lowering of `rfft` and `irfft`, run on the XLA CPU plugin: burn-router 0.21 stops at a
-//! `todo!()` before it records either operation, so no Burn program reaches them yet; these
+//! placeholder panic before it records either operation, so no Burn program reaches them yet; these
 //! tests build the operations of Burn's IR by hand, lower them, compile and run the module
 //! through PJRT, and compare with the direct transform.
 

@@ -168,6 +168,22 @@ fn link_plugin_under_test(library: &std::path::Path) {
     std::os::unix::fs::symlink(&plugin, library).unwrap();
 }
 
+/// Generates two tokens on `xla:0` with `TRAINIUM_PJRT_PLUGIN` unset and `environment` set, so
+/// the executor discovers its plugin; returns what `hlat` wrote on stderr once it succeeded.
+fn generate_with_a_discovered_plugin(environment: &[(&str, &std::path::Path)]) -> String {
+    let output = super::hlat()
+        .args(["generate", "--model", FIXTURE, "--prompt-ids", "1,2"])
+        .args(["--format", "ids", "--max-new-tokens", "2"])
+        .env(burn_trainium::DEVICE_ENV, "xla:0")
+        .env_remove(PLUGIN_ENV)
+        .envs(environment.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    stderr
+}
+
 /// With `TRAINIUM_PJRT_PLUGIN` unset, `--device xla` finds the plugin `scripts/install-xla-cpu`
 /// installed (here a cache laid out as the installer lays it, linking to the plugin under test)
 /// and says which it chose.
@@ -178,24 +194,7 @@ fn an_unset_plugin_is_found_where_the_installer_put_it() {
         .path()
         .join("burn-trainium/xla-cpu-2026.6.23/fastatomstruct_xla_cpu/libpjrt_cpu.so");
     link_plugin_under_test(&library);
-    let output = super::hlat()
-        .args([
-            "generate",
-            "--model",
-            FIXTURE,
-            "--prompt-ids",
-            "1,2",
-            "--format",
-            "ids",
-        ])
-        .args(["--max-new-tokens", "2"])
-        .env(burn_trainium::DEVICE_ENV, "xla:0")
-        .env_remove(PLUGIN_ENV)
-        .env("XDG_CACHE_HOME", cache.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stderr = generate_with_a_discovered_plugin(&[("XDG_CACHE_HOME", cache.path())]);
     assert!(
         stderr.contains(&library.display().to_string())
             && stderr.contains("scripts/install-xla-cpu's cache"),
@@ -213,17 +212,10 @@ fn the_neuron_sdks_plugin_is_found_in_the_python_packages_and_loaded() {
     let library = packages.path().join("libneuronxla/libneuronpjrt.so");
     link_plugin_under_test(&library);
     let empty_cache = tempfile::tempdir().unwrap();
-    let output = super::hlat()
-        .args(["generate", "--model", FIXTURE, "--prompt-ids", "1,2"])
-        .args(["--format", "ids", "--max-new-tokens", "2"])
-        .env(burn_trainium::DEVICE_ENV, "xla:0")
-        .env_remove(PLUGIN_ENV)
-        .env("PYTHONPATH", packages.path())
-        .env("XDG_CACHE_HOME", empty_cache.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stderr = generate_with_a_discovered_plugin(&[
+        ("PYTHONPATH", packages.path()),
+        ("XDG_CACHE_HOME", empty_cache.path()),
+    ]);
     assert!(
         stderr.contains(&library.display().to_string())
             && stderr.contains("the Neuron SDK's plugin")

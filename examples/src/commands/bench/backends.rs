@@ -222,13 +222,10 @@ fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
 
 /// Says on stderr which operations of `device` ran on the host, by kind, when any did.
 pub fn report_host_fallbacks<Device: 'static>(device: &Device) {
-    if let Some(report) = as_trainium(device).and_then(burn_trainium::host_fallback_report) {
-        eprintln!(
-            "{}: {report}",
-            as_trainium(device)
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        );
+    if let Some(trainium) = as_trainium(device)
+        && let Some(report) = burn_trainium::host_fallback_report(trainium)
+    {
+        eprintln!("{trainium}: {report}");
     }
 }
 

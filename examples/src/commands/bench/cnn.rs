@@ -13,9 +13,7 @@ use clap::Args;
 use hlat::vision::{SmallCnn, generated_batch};
 use serde::{Deserialize, Serialize};
 
-use super::backends::{
-    self, BackendName, emit_result, peak_resident_bytes, same_weights, worker_backend,
-};
+use super::backends::{self, emit_result, same_weights, worker_backend};
 use super::peers;
 use super::report;
 use super::training_loop::{
@@ -126,11 +124,7 @@ pub fn run(args: CnnBenchArgs) -> anyhow::Result<()> {
 }
 
 impl LoopBenchmark for CnnBenchArgs {
-    fn measure<B: AutodiffBackend>(
-        &self,
-        backend: BackendName,
-        device: B::Device,
-    ) -> anyhow::Result<LoopMeasurement>
+    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
     where
         B::Device: 'static,
     {
@@ -150,14 +144,8 @@ impl LoopBenchmark for CnnBenchArgs {
             timed: args.steps,
             learning_rate: LEARNING_RATE,
         };
-        let timing = time_training(&device, model, optimizer, steps, |model| {
+        time_training(&device, model, optimizer, steps, |model| {
             model.loss(images.clone(), labels.clone())
-        })?;
-        Ok(LoopMeasurement {
-            backend: backend.name().to_string(),
-            timing,
-            peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
-            version: backend.description().to_string(),
         })
     }
 }

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn_trainium::{Trainium, TrainiumDevice};
 
-use super::backends::{self, BackendName, median, report_host_fallbacks, trainium_stats};
+use super::backends::{
+    self, BackendName, median, peak_resident_bytes, report_host_fallbacks, trainium_stats,
+};
 
 /// What the loop measured.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -51,14 +53,10 @@ pub struct LoopMeasurement {
     pub version: String,
 }
 
-/// A training-loop benchmark, measured on any autodiff backend.
+/// A training-loop benchmark, timed on any autodiff backend.
 pub trait LoopBenchmark {
-    /// Measures the loop on `backend`'s `device`.
-    fn measure<B: AutodiffBackend>(
-        &self,
-        backend: BackendName,
-        device: B::Device,
-    ) -> anyhow::Result<LoopMeasurement>
+    /// Times the loop on `device`.
+    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
     where
         B::Device: 'static;
 }
@@ -68,16 +66,18 @@ pub fn measure_on(
     backend: BackendName,
     benchmark: &impl LoopBenchmark,
 ) -> anyhow::Result<LoopMeasurement> {
-    match backend {
-        BackendName::TrainiumHost => {
-            benchmark.measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST)
-        }
-        BackendName::TrainiumXla => {
-            benchmark.measure::<Autodiff<Trainium>>(backend, backends::xla_device()?)
-        }
-        BackendName::NdArray => benchmark.measure::<Autodiff<NdArray>>(backend, Default::default()),
-        BackendName::Flex => benchmark.measure::<Autodiff<Flex>>(backend, Default::default()),
-    }
+    let timing = match backend {
+        BackendName::TrainiumHost => benchmark.time::<Autodiff<Trainium>>(TrainiumDevice::HOST),
+        BackendName::TrainiumXla => benchmark.time::<Autodiff<Trainium>>(backends::xla_device()?),
+        BackendName::NdArray => benchmark.time::<Autodiff<NdArray>>(Default::default()),
+        BackendName::Flex => benchmark.time::<Autodiff<Flex>>(Default::default()),
+    }?;
+    Ok(LoopMeasurement {
+        backend: backend.name().to_string(),
+        timing,
+        peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
+        version: backend.description().to_string(),
+    })
 }
 
 /// The steps of a loop.

@@ -15,11 +15,11 @@ use burn::tensor::{Tensor, TensorData};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use super::backends::{
-    self, BackendName, emit_result, peak_resident_bytes, same_weights, worker_backend,
-};
+use super::backends::{self, emit_result, same_weights, worker_backend};
 use super::report;
-use super::training_loop::{LoopBenchmark, LoopMeasurement, Steps, measure_on, time_training};
+use super::training_loop::{
+    LoopBenchmark, LoopMeasurement, LoopTiming, Steps, measure_on, time_training,
+};
 use crate::commands::ranges::at_least_one;
 
 /// Features of each input step.
@@ -148,11 +148,7 @@ fn values(count: usize, seed: u64) -> Vec<f32> {
 }
 
 impl LoopBenchmark for UnrolledBenchArgs {
-    fn measure<B: AutodiffBackend>(
-        &self,
-        backend: BackendName,
-        device: B::Device,
-    ) -> anyhow::Result<LoopMeasurement>
+    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
     where
         B::Device: 'static,
     {
@@ -186,16 +182,10 @@ impl LoopBenchmark for UnrolledBenchArgs {
             timed: args.steps,
             learning_rate: 1e-3,
         };
-        let timing = time_training(&device, model, optimizer, steps, |model| {
+        time_training(&device, model, optimizer, steps, |model| {
             (model.forward(inputs.clone()) - targets.clone())
                 .powi_scalar(2)
                 .mean()
-        })?;
-        Ok(LoopMeasurement {
-            backend: backend.name().to_string(),
-            timing,
-            peak_rss_bytes: peak_resident_bytes().unwrap_or(0),
-            version: backend.description().to_string(),
         })
     }
 }
