@@ -86,6 +86,9 @@ fn gradient_rule<B: CollectiveBackend>(
                 groups: groups.clone(),
             })
         }
+        Collective::Permute { pairs } => GradientRule::Collective(Collective::Permute {
+            pairs: pairs.reversed(),
+        }),
         Collective::Barrier => GradientRule::Identity,
     }
 }

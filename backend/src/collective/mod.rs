@@ -32,11 +32,13 @@
 mod autodiff;
 mod groups;
 mod operation;
+mod pairs;
 mod single;
 mod trainium;
 
 pub use groups::{GroupsError, ReplicaGroups};
 pub use operation::{Collective, ReduceOp};
+pub use pairs::SourceTargetPairs;
 
 use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{Backend, ExecutionError, TensorData};
@@ -155,6 +157,21 @@ pub fn split<B: CollectiveBackend, const D: usize>(
         Collective::Split {
             dim,
             groups: groups.clone(),
+        },
+        tensor,
+    )
+}
+
+/// Each replica passes `tensor` to the replica `pairs` pair it with and gets the value of the
+/// replica paired with it, zeros if none: the stage-to-stage step of a pipeline. Its gradient
+/// goes the other way round.
+pub fn permute<B: CollectiveBackend, const D: usize>(
+    tensor: Tensor<B, D>,
+    pairs: &SourceTargetPairs,
+) -> Tensor<B, D> {
+    run_one(
+        Collective::Permute {
+            pairs: pairs.clone(),
         },
         tensor,
     )

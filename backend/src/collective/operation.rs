@@ -5,7 +5,7 @@ use core::fmt;
 
 use burn_ir::{CustomOpIr, TensorIr};
 
-use super::ReplicaGroups;
+use super::{ReplicaGroups, SourceTargetPairs};
 
 /// The prefix of the custom operation ids of collectives.
 const PREFIX: &str = "trainium.collective/";
@@ -71,6 +71,12 @@ pub enum Collective {
         /// The groups.
         groups: ReplicaGroups,
     },
+    /// Each replica passes its input to the replica it is paired with (XLA's
+    /// `collective-permute`); a replica that is no pair's target gets zeros.
+    Permute {
+        /// Who sends to whom.
+        pairs: SourceTargetPairs,
+    },
     /// Returns its inputs unchanged, but a compiler may not move computation across it (XLA's
     /// `opt-barrier`): recomputation stays where it is written.
     Barrier,
@@ -127,19 +133,34 @@ impl Collective {
                 dim: dim(field("dim")?)?,
                 groups: ReplicaGroups::parse(&field("groups")?)?,
             },
+            "permute" => Collective::Permute {
+                pairs: SourceTargetPairs::parse(&field("pairs").unwrap_or_default())?,
+            },
             "barrier" => Collective::Barrier,
             other => return Err(format!("unknown collective `{other}`")),
         })
     }
 
-    /// The groups it runs over (`None` for the barrier, which involves no other replica).
+    /// The groups it runs over (`None` for the barrier, which involves no other replica, and
+    /// for the permute, which names pairs instead).
     pub fn groups(&self) -> Option<&ReplicaGroups> {
         match self {
             Collective::AllReduce { groups, .. }
             | Collective::AllGather { groups, .. }
             | Collective::ReduceScatter { groups, .. }
             | Collective::Split { groups, .. } => Some(groups),
-            Collective::Barrier => None,
+            Collective::Permute { .. } | Collective::Barrier => None,
+        }
+    }
+
+    /// Checks that the replicas it names are the device's `0..replicas` (groups: covered
+    /// exactly once).
+    pub fn check_replicas(&self, replicas: usize) -> Result<(), super::GroupsError> {
+        match self {
+            Collective::Permute { pairs } => pairs.check_within(replicas),
+            other => other
+                .groups()
+                .map_or(Ok(()), |groups| groups.check_covers(replicas)),
         }
     }
 
@@ -152,7 +173,7 @@ impl Collective {
     pub fn output_shape(&self, shape: &[usize]) -> Result<Vec<usize>, String> {
         let mut out = shape.to_vec();
         match self {
-            Collective::AllReduce { .. } | Collective::Barrier => {}
+            Collective::AllReduce { .. } | Collective::Permute { .. } | Collective::Barrier => {}
             Collective::AllGather { dim, groups } => {
                 let size = out.get_mut(*dim).ok_or_else(|| rank_error(*dim, shape))?;
                 *size *= groups.group_size();
@@ -190,6 +211,7 @@ impl fmt::Display for Collective {
                 write!(formatter, "reduce_scatter/dim={dim}/{groups}")
             }
             Collective::Split { dim, groups } => write!(formatter, "split/dim={dim}/{groups}"),
+            Collective::Permute { pairs } => write!(formatter, "permute/{pairs}"),
             Collective::Barrier => formatter.write_str("barrier"),
         }
     }
@@ -218,6 +240,12 @@ mod tests {
             Collective::Split {
                 dim: 2,
                 groups: ReplicaGroups::all(4),
+            },
+            Collective::Permute {
+                pairs: SourceTargetPairs::shift(&groups, 1, true),
+            },
+            Collective::Permute {
+                pairs: SourceTargetPairs::new(Vec::new()).unwrap(),
             },
             Collective::Barrier,
         ] {

@@ -3,7 +3,7 @@
 //! unchanged on `NdArray` and `Flex`.
 
 use burn_backend::tensor::{FloatTensor, IntTensor};
-use burn_backend::{Backend, ExecutionError, TensorData};
+use burn_backend::{Backend, ExecutionError, TensorData, TensorMetadata};
 
 use burn_ndarray::{
     FloatNdArrayElement, IntNdArrayElement, NdArray, NdArrayTensor, QuantElement, SharedArray,
@@ -22,11 +22,29 @@ fn only_replica(mut data: Vec<TensorData>) -> TensorData {
     data.remove(0)
 }
 
-/// Checks that `collective` involves one replica per group and returns its inputs.
+/// Checks that `collective` involves one replica per group and returns its inputs (zeros for a
+/// permute that sends the one replica nothing).
 fn identity<B: Backend>(
     collective: Collective,
     tensors: Vec<FloatTensor<B>>,
 ) -> Vec<FloatTensor<B>> {
+    if let Collective::Permute { pairs } = &collective {
+        if let Err(error) = pairs.check_within(1) {
+            panic!(
+                "{collective}: a single-device backend ({}) has one replica: {error}",
+                B::name(&Default::default())
+            );
+        }
+        if pairs.source_of(0).is_none() {
+            return tensors
+                .into_iter()
+                .map(|tensor| {
+                    let device = B::float_device(&tensor);
+                    B::float_zeros(tensor.shape(), &device, tensor.dtype().into())
+                })
+                .collect();
+        }
+    }
     if let Some(groups) = collective.groups()
         && groups.replica_count() != 1
     {

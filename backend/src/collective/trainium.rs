@@ -48,9 +48,7 @@ impl CollectiveBackend for Trainium {
             None => return Vec::new(),
         };
         let device = client.device();
-        if let Some(groups) = collective.groups()
-            && let Err(error) = groups.check_covers(usize::from(device.replicas))
-        {
+        if let Err(error) = collective.check_replicas(usize::from(device.replicas)) {
             panic!("{collective} on {device}: {error}");
         }
         let outputs: Vec<TensorIr> = tensors

@@ -18,11 +18,9 @@ pub(crate) fn custom(lowering: &mut Lowering, custom: &CustomOpIr) -> Lowered {
         None => return unsupported(format!("custom operation `{}`", custom.id)),
         Some(collective) => collective.map_err(Failure::Invalid)?,
     };
-    if let Some(groups) = collective.groups() {
-        groups
-            .check_covers(lowering.options.replicas)
-            .map_err(|error| Failure::Invalid(format!("{collective}: {error}")))?;
-    }
+    collective
+        .check_replicas(lowering.options.replicas)
+        .map_err(|error| Failure::Invalid(format!("{collective}: {error}")))?;
     if collective == Collective::Barrier {
         let values = custom
             .inputs
@@ -60,6 +58,9 @@ pub(crate) fn custom(lowering: &mut Lowering, custom: &CustomOpIr) -> Lowered {
                 lowering.builder.convert(&scattered, value.element_type)
             }
             Collective::Split { dim, groups } => split(lowering, &value, *dim, groups, output),
+            Collective::Permute { .. } => {
+                return unsupported(format!("{collective} (lowering pending)"));
+            }
             Collective::Barrier => unreachable!("handled above"),
         };
         if collective.communicates() {

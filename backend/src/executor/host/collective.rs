@@ -24,11 +24,9 @@ pub(super) fn run(
     inputs: &[TensorIr],
     outputs: &[TensorIr],
 ) -> Result<(), BackendError> {
-    if let Some(groups) = collective.groups() {
-        groups
-            .check_covers(span.total)
-            .map_err(|error| failure(format!("{collective}: {error}")))?;
-    }
+    collective
+        .check_replicas(span.total)
+        .map_err(|error| failure(format!("{collective}: {error}")))?;
     for (input, output) in inputs.iter().zip(outputs) {
         let local = runners
             .iter()
@@ -60,6 +58,12 @@ pub(super) fn run(
                     Ok(chunk(&members[rank], *dim, rank, members.len()))
                 })?
             }
+            Collective::Permute { pairs } => (span.first..span.first + span.local)
+                .map(|replica| match pairs.source_of(replica) {
+                    Some(source) => data[source].clone(),
+                    None => zeros_like(&data[replica]),
+                })
+                .collect(),
         };
         for (runner, result) in runners.iter().zip(results) {
             runner.register_tensor_data_id(output.id, result);
@@ -113,6 +117,12 @@ fn reduce(members: &[TensorData], op: ReduceOp) -> Result<TensorData, BackendErr
         })
         .collect();
     Ok(TensorData::new(combined, members[0].shape.clone()).convert_dtype(dtype))
+}
+
+/// Zeros of the shape and type of `data`.
+fn zeros_like(data: &TensorData) -> TensorData {
+    let bytes = vec![0u8; data.as_bytes().len()];
+    TensorData::from_bytes_vec(bytes, data.shape.clone(), data.dtype)
 }
 
 /// `(rows, row bytes)` of a row-major tensor cut before dimension `dim`.
