@@ -4,16 +4,20 @@
 //! captured segment once on every replica; its tensors hold one buffer per replica. The
 //! operations here combine those buffers, as the collectives of NeuronX Distributed and
 //! torch-xla do: [`all_reduce`], [`all_gather`], [`reduce_scatter`], [`split`] (keep this
-//! replica's chunk) and [`optimization_barrier`], over [`ReplicaGroups`] such as `[[0, 1], [2, 3]]`.
-//! On Trainium they are captured as operations of the segment, lowered to the HLO collectives
-//! (`all-reduce`, `all-gather`, `reduce-scatter`, `opt-barrier`) compiled into the program, and run
-//! in process on the `host` executor, the reference.
+//! replica's chunk) and [`optimization_barrier`], over [`ReplicaGroups`] such as `[[0, 1], [2, 3]]`,
+//! and [`permute`] over [`SourceTargetPairs`] such as `0>1,1>2` (pipeline stages passing
+//! activations on). On Trainium they are captured as operations of the segment, lowered to the
+//! HLO collectives (`all-reduce`, `all-gather`, `reduce-scatter`, `collective-permute`,
+//! `opt-barrier`) compiled into the program, and run in process on the `host` executor, the
+//! reference.
 //!
 //! [`CollectiveBackend`] is implemented for [`crate::Trainium`], for `Autodiff<B>` of any
 //! implementation (with the backward rules of tensor parallelism: all-reduce ↔ identity,
-//! all-gather ↔ reduce-scatter, split ↔ all-gather, and [`copy_to_group`] whose gradient is
-//! all-reduced), and for the single-device backends `NdArray` and `Flex`, where every group has
-//! one member and the collectives are identities, so that models written with them run anywhere.
+//! all-gather ↔ reduce-scatter, split ↔ all-gather, permute ↔ permute with the pairs reversed,
+//! and [`copy_to_group`] whose gradient is all-reduced), and for the single-device backends
+//! `NdArray` and `Flex`, where every group has one member and the collectives are identities
+//! (a permute that sends the one replica nothing gives zeros), so that models written with them
+//! run anywhere.
 //!
 //! ```no_run
 //! use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};

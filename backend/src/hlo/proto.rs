@@ -281,6 +281,8 @@ pub struct HloInstructionProto {
     pub replica_groups: Vec<ReplicaGroup>,
     #[prost(int64, tag = "50")]
     pub feature_group_count: i64,
+    #[prost(message, repeated, tag = "52")]
+    pub source_target_pairs: Vec<SourceTarget>,
     #[prost(int64, tag = "58")]
     pub batch_group_count: i64,
     #[prost(bool, tag = "60")]
@@ -306,6 +308,15 @@ pub struct HloInstructionProto {
 pub struct ReplicaGroup {
     #[prost(int64, repeated, tag = "1")]
     pub replica_ids: Vec<i64>,
+}
+
+/// `xla.SourceTarget`: in a `collective-permute`, `source`'s operand becomes `target`'s result.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SourceTarget {
+    #[prost(int64, tag = "1")]
+    pub source: i64,
+    #[prost(int64, tag = "2")]
+    pub target: i64,
 }
 
 /// `xla.FrontendAttributes`: string attributes a compiler reads (e.g. the NEFF tensor names

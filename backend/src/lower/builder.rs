@@ -7,7 +7,7 @@ use crate::hlo::{
     self, ConvolutionDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
     HloComputationProto, HloInstructionProto, LiteralProto, OpMetadata, PaddingConfig,
     PaddingConfigDimension, PrimitiveType, ProgramShapeProto, ReplicaGroup,
-    ScatterDimensionNumbers, SliceDimensions, Window,
+    ScatterDimensionNumbers, SliceDimensions, SourceTarget, Window,
 };
 
 /// A value of the computation being built: an instruction id and its array shape.
@@ -968,6 +968,31 @@ impl Builder {
         if let Some(dimension) = dimension {
             instruction.dimensions = vec![dimension as i64];
         }
+        self.push(instruction)
+    }
+
+    /// A `collective-permute` of `operand`: each `(source, target)` pair sends the source
+    /// replica's operand to the target replica; a replica that is no target gets zeros.
+    ///
+    /// Without a channel id, unlike the other collectives: XLA reads the pairs of a
+    /// collective-permute with a channel id as partition ids (there is no
+    /// `use_global_device_ids` for it), and the program has one partition, so every replica
+    /// would be partition 0. Without one they are replica ids, as torch-xla and JAX's `pmap`
+    /// emit it.
+    pub fn collective_permute(&mut self, operand: &Value, pairs: &[(usize, usize)]) -> Value {
+        let mut instruction = self.op(
+            "collective-permute",
+            operand.element_type,
+            &operand.dims,
+            &[operand],
+        );
+        instruction.source_target_pairs = pairs
+            .iter()
+            .map(|&(source, target)| SourceTarget {
+                source: source as i64,
+                target: target as i64,
+            })
+            .collect();
         self.push(instruction)
     }
 

@@ -1,8 +1,10 @@
 //! Collectives (captured as custom operations, see [`crate::collective`]) lowered to the HLO
-//! collectives `all-reduce`, `all-gather`, `reduce-scatter`, to a `dynamic-slice` at the
-//! replica's position (split), and to `opt-barrier`.
+//! collectives `all-reduce`, `all-gather`, `reduce-scatter`, `collective-permute` (the permute,
+//! its pairs as replica ids: without a channel id), to a `dynamic-slice` at the replica's
+//! position (split), and to `opt-barrier`.
 //!
-//! Reductions of 16-bit floats run in f32 and round once, as the host reference does.
+//! Reductions of 16-bit floats run in f32 and round once, as the host reference does; the
+//! permute moves values unchanged, in their own type.
 
 use burn_ir::{CustomOpIr, TensorIr};
 
@@ -58,8 +60,8 @@ pub(crate) fn custom(lowering: &mut Lowering, custom: &CustomOpIr) -> Lowered {
                 lowering.builder.convert(&scattered, value.element_type)
             }
             Collective::Split { dim, groups } => split(lowering, &value, *dim, groups, output),
-            Collective::Permute { .. } => {
-                return unsupported(format!("{collective} (lowering pending)"));
+            Collective::Permute { pairs } => {
+                lowering.builder.collective_permute(&value, pairs.pairs())
             }
             Collective::Barrier => unreachable!("handled above"),
         };

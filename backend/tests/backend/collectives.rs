@@ -1,15 +1,16 @@
 //! Collectives on replicated devices (`host:0-3` and `xla:0-3`, the latter also under the Neuron
 //! compiler's operator rules), against results computed with
 //! `burn-ndarray` from the per-replica inputs: every collective with groups `[[0, 1], [2, 3]]`, `[[0, 2], [1, 3]]`
-//! and `[[0, 1, 2, 3]]` in f32 and bf16, and the gradients through them against the closed-form
-//! backward rules.
+//! and `[[0, 1, 2, 3]]` in f32 and bf16 (permutes: shifts within those groups, forward and
+//! cyclic, and pairs that follow no group), and the gradients through them against the
+//! closed-form backward rules.
 //!
 //! Every test holds the replicated device it uses (`lock_device`): one of them counts the
 //! device's collectives.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{DType, Tensor, TensorData};
-use burn_trainium::collective::{self, Collective, ReduceOp, ReplicaGroups};
+use burn_trainium::collective::{self, Collective, ReduceOp, ReplicaGroups, SourceTargetPairs};
 use burn_trainium::lower::OperatorRules;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, set_operator_rules, stats};
 
@@ -49,6 +50,12 @@ fn reference(data: &TensorData) -> Tensor<NdArray, 2> {
 
 /// What replica `replica` must hold after `collective` of `inputs`, computed with NdArray.
 fn expected(collective: &Collective, inputs: &[TensorData], replica: usize) -> TensorData {
+    if let Collective::Permute { pairs } = collective {
+        return match pairs.source_of(replica) {
+            Some(source) => inputs[source].clone(),
+            None => reference(&inputs[replica]).zeros_like().into_data(),
+        };
+    }
     let Some(groups) = collective.groups() else {
         return inputs[replica].clone();
     };
@@ -78,7 +85,9 @@ fn expected(collective: &Collective, inputs: &[TensorData], replica: usize) -> T
         Collective::AllGather { dim, .. } => Tensor::cat(members.clone(), *dim),
         Collective::ReduceScatter { dim, .. } => chunk(sum(), *dim),
         Collective::Split { dim, .. } => chunk(members[rank].clone(), *dim),
-        Collective::Barrier => unreachable!("the barrier has no groups"),
+        Collective::Permute { .. } | Collective::Barrier => {
+            unreachable!("the permute and the barrier have no groups")
+        }
     };
     result.into_data()
 }
@@ -103,6 +112,12 @@ fn collectives_over(groups: &ReplicaGroups) -> Vec<Collective> {
         });
         all.push(Collective::Split { dim, groups });
     }
+    // Within each group: forward (the first members get zeros) and backward around the group.
+    for (offset, cyclic) in [(1, false), (-1, true)] {
+        all.push(Collective::Permute {
+            pairs: SourceTargetPairs::shift(groups, offset, cyclic),
+        });
+    }
     all
 }
 
@@ -120,9 +135,35 @@ fn run(
         Collective::AllGather { dim, groups } => collective::all_gather(x, *dim, groups),
         Collective::ReduceScatter { dim, groups } => collective::reduce_scatter(x, *dim, groups),
         Collective::Split { dim, groups } => collective::split(x, *dim, groups),
+        Collective::Permute { pairs } => collective::permute(x, pairs),
         Collective::Barrier => collective::optimization_barrier(vec![x]).remove(0),
     };
     collective::into_replicas(y).unwrap()
+}
+
+/// Runs `collective` on `device` in f32 and in bf16 and compares every replica's result with
+/// [`expected`].
+fn assert_runs_as_expected(
+    device: &TrainiumDevice,
+    collective: &Collective,
+    inputs: &[TensorData],
+) {
+    for (dtype, tolerance) in [(DType::F32, 1e-6), (DType::BF16, 1e-2)] {
+        let results = run(device, collective, inputs, dtype);
+        assert_eq!(results.len(), REPLICAS);
+        for (replica, result) in results.iter().enumerate() {
+            assert_eq!(result.dtype, dtype, "{collective} on {device}");
+            let expected = expected(collective, inputs, replica)
+                .convert_dtype(dtype)
+                .convert::<f32>();
+            assert_close(
+                &format!("{collective} {dtype:?} on {device}, replica {replica}"),
+                &expected,
+                &result.clone().convert::<f32>(),
+                tolerance,
+            );
+        }
+    }
 }
 
 /// On `host`, on `xla`, and on `xla` lowered under the Neuron compiler's rules (the split
@@ -145,22 +186,7 @@ fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
         for groups in group_layouts() {
             for collective in collectives_over(&groups) {
                 communicating += u64::from(collective.communicates());
-                for (dtype, tolerance) in [(DType::F32, 1e-6), (DType::BF16, 1e-2)] {
-                    let results = run(&device, &collective, &inputs, dtype);
-                    assert_eq!(results.len(), REPLICAS);
-                    for (replica, result) in results.iter().enumerate() {
-                        assert_eq!(result.dtype, dtype, "{collective} on {device}");
-                        let expected = expected(&collective, &inputs, replica)
-                            .convert_dtype(dtype)
-                            .convert::<f32>();
-                        assert_close(
-                            &format!("{collective} {dtype:?} on {device}, replica {replica}"),
-                            &expected,
-                            &result.clone().convert::<f32>(),
-                            tolerance,
-                        );
-                    }
-                }
+                assert_runs_as_expected(&device, &collective, &inputs);
             }
         }
         let after = stats(&device);
@@ -174,6 +200,20 @@ fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
         }
         if rules.is_some() {
             set_operator_rules(&device, OperatorRules::Xla);
+        }
+    }
+}
+
+/// Pairs that follow no group: a replica sending to itself, one receiving from a replica that
+/// receives nothing (zeros), and none at all (zeros everywhere).
+#[test]
+fn permutes_with_any_pairs_deliver_each_source_to_its_target() {
+    let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 4)).collect();
+    for device in devices() {
+        let _exclusive = lock_device(&device);
+        for pairs in ["3>0,0>2,2>3,1>1", "2>0,0>1", ""] {
+            let pairs = SourceTargetPairs::parse(pairs).unwrap();
+            assert_runs_as_expected(&device, &Collective::Permute { pairs }, &inputs);
         }
     }
 }
@@ -286,5 +326,21 @@ fn gradients_follow_the_backward_rules_of_tensor_parallelism() {
         check("copy to the group", copy, &|r| {
             group_sum(&same_shape, r).into_data()
         });
+        // Permute: the permute of the gradient the other way round (the weight of the replica
+        // each one sent to; zeros for the last stage, which sends to none).
+        for (offset, cyclic) in [(1, false), (-1, true)] {
+            let stages = SourceTargetPairs::shift(&ReplicaGroups::all(REPLICAS), offset, cyclic);
+            let permuted = gradients(&device, &inputs, &same_shape, |x| {
+                collective::permute(x, &stages)
+            });
+            check(
+                &format!("permute {stages}"),
+                permuted,
+                &|r| match stages.reversed().source_of(r) {
+                    Some(target) => same_shape[target].clone(),
+                    None => reference(&same_shape[r]).zeros_like().into_data(),
+                },
+            );
+        }
     }
 }

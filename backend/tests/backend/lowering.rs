@@ -6,7 +6,7 @@ use burn_ir::{
     AttentionOpIr, AttentionOptionsIr, BinaryOpIr, CustomOpIr, ModuleOperationIr,
     NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId, TensorIr, TensorStatus,
 };
-use burn_trainium::collective::{Collective, ReplicaGroups};
+use burn_trainium::collective::{Collective, ReplicaGroups, SourceTargetPairs};
 use burn_trainium::hlo::{HloModuleProto, PrimitiveType};
 use burn_trainium::lower::{
     self, LowerError, LowerOptions, OperatorRules, Step, boundary_of, lower_segment, plan_segment,
@@ -420,21 +420,77 @@ fn opcodes(program: &lower::LoweredProgram) -> Vec<String> {
         .collect()
 }
 
-/// `split` of an `f32[4, 8]` along dimension 1 over tensor-parallel pairs of 4 replicas, lowered
-/// under `rules`.
-fn lowered_split(rules: OperatorRules) -> lower::LoweredProgram {
-    let groups = ReplicaGroups::contiguous(4, 2).unwrap();
-    let split = Collective::Split { dim: 1, groups }.to_ir(
-        vec![tensor(1, &[4, 8], TensorStatus::ReadOnly)],
-        vec![tensor(2, &[4, 4], TensorStatus::NotInit)],
+/// `collective` of a `dtype[4, 8]` on 4 replicas, lowered under `rules`.
+fn lowered_collective(
+    collective: Collective,
+    dtype: DType,
+    rules: OperatorRules,
+) -> lower::LoweredProgram {
+    let typed = |id, shape: &[usize], status| TensorIr {
+        dtype,
+        ..tensor(id, shape, status)
+    };
+    let output = collective.output_shape(&[4, 8]).unwrap();
+    let custom = collective.to_ir(
+        vec![typed(1, &[4, 8], TensorStatus::ReadOnly)],
+        vec![typed(2, &output, TensorStatus::NotInit)],
     );
-    let operations = [OperationIr::Custom(split)];
+    let operations = [OperationIr::Custom(custom)];
     let options = LowerOptions {
         replicas: 4,
         rules,
         ..LowerOptions::default()
     };
     lower::lower_segment_with(&operations, &boundary_of(&operations), &options).unwrap()
+}
+
+/// `split` of an `f32[4, 8]` along dimension 1 over tensor-parallel pairs of 4 replicas, lowered
+/// under `rules`.
+fn lowered_split(rules: OperatorRules) -> lower::LoweredProgram {
+    let groups = ReplicaGroups::contiguous(4, 2).unwrap();
+    lowered_collective(Collective::Split { dim: 1, groups }, DType::F32, rules)
+}
+
+/// A permute is one `collective-permute` of the operand's type (bf16 stays bf16: nothing is
+/// reduced) carrying its source–target pairs, without a channel id (with one, XLA would read
+/// the pairs as partition ids), under both rules; the lint accepts it; it is counted as a
+/// collective of the input's bytes.
+#[test]
+fn the_permute_is_one_collective_permute_of_replica_pairs() {
+    let stages = SourceTargetPairs::shift(&ReplicaGroups::all(4), 1, false);
+    for rules in [OperatorRules::Xla, OperatorRules::Neuron] {
+        for (dtype, element_type) in [
+            (DType::F32, PrimitiveType::F32),
+            (DType::BF16, PrimitiveType::Bf16),
+        ] {
+            let pairs = stages.clone();
+            let program = lowered_collective(Collective::Permute { pairs }, dtype, rules);
+            let permutes: Vec<_> = entry_computation(&program)
+                .instructions
+                .iter()
+                .filter(|instruction| instruction.opcode == "collective-permute")
+                .collect();
+            assert_eq!(permutes.len(), 1, "{:?}", opcodes(&program));
+            let permute = permutes[0];
+            let pairs: Vec<(i64, i64)> = permute
+                .source_target_pairs
+                .iter()
+                .map(|pair| (pair.source, pair.target))
+                .collect();
+            assert_eq!(pairs, [(0, 1), (1, 2), (2, 3)]);
+            assert_eq!(permute.channel_id, 0);
+            assert!(permute.replica_groups.is_empty() && !permute.use_global_device_ids);
+            let shape = permute.shape.as_ref().unwrap();
+            assert_eq!(
+                (shape.element_type, shape.dimensions.as_slice()),
+                (element_type as i32, &[4i64, 8][..])
+            );
+            assert!(!opcodes(&program).iter().any(|op| op == "convert"));
+            assert_eq!(lint_module(&program.module), []);
+            assert_eq!(program.collectives, 1);
+            assert_eq!(program.collective_bytes, 32 * dtype.size() as u64);
+        }
+    }
 }
 
 /// Under Neuron's rules the split reads the replica's index from a parameter of its own and

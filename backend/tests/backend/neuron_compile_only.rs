@@ -5,8 +5,8 @@
 //! collectives into the module `neuronx-cc` receives.
 
 use burn::tensor::{DType, Tensor, TensorData};
-use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
-use burn_trainium::hlo::HloModuleProto;
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups, SourceTargetPairs};
+use burn_trainium::hlo::{HloInstructionProto, HloModuleProto};
 use burn_trainium::neuron::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE};
 use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
 use prost::Message;
@@ -292,20 +292,11 @@ fn bf16_products_keep_the_compilers_default_cast(workspace: &Workspace) {
     );
 }
 
-/// The collective program of a replicated device, as `neuronx-cc` receives it: an `all-reduce`
-/// over the replica groups with a channel id, and the NEFF tensor names requested.
-fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
-    let device = TrainiumDevice::neuron(2).with_replicas(2);
-    let before: Vec<_> = cached_modules(&workspace.cache_root());
-    let per_replica = vec![
-        TensorData::new(vec![1.0f32, 2.0], [2]),
-        TensorData::new(vec![3.0f32, 4.0], [2]),
-    ];
-    let x: Tensor<Trainium, 1> = collective::from_replicas(per_replica, &device);
-    let summed = collective::all_reduce(x * 2.0, ReduceOp::Sum, &ReplicaGroups::all(2));
-    assert_eq!(collective::into_replicas(summed).unwrap().len(), 2);
-    let device_stats = stats(&device);
-    assert_eq!(device_stats.collectives, 1, "{device_stats:?}");
+/// The instructions of the one module compiled into the cache since `before` was listed.
+fn new_module_instructions(
+    workspace: &Workspace,
+    before: &[std::path::PathBuf],
+) -> Vec<HloInstructionProto> {
     let new_modules: Vec<_> = cached_modules(&workspace.cache_root())
         .into_iter()
         .filter(|module| !before.contains(module))
@@ -313,11 +304,31 @@ fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
     assert_eq!(new_modules.len(), 1, "{new_modules:?}");
     let module =
         HloModuleProto::decode(std::fs::read(&new_modules[0]).unwrap().as_slice()).unwrap();
-    let instructions: Vec<_> = module
+    module
         .computations
-        .iter()
-        .flat_map(|computation| &computation.instructions)
-        .collect();
+        .into_iter()
+        .flat_map(|computation| computation.instructions)
+        .collect()
+}
+
+/// The collective programs of a replicated device, as `neuronx-cc` receives them: an
+/// `all-reduce` over the replica groups with a channel id, and the NEFF tensor names requested;
+/// then a pipeline step, a `collective-permute` to the next replica (which the lint accepts).
+fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
+    let device = TrainiumDevice::neuron(2).with_replicas(2);
+    let per_replica = || {
+        vec![
+            TensorData::new(vec![1.0f32, 2.0], [2]),
+            TensorData::new(vec![3.0f32, 4.0], [2]),
+        ]
+    };
+    let before = cached_modules(&workspace.cache_root());
+    let x: Tensor<Trainium, 1> = collective::from_replicas(per_replica(), &device);
+    let summed = collective::all_reduce(x * 2.0, ReduceOp::Sum, &ReplicaGroups::all(2));
+    assert_eq!(collective::into_replicas(summed).unwrap().len(), 2);
+    let device_stats = stats(&device);
+    assert_eq!(device_stats.collectives, 1, "{device_stats:?}");
+    let instructions = new_module_instructions(workspace, &before);
     let all_reduce = instructions
         .iter()
         .find(|instruction| instruction.opcode == "all-reduce")
@@ -334,4 +345,20 @@ fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
         })
     };
     assert!(named(INPUT_NAMES_ATTRIBUTE) && named(OUTPUT_NAMES_ATTRIBUTE));
+
+    let before = cached_modules(&workspace.cache_root());
+    let x: Tensor<Trainium, 1> = collective::from_replicas(per_replica(), &device);
+    let stages = SourceTargetPairs::shift(&ReplicaGroups::all(2), 1, false);
+    let passed = collective::permute(x * 2.0, &stages);
+    assert_eq!(collective::into_replicas(passed).unwrap().len(), 2);
+    let device_stats = stats(&device);
+    assert_eq!(device_stats.collectives, 2, "{device_stats:?}");
+    let instructions = new_module_instructions(workspace, &before);
+    let permute = instructions
+        .iter()
+        .find(|instruction| instruction.opcode == "collective-permute")
+        .expect("a collective-permute in the module");
+    assert_eq!(permute.source_target_pairs.len(), 1);
+    let pair = &permute.source_target_pairs[0];
+    assert_eq!((pair.source, pair.target, permute.channel_id), (0, 1, 0));
 }
