@@ -140,14 +140,25 @@ impl<B: CollectiveBackend> Exchange<B> for TensorParallel {
 pub enum Placement {
     /// Split along this dimension (Burn's `Linear` weight is `[input, output]`).
     Split(usize),
+    /// A key or value projection (weight or bias) split by KV head along this dimension, each
+    /// head held by `copies` consecutive ranks: when the tensor-parallel degree exceeds
+    /// `num_kv_heads` (see [`kv_copies`]), rank `r` holds KV head `r / copies`.
+    ReplicatedHeads {
+        /// The dimension of the heads.
+        dim: usize,
+        /// How many consecutive ranks hold each head (at least 2).
+        copies: usize,
+    },
     /// The same on every rank (the norm gains).
     Replicated,
 }
 
 /// The placement of the parameter at `path` (its module names from the model down, the
-/// parameter's field last: `layers.3.self_attn.q_proj.weight`). A column-parallel layer's bias
-/// is split with its output features; a row-parallel layer's is whole on every rank (added once,
-/// after the sum: see [`crate::linear::row_parallel`]), as are the norms.
+/// parameter's field last: `layers.3.self_attn.q_proj.weight`) when the KV heads are split, not
+/// replicated (the tensor-parallel degree divides `num_kv_heads`; else see [`placement_with`]).
+/// A column-parallel layer's bias is split with its output features; a row-parallel layer's is
+/// whole on every rank (added once, after the sum: see [`crate::linear::row_parallel`]), as are
+/// the norms.
 pub fn placement(path: &[String]) -> Placement {
     let parameter = path.last().map(String::as_str);
     let module = path.iter().rev().nth(1).map(String::as_str);
@@ -162,10 +173,102 @@ pub fn placement(path: &[String]) -> Placement {
     }
 }
 
+/// The placement of the parameter at `path` in a model whose KV heads are each held by
+/// `kv_copies` ranks ([`kv_copies`]; 1: split as [`placement`] says).
+pub fn placement_with(path: &[String], kv_copies: usize) -> Placement {
+    match placement(path) {
+        Placement::Split(dim) if kv_copies > 1 && is_kv_projection(path) => {
+            Placement::ReplicatedHeads {
+                dim,
+                copies: kv_copies,
+            }
+        }
+        placement => placement,
+    }
+}
+
+/// Whether `path` is a parameter of the key or value projection.
+fn is_kv_projection(path: &[String]) -> bool {
+    let module = path.iter().rev().nth(1).map(String::as_str);
+    matches!(module, Some("k_proj" | "v_proj"))
+}
+
+/// How many ranks of a tensor-parallel group of `degree` hold each of `num_kv_heads` KV heads:
+/// 1 while the degree divides the heads (each rank holds `num_kv_heads / degree` of them),
+/// `degree / num_kv_heads` above them (each rank holds one, as NeuronX Distributed and
+/// Megatron-LM replicate them). [`check_degree`] says which degrees are possible.
+pub fn kv_copies(num_kv_heads: usize, degree: usize) -> usize {
+    if degree > num_kv_heads && num_kv_heads > 0 {
+        degree / num_kv_heads
+    } else {
+        1
+    }
+}
+
+/// The groups over which KV heads held by `copies` consecutive ranks are split and joined: in
+/// each tensor-parallel group `[g0, g1, …]`, the ranks `copies` apart `[g_t, g_(t+c), …]` for `t`
+/// in `0..copies`, so that rank `r` of the group is at position `r / copies` of its own (it
+/// holds that head), and every head appears once in each.
+pub fn kv_head_groups(tensor_groups: &ReplicaGroups, copies: usize) -> ReplicaGroups {
+    let groups = tensor_groups
+        .groups()
+        .iter()
+        .flat_map(|group| {
+            (0..copies)
+                .map(move |first| group.iter().skip(first).step_by(copies).copied().collect())
+        })
+        .collect();
+    ReplicaGroups::new(groups).expect("strided parts of equal groups are equal groups")
+}
+
+/// The groups of `copies` consecutive ranks of each tensor-parallel group that hold the same KV
+/// head (over which its gradient is summed).
+pub fn kv_copy_groups(tensor_groups: &ReplicaGroups, copies: usize) -> ReplicaGroups {
+    let groups = tensor_groups
+        .groups()
+        .iter()
+        .flat_map(|group| group.chunks(copies).map(<[usize]>::to_vec))
+        .collect();
+    ReplicaGroups::new(groups).expect("consecutive parts of equal groups are equal groups")
+}
+
+/// This rank's part of a whole parameter placed as `placement` over `tensor_groups`.
+pub fn split_parameter<B: CollectiveBackend, const D: usize>(
+    tensor: Tensor<B, D>,
+    placement: Placement,
+    tensor_groups: &ReplicaGroups,
+) -> Tensor<B, D> {
+    match placement {
+        Placement::Split(dim) => collective::split(tensor, dim, tensor_groups),
+        Placement::ReplicatedHeads { dim, copies } => {
+            collective::split(tensor, dim, &kv_head_groups(tensor_groups, copies))
+        }
+        Placement::Replicated => tensor,
+    }
+}
+
+/// The whole parameter from the ranks' parts placed as `placement` over `tensor_groups` (the
+/// inverse of [`split_parameter`]), on every rank.
+pub fn join_parameter<B: CollectiveBackend, const D: usize>(
+    tensor: Tensor<B, D>,
+    placement: Placement,
+    tensor_groups: &ReplicaGroups,
+) -> Tensor<B, D> {
+    match placement {
+        Placement::Split(dim) => collective::all_gather(tensor, dim, tensor_groups),
+        Placement::ReplicatedHeads { dim, copies } => {
+            collective::all_gather(tensor, dim, &kv_head_groups(tensor_groups, copies))
+        }
+        Placement::Replicated => tensor,
+    }
+}
+
 /// Whether each tensor-parallel rank gets only its part of the gradient of the parameter at
 /// `path`, which is [`Placement::Replicated`], so that the parts must be summed over the group:
 /// the per-head query/key norms always (each rank norms its own heads), the other whole
-/// parameters under sequence parallelism (each rank sees its slice of the sequence).
+/// parameters under sequence parallelism (each rank sees its slice of the sequence). (The KV
+/// heads of [`Placement::ReplicatedHeads`] have partial gradients too, summed over their copies
+/// only: see [`kv_copy_groups`].)
 pub fn partial_gradient(path: &[String], sequence_parallel: bool) -> bool {
     let module = path.iter().rev().nth(1).map(String::as_str);
     placement(path) == Placement::Replicated
@@ -173,12 +276,28 @@ pub fn partial_gradient(path: &[String], sequence_parallel: bool) -> bool {
 }
 
 /// The module path a visitor or mapper is at.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct ParamPath {
     names: Vec<String>,
+    kv_copies: usize,
+}
+
+impl Default for ParamPath {
+    fn default() -> Self {
+        Self::with_kv_copies(1)
+    }
 }
 
 impl ParamPath {
+    /// At the model's root, in a model whose KV heads are each held by `kv_copies` ranks
+    /// ([`kv_copies`]; `default()`: 1, the heads are split).
+    pub fn with_kv_copies(kv_copies: usize) -> Self {
+        Self {
+            names: Vec::new(),
+            kv_copies: kv_copies.max(1),
+        }
+    }
+
     /// Entering the module or parameter `name`.
     pub fn enter(&mut self, name: &str) {
         self.names.push(name.to_string());
@@ -196,7 +315,7 @@ impl ParamPath {
 
     /// Where the current parameter lives across a tensor-parallel group.
     pub fn placement(&self) -> Placement {
-        placement(&self.names)
+        placement_with(&self.names, self.kv_copies)
     }
 
     /// Whether the current parameter's gradient is partial on each rank ([`partial_gradient`]).
@@ -231,23 +350,26 @@ impl<B: CollectiveBackend> ModuleMapper<B> for Reshard<'_> {
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let Placement::Split(dim) = self.path.placement() else {
+        let placement = self.path.placement();
+        if placement == Placement::Replicated {
             return param;
-        };
+        }
         // The same id, a new leaf of the autodiff graph that requires a gradient when `param`
         // did.
         let require_grad = param.val().is_require_grad();
         let (id, tensor, mapper) = param.consume();
         let value = match self.direction {
-            Direction::Split => collective::split(tensor, dim, self.groups),
-            Direction::Join => collective::all_gather(tensor, dim, self.groups),
+            Direction::Split => split_parameter(tensor, placement, self.groups),
+            Direction::Join => join_parameter(tensor, placement, self.groups),
         };
         Param::from_mapped_value(id, value.detach().set_require_grad(require_grad), mapper)
     }
 }
 
-/// Checks that a configuration can be split `degree` ways (heads, KV heads, the FFN width and
-/// the vocabulary, which a tied head shares with the embedding).
+/// Checks that a configuration can be split `degree` ways: the heads, the FFN width and the
+/// vocabulary (which a tied head shares with the embedding) must divide by it, and the KV heads
+/// must either divide by it or divide it (then each is held by `degree / num_kv_heads`
+/// consecutive ranks, see [`kv_copies`]).
 pub fn check_degree(config: &crate::HlatConfig, degree: usize) -> Result<(), String> {
     let divides = |what: &str, count: usize| {
         if count.is_multiple_of(degree) {
@@ -258,8 +380,18 @@ pub fn check_degree(config: &crate::HlatConfig, degree: usize) -> Result<(), Str
             ))
         }
     };
+    if degree == 0 {
+        return Err("the tensor-parallel degree must be at least 1".into());
+    }
     divides("num_heads", config.num_heads)?;
-    divides("num_kv_heads", config.num_kv_heads)?;
+    let kv = config.num_kv_heads;
+    if !kv.is_multiple_of(degree) && !degree.is_multiple_of(kv) {
+        return Err(format!(
+            "num_kv_heads = {kv} neither divides by the tensor-parallel degree {degree} (each \
+             rank holding num_kv_heads / {degree} KV heads) nor divides it (each KV head held by \
+             {degree} / num_kv_heads ranks)"
+        ));
+    }
     divides("ffn_size", config.ffn_size)?;
     divides("vocab_size", config.vocab_size)
 }
@@ -290,23 +422,20 @@ impl<B: CollectiveBackend> Hlat<B> {
     /// Splits or joins the split parameters and sets the heads each rank attends with.
     fn reshard(self, parallel: &TensorParallel, direction: Direction) -> Self {
         let degree = parallel.groups.group_size();
+        let (num_heads, num_kv_heads) = (self.config().num_heads, self.config().num_kv_heads);
+        let copies = kv_copies(num_kv_heads, degree);
         let mut model = self.map(&mut Reshard {
             groups: &parallel.groups,
             direction,
-            path: ParamPath::default(),
+            path: ParamPath::with_kv_copies(copies),
         });
+        let (heads, kv_heads) = match direction {
+            Direction::Split => (num_heads / degree, num_kv_heads * copies / degree),
+            Direction::Join => (num_heads, num_kv_heads),
+        };
         for layer in &mut model.layers {
             let attention = &mut layer.self_attn;
-            (attention.num_heads, attention.num_kv_heads) = match direction {
-                Direction::Split => (
-                    attention.num_heads / degree,
-                    attention.num_kv_heads / degree,
-                ),
-                Direction::Join => (
-                    attention.num_heads * degree,
-                    attention.num_kv_heads * degree,
-                ),
-            };
+            (attention.num_heads, attention.num_kv_heads) = (heads, kv_heads);
         }
         model
     }
@@ -375,5 +504,82 @@ mod tests {
             &path("layers.0.self_attn.q_proj.bias"),
             true
         ));
+    }
+
+    #[test]
+    fn kv_heads_are_replicated_above_their_count() {
+        assert_eq!(kv_copies(8, 4), 1);
+        assert_eq!(kv_copies(8, 8), 1);
+        assert_eq!(kv_copies(8, 32), 4);
+        assert_eq!(kv_copies(2, 4), 2);
+        let k = path("layers.1.self_attn.k_proj.weight");
+        let v_bias = path("layers.1.self_attn.v_proj.bias");
+        let q = path("layers.1.self_attn.q_proj.weight");
+        assert_eq!(placement_with(&k, 1), Placement::Split(1));
+        assert_eq!(
+            placement_with(&k, 4),
+            Placement::ReplicatedHeads { dim: 1, copies: 4 }
+        );
+        assert_eq!(
+            placement_with(&v_bias, 2),
+            Placement::ReplicatedHeads { dim: 0, copies: 2 }
+        );
+        assert_eq!(placement_with(&q, 4), Placement::Split(1));
+        let mut at = ParamPath::with_kv_copies(2);
+        for name in &k {
+            at.enter(name);
+        }
+        assert_eq!(
+            at.placement(),
+            Placement::ReplicatedHeads { dim: 1, copies: 2 }
+        );
+    }
+
+    #[test]
+    fn kv_groups_follow_the_tensor_parallel_groups() {
+        // Replicas 4..8 of a dp 2 × tp 4 layout, 2 KV heads: ranks 4, 5 hold head 0, 6, 7 head 1.
+        let tensor = ReplicaGroups::contiguous(8, 4).unwrap();
+        assert_eq!(
+            kv_head_groups(&tensor, 2).groups(),
+            [vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
+        );
+        assert_eq!(
+            kv_copy_groups(&tensor, 2).groups(),
+            [vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
+        );
+        // One KV head over tp 4: one group per rank to split over, one group of copies.
+        let tensor = ReplicaGroups::all(4);
+        assert_eq!(
+            kv_head_groups(&tensor, 4).groups(),
+            [vec![0], vec![1], vec![2], vec![3]]
+        );
+        assert_eq!(kv_copy_groups(&tensor, 4).groups(), [vec![0, 1, 2, 3]]);
+    }
+
+    #[test]
+    fn degrees_above_the_kv_heads_must_be_multiples_of_them() {
+        let config = crate::HlatConfig::preset("hlat-70b").unwrap();
+        assert_eq!(check_degree(&config, 8), Ok(()));
+        assert_eq!(check_degree(&config, 32), Ok(()));
+        let llama = crate::HlatConfig::preset("llama-3.1-8b").unwrap();
+        assert_eq!(check_degree(&llama, 16), Ok(()));
+        // 64 heads over 128 ranks: fewer than one query head per rank.
+        assert!(
+            check_degree(&config, 128)
+                .unwrap_err()
+                .contains("num_heads = 64")
+        );
+        let odd = crate::HlatConfig {
+            num_heads: 24,
+            num_kv_heads: 6,
+            ..config.clone()
+        };
+        let reason = check_degree(&odd, 4).unwrap_err();
+        assert!(
+            reason.contains("num_kv_heads = 6") && reason.contains("degree 4"),
+            "{reason}"
+        );
+        let reason = check_degree(&odd, 12).unwrap_err();
+        assert!(reason.contains("ffn_size"), "{reason}");
     }
 }

@@ -9,6 +9,12 @@
 //! DIR/tokenizer.json            optional
 //! ```
 //!
+//! When the degree exceeds `num_kv_heads`, each KV head is held by `degree / num_kv_heads`
+//! consecutive ranks ([`crate::parallel::kv_copies`]) and every rank file holds what its rank
+//! holds: its head's columns of `k_proj` and `v_proj` (and their biases), so the holders of one
+//! head write the same values. Loading takes each head from its first holder and checks that
+//! the other holders agree bit for bit; the joined model is the ordinary one.
+//!
 //! A training run writes each rank's shard straight from that rank's replica ([`read_ranks`]);
 //! `hlat convert` splits a whole model on the host ([`save_split`]); loading joins the shards on
 //! the host ([`read_joined`]), so a checkpoint of any degree opens as the whole model and resumes
@@ -28,7 +34,7 @@ use crate::checkpoint::{CheckpointError, NATIVE_CONFIG_FILE, read_burnpack};
 use crate::config::HlatConfig;
 use crate::hf;
 use crate::model::Hlat;
-use crate::parallel::{ParamPath, Placement, check_degree, placement};
+use crate::parallel::{ParamPath, Placement, check_degree, kv_copies, placement_with};
 use crate::staging::Staging;
 
 /// The file that marks a sharded checkpoint and gives its degree.
@@ -59,14 +65,20 @@ pub fn save_split<B: burn::tensor::backend::Backend>(
     dir: &Path,
 ) -> Result<(), CheckpointError> {
     check_degree(model.config(), degree).map_err(|reason| shard_error(dir, reason))?;
+    let copies = kv_copies(model.config().num_kv_heads, degree);
     let mut ranks: Vec<Vec<TensorSnapshot>> = vec![Vec::new(); degree];
     for snapshot in model.collect(None, None, false) {
         let path = snapshot_path(&snapshot);
         let data = snapshot
             .to_data()
             .map_err(|error| shard_error(dir, format!("`{}`: {error}", path.join("."))))?;
-        let parts = match placement(&path) {
+        let parts = match placement_with(&path, copies) {
             Placement::Split(dim) => split_data(&data, dim, degree),
+            // Rank `r` holds head `r / copies`.
+            Placement::ReplicatedHeads { dim, copies } => split_data(&data, dim, degree / copies)
+                .into_iter()
+                .flat_map(|head| vec![head; copies])
+                .collect(),
             Placement::Replicated => vec![data; degree],
         };
         for (rank, part) in parts.into_iter().enumerate() {
@@ -120,7 +132,8 @@ impl RankShards {
 }
 
 /// The whole model's tensors of a sharded checkpoint, joined on the host, by parameter path.
-/// Replicated parameters must agree on every rank.
+/// Replicated parameters must agree on every rank, and the copies of a KV head on every rank
+/// holding it.
 pub fn read_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, CheckpointError> {
     let layout_path = dir.join(TENSOR_PARALLEL_FILE);
     let text = std::fs::read_to_string(&layout_path).map_err(|source| CheckpointError::Io {
@@ -135,6 +148,8 @@ pub fn read_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, Check
             "`degree` must be at least 1".into(),
         ));
     }
+    let config = HlatConfig::load(&dir.join(NATIVE_CONFIG_FILE))?;
+    let copies = kv_copies(config.num_kv_heads, layout.degree);
     let mut ranks = Vec::with_capacity(layout.degree);
     for rank in 0..layout.degree {
         let path = dir.join(rank_file(rank, layout.degree));
@@ -161,9 +176,25 @@ pub fn read_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, Check
                 .map_err(|error| shard_error(rank_path, format!("`{name}`: {error}")))?;
             parts.push(data);
         }
-        let data = match placement(&path) {
+        let data = match placement_with(&path, copies) {
             Placement::Split(dim) => join_data(&parts, dim)
                 .map_err(|reason| shard_error(dir, format!("`{name}`: {reason}")))?,
+            Placement::ReplicatedHeads { dim, copies } => {
+                // Rank `r` holds head `r / copies`, as its first holder `r - r % copies` does.
+                if let Some(rank) = (0..parts.len()).find(|&r| parts[r] != parts[r - r % copies]) {
+                    return Err(shard_error(
+                        &ranks[rank].0,
+                        format!(
+                            "`{name}`: its copy of KV head {} differs from rank {}'s",
+                            rank / copies,
+                            rank - rank % copies
+                        ),
+                    ));
+                }
+                let heads: Vec<TensorData> = parts.into_iter().step_by(copies).collect();
+                join_data(&heads, dim)
+                    .map_err(|reason| shard_error(dir, format!("`{name}`: {reason}")))?
+            }
             Placement::Replicated => {
                 if let Some(rank) = parts.iter().position(|part| part != &parts[0]) {
                     return Err(shard_error(

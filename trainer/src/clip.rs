@@ -1,16 +1,22 @@
 //! Global-norm gradient measurement and scaling (Burn's built-in clipping is per tensor).
 
+use std::any::Any;
+
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
-use hlat::parallel::{ParamPath, Placement};
+use hlat::Hlat;
+use hlat::parallel::{ParamPath, Placement, kv_copies};
+
+use crate::step::LanguageModel;
 
 /// The sum of squares of every gradient of `module`, in f32, as a one-element tensor (lazy: no
 /// read back). Parameters without a gradient are skipped. With `tensor_groups`, the model is
 /// split over those tensor-parallel groups: the squares of split parameters are summed over the
-/// group, those every rank holds whole are counted once.
+/// group, those every rank holds whole are counted once, and so are KV heads held by several
+/// ranks ([`kv_copies_of`]; their copies' gradients are the same once summed over them).
 pub fn grad_sum_of_squares<B, M>(
     module: &M,
     grads: &GradientsParams,
@@ -19,13 +25,16 @@ pub fn grad_sum_of_squares<B, M>(
 where
     B: AutodiffBackend,
     B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B>,
+    M: AutodiffModule<B> + 'static,
 {
+    let copies = tensor_groups.map_or(1, |groups| {
+        kv_copies_of::<B, M>(module, groups.group_size())
+    });
     let mut visitor = SumOfSquares::<B> {
         grads,
         split: None,
         whole: None,
-        path: ParamPath::default(),
+        path: ParamPath::with_kv_copies(copies),
     };
     module.visit(&mut visitor);
     let split = match (visitor.split, tensor_groups) {
@@ -36,6 +45,23 @@ where
         (Some(split), Some(whole)) => Some(split + whole),
         (split, whole) => split.or(whole),
     }
+}
+
+/// How many ranks of a tensor-parallel group of `degree` hold each KV head of `module`
+/// ([`hlat::parallel::kv_copies`]: more than 1 when `degree` exceeds `num_kv_heads`). The
+/// trainer's [`LanguageModel`] and a bare [`Hlat`] know their configuration; any other module is
+/// taken to hold no replicated KV heads (1).
+pub fn kv_copies_of<B, M>(module: &M, degree: usize) -> usize
+where
+    B: AutodiffBackend,
+    M: 'static,
+{
+    let module: &dyn Any = module;
+    let config = match module.downcast_ref::<LanguageModel<B>>() {
+        Some(model) => Some(model.hlat.config()),
+        None => module.downcast_ref::<Hlat<B>>().map(Hlat::config),
+    };
+    config.map_or(1, |config| kv_copies(config.num_kv_heads, degree))
 }
 
 /// Multiplies every gradient of `module` by `factor`.
@@ -84,9 +110,14 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for SumOfSquares<'_, B> {
             return;
         };
         let squares = grad.cast(DType::F32).square().sum();
-        let total = match self.path.placement() {
-            Placement::Split(_) => &mut self.split,
-            Placement::Replicated => &mut self.whole,
+        let (total, squares) = match self.path.placement() {
+            Placement::Split(_) => (&mut self.split, squares),
+            // Summed over the group with the other split parameters, each copy counting for
+            // `1 / copies` of its head.
+            Placement::ReplicatedHeads { copies, .. } => {
+                (&mut self.split, squares.div_scalar(copies as f64))
+            }
+            Placement::Replicated => (&mut self.whole, squares),
         };
         *total = Some(match total.take() {
             Some(total) => total + squares,

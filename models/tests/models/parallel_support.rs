@@ -8,7 +8,9 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_trainium::collective::{self, ReduceOp};
 use burn_trainium::{Trainium, TrainiumDevice};
 use hlat::Hlat;
-use hlat::parallel::{ParamPath, Placement, TensorParallel};
+use hlat::parallel::{
+    ParamPath, Placement, TensorParallel, join_parameter, kv_copies, kv_copy_groups,
+};
 
 /// The backend of these tests: autodiff over the project's backend (on `host` replicas).
 pub type B = Autodiff<Trainium>;
@@ -33,8 +35,9 @@ pub fn batch_of(
 }
 
 /// Every gradient of `model` by parameter path, one value per replica. With `joined`, split
-/// gradients are joined across the group, and under sequence parallelism those of the norm gains
-/// (each rank saw its slice of the sequence) are summed over it.
+/// gradients are joined across the group, under sequence parallelism those of the norm gains
+/// (each rank saw its slice of the sequence) are summed over it, and those of KV heads held by
+/// several ranks are summed over their holders before they are joined.
 pub fn by_path(
     model: &Hlat<B>,
     grads: &GradientsParams,
@@ -61,6 +64,11 @@ pub fn by_path(
             if let Some(parallel) = self.joined {
                 grad = match self.path.placement() {
                     Placement::Split(dim) => collective::all_gather(grad, dim, &parallel.groups),
+                    placement @ Placement::ReplicatedHeads { copies, .. } => {
+                        let copy_groups = kv_copy_groups(&parallel.groups, copies);
+                        let summed = collective::all_reduce(grad, ReduceOp::Sum, &copy_groups);
+                        join_parameter(summed, placement, &parallel.groups)
+                    }
                     Placement::Replicated
                         if self.path.partial_gradient(parallel.sequence_parallel) =>
                     {
@@ -73,10 +81,13 @@ pub fn by_path(
             self.out.push((self.path.names().join("."), replicas));
         }
     }
+    let copies = joined.map_or(1, |parallel| {
+        kv_copies(model.config().num_kv_heads, parallel.groups.group_size())
+    });
     let mut collect = Collect {
         grads,
         joined,
-        path: ParamPath::default(),
+        path: ParamPath::with_kv_copies(copies),
         out: Vec::new(),
     };
     model.visit(&mut collect);

@@ -6,7 +6,9 @@ use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
-use hlat::parallel::ParamPath;
+use hlat::parallel::{ParamPath, Placement, kv_copy_groups};
+
+use crate::clip::kv_copies_of;
 
 /// The most gradient bytes one all-reduce carries (PyTorch DDP's default bucket is 25 MiB).
 pub const BUCKET_BYTES: usize = 25 * 1024 * 1024;
@@ -127,7 +129,10 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
 /// Sums over `groups` the gradients of the parameters every tensor-parallel rank holds whole but
 /// computes only a part of the gradient of ([`hlat::parallel::partial_gradient`]): the per-head
 /// query/key norms, and under `sequence_parallel` every whole parameter (each rank saw only its
-/// slice of the sequence).
+/// slice of the sequence). When the tensor-parallel degree exceeds `num_kv_heads`, each KV head
+/// is held by several consecutive ranks ([`kv_copies_of`]), each of which computed the part of
+/// its gradient from its own query heads: those are summed over the ranks holding the head
+/// ([`kv_copy_groups`]), so that the copies stay the same after the optimizer step.
 pub fn reduce_replicated_gradients<B, M>(
     module: &M,
     grads: &mut GradientsParams,
@@ -136,11 +141,13 @@ pub fn reduce_replicated_gradients<B, M>(
 ) where
     B: AutodiffBackend,
     B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B>,
+    M: AutodiffModule<B> + 'static,
 {
     struct Reduce<'a, B: AutodiffBackend> {
         grads: &'a mut GradientsParams,
         groups: &'a ReplicaGroups,
+        /// The ranks holding the same KV head, when several do.
+        copy_groups: Option<ReplicaGroups>,
         sequence_parallel: bool,
         path: ParamPath,
         backend: std::marker::PhantomData<B>,
@@ -158,20 +165,24 @@ pub fn reduce_replicated_gradients<B, M>(
         }
 
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if !self.path.partial_gradient(self.sequence_parallel) {
-                return;
-            }
+            let groups = match (self.path.placement(), &self.copy_groups) {
+                (Placement::ReplicatedHeads { .. }, Some(copy_groups)) => copy_groups,
+                _ if self.path.partial_gradient(self.sequence_parallel) => self.groups,
+                _ => return,
+            };
             if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                let summed = collective::all_reduce(grad, ReduceOp::Sum, self.groups);
+                let summed = collective::all_reduce(grad, ReduceOp::Sum, groups);
                 self.grads.register(param.id, summed);
             }
         }
     }
+    let copies = kv_copies_of::<B, M>(module, groups.group_size());
     module.visit(&mut Reduce::<B> {
         grads,
         groups,
+        copy_groups: (copies > 1).then(|| kv_copy_groups(groups, copies)),
         sequence_parallel,
-        path: ParamPath::default(),
+        path: ParamPath::with_kv_copies(copies),
         backend: std::marker::PhantomData,
     });
 }

@@ -4,7 +4,7 @@
 
 use hlat::HlatConfig;
 use hlat::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
-use hlat::parallel::{Placement, placement};
+use hlat::parallel::{Placement, kv_copies, placement_with};
 use hlat::recompute::ActivationCheckpointing;
 
 use super::ParallelLayout;
@@ -43,13 +43,16 @@ impl DeviceMemory {
     pub fn estimate(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> Self {
         let tensor = layout.tensor as u64;
         let zero_degree = if layout.zero1 { layout.data as u64 } else { 1 };
-        // Each parameter's elements on one device: split ones divided by the tensor degree.
+        // Each parameter's elements on one device: split ones divided by the tensor degree;
+        // replicated KV heads are counted once per holder (each rank holds one head's columns).
+        let copies = kv_copies(config.num_kv_heads, layout.tensor);
         let parameters: Vec<u64> = hlat::hf::tensor_specs(config)
             .map(|spec| {
                 let elements = hlat::element_count(&spec.hf_shape);
                 let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
-                match placement(&path) {
+                match placement_with(&path, copies) {
                     Placement::Split(_) => elements / tensor,
+                    Placement::ReplicatedHeads { copies, .. } => elements * copies as u64 / tensor,
                     Placement::Replicated => elements,
                 }
             })
@@ -148,6 +151,7 @@ mod tests {
         ParallelLayout {
             data,
             tensor,
+            pipeline: 1,
             sequence_parallel: tensor > 1,
             zero1,
         }
