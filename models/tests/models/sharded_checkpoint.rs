@@ -174,3 +174,104 @@ fn damaged_shards_are_errors_naming_the_file() {
         .to_string();
     assert!(error.contains("degree"), "{error}");
 }
+
+/// Rewrites the rank file `path` with the tensor `name` set to `value` everywhere.
+fn overwrite(path: &Path, name: &str, value: f32) {
+    let snapshots: Vec<TensorSnapshot> = BurnpackStore::from_file(path)
+        .get_all_snapshots()
+        .unwrap()
+        .values()
+        .map(|snapshot| {
+            if snapshot.full_path() != name {
+                return snapshot.clone();
+            }
+            let values = vec![value; snapshot.shape.num_elements()];
+            let data = TensorData::new(values, snapshot.shape.clone());
+            let path = snapshot.path_stack.clone().unwrap();
+            TensorSnapshot::from_data(data, path, Vec::new(), ParamId::new())
+        })
+        .collect();
+    let damaged = path.with_extension("damaged");
+    BurnpackWriter::new(snapshots)
+        .write_to_file(&damaged)
+        .unwrap();
+    std::fs::rename(&damaged, path).unwrap();
+}
+
+/// At tp 4 the 2 KV heads of `hlat-test` are each held by 2 ranks: every rank file holds its
+/// rank's head (ranks 0 and 1 head 0, ranks 2 and 3 head 1), the ranks of a sharded model write
+/// exactly that, the checkpoint loads as the whole model, and a copy that disagrees with its
+/// head's first holder is an error naming its file.
+#[test]
+fn replicated_kv_heads_are_written_by_every_holder_and_joined_from_the_first() {
+    let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let whole = model(&device);
+    let config = whole.config().clone();
+    assert_eq!(config.num_kv_heads, 2);
+    let folder = tempfile::tempdir().unwrap();
+    let from_host = folder.path().join("host");
+    save_split(&whole, 4, None, &from_host).unwrap();
+    let ranks: Vec<_> = (0..4)
+        .map(|rank| rank_tensors(&from_host.join(rank_file(rank, 4))))
+        .collect();
+    for name in [
+        "layers.0.self_attn.k_proj.weight",
+        "layers.1.self_attn.v_proj.weight",
+    ] {
+        assert_eq!(
+            ranks[0][name].shape.to_vec(),
+            [config.hidden_size, config.head_dim()],
+            "{name}: one head per rank"
+        );
+        assert_eq!(ranks[0][name], ranks[1][name], "{name}: head 0's copies");
+        assert_eq!(ranks[2][name], ranks[3][name], "{name}: head 1's copies");
+        assert_ne!(ranks[1][name], ranks[2][name], "{name}: two heads");
+    }
+    let query = "layers.0.self_attn.q_proj.weight";
+    assert_eq!(
+        ranks[3][query].shape.to_vec(),
+        [config.hidden_size, config.head_dim()],
+        "one query head per rank"
+    );
+
+    // Loaded (on the host) as the whole model, bit for bit.
+    let host = TrainiumDevice::HOST;
+    let (_, joined) = load_native::<Trainium>(&from_host, &host).unwrap();
+    let (_, expected) = {
+        let merged = folder.path().join("whole");
+        save_native(&whole, whole.config(), &merged).unwrap();
+        load_native::<Trainium>(&merged, &host).unwrap()
+    };
+    assert_eq!(parameters(&joined), parameters(&expected));
+
+    // A model sharded over the 4 replicas writes the host split.
+    let parallel = TensorParallel {
+        groups: ReplicaGroups::all(4),
+        sequence_parallel: false,
+    };
+    let from_ranks = folder.path().join("ranks");
+    read_ranks(&whole.clone().shard(&parallel), 4, &from_ranks)
+        .unwrap()
+        .write(&config, None, &from_ranks)
+        .unwrap();
+    for (rank, tensors) in ranks.iter().enumerate() {
+        let name = rank_file(rank, 4);
+        assert_eq!(&rank_tensors(&from_ranks.join(&name)), tensors, "{name}");
+    }
+
+    // Rank 3's copy of head 1 no longer agrees with rank 2's.
+    let rank3 = rank_file(3, 4);
+    overwrite(
+        &from_ranks.join(&rank3),
+        "layers.1.self_attn.k_proj.weight",
+        0.5,
+    );
+    let error = load_native::<Trainium>(&from_ranks, &host)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains(&rank3) && error.contains("KV head 1 differs from rank 2's"),
+        "{error}"
+    );
+}
