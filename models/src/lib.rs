@@ -19,6 +19,8 @@
 //! - [`merge`]: mergekit-style merges (linear, SLERP, task arithmetic, TIES, DARE) of Hugging
 //!   Face checkpoints.
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
+//! - [`pipeline`]: pipeline parallelism (stages, 1F1B and interleaved schedules in one SPMD
+//!   program).
 //! - [`vision`]: a small CNN in Burn's MNIST style with generated images, the check and
 //!   benchmark of Burn's vision operations on a compiled device.
 
@@ -37,6 +39,7 @@ mod mlp;
 mod model;
 mod norm;
 pub mod parallel;
+pub mod pipeline;
 pub mod recompute;
 mod rotary;
 pub mod run_folder;

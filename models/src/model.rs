@@ -64,6 +64,12 @@ impl<B: Backend> Hlat<B> {
         &self.config
     }
 
+    /// The same model with other decoder layers (a pipeline stage's slots, or the whole model
+    /// joined from them).
+    pub(crate) fn with_layers(self, layers: Vec<DecoderLayer<B>>) -> Self {
+        Self { layers, ..self }
+    }
+
     /// Logits `[batch, seq, vocab]` for `input_ids` `[batch, seq]` (positions start at 0).
     pub fn forward(&self, input_ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         self.forward_with(input_ids, &Unsharded)

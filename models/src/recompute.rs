@@ -130,20 +130,69 @@ where
     ) -> (Tensor<B, 1>, GradientsParams) {
         let [_, seq] = input_ids.dims();
         let rotary = self.rotary(0, seq, &input_ids.device());
-        let without_gradients = self.clone().no_grad();
         let mut gradients = GradientsParams::new();
 
         // Forward: the embedding keeps its graph, then the stages.
         let embedded = self.embed(input_ids, exchange);
-        let mut carry = vec![embedded.clone().detach()];
+        let layers = 0..self.layers.len();
+        let staged = StagedLayers::forward(
+            self,
+            layers,
+            embedded.clone().detach(),
+            (&rotary, seq),
+            exchange,
+            checkpointing,
+        );
+
+        // The head and the loss, then backward through the stages in reverse.
+        let last = staged.output.clone().require_grad();
+        let loss = loss_from_logits(
+            self.head(last.clone(), exchange),
+            targets,
+            ignore_id,
+            exchange,
+        );
+        let mut grads = loss.backward();
+        let head_input = vec![last.grad_remove(&mut grads)];
+        let upstream = collect(self, &mut grads, &mut gradients, head_input);
+        let upstream = staged.backward(self, self, upstream, &mut gradients);
+        backpropagate(self, vec![embedded], upstream, &[], &mut gradients);
+        (loss.detach(), gradients)
+    }
+}
+
+/// Layers run forward through the stages activation checkpointing asks for, as the backward pass
+/// needs them: the output (without graph) and each stage's graph or what runs it again.
+pub(crate) struct StagedLayers<'a, B: AutodiffBackend> {
+    /// The last layer's output, without graph.
+    pub output: Tensor<B, 3>,
+    stages: Vec<Stage<'a, B>>,
+}
+
+impl<'a, B> StagedLayers<'a, B>
+where
+    B: AutodiffBackend<InnerBackend: CollectiveBackend> + CollectiveBackend,
+{
+    /// Runs `layers` of `model` from `input` (without graph) over a sequence of `seq`
+    /// positions: kept stages record their graph, recomputed ones run without gradients.
+    pub fn forward(
+        model: &Hlat<B>,
+        layers: std::ops::Range<usize>,
+        input: Tensor<B, 3>,
+        (rotary, seq): (&'a RotaryTables<B>, usize),
+        exchange: &'a dyn Exchange<B>,
+        checkpointing: ActivationCheckpointing,
+    ) -> Self {
+        let without_gradients = model.clone().no_grad();
+        let mut carry = vec![input];
         let mut stages = Vec::new();
-        for index in 0..self.layers.len() {
-            for (run, treatment) in layer_stages(index, &rotary, exchange, checkpointing, seq) {
+        for index in layers {
+            for (run, treatment) in layer_stages(index, rotary, exchange, checkpointing, seq) {
                 let inputs = carry;
                 let (outputs, stage) = match treatment {
                     Treatment::Kept => {
                         let leaves: Vec<_> = inputs.into_iter().map(Tensor::require_grad).collect();
-                        let outputs = run(self, leaves.clone());
+                        let outputs = run(model, leaves.clone());
                         (outputs.clone(), Stage::Kept(Recorded { leaves, outputs }))
                     }
                     Treatment::Recomputed => {
@@ -163,37 +212,41 @@ where
                 stages.push(stage);
             }
         }
+        Self {
+            output: carry.remove(0),
+            stages,
+        }
+    }
 
-        // The head and the loss, then backward through the stages in reverse.
-        let last = carry.remove(0).require_grad();
-        let loss = loss_from_logits(
-            self.head(last.clone(), exchange),
-            targets,
-            ignore_id,
-            exchange,
-        );
-        let mut grads = loss.backward();
-        let head_input = vec![last.grad_remove(&mut grads)];
-        let mut upstream = collect(self, &mut grads, &mut gradients, head_input);
-        for stage in stages.into_iter().rev() {
-            let (leaves, outputs) = match stage {
+    /// Backpropagates `upstream` (the gradient of the output) through the stages in reverse,
+    /// running recomputed stages again on `model`: the gradients of `leaves`' parameters (the
+    /// leaf model `model` is computed from: itself, or the model whose parameters `model`'s are
+    /// selected from) are added to `gradients`; returns the gradient of the input.
+    pub fn backward(
+        self,
+        model: &Hlat<B>,
+        leaves: &Hlat<B>,
+        mut upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
+        gradients: &mut GradientsParams,
+    ) -> Vec<Option<Tensor<B::InnerBackend, 3>>> {
+        for stage in self.stages.into_iter().rev() {
+            let (stage_leaves, outputs) = match stage {
                 Stage::Kept(Recorded { leaves, outputs }) => (leaves, outputs),
                 Stage::Recomputed { run, inputs } => {
-                    let (leaves, fenced) = fence(inputs, upstream);
+                    let (stage_leaves, fenced) = fence(inputs, upstream);
                     upstream = fenced;
-                    let outputs = run(self, leaves.clone());
-                    (leaves, outputs)
+                    let outputs = run(model, stage_leaves.clone());
+                    (stage_leaves, outputs)
                 }
                 Stage::AttentionByBlock { layer, inputs } => {
-                    let attention = &self.layers[layer].self_attn;
+                    let attention = &model.layers[layer].self_attn;
                     upstream = attention_backward_by_block(attention, inputs, upstream);
                     continue;
                 }
             };
-            upstream = backpropagate(self, outputs, upstream, &leaves, &mut gradients);
+            upstream = backpropagate(leaves, outputs, upstream, &stage_leaves, gradients);
         }
-        backpropagate(self, vec![embedded], upstream, &[], &mut gradients);
-        (loss.detach(), gradients)
+        upstream
     }
 }
 
@@ -429,7 +482,7 @@ where
 /// gradients, so the next stage back cannot start before this stage's parameter gradients are
 /// computed: a compiler would otherwise be free to postpone every weight gradient to the end of
 /// the step and keep each stage's activations alive until then.
-fn backpropagate<B>(
+pub(crate) fn backpropagate<B>(
     model: &Hlat<B>,
     outputs: Vec<Tensor<B, 3>>,
     upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
@@ -458,7 +511,7 @@ where
 
 /// Moves the gradients of `model`'s parameters from one backward pass into `gradients`, adding
 /// them to those already there, and returns `inputs`, fenced together with them.
-fn collect<B>(
+pub(crate) fn collect<B>(
     model: &Hlat<B>,
     grads: &mut B::Gradients,
     gradients: &mut GradientsParams,

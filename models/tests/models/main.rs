@@ -10,6 +10,7 @@ mod mergekit;
 mod model;
 mod parallel;
 mod parallel_support;
+mod pipeline;
 mod recompute;
 mod sharded_checkpoint;
 
