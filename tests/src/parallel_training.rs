@@ -353,6 +353,7 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let layout = ParallelLayout {
         data: 2,
         tensor: 2,
+        pipeline: 1,
         sequence_parallel: true,
         zero1: true,
     };

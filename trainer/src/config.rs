@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use hlat::pipeline::PipelineSchedule;
 use hlat::recompute::ActivationCheckpointing;
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +59,15 @@ pub struct TrainConfig {
     /// (Megatron's column- and row-parallel layers, vocabulary-parallel embedding and loss). The
     /// device has `data_parallel * tensor_parallel` replicas.
     pub tensor_parallel: usize,
+    /// Pipeline-parallel degree: the stages the decoder layers are cut into, each on its own
+    /// replicas (the device has `data_parallel * tensor_parallel * pipeline_parallel`).
+    pub pipeline_parallel: usize,
+    /// Layers of each (virtual) stage, in order; `None` cuts them evenly.
+    pub pipeline_layers: Option<Vec<usize>>,
+    /// The order the stages run the micro-batches in: `1f1b` or `interleaved`.
+    pub pipeline_schedule: PipelineSchedule,
+    /// Chunks of layers per stage under the interleaved schedule (1 otherwise).
+    pub virtual_stages: usize,
     /// Sequence parallelism: norms and residuals on slices of the sequence inside each
     /// tensor-parallel group (needs `tensor_parallel > 1`; `seq_len` must divide by it).
     pub sequence_parallel: bool,
@@ -108,6 +118,10 @@ impl Default for TrainConfig {
             micro_batch_rows: 1,
             data_parallel: 1,
             tensor_parallel: 1,
+            pipeline_parallel: 1,
+            pipeline_layers: None,
+            pipeline_schedule: PipelineSchedule::OneForwardOneBackward,
+            virtual_stages: 1,
             sequence_parallel: false,
             zero1: false,
             activation_checkpointing: ActivationCheckpointing::None,
@@ -177,6 +191,7 @@ impl TrainConfig {
         crate::parallel::ParallelLayout {
             data: self.data_parallel,
             tensor: self.tensor_parallel,
+            pipeline: self.pipeline_parallel,
             sequence_parallel: self.sequence_parallel,
             zero1: self.zero1,
         }
@@ -211,6 +226,47 @@ impl TrainConfig {
         }
         if self.tensor_parallel == 0 {
             return invalid("tensor_parallel", "must be positive".into());
+        }
+        if self.pipeline_parallel == 0 {
+            return invalid("pipeline_parallel", "must be positive".into());
+        }
+        match (self.pipeline_schedule, self.virtual_stages) {
+            (_, 0) => return invalid("virtual_stages", "must be positive".into()),
+            (PipelineSchedule::OneForwardOneBackward, 2..) => {
+                return invalid(
+                    "virtual_stages",
+                    format!(
+                        "{} chunks per stage need the interleaved schedule \
+                         (--pp-schedule interleaved)",
+                        self.virtual_stages
+                    ),
+                );
+            }
+            (PipelineSchedule::Interleaved, 1) => {
+                return invalid(
+                    "pipeline_schedule",
+                    "interleaved needs 2 or more chunks per stage (--virtual-stages V)".into(),
+                );
+            }
+            _ => {}
+        }
+        if self.pipeline_parallel == 1
+            && (self.pipeline_layers.is_some() || self.virtual_stages > 1)
+        {
+            return invalid(
+                "pipeline_parallel",
+                "--pp-layers and --virtual-stages need a pipeline-parallel degree above 1".into(),
+            );
+        }
+        if self.pipeline_parallel > 1 && self.precision.compute_cast().is_some() {
+            return invalid(
+                "pipeline_parallel",
+                format!(
+                    "pipeline stages are not supported with precision {} yet (its compute copy \
+                     of the parameters is not a leaf of the graph); use bf16-sr or f32",
+                    self.precision
+                ),
+            );
         }
         if self.sequence_parallel && self.tensor_parallel == 1 {
             return invalid(

@@ -8,6 +8,7 @@ use burn_trainium::collective::{self, CollectiveBackend};
 use hlat::Hlat;
 use hlat::blocked_attention::attends_by_block;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
+use hlat::pipeline::PipelineParallel;
 use hlat::recompute::ActivationCheckpointing;
 
 use crate::parallel::{ParallelLayout, TrainingBackend, split_rows};
@@ -30,6 +31,10 @@ pub struct LanguageModel<B: Backend> {
     /// blocks whatever this says (without `compute_cast`).
     #[module(skip)]
     pub checkpointing: ActivationCheckpointing,
+    /// How the layers are cut into pipeline stages (`None`: every layer on every replica); the
+    /// model holds its stage's layers (see `Hlat::into_stages`).
+    #[module(skip)]
+    pub pipeline: Option<PipelineParallel>,
 }
 
 /// The target of a padding row's positions: never a token id (vocabularies stay below 2^31),
@@ -75,6 +80,7 @@ impl<B: Backend> LanguageModel<B> {
             compute_cast,
             tensor_parallel: None,
             checkpointing: ActivationCheckpointing::None,
+            pipeline: None,
         }
     }
 }
@@ -91,11 +97,12 @@ impl<B: CollectiveBackend> LanguageModel<B> {
             compute_cast,
             tensor_parallel: Some(tensor_parallel),
             checkpointing: ActivationCheckpointing::None,
+            pipeline: None,
         }
     }
 
     /// How the layers exchange activations across tensor-parallel ranks.
-    fn exchange(&self) -> &dyn Exchange<B> {
+    pub fn exchange(&self) -> &dyn Exchange<B> {
         match &self.tensor_parallel {
             Some(parallel) => parallel,
             None => &Unsharded,
@@ -108,6 +115,12 @@ impl<B: CollectiveBackend> LanguageModel<B> {
         let inputs = batch.inputs.clone();
         let targets = batch.targets.clone();
         let exchange = self.exchange();
+        if let Some(pipeline) = &self.pipeline {
+            return self
+                .hlat
+                .pipeline_loss((inputs, targets), batch.ignore_id, exchange, pipeline)
+                .cast(DType::F32);
+        }
         let loss = match self.compute_cast {
             Some(dtype) => {
                 let model = self.hlat.clone().map(&mut CastParams { dtype });
@@ -193,16 +206,18 @@ impl<B: CollectiveBackend> LmBatch<B> {
 impl<B: CollectiveBackend> LmBatch<B> {
     /// One micro-batch of a parallel layout: `rows` (`data × micro_batch_rows` rows of
     /// `seq_len + 1` tokens) cut into one contiguous slice per data-parallel rank; the
-    /// tensor-parallel ranks of one model replica see the same rows.
+    /// tensor-parallel ranks and pipeline stages of one model replica see the same rows.
     ///
     /// # Panics
     /// When the rows do not divide into the data-parallel ranks (see [`LmBatch::from_replica_rows`]
     /// for the rest).
     pub fn for_layout(rows: &[Vec<u32>], layout: &ParallelLayout, device: &B::Device) -> Self {
-        let parts: Vec<&[Vec<u32>]> = split_rows(rows, layout.data)
+        let stage: Vec<&[Vec<u32>]> = split_rows(rows, layout.data)
             .into_iter()
             .flat_map(|slice| std::iter::repeat_n(slice, layout.tensor))
             .collect();
+        // Every stage gets the rows: the first embeds them, the last reads the targets.
+        let parts = stage.repeat(layout.pipeline);
         Self::from_replica_rows(&parts, device)
     }
 }

@@ -19,8 +19,8 @@ use crate::clip::{clip_coefficient, grad_sum_of_squares, scale_grads};
 use crate::error::TrainError;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
 use crate::parallel::{
-    ParallelLayout, TrainingBackend, average_gradients, reduce_replicated_gradients,
-    scatter_gradients,
+    ParallelLayout, TrainingBackend, average_gradients, move_stage_gradients,
+    reduce_replicated_gradients, scatter_gradients, sum_shared_gradients,
 };
 use crate::schedule::WarmupCosine;
 use crate::step::{LanguageModel, LmBatch};
@@ -169,6 +169,29 @@ impl StepGradients {
     }
 }
 
+/// The gradients of `micro_batches` run one after the other through `model`'s `TrainStep`,
+/// summed, with the sum of their losses and their target tokens.
+fn accumulate<B: TrainingBackend>(
+    model: &LanguageModel<B>,
+    micro_batches: Vec<LmBatch<B>>,
+) -> (GradientsParams, Tensor<B::InnerBackend, 1>, usize) {
+    let mut accumulator = GradientsAccumulator::new();
+    let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
+    let mut tokens = 0;
+    for batch in micro_batches {
+        let output = model.step(batch);
+        accumulator.accumulate(model, output.grads);
+        tokens += output.item.tokens;
+        let loss = output.item.loss.inner();
+        loss_sum = Some(match loss_sum {
+            Some(sum) => sum + loss,
+            None => loss,
+        });
+    }
+    let loss_sum = loss_sum.expect("at least one micro-batch");
+    (accumulator.grads(), loss_sum, tokens)
+}
+
 /// The forward and backward passes of `micro_batches` on `model`, their gradients combined over
 /// the replicas as `layout` says (sequence-parallel norm gains summed over the tensor group,
 /// data-parallel mean by bucketed all-reduce or, under ZeRO-1, reduce-scatter), measured with one
@@ -185,21 +208,26 @@ pub fn step_gradients<B: TrainingBackend>(
 ) -> Result<StepGradients, TrainError> {
     assert!(!micro_batches.is_empty(), "an optimizer step needs a batch");
     let count = micro_batches.len();
-    let mut accumulator = GradientsAccumulator::new();
-    let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
-    let mut tokens = 0;
-    for batch in micro_batches {
-        let output = model.step(batch);
-        accumulator.accumulate(model, output.grads);
-        tokens += output.item.tokens;
-        let loss = output.item.loss.inner();
-        loss_sum = Some(match loss_sum {
-            Some(sum) => sum + loss,
-            None => loss,
-        });
-    }
-    let mut grads = accumulator.grads();
-    let mut loss_sum = loss_sum.expect("at least one micro-batch");
+    let (mut grads, mut loss_sum, mut tokens) = match &model.pipeline {
+        Some(pipeline) => {
+            let tokens = micro_batches.iter().map(LmBatch::tokens).sum();
+            let ignore_id = micro_batches[0].ignore_id;
+            let batches: Vec<_> = micro_batches
+                .into_iter()
+                .map(|batch| (batch.inputs, batch.targets))
+                .collect();
+            let (loss_sum, mut grads) = model.hlat.pipeline_loss_and_gradients(
+                &batches,
+                ignore_id,
+                model.exchange(),
+                pipeline,
+                model.checkpointing,
+            );
+            sum_shared_gradients::<B, _>(model, &mut grads, &pipeline.groups);
+            (grads, loss_sum.inner(), tokens)
+        }
+        None => accumulate(model, micro_batches),
+    };
     if layout.tensor > 1 {
         let groups = layout.tensor_groups();
         reduce_replicated_gradients::<B, _>(model, &mut grads, &groups, layout.sequence_parallel);
@@ -215,8 +243,23 @@ pub fn step_gradients<B: TrainingBackend>(
         tokens *= layout.data;
     }
     let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
-    let mut squares = grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref())
-        .unwrap_or_else(|| loss_sum.zeros_like());
+    let squares = match &model.pipeline {
+        None => grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref()),
+        Some(pipeline) => {
+            // Each stage's layers are its own: their squares add up over the pipeline group.
+            let mut stage = GradientsParams::new();
+            move_stage_gradients::<B, _>(model, &mut grads, &mut stage);
+            let shared = grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref());
+            let local = grad_sum_of_squares::<B, _>(model, &stage, tensor_groups.as_ref())
+                .map(|local| collective::all_reduce(local, ReduceOp::Sum, &pipeline.groups));
+            move_stage_gradients::<B, _>(model, &mut stage, &mut grads);
+            match (shared, local) {
+                (Some(shared), Some(local)) => Some(shared + local),
+                (one, other) => one.or(other),
+            }
+        }
+    };
+    let mut squares = squares.unwrap_or_else(|| loss_sum.zeros_like());
     if let Some(zero1) = &zero1 {
         // Each data-parallel rank holds a slice of every gradient: the norm stays global.
         squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);

@@ -86,6 +86,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     let layout = ParallelLayout {
         data: args.dp,
         tensor: args.tp,
+        pipeline: 1,
         sequence_parallel: args.sequence_parallel,
         zero1: args.zero1,
     };

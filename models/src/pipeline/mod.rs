@@ -26,6 +26,7 @@ use burn_trainium::collective::{ReplicaGroups, SourceTargetPairs};
 use serde::{Deserialize, Serialize};
 
 pub use schedule::{Schedule, bubble_fraction};
+pub use step::MicroBatch;
 
 /// The order the stages run micro-batches in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

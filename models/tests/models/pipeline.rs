@@ -2,11 +2,11 @@
 //! losses and gradients of the whole model, under each schedule.
 
 use burn::module::Module;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use burn_trainium::collective::{ReplicaGroups, into_replicas};
 use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::parallel::Unsharded;
-use hlat::pipeline::PipelineParallel;
+use hlat::pipeline::{MicroBatch, PipelineParallel};
 use hlat::recompute::ActivationCheckpointing;
 use hlat::{Hlat, HlatConfig};
 
@@ -22,10 +22,7 @@ fn config(layers: usize, tied: bool) -> HlatConfig {
 }
 
 /// `count` micro-batches of 2 rows of 8 tokens, each its own.
-fn micro_batches(
-    device: &TrainiumDevice,
-    count: usize,
-) -> Vec<(Tensor<B, 2, Int>, Tensor<B, 2, Int>)> {
+fn micro_batches(device: &TrainiumDevice, count: usize) -> Vec<MicroBatch<B>> {
     (0..count)
         .map(|index| {
             let (inputs, targets) = batch_of(device, 2 + index, 8);
@@ -37,7 +34,7 @@ fn micro_batches(
 /// The summed loss and gradients by path of `micro_batches` on the whole model, one device.
 fn one_device(
     model: &Hlat<B>,
-    micro_batches: &[(Tensor<B, 2, Int>, Tensor<B, 2, Int>)],
+    micro_batches: &[MicroBatch<B>],
 ) -> (f32, Vec<(String, TensorData)>) {
     let mut total = 0.0;
     let mut sums: Vec<(String, TensorData)> = Vec::new();

@@ -210,6 +210,45 @@ mod tests {
     }
 
     #[test]
+    fn replicated_kv_heads_count_once_per_holder() {
+        // hlat-70b at tp 32: 2 query heads per rank, each of the 8 KV heads on 4 ranks.
+        let config = HlatConfig::preset("hlat-70b").unwrap();
+        let (hidden, heads, kv_heads, head_dim, ffn, vocab, layers) =
+            (8192u64, 64u64, 8u64, 128u64, 28672u64, 32000u64, 80u64);
+        assert_eq!(
+            (
+                config.hidden_size,
+                config.num_heads,
+                config.num_kv_heads,
+                config.head_dim(),
+                config.ffn_size,
+                config.vocab_size,
+                config.num_layers,
+                config.tie_word_embeddings,
+            ),
+            (8192, 64, 8, 128, 28672, 32000, 80, false)
+        );
+        let tp = 32;
+        let query_and_output = 2 * hidden * (heads / tp * head_dim);
+        // Each KV head is held by tp / kv_heads = 4 ranks: one head's columns of k and v per
+        // rank (not kv_heads / tp of a head).
+        assert_eq!(tp / kv_heads, 4);
+        let key_and_value = 2 * hidden * head_dim;
+        let mlp = 3 * hidden * (ffn / tp);
+        let norms = 2 * hidden;
+        let per_layer = query_and_output + key_and_value + mlp + norms;
+        let embedding_and_head = 2 * (vocab / tp) * hidden;
+        let expected = layers * per_layer + embedding_and_head + hidden;
+        assert_eq!(expected, 2_282_627_072);
+        let memory = DeviceMemory::estimate(
+            &config,
+            &layout(1, tp as usize, false),
+            &shape(ActivationCheckpointing::None),
+        );
+        assert_eq!(memory.parameters_per_device, expected);
+    }
+
+    #[test]
     fn activations_grow_linearly_with_the_sequence_once_attention_goes_by_blocks() {
         let config = HlatConfig::preset("hlat-7b").unwrap();
         let activations = |seq_len: usize, precision: Precision| {

@@ -3,13 +3,16 @@
 //! inside data-parallel groups, with the collectives of `burn_trainium::collective` compiled into
 //! each step's program.
 //!
-//! Replica `r` is tensor-parallel rank `r % tensor` of data-parallel rank `r / tensor`: the
+//! Replica `r` is tensor-parallel rank `r % tensor` of data-parallel rank `(r / tensor) % data`
+//! of pipeline stage `r / (tensor × data)` (Megatron's order, pipeline outermost): the
 //! tensor-parallel groups are consecutive replicas (`[[0, 1], [2, 3]]` for dp 2 × tp 2), the
-//! data-parallel groups the replicas of one tensor-parallel rank (`[[0, 2], [1, 3]]`).
+//! data-parallel groups the replicas of one tensor-parallel rank within a stage (`[[0, 2], [1,
+//! 3]]`), the pipeline groups the replicas of one data- and tensor-parallel rank across stages.
 
 mod gradients;
 mod launch;
 mod memory;
+mod pipeline;
 mod state;
 mod zero;
 
@@ -17,12 +20,14 @@ pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients
 pub use hlat::recompute::ActivationCheckpointing;
 pub use launch::{DEFAULT_MASTER_PORT, LaunchError, Launcher, ProcessGroup, first_host};
 pub use memory::{DeviceMemory, StepShape};
+pub use pipeline::{move_stage_gradients, sum_shared_gradients};
 pub use state::{Reshard, reshard_optimizer_state};
 pub use zero::{Zero1, scatter_gradients};
 
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{CollectiveBackend, ReplicaGroups};
 use hlat::parallel::TensorParallel;
+use hlat::pipeline::PipelineParallel;
 
 /// A backend the trainer runs on: autodiff, with collectives on it and on its inner backend
 /// (every backend of this project: `Autodiff<Trainium>`, `Autodiff<NdArray>`, `Autodiff<Flex>`).
@@ -43,6 +48,8 @@ pub struct ParallelLayout {
     pub data: usize,
     /// Tensor-parallel degree: the ranks that split one model replica's weights.
     pub tensor: usize,
+    /// Pipeline-parallel degree: the stages one model replica's layers are cut into.
+    pub pipeline: usize,
     /// Norms and residuals on slices of the sequence (needs `tensor > 1`).
     pub sequence_parallel: bool,
     /// Optimizer state partitioned over the data-parallel groups (ZeRO-1; needs `data > 1`).
@@ -54,18 +61,36 @@ impl ParallelLayout {
     pub const SINGLE: ParallelLayout = ParallelLayout {
         data: 1,
         tensor: 1,
+        pipeline: 1,
         sequence_parallel: false,
         zero1: false,
     };
 
     /// The replicas the layout needs.
     pub fn replicas(&self) -> usize {
-        self.data * self.tensor
+        self.data * self.tensor * self.pipeline
     }
 
-    /// The data-parallel groups: the replicas holding the same tensor-parallel rank.
+    /// The data-parallel groups: the replicas of one stage holding the same tensor-parallel
+    /// rank.
     pub fn data_groups(&self) -> ReplicaGroups {
-        ReplicaGroups::strided(self.replicas(), self.tensor)
+        let stage = self.data * self.tensor;
+        let groups = (0..self.pipeline)
+            .flat_map(|first_stage| {
+                (0..self.tensor).map(move |rank| {
+                    (0..self.data)
+                        .map(|data| first_stage * stage + data * self.tensor + rank)
+                        .collect()
+                })
+            })
+            .collect();
+        ReplicaGroups::new(groups).expect("a layout's groups are well formed")
+    }
+
+    /// The pipeline groups: the replicas of one data- and tensor-parallel rank, one per stage in
+    /// stage order.
+    pub fn pipeline_groups(&self) -> ReplicaGroups {
+        ReplicaGroups::strided(self.replicas(), self.data * self.tensor)
             .expect("a layout's groups are well formed")
     }
 
@@ -81,6 +106,36 @@ impl ParallelLayout {
             groups: self.tensor_groups(),
             sequence_parallel: self.sequence_parallel,
         })
+    }
+
+    /// How the decoder layers are cut into the stages of this layout, when they are:
+    /// `chunk_layers` lists the layers of each virtual stage (`None`: evenly), `virtual_stages`
+    /// the chunks per stage (interleaved schedule above 1).
+    pub fn pipeline_parallel(
+        &self,
+        num_layers: usize,
+        chunk_layers: Option<Vec<usize>>,
+        virtual_stages: usize,
+    ) -> Result<Option<PipelineParallel>, String> {
+        if self.pipeline == 1 {
+            return Ok(None);
+        }
+        let groups = self.pipeline_groups();
+        let pipeline = match chunk_layers {
+            Some(layers) => {
+                PipelineParallel::with_layers(groups, layers, num_layers, virtual_stages)?
+            }
+            None => {
+                let parts = self.pipeline * virtual_stages.max(1);
+                if num_layers < parts {
+                    return Err(format!(
+                        "{num_layers} layers cannot fill {parts} pipeline stages"
+                    ));
+                }
+                PipelineParallel::even(groups, num_layers, virtual_stages)?
+            }
+        };
+        Ok(Some(pipeline))
     }
 
     /// How the optimizer state is partitioned, when it is.

@@ -179,6 +179,11 @@ impl<B: TrainingBackend> RunState<B> {
                 // tensor-parallel rank, and the others queue nothing they would not run.
                 if outputs.share.writes_model() {
                     let hlat = cast_params(model.hlat.valid(), DType::F32);
+                    // A pipeline's stages joined: the checkpoint holds every layer.
+                    let hlat = match &model.pipeline {
+                        Some(pipeline) => hlat.from_stages(pipeline),
+                        None => hlat,
+                    };
                     let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
                     match &model.tensor_parallel {
                         Some(parallel) => hlat::sharded_checkpoint::read_ranks(

@@ -84,8 +84,24 @@ pub(super) fn start_run<B: TrainingBackend>(
         }
         None => LanguageModel::new(hlat, config.precision.compute_cast()),
     };
+    let pipeline = layout
+        .pipeline_parallel(
+            model.hlat.config().num_layers,
+            config.pipeline_layers.clone(),
+            config.virtual_stages,
+        )
+        .map_err(|reason| TrainError::Mismatch(format!("pipeline_parallel: {reason}")))?;
+    let hlat = match &pipeline {
+        Some(pipeline) => model
+            .hlat
+            .into_stages(pipeline)
+            .map_err(|reason| TrainError::Mismatch(format!("pipeline_layers: {reason}")))?,
+        None => model.hlat,
+    };
     let model = LanguageModel {
+        hlat,
         checkpointing: config.activation_checkpointing,
+        pipeline,
         ..model
     };
     let schedule = WarmupCosine {

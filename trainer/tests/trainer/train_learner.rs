@@ -140,6 +140,7 @@ fn the_learner_with_hlat_strategy_trains_parallel_layouts_as_the_trainer_does() 
     let layout = ParallelLayout {
         data: 2,
         tensor: 2,
+        pipeline: 1,
         sequence_parallel: true,
         zero1: true,
     };
