@@ -34,9 +34,11 @@ pub struct Attention<B: Backend> {
     pub q_norm: Option<RmsNorm<B>>,
     /// Norm of each key head `[head_dim]` (Qwen3's `k_norm`).
     pub k_norm: Option<RmsNorm<B>>,
-    /// Number of query heads.
+    /// Number of query heads (this rank's, when split by [`crate::parallel`]).
     pub num_heads: usize,
-    /// Number of key/value heads.
+    /// Number of key/value heads (this rank's, when split: 1 when the tensor-parallel degree
+    /// exceeds the model's KV heads, each then held by several ranks; its query heads all belong
+    /// to that head's group).
     pub num_kv_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
