@@ -15,6 +15,7 @@
 //! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
 //!   them, use only operators of the Neuron compiler's published list;
 //! - `parallel_training`: the pretraining job on replicated devices against one device;
+//! - `pipeline_training`: the same with the layers cut into pipeline stages;
 //! - `segments`: how the lazy client cuts and runs segments;
 //! - `repository`: no tracked file refers to a path outside the repository.
 
@@ -40,6 +41,8 @@ mod module_ops;
 mod neuron_operators;
 #[cfg(test)]
 mod parallel_training;
+#[cfg(test)]
+mod pipeline_training;
 #[cfg(test)]
 mod repository;
 #[cfg(test)]

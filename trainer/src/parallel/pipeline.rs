@@ -9,10 +9,11 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
 use hlat::parallel::ParamPath;
 
-/// Whether the parameter at `path` belongs to one stage (a decoder layer slot) rather than to
-/// every stage.
+/// Whether the parameter at `path` (from the model or a module holding it, e.g.
+/// `hlat.layers.0.mlp.up_proj.weight`) belongs to one stage (a decoder layer slot) rather than
+/// to every stage.
 fn stage_local(path: &[String]) -> bool {
-    path.first().is_some_and(|name| name == "layers")
+    path.iter().any(|name| name == "layers")
 }
 
 /// Sums the gradients of the parameters every stage holds (each stage computed its part: the
@@ -107,7 +108,8 @@ mod tests {
     fn only_layer_slots_belong_to_one_stage() {
         let path = |text: &str| text.split('.').map(str::to_string).collect::<Vec<_>>();
         assert!(stage_local(&path("layers.0.self_attn.q_proj.weight")));
-        assert!(!stage_local(&path("embed_tokens.weight")));
+        assert!(stage_local(&path("hlat.layers.1.mlp.up_proj.weight")));
+        assert!(!stage_local(&path("hlat.embed_tokens.weight")));
         assert!(!stage_local(&path("lm_head.weight")));
         assert!(!stage_local(&path("norm.gamma")));
     }

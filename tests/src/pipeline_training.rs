@@ -1,0 +1,90 @@
+//! Pipeline parallelism through the pretraining job (`hlat pretrain --pp N`): a 4-layer model on
+//! one device and cut into stages, alone and with the other layouts, the same losses and
+//! gradient norms step by step, on `host` and on `xla`.
+
+use std::path::Path;
+
+use burn::backend::NdArray;
+use burn_trainium::{ExecutorKind, TrainiumDevice, stats};
+use hlat::HlatConfig;
+use hlat_train::parallel::ActivationCheckpointing;
+
+use crate::parallel_training::{Layout, ONE_DEVICE, assert_same_run, run_from};
+use crate::support::xla;
+
+/// `hlat-test` with 4 layers, saved as a native checkpoint in `dir` (the runs start from it),
+/// over the 512 tokens of the built-in corpus's tokenizer.
+fn four_layers(dir: &Path) {
+    let config = HlatConfig {
+        num_layers: 4,
+        vocab_size: 512,
+        ..HlatConfig::preset("hlat-test").unwrap()
+    };
+    let device = Default::default();
+    <NdArray as burn::tensor::backend::Backend>::seed(&device, 7);
+    let model = config.init::<NdArray>(&device);
+    hlat::checkpoint::save_native(&model, &config, dir).unwrap();
+}
+
+/// Two stages alone, with tensor parallelism, with data parallelism and ZeRO-1, with full
+/// activation checkpointing, with two chunks per stage (interleaved), and with tensor and
+/// sequence parallelism and selective checkpointing, each against one device over 10 steps
+/// (relative 1e-4).
+#[test]
+fn pipelined_pretraining_equals_one_device_on_host_and_xla() {
+    let _random = crate::support::exclusive_random();
+    let start = tempfile::tempdir().unwrap();
+    four_layers(start.path());
+    let two_stages = Layout {
+        pipeline: 2,
+        ..ONE_DEVICE
+    };
+    let layouts = [
+        two_stages,
+        Layout {
+            tensor: 2,
+            ..two_stages
+        },
+        Layout {
+            data: 2,
+            zero1: true,
+            ..two_stages
+        },
+        Layout {
+            checkpointing: ActivationCheckpointing::Full,
+            ..two_stages
+        },
+        Layout {
+            virtual_stages: 2,
+            ..two_stages
+        },
+        Layout {
+            tensor: 2,
+            sequence_parallel: true,
+            checkpointing: ActivationCheckpointing::Selective,
+            ..two_stages
+        },
+    ];
+    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
+        if executor == ExecutorKind::Xla {
+            xla();
+        }
+        let expected = run_from(
+            &TrainiumDevice::new(executor, 0),
+            ONE_DEVICE,
+            Some(start.path()),
+        );
+        for layout in layouts {
+            let device = TrainiumDevice::replicated(executor, layout.replicas());
+            let before = stats(&device);
+            let actual = run_from(&device, layout, Some(start.path()));
+            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
+            if executor == ExecutorKind::Xla {
+                // Stages pass activations inside the programs, nothing through the host.
+                let after = stats(&device);
+                assert!(after.collectives > before.collectives, "{after:?}");
+                assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
+            }
+        }
+    }
+}
