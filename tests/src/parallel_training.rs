@@ -559,8 +559,9 @@ fn the_neuron_lowering_trains_as_the_default_lowering_on_xla() {
 }
 
 /// Tensor parallel 4 of `hlat-test`, whose 2 KV heads are then each held by 2 ranks, without
-/// and with sequence parallelism, against one device (relative 1e-4): the copies' gradients are
-/// summed over the ranks holding each head and the global norm counts each head once.
+/// and with sequence parallelism (and selective activation checkpointing), against one device
+/// (relative 1e-4): the copies' gradients are summed over the ranks holding each head and the
+/// global norm counts each head once.
 #[test]
 fn replicated_kv_heads_pretrain_as_one_device_on_host_and_xla() {
     let _random = crate::support::exclusive_random();
@@ -573,6 +574,7 @@ fn replicated_kv_heads_pretrain_as_one_device_on_host_and_xla() {
         Layout {
             tensor: 4,
             sequence_parallel: true,
+            checkpointing: ActivationCheckpointing::Selective,
             ..ONE_DEVICE
         },
     ];
