@@ -428,6 +428,7 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
         micro_batch_rows: 2,
         precision: Precision::F32,
         checkpointing: ActivationCheckpointing::None,
+        pipeline: None,
     };
     let estimate = DeviceMemory::estimate(&config, &layout, &shape);
     for (what, held, estimated) in [
@@ -595,8 +596,6 @@ fn replicated_kv_heads_pretrain_as_one_device_on_host_and_xla() {
 /// resumed at tp 4, continue as one device would: the rank files and the AdamW moments of the
 /// KV projections are joined into the whole model's and split again.
 #[test]
-#[ignore = "needs trainer/src/parallel/state.rs to join and split the AdamW moments of \
-            replicated KV heads (hlat::parallel::join_parameter / split_parameter)"]
 fn checkpoints_of_replicated_kv_heads_resume_across_layouts() {
     let _random = crate::support::exclusive_random();
     let single = TrainiumDevice::new(ExecutorKind::Host, 0);

@@ -159,7 +159,7 @@ pub fn save_optimizer<B, M>(
 ) -> Result<(), TrainError>
 where
     B: TrainingBackend,
-    M: AutodiffModule<B>,
+    M: AutodiffModule<B> + 'static,
 {
     let path = dir.join(share.optimizer_file());
     let checkpoint_error = |message: String| TrainError::Checkpoint {
@@ -210,7 +210,7 @@ pub fn load_optimizer<B, M>(
 ) -> Result<HlatOptimizer<M, B>, TrainError>
 where
     B: TrainingBackend,
-    M: AutodiffModule<B>,
+    M: AutodiffModule<B> + 'static,
 {
     if processes == 0 {
         return Err(TrainError::Checkpoint {

@@ -7,8 +7,8 @@ use burn::optim::Optimizer;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
-use burn_trainium::collective::{self, CollectiveBackend, ReplicaGroups};
-use hlat::parallel::{ParamPath, Placement};
+use burn_trainium::collective::{CollectiveBackend, ReplicaGroups};
+use hlat::parallel::{ParamPath, Placement, join_parameter, split_parameter};
 
 use super::{ParallelLayout, Zero1};
 use crate::optimizer::{AdamWState, HlatAdamW};
@@ -37,7 +37,7 @@ pub fn reshard_optimizer_state<B, M>(
 where
     B: AutodiffBackend,
     B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B>,
+    M: AutodiffModule<B> + 'static,
 {
     struct Visitor<'a, B: AutodiffBackend<InnerBackend: CollectiveBackend>, M: AutodiffModule<B>> {
         record: &'a mut Record<M, B>,
@@ -63,8 +63,8 @@ where
 
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             let tensor_split = match (&self.tensor_groups, self.path.placement()) {
-                (Some(groups), Placement::Split(dim)) => Some((groups, dim)),
-                _ => None,
+                (Some(_), Placement::Replicated) | (None, _) => None,
+                (Some(groups), placement) => Some((groups, placement)),
             };
             let zero1 = &self.zero1;
             if tensor_split.is_none() && zero1.is_none() {
@@ -79,14 +79,14 @@ where
                     if let Some(zero1) = zero1 {
                         tensor = zero1.gather(tensor, shape.clone());
                     }
-                    if let Some((groups, dim)) = tensor_split {
-                        tensor = collective::all_gather(tensor, dim, groups);
+                    if let Some((groups, placement)) = tensor_split {
+                        tensor = join_parameter(tensor, placement, groups);
                     }
                     tensor
                 }
                 Reshard::Split => {
-                    if let Some((groups, dim)) = tensor_split {
-                        tensor = collective::split(tensor, dim, groups);
+                    if let Some((groups, placement)) = tensor_split {
+                        tensor = split_parameter(tensor, placement, groups);
                     }
                     if let Some(zero1) = zero1 {
                         tensor = zero1.slice(tensor);
@@ -106,12 +106,16 @@ where
             );
         }
     }
+    let tensor_groups = layout.tensor_parallel().map(|parallel| parallel.groups);
+    let copies = tensor_groups.as_ref().map_or(1, |groups| {
+        crate::clip::kv_copies_of::<B, M>(module, groups.group_size())
+    });
     module.visit(&mut Visitor::<B, M> {
         record: &mut record,
-        tensor_groups: layout.tensor_parallel().map(|parallel| parallel.groups),
+        tensor_groups,
         zero1: layout.zero1(),
         direction,
-        path: ParamPath::default(),
+        path: ParamPath::with_kv_copies(copies),
     });
     record
 }
