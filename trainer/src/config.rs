@@ -230,25 +230,8 @@ impl TrainConfig {
         if self.pipeline_parallel == 0 {
             return invalid("pipeline_parallel", "must be positive".into());
         }
-        match (self.pipeline_schedule, self.virtual_stages) {
-            (_, 0) => return invalid("virtual_stages", "must be positive".into()),
-            (PipelineSchedule::OneForwardOneBackward, 2..) => {
-                return invalid(
-                    "virtual_stages",
-                    format!(
-                        "{} chunks per stage need the interleaved schedule \
-                         (--pp-schedule interleaved)",
-                        self.virtual_stages
-                    ),
-                );
-            }
-            (PipelineSchedule::Interleaved, 1) => {
-                return invalid(
-                    "pipeline_schedule",
-                    "interleaved needs 2 or more chunks per stage (--virtual-stages V)".into(),
-                );
-            }
-            _ => {}
+        if let Err(reason) = self.pipeline_schedule.check(self.virtual_stages) {
+            return invalid("virtual_stages", reason);
         }
         if self.pipeline_parallel == 1
             && (self.pipeline_layers.is_some() || self.virtual_stages > 1)

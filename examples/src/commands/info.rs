@@ -7,7 +7,10 @@ use anyhow::Context;
 use clap::Args;
 use hlat::checkpoint::{FolderKind, NATIVE_CONFIG_FILE, folder_kind};
 use hlat::{ConfigError, HlatConfig, RopeScaling};
-use hlat_train::parallel::{ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape};
+use hlat_train::config::TrainConfig;
+use hlat_train::parallel::{
+    ActivationCheckpointing, DeviceMemory, ParallelLayout, PipelineShape, StepShape,
+};
 use hlat_train::precision::Precision;
 
 /// Arguments of `hlat info`.
@@ -23,6 +26,13 @@ pub struct InfoArgs {
     /// Tensor-parallel degree.
     #[arg(long, value_name = "M", default_value_t = 1, value_parser = super::ranges::at_least_one::<usize>())]
     pub tp: usize,
+    /// Pipeline parallelism (`--pp N`, `--pp-layers`, `--pp-schedule`, `--virtual-stages`).
+    #[command(flatten)]
+    pub pipeline: super::pipeline_args::PipelineArgs,
+    /// Tokens per optimizer step (over every data-parallel replica): with --pp, the micro-batches
+    /// the schedule overlaps (`batch_tokens / (seq_len × micro_batch_rows × dp)`).
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
+    pub batch_tokens: Option<usize>,
     /// Sequence parallelism inside the tensor-parallel groups.
     #[arg(long)]
     pub sequence_parallel: bool,
@@ -83,18 +93,31 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         "--seq-len {seq_len} does not divide by --tp {} (sequence parallelism)",
         args.tp
     );
+    let mut pipeline_config = TrainConfig::default();
+    args.pipeline.apply(&mut pipeline_config);
     let layout = ParallelLayout {
         data: args.dp,
         tensor: args.tp,
-        pipeline: 1,
+        pipeline: pipeline_config.pipeline_parallel,
         sequence_parallel: args.sequence_parallel,
         zero1: args.zero1,
     };
+    let batch_tokens = args.batch_tokens.unwrap_or(pipeline_config.batch_tokens);
+    let micro_tokens = seq_len * args.micro_batch_rows * args.dp;
+    anyhow::ensure!(
+        batch_tokens.is_multiple_of(micro_tokens),
+        "--batch-tokens {batch_tokens} is not a multiple of seq_len × micro_batch_rows × dp = \
+         {micro_tokens}"
+    );
+    let micro_batches = batch_tokens / micro_tokens;
+    let (pipeline, pipeline_text) =
+        describe_pipeline(config, &layout, &pipeline_config, micro_batches)?;
     let shape = StepShape {
         seq_len,
         micro_batch_rows: args.micro_batch_rows,
         precision: args.precision,
         checkpointing: args.activation_checkpointing,
+        pipeline,
     };
     let memory = DeviceMemory::estimate(config, &layout, &shape);
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
@@ -112,13 +135,15 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         args.activation_checkpointing
     ));
     Ok(format!(
-        "layout: dp {} x tp {} ({} devices), {}\n\
+        "layout: dp {} x tp {} x pp {} ({} devices), {}\n\
+         {pipeline_text}\
          parameters per device: {}\n\
          memory per device: parameters {:.2} GiB ({}), gradients {:.2} GiB, optimizer state \
          {:.2} GiB, activations {:.2} GiB (estimate: {} x {} tokens per micro-batch)\n\
          total per device: {:.2} GiB of {budget} GiB: {}\n",
         layout.data,
         layout.tensor,
+        layout.pipeline,
         layout.replicas(),
         features.join(", "),
         memory.parameters_per_device,
@@ -132,6 +157,59 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         gib(memory.total_bytes()),
         if fits { "fits" } else { "does not fit" },
     ))
+}
+
+/// The stages of a pipelined layout as memory sees them, and their description: stages, layers
+/// per stage, schedule, micro-batches and bubble (nothing without --pp).
+fn describe_pipeline(
+    config: &HlatConfig,
+    layout: &ParallelLayout,
+    settings: &TrainConfig,
+    micro_batches: usize,
+) -> anyhow::Result<(Option<PipelineShape>, String)> {
+    settings
+        .pipeline_schedule
+        .check(settings.virtual_stages)
+        .map_err(|reason| anyhow::anyhow!(reason))?;
+    let stages = layout
+        .pipeline_parallel(
+            config.num_layers,
+            settings.pipeline_layers.clone(),
+            settings.virtual_stages,
+        )
+        .map_err(|reason| anyhow::anyhow!("--pp: {reason}"))?;
+    let Some(stages) = stages else {
+        anyhow::ensure!(
+            settings.pipeline_layers.is_none() && settings.virtual_stages == 1,
+            "--pp-layers and --virtual-stages need --pp above 1"
+        );
+        return Ok((None, String::new()));
+    };
+    let per_stage: Vec<String> = (0..stages.stages())
+        .map(|stage| stages.stage_layers(stage).len().to_string())
+        .collect();
+    let bubble =
+        hlat::pipeline::bubble_fraction(stages.stages(), stages.virtual_stages, micro_batches);
+    let text = format!(
+        "pipeline: {} stages, schedule {}{}, layers per stage {} ({} layer slots per device), \
+         {micro_batches} micro-batches, bubble {:.4} ((p - 1) / (m·V + p - 1))\n",
+        stages.stages(),
+        stages.schedule(),
+        if stages.virtual_stages > 1 {
+            format!(" ({} virtual stages)", stages.virtual_stages)
+        } else {
+            String::new()
+        },
+        per_stage.join(","),
+        stages.local_layers(),
+        bubble,
+    );
+    let shape = PipelineShape {
+        layer_slots: stages.local_layers(),
+        virtual_stages: stages.virtual_stages,
+        micro_batches,
+    };
+    Ok((Some(shape), text))
 }
 
 /// The configuration named by `model`, and a description of where it came from.

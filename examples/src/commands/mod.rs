@@ -9,6 +9,7 @@ pub mod eval;
 pub mod generate;
 pub mod info;
 pub mod merge;
+pub mod pipeline_args;
 pub mod plot;
 pub mod pretrain;
 pub mod ranges;

@@ -86,7 +86,7 @@ impl Job {
             _ => bail!(
                 "{} started process {} of {}: a job of several processes trains on a `host` or \
                  `neuron` device (or `xla` with a PJRT plugin that joins processes) whose \
-                 replicas (--dp × --tp) divide among the processes, e.g. --device host:0 --dp {}; \
+                 replicas (--dp × --tp × --pp) divide among the processes, e.g. --device host:0 --dp {}; \
                  ndarray runs in one process (one process drives every replica of its device: \
                  --device xla:0-3)",
                 process.launcher,
@@ -199,6 +199,9 @@ pub struct PretrainArgs {
     /// has N × M replicas.
     #[arg(long, value_name = "M", value_parser = super::ranges::at_least_one::<usize>())]
     tp: Option<usize>,
+    /// Pipeline parallelism.
+    #[command(flatten)]
+    pipeline: super::pipeline_args::PipelineArgs,
     /// Sequence parallelism inside each tensor-parallel group (norms and residuals on slices of
     /// the sequence).
     #[arg(long)]
@@ -270,6 +273,7 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
     if let Some(v) = args.tp {
         config.tensor_parallel = v;
     }
+    args.pipeline.apply(&mut config);
     if args.sequence_parallel {
         config.sequence_parallel = true;
     }
@@ -403,7 +407,7 @@ impl DeviceChoice {
         match self {
             DeviceChoice::NdArray if replicas == 1 => Ok(self),
             DeviceChoice::NdArray => bail!(
-                "{replicas} replicas (--dp × --tp): ndarray is a single device; parallel training \
+                "{replicas} replicas (--dp × --tp × --pp): ndarray is a single device; parallel training \
                  needs a Trainium device (--device host, xla or neuron)"
             ),
             DeviceChoice::Trainium(device) => {
@@ -412,7 +416,7 @@ impl DeviceChoice {
                     .filter(|count| (1..=burn_trainium::MAX_REPLICAS).contains(count))
                     .with_context(|| {
                         format!(
-                            "{replicas} replicas (--dp × --tp): a device stands for 1 to {}",
+                            "{replicas} replicas (--dp × --tp × --pp): a device stands for 1 to {}",
                             burn_trainium::MAX_REPLICAS
                         )
                     })?;

@@ -50,6 +50,42 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
             names: &[DEVICE_ENV, "gpu"],
         },
         Case {
+            environment: &[],
+            arguments: &["info", "hlat-tiny", "--pp", "3", "--pp-layers", "1,1"],
+            names: &["--pp-layers", "2", "3"],
+        },
+        Case {
+            environment: &[],
+            arguments: &["info", "hlat-tiny", "--pp", "2", "--virtual-stages", "2"],
+            names: &["--virtual-stages", "interleaved"],
+        },
+        Case {
+            environment: &[],
+            arguments: &[
+                "pretrain",
+                "--pp",
+                "2",
+                "--pp-layers",
+                "3,3",
+                "--max-steps",
+                "1",
+            ],
+            names: &["--pp-layers", "6"],
+        },
+        Case {
+            environment: &[],
+            arguments: &[
+                "pretrain",
+                "--pp",
+                "2",
+                "--precision",
+                "bf16-mixed",
+                "--max-steps",
+                "1",
+            ],
+            names: &["pipeline_parallel", "bf16-mixed"],
+        },
+        Case {
             environment: &[(SEGMENT_CAP_ENV, Some("lots"))],
             arguments: &["pretrain", "--max-steps", "1"],
             names: &[SEGMENT_CAP_ENV, "lots"],

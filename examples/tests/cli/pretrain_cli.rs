@@ -165,3 +165,66 @@ fn info_sizes_hlat_7b_in_the_papers_layout() {
     let whole = succeed(&["info", "hlat-7b"]);
     assert!(whole.contains("of 16 GiB: does not fit"), "{whole}");
 }
+
+/// HLAT-70B as it was trained (TP 32 × PP 8, KV heads replicated 4 ways): the parameters one
+/// device holds, counted by hand from the configuration, and the schedule's bubble.
+#[test]
+fn info_sizes_hlat_70b_in_its_pipeline_layout() {
+    let text = succeed(&[
+        "info",
+        "hlat-70b",
+        "--tp",
+        "32",
+        "--pp",
+        "8",
+        "--dp",
+        "4",
+        "--zero1",
+        "--sequence-parallel",
+        "--activation-checkpointing",
+        "selective",
+        "--seq-len",
+        "4096",
+        "--micro-batch-rows",
+        "1",
+    ]);
+    let (hidden, head_dim, ffn, vocab, tp) = (8192u64, 128u64, 28672u64, 32000u64, 32u64);
+    // Per layer and device: 2 of the 64 query heads (q and o), 1 of the 8 KV heads (k and v,
+    // each held by 4 devices), 1/32 of the MLP, the two norm gains whole.
+    let per_layer =
+        2 * hidden * (2 * head_dim) + 2 * hidden * head_dim + 3 * hidden * (ffn / tp) + 2 * hidden;
+    // 80 layers over 8 stages: 10 per device, with the embedding, head (1/32 of the vocabulary
+    // each) and final norm every stage holds.
+    let per_device = 10 * per_layer + 2 * (vocab / tp) * hidden + hidden;
+    assert!(
+        text.contains(&format!("\nparameters per device: {per_device}\n")),
+        "{text}"
+    );
+    // 4M tokens of 4096-token rows over dp 4: 256 micro-batches; bubble 7 / 263.
+    assert!(
+        text.contains("layers per stage 10,10,10,10,10,10,10,10"),
+        "{text}"
+    );
+    assert!(text.contains("256 micro-batches, bubble 0.0266"), "{text}");
+    assert!(text.contains("of 16 GiB: fits"), "{text}");
+    let interleaved = succeed(&[
+        "info",
+        "hlat-70b",
+        "--tp",
+        "32",
+        "--pp",
+        "8",
+        "--pp-schedule",
+        "interleaved",
+        "--virtual-stages",
+        "2",
+        "--dp",
+        "4",
+        "--seq-len",
+        "4096",
+    ]);
+    // (p - 1) / (m·V + p - 1) = 7 / 519.
+    assert!(interleaved.contains("bubble 0.0135"), "{interleaved}");
+    let llama = succeed(&["info", "llama-3.1-8b", "--tp", "16"]);
+    assert!(llama.contains("parameters per device: "), "{llama}");
+}

@@ -55,6 +55,25 @@ impl FromStr for PipelineSchedule {
     }
 }
 
+impl PipelineSchedule {
+    /// Checks that `virtual_stages` chunks per stage fit this schedule: one for 1F1B, two or more
+    /// for the interleaved schedule.
+    pub fn check(self, virtual_stages: usize) -> Result<(), String> {
+        match (self, virtual_stages) {
+            (_, 0) => Err("--virtual-stages must be positive".into()),
+            (Self::OneForwardOneBackward, 2..) => Err(format!(
+                "--virtual-stages {virtual_stages} needs the interleaved schedule \
+                 (--pp-schedule interleaved)"
+            )),
+            (Self::Interleaved, 1) => Err(
+                "--pp-schedule interleaved needs 2 or more chunks per stage (--virtual-stages V)"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl fmt::Display for PipelineSchedule {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter.write_str(match self {

@@ -21,6 +21,28 @@ pub struct StepShape {
     pub precision: Precision,
     /// What the backward pass recomputes.
     pub checkpointing: ActivationCheckpointing,
+    /// The pipeline stages of the layout, when it has several.
+    pub pipeline: Option<PipelineShape>,
+}
+
+/// A pipeline stage as one device holds it (every stage holds the same slots: one SPMD program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipelineShape {
+    /// Decoder-layer slots on the device (the most layers of any stage, padded, × the chunks).
+    pub layer_slots: usize,
+    /// Chunks per stage (the interleaved schedule above 1).
+    pub virtual_stages: usize,
+    /// Micro-batches per optimizer step.
+    pub micro_batches: usize,
+}
+
+impl PipelineShape {
+    /// The chunk inputs a stage keeps at most between their forward and backward passes: the
+    /// schedule's ring of `2pV - 1` slots, fewer when the step has fewer forward ticks.
+    pub fn kept_inputs(&self, stages: usize) -> usize {
+        let ring = hlat::pipeline::Schedule::ring_slots(stages, self.virtual_stages);
+        ring.min(self.micro_batches * self.virtual_stages + stages - 1)
+    }
 }
 
 /// Bytes held by one device, by kind.
@@ -46,14 +68,23 @@ impl DeviceMemory {
         // Each parameter's elements on one device: split ones divided by the tensor degree;
         // replicated KV heads are counted once per holder (each rank holds one head's columns).
         let copies = kv_copies(config.num_kv_heads, layout.tensor);
+        // Under pipeline parallelism each device holds its stage's layer slots (every stage the
+        // same number) and, as every stage, the embedding, final norm and head.
+        let layer_slots = shape.pipeline.map(|pipeline| pipeline.layer_slots as u64);
         let parameters: Vec<u64> = hlat::hf::tensor_specs(config)
-            .map(|spec| {
+            .filter_map(|spec| {
                 let elements = hlat::element_count(&spec.hf_shape);
                 let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
-                match placement_with(&path, copies) {
+                let per_device = match placement_with(&path, copies) {
                     Placement::Split(_) => elements / tensor,
                     Placement::ReplicatedHeads { copies, .. } => elements * copies as u64 / tensor,
                     Placement::Replicated => elements,
+                };
+                match (layer_slots, path.first().map(String::as_str), path.get(1)) {
+                    (Some(slots), Some("layers"), Some(index)) => {
+                        (index == "0").then_some(per_device * slots)
+                    }
+                    _ => Some(per_device),
                 }
             })
             .collect();
@@ -128,7 +159,15 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
     } else {
         (attention_core(seq), attention_core(seq))
     };
-    let layers = config.num_layers as u64;
+    // A pipeline stage keeps its chunk inputs, and runs one chunk's layers with a graph at a
+    // time (its backward pass).
+    let (layers, kept_inputs) = match shape.pipeline {
+        Some(pipeline) => (
+            (pipeline.layer_slots / pipeline.virtual_stages) as u64,
+            pipeline.kept_inputs(layout.pipeline) as u64 * layer_input,
+        ),
+        None => (config.num_layers as u64, 0),
+    };
     let per_model = match shape.checkpointing {
         ActivationCheckpointing::None if by_block => layers * around_core + recomputed_core,
         ActivationCheckpointing::None => layers * (around_core + kept_core),
@@ -140,7 +179,7 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
     };
     // The final norm's input and output, and the local logits in f32.
     let head = 2 * tokens * hidden * element + tokens * (config.vocab_size as u64 / tensor) * 4;
-    per_model + head
+    kept_inputs + per_model + head
 }
 
 #[cfg(test)]
@@ -163,6 +202,7 @@ mod tests {
             micro_batch_rows: 1,
             precision: Precision::Bf16StochasticRounding,
             checkpointing,
+            pipeline: None,
         }
     }
 
@@ -257,6 +297,7 @@ mod tests {
                 micro_batch_rows: 1,
                 precision,
                 checkpointing: ActivationCheckpointing::None,
+                pipeline: None,
             };
             DeviceMemory::estimate(&config, &layout(1, 1, false), &shape).activation_bytes
         };
