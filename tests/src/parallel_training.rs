@@ -270,16 +270,30 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
         data: 4,
         ..ONE_DEVICE
     };
-    let expected = run(&single, ONE_DEVICE);
     let orders = [
         ((&pairs, tensor_pairs), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&pairs, tensor_pairs)),
         ((&pairs, zero_pairs), (&pairs, tensor_pairs)),
         ((&quads, data_quads), (&pairs, zero_pairs)),
     ];
-    for ((first_device, first), (then_device, then)) in orders {
+    assert_resumes_as_one_device(&orders, None);
+}
+
+/// A device and the layout of a run on it.
+pub(crate) type Placed<'a> = (&'a TrainiumDevice, Layout);
+
+/// For each pair of layouts, a run of the first to half the steps, resumed by the second from
+/// its checkpoint to the end in the same folder, equals an uninterrupted run on one `host`
+/// device from the same start (`start`, else a fresh `hlat-test`) within 1e-4.
+pub(crate) fn assert_resumes_as_one_device(orders: &[(Placed, Placed)], start: Option<&Path>) {
+    let expected = run_from(
+        &TrainiumDevice::new(ExecutorKind::Host, 0),
+        ONE_DEVICE,
+        start,
+    );
+    for &((first_device, first), (then_device, then)) in orders {
         let out = tempfile::tempdir().unwrap();
-        let head = run_until(first_device, first, out.path(), STEPS / 2, None);
+        let head = run_until(first_device, first, out.path(), STEPS / 2, start);
         let model_dir = head.checkpoint.as_ref().unwrap().join("model");
         assert_eq!(
             hlat::sharded_checkpoint::is_sharded(&model_dir),
@@ -287,7 +301,7 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
             "{first:?}: {}",
             model_dir.display()
         );
-        let tail = run_until(then_device, then, out.path(), STEPS, None);
+        let tail = run_until(then_device, then, out.path(), STEPS, start);
         assert_eq!(tail.start_step, STEPS / 2);
         let joined = PretrainSummary {
             losses: [head.losses, tail.losses].concat(),

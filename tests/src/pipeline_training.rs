@@ -9,7 +9,9 @@ use burn_trainium::{ExecutorKind, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat_train::parallel::ActivationCheckpointing;
 
-use crate::parallel_training::{Layout, ONE_DEVICE, assert_same_run, run_from};
+use crate::parallel_training::{
+    Layout, ONE_DEVICE, assert_resumes_as_one_device, assert_same_run, run_from,
+};
 use crate::support::xla;
 
 /// `hlat-test` with 4 layers, saved as a native checkpoint in `dir` (the runs start from it),
@@ -87,4 +89,59 @@ fn pipelined_pretraining_equals_one_device_on_host_and_xla() {
             }
         }
     }
+}
+
+/// Checkpoints of pipelined runs hold the whole model and its optimizer state (the AdamW moments
+/// of each stage's layers under the layers' own positions): pp 2 resumed on one device, pp 2 ×
+/// tp 2 resumed as dp 2, one device resumed as pp 2 with uneven stages, and dp 2 with ZeRO-1
+/// resumed as an interleaved pp 2 continue as one device would.
+#[test]
+fn pipelined_checkpoints_resume_under_any_layout() {
+    let _random = crate::support::exclusive_random();
+    let start = tempfile::tempdir().unwrap();
+    four_layers(start.path());
+    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
+    let pairs = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let quads = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let two_stages = Layout {
+        pipeline: 2,
+        ..ONE_DEVICE
+    };
+    let orders = [
+        ((&pairs, two_stages), (&single, ONE_DEVICE)),
+        (
+            (
+                &quads,
+                Layout {
+                    tensor: 2,
+                    ..two_stages
+                },
+            ),
+            (
+                &pairs,
+                Layout {
+                    data: 2,
+                    ..ONE_DEVICE
+                },
+            ),
+        ),
+        (
+            (
+                &pairs,
+                Layout {
+                    data: 2,
+                    zero1: true,
+                    ..ONE_DEVICE
+                },
+            ),
+            (
+                &pairs,
+                Layout {
+                    virtual_stages: 2,
+                    ..two_stages
+                },
+            ),
+        ),
+    ];
+    assert_resumes_as_one_device(&orders, Some(start.path()));
 }

@@ -17,7 +17,6 @@ use hlat::run_folder::{CheckpointWriters, rank_share, write_atomic};
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::Optimizer;
-use burn::optim::record::AdaptorRecord;
 use burn::record::{BinFileRecorder, BurnRecord, FullPrecisionSettings, Record, Recorder};
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
@@ -25,11 +24,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::SamplerState;
 use crate::error::TrainError;
-use crate::optimizer::{HlatAdamW, HlatOptimizer};
-use crate::parallel::{ParallelLayout, Reshard, TrainingBackend, reshard_optimizer_state};
+use crate::optimizer::HlatOptimizer;
+use crate::parallel::{
+    ParallelLayout, Reshard, StateRecord, TrainingBackend, gather_stage_states,
+    reshard_optimizer_state, scatter_stage_states,
+};
 use crate::precision::Precision;
 use crate::schedule::WarmupCosine;
 use crate::trainer::TrainerProgress;
+use hlat::pipeline::PipelineParallel;
 
 /// Training state besides model and optimizer; written last, it marks the checkpoint complete.
 pub const STATE_FILE: &str = hlat::run_folder::COMPLETION_MARKER;
@@ -73,8 +76,6 @@ impl ProcessShare {
 
 /// The optimizer state as Burn records it (per parameter id).
 type OptimizerRecord<M, B> = <HlatOptimizer<M, B> as Optimizer<M, B>>::Record;
-/// The optimizer state of one parameter.
-type StateRecord<B> = AdaptorRecord<HlatAdamW, B>;
 /// The optimizer state of one parameter as its file holds it (host data).
 type StateItem<B> = <StateRecord<B> as Record<B>>::Item<FullPrecisionSettings>;
 
@@ -155,6 +156,7 @@ pub fn save_optimizer<B, M>(
     optimizer: &HlatOptimizer<M, B>,
     module: &M,
     layout: &ParallelLayout,
+    pipeline: Option<&PipelineParallel>,
     share: ProcessShare,
 ) -> Result<(), TrainError>
 where
@@ -168,21 +170,43 @@ where
     };
     let mut record = optimizer.to_record();
     let mut items: HashMap<String, StateItem<B>> = HashMap::new();
+    let positions = pipeline.map(|pipeline| StagePositions::new(module, pipeline));
     for group in param_groups(module) {
         let part: OptimizerRecord<M, B> = group
             .iter()
             .filter_map(|(_, id)| record.remove(id).map(|state| (*id, state)))
             .collect();
         let mut joined = reshard_optimizer_state(module, part, layout, Reshard::Join);
+        // A layer slot's state on every stage, under the position of each stage's layer.
+        let mut stages = match &positions {
+            Some(positions) => gather_stage_states(module, &mut joined, &positions.pipeline.groups),
+            None => HashMap::new(),
+        };
         // Every process runs the group's join as one program, whichever states it then reads.
         sync(module).map_err(|error| checkpoint_error(format!("joining: {error}")))?;
-        for (position, id) in group {
-            if share.owns(position)
-                && let Some(state) = joined.remove(&id)
-            {
+        let mut keep = |position: usize, state: StateRecord<B>| {
+            if share.owns(position) {
                 items.insert(
                     ParamId::from(position as u64).serialize(),
                     state.into_item::<FullPrecisionSettings>(),
+                );
+            }
+        };
+        for (position, id) in group {
+            if let Some(per_stage) = stages.remove(&id) {
+                let positions = positions.as_ref().expect("stage states come from stages");
+                for (stage, state) in per_stage.into_iter().enumerate() {
+                    if let Some(whole) = positions.whole(position, stage) {
+                        keep(whole, state);
+                    }
+                }
+            } else if let Some(state) = joined.remove(&id) {
+                let whole = positions
+                    .as_ref()
+                    .map_or(Some(position), |positions| positions.whole(position, 0));
+                keep(
+                    whole.expect("a shared parameter has a whole position"),
+                    state,
                 );
             }
         }
@@ -206,6 +230,7 @@ pub fn load_optimizer<B, M>(
     optimizer: HlatOptimizer<M, B>,
     module: &M,
     layout: &ParallelLayout,
+    pipeline: Option<&PipelineParallel>,
     device: &B::Device,
 ) -> Result<HlatOptimizer<M, B>, TrainError>
 where
@@ -219,7 +244,11 @@ where
         });
     }
     let groups = param_groups(module);
-    let parameters: usize = groups.iter().map(Vec::len).sum();
+    let positions = pipeline.map(|pipeline| StagePositions::new(module, pipeline));
+    let parameters: usize = match &positions {
+        Some(positions) => positions.whole_count(),
+        None => groups.iter().map(Vec::len).sum(),
+    };
     let mut items: HashMap<usize, StateItem<B>> = HashMap::new();
     for rank in 0..processes {
         let share = ProcessShare { rank, processes };
@@ -254,13 +283,38 @@ where
     }
     let mut record = OptimizerRecord::<M, B>::default();
     for group in groups {
-        let part: OptimizerRecord<M, B> = group
-            .iter()
-            .filter_map(|(position, id)| {
-                let item = items.remove(position)?;
-                Some((*id, StateRecord::<B>::from_item(item, device)))
-            })
-            .collect();
+        let mut part = OptimizerRecord::<M, B>::default();
+        let mut stages = HashMap::new();
+        for (position, id) in group {
+            let mut take = |whole: usize| {
+                items
+                    .remove(&whole)
+                    .map(|item| StateRecord::<B>::from_item(item, device))
+            };
+            match &positions {
+                Some(positions) if positions.slot_of(position).is_some() => {
+                    let per_stage: Vec<_> = (0..positions.pipeline.stages())
+                        .map(|stage| positions.whole(position, stage).and_then(&mut take))
+                        .collect();
+                    stages.insert(id, per_stage);
+                }
+                _ => {
+                    let whole = positions
+                        .as_ref()
+                        .map_or(Some(position), |positions| positions.whole(position, 0));
+                    if let Some(state) = whole.and_then(take) {
+                        part.insert(id, state);
+                    }
+                }
+            }
+        }
+        if let Some(positions) = &positions {
+            part.extend(scatter_stage_states(
+                module,
+                stages,
+                &positions.pipeline.groups,
+            ));
+        }
         record.extend(reshard_optimizer_state(
             module,
             part,
@@ -292,6 +346,96 @@ fn share_dir(dir: &Path, rank: usize) -> Result<PathBuf, TrainError> {
                   of the job's other processes are found"
             .into(),
     })
+}
+
+/// Where the parameters of a model cut into pipeline stages sit in the whole model's visiting
+/// order, the order a checkpoint's optimizer state is keyed by (so that any layout reads it):
+/// the parameters before the layers, then each layer's, then those after.
+struct StagePositions<'a> {
+    pipeline: &'a PipelineParallel,
+    /// Parameters before the first layer (the embedding).
+    before_layers: usize,
+    /// Parameters of one layer.
+    per_layer: usize,
+    /// Layer slots of the staged model.
+    slots: usize,
+    /// Layers of the whole model.
+    layers: usize,
+    /// Parameters after the layers (the final norm, the head).
+    after_layers: usize,
+}
+
+impl<'a> StagePositions<'a> {
+    fn new<B: AutodiffBackend, M: AutodiffModule<B>>(
+        module: &M,
+        pipeline: &'a PipelineParallel,
+    ) -> Self {
+        struct Count {
+            path: ParamPath,
+            before: usize,
+            in_layers: usize,
+            after: usize,
+        }
+        impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for Count {
+            fn enter_module(&mut self, name: &str, _container_type: &str) {
+                self.path.enter(name);
+            }
+            fn exit_module(&mut self, _name: &str, _container_type: &str) {
+                self.path.exit();
+            }
+            fn visit_float<const D: usize>(&mut self, _param: &Param<Tensor<B, D>>) {
+                if self.path.names().iter().any(|name| name == "layers") {
+                    self.in_layers += 1;
+                } else if self.in_layers == 0 {
+                    self.before += 1;
+                } else {
+                    self.after += 1;
+                }
+            }
+        }
+        let mut count = Count {
+            path: ParamPath::default(),
+            before: 0,
+            in_layers: 0,
+            after: 0,
+        };
+        module.visit(&mut count);
+        let slots = pipeline.local_layers();
+        Self {
+            pipeline,
+            before_layers: count.before,
+            per_layer: count.in_layers / slots,
+            slots,
+            layers: pipeline.chunk_layers.iter().sum(),
+            after_layers: count.after,
+        }
+    }
+
+    /// The parameters of the whole model.
+    fn whole_count(&self) -> usize {
+        self.before_layers + self.layers * self.per_layer + self.after_layers
+    }
+
+    /// The layer slot and the index within its layer of the staged model's parameter at
+    /// `position`, when it belongs to a slot.
+    fn slot_of(&self, position: usize) -> Option<(usize, usize)> {
+        let within = position.checked_sub(self.before_layers)?;
+        (within < self.slots * self.per_layer)
+            .then(|| (within / self.per_layer, within % self.per_layer))
+    }
+
+    /// The whole model's position of the staged model's parameter at `position` on stage
+    /// `stage` (`None`: a padding slot).
+    fn whole(&self, position: usize, stage: usize) -> Option<usize> {
+        match self.slot_of(position) {
+            Some((slot, index)) => self
+                .pipeline
+                .layer_at(stage, slot)
+                .map(|layer| self.before_layers + layer * self.per_layer + index),
+            None if position < self.before_layers => Some(position),
+            None => Some(position - self.slots * self.per_layer + self.layers * self.per_layer),
+        }
+    }
 }
 
 /// The float parameters of `module` as `(position, id)` in visiting order, grouped by layer:

@@ -1,13 +1,24 @@
-//! The gradients of a model cut into pipeline stages: what the stages share (the embedding, the
-//! final norm and the head, held by every stage) summed over the pipeline group, and what each
-//! stage holds alone (its layers) kept apart when the global norm is measured.
+//! The gradients and optimizer state of a model cut into pipeline stages: what the stages share
+//! (the embedding, the final norm and the head, held by every stage) summed over the pipeline
+//! group, what each stage holds alone (its layer slots) kept apart when the global norm is
+//! measured, and the slots' optimizer state gathered per stage for a checkpoint and scattered
+//! back when one is loaded.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use std::collections::HashMap;
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
+use burn::optim::record::AdaptorRecord;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
 use hlat::parallel::ParamPath;
+
+use super::state::Record;
+use crate::optimizer::{AdamWState, HlatAdamW};
+
+/// The optimizer state of one parameter.
+pub(crate) type StateRecord<B> = AdaptorRecord<HlatAdamW, B>;
 
 /// Whether the parameter at `path` (from the model or a module holding it, e.g.
 /// `hlat.layers.0.mlp.up_proj.weight`) belongs to one stage (a decoder layer slot) rather than
@@ -98,6 +109,141 @@ where
         path: ParamPath::default(),
         backend: std::marker::PhantomData,
     });
+}
+
+/// Takes the state of every layer-slot parameter of `module` out of `record` (whole, joined over
+/// tensor-parallel ranks and ZeRO-1 slices) and returns, per parameter, its state on each stage
+/// in stage order: the moments gathered over `groups`, the pipeline groups.
+pub(crate) fn gather_stage_states<B, M>(
+    module: &M,
+    record: &mut Record<M, B>,
+    groups: &ReplicaGroups,
+) -> HashMap<ParamId, Vec<StateRecord<B>>>
+where
+    B: AutodiffBackend,
+    B::InnerBackend: CollectiveBackend,
+    M: AutodiffModule<B>,
+{
+    struct Gather<'a, B: AutodiffBackend<InnerBackend: CollectiveBackend>, M: AutodiffModule<B>> {
+        record: &'a mut Record<M, B>,
+        groups: &'a ReplicaGroups,
+        path: ParamPath,
+        stages: HashMap<ParamId, Vec<StateRecord<B>>>,
+    }
+    impl<B, M> ModuleVisitor<B> for Gather<'_, B, M>
+    where
+        B: AutodiffBackend,
+        B::InnerBackend: CollectiveBackend,
+        M: AutodiffModule<B>,
+    {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.enter(name);
+        }
+
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.exit();
+        }
+
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if !stage_local(self.path.names()) {
+                return;
+            }
+            let Some(entry) = self.record.remove(&param.id) else {
+                return;
+            };
+            let state: AdamWState<B::InnerBackend, D> = entry.into_state();
+            let rows = state.moment1.dims()[0];
+            let gather = |moment| collective::all_gather(moment, 0, self.groups);
+            let (moment1, moment2) = (gather(state.moment1), gather(state.moment2));
+            let per_stage = (0..self.groups.group_size())
+                .map(|stage| {
+                    AdaptorRecord::from_state(AdamWState {
+                        moment1: moment1.clone().narrow(0, stage * rows, rows),
+                        moment2: moment2.clone().narrow(0, stage * rows, rows),
+                        time: state.time,
+                    })
+                })
+                .collect();
+            self.stages.insert(param.id, per_stage);
+        }
+    }
+    let mut gather = Gather::<B, M> {
+        record,
+        groups,
+        path: ParamPath::default(),
+        stages: HashMap::new(),
+    };
+    module.visit(&mut gather);
+    gather.stages
+}
+
+/// The inverse of [`gather_stage_states`]: from each layer-slot parameter's state on every stage
+/// (`None` for a padding slot: zero moments), the record whose state on each replica is its
+/// stage's.
+pub(crate) fn scatter_stage_states<B, M>(
+    module: &M,
+    mut stages: HashMap<ParamId, Vec<Option<StateRecord<B>>>>,
+    groups: &ReplicaGroups,
+) -> Record<M, B>
+where
+    B: AutodiffBackend,
+    B::InnerBackend: CollectiveBackend,
+    M: AutodiffModule<B>,
+{
+    struct Scatter<'a, B: AutodiffBackend<InnerBackend: CollectiveBackend>, M: AutodiffModule<B>> {
+        stages: &'a mut HashMap<ParamId, Vec<Option<StateRecord<B>>>>,
+        groups: &'a ReplicaGroups,
+        record: Record<M, B>,
+    }
+    impl<B, M> ModuleVisitor<B> for Scatter<'_, B, M>
+    where
+        B: AutodiffBackend,
+        B::InnerBackend: CollectiveBackend,
+        M: AutodiffModule<B>,
+    {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let Some(per_stage) = self.stages.remove(&param.id) else {
+                return;
+            };
+            let device = param.val().device();
+            let states: Vec<Option<AdamWState<B::InnerBackend, D>>> = per_stage
+                .into_iter()
+                .map(|state| state.map(AdaptorRecord::into_state))
+                .collect();
+            let time = states
+                .iter()
+                .flatten()
+                .map(|state| state.time)
+                .max()
+                .unwrap_or(0);
+            let zeros = || Tensor::<B::InnerBackend, D>::zeros(param.shape(), &device);
+            let (mut first, mut second) = (Vec::new(), Vec::new());
+            for state in states {
+                let (moment1, moment2) = match state {
+                    Some(state) => (state.moment1, state.moment2),
+                    None => (zeros(), zeros()),
+                };
+                first.push(moment1);
+                second.push(moment2);
+            }
+            let scatter = |moments| collective::split(Tensor::cat(moments, 0), 0, self.groups);
+            self.record.insert(
+                param.id,
+                AdaptorRecord::from_state(AdamWState {
+                    moment1: scatter(first),
+                    moment2: scatter(second),
+                    time,
+                }),
+            );
+        }
+    }
+    let mut scatter = Scatter::<B, M> {
+        stages: &mut stages,
+        groups,
+        record: Record::<M, B>::default(),
+    };
+    module.visit(&mut scatter);
+    scatter.record
 }
 
 #[cfg(test)]

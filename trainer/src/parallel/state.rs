@@ -23,7 +23,7 @@ pub enum Reshard {
 }
 
 /// The record of [`crate::optimizer::HlatOptimizer`].
-type Record<M, B> = <OptimizerAdaptor<HlatAdamW, M, B> as Optimizer<M, B>>::Record;
+pub(crate) type Record<M, B> = <OptimizerAdaptor<HlatAdamW, M, B> as Optimizer<M, B>>::Record;
 
 /// Joins or splits the moments of every parameter of `module` in `record` as `layout` shards
 /// them: over the tensor-parallel groups for split parameters, and over the data-parallel groups

@@ -202,7 +202,14 @@ impl<B: TrainingBackend> RunState<B> {
                     .map_err(|error| TrainError::Model(error.to_string()))?;
                 }
                 let optimizer = outputs.optimizer.lock();
-                save_optimizer(dir, &optimizer, model, &config.layout(), outputs.share)?;
+                save_optimizer(
+                    dir,
+                    &optimizer,
+                    model,
+                    &config.layout(),
+                    model.pipeline.as_ref(),
+                    outputs.share,
+                )?;
                 write_state(dir, &state)
             })?;
         log::info!("step {}: checkpoint {}", progress.step, dir.display());

@@ -140,7 +140,15 @@ pub(super) fn start_run<B: TrainingBackend>(
             ),
         });
     }
-    let optimizer = load_optimizer(dir, state.processes, optimizer, &model, &layout, device)?;
+    let optimizer = load_optimizer(
+        dir,
+        state.processes,
+        optimizer,
+        &model,
+        &layout,
+        model.pipeline.as_ref(),
+        device,
+    )?;
     if state.schedule != schedule {
         let next = state.progress.step + 1;
         log::warn!(
