@@ -6,8 +6,10 @@ use std::os::unix::fs::PermissionsExt;
 
 use burn_trainium::DEVICE_ENV;
 
+use std::path::Path;
+
 use super::hlat;
-use super::multi_process_cli::STAND_IN_COMPILER;
+use super::multi_process_cli::{STAND_IN_COMPILER, cached_modules};
 
 /// The flags of a short `hlat-test` run in data parallel 2 × tensor parallel 2 with sequence
 /// parallelism and ZeRO-1, into `out`.
@@ -31,21 +33,40 @@ const LAYOUT: &[&str] = &[
     "--no-progress",
 ];
 
+/// `hlat compile` of `layout` with `extra` flags and `environment`, in `folder`, without
+/// `TRAINIUM_DEVICE`.
+fn compile(
+    folder: &Path,
+    layout: &[&str],
+    extra: &[&str],
+    environment: &[(&str, &str)],
+) -> std::process::Output {
+    let mut command = hlat();
+    command
+        .arg("compile")
+        .args(extra)
+        .args(layout)
+        .current_dir(folder)
+        .env_remove(DEVICE_ENV);
+    for (name, value) in environment {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+/// The stand-in `neuronx-cc` of the tests, written into `folder`.
+fn stand_in_compiler(folder: &Path) -> std::path::PathBuf {
+    let compiler = folder.join("stand-in-neuronx-cc");
+    std::fs::write(&compiler, STAND_IN_COMPILER).unwrap();
+    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    compiler
+}
+
 #[test]
 fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
     let folder = tempfile::tempdir().unwrap();
     let run = |extra: &[&str], environment: &[(&str, &str)]| {
-        let mut command = hlat();
-        command
-            .arg("compile")
-            .args(extra)
-            .args(LAYOUT)
-            .current_dir(folder.path())
-            .env_remove(DEVICE_ENV);
-        for (name, value) in environment {
-            command.env(name, value);
-        }
-        command.output().unwrap()
+        compile(folder.path(), LAYOUT, extra, environment)
     };
 
     // No compiler on PATH: the lint alone.
@@ -64,9 +85,7 @@ fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
         "{stdout}"
     );
 
-    let compiler = folder.path().join("stand-in-neuronx-cc");
-    std::fs::write(&compiler, STAND_IN_COMPILER).unwrap();
-    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let compiler = stand_in_compiler(folder.path());
     let cache = folder.path().join("cache");
     let compiled = run(
         &["--device", "neuron", "--out", "compiled"],
@@ -89,4 +108,72 @@ fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--device neuron"), "{stderr}");
+}
+
+/// A pipeline of two stages, each tensor parallel 2 with sequence parallelism, compiled for
+/// `neuron` with the stand-in compiler: the programs `neuronx-cc` receives pass activations
+/// between the stages as `collective-permute` between the replicas of each stage pair, and pass
+/// the Neuron lint.
+#[test]
+fn compile_sends_the_stage_to_stage_collectives_to_the_neuron_compiler() {
+    let folder = tempfile::tempdir().unwrap();
+    let layout = [
+        "--preset",
+        "hlat-test",
+        "--pp",
+        "2",
+        "--tp",
+        "2",
+        "--sequence-parallel",
+        "--max-steps",
+        "1",
+        "--seq-len",
+        "16",
+        "--batch-tokens",
+        "64",
+        "--micro-batch-rows",
+        "2",
+        "--no-progress",
+    ];
+    let compiler = stand_in_compiler(folder.path());
+    let cache = folder.path().join("cache");
+    let compiled = compile(
+        folder.path(),
+        &layout,
+        &["--device", "neuron", "--out", "compiled"],
+        &[
+            ("NEURON_CC", compiler.to_str().unwrap()),
+            ("NEURON_COMPILE_CACHE_URL", cache.to_str().unwrap()),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&compiled.stdout);
+    assert!(
+        compiled.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let pairs: Vec<Vec<(i64, i64)>> = cached_modules(&cache)
+        .iter()
+        .flat_map(|module| &module.computations)
+        .flat_map(|computation| &computation.instructions)
+        .filter(|instruction| instruction.opcode == "collective-permute")
+        .map(|instruction| {
+            let mut pairs: Vec<(i64, i64)> = instruction
+                .source_target_pairs
+                .iter()
+                .map(|pair| (pair.source, pair.target))
+                .collect();
+            pairs.sort();
+            pairs
+        })
+        .collect();
+    assert!(
+        !pairs.is_empty(),
+        "no collective-permute reached the compiler"
+    );
+    // Replicas 0-1 are stage 0, 2-3 stage 1 (tensor ranks 0 and 1 of each): forward 0>2, 1>3,
+    // and round to the first stage (the next chunk), backward the other way.
+    for found in pairs {
+        assert_eq!(found, [(0, 2), (1, 3), (2, 0), (3, 1)]);
+    }
 }

@@ -22,6 +22,10 @@ const DATA_PARALLEL: &[&str] = &["--dp", "2"];
 const TENSOR_INSIDE_DATA_ACROSS: &[&str] =
     &["--dp", "2", "--tp", "2", "--sequence-parallel", "--zero1"];
 
+/// Pipeline stages across the two processes (one stage each), tensor parallel with sequence
+/// parallelism inside each.
+const STAGES_ACROSS_TENSOR_INSIDE: &[&str] = &["--pp", "2", "--tp", "2", "--sequence-parallel"];
+
 /// Flags of the small run of `layout` the tests here train.
 fn run_flags(out: &Path, max_steps: u64, layout: &[&str]) -> Vec<String> {
     ["pretrain", "--preset", "hlat-test", "--device", "host:0"]
@@ -195,6 +199,7 @@ fn two_processes_train_as_one_process_driving_every_replica() {
     for (name, layout) in [
         ("dp", DATA_PARALLEL),
         ("tp-inside-dp-across", TENSOR_INSIDE_DATA_ACROSS),
+        ("tp-inside-pp-across", STAGES_ACROSS_TENSOR_INSIDE),
     ] {
         let single = folder.path().join(name).join("single");
         let flags = run_flags(&single, 10, layout);
@@ -325,7 +330,7 @@ done
 "#;
 
 /// The serialized HLO modules under a Neuron compile cache.
-fn cached_modules(dir: &Path) -> Vec<HloModuleProto> {
+pub(super) fn cached_modules(dir: &Path) -> Vec<HloModuleProto> {
     let mut modules = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
