@@ -145,3 +145,78 @@ fn pipelined_checkpoints_resume_under_any_layout() {
     ];
     assert_resumes_as_one_device(&orders, Some(start.path()));
 }
+
+/// Burn's `TrainStep` on a pipelined model (what a user's own `Learner` calls) runs the batch
+/// through the stages: the loss, the shared embedding's gradient (summed over the stages) and a
+/// layer's gradient on its stage equal one device's.
+#[test]
+fn train_step_on_stages_equals_one_device() {
+    use burn::module::Module;
+    use burn::train::TrainStep;
+    use burn_trainium::Trainium;
+    use burn_trainium::collective::into_replicas;
+    use hlat_train::parallel::ParallelLayout;
+    use hlat_train::step::{LanguageModel, LmBatch};
+    type B = burn::backend::Autodiff<Trainium>;
+
+    let config = HlatConfig {
+        num_layers: 4,
+        ..HlatConfig::preset("hlat-test").unwrap()
+    };
+    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
+    let pair = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let record = config.init::<B>(&single).into_record();
+    let whole: hlat::Hlat<B> = config.init(&single).load_record(record);
+    let layout = ParallelLayout {
+        pipeline: 2,
+        ..ParallelLayout::SINGLE
+    };
+    let pipeline = layout.pipeline_parallel(4, None, 1).unwrap().unwrap();
+    let staged: hlat::Hlat<B> = config.init(&pair).load_record(whole.clone().into_record());
+    let staged = LanguageModel {
+        pipeline: Some(pipeline.clone()),
+        ..LanguageModel::new(staged.into_stages(&pipeline).unwrap(), None)
+    };
+    let whole = LanguageModel::new(whole, None);
+    let rows: Vec<Vec<u32>> = (0..4u32)
+        .map(|row| (0..9).map(|i| (row * 7 + i * 3) % 64).collect())
+        .collect();
+    let expected = whole.step(LmBatch::from_rows(&rows, &single));
+    let actual = staged.step(LmBatch::for_layout(&rows, &layout, &pair));
+    let loss = |tensor: burn::tensor::Tensor<B, 1>| -> Vec<f32> {
+        into_replicas(tensor)
+            .unwrap()
+            .iter()
+            .map(|data| data.to_vec::<f32>().unwrap()[0])
+            .collect()
+    };
+    let expected_loss = loss(expected.item.loss)[0];
+    for found in loss(actual.item.loss) {
+        assert!((found - expected_loss).abs() <= 1e-5 * expected_loss.abs());
+    }
+    let gradient = |model: &LanguageModel<B>, grads: &burn::optim::GradientsParams, slot: usize| {
+        let embedding = grads
+            .get::<Trainium, 2>(model.hlat.embed_tokens.weight.id)
+            .unwrap();
+        let layer = grads
+            .get::<Trainium, 2>(model.hlat.layers[slot].mlp.down_proj.weight.id)
+            .unwrap();
+        (
+            into_replicas(embedding).unwrap(),
+            into_replicas(layer).unwrap(),
+        )
+    };
+    let (expected_embedding, expected_layer) = gradient(&whole, &expected.grads, 2);
+    let (embedding, layer) = gradient(&staged, &actual.grads, 0);
+    for replica in &embedding {
+        replica.assert_approx_eq::<f32>(
+            &expected_embedding[0],
+            burn::tensor::Tolerance::rel_abs(1e-4, 1e-6),
+        );
+    }
+    // Slot 0 of stage 1 is layer 2.
+    layer[1].assert_approx_eq::<f32>(
+        &expected_layer[0],
+        burn::tensor::Tolerance::rel_abs(1e-4, 1e-6),
+    );
+}

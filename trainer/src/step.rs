@@ -11,7 +11,7 @@ use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::pipeline::PipelineParallel;
 use hlat::recompute::ActivationCheckpointing;
 
-use crate::parallel::{ParallelLayout, TrainingBackend, split_rows};
+use crate::parallel::{ParallelLayout, TrainingBackend, split_rows, sum_shared_gradients};
 
 /// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
 /// to a lower precision (the f32 master weights of `bf16-mixed` stay in the wrapped model).
@@ -231,6 +231,23 @@ impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
         // core by blocks of queries (memory linear in the sequence). They need the parameters as
         // leaves of the graph: a cast compute copy (bf16-mixed) takes the plain backward pass,
         // where blocked attention keeps the tiles of its forward pass.
+        if let Some(pipeline) = &self.pipeline {
+            // One micro-batch through the stages' schedule (the trainer's step runs all of a
+            // step's micro-batches through one).
+            let tokens = batch.tokens();
+            let (loss, mut grads) = self.hlat.pipeline_loss_and_gradients(
+                &[(batch.inputs, batch.targets)],
+                batch.ignore_id,
+                self.exchange(),
+                pipeline,
+                self.checkpointing,
+            );
+            sum_shared_gradients::<B, _>(self, &mut grads, &pipeline.groups);
+            return TrainOutput {
+                grads,
+                item: LmOutput { loss, tokens },
+            };
+        }
         let seq = batch.inputs.dims()[1];
         let staged = self.checkpointing != ActivationCheckpointing::None
             || (attends_by_block(seq) && self.compute_cast.is_none());
