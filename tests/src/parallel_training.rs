@@ -188,9 +188,11 @@ fn data_parallel_pretraining_equals_one_device_on_host_and_xla() {
 }
 
 /// Tensor parallel 2, data parallel 2 × tensor parallel 2, tensor parallel 2 with sequence
-/// parallelism, data parallel 2 with ZeRO-1, all of them together, and full and selective
-/// activation checkpointing, each against one device (relative 1e-4: the split sums add in
-/// another order).
+/// parallelism, data parallel 2 with ZeRO-1, all of them together, full and selective
+/// activation checkpointing, and tensor parallel 4, where each of `hlat-test`'s 2 KV heads is
+/// held by 2 ranks (their gradients summed over the holders, the global norm counting each head
+/// once), alone and with sequence parallelism, each against one device (relative 1e-4: the split
+/// sums add in another order).
 #[test]
 fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
     let _random = crate::support::exclusive_random();
@@ -231,7 +233,18 @@ fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
             checkpointing: ActivationCheckpointing::Selective,
             ..ONE_DEVICE
         },
+        Layout {
+            tensor: 4,
+            ..ONE_DEVICE
+        },
+        Layout {
+            tensor: 4,
+            sequence_parallel: true,
+            checkpointing: ActivationCheckpointing::Selective,
+            ..ONE_DEVICE
+        },
     ];
+    assert_eq!(HlatConfig::preset("hlat-test").unwrap().num_kv_heads, 2);
     for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
         if executor == ExecutorKind::Xla {
             xla();
@@ -247,9 +260,10 @@ fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
 
 /// A tensor-parallel run checkpoints one model file per rank, any other run the whole model; any
 /// layout resumes from either: a run of tensor-parallel pairs resumed on one device, one device
-/// resumed as tensor-parallel pairs with sequence parallelism, and ZeRO-1 pairs resumed as
-/// tensor-parallel pairs, and dp 4 resumed as dp 2 with ZeRO-1 continue as one device would (the
-/// AdamW moments are joined and split too).
+/// resumed as tensor-parallel pairs with sequence parallelism, ZeRO-1 pairs resumed as
+/// tensor-parallel pairs, dp 4 resumed as dp 2 with ZeRO-1, and tp 4 (replicated KV heads)
+/// resumed on one device and back continue as one device would (the AdamW moments are joined and
+/// split too).
 #[test]
 fn checkpoints_resume_across_tensor_parallel_layouts() {
     let _random = crate::support::exclusive_random();
@@ -270,11 +284,18 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
         data: 4,
         ..ONE_DEVICE
     };
+    // Tensor parallel 4: each of the 2 KV heads on 2 ranks, its moments joined and split too.
+    let tensor_quads = Layout {
+        tensor: 4,
+        ..ONE_DEVICE
+    };
     let orders = [
         ((&pairs, tensor_pairs), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&pairs, tensor_pairs)),
         ((&pairs, zero_pairs), (&pairs, tensor_pairs)),
         ((&quads, data_quads), (&pairs, zero_pairs)),
+        ((&quads, tensor_quads), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&quads, tensor_quads)),
     ];
     assert_resumes_as_one_device(&orders, None);
 }
@@ -571,73 +592,4 @@ fn the_neuron_lowering_trains_as_the_default_lowering_on_xla() {
         &power(&TrainiumDevice::HOST),
         burn::tensor::Tolerance::absolute(1e-6),
     );
-}
-
-/// Tensor parallel 4 of `hlat-test`, whose 2 KV heads are then each held by 2 ranks, without
-/// and with sequence parallelism (and selective activation checkpointing), against one device
-/// (relative 1e-4): the copies' gradients are summed over the ranks holding each head and the
-/// global norm counts each head once.
-#[test]
-fn replicated_kv_heads_pretrain_as_one_device_on_host_and_xla() {
-    let _random = crate::support::exclusive_random();
-    assert_eq!(HlatConfig::preset("hlat-test").unwrap().num_kv_heads, 2);
-    let layouts = [
-        Layout {
-            tensor: 4,
-            ..ONE_DEVICE
-        },
-        Layout {
-            tensor: 4,
-            sequence_parallel: true,
-            checkpointing: ActivationCheckpointing::Selective,
-            ..ONE_DEVICE
-        },
-    ];
-    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
-        if executor == ExecutorKind::Xla {
-            xla();
-        }
-        let expected = run(&TrainiumDevice::new(executor, 0), ONE_DEVICE);
-        for layout in layouts {
-            let device = TrainiumDevice::replicated(executor, layout.tensor as u16);
-            let actual = run(&device, layout);
-            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
-        }
-    }
-}
-
-/// A tp 4 run of `hlat-test` (2 KV heads, each on 2 ranks) resumed on one device, and one device
-/// resumed at tp 4, continue as one device would: the rank files and the AdamW moments of the
-/// KV projections are joined into the whole model's and split again.
-#[test]
-fn checkpoints_of_replicated_kv_heads_resume_across_layouts() {
-    let _random = crate::support::exclusive_random();
-    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
-    let quads = TrainiumDevice::replicated(ExecutorKind::Host, 4);
-    let tensor_quads = Layout {
-        tensor: 4,
-        ..ONE_DEVICE
-    };
-    let expected = run(&single, ONE_DEVICE);
-    let orders = [
-        ((&quads, tensor_quads), (&single, ONE_DEVICE)),
-        ((&single, ONE_DEVICE), (&quads, tensor_quads)),
-    ];
-    for ((first_device, first), (then_device, then)) in orders {
-        let out = tempfile::tempdir().unwrap();
-        let head = run_until(first_device, first, out.path(), STEPS / 2, None);
-        let tail = run_until(then_device, then, out.path(), STEPS, None);
-        assert_eq!(tail.start_step, STEPS / 2);
-        let joined = PretrainSummary {
-            losses: [head.losses, tail.losses].concat(),
-            grad_norms: [head.grad_norms, tail.grad_norms].concat(),
-            ..tail
-        };
-        assert_same_run(
-            &expected,
-            &joined,
-            1e-4,
-            &format!("{first:?} then {then:?}"),
-        );
-    }
 }
