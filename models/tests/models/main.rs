@@ -11,6 +11,7 @@ mod model;
 mod parallel;
 mod parallel_support;
 mod pipeline;
+mod pipeline_checkpoint;
 mod recompute;
 mod sharded_checkpoint;
 
