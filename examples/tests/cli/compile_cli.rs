@@ -54,6 +54,29 @@ fn compile(
     command.output().unwrap()
 }
 
+/// `hlat compile` of `layout` for `neuron` with the stand-in compiler into a cache in `folder`:
+/// its standard output (the command must succeed) and the cache.
+fn compile_with_stand_in(folder: &Path, layout: &[&str]) -> (String, std::path::PathBuf) {
+    let compiler = stand_in_compiler(folder);
+    let cache = folder.join("cache");
+    let compiled = compile(
+        folder,
+        layout,
+        &["--device", "neuron", "--out", "compiled"],
+        &[
+            ("NEURON_CC", compiler.to_str().unwrap()),
+            ("NEURON_COMPILE_CACHE_URL", cache.to_str().unwrap()),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&compiled.stdout).into_owned();
+    assert!(
+        compiled.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    (stdout, cache)
+}
+
 /// The stand-in `neuronx-cc` of the tests, written into `folder`.
 fn stand_in_compiler(folder: &Path) -> std::path::PathBuf {
     let compiler = folder.join("stand-in-neuronx-cc");
@@ -85,21 +108,7 @@ fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
         "{stdout}"
     );
 
-    let compiler = stand_in_compiler(folder.path());
-    let cache = folder.path().join("cache");
-    let compiled = run(
-        &["--device", "neuron", "--out", "compiled"],
-        &[
-            ("NEURON_CC", compiler.to_str().unwrap()),
-            ("NEURON_COMPILE_CACHE_URL", cache.to_str().unwrap()),
-        ],
-    );
-    let stdout = String::from_utf8_lossy(&compiled.stdout);
-    assert!(
-        compiled.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&compiled.stderr)
-    );
+    let (stdout, cache) = compile_with_stand_in(folder.path(), LAYOUT);
     assert!(stdout.contains(" programs compiled in "), "{stdout}");
     assert!(std::fs::read_dir(&cache).unwrap().count() > 0);
 
@@ -135,23 +144,7 @@ fn compile_sends_the_stage_to_stage_collectives_to_the_neuron_compiler() {
         "2",
         "--no-progress",
     ];
-    let compiler = stand_in_compiler(folder.path());
-    let cache = folder.path().join("cache");
-    let compiled = compile(
-        folder.path(),
-        &layout,
-        &["--device", "neuron", "--out", "compiled"],
-        &[
-            ("NEURON_CC", compiler.to_str().unwrap()),
-            ("NEURON_COMPILE_CACHE_URL", cache.to_str().unwrap()),
-        ],
-    );
-    let stdout = String::from_utf8_lossy(&compiled.stdout);
-    assert!(
-        compiled.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&compiled.stderr)
-    );
+    let (_, cache) = compile_with_stand_in(folder.path(), &layout);
     let pairs: Vec<Vec<(i64, i64)>> = cached_modules(&cache)
         .iter()
         .flat_map(|module| &module.computations)
