@@ -3,7 +3,7 @@
 //! the summary the caller gets back.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::module::AutodiffModule;
@@ -174,33 +174,9 @@ impl<B: TrainingBackend> RunState<B> {
                 let model_dir = dir.join(MODEL_DIR);
                 // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
                 // back), so that any tool can read the model; a tensor-parallel model as one file
-                // per rank, read from the ranks' replicas (any layout resumes from either). Only
-                // rank 0 of a job writes (and reads) the model: its replicas hold every
-                // tensor-parallel rank, and the others queue nothing they would not run.
-                if outputs.share.writes_model() {
-                    let hlat = cast_params(model.hlat.valid(), DType::F32);
-                    // A pipeline's stages joined: the checkpoint holds every layer.
-                    let hlat = match &model.pipeline {
-                        Some(pipeline) => hlat.from_stages(pipeline),
-                        None => hlat,
-                    };
-                    let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
-                    match &model.tensor_parallel {
-                        Some(parallel) => hlat::sharded_checkpoint::read_ranks(
-                            &hlat,
-                            parallel.groups.group_size(),
-                            &model_dir,
-                        )
-                        .and_then(|shards| shards.write(hlat.config(), tokenizer, &model_dir)),
-                        None => hlat::checkpoint::save_native_with_tokenizer(
-                            &hlat,
-                            hlat.config(),
-                            tokenizer,
-                            &model_dir,
-                        ),
-                    }
-                    .map_err(|error| TrainError::Model(error.to_string()))?;
-                }
+                // per rank, a pipelined one as one file per stage and rank, each read from the
+                // replica that holds it (any layout resumes from any of them).
+                write_model(outputs, model, &model_dir)?;
                 let optimizer = outputs.optimizer.lock();
                 save_optimizer(
                     dir,
@@ -217,6 +193,60 @@ impl<B: TrainingBackend> RunState<B> {
         self.checkpointed_step = progress.step;
         Ok(dir)
     }
+}
+
+/// Writes the checkpoint's model into `model_dir`, in f32. Only rank 0 of a job writes (and
+/// reads) it: its replicas hold every tensor-parallel rank, and the others queue nothing they
+/// would not run.
+///
+/// A pipelined model is written as one file per stage and tensor-parallel rank, each read from
+/// its stage's replica (`hlat::sharded_checkpoint::read_stages`), when rank 0's replicas hold
+/// every stage (one process). When the stages span the job's processes, rank 0 cannot read the
+/// others' replicas: every process then joins the stages on the device (`Hlat::from_stages`, a
+/// collective over the pipeline groups that every process must run), and rank 0 writes the
+/// joined model as a run without pipeline stages does.
+fn write_model<B: TrainingBackend>(
+    outputs: &RunOutputs<B>,
+    model: &LanguageModel<B>,
+    model_dir: &Path,
+) -> Result<(), TrainError> {
+    let model_error =
+        |error: hlat::checkpoint::CheckpointError| TrainError::Model(error.to_string());
+    let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
+    let degree = model
+        .tensor_parallel
+        .as_ref()
+        .map_or(1, |parallel| parallel.groups.group_size());
+    let mut hlat = None;
+    if let Some(pipeline) = &model.pipeline {
+        let local = B::replica_count(&outputs.device) / outputs.share.processes.max(1);
+        let replicas = hlat::sharded_checkpoint::stage_replicas(pipeline, degree);
+        if replicas.iter().flatten().all(|&replica| replica < local) {
+            if outputs.share.writes_model() {
+                let staged = cast_params(model.hlat.valid(), DType::F32);
+                hlat::sharded_checkpoint::read_stages(&staged, pipeline, degree, model_dir)
+                    .and_then(|shards| shards.write(staged.config(), tokenizer, model_dir))
+                    .map_err(model_error)?;
+            }
+            return Ok(());
+        }
+        let joined = cast_params(model.hlat.valid(), DType::F32).from_stages(pipeline);
+        sync(model)
+            .map_err(|error| TrainError::Model(format!("joining the pipeline stages: {error}")))?;
+        hlat = Some(joined);
+    }
+    if !outputs.share.writes_model() {
+        return Ok(());
+    }
+    let hlat = hlat.unwrap_or_else(|| cast_params(model.hlat.valid(), DType::F32));
+    match &model.tensor_parallel {
+        Some(_) => hlat::sharded_checkpoint::read_ranks(&hlat, degree, model_dir)
+            .and_then(|shards| shards.write(hlat.config(), tokenizer, model_dir)),
+        None => {
+            hlat::checkpoint::save_native_with_tokenizer(&hlat, hlat.config(), tokenizer, model_dir)
+        }
+    }
+    .map_err(model_error)
 }
 
 impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
