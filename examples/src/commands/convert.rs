@@ -1,15 +1,18 @@
 //! `hlat convert`: between Hugging Face folders and native checkpoints, whole or sharded by
-//! tensor-parallel rank (a sharded checkpoint read with `--from` is joined; `--tp N` splits the
-//! output into N rank files).
+//! tensor-parallel rank and pipeline stage (a sharded checkpoint read with `--from` is joined;
+//! `--tp N` splits the output into N rank files, `--pp N` into N stages of `--tp` rank files
+//! each).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use burn_trainium::Trainium;
+use burn_trainium::collective::ReplicaGroups;
 use clap::Args;
 use hlat::checkpoint::{load_any, save_native_with_tokenizer};
 use hlat::hf::{ExportOptions, WeightDtype, export_hf, find_tokenizer, import_hf};
-use hlat::sharded_checkpoint::save_split;
+use hlat::pipeline::PipelineParallel;
+use hlat::sharded_checkpoint::{StageLayout, save_split, save_stages};
 
 /// Arguments of `hlat convert`.
 #[derive(Args)]
@@ -17,8 +20,8 @@ pub struct ConvertArgs {
     /// Hugging Face folder to read (`llama`, `mistral`, `qwen2` or `qwen3`).
     #[arg(long, conflicts_with = "from", required_unless_present = "from")]
     pub from_hf: Option<PathBuf>,
-    /// Native checkpoint, whole or sharded by tensor-parallel rank (joined), or training run
-    /// folder (its newest checkpoint), to read.
+    /// Native checkpoint, whole or sharded by tensor-parallel rank and pipeline stage (joined),
+    /// or training run folder (its newest checkpoint), to read.
     #[arg(long)]
     pub from: Option<PathBuf>,
     /// New native checkpoint folder to write.
@@ -31,6 +34,19 @@ pub struct ConvertArgs {
     /// run checkpoints it (1: one whole file).
     #[arg(long, value_name = "N", requires = "to", value_parser = super::ranges::at_least_one::<usize>())]
     pub tp: Option<usize>,
+    /// Write the native checkpoint as N pipeline stages (each as --tp rank files), as a `hlat
+    /// pretrain --pp N` run checkpoints it: a stage's files hold its layers, the first stage's
+    /// the embedding, the last stage's the final norm and the LM head (1: no stages).
+    #[arg(long, value_name = "N", requires = "to", value_parser = super::ranges::at_least_one::<usize>())]
+    pub pp: Option<usize>,
+    /// Layers of each stage (of each virtual stage with --virtual-stages), in order, e.g.
+    /// `--pp-layers 9,10,10,11`; evenly cut by default.
+    #[arg(long, value_name = "L,L,...", value_delimiter = ',', requires = "pp")]
+    pub pp_layers: Option<Vec<usize>>,
+    /// Chunks of layers per stage, as `hlat pretrain --virtual-stages V` takes them (stage s
+    /// holds virtual stages s, p + s, ...).
+    #[arg(long, value_name = "V", requires = "pp", value_parser = super::ranges::at_least_one::<usize>())]
+    pub virtual_stages: Option<usize>,
     /// Element type of the written weights: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     pub dtype: WeightDtype,
@@ -60,20 +76,40 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
                 "{}: already exists; choose a new output folder",
                 out.display()
             );
-            match args.tp.unwrap_or(1) {
-                0 => anyhow::bail!("--tp 0: the tensor-parallel degree must be at least 1"),
-                1 => {
+            let stages = args.pp.unwrap_or(1);
+            anyhow::ensure!(
+                stages > 1 || (args.pp_layers.is_none() && args.virtual_stages.is_none()),
+                "--pp-layers and --virtual-stages need --pp above 1"
+            );
+            let written =
+                |what: String| println!("wrote native checkpoint {}{what}", out.display());
+            match (stages, args.tp.unwrap_or(1)) {
+                (_, 0) => anyhow::bail!("--tp 0: the tensor-parallel degree must be at least 1"),
+                (1, 1) => {
                     save_native_with_tokenizer(&model, model.config(), tokenizer.as_ref(), out)
                         .with_context(|| format!("writing {}", out.display()))?;
-                    println!("wrote native checkpoint {}", out.display());
+                    written(String::new());
                 }
-                degree => {
+                (1, degree) => {
                     save_split(&model, degree, tokenizer.as_ref(), out)
                         .with_context(|| format!("writing {}", out.display()))?;
-                    println!(
-                        "wrote native checkpoint {} as {degree} tensor-parallel rank files",
-                        out.display()
-                    );
+                    written(format!(" as {degree} tensor-parallel rank files"));
+                }
+                (stages, degree) => {
+                    let pipeline = pipeline_stages(
+                        stages,
+                        model.config().num_layers,
+                        args.pp_layers.clone(),
+                        args.virtual_stages.unwrap_or(1),
+                    )?;
+                    let layout = StageLayout::of_pipeline(&pipeline, degree);
+                    let layers = layout.stage_layers.clone();
+                    save_stages(&model, layout, tokenizer.as_ref(), out)
+                        .with_context(|| format!("writing {}", out.display()))?;
+                    written(format!(
+                        " as {stages} pipeline stages (layers {layers:?}) of {degree} \
+                         tensor-parallel rank files each"
+                    ));
                 }
             }
         }
@@ -88,6 +124,26 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("give --to DIR or --to-hf DIR"),
     }
     Ok(())
+}
+
+/// `num_layers` layers cut into `stages` stages of `virtual_stages` chunks each, as `hlat pretrain
+/// --pp` cuts them: as `layers` lists them, or evenly.
+fn pipeline_stages(
+    stages: usize,
+    num_layers: usize,
+    layers: Option<Vec<usize>>,
+    virtual_stages: usize,
+) -> anyhow::Result<PipelineParallel> {
+    let groups = ReplicaGroups::all(stages);
+    let parts = stages * virtual_stages;
+    match layers {
+        Some(layers) => PipelineParallel::with_layers(groups, layers, num_layers, virtual_stages),
+        None if num_layers < parts => Err(format!(
+            "{num_layers} layers cannot fill {parts} pipeline stages"
+        )),
+        None => PipelineParallel::even(groups, num_layers, virtual_stages),
+    }
+    .map_err(anyhow::Error::msg)
 }
 
 /// Parses `5GB` (10^9), `500MB`, `2GiB` (2^30), `64KB` or a plain byte count.
