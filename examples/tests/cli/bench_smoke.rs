@@ -229,6 +229,110 @@ fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
     assert!(stderr.contains("--seq-len 3"), "{stderr}");
 }
 
+/// `--pp 2 --micro-batches 1,2` trains on xla:0-1 and prints a row per micro-batch count, each
+/// next to the bubble two 1F1B stages predict, (p - 1) / (m + p - 1): 1/2 and 1/3 (timings are
+/// not asserted). `ndarray`, a single device, is refused without stopping the others.
+#[test]
+fn bench_train_measures_each_micro_batch_count_next_to_the_predicted_bubble() {
+    require_plugin();
+    let folder = tempfile::tempdir().unwrap();
+    let output = hlat(
+        &[
+            "bench",
+            "train",
+            "--preset",
+            "hlat-test",
+            "--backends",
+            "xla,ndarray",
+            "--pp",
+            "2",
+            "--micro-batches",
+            "1,2",
+            "--warmup",
+            "1",
+            "--steps",
+            "2",
+            "--batch",
+            "1",
+            "--seq-len",
+            "8",
+            "--peak-flops",
+            "1e11",
+            "--json",
+            "pipeline.json",
+        ],
+        folder.path(),
+    );
+    succeeded(&output);
+    let table = String::from_utf8_lossy(&output.stdout);
+    // | backend | micro-batches | batch × seq | median step | per micro-batch | predicted bubble |
+    // measured vs best | predicted (1 − bubble) vs best |
+    let cells = |count: &str| -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|line| line.starts_with(&format!("| xla | {count} |")))
+            .unwrap_or_else(|| panic!("no row of {count} micro-batches:\n{table}"));
+        line.split('|')
+            .map(|cell| cell.trim().to_string())
+            .collect()
+    };
+    for (count, bubble) in [("1", "0.5000"), ("2", "0.3333")] {
+        let row = cells(count);
+        assert_eq!(row.len(), 10, "{row:?}");
+        assert_eq!(row[6], bubble, "{row:?}\n{table}");
+    }
+    assert!(
+        table.contains("Pipeline: 2 stages, schedule 1f1b"),
+        "{table}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.path().join("pipeline.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        report["micro_batches"],
+        serde_json::json!([1, 2]),
+        "{report}"
+    );
+    assert_eq!(report["pipeline"]["stages"], 2, "{report}");
+    assert_eq!(
+        report["pipeline"]["layers_per_stage"],
+        serde_json::json!([1, 1]),
+        "{report}"
+    );
+    let results = report["results"].as_array().unwrap();
+    let rows: Vec<(u64, u64, u64)> = results
+        .iter()
+        .map(|result| {
+            (
+                result["micro_batches"].as_u64().unwrap(),
+                result["batch"].as_u64().unwrap(),
+                result["pipeline_stages"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, [(1, 1, 2), (2, 2, 2)], "{report}");
+    let mut best = 0.0f64;
+    for result in results {
+        assert!(
+            result["final_loss"].as_f64().unwrap().is_finite(),
+            "{result}"
+        );
+        // Both programs compile in the warmup round, which runs every count.
+        assert_eq!(result["timed_compiles"], 0, "{result}");
+        let measured = result["measured_efficiency"].as_f64().unwrap();
+        assert!(measured > 0.0 && measured <= 1.0, "{result}");
+        best = best.max(measured);
+    }
+    assert_eq!(best, 1.0, "{report}");
+    let failures = report["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "{report}");
+    assert_eq!(failures[0][0], "ndarray", "{report}");
+    assert!(
+        failures[0][1].as_str().unwrap().contains("single device"),
+        "{report}"
+    );
+}
+
 /// Generation compiles a fixed set of programs on `xla`, all during the warmup, and every
 /// backend reports both phases.
 #[test]

@@ -57,12 +57,16 @@ pub fn machine_description() -> String {
 
 /// The results as a Markdown table, with tokens/s ratios against the report's baseline.
 pub fn train_table(report: &TrainReport) -> String {
-    // The baseline at the same sequence length.
-    let baseline_of = |seq_len: usize| {
+    // The baseline at the same sequence length and micro-batch count.
+    let baseline_of = |measured: &TrainMeasurement| {
         report
             .results
             .iter()
-            .find(|result| result.backend == report.baseline && result.seq_len == seq_len)
+            .find(|result| {
+                result.backend == report.baseline
+                    && result.seq_len == measured.seq_len
+                    && result.micro_batches == measured.micro_batches
+            })
             .map(|result| result.tokens_per_second)
     };
     let mut table = String::from(
@@ -70,7 +74,7 @@ pub fn train_table(report: &TrainReport) -> String {
          | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for result in &report.results {
-        let ratio = baseline_of(result.seq_len)
+        let ratio = baseline_of(result)
             .map(|base| format!("{:.2}×", result.tokens_per_second / base))
             .unwrap_or_else(|| "n/a".to_string());
         let mfu = result
@@ -107,6 +111,63 @@ pub fn train_table(report: &TrainReport) -> String {
     table
 }
 
+/// With `--micro-batches`, the step time of each micro-batch count next to the bubble the
+/// pipeline schedule predicts: time per micro-batch, and both as ratios against the backend's
+/// best row (the least time per micro-batch): measured, that time over the row's; predicted,
+/// the row's `1 - bubble` over the best row's (what the ratio would be were the bubble all that
+/// changes with the micro-batch count).
+pub fn micro_batch_table(report: &TrainReport) -> String {
+    let mut table = match &report.pipeline {
+        Some(pipeline) => {
+            let layers: Vec<String> = pipeline
+                .layers_per_stage
+                .iter()
+                .map(usize::to_string)
+                .collect();
+            format!(
+                "Pipeline: {} stages, schedule {}{}, layers per stage {}; predicted bubble \
+                 (p − 1) / (m·V + p − 1) for m micro-batches of {} × {} tokens.\n\n",
+                pipeline.stages,
+                pipeline.schedule,
+                if pipeline.virtual_stages > 1 {
+                    format!(" ({} virtual stages)", pipeline.virtual_stages)
+                } else {
+                    String::new()
+                },
+                layers.join(", "),
+                report.batch,
+                report.seq_len
+            )
+        }
+        None => format!(
+            "No pipeline (no --pp): the bubble is 0; m micro-batches of {} × {} tokens.\n\n",
+            report.batch, report.seq_len
+        ),
+    };
+    table.push_str(
+        "| backend | micro-batches | batch × seq | median step | per micro-batch | predicted bubble | measured vs best | predicted (1 − bubble) vs best |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    let ratio = |value: Option<f64>| value.map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}"));
+    for result in &report.results {
+        let _ = writeln!(
+            table,
+            "| {} | {} | {} × {} | {:.1} ms | {:.1} ms | {:.4} | {} | {} |",
+            result.backend,
+            result.micro_batches,
+            result.batch,
+            result.seq_len,
+            result.median_step_seconds * 1e3,
+            result.seconds_per_micro_batch * 1e3,
+            result.predicted_bubble,
+            ratio(result.measured_efficiency),
+            ratio(result.predicted_efficiency)
+        );
+    }
+    failure_rows(&mut table, &report.failures, 8);
+    table
+}
+
 /// The peak resident memory a backend's steps added beyond what it held before the first step
 /// (`None` where the start was not measured). The peak is the one from the start on where known
 /// (the Rust backends), else the process's (the peers, which do nothing heavier before it).
@@ -130,11 +191,17 @@ fn memory_growth(report: &TrainReport) -> String {
     if shortest == longest {
         return String::new();
     }
+    // With several micro-batch counts, the first one's rows.
+    let micro_batches = report.micro_batches.first().copied().unwrap_or(1);
     let beyond_at = |backend: &str, seq_len: usize| {
         report
             .results
             .iter()
-            .find(|result| result.backend == backend && result.seq_len == seq_len)
+            .find(|result| {
+                result.backend == backend
+                    && result.seq_len == seq_len
+                    && result.micro_batches == micro_batches
+            })
             .and_then(beyond_start)
     };
     let mut lines = format!(
@@ -318,6 +385,16 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
          steps, then the median of {} timed steps, each ending once the device has finished.",
         report.batch, report.seq_len, report.precision, report.warmup, report.steps
     );
+    if !report.micro_batches.is_empty() {
+        let counts: Vec<String> = report.micro_batches.iter().map(usize::to_string).collect();
+        let _ = writeln!(
+            page,
+            "- Micro-batches: {} per step, each a micro-batch of the shape above (gradients \
+             accumulated); one worker per backend trains them all, alternating the counts step \
+             by step.",
+            counts.join(", ")
+        );
+    }
     let _ = writeln!(
         page,
         "- MFU: {:.3e} training FLOPs per token (6·N + 12·L·H·T) × tokens/s ÷ peak; {}.",
@@ -338,6 +415,10 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
         report.baseline
     );
     page.push_str(&train_table(report));
+    if !report.micro_batches.is_empty() {
+        page.push('\n');
+        page.push_str(&micro_batch_table(report));
+    }
     let _ = writeln!(page, "\nWhat ran:\n");
     for result in &report.results {
         let probe = result.matmul_peak.map_or_else(String::new, |probe| {
@@ -419,11 +500,13 @@ fn draw_tokens_per_second(report: &TrainReport, path: &Path) -> anyhow::Result<(
             colours[index % colours.len()],
         );
         let centre = (x0 + x1) as f32 / 2.0;
-        let name = if report.seq_lens.len() > 1 {
-            format!("{} @{}", result.backend, result.seq_len)
-        } else {
-            result.backend.clone()
-        };
+        let mut name = result.backend.clone();
+        if report.seq_lens.len() > 1 {
+            let _ = write!(name, " @{}", result.seq_len);
+        }
+        if report.micro_batches.len() > 1 {
+            let _ = write!(name, " m{}", result.micro_batches);
+        }
         canvas.text(
             &font,
             &name,

@@ -4,13 +4,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::backend::{Autodiff, Flex, NdArray};
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn_trainium::{MAX_REPLICAS, Stats, Trainium, TrainiumDevice};
 use clap::Args;
 use hlat::HlatConfig;
+use hlat::pipeline::{PipelineParallel, PipelineSchedule, bubble_fraction};
 use hlat_train::config::TrainConfig;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::TrainingBackend;
-use hlat_train::precision::{Precision, cast_params};
+use hlat_train::precision::cast_params;
 use hlat_train::schedule::WarmupCosine;
 use hlat_train::step::{LanguageModel, LmBatch};
 use hlat_train::trainer::Trainer;
@@ -24,6 +25,7 @@ use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerStep};
 use super::report;
 use crate::commands::micros_per;
+use crate::commands::pipeline_args::PipelineArgs;
 
 /// Arguments of `hlat bench train`.
 #[derive(Args, Clone)]
@@ -31,7 +33,7 @@ pub struct TrainBenchArgs {
     /// The model and the backends compared.
     #[command(flatten)]
     pub comparison: Comparison,
-    /// Sequences per step (at the first `--seq-len`).
+    /// Sequences per step (at the first `--seq-len`); with `--micro-batches`, per micro-batch.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
     /// Tokens per sequence; a comma-separated list measures each length with the same tokens
@@ -64,6 +66,16 @@ pub struct TrainBenchArgs {
     /// The Python interpreter of the peers.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// The layers cut into pipeline stages over the replicas of each backend's device
+    /// (`--pp 2` on `xla` trains on xla:0-1), as `hlat pretrain` does.
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Micro-batch counts to measure side by side, comma-separated (e.g. `1,2,4,8`): each is a
+    /// row, whose optimizer step accumulates that many micro-batches of `--batch` sequences
+    /// (the pipeline's m), with the bubble its schedule predicts. One worker per backend
+    /// alternates the rows step by step.
+    #[arg(long, value_name = "M,M,...", value_delimiter = ',', value_parser = crate::commands::ranges::at_least_one::<usize>())]
+    pub micro_batches: Option<Vec<usize>>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "bench-train.json")]
     pub json: PathBuf,
@@ -108,6 +120,84 @@ impl TrainBenchArgs {
     fn steps(&self) -> usize {
         self.steps as usize
     }
+
+    /// The micro-batch counts measured: `--micro-batches`, else one.
+    fn micro_batch_counts(&self) -> Vec<usize> {
+        self.micro_batches.clone().unwrap_or_else(|| vec![1])
+    }
+
+    /// Replicas of each backend's device: one per pipeline stage.
+    fn replicas(&self) -> usize {
+        self.pipeline.pp.unwrap_or(1)
+    }
+
+    /// The recipe of a step of `micro_batches` micro-batches of `batch` sequences of `seq_len`
+    /// tokens: `hlat pretrain`'s defaults with this bench's precision and pipeline flags, checked
+    /// as `hlat pretrain` checks them.
+    fn recipe(
+        &self,
+        seq_len: usize,
+        batch: usize,
+        micro_batches: usize,
+    ) -> anyhow::Result<TrainConfig> {
+        let mut recipe = TrainConfig::default();
+        self.pipeline.apply(&mut recipe);
+        recipe.precision = self.precision.parse().map_err(anyhow::Error::msg)?;
+        recipe.seq_len = seq_len;
+        recipe.micro_batch_rows = batch;
+        recipe.batch_tokens = micro_batches * batch * seq_len;
+        recipe.validate()?;
+        Ok(recipe)
+    }
+}
+
+/// How `recipe`'s layout cuts the layers of `config` into pipeline stages (`None` without
+/// `--pp`), as `hlat pretrain` cuts them.
+fn pipeline_stages(
+    config: &HlatConfig,
+    recipe: &TrainConfig,
+) -> anyhow::Result<Option<PipelineParallel>> {
+    recipe
+        .layout()
+        .pipeline_parallel(
+            config.num_layers,
+            recipe.pipeline_layers.clone(),
+            recipe.virtual_stages,
+        )
+        .map_err(|reason| anyhow::anyhow!("--pp: {reason}"))
+}
+
+/// The bubble `pipeline`'s schedule predicts for `micro_batches` micro-batches (0 unpipelined).
+fn predicted_bubble(pipeline: Option<&PipelineParallel>, micro_batches: usize) -> f64 {
+    pipeline.map_or(0.0, |pipeline| {
+        bubble_fraction(pipeline.stages(), pipeline.virtual_stages, micro_batches)
+    })
+}
+
+/// The pipeline stages a report measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineBench {
+    /// Pipeline stages `p` (replicas of each backend's device).
+    pub stages: usize,
+    /// The schedule the stages run.
+    pub schedule: PipelineSchedule,
+    /// Chunks of layers per stage (`V`; 1 for 1F1B).
+    pub virtual_stages: usize,
+    /// Decoder layers each stage holds.
+    pub layers_per_stage: Vec<usize>,
+}
+
+impl PipelineBench {
+    fn of(pipeline: &PipelineParallel) -> Self {
+        Self {
+            stages: pipeline.stages(),
+            schedule: pipeline.schedule(),
+            virtual_stages: pipeline.virtual_stages,
+            layers_per_stage: (0..pipeline.stages())
+                .map(|stage| pipeline.stage_layers(stage).len())
+                .collect(),
+        }
+    }
 }
 
 /// One backend's (or peer's) measurement of the training step.
@@ -117,10 +207,31 @@ pub struct TrainMeasurement {
     pub backend: String,
     /// Tokens per sequence of the step measured.
     pub seq_len: usize,
-    /// Sequences per step.
+    /// Sequences per step (over all its micro-batches).
     pub batch: usize,
+    /// Micro-batches the step accumulates (the pipeline's m).
+    #[serde(default = "one")]
+    pub micro_batches: usize,
+    /// Pipeline stages of the model (1: not pipelined).
+    #[serde(default = "one")]
+    pub pipeline_stages: usize,
+    /// The bubble the pipeline schedule predicts for this step: `(p - 1) / (m·V + p - 1)` (0
+    /// unpipelined).
+    #[serde(default)]
+    pub predicted_bubble: f64,
     /// Median seconds per training step.
     pub median_step_seconds: f64,
+    /// The median step over its micro-batches.
+    #[serde(default)]
+    pub seconds_per_micro_batch: f64,
+    /// With `--micro-batches`: the backend's best seconds per micro-batch (over the rows at this
+    /// length) divided by this row's (1 for the best row; set by the parent).
+    #[serde(default)]
+    pub measured_efficiency: Option<f64>,
+    /// With `--micro-batches`: this row's `1 - bubble` divided by that of the backend's best row
+    /// (what the schedule predicts for `measured_efficiency`; set by the parent).
+    #[serde(default)]
+    pub predicted_efficiency: Option<f64>,
     /// Tokens processed per second at the median step time.
     pub tokens_per_second: f64,
     /// Model FLOPs utilisation against the report's peak (set by the parent).
@@ -165,6 +276,10 @@ pub struct TrainMeasurement {
     pub version: String,
 }
 
+fn one() -> usize {
+    1
+}
+
 /// A full `hlat bench train` run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainReport {
@@ -182,6 +297,13 @@ pub struct TrainReport {
     pub seq_len: usize,
     /// Every length measured, with the same tokens per step.
     pub seq_lens: Vec<usize>,
+    /// The micro-batch counts measured with `--micro-batches` (empty without it: one micro-batch
+    /// of `batch` sequences).
+    #[serde(default)]
+    pub micro_batches: Vec<usize>,
+    /// The pipeline stages (with `--pp`).
+    #[serde(default)]
+    pub pipeline: Option<PipelineBench>,
     /// Untimed steps per backend.
     pub warmup: usize,
     /// Timed steps per backend.
@@ -211,21 +333,73 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
         let backend = worker_backend(&args.comparison.backends)?;
         return emit_result(&measure_backend(backend, &config, &args)?);
     }
+    let layouts = args.layouts()?;
+    // Every step's recipe is checked before any worker starts.
+    for &(seq_len, batch) in &layouts {
+        for micro_batches in args.micro_batch_counts() {
+            args.recipe(seq_len, batch, micro_batches)?;
+        }
+    }
+    let pipeline = pipeline_stages(&config, &args.recipe(args.seq_len(), args.batch(), 1)?)?;
+    let one_device_step = args.micro_batches.is_none() && pipeline.is_none();
+    anyhow::ensure!(
+        one_device_step || !(args.with_pytorch || args.with_jax),
+        "--with-pytorch and --with-jax measure one device and one micro-batch: leave them out \
+         with --pp or --micro-batches"
+    );
+    // Only Trainium's devices stand for several replicas.
+    let (backends, refused): (Vec<BackendName>, Vec<BackendName>) =
+        backends::parse_backends(&args.comparison.backends)?
+            .into_iter()
+            .partition(|&backend| {
+                args.replicas() == 1
+                    || matches!(
+                        backend,
+                        BackendName::TrainiumHost | BackendName::TrainiumXla
+                    )
+            });
     let mut results = Vec::new();
-    let mut failures = Vec::new();
-    for (seq_len, batch) in args.layouts()? {
+    let mut failures: backends::Failures = refused
+        .iter()
+        .map(|backend| {
+            (
+                backend.name().to_string(),
+                format!(
+                    "--pp {} needs {} replicas of one device, and {backend} is a single device \
+                     (use host or xla)",
+                    args.replicas(),
+                    args.replicas()
+                ),
+            )
+        })
+        .collect();
+    let backends = backends
+        .iter()
+        .map(|backend| backend.name())
+        .collect::<Vec<_>>()
+        .join(",");
+    for (seq_len, batch) in layouts {
         let overrides = [
             ("--seq-len", seq_len.to_string()),
             ("--batch", batch.to_string()),
         ];
-        let (measured, failed) = backends::measure_each::<TrainMeasurement>(
-            &args.comparison.backends,
-            &overrides,
-            &format!("the training step ({batch} × {seq_len} tokens)"),
-        )?;
-        results.extend(measured);
-        failures.extend(failed);
+        if !backends.is_empty() {
+            let steps = match &args.micro_batches {
+                Some(counts) => format!(
+                    "the training step ({counts:?} micro-batches of {batch} × {seq_len} tokens, \
+                     alternated)"
+                ),
+                None => format!("the training step ({batch} × {seq_len} tokens)"),
+            };
+            let (measured, failed) =
+                backends::measure_each::<Vec<TrainMeasurement>>(&backends, &overrides, &steps)?;
+            results.extend(measured.into_iter().flatten());
+            failures.extend(failed);
+        }
         measure_peers(&args, &config, seq_len, batch, &mut results, &mut failures);
+    }
+    if args.micro_batches.is_some() {
+        set_efficiencies(&mut results);
     }
     let probes: Vec<(String, PeakProbe)> = results
         .iter()
@@ -251,6 +425,8 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
         batch: args.batch(),
         seq_len: args.seq_len(),
         seq_lens: args.seq_len.iter().map(|&length| length as usize).collect(),
+        micro_batches: args.micro_batches.clone().unwrap_or_default(),
+        pipeline: pipeline.as_ref().map(PipelineBench::of),
         warmup: args.warmup,
         steps: args.steps(),
         flops_per_token,
@@ -261,12 +437,41 @@ pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
         machine: report::machine_description(),
         build: report::build_description(),
     };
-    report::publish(&report::train_table(&report), &report, &args.json)?;
+    let mut table = report::train_table(&report);
+    if !report.micro_batches.is_empty() {
+        table.push('\n');
+        table.push_str(&report::micro_batch_table(&report));
+    }
+    report::publish(&table, &report, &args.json)?;
     if let Some(path) = &args.report {
         report::write_train_report(&report, path)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Sets each row's measured and predicted efficiency against the best row (the least time per
+/// micro-batch) of its backend at its length.
+fn set_efficiencies(results: &mut [TrainMeasurement]) {
+    let best: Vec<Option<(f64, f64)>> = results
+        .iter()
+        .map(|result| {
+            results
+                .iter()
+                .filter(|other| other.backend == result.backend && other.seq_len == result.seq_len)
+                .min_by(|a, b| {
+                    a.seconds_per_micro_batch
+                        .total_cmp(&b.seconds_per_micro_batch)
+                })
+                .map(|best| (best.seconds_per_micro_batch, best.predicted_bubble))
+        })
+        .collect();
+    for (result, best) in results.iter_mut().zip(best) {
+        if let Some((seconds, bubble)) = best {
+            result.measured_efficiency = Some(seconds / result.seconds_per_micro_batch);
+            result.predicted_efficiency = Some((1.0 - result.predicted_bubble) / (1.0 - bubble));
+        }
+    }
 }
 
 /// Runs the PyTorch and JAX peers asked for on `batch` sequences of `seq_len` tokens.
@@ -300,7 +505,13 @@ fn measure_peers(
                 backend: framework.name().to_string(),
                 seq_len,
                 batch,
+                micro_batches: 1,
+                pipeline_stages: 1,
+                predicted_bubble: 0.0,
                 median_step_seconds: peer.median_step_seconds,
+                seconds_per_micro_batch: peer.median_step_seconds,
+                measured_efficiency: None,
+                predicted_efficiency: None,
                 tokens_per_second: (batch * seq_len) as f64 / peer.median_step_seconds,
                 mfu: None,
                 warmup_compiles: peer.compiles,
@@ -330,18 +541,56 @@ fn measure_backend(
     backend: BackendName,
     config: &HlatConfig,
     args: &TrainBenchArgs,
-) -> anyhow::Result<TrainMeasurement> {
+) -> anyhow::Result<Vec<TrainMeasurement>> {
+    // A pipelined step runs on as many replicas of the device as it has stages; the matmul peak
+    // is measured on the first alone.
+    let replicas = u16::try_from(args.replicas())
+        .ok()
+        .filter(|&replicas| replicas <= MAX_REPLICAS)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--pp {}: a device stands for 1 to {MAX_REPLICAS} replicas",
+                args.replicas()
+            )
+        })?;
+    let single = |name: &str| {
+        anyhow::ensure!(
+            replicas == 1,
+            "--pp {replicas}: {name} is a single device (use host or xla)"
+        );
+        Ok(())
+    };
     match backend {
         BackendName::TrainiumHost => {
-            measure::<Autodiff<Trainium>>(backend, TrainiumDevice::HOST, config, args)
+            let first = TrainiumDevice::HOST;
+            let device = first.with_replicas(replicas);
+            measure::<Autodiff<Trainium>>(backend, device, first, config, args)
         }
         BackendName::TrainiumXla => {
-            measure::<Autodiff<Trainium>>(backend, backends::xla_device()?, config, args)
+            let first = backends::xla_device()?;
+            let device = first.with_replicas(replicas);
+            measure::<Autodiff<Trainium>>(backend, device, first, config, args)
         }
         BackendName::NdArray => {
-            measure::<Autodiff<NdArray>>(backend, Default::default(), config, args)
+            single("ndarray")?;
+            measure::<Autodiff<NdArray>>(
+                backend,
+                Default::default(),
+                Default::default(),
+                config,
+                args,
+            )
         }
-        BackendName::Flex => measure::<Autodiff<Flex>>(backend, Default::default(), config, args),
+        BackendName::Flex => {
+            single("flex")?;
+            measure::<Autodiff<Flex>>(
+                backend,
+                Default::default(),
+                Default::default(),
+                config,
+                args,
+            )
+        }
     }
 }
 
@@ -356,25 +605,89 @@ pub fn load_config(preset: &str) -> anyhow::Result<HlatConfig> {
     Ok(config)
 }
 
+/// What the Trainium counters moved by over some steps.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counted {
+    compiles: u64,
+    compile_seconds: f64,
+    host_fallbacks: u64,
+    operations: u64,
+    capture_seconds: f64,
+    prepare_seconds: f64,
+    segments: u64,
+}
+
+impl Counted {
+    /// Adds what the counters moved by from `before` to `after`.
+    fn add(&mut self, before: &Stats, after: &Stats) {
+        self.compiles += after.compiles - before.compiles;
+        self.compile_seconds += after.compile_seconds - before.compile_seconds;
+        self.host_fallbacks += after.host_fallbacks - before.host_fallbacks;
+        self.operations += after.operations_captured - before.operations_captured;
+        self.capture_seconds += after.capture_seconds - before.capture_seconds;
+        self.prepare_seconds += after.prepare_seconds - before.prepare_seconds;
+        self.segments += after.segments_run - before.segments_run;
+    }
+}
+
+/// One row of a worker: a micro-batch count, its data and what its steps measured.
+struct Row {
+    micro_batches: usize,
+    /// `micro_batches × batch` rows of `seq_len + 1` tokens.
+    rows: Vec<Vec<u32>>,
+    step_seconds: Vec<f64>,
+    warmup: Counted,
+    timed: Counted,
+    final_loss: f64,
+}
+
+/// Measures the training step on `device` (`probe_device`: where the matmul peak is measured),
+/// one row per micro-batch count. One trainer runs every row: each round of steps takes each
+/// row once, starting one row further each round, so that the rows share the machine's state
+/// (load, clocks, caches) as evenly as they can.
 fn measure<B: TrainingBackend>(
     backend: BackendName,
     device: B::Device,
+    probe_device: B::Device,
     config: &HlatConfig,
     args: &TrainBenchArgs,
-) -> anyhow::Result<TrainMeasurement>
+) -> anyhow::Result<Vec<TrainMeasurement>>
 where
     B::Device: 'static,
 {
-    let precision: Precision = args.precision.parse().map_err(anyhow::Error::msg)?;
+    let counts = args.micro_batch_counts();
+    let (seq_len, batch) = (args.seq_len(), args.batch());
+    let recipe = args.recipe(seq_len, batch, counts[0])?;
+    let precision = recipe.precision;
+    let layout = recipe.layout();
     let matmul_peak = match args.peak_flops {
         Some(_) => None,
-        None => Some(peak::probe::<B::InnerBackend>(&device)?),
+        None => Some(peak::probe::<B::InnerBackend>(&probe_device)?),
     };
-    let probe_stats = trainium_stats(&device).unwrap_or_default();
     B::seed(&device, 7);
     let model = cast_params(config.try_init::<B>(&device)?, precision.param_dtype());
-    let recipe = TrainConfig::default();
-    let total_steps = (args.warmup + args.steps()) as u64;
+    // The model split as `hlat pretrain` splits it (trainer/src/pretrain/setup.rs).
+    let model = LanguageModel::new(model, precision.compute_cast());
+    let pipeline = pipeline_stages(config, &recipe)?;
+    let hlat = match &pipeline {
+        Some(pipeline) => model
+            .hlat
+            .into_stages(pipeline)
+            .map_err(|reason| anyhow::anyhow!("--pp-layers: {reason}"))?,
+        None => model.hlat,
+    };
+    let stages = pipeline.as_ref().map_or(1, PipelineParallel::stages);
+    let bubbles: Vec<f64> = counts
+        .iter()
+        .map(|&count| predicted_bubble(pipeline.as_ref(), count))
+        .collect();
+    let model = LanguageModel {
+        hlat,
+        checkpointing: recipe.activation_checkpointing,
+        pipeline,
+        ..model
+    };
+    let total_steps = ((args.warmup + args.steps()) * counts.len()) as u64;
     // The learning rate changes every step, as under HLAT's schedule.
     let schedule = WarmupCosine {
         peak: recipe.lr,
@@ -383,14 +696,33 @@ where
         min_ratio: recipe.min_lr_ratio,
     };
     let mut trainer = Trainer::new(
-        LanguageModel::new(model, precision.compute_cast()),
+        model,
         AdamWSettings::from_config(&recipe),
         schedule,
         recipe.clip_grad_norm,
         recipe.seed,
         recipe.max_consecutive_skips,
-    );
-    let rows = batch_rows(config.vocab_size, args.batch(), args.seq_len());
+    )
+    .with_layout(layout);
+    // The same data at the start of every row: its first micro-batch is the same.
+    let mut rows: Vec<Row> = counts
+        .iter()
+        .map(|&micro_batches| Row {
+            micro_batches,
+            rows: batch_rows(config.vocab_size, micro_batches * batch, seq_len),
+            step_seconds: Vec::new(),
+            warmup: Counted::default(),
+            timed: Counted::default(),
+            final_loss: f64::NAN,
+        })
+        .collect();
+    let upload = |rows: &[Vec<u32>]| {
+        if layout.replicas() == 1 {
+            LmBatch::from_rows(rows, &device)
+        } else {
+            LmBatch::for_layout(rows, &layout, &device)
+        }
+    };
     B::sync(&device)?;
     let resident_at_start_bytes = resident_bytes().unwrap_or(0);
     let peak_before_start = peak_resident_bytes().unwrap_or(0);
@@ -398,60 +730,68 @@ where
         log::warn!("the peak since the start is the whole process's: {error}");
     }
 
-    let mut step_seconds = Vec::new();
-    let mut final_loss = f64::NAN;
-    let mut timed_start = probe_stats;
-    for step in 0..args.warmup + args.steps() {
-        if step == args.warmup {
-            timed_start = trainium_stats(&device).unwrap_or_default();
-        }
-        let start = Instant::now();
-        // `train_step` reads the loss and gradient norm back; the sync runs the update too.
-        let report = trainer.train_step(vec![LmBatch::from_rows(&rows, &device)])?;
-        B::sync(&device)?;
-        final_loss = report.loss;
-        if step >= args.warmup {
-            step_seconds.push(start.elapsed().as_secs_f64());
+    for round in 0..args.warmup + args.steps() {
+        for offset in 0..rows.len() {
+            let index = (round + offset) % rows.len();
+            let row = &mut rows[index];
+            let before = trainium_stats(&device).unwrap_or_default();
+            let start = Instant::now();
+            let micro_batches = row.rows.chunks(batch).map(&upload).collect();
+            // `train_step` reads the loss and gradient norm back; the sync runs the update too.
+            let report = trainer.train_step(micro_batches)?;
+            B::sync(&device)?;
+            let seconds = start.elapsed().as_secs_f64();
+            let after = trainium_stats(&device).unwrap_or_default();
+            row.final_loss = report.loss;
+            if round < args.warmup {
+                row.warmup.add(&before, &after);
+            } else {
+                row.timed.add(&before, &after);
+                row.step_seconds.push(seconds);
+            }
         }
     }
     let peak_since_start = peak_resident_bytes().unwrap_or(0);
-    let median_step_seconds = median(&step_seconds);
-    let tokens_per_second = (args.batch() * args.seq_len()) as f64 / median_step_seconds;
-    let end = trainium_stats(&device).unwrap_or_default();
     backends::report_host_fallbacks(&device);
-    let start = timed_start;
-    let operations = end.operations_captured - start.operations_captured;
-    Ok(TrainMeasurement {
-        backend: backend.name().to_string(),
-        seq_len: args.seq_len(),
-        batch: args.batch(),
-        median_step_seconds,
-        tokens_per_second,
-        mfu: None,
-        warmup_compiles: start.compiles - probe_stats.compiles,
-        timed_compiles: end.compiles - start.compiles,
-        compile_seconds: end.compile_seconds - probe_stats.compile_seconds,
-        host_fallbacks: end.host_fallbacks - start.host_fallbacks,
-        operations_per_step: operations / args.steps,
-        capture_micros_per_operation: micros_per(
-            end.capture_seconds - start.capture_seconds,
-            operations,
-        ),
-        prepare_micros_per_segment: micros_per(
-            end.prepare_seconds - start.prepare_seconds,
-            end.segments_run - start.segments_run,
-        ),
-        warmup_prepare_micros_per_segment: micros_per(
-            start.prepare_seconds - probe_stats.prepare_seconds,
-            start.segments_run - probe_stats.segments_run,
-        ),
-        peak_rss_bytes: peak_before_start.max(peak_since_start),
-        resident_at_start_bytes,
-        peak_since_start_bytes: peak_since_start,
-        final_loss,
-        matmul_peak,
-        version: backend.description().to_string(),
-    })
+    Ok(rows
+        .into_iter()
+        .zip(bubbles)
+        .map(|(row, predicted_bubble)| {
+            let median_step_seconds = median(&row.step_seconds);
+            let (warmup, timed) = (row.warmup, row.timed);
+            TrainMeasurement {
+                backend: backend.name().to_string(),
+                seq_len,
+                batch: row.rows.len(),
+                micro_batches: row.micro_batches,
+                pipeline_stages: stages,
+                predicted_bubble,
+                median_step_seconds,
+                seconds_per_micro_batch: median_step_seconds / row.micro_batches as f64,
+                measured_efficiency: None,
+                predicted_efficiency: None,
+                tokens_per_second: (row.rows.len() * seq_len) as f64 / median_step_seconds,
+                mfu: None,
+                warmup_compiles: warmup.compiles,
+                timed_compiles: timed.compiles,
+                compile_seconds: warmup.compile_seconds + timed.compile_seconds,
+                host_fallbacks: timed.host_fallbacks,
+                operations_per_step: timed.operations / args.steps,
+                capture_micros_per_operation: micros_per(timed.capture_seconds, timed.operations),
+                prepare_micros_per_segment: micros_per(timed.prepare_seconds, timed.segments),
+                warmup_prepare_micros_per_segment: micros_per(
+                    warmup.prepare_seconds,
+                    warmup.segments,
+                ),
+                peak_rss_bytes: peak_before_start.max(peak_since_start),
+                resident_at_start_bytes,
+                peak_since_start_bytes: peak_since_start,
+                final_loss: row.final_loss,
+                matmul_peak,
+                version: backend.description().to_string(),
+            }
+        })
+        .collect())
 }
 
 /// Deterministic rows of `seq_len + 1` token ids for the benchmark batch.
