@@ -6,7 +6,7 @@ use burn_backend::backend::{Device, DeviceId, DeviceOps};
 use crate::BackendError;
 
 /// The environment variable that selects the default device (`host`, `xla:1`, `neuron:3`, ...).
-pub const DEVICE_ENV: &str = "TRAINIUM_DEVICE";
+pub const DEVICE_ENV: &str = crate::settings::DEVICE.name;
 
 /// Which executor runs the captured segments of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -114,7 +114,7 @@ impl TrainiumDevice {
 
     /// The device named by `TRAINIUM_DEVICE`, or `host:0` when it is unset or empty.
     pub fn from_env() -> Result<Self, BackendError> {
-        match std::env::var(DEVICE_ENV) {
+        match crate::settings::DEVICE.var() {
             Ok(value) if !value.trim().is_empty() => value.parse().map_err(|error| match error {
                 BackendError::InvalidDevice { value, reason } => BackendError::InvalidDevice {
                     value,

@@ -26,7 +26,7 @@ pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
 /// [`set_segment_cap`] sets one for a device): a positive number of operations. A step longer
 /// than the cap runs as several programs, each compiled on its own: compile time grows faster
 /// than the program, so smaller programs compile sooner (docs/performance.md, `hlat bench unrolled`).
-pub const SEGMENT_CAP_ENV: &str = "TRAINIUM_SEGMENT_CAP";
+pub const SEGMENT_CAP_ENV: &str = crate::settings::SEGMENT_CAP.name;
 
 /// The segment cap `TRAINIUM_SEGMENT_CAP` sets, if it is set (and not empty); read once per
 /// process (the cap is consulted at every captured operation).
@@ -36,7 +36,7 @@ fn segment_cap_from_env() -> Result<Option<usize>, BackendError> {
 }
 
 fn read_segment_cap_env() -> Result<Option<usize>, BackendError> {
-    let value = match std::env::var(SEGMENT_CAP_ENV) {
+    let value = match crate::settings::SEGMENT_CAP.var() {
         Ok(value) if !value.trim().is_empty() => value,
         Ok(_) | Err(std::env::VarError::NotPresent) => return Ok(None),
         Err(std::env::VarError::NotUnicode(value)) => {

@@ -39,12 +39,12 @@ use monitor::Monitor;
 pub use key_value::KEY_VALUE_PORT_OFFSET;
 
 /// How long [`join`] waits for every process (seconds), unless set.
-pub const JOIN_TIMEOUT_ENV: &str = "TRAINIUM_JOIN_TIMEOUT_S";
+pub const JOIN_TIMEOUT_ENV: &str = crate::settings::JOIN_TIMEOUT.name;
 /// How long one exchange between processes may take (seconds), unless set.
-pub const EXCHANGE_TIMEOUT_ENV: &str = "TRAINIUM_EXCHANGE_TIMEOUT_S";
+pub const EXCHANGE_TIMEOUT_ENV: &str = crate::settings::EXCHANGE_TIMEOUT.name;
 
-const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(300);
-const DEFAULT_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(crate) const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// This process's place in a job of several processes, as a launcher describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,8 +166,9 @@ pub fn join(peers: Peers) -> Result<(), DistributedError> {
             world_size: cluster.peers.world_size,
         });
     }
-    let join_timeout = seconds_from_env(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT)?;
-    let exchange_timeout = seconds_from_env(EXCHANGE_TIMEOUT_ENV, DEFAULT_EXCHANGE_TIMEOUT)?;
+    let join_timeout = seconds_from_env(&crate::settings::JOIN_TIMEOUT, DEFAULT_JOIN_TIMEOUT)?;
+    let exchange_timeout =
+        seconds_from_env(&crate::settings::EXCHANGE_TIMEOUT, DEFAULT_EXCHANGE_TIMEOUT)?;
     let cluster = Arc::new(Cluster::connect(peers, join_timeout, exchange_timeout)?);
     log::info!(
         "joined a job of {} processes as rank {} (rank 0 at {}:{})",
@@ -349,14 +350,18 @@ impl ReplicaSpan {
 }
 
 /// A duration in seconds read from `variable`, else `default`.
-fn seconds_from_env(variable: &str, default: Duration) -> Result<Duration, DistributedError> {
-    match std::env::var(variable) {
+fn seconds_from_env(
+    variable: &crate::settings::Variable,
+    default: Duration,
+) -> Result<Duration, DistributedError> {
+    let name = variable.name;
+    match variable.var() {
         Ok(text) => match text.trim().parse::<f64>() {
             Ok(seconds) if seconds > 0.0 && seconds.is_finite() => {
                 Ok(Duration::from_secs_f64(seconds))
             }
             _ => Err(DistributedError::Invalid(format!(
-                "{variable}={text} is not a positive number of seconds"
+                "{name}={text} is not a positive number of seconds"
             ))),
         },
         Err(_) => Ok(default),

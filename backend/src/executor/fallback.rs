@@ -10,7 +10,7 @@ use crate::{BackendError, TrainiumDevice};
 
 /// The environment variable choosing the [`HostFallback`] policy of the `xla` and `neuron`
 /// executors.
-pub const HOST_FALLBACK_ENV: &str = "TRAINIUM_HOST_FALLBACK";
+pub const HOST_FALLBACK_ENV: &str = crate::settings::HOST_FALLBACK.name;
 
 /// What an operation the lowering does not cover does on a compiled device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,7 +42,7 @@ impl FromStr for HostFallback {
 pub(crate) fn host_fallback_from_env() -> Result<HostFallback, BackendError> {
     static POLICY: OnceLock<Result<HostFallback, BackendError>> = OnceLock::new();
     POLICY
-        .get_or_init(|| match std::env::var(HOST_FALLBACK_ENV) {
+        .get_or_init(|| match crate::settings::HOST_FALLBACK.var() {
             Ok(value) if !value.trim().is_empty() => {
                 value
                     .parse()
@@ -78,7 +78,7 @@ pub(crate) fn host_fallback_of(device: &TrainiumDevice) -> HostFallback {
 /// host even though they have a lowering (comma-separated, as the fallback warnings and reports
 /// name them: `Module::Conv2d,Float::Exp`): for bisecting a result that differs between
 /// executors, and for trying the fallback policies.
-pub const HOST_OPERATIONS_ENV: &str = "TRAINIUM_HOST_OPERATIONS";
+pub const HOST_OPERATIONS_ENV: &str = crate::settings::HOST_OPERATIONS.name;
 
 /// The enums' names in operation kinds (`Module::Conv2d`) and the coverage table's enum each
 /// stands for.
@@ -132,7 +132,7 @@ pub(crate) fn host_operations_from_env() -> Result<(), BackendError> {
 /// `TRAINIUM_HOST_OPERATIONS`, read and parsed once.
 fn environment_host_operations() -> &'static Result<Vec<String>, BackendError> {
     static KINDS: OnceLock<Result<Vec<String>, BackendError>> = OnceLock::new();
-    KINDS.get_or_init(|| match std::env::var(HOST_OPERATIONS_ENV) {
+    KINDS.get_or_init(|| match crate::settings::HOST_OPERATIONS.var() {
         Ok(value) => parse_operation_kinds(&value).map_err(|reason| BackendError::InvalidSetting {
             variable: HOST_OPERATIONS_ENV,
             value,

@@ -113,11 +113,13 @@ pub(crate) fn python_site_packages() -> Vec<PathBuf> {
 
 /// `$XDG_CACHE_HOME`, else `~/.cache`.
 pub(crate) fn cache_home() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
+    crate::settings::XDG_CACHE_HOME
+        .var_os()
         .filter(|value| !value.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
-            std::env::var_os("HOME")
+            crate::settings::HOME
+                .var_os()
                 .filter(|value| !value.is_empty())
                 .map(|home| PathBuf::from(home).join(".cache"))
         })

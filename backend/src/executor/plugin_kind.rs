@@ -8,9 +8,10 @@
 use std::path::Path;
 
 /// The Neuron plugin's variable naming this process's index in the job.
-pub const NEURON_PROCESS_INDEX_ENV: &str = "NEURON_PJRT_PROCESS_INDEX";
+pub const NEURON_PROCESS_INDEX_ENV: &str = crate::settings::NEURON_PJRT_PROCESS_INDEX.name;
 /// The Neuron plugin's variable listing the NeuronCores of every process of the job.
-pub const NEURON_PROCESS_DEVICES_ENV: &str = "NEURON_PJRT_PROCESSES_NUM_DEVICES";
+pub const NEURON_PROCESS_DEVICES_ENV: &str =
+    crate::settings::NEURON_PJRT_PROCESSES_NUM_DEVICES.name;
 
 /// A family of PJRT plugins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

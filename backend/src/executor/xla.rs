@@ -22,17 +22,17 @@ use crate::lower::{Donation, LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
 
 /// The environment variable holding the path of the PJRT plugin (a shared library).
-pub const PLUGIN_ENV: &str = "TRAINIUM_PJRT_PLUGIN";
+pub const PLUGIN_ENV: &str = crate::settings::PJRT_PLUGIN.name;
 
 /// The environment variable setting how many devices the XLA CPU plugin creates.
-pub const CPU_DEVICES_ENV: &str = "TRAINIUM_PJRT_CPU_DEVICES";
+pub const CPU_DEVICES_ENV: &str = crate::settings::PJRT_CPU_DEVICES.name;
 
 /// The environment variable holding XLA compiler options for every program of the `xla`
 /// executor, `NAME=VALUE` pairs separated by commas (fields of XLA's `DebugOptions`, as JAX's
 /// `compiler_options`), e.g. `xla_cpu_use_fusion_emitters=false,xla_backend_optimization_level=0`.
 /// Unlike `XLA_FLAGS` they apply to this executor's compiles alone, and the persistent compile
 /// cache keys programs by them.
-pub const COMPILER_OPTIONS_ENV: &str = "TRAINIUM_XLA_COMPILER_OPTIONS";
+pub const COMPILER_OPTIONS_ENV: &str = crate::settings::XLA_COMPILER_OPTIONS.name;
 
 /// A program whose instructions produce at most this many elements each on average is one of
 /// small tensors ([`holds_small_tensors`]).
@@ -223,8 +223,8 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
     type Runtimes = HashMap<(PathBuf, bool), Arc<Runtime>>;
     static RUNTIMES: OnceLock<Mutex<Runtimes>> = OnceLock::new();
     let (path, cpu_devices) = settings(
-        std::env::var_os(PLUGIN_ENV),
-        std::env::var(CPU_DEVICES_ENV).ok(),
+        crate::settings::PJRT_PLUGIN.var_os(),
+        crate::settings::PJRT_CPU_DEVICES.value(),
     )?;
     let mut runtimes = RUNTIMES
         .get_or_init(Default::default)
@@ -267,7 +267,9 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         },
         client.devices().len()
     );
-    let options_text = std::env::var(COMPILER_OPTIONS_ENV).unwrap_or_default();
+    let options_text = crate::settings::XLA_COMPILER_OPTIONS
+        .var()
+        .unwrap_or_default();
     let compiler_options = parse_compiler_options(&options_text)?;
     if !compiler_options.is_empty() {
         // An unknown name would otherwise surface at the first segment, mid-job.
@@ -374,10 +376,11 @@ impl XlaTarget {
         let distributed = span.distributed();
         if let Some(distributed) = &distributed {
             let (path, _) = settings(
-                std::env::var_os(PLUGIN_ENV),
-                std::env::var(CPU_DEVICES_ENV).ok(),
+                crate::settings::PJRT_PLUGIN.var_os(),
+                crate::settings::PJRT_CPU_DEVICES.value(),
             )?;
-            let variable = |name: &str| std::env::var(name).ok();
+            let variable =
+                |name: &str| crate::settings::named(name).and_then(|known| known.value());
             if let Some(reason) = PluginKind::of(&path).job_environment_error(
                 distributed.node_id,
                 distributed.num_nodes,

@@ -13,11 +13,11 @@ use super::atomic_write::write_atomically;
 
 /// The environment variable naming the cache folder; `off` turns the cache off. Default:
 /// `$XDG_CACHE_HOME/burn-trainium/xla`, else `$HOME/.cache/burn-trainium/xla`.
-pub const XLA_CACHE_ENV: &str = "TRAINIUM_XLA_CACHE_DIR";
+pub const XLA_CACHE_ENV: &str = crate::settings::XLA_CACHE_DIR.name;
 
 /// The environment variable bounding the cache's size in bytes: past it, the least recently
 /// used entries are removed after each store. Default [`DEFAULT_MAX_BYTES`].
-pub const XLA_CACHE_MAX_BYTES_ENV: &str = "TRAINIUM_XLA_CACHE_MAX_BYTES";
+pub const XLA_CACHE_MAX_BYTES_ENV: &str = crate::settings::XLA_CACHE_MAX_BYTES.name;
 
 /// The default bound of the cache's size: 4 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
@@ -106,14 +106,17 @@ impl XlaDiskCache {
     /// The cache of programs compiled by the plugin at `plugin` for `machine`, in the folder
     /// the environment names; `None` when it is turned off or no folder can be found.
     pub fn from_env(plugin: &Path, machine: &MachineIdentity) -> Option<Self> {
-        let folder = match std::env::var_os(XLA_CACHE_ENV) {
+        let folder = match crate::settings::XLA_CACHE_DIR.var_os() {
             Some(value) if value == "off" => return None,
             Some(value) if !value.is_empty() => PathBuf::from(value),
             _ => default_folder()?,
         };
-        let xla_flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+        let xla_flags = crate::settings::XLA_FLAGS.var().unwrap_or_default();
         let mut cache = Self::new(folder, plugin, machine, &xla_flags);
-        match std::env::var(XLA_CACHE_MAX_BYTES_ENV).map(|text| text.trim().parse::<u64>()) {
+        match crate::settings::XLA_CACHE_MAX_BYTES
+            .var()
+            .map(|text| text.trim().parse::<u64>())
+        {
             Ok(Ok(bytes)) => cache.max_bytes = bytes,
             Ok(Err(error)) => log::warn!(
                 "{XLA_CACHE_MAX_BYTES_ENV} is not a byte count ({error}); the cache keeps its \
@@ -292,7 +295,7 @@ fn remove_entry(entry: &Path) -> std::io::Result<()> {
 /// The folder of the `xla` compile cache the environment names ([`XLA_CACHE_ENV`]), `None` when
 /// it is turned off or no folder can be found.
 pub fn xla_cache_folder() -> Option<PathBuf> {
-    match std::env::var_os(XLA_CACHE_ENV) {
+    match crate::settings::XLA_CACHE_DIR.var_os() {
         Some(value) if value == "off" => None,
         Some(value) if !value.is_empty() => Some(PathBuf::from(value)),
         _ => default_folder(),

@@ -7,12 +7,15 @@ use super::LoweredProgram;
 use crate::hlo;
 
 /// The environment variable naming the folder modules are dumped to.
-pub const DUMP_DIR_ENV: &str = "TRAINIUM_DUMP_DIR";
+pub const DUMP_DIR_ENV: &str = crate::settings::DUMP_DIR.name;
 
 /// Writes `program` to `$TRAINIUM_DUMP_DIR/<module name>.hlo.pb` and `.hlo.txt` when the variable
 /// is set; returns the path of the binary file.
 pub fn dump_module(program: &LoweredProgram) -> io::Result<Option<PathBuf>> {
-    match std::env::var_os(DUMP_DIR_ENV).filter(|value| !value.is_empty()) {
+    match crate::settings::DUMP_DIR
+        .var_os()
+        .filter(|value| !value.is_empty())
+    {
         Some(folder) => dump_module_to(Path::new(&folder), program).map(Some),
         None => Ok(None),
     }

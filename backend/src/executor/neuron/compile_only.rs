@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The environment variable that puts the `neuron` executor in compile-only mode (`1`).
-pub const COMPILE_ONLY_ENV: &str = "HLAT_NEURON_COMPILE_ONLY";
+pub const COMPILE_ONLY_ENV: &str = crate::settings::NEURON_COMPILE_ONLY.name;
 
 static COMPILE_ONLY: AtomicBool = AtomicBool::new(false);
 static CHECK_ONLY: AtomicBool = AtomicBool::new(false);
@@ -21,7 +21,8 @@ pub fn set_compile_only(enabled: bool) {
 pub fn compile_only() -> bool {
     check_only()
         || COMPILE_ONLY.load(Ordering::Relaxed)
-        || std::env::var(COMPILE_ONLY_ENV)
+        || crate::settings::NEURON_COMPILE_ONLY
+            .var()
             .is_ok_and(|value| matches!(value.trim(), "1" | "true" | "TRUE"))
 }
 

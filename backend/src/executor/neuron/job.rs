@@ -60,7 +60,9 @@ pub fn process_environment(process: &NeuronProcess) -> Result<Vec<(&'static str,
 /// with rank 0's (each process's runtime reads its own environment, so a launcher that set the
 /// variable differently on some node would otherwise hang the collectives).
 pub(crate) fn agree_on_root_comm_id(device: &TrainiumDevice, rank: usize) -> Result<(), String> {
-    let ours = std::env::var(ROOT_COMM_ID_ENV).unwrap_or_default();
+    let ours = crate::settings::NEURON_RT_ROOT_COMM_ID
+        .var()
+        .unwrap_or_default();
     let every = share(
         &format!("burn-trainium/{device}/root-comm-id"),
         ours.as_bytes(),

@@ -34,9 +34,9 @@ use crate::lower::{KERNEL_REQUEST_TARGET, KernelRequest, KernelTensor};
 
 /// The environment variable choosing whether attention runs as the SDK's flash kernel
 /// (`auto`, `on` or `off`).
-pub const FLASH_ATTENTION_ENV: &str = "HLAT_NEURON_FLASH_ATTENTION";
+pub const FLASH_ATTENTION_ENV: &str = crate::settings::NEURON_FLASH_ATTENTION.name;
 /// The environment variable naming the kernel tracer executable (default: the project's script).
-pub const KERNEL_TRACER_ENV: &str = "HLAT_NEURON_KERNEL_TRACER";
+pub const KERNEL_TRACER_ENV: &str = crate::settings::NEURON_KERNEL_TRACER.name;
 /// The custom-call target of the Neuron SDK's NKI kernels.
 pub const NEURON_KERNEL_TARGET: &str = "AwsNeuronCustomNativeKernel";
 /// The default kernel tracer: a Python script that calls the SDK's NKI tracer.

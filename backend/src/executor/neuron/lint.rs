@@ -31,7 +31,7 @@ use std::str::FromStr;
 use crate::hlo::{HloComputationProto, HloInstructionProto, HloModuleProto, PrimitiveType};
 
 /// The environment variable that sets what a violation does: `error` (default), `warn`, `off`.
-pub const LINT_ENV: &str = "HLAT_NEURON_LINT";
+pub const LINT_ENV: &str = crate::settings::NEURON_LINT.name;
 
 /// Why an operator is accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,23 +3,23 @@ use core::str::FromStr;
 use std::path::PathBuf;
 
 use super::NeuronError;
-use super::kernels::{FLASH_ATTENTION_ENV, FlashAttention, KERNEL_TRACER_ENV};
+use super::kernels::FlashAttention;
 use super::lint::{LINT_ENV, LintMode};
 
 /// The environment variable naming the compiler executable (a path or a name on `PATH`).
-pub const COMPILER_ENV: &str = "NEURON_CC";
+pub const COMPILER_ENV: &str = crate::settings::NEURON_CC.name;
 /// The compiler run when [`COMPILER_ENV`] is unset.
-pub const DEFAULT_COMPILER: &str = "neuronx-cc";
+pub const DEFAULT_COMPILER: &str = crate::settings::NEURON_CC.default;
 /// The environment variable holding extra compiler flags, as for torch-neuronx.
-pub const FLAGS_ENV: &str = "NEURON_CC_FLAGS";
+pub const FLAGS_ENV: &str = crate::settings::NEURON_CC_FLAGS.name;
 /// The compiler flags used when [`FLAGS_ENV`] is unset.
-pub const DEFAULT_FLAGS: &str = "--model-type transformer";
+pub const DEFAULT_FLAGS: &str = crate::settings::NEURON_CC_FLAGS.default;
 /// The environment variable choosing the compile target (`trn1` or `trn2`).
-pub const TARGET_ENV: &str = "HLAT_NEURON_TARGET";
+pub const TARGET_ENV: &str = crate::settings::NEURON_TARGET.name;
 /// The environment variable naming the compile cache folder, as for torch-neuronx.
-pub const CACHE_URL_ENV: &str = "NEURON_COMPILE_CACHE_URL";
+pub const CACHE_URL_ENV: &str = crate::settings::NEURON_COMPILE_CACHE_URL.name;
 /// The compile cache folder used when [`CACHE_URL_ENV`] is unset, as for torch-neuronx.
-pub const DEFAULT_CACHE_ROOT: &str = "/var/tmp/neuron-compile-cache";
+pub const DEFAULT_CACHE_ROOT: &str = crate::settings::NEURON_COMPILE_CACHE_URL.default;
 
 /// The Trainium generation a NEFF is compiled for (`neuronx-cc --target`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -95,9 +95,9 @@ pub struct RawSettings {
     pub target: Option<String>,
     /// [`CACHE_URL_ENV`].
     pub cache_url: Option<String>,
-    /// [`FLASH_ATTENTION_ENV`].
+    /// [`FLASH_ATTENTION_ENV`](super::FLASH_ATTENTION_ENV).
     pub flash_attention: Option<String>,
-    /// [`KERNEL_TRACER_ENV`].
+    /// [`KERNEL_TRACER_ENV`](super::KERNEL_TRACER_ENV).
     pub kernel_tracer: Option<String>,
     /// [`LINT_ENV`].
     pub lint: Option<String>,
@@ -106,19 +106,17 @@ pub struct RawSettings {
 impl RawSettings {
     /// Reads the variables; empty values count as unset.
     pub fn from_env() -> Self {
-        let read = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .filter(|value| !value.trim().is_empty())
+        let read = |variable: crate::settings::Variable| {
+            variable.value().filter(|value| !value.trim().is_empty())
         };
         Self {
-            compiler: read(COMPILER_ENV),
-            flags: read(FLAGS_ENV),
-            target: read(TARGET_ENV),
-            cache_url: read(CACHE_URL_ENV),
-            flash_attention: read(FLASH_ATTENTION_ENV),
-            kernel_tracer: read(KERNEL_TRACER_ENV),
-            lint: read(LINT_ENV),
+            compiler: read(crate::settings::NEURON_CC),
+            flags: read(crate::settings::NEURON_CC_FLAGS),
+            target: read(crate::settings::NEURON_TARGET),
+            cache_url: read(crate::settings::NEURON_COMPILE_CACHE_URL),
+            flash_attention: read(crate::settings::NEURON_FLASH_ATTENTION),
+            kernel_tracer: read(crate::settings::NEURON_KERNEL_TRACER),
+            lint: read(crate::settings::NEURON_LINT),
         }
     }
 }

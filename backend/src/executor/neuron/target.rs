@@ -35,14 +35,14 @@ use crate::stats::{StatsCounters, counters};
 use crate::{BackendError, TrainiumDevice};
 
 /// The runtime variable that enables stochastic rounding of BF16 results (read by `nrt_init`).
-pub const STOCHASTIC_ROUNDING_ENV: &str = "NEURON_RT_STOCHASTIC_ROUNDING_EN";
+pub const STOCHASTIC_ROUNDING_ENV: &str = crate::settings::NEURON_RT_STOCHASTIC_ROUNDING.name;
 
 /// The runtime variable that restricts which NeuronCores the process may use (read by `nrt_init`).
-pub const VISIBLE_CORES_ENV: &str = "NEURON_RT_VISIBLE_CORES";
+pub const VISIBLE_CORES_ENV: &str = crate::settings::NEURON_RT_VISIBLE_CORES.name;
 
 /// The runtime variable naming the `host:port` where the ranks of a collective program meet
 /// (read by the Neuron collectives library; the first process of a multi-node job serves it).
-pub const ROOT_COMM_ID_ENV: &str = "NEURON_RT_ROOT_COMM_ID";
+pub const ROOT_COMM_ID_ENV: &str = crate::settings::NEURON_RT_ROOT_COMM_ID.name;
 
 /// How many NEFFs one device keeps loaded; the least recently used is unloaded beyond.
 pub const LOADED_MODEL_CAPACITY: usize = 64;
@@ -276,7 +276,9 @@ impl NeuronCores {
 fn open_cores(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Cores, BackendError> {
     // The ranks of a collective program meet where this variable says (read by the runtime).
     if device.replicas > 1
-        && std::env::var_os(ROOT_COMM_ID_ENV).is_none_or(|value| value.is_empty())
+        && crate::settings::NEURON_RT_ROOT_COMM_ID
+            .var_os()
+            .is_none_or(|value| value.is_empty())
     {
         return Err(unavailable(format!(
             "{device} runs collectives across its NeuronCores: set {ROOT_COMM_ID_ENV}=HOST:PORT \
@@ -290,7 +292,8 @@ fn open_cores(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Cores, Back
         .last()
         .map_or(0, |placement| placement.core as u32);
     if last >= visible {
-        let restriction = std::env::var(VISIBLE_CORES_ENV)
+        let restriction = crate::settings::NEURON_RT_VISIBLE_CORES
+            .var()
             .map(|cores| format!(" ({VISIBLE_CORES_ENV}={cores})"))
             .unwrap_or_default();
         return Err(unavailable(format!(
@@ -301,7 +304,9 @@ fn open_cores(device: &TrainiumDevice, span: &ReplicaSpan) -> Result<Cores, Back
         .version()
         .map(|version| version.to_string())
         .unwrap_or_else(|error| error.to_string());
-    let rounding = std::env::var(STOCHASTIC_ROUNDING_ENV).unwrap_or_else(|_| "unset".into());
+    let rounding = crate::settings::NEURON_RT_STOCHASTIC_ROUNDING
+        .var()
+        .unwrap_or_else(|_| "unset".into());
     log::info!(
         "{device}: Neuron runtime {version} from {}, {visible} of {} NeuronCores visible, \
          {STOCHASTIC_ROUNDING_ENV}={rounding}",
