@@ -63,7 +63,7 @@ pub enum CheckpointError {
     },
     /// The folder is neither a native checkpoint, a Hugging Face folder nor a training run.
     #[error(
-        "{}: not a model folder (expected `model.bpk` or `tensor_parallel.json` + `config.json`, `model.safetensors` or `model.safetensors.index.json` + `config.json`, or `checkpoints/newest`)",
+        "{}: not a model folder (expected `model.bpk`, `tensor_parallel.json` or `pipeline_parallel.json` + `config.json`, `model.safetensors` or `model.safetensors.index.json` + `config.json`, or `checkpoints/newest`)",
         dir.display()
     )]
     NotAModel {
@@ -259,7 +259,8 @@ pub fn load_any<B: Backend>(
 /// The kind of model folder `dir` is, from the files present.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FolderKind {
-    /// `config.json` + `model.bpk`, or `config.json` + rank shards (`tensor_parallel.json`).
+    /// `config.json` + `model.bpk`, or `config.json` + rank or stage shards (`tensor_parallel.json`,
+    /// `pipeline_parallel.json`).
     Native,
     /// `config.json` + `model.safetensors` or `model.safetensors.index.json`.
     HuggingFace,

@@ -17,7 +17,8 @@ impl<B: CollectiveBackend> Hlat<B> {
     /// every replica.
     ///
     /// Slots hold the same kind of layer on every stage: a layer of sliding-window attention and
-    /// one of full attention cannot share a slot (an error names them).
+    /// one of full attention cannot share a slot (an error names them). A slot that no stage
+    /// fills is all zeros everywhere.
     pub fn into_stages(self, pipeline: &PipelineParallel) -> Result<Self, String> {
         let stages = pipeline.stages();
         let mut layers = Vec::with_capacity(pipeline.local_layers());
@@ -25,12 +26,8 @@ impl<B: CollectiveBackend> Hlat<B> {
             let held: Vec<Option<usize>> = (0..stages)
                 .map(|stage| pipeline.layer_at(stage, slot))
                 .collect();
-            let template = held
-                .iter()
-                .flatten()
-                .next()
-                .map(|&layer| &self.layers[layer])
-                .expect("every slot holds a layer on some stage");
+            // A slot no stage fills (chunks of uneven length) is padding everywhere.
+            let template = &self.layers[held.iter().flatten().next().copied().unwrap_or(0)];
             for (stage, layer) in held.iter().enumerate() {
                 if let Some(layer) = *layer {
                     let window = self.layers[layer].self_attn.sliding_window;

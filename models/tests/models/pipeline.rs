@@ -170,6 +170,11 @@ fn the_interleaved_schedule_equals_one_device() {
     check(config(4, false), pipeline, 4, ActivationCheckpointing::None);
     let three = PipelineParallel::even(groups(3), 6, 2).unwrap();
     check(config(6, true), three, 5, ActivationCheckpointing::None);
+    // Chunks of 2, 1, 1, 1 layers: the second slot of stage 1's chunks and of stage 0's second
+    // chunk are padding, and one slot is padding on both stages.
+    let uneven = PipelineParallel::even(groups(2), 5, 2).unwrap();
+    assert_eq!(uneven.chunk_layers, [2, 1, 1, 1]);
+    check(config(5, false), uneven, 3, ActivationCheckpointing::None);
 }
 
 #[test]
