@@ -34,6 +34,7 @@ mod executor;
 pub mod hlo;
 pub mod lower;
 mod per_device;
+pub mod profile;
 pub mod settings;
 mod stats;
 #[cfg(test)]

@@ -12,6 +12,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Record where the time goes into DIR: a Chrome/Perfetto trace of every phase (`trace.json`,
+    /// for ui.perfetto.dev or chrome://tracing) and a per-phase summary (`summary.json`, also
+    /// printed at the end).
+    #[arg(long, global = true, value_name = "DIR")]
+    profile: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -63,6 +68,18 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     log::debug!("allocator: {allocator}");
     let cli = Cli::parse();
+    let profile = match cli
+        .profile
+        .as_deref()
+        .map(commands::profile::start)
+        .transpose()
+    {
+        Ok(profile) => profile,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::exit(ERROR_STATUS);
+        }
+    };
     let result = match cli.command {
         Command::Pretrain(args) => commands::pretrain::run(args).map(drop),
         Command::Data(args) => commands::data::run(args),
@@ -74,6 +91,10 @@ fn main() {
         Command::Compile(args) => commands::compile::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Cache(args) => commands::cache::run(args),
+    };
+    let result = match profile {
+        Some(profile) => result.and(commands::profile::finish(profile)),
+        None => result,
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

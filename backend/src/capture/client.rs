@@ -14,6 +14,7 @@ use super::Segment;
 use super::live::LiveTensors;
 use crate::executor::{self, Executor};
 use crate::per_device::PerDevice;
+use crate::profile::phase;
 use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
 
@@ -270,6 +271,7 @@ impl RunnerClient for TrainiumClient {
     type Device = TrainiumDevice;
 
     fn register_op(&self, operation: OperationIr) {
+        let _span = tracing::info_span!(phase::CAPTURE).entered();
         let start = Instant::now();
         StatsCounters::add(&self.counters.operations_captured, 1);
         // The data of an `Init` was registered with the executor already.

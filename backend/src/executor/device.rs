@@ -24,6 +24,7 @@ use crate::capture::{FingerprintedSegment, Segment};
 use crate::distributed::ReplicaSpan;
 use crate::lower::{self, LowerOptions, LoweredProgram, OperatorRules, Step};
 use crate::per_device::PerDevice;
+use crate::profile::phase;
 use crate::stats::StatsCounters;
 use crate::{BackendError, TrainiumDevice};
 
@@ -176,6 +177,7 @@ impl<T: Target> DeviceExecutor<T> {
 
     /// Uploads `data[r]` to replica `r` (or `data[0]` to every replica) and keeps it as `id`.
     fn store(&mut self, id: TensorId, data: &[TensorData]) -> Result<(), BackendError> {
+        let _span = tracing::info_span!(phase::TO_DEVICE).entered();
         let mut replicas = Vec::with_capacity(self.replicas());
         for replica in 0..self.replicas() {
             let replica_data = data.get(replica).unwrap_or(&data[0]);
@@ -198,6 +200,7 @@ impl<T: Target> DeviceExecutor<T> {
 
     /// Copies replica `replica` of tensor `id` to the host.
     fn download(&self, id: TensorId, replica: usize) -> Result<TensorData, BackendError> {
+        let _span = tracing::info_span!(phase::TO_HOST).entered();
         let tensor = self.held(id)?;
         let data = self
             .target
@@ -215,7 +218,12 @@ impl<T: Target> DeviceExecutor<T> {
         if let Err(error) = lower::dump_module(lowered) {
             log::warn!("could not dump {}: {error}", lowered.module.name);
         }
+        let span = tracing::info_span!(phase::COMPILE, cached = false).entered();
         let (program, outcome) = self.target.compile(lowered)?;
+        if matches!(outcome, CompileOutcome::Cached) {
+            span.record("cached", true);
+        }
+        drop(span);
         if let Some(bytes) = self.target.scratch_bytes(&program) {
             StatsCounters::raise(&self.counters.largest_scratch_bytes, bytes);
         }
@@ -257,6 +265,7 @@ impl<T: Target> DeviceExecutor<T> {
                     .collect();
                 TensorData::new(states, [2 * lowered.random_draws])
             });
+            let uploading = tracing::info_span!(phase::TO_DEVICE).entered();
             let mut uploaded = Vec::with_capacity(self.replicas());
             for replica in 0..self.replicas() {
                 // The replica's own global index, after the scalars, where the program asks.
@@ -272,6 +281,7 @@ impl<T: Target> DeviceExecutor<T> {
                     .collect::<Result<Vec<_>, _>>()?;
                 uploaded.push(buffers);
             }
+            drop(uploading);
             let mut arguments = Vec::with_capacity(self.replicas());
             for (replica, extra) in uploaded.iter().enumerate() {
                 let mut list = Vec::with_capacity(lowered.inputs.len() + extra.len());
@@ -287,7 +297,10 @@ impl<T: Target> DeviceExecutor<T> {
                 list.extend(extra.iter());
                 arguments.push(list);
             }
-            let outputs = self.target.launch(&compiled, lowered, arguments)?;
+            let outputs = {
+                let _span = tracing::info_span!(phase::EXECUTE).entered();
+                self.target.launch(&compiled, lowered, arguments)?
+            };
             self.keep_outputs(&lowered.outputs, outputs)?;
             StatsCounters::add(&self.counters.collectives, lowered.collectives as u64);
             StatsCounters::add(&self.counters.collective_bytes, lowered.collective_bytes);
@@ -339,6 +352,7 @@ impl<T: Target> DeviceExecutor<T> {
     /// and by kind; `TRAINIUM_HOST_FALLBACK` says whether it warns (once per kind), fails or
     /// runs silently.
     fn run_on_host(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
+        let _span = tracing::info_span!(phase::HOST_FALLBACK).entered();
         if let OperationIr::Custom(custom) = operation {
             return Err(BackendError::Unsupported {
                 executor: T::EXECUTOR,
@@ -433,7 +447,9 @@ impl<T: Target> DeviceExecutor<T> {
             self.plans = PlanCache::default();
             self.host_kinds = host_kinds;
         }
-        let fingerprinted = match FingerprintedSegment::of(operations) {
+        let fingerprinted = match tracing::info_span!(phase::FINGERPRINT)
+            .in_scope(|| FingerprintedSegment::of(operations))
+        {
             Ok(fingerprinted) => Some(fingerprinted),
             Err(error) => {
                 log::debug!("{}: {error}; the segment is lowered each time", self.device);
@@ -446,7 +462,8 @@ impl<T: Target> DeviceExecutor<T> {
             StatsCounters::add(&self.counters.segments_reused, 1);
             return Ok(steps);
         }
-        let steps = lower::plan_segment_keeping_on_host(operations, &options, self.host_kinds)
+        let steps = tracing::info_span!(phase::LOWER)
+            .in_scope(|| lower::plan_segment_keeping_on_host(operations, &options, self.host_kinds))
             .map_err(|error| self.failure(error))?;
         if let Some(fingerprinted) = &fingerprinted
             && !self.plans.insert(fingerprinted, &steps)

@@ -12,6 +12,7 @@ pub mod merge;
 pub mod pipeline_args;
 pub mod plot;
 pub mod pretrain;
+pub mod profile;
 pub mod ranges;
 pub mod validation_plot;
 

@@ -14,6 +14,7 @@ mod families_cli;
 mod merge_cli;
 mod multi_process_cli;
 mod pretrain_cli;
+mod profile_cli;
 mod segment_cap_cli;
 
 use std::path::PathBuf;

@@ -13,6 +13,8 @@ use burn::train::{
     TrainingItem, ValidLoader,
 };
 
+use burn_trainium::profile::phase;
+
 use super::observer::{ObservedStep, RunEnd, StepObserver};
 use crate::optimizer::HlatOptimizer;
 use crate::parallel::{ParallelLayout, TrainingBackend};
@@ -101,6 +103,7 @@ where
             let mut next: Vec<_> = items.by_ref().take(accumulation).collect();
             let mut validated = false;
             while !next.is_empty() {
+                let step_span = tracing::info_span!(phase::STEP).entered();
                 let micro_batches = std::mem::take(&mut next);
                 let started = Instant::now();
                 iteration += 1;
@@ -133,6 +136,7 @@ where
                     }
                 };
                 if !report.skipped {
+                    let _span = tracing::info_span!(phase::OPTIMIZER).entered();
                     B::seed(&device, step_seed(self.seed, step));
                     learner.optimizer_step(update.grads);
                 }
@@ -146,7 +150,9 @@ where
                 processor.process_train(LearnerEvent::ProcessedItem(item));
                 let seconds = started.elapsed().as_secs_f64();
 
-                next = items.by_ref().take(accumulation).collect();
+                next = tracing::info_span!(phase::DATA)
+                    .in_scope(|| items.by_ref().take(accumulation).collect());
+                drop(step_span);
                 let last = next.is_empty() || interrupter.should_stop();
                 validated =
                     last || (self.validate_every > 0 && step.is_multiple_of(self.validate_every));
@@ -220,6 +226,7 @@ where
     B: TrainingBackend,
     O: Optimizer<LanguageModel<B>, B> + 'static,
 {
+    let _span = tracing::info_span!(phase::VALIDATION).entered();
     let model = model.valid();
     let mut items = loader.iter();
     let mut iteration = 0;

@@ -168,6 +168,7 @@ impl<B: TrainingBackend> RunState<B> {
             processes: outputs.share.processes,
             job: outputs.job.clone(),
         };
+        let _span = tracing::info_span!(burn_trainium::profile::phase::CHECKPOINT).entered();
         let dir = outputs
             .folder
             .publish(progress.step, config.keep_checkpoints, |dir| {

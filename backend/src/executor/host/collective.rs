@@ -24,6 +24,7 @@ pub(super) fn run(
     inputs: &[TensorIr],
     outputs: &[TensorIr],
 ) -> Result<(), BackendError> {
+    let _span = tracing::info_span!(crate::profile::phase::COLLECTIVE).entered();
     collective
         .check_replicas(span.total)
         .map_err(|error| failure(format!("{collective}: {error}")))?;

@@ -279,6 +279,7 @@ impl Executor for HostExecutor {
     }
 
     fn run(&mut self, segment: Segment) -> Result<(), BackendError> {
+        let _span = tracing::info_span!(crate::profile::phase::EXECUTE).entered();
         let operations = segment.operations();
         for (index, operation) in operations.iter().enumerate() {
             if let Err(error) = self.run_unless_uncomputed(operation) {

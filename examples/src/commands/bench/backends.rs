@@ -107,6 +107,7 @@ pub fn run_worker<T: DeserializeOwned>(arguments: &[String], what: &str) -> anyh
     let output = Command::new(&executable)
         .args(arguments)
         .arg("--worker")
+        .args(crate::commands::profile::worker_flag(what))
         .output()
         .with_context(|| format!("starting {} for {what}", executable.display()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
