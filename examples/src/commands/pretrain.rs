@@ -324,6 +324,19 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
     let device = DeviceChoice::parse(args.device.as_deref())?
         .with_replicas(options.config.layout().replicas())?;
     job.join(&device)?;
+    let mut options = options;
+    if let DeviceChoice::Trainium(device) = &device
+        && device.executor == ExecutorKind::Neuron
+        && options.config.peak_flops.is_none()
+    {
+        // MFU against the published peak of the job's NeuronCores (BF16 unless f32).
+        let bf16 = options.config.precision.param_dtype() != burn::tensor::DType::F32
+            || options.config.precision.compute_cast().is_some();
+        options.config.peak_flops = Some(burn_trainium::neuron::neuron_peak_flops(
+            usize::from(device.replicas),
+            bf16,
+        ));
+    }
     let trained_on = match &device {
         DeviceChoice::Trainium(device) => Some(*device),
         DeviceChoice::NdArray => None,
