@@ -12,6 +12,7 @@ use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block, blocked_causal
 use crate::cache::{CacheWrite, KvCache};
 use crate::config::HlatConfig;
 use crate::linear::{projection, row_parallel};
+use crate::lora::{Lora, project};
 use crate::norm::RmsNorm;
 use crate::parallel::Exchange;
 use crate::rotary::RotaryTables;
@@ -45,6 +46,14 @@ pub struct Attention<B: Backend> {
     /// Positions a query sees, its own included, when the layer slides (`None`: all earlier).
     #[module(skip)]
     pub sliding_window: Option<usize>,
+    /// LoRA adapter of the query projection ([`crate::lora`]).
+    pub q_lora: Option<Lora<B>>,
+    /// LoRA adapter of the key projection.
+    pub k_lora: Option<Lora<B>>,
+    /// LoRA adapter of the value projection.
+    pub v_lora: Option<Lora<B>>,
+    /// LoRA adapter of the output projection.
+    pub o_lora: Option<Lora<B>>,
 }
 
 /// Where the keys and values of earlier positions come from.
@@ -85,6 +94,10 @@ impl<B: Backend> Attention<B> {
             num_kv_heads: config.num_kv_heads,
             head_dim,
             sliding_window: config.window_of_layer(layer),
+            q_lora: None,
+            k_lora: None,
+            v_lora: None,
+            o_lora: None,
         }
     }
 
@@ -100,7 +113,12 @@ impl<B: Backend> Attention<B> {
     ) -> Tensor<B, 3> {
         let (queries, keys, values) = self.project(x, rotary);
         let attended = self.attend(queries, keys, values, context);
-        row_parallel(&self.o_proj, attended, exchange)
+        self.output(attended, exchange)
+    }
+
+    /// The output projection (row-parallel under `exchange`) of the attention core's output.
+    pub fn output(&self, attended: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+        row_parallel(&self.o_proj, self.o_lora.as_ref(), attended, exchange)
     }
 
     /// Queries, keys and values `[batch, heads, seq, head_dim]` of `x`, the queries and keys
@@ -119,11 +137,12 @@ impl<B: Backend> Attention<B> {
             };
             t.swap_dims(1, 2)
         };
-        let queries = self.q_proj.forward(x.clone());
+        let queries = project(&self.q_proj, self.q_lora.as_ref(), x.clone());
         let queries = rotary.apply(heads(queries, self.num_heads, self.q_norm.as_ref()));
-        let keys = self.k_proj.forward(x.clone());
+        let keys = project(&self.k_proj, self.k_lora.as_ref(), x.clone());
         let keys = rotary.apply(heads(keys, self.num_kv_heads, self.k_norm.as_ref()));
-        let values = heads(self.v_proj.forward(x), self.num_kv_heads, None);
+        let values = project(&self.v_proj, self.v_lora.as_ref(), x);
+        let values = heads(values, self.num_kv_heads, None);
         (queries, keys, values)
     }
 

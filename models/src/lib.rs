@@ -18,6 +18,7 @@
 //!   `Qwen2ForCausalLM`, `Qwen3ForCausalLM`) and `tokenizer.json`.
 //! - [`merge`]: mergekit-style merges (linear, SLERP, task arithmetic, TIES, DARE) of Hugging
 //!   Face checkpoints.
+//! - [`lora`]: LoRA adapters (PEFT's formulation), frozen base weights, merging.
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
 //! - [`pipeline`]: pipeline parallelism (stages, 1F1B and interleaved schedules in one SPMD
 //!   program).
@@ -34,6 +35,7 @@ mod family;
 pub mod generate;
 pub mod hf;
 mod linear;
+pub mod lora;
 pub mod merge;
 mod mlp;
 mod model;

@@ -5,6 +5,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use crate::config::HlatConfig;
+use crate::lora::Lora;
 use crate::parallel::Exchange;
 
 /// A `Linear` `[d_input, d_output]` with weights normal(0, `config.init_std`) and, when `bias`,
@@ -37,13 +38,21 @@ pub fn normal_init(config: &HlatConfig) -> Initializer {
 /// A row-parallel layer (the attention output and MLP down projections): each rank multiplies
 /// its slice of the input features, `exchange` sums the partial products (scattering the
 /// sequence under sequence parallelism), and the bias, held whole by every rank, is added once
-/// after the sum, as Megatron's `RowParallelLinear` adds it.
+/// after the sum, as Megatron's `RowParallelLinear` adds it. A LoRA adapter's update (`A` split
+/// by input features like the weight, `B` whole) is a partial product too, summed with it.
 pub fn row_parallel<B: Backend>(
     linear: &Linear<B>,
+    lora: Option<&Lora<B>>,
     x: Tensor<B, 3>,
     exchange: &dyn Exchange<B>,
 ) -> Tensor<B, 3> {
-    let summed = exchange.exit(burn::tensor::module::linear(x, linear.weight.val(), None));
+    let partial = match lora {
+        Some(lora) => {
+            burn::tensor::module::linear(x.clone(), linear.weight.val(), None) + lora.delta(x)
+        }
+        None => burn::tensor::module::linear(x, linear.weight.val(), None),
+    };
+    let summed = exchange.exit(partial);
     match &linear.bias {
         Some(bias) => summed + bias.val().unsqueeze(),
         None => summed,

@@ -8,6 +8,7 @@ use burn::tensor::backend::Backend;
 
 use crate::config::HlatConfig;
 use crate::linear::{projection, row_parallel};
+use crate::lora::{Lora, project};
 use crate::parallel::Exchange;
 
 /// `down(silu(gate(x)) · up(x))`, with biases when the configuration's `mlp_bias` says so.
@@ -19,6 +20,12 @@ pub struct Mlp<B: Backend> {
     pub up_proj: Linear<B>,
     /// Down projection `ffn -> hidden`.
     pub down_proj: Linear<B>,
+    /// LoRA adapter of the gate projection ([`crate::lora`]).
+    pub gate_lora: Option<Lora<B>>,
+    /// LoRA adapter of the up projection.
+    pub up_lora: Option<Lora<B>>,
+    /// LoRA adapter of the down projection.
+    pub down_lora: Option<Lora<B>>,
 }
 
 impl<B: Backend> Mlp<B> {
@@ -29,15 +36,34 @@ impl<B: Backend> Mlp<B> {
             gate_proj: projection(config, hidden, ffn, bias, device),
             up_proj: projection(config, hidden, ffn, bias, device),
             down_proj: projection(config, ffn, hidden, bias, device),
+            gate_lora: None,
+            up_lora: None,
+            down_lora: None,
         }
     }
 
     /// Applies the network to `[batch, seq, hidden]` (the whole input of this rank's slice of
     /// the inner width); the down projection is row-parallel under `exchange`.
     pub fn forward(&self, x: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
-        let gate = self.gate_proj.forward(x.clone());
-        let up = self.up_proj.forward(x);
-        row_parallel(&self.down_proj, Self::activate(gate, up), exchange)
+        let (gate, up) = self.gate_up(x);
+        self.down(Self::activate(gate, up), exchange)
+    }
+
+    /// The gate and up projections of `x` (with their adapters).
+    pub fn gate_up(&self, x: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let gate = project(&self.gate_proj, self.gate_lora.as_ref(), x.clone());
+        let up = project(&self.up_proj, self.up_lora.as_ref(), x);
+        (gate, up)
+    }
+
+    /// The down projection (row-parallel under `exchange`) of the activation.
+    pub fn down(&self, activation: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+        row_parallel(
+            &self.down_proj,
+            self.down_lora.as_ref(),
+            activation,
+            exchange,
+        )
     }
 
     /// The activation between the projections: `silu(gate) · up`.

@@ -158,11 +158,20 @@ pub enum Placement {
 /// replicated (the tensor-parallel degree divides `num_kv_heads`; else see [`placement_with`]).
 /// A column-parallel layer's bias is split with its output features; a row-parallel layer's is
 /// whole on every rank (added once, after the sum: see [`crate::linear::row_parallel`]), as are
-/// the norms.
+/// the norms. A LoRA adapter ([`crate::lora`]) is split as its projection: `B` by output
+/// features after a column-parallel one (`A` whole), `A` by input features before a
+/// row-parallel one (`B` whole).
 pub fn placement(path: &[String]) -> Placement {
     let parameter = path.last().map(String::as_str);
     let module = path.iter().rev().nth(1).map(String::as_str);
     let bias = parameter == Some("bias");
+    match (module, parameter) {
+        (Some("q_lora" | "k_lora" | "v_lora" | "gate_lora" | "up_lora"), Some("lora_b")) => {
+            return Placement::Split(1);
+        }
+        (Some("o_lora" | "down_lora"), Some("lora_a")) => return Placement::Split(0),
+        _ => {}
+    }
     match module {
         Some("embed_tokens") => Placement::Split(0),
         Some("q_proj" | "k_proj" | "v_proj" | "gate_proj" | "up_proj" | "lm_head") => {
@@ -190,7 +199,7 @@ pub fn placement_with(path: &[String], kv_copies: usize) -> Placement {
 /// Whether `path` is a parameter of the key or value projection.
 fn is_kv_projection(path: &[String]) -> bool {
     let module = path.iter().rev().nth(1).map(String::as_str);
-    matches!(module, Some("k_proj" | "v_proj"))
+    matches!(module, Some("k_proj" | "v_proj" | "k_lora" | "v_lora"))
 }
 
 /// How many ranks of a tensor-parallel group of `degree` hold each of `num_kv_heads` KV heads:
@@ -268,11 +277,15 @@ pub fn join_parameter<B: CollectiveBackend, const D: usize>(
 /// the per-head query/key norms always (each rank norms its own heads), the other whole
 /// parameters under sequence parallelism (each rank sees its slice of the sequence). (The KV
 /// heads of [`Placement::ReplicatedHeads`] have partial gradients too, summed over their copies
-/// only: see [`kv_copy_groups`].)
+/// only: see [`kv_copy_groups`].) The whole factor of a LoRA adapter always has a partial
+/// gradient: each rank's use of it meets only its slice of the output features (`A` of a
+/// column-parallel projection) or of the input features (`B` of a row-parallel one).
 pub fn partial_gradient(path: &[String], sequence_parallel: bool) -> bool {
     let module = path.iter().rev().nth(1).map(String::as_str);
+    let parameter = path.last().map(String::as_str);
+    let adapter = matches!(parameter, Some("lora_a" | "lora_b"));
     placement(path) == Placement::Replicated
-        && (sequence_parallel || matches!(module, Some("q_norm" | "k_norm")))
+        && (sequence_parallel || adapter || matches!(module, Some("q_norm" | "k_norm")))
 }
 
 /// The module path a visitor or mapper is at.

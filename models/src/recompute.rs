@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::attention::{Attention, Context};
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
-use crate::linear::row_parallel;
 use crate::mlp::Mlp;
 use crate::model::{Hlat, loss_from_logits};
 use crate::parallel::Exchange;
@@ -341,10 +340,9 @@ fn mix_stage<'a, B: AutodiffBackend + CollectiveBackend>(
     Box::new(move |model, inputs| {
         let layer = &model.layers[index];
         let [x, output] = take(inputs);
-        let h = x + row_parallel(&layer.self_attn.o_proj, output, exchange);
+        let h = x + layer.self_attn.output(output, exchange);
         let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
-        let gate = layer.mlp.gate_proj.forward(normed.clone());
-        let up = layer.mlp.up_proj.forward(normed);
+        let (gate, up) = layer.mlp.gate_up(normed);
         vec![h, gate, up]
     })
 }
@@ -366,7 +364,7 @@ fn down_stage<'a, B: AutodiffBackend + CollectiveBackend>(
     Box::new(move |model, inputs| {
         let [h, activation] = take(inputs);
         let mlp = &model.layers[index].mlp;
-        vec![h + row_parallel(&mlp.down_proj, activation, exchange)]
+        vec![h + mlp.down(activation, exchange)]
     })
 }
 

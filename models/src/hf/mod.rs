@@ -4,6 +4,7 @@
 //! - [`export_hf`]: [`crate::Hlat`] to the same layout, loadable by transformers.
 //! - [`read_hf_config`]: only the configuration; [`load_tokenizer`]: `tokenizer.json`.
 
+pub mod adapter;
 mod config;
 mod dtype;
 mod error;

@@ -5,6 +5,7 @@
 mod blocked_attention;
 mod checkpoint;
 mod hf;
+mod lora;
 mod merge;
 mod mergekit;
 mod model;
