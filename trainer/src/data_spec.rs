@@ -2,8 +2,12 @@
 //!
 //! Grammar: a comma-separated list of sources, each `[NAME=]FOLDER[:WEIGHT]`, e.g.
 //! `domain=shards/a:0.99,general=shards/b:0.01`. A folder holds the train and validation shards
-//! that `hlat data` writes. Weights default to 1 and are normalized; names default to the
-//! folder and only label logs. A single source needs neither.
+//! that `hlat data ingest` writes (token shards, or `train`/`val` Megatron datasets with
+//! `--format megatron`); in place of a folder, a Megatron-LM / NeuronX Distributed indexed
+//! dataset prefix (`data/corpus_text_document` for `corpus_text_document.bin` and `.idx`) is
+//! read as it is, for training only (see `hlat_train::data::megatron`). Weights default to 1
+//! and are normalized; names default to the folder and only label logs. A single source needs
+//! neither.
 
 use std::path::PathBuf;
 
@@ -14,7 +18,7 @@ use crate::error::TrainError;
 pub struct DataSource {
     /// Label in logs.
     pub name: String,
-    /// Folder of prepared shards.
+    /// Folder of prepared shards, or a Megatron indexed dataset prefix.
     pub folder: PathBuf,
     /// Mixing weight (normalized over the sources).
     pub weight: f64,

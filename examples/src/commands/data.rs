@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use hlat_train::data::documents::read_inputs;
-use hlat_train::data::{IngestConfig, TextTokenizer, ingest};
+use hlat_train::data::documents::ReadOptions;
+use hlat_train::data::sample::{SampleLimits, train_tokenizer_on_sample};
+use hlat_train::data::{Dedup, IngestConfig, OutputFormat, TextField, TextTokenizer, ingest};
 
 /// Arguments of `hlat data`.
 #[derive(Args)]
@@ -17,19 +18,30 @@ pub struct DataArgs {
 
 #[derive(Subcommand)]
 enum DataCommand {
-    /// Train a byte-level BPE tokenizer on text or JSONL files and save it as tokenizer.json.
+    /// Train a byte-level BPE tokenizer on a streamed sample of the inputs (any format `ingest`
+    /// reads) and save it as tokenizer.json.
     TrainTokenizer(TrainTokenizerArgs),
     /// Read lines from standard input and print each one's token ids as a JSON array.
     Encode(EncodeArgs),
-    /// Tokenize text and JSONL files (or folders) on all cores into token shards.
+    /// Tokenize Parquet, JSONL (plain, .gz, .zst) and text files, folders or glob patterns on all
+    /// cores into token shards or a Megatron indexed dataset.
     Ingest(IngestArgs),
 }
 
 #[derive(Args)]
 struct TrainTokenizerArgs {
-    /// Text files (one document each), JSONL files (a `text` field per line) or folders.
+    /// Input files, folders or glob patterns, as for `hlat data ingest`.
     #[arg(long, num_args = 1.., required = true)]
     input: Vec<PathBuf>,
+    /// The field holding the text in JSONL and Parquet inputs (a dotted path for nested fields).
+    #[arg(long, default_value = "text", value_parser = parse_text_field)]
+    text_field: TextField,
+    /// Train on the first N documents only.
+    #[arg(long, value_parser = super::ranges::at_least_one::<u64>())]
+    max_documents: Option<u64>,
+    /// Train on the first documents holding this many bytes of text only.
+    #[arg(long, value_parser = super::ranges::at_least_one::<u64>())]
+    max_bytes: Option<u64>,
     /// The vocabulary size, special tokens (<pad>, <s>, </s>) included.
     #[arg(long, value_parser = super::ranges::at_least_one::<usize>())]
     vocab_size: usize,
@@ -54,12 +66,33 @@ struct IngestArgs {
     /// `eos_token` of the tokenizer_config.json beside it, if any (copied beside the shards).
     #[arg(long)]
     tokenizer: PathBuf,
-    /// Text files (one document each), JSONL files (a `text` field per line) or folders.
+    /// Input files, folders or glob patterns: Parquet, JSONL (`.jsonl`, `.ndjson`, `.json`, each
+    /// also `.gz` or `.zst`; compression is found from the bytes) and text files (one document
+    /// each), mixed as needed.
     #[arg(long, num_args = 1.., required = true)]
     input: Vec<PathBuf>,
-    /// The output folder for train-NNNNN.bin and val-NNNNN.bin (must hold no shard yet).
+    /// The output folder for train-NNNNN.bin and val-NNNNN.bin, or with `--format megatron`
+    /// train.bin/.idx and val.bin/.idx (must hold no output yet; an unfinished ingest of the same
+    /// command continues).
     #[arg(long)]
     out: PathBuf,
+    /// The output format: `shards` (this project's) or `megatron` (Megatron-LM / NeuronX
+    /// Distributed indexed datasets).
+    #[arg(long, default_value = "shards", value_parser = parse_format)]
+    format: OutputFormat,
+    /// The field holding the text in JSONL and Parquet inputs (a dotted path for nested fields,
+    /// e.g. `meta.body`).
+    #[arg(long, default_value = "text", value_parser = parse_text_field)]
+    text_field: TextField,
+    /// Skip (and count) documents shorter than this many characters.
+    #[arg(long, default_value_t = 0)]
+    min_chars: usize,
+    /// `exact`: skip (and count) documents whose exact content was seen before.
+    #[arg(long, default_value = "none", value_parser = parse_dedup)]
+    dedup: Dedup,
+    /// Threads tokenizing (default: all cores). The output is the same for any number.
+    #[arg(long, value_parser = super::ranges::at_least_one::<usize>())]
+    threads: Option<usize>,
     /// The most tokens per shard file.
     #[arg(long, default_value_t = 100_000_000, value_parser = super::ranges::at_least_one::<usize>())]
     shard_tokens: usize,
@@ -69,6 +102,23 @@ struct IngestArgs {
     /// Skip documents that are not valid UTF-8 (and count them) instead of failing.
     #[arg(long)]
     skip_invalid_utf8: bool,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+fn parse_text_field(text: &str) -> Result<TextField, String> {
+    TextField::parse(text).map_err(|error| error.to_string())
+}
+
+fn parse_format(text: &str) -> Result<OutputFormat, String> {
+    text.parse()
+        .map_err(|error: hlat_train::data::DataError| error.to_string())
+}
+
+fn parse_dedup(text: &str) -> Result<Dedup, String> {
+    text.parse()
+        .map_err(|error: hlat_train::data::DataError| error.to_string())
 }
 
 /// Runs `hlat data`.
@@ -87,21 +137,33 @@ fn train_tokenizer(args: TrainTokenizerArgs) -> anyhow::Result<()> {
             args.out.display()
         );
     }
-    let documents = read_inputs(&args.input, args.skip_invalid_utf8)?;
-    if documents.skipped_invalid_utf8 > 0 {
+    let options = ReadOptions {
+        text_field: args.text_field,
+        skip_invalid_utf8: args.skip_invalid_utf8,
+    };
+    let limits = SampleLimits {
+        max_documents: args.max_documents,
+        max_bytes: args.max_bytes,
+    };
+    log::info!(
+        "training a {}-token byte-level BPE on a streamed sample",
+        args.vocab_size
+    );
+    let (tokenizer, sample) =
+        train_tokenizer_on_sample(&args.input, &options, limits, args.vocab_size)?;
+    if sample.skipped_invalid_utf8 > 0 {
         log::warn!(
             "skipped {} document(s) of invalid UTF-8",
-            documents.skipped_invalid_utf8
+            sample.skipped_invalid_utf8
         );
     }
-    log::info!(
-        "training a {}-token byte-level BPE on {} documents",
-        args.vocab_size,
-        documents.texts.len()
-    );
-    let tokenizer = TextTokenizer::train_byte_level_bpe(&documents.texts, args.vocab_size)?;
     tokenizer.save(&args.out)?;
-    log::info!("wrote {}", args.out.display());
+    log::info!(
+        "wrote {}: trained on {} documents ({} bytes)",
+        args.out.display(),
+        sample.documents,
+        sample.bytes
+    );
     Ok(())
 }
 
@@ -125,11 +187,17 @@ fn ingest_files(args: IngestArgs) -> anyhow::Result<()> {
         shard_tokens: args.shard_tokens,
         validation_fraction: args.val_fraction,
         skip_invalid_utf8: args.skip_invalid_utf8,
+        text_field: args.text_field,
+        min_chars: args.min_chars,
+        dedup: args.dedup,
+        format: args.format,
+        threads: args.threads,
+        show_progress: !args.no_progress,
         ..IngestConfig::new(args.input, args.out.clone())
     };
     let summary = ingest(&tokenizer, &config)?;
     println!(
-        "{}: {} train documents ({} tokens, {} shards), {} validation documents ({} tokens, {} shards), {} skipped as invalid UTF-8",
+        "{}: {} train documents ({} tokens, {} files), {} validation documents ({} tokens, {} files), {} skipped as invalid UTF-8, {} shorter than --min-chars, {} duplicates",
         args.out.display(),
         summary.train_documents,
         summary.train_tokens,
@@ -137,7 +205,9 @@ fn ingest_files(args: IngestArgs) -> anyhow::Result<()> {
         summary.validation_documents,
         summary.validation_tokens,
         summary.validation_shards.len(),
-        summary.skipped_invalid_utf8
+        summary.skipped_invalid_utf8,
+        summary.skipped_short,
+        summary.skipped_duplicates
     );
     Ok(())
 }

@@ -315,3 +315,153 @@ fn ingest_with_a_tokenizer_without_eos_names_the_files_and_writes_nothing() {
     );
     assert!(!out.exists());
 }
+
+/// A file of `fixtures/corpus-formats` (made by `fixtures/regenerate_corpus.py`).
+fn corpus(name: &str) -> String {
+    fixture("corpus-formats")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn ingest_reads_parquet_and_compressed_jsonl_with_filters_into_a_megatron_dataset() {
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("out");
+    let tokenizer = fixture("llama3-tokenizer/tokenizer.json");
+    let stdout = succeed(&[
+        "data",
+        "ingest",
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+        "--input",
+        &corpus("docs.parquet"),
+        &corpus("*.jsonl.zst"),
+        "--out",
+        out.to_str().unwrap(),
+        "--text-field",
+        "meta.body",
+        "--dedup",
+        "exact",
+        "--min-chars",
+        "7",
+        "--format",
+        "megatron",
+        "--val-fraction",
+        "0",
+        "--threads",
+        "2",
+        "--no-progress",
+    ]);
+    // The second file repeats the first: every document of it is a duplicate.
+    assert!(
+        stdout.contains("35 train documents")
+            && stdout.contains("8 shorter than --min-chars, 37 duplicates"),
+        "{stdout}"
+    );
+    assert!(out.join("train.bin").is_file() && out.join("train.idx").is_file());
+    assert!(!out.join("val.idx").exists());
+    assert!(!out.join("ingest-state.json").exists());
+}
+
+/// `hlat data ingest` of `input` with `extra` flags: it fails with status 2, its message names
+/// every one of `names`, and the output folder holds nothing.
+fn ingest_fails(input: &str, extra: &[&str], names: &[&str]) {
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("out");
+    let output = hlat()
+        .args(["data", "ingest", "--tokenizer"])
+        .arg(fixture("llama3-tokenizer/tokenizer.json"))
+        .args(["--input", input, "--out"])
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for name in names {
+        assert!(stderr.contains(name), "{name}: {stderr}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn bad_inputs_exit_2_naming_the_file_and_leave_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    let gz = std::fs::read(corpus("docs.jsonl.gz")).unwrap();
+    let truncated = folder.path().join("truncated.jsonl.gz");
+    std::fs::write(&truncated, &gz[..gz.len() / 2]).unwrap();
+    let truncated = truncated.to_str().unwrap();
+    ingest_fails(
+        truncated,
+        &[],
+        &[truncated, "corrupt or truncated gzip data after line"],
+    );
+    ingest_fails(
+        &corpus("docs.parquet"),
+        &["--text-field", "body"],
+        &[&corpus("docs.parquet"), "no column `body`"],
+    );
+    ingest_fails(
+        &corpus("bad-utf8.parquet"),
+        &[],
+        &[
+            &corpus("bad-utf8.parquet"),
+            "row group 1, row 1: invalid UTF-8",
+        ],
+    );
+}
+
+#[test]
+fn a_megatron_dataset_written_in_the_reference_layout_trains_as_it_is() {
+    let folder = tempfile::tempdir().unwrap();
+    let run = folder.path().join("run");
+    let output = succeed(&[
+        "pretrain",
+        "--init-from-hf",
+        fixture("hf-tiny-llama").to_str().unwrap(),
+        "--data",
+        &corpus("megatron/corpus_text_document"),
+        "--out",
+        run.to_str().unwrap(),
+        "--max-steps",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch-tokens",
+        "64",
+        "--micro-batch-rows",
+        "4",
+        "--eval-every",
+        "0",
+        "--device",
+        "host",
+        "--no-progress",
+    ]);
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert!(metrics.contains("\"loss\""), "{output}\n{metrics}");
+}
+
+#[test]
+fn train_tokenizer_streams_a_sample_of_any_input_format() {
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("tokenizer.json");
+    succeed(&[
+        "data",
+        "train-tokenizer",
+        "--vocab-size",
+        "300",
+        "--input",
+        &corpus("docs.parquet"),
+        &corpus("docs.jsonl.gz"),
+        "--max-documents",
+        "50",
+        "--max-bytes",
+        "100000",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(out.is_file());
+}

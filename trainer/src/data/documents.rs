@@ -1,160 +1,206 @@
-//! Reading documents from plain-text and JSONL files, given as files or folders.
+//! Reading the documents of one input file, streamed: plain text, JSON lines (plain, gzip or
+//! zstd) and Parquet (see [`super::inputs`] for how a file's format is found).
 //!
-//! - A file whose name ends in `.jsonl` or `.ndjson` holds one JSON object per line; each
-//!   object's string field `text` is a document. Blank lines are skipped.
-//! - Any other file is plain text and is one document as a whole.
-//! - A folder is searched recursively for files ending in `.txt`, `.text`, `.md`, `.jsonl` or
-//!   `.ndjson`, in sorted order, so the document order (and with it the validation split) does
-//!   not depend on the file system.
+//! - A text file is one document as a whole.
+//! - A JSONL file holds one JSON object per line; the string at the [`TextField`] (`text` by
+//!   default, or a dotted path into nested objects) is a document. Blank lines are skipped.
+//!   Lines are read one at a time, decompressed on the fly, so no file needs to fit in memory.
+//! - A Parquet file is read row group by row group, in batches of rows ([`super::parquet_input`]).
 //!
-//! Invalid UTF-8 is an error that names the file and the byte offset, unless it is asked to be
-//! skipped: then the document holding it (the file, or the JSONL line) is skipped and counted.
+//! Empty and null texts are left out. Invalid UTF-8 is an error naming the file and the line
+//! (or row group and row) and byte offset, unless it is asked to be skipped: then the document
+//! holding it is skipped and counted.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::error::DataError;
+use super::inputs::{Compression, InputFile, InputFormat};
+use super::text_field::TextField;
 
-const JSONL_EXTENSIONS: [&str; 2] = ["jsonl", "ndjson"];
-const FOLDER_EXTENSIONS: [&str; 5] = ["txt", "text", "md", "jsonl", "ndjson"];
-
-/// Documents read from several files.
-#[derive(Debug, Default)]
-pub struct Documents {
-    /// The documents' texts, in input order; empty texts are left out.
-    pub texts: Vec<String>,
-    /// Documents skipped because they were not valid UTF-8.
-    pub skipped_invalid_utf8: usize,
+/// How documents are read.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// The field holding the text in JSONL objects and Parquet rows.
+    pub text_field: TextField,
+    /// Skip (and report) documents that are not valid UTF-8 instead of failing.
+    pub skip_invalid_utf8: bool,
 }
 
-/// The files named by `inputs` (files, or folders searched recursively), in a stable order.
-/// Fails when an input does not exist or when no file is found.
-pub fn list_input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
-    let mut files = Vec::new();
-    for input in inputs {
-        let metadata = fs::metadata(input).map_err(|error| DataError::io(input, error))?;
-        if metadata.is_dir() {
-            let start = files.len();
-            collect_folder(input, &mut files)?;
-            files[start..].sort();
-        } else {
-            files.push(input.clone());
+/// What reading a file yields, in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// A document's text (never empty).
+    Text(String),
+    /// A document skipped because it is not valid UTF-8 (only with `skip_invalid_utf8`).
+    InvalidUtf8,
+}
+
+/// Calls `visit` with every item of `file` in order until it returns `Break` or fails. Adds the
+/// file bytes read (compressed bytes for compressed files) to `bytes_read` as it goes, for
+/// progress. Returns `Break` when `visit` stopped early.
+pub fn for_each_item(
+    file: &InputFile,
+    options: &ReadOptions,
+    bytes_read: &Arc<AtomicU64>,
+    mut visit: impl FnMut(Item) -> Result<ControlFlow<()>, DataError>,
+) -> Result<ControlFlow<()>, DataError> {
+    let path = file.path.as_path();
+    match file.format {
+        InputFormat::Parquet => {
+            super::parquet_input::for_each_item(path, options, bytes_read, visit)
+        }
+        InputFormat::Text(compression) => {
+            let mut reader = open(path, compression, bytes_read)?;
+            let mut bytes = Vec::new();
+            reader
+                .read_to_end(&mut bytes)
+                .map_err(|error| read_error(path, compression, 0, error))?;
+            match decode_utf8(path, String::new(), bytes, 0, options.skip_invalid_utf8)? {
+                Some(text) if text.is_empty() => Ok(ControlFlow::Continue(())),
+                Some(text) => visit(Item::Text(text)),
+                None => visit(Item::InvalidUtf8),
+            }
+        }
+        InputFormat::Jsonl(compression) => {
+            let mut reader = open(path, compression, bytes_read)?;
+            let mut offset = 0u64;
+            let mut line = Vec::new();
+            for number in 1u64.. {
+                line.clear();
+                let read = reader
+                    .read_until(b'\n', &mut line)
+                    .map_err(|error| read_error(path, compression, number - 1, error))?;
+                if read == 0 {
+                    break;
+                }
+                let line_offset = offset;
+                offset += read as u64;
+                let item = match std::str::from_utf8(&line) {
+                    Ok(text) => match jsonl_text(path, number, text, &options.text_field)? {
+                        Some(text) => Item::Text(text),
+                        None => continue,
+                    },
+                    Err(_) => {
+                        let location = format!("line {number}: ");
+                        let bytes = std::mem::take(&mut line);
+                        match decode_utf8(
+                            path,
+                            location,
+                            bytes,
+                            line_offset,
+                            options.skip_invalid_utf8,
+                        )? {
+                            Some(_) => unreachable!("the line was found invalid"),
+                            None => Item::InvalidUtf8,
+                        }
+                    }
+                };
+                if visit(item)?.is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+            Ok(ControlFlow::Continue(()))
         }
     }
-    if files.is_empty() {
-        return Err(DataError::EmptyInput(format!(
-            "no input file found in {inputs:?} (folders are searched for files ending in {FOLDER_EXTENSIONS:?})"
-        )));
-    }
-    Ok(files)
 }
 
-fn collect_folder(folder: &Path, files: &mut Vec<PathBuf>) -> Result<(), DataError> {
-    let entries = fs::read_dir(folder).map_err(|error| DataError::io(folder, error))?;
-    for entry in entries {
-        let path = entry.map_err(|error| DataError::io(folder, error))?.path();
-        if path.is_dir() {
-            collect_folder(&path, files)?;
-        } else if has_extension(&path, &FOLDER_EXTENSIONS) {
-            files.push(path);
-        }
-    }
-    Ok(())
-}
-
-fn has_extension(path: &Path, extensions: &[&str]) -> bool {
-    path.extension()
-        .and_then(|extension| extension.to_str())
-        .is_some_and(|extension| extensions.contains(&extension.to_ascii_lowercase().as_str()))
-}
-
-/// Reads the documents of every file `inputs` name (see [`list_input_files`]), in order. Fails
-/// when they hold no document with text.
-pub fn read_inputs(inputs: &[PathBuf], skip_invalid_utf8: bool) -> Result<Documents, DataError> {
-    let mut all = Documents::default();
-    for file in list_input_files(inputs)? {
-        all.skipped_invalid_utf8 += for_each_document(&file, skip_invalid_utf8, |text| {
-            all.texts.push(text);
-            Ok(())
-        })?;
-    }
-    if all.texts.is_empty() {
-        return Err(DataError::EmptyInput(format!(
-            "no document with text in {inputs:?} ({} skipped as invalid UTF-8)",
-            all.skipped_invalid_utf8
-        )));
-    }
-    Ok(all)
-}
-
-/// Calls `visit` with every non-empty document of `path` in file order (see the module
-/// documentation for the formats), stopping at its first error. JSONL files are streamed line by
-/// line, so they need not fit in memory. Returns the number of documents skipped as invalid UTF-8.
-pub fn for_each_document(
+/// A reader of `path`'s decompressed bytes that counts the file bytes it reads.
+fn open(
     path: &Path,
-    skip_invalid_utf8: bool,
-    mut visit: impl FnMut(String) -> Result<(), DataError>,
-) -> Result<usize, DataError> {
-    let io_error = |error| DataError::io(path, error);
-    let file = File::open(path).map_err(io_error)?;
-    if !has_extension(path, &JSONL_EXTENSIONS) {
-        let mut bytes = Vec::new();
-        BufReader::new(file)
-            .read_to_end(&mut bytes)
-            .map_err(io_error)?;
-        return match decode_utf8(path, bytes, 0, skip_invalid_utf8)? {
-            Some(text) if !text.is_empty() => visit(text).map(|()| 0),
-            Some(_) => Ok(0),
-            None => Ok(1),
-        };
-    }
-    let mut reader = BufReader::new(file);
-    let mut skipped = 0;
-    let mut offset = 0u64;
-    for number in 1.. {
-        let mut line = Vec::new();
-        let read = reader.read_until(b'\n', &mut line).map_err(io_error)?;
-        if read == 0 {
-            break;
+    compression: Compression,
+    bytes_read: &Arc<AtomicU64>,
+) -> Result<Box<dyn BufRead + Send>, DataError> {
+    let file = File::open(path).map_err(|error| DataError::io(path, error))?;
+    let counted = BufReader::with_capacity(
+        1 << 20,
+        CountingReader {
+            inner: file,
+            count: Arc::clone(bytes_read),
+        },
+    );
+    Ok(match compression {
+        Compression::None => Box::new(counted),
+        Compression::Gzip => Box::new(BufReader::with_capacity(
+            1 << 20,
+            flate2::bufread::MultiGzDecoder::new(counted),
+        )),
+        Compression::Zstd => {
+            let decoder = zstd::stream::read::Decoder::with_buffer(counted)
+                .map_err(|error| DataError::io(path, error))?;
+            Box::new(BufReader::with_capacity(1 << 20, decoder))
         }
-        let line_offset = offset;
-        offset += read as u64;
-        let Some(line) = decode_utf8(path, line, line_offset, skip_invalid_utf8)? else {
-            skipped += 1;
-            continue;
-        };
-        if let Some(text) = jsonl_text(path, number, &line)? {
-            visit(text)?;
-        }
-    }
-    Ok(skipped)
+    })
 }
 
-/// The non-empty `text` of JSONL line `number` of `path`; `None` for a blank line or empty text.
-fn jsonl_text(path: &Path, number: usize, line: &str) -> Result<Option<String>, DataError> {
+/// A read error: a decompression error names the compression and the lines read before it.
+fn read_error(
+    path: &Path,
+    compression: Compression,
+    line: u64,
+    error: std::io::Error,
+) -> DataError {
+    match compression {
+        Compression::None => DataError::io(path, error),
+        _ => DataError::Decompress {
+            path: path.to_path_buf(),
+            compression: compression.name(),
+            line,
+            error,
+        },
+    }
+}
+
+/// A reader adding the bytes it reads to a shared counter.
+struct CountingReader<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        self.count.fetch_add(read as u64, Ordering::Relaxed);
+        Ok(read)
+    }
+}
+
+/// The non-empty text of JSONL line `number` of `path`; `None` for a blank line or an empty or
+/// null text.
+fn jsonl_text(
+    path: &Path,
+    number: u64,
+    line: &str,
+    field: &TextField,
+) -> Result<Option<String>, DataError> {
     if line.trim().is_empty() {
         return Ok(None);
     }
     let bad_line = |problem: String| DataError::BadJsonLine {
         path: path.to_path_buf(),
-        line: number,
+        line: number as usize,
         problem,
     };
     let value: serde_json::Value =
         serde_json::from_str(line).map_err(|error| bad_line(format!("bad JSON: {error}")))?;
-    match value.get("text") {
-        None => Err(bad_line("no field `text`".into())),
+    match field.lookup(&value) {
+        None => Err(bad_line(format!("no field `{field}`"))),
+        Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(text)) if text.is_empty() => Ok(None),
         Some(serde_json::Value::String(text)) => Ok(Some(text.clone())),
-        Some(_) => Err(bad_line("field `text` is not a string".into())),
+        Some(_) => Err(bad_line(format!("field `{field}` is not a string"))),
     }
 }
 
 /// `bytes` as text; `None` when they are not UTF-8 and skipping was asked, an error naming the
-/// file offset (`offset` is where `bytes` start in the file) otherwise.
-fn decode_utf8(
+/// file, `location` and offset (`offset` is where `bytes` start) otherwise.
+pub(super) fn decode_utf8(
     path: &Path,
+    location: String,
     bytes: Vec<u8>,
     offset: u64,
     skip_invalid_utf8: bool,
@@ -164,6 +210,7 @@ fn decode_utf8(
         Err(_) if skip_invalid_utf8 => Ok(None),
         Err(error) => Err(DataError::InvalidUtf8 {
             path: path.to_path_buf(),
+            location,
             offset: offset + error.utf8_error().valid_up_to() as u64,
         }),
     }

@@ -16,16 +16,54 @@ pub enum DataError {
     /// The inputs hold no document with any text.
     #[error("empty input: {0}")]
     EmptyInput(String),
-    /// A file is not valid UTF-8.
+    /// A document is not valid UTF-8.
     #[error(
-        "{path}: invalid UTF-8 at byte offset {offset} (pass --skip-invalid-utf8 to skip such documents)"
+        "{path}: {location}invalid UTF-8 at byte offset {offset} (pass --skip-invalid-utf8 to skip such documents)"
     )]
     InvalidUtf8 {
         /// The file.
         path: PathBuf,
-        /// The offset, from the start of the file, of the first byte that is not valid UTF-8.
+        /// Where in the file, ending in `": "` (`"line 3: "`, `"row group 1, row 5: "`), or
+        /// empty for a text file.
+        location: String,
+        /// The offset of the first byte that is not valid UTF-8: from the start of the
+        /// (decompressed) file for text and JSONL, from the start of the value for Parquet.
         offset: u64,
     },
+    /// A compressed file that cannot be decompressed: corrupt or truncated.
+    #[error("{path}: corrupt or truncated {compression} data after line {line}: {error}")]
+    Decompress {
+        /// The file.
+        path: PathBuf,
+        /// The compression: gzip or zstd.
+        compression: &'static str,
+        /// The lines read in full before the failure.
+        line: u64,
+        /// The decompressor's error.
+        error: std::io::Error,
+    },
+    /// A Parquet file that cannot be read, or lacks the text column.
+    #[error("{path}: {}{problem}", row_group.map(|group| format!("row group {group}: ")).unwrap_or_default())]
+    BadParquet {
+        /// The file.
+        path: PathBuf,
+        /// The row group (counted from 0), when the problem is in one.
+        row_group: Option<usize>,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A Megatron indexed dataset (`PREFIX.idx` + `PREFIX.bin`) that cannot be read.
+    #[error("bad Megatron indexed dataset {path}: {problem}")]
+    BadMegatron {
+        /// The `.idx` or `.bin` file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// An ingest stopped on purpose (tests of resuming), its unfinished output left in place.
+    #[doc(hidden)]
+    #[error("ingest interrupted after {0} batches")]
+    Interrupted(u64),
     /// A JSONL line is not a JSON object with a string field `text`.
     #[error("{path}: line {line}: {problem}")]
     BadJsonLine {

@@ -5,9 +5,12 @@
 //! 1. [`TextTokenizer`] loads any Hugging Face `tokenizer.json`
 //!    ([`TextTokenizer::from_file`]) or trains a byte-level BPE one
 //!    ([`TextTokenizer::train_byte_level_bpe`]).
-//! 2. [`ingest()`] reads text and JSONL files ([`documents`]), tokenizes them on all cores and
-//!    writes token shards ([`shard`]): every document followed by EOS, whole documents held out
-//!    for validation. [`ShardSet`] reads a split back, memory-mapped, as one [`TokenStream`].
+//! 2. [`ingest()`] streams documents from text, JSONL (plain, gzip, zstd) and Parquet files
+//!    ([`inputs`], [`documents`], [`parquet_input`]), filters them ([`filter`]), tokenizes them
+//!    on all cores and writes token shards ([`shard`]) or a Megatron indexed dataset
+//!    ([`megatron`]): every document followed by EOS, whole documents held out for validation;
+//!    a killed ingest continues where it stopped. [`ShardSet`] reads a split back (shards or a
+//!    Megatron dataset), memory-mapped, as one [`TokenStream`].
 //! 3. [`PackedRows`] cuts a token stream into rows of `seq_len + 1` tokens and is a
 //!    [`RowSource`]; the tail that fills no row is dropped and counted ([`packing`]).
 //! 4. [`Mixture`] combines row sources by weight, in tokens (e.g. 0.99 domain and 0.01 general).
@@ -38,14 +41,21 @@
 pub mod builtin;
 pub mod documents;
 pub mod error;
+pub mod filter;
 pub mod ingest;
+pub mod inputs;
+pub mod megatron;
 pub mod mixing;
 pub mod packing;
+pub mod parquet_input;
 pub mod rng;
 pub mod rows;
+pub mod sample;
 pub mod sampler;
 pub mod shard;
+pub mod sink;
 pub mod split;
+pub mod text_field;
 pub mod tokenizer;
 pub mod tokens;
 
@@ -53,11 +63,13 @@ pub use builtin::{
     BuiltinDataConfig, BuiltinDataset, builtin_dataset, builtin_document, default_tokenizer,
 };
 pub use error::DataError;
-pub use ingest::{IngestConfig, IngestSummary, TOKENIZER_FILE, ingest};
+pub use filter::Dedup;
+pub use ingest::{IngestConfig, IngestSummary, OutputFormat, TOKENIZER_FILE, ingest};
 pub use mixing::Mixture;
 pub use packing::PackedRows;
 pub use rows::{RowSource, inputs_and_targets};
 pub use sampler::{Sampler, SamplerState};
 pub use shard::{ShardSet, Split, TokenShard};
+pub use text_field::TextField;
 pub use tokenizer::{TOKENIZER_CONFIG_FILE, TextTokenizer};
 pub use tokens::TokenStream;

@@ -13,6 +13,11 @@
 //!
 //! Tokens are u16 when the vocabulary has at most 65536 tokens, u32 otherwise. A split (train or
 //! validation) is a folder's `train-00000.bin`, `train-00001.bin`... read in order as one stream.
+//!
+//! [`ShardSet::open_split`] also reads a Megatron indexed dataset ([`super::megatron`]): a prefix
+//! `PREFIX` of `PREFIX.bin` + `PREFIX.idx` (its training split; it has no validation split), or
+//! a folder holding `train.bin`/`train.idx` and `val.bin`/`val.idx` as `hlat data ingest
+//! --format megatron` writes them.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -21,6 +26,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::error::DataError;
+use super::sink::{DocumentSink, SinkPosition};
 use super::tokens::TokenStream;
 
 /// The first bytes of every shard.
@@ -171,11 +177,13 @@ fn decode_token(bytes: &[u8]) -> u32 {
     }
 }
 
-/// A shard mapped into memory.
+/// A shard mapped into memory (or the `.bin` of a Megatron dataset, which has no header).
 pub struct TokenShard {
     path: PathBuf,
     header: ShardHeader,
     map: Mmap,
+    /// Where the tokens start in the file.
+    body: usize,
 }
 
 impl TokenShard {
@@ -192,7 +200,18 @@ impl TokenShard {
             path: path.to_path_buf(),
             header,
             map,
+            body: SHARD_HEADER_BYTES,
         })
+    }
+
+    /// A mapped file of tokens without a header: `header` describes the body at `body..`.
+    pub(super) fn from_parts(path: PathBuf, header: ShardHeader, map: Mmap, body: usize) -> Self {
+        Self {
+            path,
+            header,
+            map,
+            body,
+        }
     }
 
     /// The shard's header.
@@ -218,7 +237,7 @@ impl TokenShard {
     /// Copies the tokens `start..start + out.len()` into `out`.
     pub fn copy_tokens(&self, start: usize, out: &mut [u32]) {
         let width = self.header.token_width as usize;
-        let from = SHARD_HEADER_BYTES + start * width;
+        let from = self.body + start * width;
         let bytes = &self.map[from..from + out.len() * width];
         for (token, encoded) in out.iter_mut().zip(bytes.chunks_exact(width)) {
             *token = decode_token(encoded);
@@ -235,9 +254,14 @@ pub struct ShardSet {
 }
 
 impl ShardSet {
-    /// Opens the shards of `split` in `folder` (`train-00000.bin`, `train-00001.bin`...).
+    /// Opens the shards of `split` in `folder` (`train-00000.bin`, `train-00001.bin`...), or a
+    /// Megatron indexed dataset: `folder` as a prefix (`folder.idx` exists; training split
+    /// only), or `folder/train.idx` / `folder/val.idx` (see the [module](self) documentation).
     pub fn open_split(folder: impl AsRef<Path>, split: Split) -> Result<Self, DataError> {
         let folder = folder.as_ref();
+        if let Some(prefix) = super::megatron::split_prefix(folder, split)? {
+            return Ok(Self::from_shards(vec![super::megatron::open(&prefix)?]));
+        }
         let mut paths = Vec::new();
         while split.shard_path(folder, paths.len()).is_file() {
             paths.push(split.shard_path(folder, paths.len()));
@@ -259,6 +283,15 @@ impl ShardSet {
             .iter()
             .map(TokenShard::open)
             .collect::<Result<Vec<_>, _>>()?;
+        Self::check_and_join(shards)
+    }
+
+    /// One shard set of already opened shards (not empty).
+    fn from_shards(shards: Vec<TokenShard>) -> Self {
+        Self::check_and_join(shards).expect("one shard has one vocabulary")
+    }
+
+    fn check_and_join(shards: Vec<TokenShard>) -> Result<Self, DataError> {
         let Some(first) = shards.first() else {
             return Err(DataError::EmptyInput("no shard given".into()));
         };
@@ -335,6 +368,9 @@ pub struct ShardWriter {
     open: Option<OpenShard>,
     finished: Vec<PathBuf>,
     total_tokens: u64,
+    documents: u64,
+    /// Leave the temporary files when dropped (a resumable ingest stopped).
+    keep: bool,
 }
 
 struct OpenShard {
@@ -369,7 +405,72 @@ impl ShardWriter {
             open: None,
             finished: Vec::new(),
             total_tokens: 0,
+            documents: 0,
+            keep: false,
         })
+    }
+
+    /// A writer continuing an unfinished split at `position` (from [`DocumentSink::sync`]): its
+    /// finished temporary shards are kept, the open one cut back to the position, later ones
+    /// removed.
+    pub fn resume(
+        folder: &Path,
+        split: Split,
+        shard_tokens: usize,
+        vocab_size: usize,
+        position: SinkPosition,
+    ) -> Result<Self, DataError> {
+        let mut writer = Self::new(folder, split, shard_tokens, vocab_size)?;
+        let temporary = |index: u64| {
+            split
+                .shard_path(folder, index as usize)
+                .with_extension("bin.tmp")
+        };
+        for index in 0..position.finished_files {
+            let path = temporary(index);
+            if !path.is_file() {
+                return Err(DataError::io(
+                    &path,
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "a finished shard of the unfinished ingest is missing",
+                    ),
+                ));
+            }
+            writer.finished.push(path);
+        }
+        if position.open_tokens > 0 {
+            let path = temporary(position.finished_files);
+            let io_error = |error| DataError::io(&path, error);
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(io_error)?;
+            let length = SHARD_HEADER_BYTES as u64 + position.open_tokens * writer.width as u64;
+            if file.metadata().map_err(io_error)?.len() < length {
+                return Err(io_error(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "shorter than the unfinished ingest recorded",
+                )));
+            }
+            file.set_len(length).map_err(io_error)?;
+            file.seek(SeekFrom::End(0)).map_err(io_error)?;
+            writer.open = Some(OpenShard {
+                path: path.clone(),
+                file: BufWriter::new(file),
+                tokens: position.open_tokens,
+            });
+        }
+        let first_later = position.finished_files + u64::from(position.open_tokens > 0);
+        let mut later = first_later;
+        while temporary(later).exists() {
+            let path = temporary(later);
+            fs::remove_file(&path).map_err(|error| DataError::io(&path, error))?;
+            later += 1;
+        }
+        writer.total_tokens = position.tokens;
+        writer.documents = position.documents;
+        Ok(writer)
     }
 
     /// The number of tokens written so far.
@@ -471,8 +572,50 @@ impl ShardWriter {
     }
 }
 
+impl DocumentSink for ShardWriter {
+    fn write_document(&mut self, tokens: &[u32], eos: u32) -> Result<(), DataError> {
+        self.write(tokens)?;
+        self.write(&[eos])?;
+        self.documents += 1;
+        Ok(())
+    }
+
+    fn total_tokens(&self) -> u64 {
+        self.total_tokens
+    }
+
+    fn sync(&mut self) -> Result<SinkPosition, DataError> {
+        let open_tokens = match &mut self.open {
+            Some(open) => {
+                let io_error = |error| DataError::io(&open.path, error);
+                open.file.flush().map_err(io_error)?;
+                open.file.get_ref().sync_data().map_err(io_error)?;
+                open.tokens
+            }
+            None => 0,
+        };
+        Ok(SinkPosition {
+            documents: self.documents,
+            tokens: self.total_tokens,
+            finished_files: self.finished.len() as u64,
+            open_tokens,
+        })
+    }
+
+    fn commit(self: Box<Self>) -> Result<Vec<PathBuf>, DataError> {
+        ShardWriter::commit(*self)
+    }
+
+    fn keep_unfinished(&mut self) {
+        self.keep = true;
+    }
+}
+
 impl Drop for ShardWriter {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         let open = self.open.take().map(|open| open.path);
         for temporary in self.finished.iter().chain(open.iter()) {
             let _ = fs::remove_file(temporary);

@@ -192,6 +192,19 @@ impl TextTokenizer {
     where
         S: AsRef<str> + Sync,
     {
+        Self::train_byte_level_bpe_streaming(documents.iter().map(AsRef::as_ref), vocab_size)
+    }
+
+    /// [`TextTokenizer::train_byte_level_bpe`] on documents as they come: the trainer keeps the
+    /// counts of the words it has seen, not the documents.
+    pub fn train_byte_level_bpe_streaming<I, S>(
+        documents: I,
+        vocab_size: usize,
+    ) -> Result<Self, DataError>
+    where
+        I: Iterator<Item = S> + Send,
+        S: AsRef<str> + Send,
+    {
         let alphabet = ByteLevel::alphabet();
         let minimum = TRAINED_SPECIAL_TOKENS.len() + alphabet.len();
         if vocab_size < minimum {
@@ -225,7 +238,7 @@ impl TextTokenizer {
             message: error.to_string(),
         };
         inner
-            .train(&mut trainer, documents.iter().map(AsRef::as_ref))
+            .train(&mut trainer, documents)
             .map_err(training_error)?;
         let bos = TRAINED_SPECIAL_TOKENS[1];
         let bos_id = inner

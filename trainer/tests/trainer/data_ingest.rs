@@ -202,14 +202,14 @@ fn invalid_utf8_names_the_file_and_byte_offset_or_is_skipped_and_counted() {
     let bad_jsonl: &[u8] = b"{\"text\": \"fine\"}\n{\"text\": \"bro\xc3\"}\n";
     let (error, input, _keep) = ingest_error(&[("0.txt", b"fine"), ("a.txt", bad_text)], false);
     match error {
-        DataError::InvalidUtf8 { path, offset } => {
+        DataError::InvalidUtf8 { path, offset, .. } => {
             assert_eq!((path, offset), (input.join("a.txt"), 11));
         }
         other => panic!("{other}"),
     }
     let (error, input, _keep) = ingest_error(&[("a.jsonl", bad_jsonl)], false);
     match error {
-        DataError::InvalidUtf8 { path, offset } => {
+        DataError::InvalidUtf8 { path, offset, .. } => {
             assert_eq!((path, offset), (input.join("a.jsonl"), 17 + 13));
         }
         other => panic!("{other}"),

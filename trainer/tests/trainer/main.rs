@@ -2,6 +2,7 @@
 //! evaluation (`eval_*`) and the trainer (`train_*`).
 
 mod data_builtin;
+mod data_formats;
 mod data_ingest;
 mod data_mixing;
 mod data_packing;
