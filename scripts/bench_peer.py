@@ -52,7 +52,7 @@ CNN (`hlat bench cnn --with-pytorch`): with `--task cnn --framework pytorch --ba
 --lr LR`, the network of `hlat::vision::SmallCnn` in torch.nn (Conv2d(1, 8, 3), ReLU,
 MaxPool2d(2, 2), Conv2d(8, 16, 3), ReLU, AdaptiveAvgPool2d(4), Linear(256, 10); PyTorch's own
 initialisation, so its losses differ from the Rust rows') trains with cross-entropy and Adam on
-the images of `hlat::vision::generated_batch` (the same xorshift64 stream): one first step, W
+the images of `hlat::vision::generated_batch` (the same SplitMix64 stream): one first step, W
 untimed, N timed. Output keys: backend, first_step_seconds, median_step_seconds, final_loss,
 peak_rss_bytes, version. Only torch is needed.
 
@@ -192,20 +192,37 @@ def require(framework, task):
              EXIT_MISSING)
 
 
+class SplitMix64:
+    """The project's one seeded generator (`hlat::rng::SplitMix64`), draw for draw."""
+
+    MASK = (1 << 64) - 1
+
+    def __init__(self, seed):
+        self.state = seed & self.MASK
+
+    def next_u64(self):
+        self.state = (self.state + 0x9E37_79B9_7F4A_7C15) & self.MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58_476D_1CE4_E5B9) & self.MASK
+        z = ((z ^ (z >> 27)) * 0x94D0_49BB_1331_11EB) & self.MASK
+        return z ^ (z >> 31)
+
+    def below(self, bound):
+        """A uniform integer in 0..bound without modulo bias, as `SplitMix64::below`."""
+        zone = self.MASK - self.MASK % bound
+        while True:
+            value = self.next_u64()
+            if value < zone:
+                return value % bound
+
+
+ROWS_SEED = 0x2545_F491_4F6C_DD1D
+
+
 def batch_rows(vocab_size, batch, seq_len):
-    """Rows of seq_len + 1 token ids: the xorshift64 generator of `hlat bench train`."""
-    state = 0x2545_F491_4F6C_DD1D
-    mask = (1 << 64) - 1
-    rows = []
-    for _ in range(batch):
-        row = []
-        for _ in range(seq_len + 1):
-            state ^= (state << 13) & mask
-            state ^= state >> 7
-            state ^= (state << 17) & mask
-            row.append(state % vocab_size)
-        rows.append(row)
-    return rows
+    """Rows of seq_len + 1 token ids: the SplitMix64 stream of `hlat bench train`."""
+    rng = SplitMix64(ROWS_SEED)
+    return [[rng.below(vocab_size) for _ in range(seq_len + 1)] for _ in range(batch)]
 
 
 def resident_bytes():
@@ -503,24 +520,16 @@ def run_jax(config, args):
 
 def generated_images(batch, seed):
     """The images and labels of `hlat::vision::generated_batch`: a bright 6x5 square on noise,
-    its position telling the class, from the same xorshift64 stream."""
-    mask = (1 << 64) - 1
-    state = ((seed * 0x9E37_79B9_7F4A_7C15) & mask) | 1
-
-    def next_value():
-        nonlocal state
-        state ^= (state << 13) & mask
-        state ^= state >> 7
-        state ^= (state << 17) & mask
-        return state
+    its position telling the class, from the same SplitMix64 stream."""
+    rng = SplitMix64(seed)
 
     pixels, labels = [], []
     for _ in range(batch):
-        label = next_value() % CNN_CLASSES
+        label = rng.below(CNN_CLASSES)
         row, column = 2 + 2 * (label // 5) * 6, 2 + (label % 5) * 5
         for y in range(CNN_IMAGE_SIZE):
             for x in range(CNN_IMAGE_SIZE):
-                noise = (next_value() % 256) / 1024.0
+                noise = rng.below(256) / 1024.0
                 inside = row <= y < row + 6 and column <= x < column + 5
                 pixels.append(0.75 + noise if inside else noise)
         labels.append(label)

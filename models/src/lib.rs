@@ -22,6 +22,7 @@
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
 //! - [`pipeline`]: pipeline parallelism (stages, 1F1B and interleaved schedules in one SPMD
 //!   program).
+//! - [`rng`]: the project's one seeded generator (SplitMix64), whose sequence never changes.
 //! - [`vision`]: a small CNN in Burn's MNIST style with generated images, the check and
 //!   benchmark of Burn's vision operations on a compiled device.
 
@@ -43,6 +44,7 @@ mod norm;
 pub mod parallel;
 pub mod pipeline;
 pub mod recompute;
+pub mod rng;
 mod rotary;
 pub mod run_folder;
 pub mod sharded_checkpoint;

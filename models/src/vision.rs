@@ -11,6 +11,8 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
+use crate::rng::SplitMix64;
+
 /// Side of the square grey images.
 pub const IMAGE_SIZE: usize = 28;
 /// Classes the network tells apart.
@@ -64,27 +66,22 @@ impl<B: Backend> SmallCnn<B> {
 }
 
 /// A deterministic batch of `batch` generated images in `[0, 1)` (a bright square on noise, its
-/// position telling the class) and their labels, the same for every backend and run.
+/// position telling the class) and their labels, drawn from the project's SplitMix64 with
+/// `seed`: the same for every backend and run.
 pub fn generated_batch<B: Backend>(
     batch: usize,
     seed: u64,
     device: &B::Device,
 ) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = SplitMix64::new(seed);
     let mut pixels = Vec::with_capacity(batch * IMAGE_SIZE * IMAGE_SIZE);
     let mut labels = Vec::with_capacity(batch);
     for _ in 0..batch {
-        let label = (next() % CLASSES as u64) as usize;
+        let label = rng.below(CLASSES as u64) as usize;
         let (row, column) = (2 + 2 * (label / 5) * 6, 2 + (label % 5) * 5);
         for y in 0..IMAGE_SIZE {
             for x in 0..IMAGE_SIZE {
-                let noise = (next() % 256) as f32 / 1024.0;
+                let noise = rng.below(256) as f32 / 1024.0;
                 let inside = (row..row + 6).contains(&y) && (column..column + 5).contains(&x);
                 pixels.push(if inside { 0.75 + noise } else { noise });
             }

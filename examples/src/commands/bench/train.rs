@@ -8,6 +8,7 @@ use burn_trainium::{MAX_REPLICAS, Stats, Trainium, TrainiumDevice};
 use clap::Args;
 use hlat::HlatConfig;
 use hlat::pipeline::{PipelineParallel, PipelineSchedule, bubble_fraction};
+use hlat::rng::SplitMix64;
 use hlat_train::config::TrainConfig;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::TrainingBackend;
@@ -794,16 +795,30 @@ where
         .collect())
 }
 
-/// Deterministic rows of `seq_len + 1` token ids for the benchmark batch.
+/// The seed of the benchmark's token rows (`batch_rows`; scripts/bench_peer.py draws the same).
+const ROWS_SEED: u64 = 0x2545_F491_4F6C_DD1D;
+
+/// Deterministic rows of `seq_len + 1` token ids for the benchmark batch, drawn from the
+/// project's SplitMix64.
 pub(super) fn batch_rows(vocab_size: usize, batch: usize, seq_len: usize) -> Vec<Vec<u32>> {
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % vocab_size as u64) as u32
-    };
+    let mut rng = SplitMix64::new(ROWS_SEED);
     (0..batch)
-        .map(|_| (0..=seq_len).map(|_| next()).collect())
+        .map(|_| {
+            (0..=seq_len)
+                .map(|_| rng.below(vocab_size as u64) as u32)
+                .collect()
+        })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    /// scripts/bench_peer.py's `batch_rows(100, 1, 5)`: the peers train on the same tokens.
+    #[test]
+    fn the_rows_are_the_python_peers_rows() {
+        assert_eq!(
+            super::batch_rows(100, 1, 5),
+            vec![vec![76, 12, 1, 50, 62, 24]]
+        );
+    }
 }

@@ -13,6 +13,7 @@ use burn::optim::AdamConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use clap::Args;
+use hlat::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{self, emit_result, same_weights, worker_backend};
@@ -134,16 +135,11 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Deterministic values in [-1, 1) for the inputs and targets.
+/// Deterministic values in [-1, 1) for the inputs and targets (the project's SplitMix64).
 fn values(count: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut rng = SplitMix64::new(seed);
     (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % 2000) as f32 / 1000.0 - 1.0
-        })
+        .map(|_| rng.below(2000) as f32 / 1000.0 - 1.0)
         .collect()
 }
 
