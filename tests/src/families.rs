@@ -3,8 +3,6 @@
 //! continuation, and the families with tied embeddings, biases and per-head norms train under
 //! `--tp 2`, `--dp 2 --tp 2` and sequence parallelism as on one device.
 
-use std::path::PathBuf;
-
 use burn::backend::Autodiff;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
@@ -18,13 +16,9 @@ use hlat_train::step::{LanguageModel, LmBatch};
 use hlat_train::trainer::Trainer;
 use serde_json::Value;
 
-use crate::support::xla;
+use test_support::fixtures::fixture;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name)
-}
+use crate::support::xla;
 
 fn expected(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(name).join("expected.json")).unwrap())

@@ -4,17 +4,16 @@
 //! dp 2 × tp 2 with sequence parallelism and ZeRO-1, activation checkpointing, bf16 with
 //! stochastic rounding; and in generation and evaluation.
 //!
-//! The runs are traced on `neuron` devices in compile-only mode with a stand-in compiler that
-//! copies the module as its "NEFF" (it is NOT the Neuron compiler); the modules are read back
+//! The runs are traced on `neuron` devices in compile-only mode with the workspace's stand-in
+//! compiler (`test_support::stand_in`, NOT the Neuron compiler); the modules are read back
 //! from the NEFF cache, exactly as the compiler would receive them, and linted again here.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::backend::Autodiff;
 use burn_trainium::hlo::HloModuleProto;
-use burn_trainium::neuron::{MODULE_FILE, NeuronSettings, NeuronTarget, Violation, lint_module};
+use burn_trainium::neuron::{NeuronSettings, NeuronTarget, Violation, lint_module};
 use burn_trainium::{Trainium, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat::generate::{GenerationOptions, Sampling, generate};
@@ -24,52 +23,8 @@ use hlat_train::parallel::ActivationCheckpointing;
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 use prost::Message;
-
-/// A stand-in for `neuronx-cc`: answers `--version` and "compiles" by copying the module.
-const STAND_IN_COMPILER: &str = r#"#!/bin/sh
-# Stand-in for neuronx-cc written by the integration tests. NOT the Neuron compiler.
-if [ "$1" = "--version" ]; then echo "NeuronX Compiler version 0.0.0+stand-in"; exit 0; fi
-input=$2; output=""
-while [ $# -gt 0 ]; do [ "$1" = "--output" ] && output=$2; shift; done
-cp "$input" "$output"
-"#;
-
-/// A stand-in for the kernel tracer: answers the probe and every request with a fixed call.
-const STAND_IN_TRACER: &str = r#"#!/usr/bin/env python3
-# Stand-in for the NKI kernel tracer written by the integration tests. NOT the Neuron SDK.
-import json, sys
-if "--probe" in sys.argv:
-    sys.exit(0)
-request = json.load(sys.stdin)
-json.dump({"custom_call_target": "AwsNeuronCustomNativeKernel",
-           "backend_config": "stand-in", "output": request["output"]}, sys.stdout)
-"#;
-
-/// Writes an executable `body` as `name` in `folder`.
-fn executable(folder: &Path, name: &str, body: &str) -> PathBuf {
-    let path = folder.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
-/// Every module file under `root`, sorted.
-fn cached_modules(root: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.file_name().is_some_and(|name| name == MODULE_FILE) {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
+use test_support::files::cached_modules;
+use test_support::stand_in;
 
 /// What the modules under `root` use, and their lint violations.
 #[derive(Debug, Default)]
@@ -153,7 +108,7 @@ fn trace_pretraining(layout: Layout, first_core: u16, out: &Path) -> TrainiumDev
 fn every_layout_compiles_within_the_neuron_rules() {
     let _random = crate::support::exclusive_random();
     let workspace = tempfile::tempdir().unwrap();
-    let compiler = executable(workspace.path(), "stand-in-neuronx-cc", STAND_IN_COMPILER);
+    let compiler = stand_in::compiler(workspace.path());
     burn_trainium::neuron::set_compile_only(true);
     use ActivationCheckpointing::{Full, None as Kept, Selective};
     let layouts: [Layout; 6] = [
@@ -232,7 +187,7 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
     let cache_root = folder.join("flash-cache");
     burn_trainium::neuron::set_settings(Some(NeuronSettings {
         flash_attention: FlashAttention::On,
-        kernel_tracer: Some(executable(folder, "stand-in-tracer", STAND_IN_TRACER)),
+        kernel_tracer: Some(stand_in::tracer(folder)),
         ..settings(compiler, &cache_root)
     }));
     let device = TrainiumDevice::neuron(30);
@@ -244,9 +199,9 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
     let ids = Tensor::<Trainium, 2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
     let _ = model.forward(ids).into_data();
 
-    // The stand-in compiler's "NEFF" is the module it received.
-    let instructions = |path: &Path| {
-        let module = HloModuleProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+    // The stand-in compiler's "NEFF" wraps the module it received.
+    let instructions = |module: &[u8]| {
+        let module = HloModuleProto::decode(module).unwrap();
         module
             .computations
             .into_iter()
@@ -256,7 +211,7 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
     let mut requests = Vec::new();
     let mut calls = 0;
     for module_path in cached_modules(&cache_root) {
-        for instruction in instructions(&module_path) {
+        for instruction in instructions(&std::fs::read(&module_path).unwrap()) {
             if let Some(request) = KernelRequest::of_instruction(&instruction) {
                 requests.push(request.unwrap());
             }
@@ -267,7 +222,8 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
                 "{dims:?}"
             );
         }
-        for instruction in instructions(&module_path.with_file_name(NEFF_FILE)) {
+        let neff = std::fs::read(module_path.with_file_name(NEFF_FILE)).unwrap();
+        for instruction in instructions(stand_in::module_of_neff(&neff)) {
             assert_ne!(instruction.custom_call_target, KERNEL_REQUEST_TARGET);
             calls += usize::from(instruction.custom_call_target == NEURON_KERNEL_TARGET);
         }

@@ -6,12 +6,11 @@
 //! `host` and `xla` executors, in f32 and bf16. In bf16 the inputs are values bf16 represents
 //! exactly; the reference computes in f32 on those values.
 
-use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
-use burn_trainium::{PLUGIN_ENV, Trainium, TrainiumDevice, stats};
+use burn_trainium::{Trainium, TrainiumDevice, stats};
 
 /// The independent reference every backend result is compared with.
 pub type Reference = burn::backend::NdArray<f32, i32>;
@@ -53,14 +52,7 @@ pub type Case<B> = fn(&burn::tensor::Device<B>, Precision) -> TensorData;
 /// The `xla` device of the differential tests, with the plugin required (the tests fail, never
 /// skip, without it).
 pub fn xla() -> TrainiumDevice {
-    let path = PathBuf::from(std::env::var_os(PLUGIN_ENV).unwrap_or_default());
-    assert!(
-        path.is_file(),
-        "the XLA CPU PJRT plugin is missing (`{PLUGIN_ENV}` = `{}`): run the tests with \
-         `scripts/test`, or set {PLUGIN_ENV} to the path `scripts/install-xla-cpu` prints",
-        path.display()
-    );
-    TrainiumDevice::xla(0)
+    test_support::plugin::xla(0)
 }
 
 /// The devices every case runs on: the host executor and the `xla` executor.
@@ -77,17 +69,7 @@ fn exclusive_xla() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Held by the tests that seed or draw random numbers on Trainium devices: the `host` executor
-/// draws from burn-flex's one process-wide generator, and a device's seed is shared by every test
-/// using that device, so such tests take turns.
-static RANDOM_STATE: Mutex<()> = Mutex::new(());
-
-/// Takes the random state for the caller alone (see [`RANDOM_STATE`]).
-pub fn exclusive_random() -> MutexGuard<'static, ()> {
-    RANDOM_STATE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub use test_support::random::exclusive_random;
 
 /// Runs `under_test` on every device under test in both precisions and compares it with
 /// `reference` in f32. On `xla` no operation may fall back to the host.

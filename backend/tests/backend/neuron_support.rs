@@ -1,61 +1,15 @@
-//! Shared by the `neuron_*` tests: a stand-in for `neuronx-cc`, written by the tests into a
-//! temporary folder. It is NOT the Neuron compiler: it answers `--version`, records every
-//! `compile` invocation in a file beside itself, sleeps a little so concurrent callers overlap,
-//! and writes `NEFF(<module bytes>)` as the "NEFF", or fails when the module contains `FAIL`.
+//! Shared by the `neuron_*` tests: the workspace's stand-in `neuronx-cc` and kernel tracer
+//! (`test_support::stand_in`: NOT the Neuron SDK), written by the tests into a temporary folder
+//! with a cache root beside them. Here the stand-in compiler sleeps 0.3 s a compile, so that
+//! concurrent callers overlap.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use burn_trainium::neuron::{
     FlashAttention, NeffCache, NeuronCompiler, NeuronSettings, NeuronTarget,
 };
-
-const STAND_IN_COMPILER: &str = r#"#!/bin/sh
-# Stand-in for neuronx-cc written by the tests of burn-trainium. NOT the Neuron compiler.
-here=$(dirname "$0")
-if [ "$1" = "--version" ]; then
-    echo "NeuronX Compiler version 0.0.0+stand-in"
-    exit 0
-fi
-if [ "$1" != "compile" ]; then
-    echo "stand-in neuronx-cc: unexpected command '$1'" >&2
-    exit 2
-fi
-input=$2
-shift 2
-echo "$*" > "$here/last-arguments"
-output=""
-while [ $# -gt 0 ]; do
-    if [ "$1" = "--output" ]; then output=$2; fi
-    shift
-done
-echo "$$" >> "$here/invocations"
-sleep 0.3
-if grep -q FAIL "$input"; then
-    echo "stand-in neuronx-cc: error: unsupported operator in $input" >&2
-    exit 1
-fi
-{ printf 'NEFF('; cat "$input"; printf ')'; } > "$output"
-echo "stand-in neuronx-cc: compiled $input"
-"#;
-
-/// A stand-in for the kernel tracer (`HLAT_NEURON_KERNEL_TRACER`). It is NOT the Neuron SDK's
-/// tracer: it answers `--probe`, records every request it reads in `requests` beside itself, and
-/// answers with a fixed configuration and the output the request names.
-const STAND_IN_TRACER: &str = r#"#!/usr/bin/env python3
-# Stand-in for the NKI kernel tracer written by the tests of burn-trainium. NOT the Neuron SDK.
-import json, os, sys
-if "--probe" in sys.argv:
-    sys.exit(0)
-request = json.load(sys.stdin)
-with open(os.path.join(os.path.dirname(sys.argv[0]), "requests"), "a") as log:
-    log.write(json.dumps({"arguments": sys.argv[1:], "request": request}) + "\n")
-json.dump({
-    "custom_call_target": "AwsNeuronCustomNativeKernel",
-    "backend_config": "stand-in-config:" + request["kernel"],
-    "output": request["output"],
-}, sys.stdout)
-"#;
+pub use test_support::files::cached_modules;
+use test_support::stand_in;
 
 /// A temporary folder holding the stand-in compiler and a cache root; removed on drop.
 pub struct Workspace {
@@ -69,19 +23,20 @@ impl Workspace {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).unwrap();
         }
-        std::fs::create_dir_all(dir.join("bin")).unwrap();
-        let script = dir.join("bin").join("stand-in-neuronx-cc");
-        std::fs::write(&script, STAND_IN_COMPILER).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let workspace = Self { dir };
-        workspace.write_tracer("stand-in-kernel-tracer", STAND_IN_TRACER);
-        workspace
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        stand_in::compiler(&bin);
+        std::fs::write(bin.join("delay"), "0.3").unwrap();
+        stand_in::tracer(&bin);
+        Self { dir }
     }
 
+    /// The stand-in compiler.
     pub fn compiler_path(&self) -> PathBuf {
-        self.dir.join("bin").join("stand-in-neuronx-cc")
+        self.dir.join("bin").join(stand_in::COMPILER)
     }
 
+    /// A compiler object on the stand-in compiler, for trn1, with `--model-type transformer`.
     pub fn compiler(&self) -> NeuronCompiler {
         NeuronCompiler::new(
             self.compiler_path(),
@@ -91,16 +46,14 @@ impl Workspace {
         .unwrap()
     }
 
+    /// The stand-in kernel tracer.
     pub fn tracer_path(&self) -> PathBuf {
-        self.dir.join("bin").join("stand-in-kernel-tracer")
+        self.dir.join("bin").join(stand_in::TRACER)
     }
 
     /// Writes an executable tracer `script` named `name` beside the stand-ins.
     pub fn write_tracer(&self, name: &str, script: &str) -> PathBuf {
-        let path = self.dir.join("bin").join(name);
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
+        stand_in::write_executable(&self.dir.join("bin"), name, script)
     }
 
     /// Every request the stand-in tracer read, with its command-line arguments, in order.
@@ -168,25 +121,4 @@ pub fn stand_in_settings(workspace: &Workspace, flash_attention: FlashAttention)
         kernel_tracer: Some(workspace.tracer_path()),
         lint: Default::default(),
     }
-}
-
-/// Every `model.hlo_module.pb` under `root`, sorted.
-pub fn cached_modules(root: &std::path::Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path
-                .file_name()
-                .is_some_and(|name| name == burn_trainium::neuron::MODULE_FILE)
-            {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
 }

@@ -1,28 +1,10 @@
-//! Shared by the tests of this binary: the XLA CPU plugin (the tests fail, never skip, when it
-//! is missing) and tolerant comparison.
-
-use std::path::PathBuf;
+//! Shared by the tests of this binary: tolerant comparison, device locks and IR tensors, with
+//! the workspace's `test-support` helpers they use (the XLA CPU plugin, the random-state lock).
 
 use burn::tensor::TensorData;
-use burn_trainium::{PLUGIN_ENV, TrainiumDevice};
-
-/// The plugin `TRAINIUM_PJRT_PLUGIN` names; fails the test when it is unset or missing.
-pub fn plugin_path() -> PathBuf {
-    let path = PathBuf::from(std::env::var_os(PLUGIN_ENV).unwrap_or_default());
-    assert!(
-        path.is_file(),
-        "the XLA CPU PJRT plugin is missing (`{PLUGIN_ENV}` = `{}`): run the tests with \
-         `scripts/test`, or set {PLUGIN_ENV} to the path `scripts/install-xla-cpu` prints",
-        path.display()
-    );
-    path
-}
-
-/// The `xla:index` device, with the plugin required.
-pub fn xla(index: u16) -> TrainiumDevice {
-    plugin_path();
-    TrainiumDevice::xla(index)
-}
+use burn_trainium::TrainiumDevice;
+pub use test_support::plugin::{plugin_path, xla};
+pub use test_support::random::exclusive_random;
 
 /// Asserts that two tensors hold the same shape and values within `tolerance`
 /// (absolute + relative).
@@ -53,15 +35,6 @@ pub fn lock_device(device: &TrainiumDevice) -> std::sync::MutexGuard<'static, ()
         .entry(*device)
         .or_insert_with(|| Box::leak(Box::new(Mutex::new(()))));
     lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Held by the tests that seed: seeding any device also seeds the host's process-wide generator
-/// (host fallbacks draw from it), so such tests take turns.
-pub fn exclusive_random() -> std::sync::MutexGuard<'static, ()> {
-    static RANDOM_STATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    RANDOM_STATE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// An `f32` tensor of Burn's IR: id, shape and status (for operations built by hand).

@@ -1,9 +1,15 @@
-//! Charts written by the tool itself: an RGB canvas with rectangles, lines and text (TrueType
-//! labels through `ab_glyph`), saved as PNG.
+//! What the tool's charts share: `plotters` draws them into an RGB buffer, with TrueType labels
+//! (a font found at run time, through plotters' `ab_glyph`), and the buffer is saved as a PNG
+//! file atomically.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
+use plotters::backend::BitMapBackend;
+use plotters::coord::Shift;
+use plotters::drawing::{DrawingArea, IntoDrawingArea};
+use plotters::style::{FontFamily, FontStyle, RGBColor, WHITE};
 
 /// Writes `bytes` to `path` with [`burn_trainium::write_atomically`], creating the parent folder
 /// first.
@@ -26,8 +32,21 @@ const FONT_PATHS: [&str; 3] = [
     "/System/Library/Fonts/Supplemental/Arial.ttf",
 ];
 
-/// The font of plot labels: `HLAT_FONT`, else the first of [`FONT_PATHS`] present.
-pub fn load_font() -> anyhow::Result<ab_glyph::FontVec> {
+/// The name the labels' font is registered under with plotters.
+const FONT: &str = "hlat-labels";
+
+/// The series colours of every chart, in order (matplotlib's first five).
+pub const COLOURS: [RGBColor; 5] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+];
+
+/// Reads the labels' font, `HLAT_FONT`, else the first of [`FONT_PATHS`] present: its path and
+/// bytes.
+fn read_font() -> anyhow::Result<(PathBuf, Vec<u8>)> {
     let mut candidates: Vec<PathBuf> = std::env::var_os("HLAT_FONT")
         .map(PathBuf::from)
         .into_iter()
@@ -35,8 +54,7 @@ pub fn load_font() -> anyhow::Result<ab_glyph::FontVec> {
     candidates.extend(FONT_PATHS.iter().map(PathBuf::from));
     for candidate in &candidates {
         if let Ok(bytes) = std::fs::read(candidate) {
-            return ab_glyph::FontVec::try_from_vec(bytes)
-                .with_context(|| format!("{} is not a usable TrueType font", candidate.display()));
+            return Ok((candidate.clone(), bytes));
         }
     }
     let tried: Vec<String> = candidates
@@ -49,102 +67,49 @@ pub fn load_font() -> anyhow::Result<ab_glyph::FontVec> {
     )
 }
 
-/// An RGB canvas with just what the project's charts need: rectangles, lines and text.
-pub struct Canvas {
-    width: usize,
-    height: usize,
-    pixels: Vec<[u8; 3]>,
+/// The font family of plot labels, registered with plotters on first use (the font is read
+/// once per process and kept for its lifetime, as plotters requires).
+pub fn label_font() -> anyhow::Result<FontFamily<'static>> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let (path, bytes) = read_font().map_err(|error| format!("{error:#}"))?;
+            plotters::style::register_font(FONT, FontStyle::Normal, bytes.leak())
+                .map_err(|_| format!("{} is not a usable TrueType font", path.display()))
+        })
+        .clone()
+        .map_err(|error| anyhow!(error))?;
+    Ok(FontFamily::Name(FONT))
 }
 
-impl Canvas {
-    /// A white canvas.
-    pub fn new(width: usize, height: usize) -> Self {
-        Self {
-            width,
-            height,
-            pixels: vec![[255, 255, 255]; width * height],
-        }
-    }
+/// The drawing area of a chart: a white bitmap that `plotters` draws into.
+pub type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
-    /// Fills the rectangle `[x0, x1) × [y0, y1)`.
-    pub fn fill(&mut self, x0: usize, y0: usize, x1: usize, y1: usize, color: [u8; 3]) {
-        for y in y0.min(self.height)..y1.min(self.height) {
-            for x in x0.min(self.width)..x1.min(self.width) {
-                self.pixels[y * self.width + x] = color;
-            }
-        }
+/// Draws a `width` × `height` chart with `draw` on a white background and saves it as a PNG
+/// file at `path` (written atomically, its folder created).
+pub fn save_png(
+    path: &Path,
+    (width, height): (u32, u32),
+    draw: impl FnOnce(&Area<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut pixels = vec![0u8; width as usize * height as usize * 3];
+    {
+        let area = BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area();
+        area.fill(&WHITE).map_err(drawing_error)?;
+        draw(&area)?;
+        area.present().map_err(drawing_error)?;
     }
+    let mut bytes = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut bytes, width, height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        encoder.write_header()?.write_image_data(&pixels)?;
+    }
+    write_atomically(path, &bytes)
+}
 
-    /// Draws `text` with its baseline at `y`, starting at `x` (or centred on `x`).
-    pub fn text(
-        &mut self,
-        font: &ab_glyph::FontVec,
-        text: &str,
-        x: f32,
-        y: f32,
-        size: f32,
-        centred: bool,
-    ) {
-        use ab_glyph::{Font, ScaleFont};
-        let scaled = font.as_scaled(size);
-        let width: f32 = text
-            .chars()
-            .map(|c| scaled.h_advance(scaled.glyph_id(c)))
-            .sum();
-        let mut caret = if centred { x - width / 2.0 } else { x };
-        for character in text.chars() {
-            let glyph = scaled
-                .glyph_id(character)
-                .with_scale_and_position(size, ab_glyph::point(caret, y));
-            caret += scaled.h_advance(glyph.id);
-            if let Some(outline) = font.outline_glyph(glyph) {
-                let bounds = outline.px_bounds();
-                outline.draw(|gx, gy, coverage| {
-                    let px = bounds.min.x as i64 + gx as i64;
-                    let py = bounds.min.y as i64 + gy as i64;
-                    if px >= 0
-                        && py >= 0
-                        && (px as usize) < self.width
-                        && (py as usize) < self.height
-                    {
-                        let pixel = &mut self.pixels[py as usize * self.width + px as usize];
-                        for channel in pixel.iter_mut() {
-                            *channel = (*channel as f32 * (1.0 - coverage)) as u8;
-                        }
-                    }
-                });
-            }
-        }
-    }
-
-    /// Draws the two axes of a plot area: the left edge at `left`, the bottom edge at `bottom`,
-    /// from `top` down and to `right`.
-    pub fn axes(&mut self, left: usize, top: usize, right: usize, bottom: usize) {
-        self.fill(left, top, left + 1, bottom, [0, 0, 0]);
-        self.fill(left, bottom, right, bottom + 1, [0, 0, 0]);
-    }
-
-    /// Draws a line two pixels wide from `(x0, y0)` to `(x1, y1)`.
-    pub fn line(&mut self, (x0, y0): (f64, f64), (x1, y1): (f64, f64), color: [u8; 3]) {
-        let steps = (x1 - x0).abs().max((y1 - y0).abs()).ceil().max(1.0) as usize;
-        for step in 0..=steps {
-            let along = step as f64 / steps as f64;
-            let x = (x0 + (x1 - x0) * along).round() as usize;
-            let y = (y0 + (y1 - y0) * along).round() as usize;
-            self.fill(x, y, x + 2, y + 2, color);
-        }
-    }
-
-    /// Writes the canvas as a PNG file.
-    pub fn save_png(&self, path: &Path) -> anyhow::Result<()> {
-        let mut bytes = Vec::new();
-        {
-            let mut encoder = png::Encoder::new(&mut bytes, self.width as u32, self.height as u32);
-            encoder.set_color(png::ColorType::Rgb);
-            encoder.set_depth(png::BitDepth::Eight);
-            let mut writer = encoder.write_header()?;
-            writer.write_image_data(&self.pixels.concat())?;
-        }
-        write_atomically(path, &bytes)
-    }
+/// A plotters drawing error as an `anyhow` error (plotters' errors borrow the backend's).
+pub fn drawing_error(error: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("drawing the chart: {error}")
 }

@@ -113,6 +113,10 @@ fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
         page.ends_with(hand_written) && !page.contains("An older report"),
         "{page}"
     );
+    // The bar plot the page shows, beside it: a 720 × 420 PNG.
+    assert!(page.contains("![tokens per second per backend](report.png)"));
+    let plot = folder.path().join("report.png");
+    assert_eq!(test_support::image::png_size(&plot), (720, 420));
 }
 
 #[test]

@@ -2,14 +2,12 @@
 //! `TRAINIUM_DEVICE`: `--check-only` runs the Neuron lint over every program with no compiler at
 //! all, and a compile with a stand-in compiler fills the cache.
 
-use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use burn_trainium::DEVICE_ENV;
 
-use std::path::Path;
-
 use super::hlat;
-use super::multi_process_cli::{STAND_IN_COMPILER, cached_modules};
+use super::multi_process_cli::cached_modules;
 
 /// The flags of a short `hlat-test` run in data parallel 2 × tensor parallel 2 with sequence
 /// parallelism and ZeRO-1, into `out`.
@@ -57,7 +55,7 @@ fn compile(
 /// `hlat compile` of `layout` for `neuron` with the stand-in compiler into a cache in `folder`:
 /// its standard output (the command must succeed) and the cache.
 fn compile_with_stand_in(folder: &Path, layout: &[&str]) -> (String, std::path::PathBuf) {
-    let compiler = stand_in_compiler(folder);
+    let compiler = test_support::stand_in::compiler(folder);
     let cache = folder.join("cache");
     let compiled = compile(
         folder,
@@ -75,14 +73,6 @@ fn compile_with_stand_in(folder: &Path, layout: &[&str]) -> (String, std::path::
         String::from_utf8_lossy(&compiled.stderr)
     );
     (stdout, cache)
-}
-
-/// The stand-in `neuronx-cc` of the tests, written into `folder`.
-fn stand_in_compiler(folder: &Path) -> std::path::PathBuf {
-    let compiler = folder.join("stand-in-neuronx-cc");
-    std::fs::write(&compiler, STAND_IN_COMPILER).unwrap();
-    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
-    compiler
 }
 
 #[test]

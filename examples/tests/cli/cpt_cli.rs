@@ -106,7 +106,9 @@ fn continual_pretraining_from_hugging_face_to_a_merged_evaluated_model() {
         "--no-progress",
     ]);
     assert!(output.contains("validation plot:"), "{output}");
-    assert!(path("run").join("validation.png").is_file());
+    // The chart of both sources, as `hlat` draws it: a 720 × 420 PNG.
+    let plot = path("run").join("validation.png");
+    assert_eq!(test_support::image::png_size(&plot), (720, 420));
 
     // Validation perplexity of both corpora against tokens seen.
     let metrics = std::fs::read_to_string(path("run").join("metrics.jsonl")).unwrap();

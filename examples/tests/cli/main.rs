@@ -17,15 +17,9 @@ mod pretrain_cli;
 mod profile_cli;
 mod segment_cap_cli;
 
-use std::path::PathBuf;
 use std::process::Command;
 
-/// A file or folder of the repository's `fixtures/`.
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name)
-}
+use test_support::fixtures::fixture;
 
 /// The `hlat` program under test.
 fn hlat() -> Command {
@@ -34,14 +28,7 @@ fn hlat() -> Command {
 
 /// The `xla` backend needs the XLA CPU plugin: the tests fail, never skip, without it.
 fn require_plugin() {
-    let variable = burn_trainium::PLUGIN_ENV;
-    let path = PathBuf::from(std::env::var_os(variable).unwrap_or_default());
-    assert!(
-        path.is_file(),
-        "the XLA CPU PJRT plugin is missing (`{variable}` = `{}`): run the tests with \
-         `scripts/test`",
-        path.display()
-    );
+    test_support::plugin::plugin_path();
 }
 
 /// Runs `hlat` with `arguments` and returns what it did.

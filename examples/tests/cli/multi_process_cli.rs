@@ -4,13 +4,11 @@
 //! resuming from the newest step both ranks completed.
 
 use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn_trainium::hlo::HloModuleProto;
-use burn_trainium::neuron::MODULE_FILE;
 use prost::Message;
 
 use super::{hlat, require_plugin, run, succeed};
@@ -317,30 +315,12 @@ fn a_lost_rank_stops_the_job_and_a_restart_resumes_where_both_ranks_were() {
     assert_eq!(steps, (1..=40).collect::<Vec<_>>());
 }
 
-/// Stand-in for `neuronx-cc` (NOT the Neuron compiler): wraps the module's bytes as the "NEFF".
-pub(super) const STAND_IN_COMPILER: &str = r#"#!/bin/sh
-if [ "$1" = "--version" ]; then echo "NeuronX Compiler version 0.0.0+stand-in"; exit 0; fi
-input=$2
-shift 2
-while [ $# -gt 0 ]; do
-    if [ "$1" = "--output" ]; then output=$2; fi
-    shift
-done
-{ printf 'NEFF('; cat "$input"; printf ')'; } > "$output"
-"#;
-
-/// The serialized HLO modules under a Neuron compile cache.
+/// The HLO modules under a Neuron compile cache, decoded.
 pub(super) fn cached_modules(dir: &Path) -> Vec<HloModuleProto> {
-    let mut modules = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            modules.extend(cached_modules(&path));
-        } else if path.file_name().is_some_and(|name| name == MODULE_FILE) {
-            modules.push(HloModuleProto::decode(&*std::fs::read(&path).unwrap()).unwrap());
-        }
-    }
-    modules
+    test_support::files::cached_modules(dir)
+        .iter()
+        .map(|path| HloModuleProto::decode(&*std::fs::read(path).unwrap()).unwrap())
+        .collect()
 }
 
 #[test]
@@ -349,9 +329,7 @@ fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
     // opens its share of the `neuron` device, gets its cores and the collectives' meeting point,
     // and compiles the job's programs, whose collectives name the replicas of both processes.
     let folder = tempfile::tempdir().unwrap();
-    let compiler = folder.path().join("stand-in-neuronx-cc");
-    std::fs::write(&compiler, STAND_IN_COMPILER).unwrap();
-    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let compiler = test_support::stand_in::compiler(folder.path());
     let cache = folder.path().join("cache");
     let mut flags = run_flags(&folder.path().join("job"), 2, DATA_PARALLEL);
     flags[0] = "compile".into();

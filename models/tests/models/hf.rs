@@ -14,18 +14,7 @@ use hlat::hf::{ExportOptions, HfError, WeightDtype, export_hf, import_hf, load_t
 use hlat::{Hlat, HlatConfig};
 use safetensors::SafeTensors;
 use serde_json::Value;
-
-/// The transformers fixtures of every family: Llama 2-style, Llama 3.2-style (tied, `llama3`
-/// RoPE), Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms, wider heads, YaRN), Mistral (a sliding
-/// window shorter than the inputs), Llama with every bias and linear RoPE.
-pub(crate) const MODEL_FIXTURES: [&str; 6] = [
-    "hf-tiny-llama",
-    "hf-tiny-llama3",
-    "hf-tiny-qwen2",
-    "hf-tiny-qwen3",
-    "hf-tiny-mistral",
-    "hf-tiny-llama-bias",
-];
+use test_support::fixtures::HF_FIXTURES;
 
 fn expected(name: &str) -> Value {
     let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
@@ -121,14 +110,14 @@ fn check_fixture<B: Backend>(name: &str, device: &B::Device) {
 
 #[test]
 fn fixture_logits_and_greedy_continuation_on_ndarray() {
-    for name in MODEL_FIXTURES {
+    for name in HF_FIXTURES {
         check_fixture::<NdArray>(name, &Default::default());
     }
 }
 
 #[test]
 fn fixture_logits_and_greedy_continuation_on_trainium_host() {
-    for name in MODEL_FIXTURES {
+    for name in HF_FIXTURES {
         check_fixture::<Trainium>(name, &TrainiumDevice::HOST);
     }
 }
@@ -189,7 +178,7 @@ fn check_round_trip<B: Backend>(
 #[test]
 fn export_then_import_round_trips_bit_exactly_in_f32() {
     let device = Default::default();
-    for name in MODEL_FIXTURES {
+    for name in HF_FIXTURES {
         let (_, model) = import_hf::<NdArray>(&fixture(name), &device, WeightDtype::F32).unwrap();
         check_round_trip(&model, &device, WeightDtype::F32, 5_000_000_000);
     }
@@ -201,7 +190,7 @@ fn export_then_import_round_trips_bit_exactly_in_f32() {
 #[test]
 fn exported_config_holds_every_field_transformers_wrote() {
     let device = Default::default();
-    for name in MODEL_FIXTURES {
+    for name in HF_FIXTURES {
         let (_, model) = import_hf::<NdArray>(&fixture(name), &device, WeightDtype::F32).unwrap();
         let work = tempfile::tempdir().unwrap();
         let out = work.path().join("exported");
@@ -314,7 +303,7 @@ print(json.dumps(found))
 
 #[test]
 fn exported_f32_weights_equal_the_fixture_file_in_python() {
-    for name in MODEL_FIXTURES {
+    for name in HF_FIXTURES {
         exported_f32_weights_equal_in_python(name);
     }
 }

@@ -16,11 +16,4 @@ mod pipeline_checkpoint;
 mod recompute;
 mod sharded_checkpoint;
 
-use std::path::PathBuf;
-
-/// A file or folder of the repository's `fixtures/`.
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name)
-}
+use test_support::fixtures::fixture;

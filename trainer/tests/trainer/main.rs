@@ -18,24 +18,8 @@ mod train_recipe;
 mod train_resume;
 mod train_step;
 
-use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
-
-/// Tests that seed the `host` device or draw from it take turns: the host executor draws from
-/// burn-flex's one process-wide generator, so a test drawing concurrently would change what
-/// another test's seed gives (two runs expected to be identical would then differ).
-static RANDOM_STATE: Mutex<()> = Mutex::new(());
-
-/// Takes the host's random state for the caller alone (see [`RANDOM_STATE`]).
-fn exclusive_random() -> MutexGuard<'static, ()> {
-    RANDOM_STATE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A file or folder of the repository's `fixtures/`.
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name)
-}
+// Tests that seed the `host` device or draw from it take turns (`exclusive_random`): the host
+// executor draws from burn-flex's one process-wide generator, so a test drawing concurrently
+// would change what another test's seed gives.
+use test_support::fixtures::fixture;
+use test_support::random::exclusive_random;

@@ -11,19 +11,13 @@ use hlat_train::schedule::WarmupCosine;
 use hlat_train::step::{LanguageModel, LmBatch};
 use hlat_train::trainer::Trainer;
 use serde_json::Value;
+use test_support::fixtures::HF_FIXTURES;
 
 type B = Autodiff<NdArray>;
 
 #[test]
 fn ten_adamw_steps_match_torch() {
-    for name in [
-        "hf-tiny-llama",
-        "hf-tiny-llama3",
-        "hf-tiny-qwen2",
-        "hf-tiny-qwen3",
-        "hf-tiny-mistral",
-        "hf-tiny-llama-bias",
-    ] {
+    for name in HF_FIXTURES {
         ten_adamw_steps_of(name);
     }
 }

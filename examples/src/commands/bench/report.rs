@@ -4,11 +4,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::generate::GenerateReport;
 use super::train::{TrainMeasurement, TrainReport};
 use super::training_loop::LoopMeasurement;
-use crate::commands::plot::{Canvas, load_font, write_atomically};
+use crate::commands::plot::{Area, COLOURS, drawing_error, label_font, save_png, write_atomically};
 
 /// The command line of this process, as typed (`hlat bench ...`).
 pub fn command_line() -> String {
@@ -444,86 +446,107 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
 /// [`write_train_report`] keeps when it rewrites the page.
 pub const HAND_WRITTEN_HEADING: &str = "## Measurements written by hand";
 
+/// The bar plot's size in pixels.
+pub const PLOT_SIZE: (u32, u32) = (720, 420);
+
 /// Draws a bar plot of tokens/s per backend.
 fn draw_tokens_per_second(report: &TrainReport, path: &Path) -> anyhow::Result<()> {
-    let font = load_font()?;
-    let (width, height) = (720usize, 420usize);
-    let (left, right, top, bottom) = (70usize, 20usize, 50usize, 60usize);
-    let mut canvas = Canvas::new(width, height);
+    let bars: Vec<(String, f64)> = report
+        .results
+        .iter()
+        .map(|result| {
+            let mut name = result.backend.clone();
+            if report.seq_lens.len() > 1 {
+                let _ = write!(name, " @{}", result.seq_len);
+            }
+            if report.micro_batches.len() > 1 {
+                let _ = write!(name, " m{}", result.micro_batches);
+            }
+            (name, result.tokens_per_second)
+        })
+        .collect();
     let title = format!(
         "HLAT training step, {} {}: tokens/s",
         report.preset, report.precision
     );
-    canvas.text(&font, &title, width as f32 / 2.0, 30.0, 20.0, true);
-    let maximum = report
-        .results
-        .iter()
-        .map(|result| result.tokens_per_second)
-        .fold(0.0, f64::max);
-    let plot_height = (height - top - bottom) as f64;
-    canvas.axes(left, top, width - right, height - bottom);
-    for tick in 0..=4 {
-        let value = maximum * tick as f64 / 4.0;
-        let y = height - bottom - (plot_height * tick as f64 / 4.0) as usize;
-        canvas.fill(left - 5, y, left, y + 1, [0, 0, 0]);
-        canvas.text(
-            &font,
-            &format!("{value:.0}"),
-            left as f32 - 35.0,
-            y as f32 + 5.0,
-            13.0,
-            true,
-        );
+    save_png(path, PLOT_SIZE, |area| bar_chart(area, &title, &bars))
+}
+
+/// One bar per `(name, value)`, its value written above it.
+fn bar_chart(area: &Area<'_>, title: &str, bars: &[(String, f64)]) -> anyhow::Result<()> {
+    let font = label_font()?;
+    let maximum = bars.iter().map(|(_, value)| *value).fold(0.0, f64::max);
+    let top = if maximum > 0.0 { maximum * 1.1 } else { 1.0 };
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (font, 20).into_font())
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        // plotters counts a range of integers with its end: one segment per bar.
+        .build_cartesian_2d((0..bars.len().saturating_sub(1)).into_segmented(), 0.0..top)
+        .map_err(drawing_error)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .y_labels(5)
+        .y_label_formatter(&|value| format!("{value:.0}"))
+        .x_label_formatter(&|segment| match segment {
+            SegmentValue::CenterOf(index) | SegmentValue::Exact(index) => bars
+                .get(*index)
+                .map_or_else(String::new, |(name, _)| name.clone()),
+            SegmentValue::Last => String::new(),
+        })
+        .label_style((font, 14).into_font())
+        .draw()
+        .map_err(drawing_error)?;
+    chart
+        .draw_series(
+            Histogram::vertical(&chart)
+                .margin(20)
+                .style_func(|segment, _| {
+                    let index = match segment {
+                        SegmentValue::CenterOf(index) | SegmentValue::Exact(index) => *index,
+                        SegmentValue::Last => 0,
+                    };
+                    COLOURS[index % COLOURS.len()].filled()
+                })
+                .data(
+                    bars.iter()
+                        .enumerate()
+                        .map(|(index, (_, value))| (index, *value)),
+                ),
+        )
+        .map_err(drawing_error)?;
+    let label_style =
+        TextStyle::from((font, 13).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart
+        .draw_series(bars.iter().enumerate().map(|(index, (_, value))| {
+            Text::new(
+                format!("{value:.0}"),
+                (SegmentValue::CenterOf(index), *value),
+                label_style.clone(),
+            )
+        }))
+        .map_err(drawing_error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bar_plot_is_a_png_of_its_size() {
+        let out = tempfile::tempdir().unwrap();
+        let path = out.path().join("report.png");
+        let bars = [
+            ("host".to_string(), 1200.0),
+            ("xla @64 m2".to_string(), 3400.5),
+        ];
+        save_png(&path, PLOT_SIZE, |area| bar_chart(area, "tokens/s", &bars)).unwrap();
+        assert_eq!(test_support::image::png_size(&path), PLOT_SIZE);
+        // No measurement at all still draws the axes.
+        save_png(&path, PLOT_SIZE, |area| bar_chart(area, "tokens/s", &[])).unwrap();
+        assert_eq!(test_support::image::png_size(&path), PLOT_SIZE);
     }
-    let count = report.results.len().max(1);
-    let slot = (width - left - right) / count;
-    let colours = [
-        [31, 119, 180],
-        [255, 127, 14],
-        [44, 160, 44],
-        [214, 39, 40],
-        [148, 103, 189],
-    ];
-    for (index, result) in report.results.iter().enumerate() {
-        let bar_height = if maximum > 0.0 {
-            (result.tokens_per_second / maximum * plot_height) as usize
-        } else {
-            0
-        };
-        let x0 = left + index * slot + slot / 5;
-        let x1 = left + (index + 1) * slot - slot / 5;
-        canvas.fill(
-            x0,
-            height - bottom - bar_height,
-            x1,
-            height - bottom,
-            colours[index % colours.len()],
-        );
-        let centre = (x0 + x1) as f32 / 2.0;
-        let mut name = result.backend.clone();
-        if report.seq_lens.len() > 1 {
-            let _ = write!(name, " @{}", result.seq_len);
-        }
-        if report.micro_batches.len() > 1 {
-            let _ = write!(name, " m{}", result.micro_batches);
-        }
-        canvas.text(
-            &font,
-            &name,
-            centre,
-            (height - bottom + 22) as f32,
-            15.0,
-            true,
-        );
-        let label = format!("{:.0}", result.tokens_per_second);
-        canvas.text(
-            &font,
-            &label,
-            centre,
-            (height - bottom - bar_height) as f32 - 6.0,
-            13.0,
-            true,
-        );
-    }
-    canvas.save_png(path)
 }

@@ -1,0 +1,23 @@
+//! The repository's `fixtures/` folder: tiny models and tokenizers the tests load.
+
+use std::path::PathBuf;
+
+/// The tiny Hugging Face checkpoints of `fixtures/` (written by the transformers library) of
+/// every family: Llama 2-style, Llama 3.2-style (tied, `llama3` RoPE), Qwen2 (q/k/v biases,
+/// tied), Qwen3 (q/k norms, wider heads, YaRN), Mistral (a sliding window shorter than the
+/// inputs), Llama with every bias and linear RoPE.
+pub const HF_FIXTURES: [&str; 6] = [
+    "hf-tiny-llama",
+    "hf-tiny-llama3",
+    "hf-tiny-qwen2",
+    "hf-tiny-qwen3",
+    "hf-tiny-mistral",
+    "hf-tiny-llama-bias",
+];
+
+/// A file or folder of the repository's `fixtures/`.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(name)
+}
