@@ -14,6 +14,7 @@
 //! - [`config::TrainConfig`] holds HLAT's recipe; [`schedule::WarmupCosine`] its LR schedule;
 //!   [`precision::Precision`] its three precision modes.
 //! - [`data`] reads, packs, mixes and samples the training rows.
+//! - [`finetune`] turns prompt/completion and chat records into masked rows (`hlat finetune`).
 //! - [`parallel`] arranges the replicas of a device into data- and tensor-parallel groups
 //!   (sequence parallelism, ZeRO-1, memory per device).
 
@@ -24,6 +25,7 @@ pub mod data;
 pub mod data_spec;
 pub mod error;
 pub mod eval;
+pub mod finetune;
 pub mod learner;
 pub mod metrics;
 pub mod optimizer;

@@ -41,6 +41,11 @@ pub struct LanguageModel<B: Backend> {
 /// and left out of the loss.
 pub const PADDING_TARGET: u32 = i32::MAX as u32;
 
+/// Marks a token of a row whose prediction is left out of the loss (fine-tuning's prompt
+/// tokens and padding, `hlat_train::finetune`): the token is still an input (without the mark),
+/// and its target becomes [`PADDING_TARGET`]. Token ids stay below 2^31, so the bit is free.
+pub const NOT_A_TARGET: u32 = 1 << 31;
+
 /// A batch of packed rows: inputs and the same rows shifted by one token as targets.
 #[derive(Debug, Clone)]
 pub struct LmBatch<B: Backend> {
@@ -170,7 +175,7 @@ impl<B: Backend> LmBatch<B> {
         Self {
             inputs: Tensor::from_data(inputs, device),
             targets: Tensor::from_data(targets, device),
-            ignore_id,
+            ignore_id: ignore_id.or(masked_target(&[rows])),
             padding_rows,
         }
     }
@@ -190,6 +195,7 @@ impl<B: CollectiveBackend> LmBatch<B> {
     /// If the parts are empty, differ in shape, or hold rows shorter than 2 tokens.
     pub fn from_replica_rows(parts: &[&[Vec<u32>]], device: &B::Device) -> Self {
         let width = row_width(parts[0]);
+        let ignore_id = masked_target(parts);
         let (inputs, targets) = parts
             .iter()
             .map(|rows| shifted_blocks(rows, width, 0))
@@ -197,7 +203,7 @@ impl<B: CollectiveBackend> LmBatch<B> {
         Self {
             inputs: collective::int_from_replicas(inputs, device),
             targets: collective::int_from_replicas(targets, device),
-            ignore_id: None,
+            ignore_id,
             padding_rows: 0,
         }
     }
@@ -309,9 +315,20 @@ fn row_width(rows: &[Vec<u32>]) -> usize {
     width
 }
 
+/// [`PADDING_TARGET`] when a token of `parts` is marked [`NOT_A_TARGET`] (its target is then
+/// left out of the loss), `None` otherwise (pretraining's rows: every target counts).
+fn masked_target(parts: &[&[Vec<u32>]]) -> Option<u32> {
+    parts
+        .iter()
+        .flat_map(|rows| rows.iter().flatten())
+        .any(|&id| id & NOT_A_TARGET != 0)
+        .then_some(PADDING_TARGET)
+}
+
 /// `rows` (of `width` tokens) as two `[rows + padding_rows, width - 1]` blocks of token ids: the
 /// inputs (each row without its last token) and the targets (each row without its first), then
-/// `padding_rows` rows of input 0 and target [`PADDING_TARGET`].
+/// `padding_rows` rows of input 0 and target [`PADDING_TARGET`]. A token marked
+/// [`NOT_A_TARGET`] is an input without its mark and the target [`PADDING_TARGET`].
 ///
 /// # Panics
 /// If a row is not `width` tokens long.
@@ -328,8 +345,14 @@ fn shifted_blocks(
         assert_eq!(row.len(), width, "rows of one batch differ in length");
         // 32-bit ids: the vocabulary holds at most i32::MAX ids (no 64-bit integers reach the
         // device, which trn1 would narrow).
-        inputs.extend(row[..seq_len].iter().map(|&id| id as i32));
-        targets.extend(row[1..].iter().map(|&id| id as i32));
+        inputs.extend(row[..seq_len].iter().map(|&id| (id & !NOT_A_TARGET) as i32));
+        targets.extend(row[1..].iter().map(|&id| {
+            if id & NOT_A_TARGET != 0 {
+                PADDING_TARGET as i32
+            } else {
+                id as i32
+            }
+        }));
     }
     inputs.resize(count * seq_len, 0);
     targets.resize(count * seq_len, PADDING_TARGET as i32);
