@@ -60,7 +60,7 @@ pub fn keep_freed_memory() -> AllocatorPolicy {
     // The first in name order, so the message does not depend on the environment's order.
     if let Some(variable) = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
-        .filter(|name| name == TUNABLES || name.starts_with(MALLOC_PREFIX))
+        .filter(|name| is_glibc_setting(name))
         .min()
     {
         return AllocatorPolicy::UserSetting(variable);
@@ -68,19 +68,39 @@ pub fn keep_freed_memory() -> AllocatorPolicy {
     set_glibc_policy()
 }
 
+/// hlat's glibc allocator parameters: `mallopt`'s name, glibc's environment variable for the
+/// same parameter (what a child process such as a benchmark peer is given), and the value.
+const PARAMETERS: [(&str, &str, i32); 3] = [
+    ("M_ARENA_MAX", "MALLOC_ARENA_MAX", 1),
+    ("M_MMAP_MAX", "MALLOC_MMAP_MAX_", 0),
+    ("M_TRIM_THRESHOLD", "MALLOC_TRIM_THRESHOLD_", i32::MAX),
+];
+
+/// hlat's allocator settings as glibc's environment variables, for a child process to run on
+/// the same terms (`MALLOC_ARENA_MAX=1`, ...).
+pub fn glibc_environment() -> Vec<(&'static str, String)> {
+    PARAMETERS
+        .iter()
+        .map(|&(_, variable, value)| (variable, value.to_string()))
+        .collect()
+}
+
+/// Whether a variable is one of glibc's allocator settings (what a child process started on
+/// glibc's defaults must not inherit).
+pub fn is_glibc_setting(variable: &str) -> bool {
+    variable == TUNABLES || variable.starts_with(MALLOC_PREFIX)
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set_glibc_policy() -> AllocatorPolicy {
-    let parameters = [
-        ("M_ARENA_MAX", libc::M_ARENA_MAX, 1),
-        ("M_MMAP_MAX", libc::M_MMAP_MAX, 0),
-        ("M_TRIM_THRESHOLD", libc::M_TRIM_THRESHOLD, i32::MAX),
-    ];
-    let refused: Vec<&'static str> = parameters
+    let options = [libc::M_ARENA_MAX, libc::M_MMAP_MAX, libc::M_TRIM_THRESHOLD];
+    let refused: Vec<&'static str> = PARAMETERS
         .into_iter()
+        .zip(options)
         // SAFETY: mallopt only changes glibc's allocator parameters; it is called before any
         // other thread exists, so no allocation runs concurrently.
-        .filter(|&(_, parameter, value)| unsafe { libc::mallopt(parameter, value) } != 1)
-        .map(|(name, _, _)| name)
+        .filter(|&((_, _, value), option)| unsafe { libc::mallopt(option, value) } != 1)
+        .map(|((name, _, _), _)| name)
         .collect();
     if refused.is_empty() {
         AllocatorPolicy::KeepFreed

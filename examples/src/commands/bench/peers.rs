@@ -35,6 +35,60 @@ impl Framework {
     }
 }
 
+/// The allocator settings a peer runs with: hlat's by default, so that a comparison measures the
+/// compilers rather than glibc's defaults (see `crate::allocator`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PeerAllocator {
+    /// hlat's own: one arena, no mmap, no trim (`MALLOC_ARENA_MAX=1`, ...).
+    Hlat,
+    /// glibc's defaults (any `MALLOC_*` or `GLIBC_TUNABLES` of this process removed).
+    Default,
+}
+
+impl PeerAllocator {
+    /// Sets `command`'s environment for these settings.
+    fn apply(self, command: &mut Command) {
+        match self {
+            PeerAllocator::Hlat => {
+                command.envs(crate::allocator::glibc_environment());
+            }
+            PeerAllocator::Default => {
+                for (variable, _) in std::env::vars_os() {
+                    if variable
+                        .to_str()
+                        .is_some_and(crate::allocator::is_glibc_setting)
+                    {
+                        command.env_remove(variable);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The settings, as the benchmark's "what ran" list says them.
+    pub fn describe(self) -> String {
+        match self {
+            PeerAllocator::Hlat => {
+                let variables: Vec<String> = crate::allocator::glibc_environment()
+                    .into_iter()
+                    .map(|(variable, value)| format!("{variable}={value}"))
+                    .collect();
+                format!("hlat's ({})", variables.join(" "))
+            }
+            PeerAllocator::Default => "glibc's defaults".to_string(),
+        }
+    }
+
+    /// How a table row names the peer: the framework alone on hlat's terms, with the allocator
+    /// otherwise.
+    pub fn row_name(self, framework: Framework) -> String {
+        match self {
+            PeerAllocator::Hlat => framework.name().to_string(),
+            PeerAllocator::Default => format!("{} (glibc default allocator)", framework.name()),
+        }
+    }
+}
+
 /// What the script prints.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PeerResult {
@@ -70,6 +124,8 @@ pub struct PeerStep<'a> {
     pub steps: usize,
     /// `f32` or `bf16-mixed`.
     pub precision: &'a str,
+    /// The allocator settings it runs with.
+    pub allocator: PeerAllocator,
 }
 
 /// Runs the peer script for `framework` with `python` and returns its result; a missing
@@ -82,7 +138,13 @@ pub fn run(python: &str, framework: Framework, step: &PeerStep<'_>) -> anyhow::R
         ("--steps", step.steps.to_string()),
         ("--precision", step.precision.to_string()),
     ];
-    run_script(python, framework, Some(step.config), &arguments)
+    run_script(
+        python,
+        framework,
+        Some(step.config),
+        &arguments,
+        step.allocator,
+    )
 }
 
 /// The greedy generation the transformers row of `hlat bench generate` runs.
@@ -123,7 +185,13 @@ pub fn run_generation(python: &str, run: &GenerationRun<'_>) -> anyhow::Result<G
         ("--steps", run.runs.to_string()),
         ("--precision", "f32".to_string()),
     ];
-    run_script(python, Framework::PyTorch, Some(run.config), &arguments)
+    run_script(
+        python,
+        Framework::PyTorch,
+        Some(run.config),
+        &arguments,
+        PeerAllocator::Hlat,
+    )
 }
 
 /// The CNN training the PyTorch row of `hlat bench cnn` runs.
@@ -166,7 +234,13 @@ pub fn run_cnn(python: &str, step: &CnnStep) -> anyhow::Result<CnnResult> {
         ("--lr", step.learning_rate.to_string()),
         ("--precision", "f32".to_string()),
     ];
-    run_script(python, Framework::PyTorch, None, &arguments)
+    run_script(
+        python,
+        Framework::PyTorch,
+        None,
+        &arguments,
+        PeerAllocator::Hlat,
+    )
 }
 
 /// Runs the peer script for `framework` (on `config`, for the language-model tasks) with
@@ -177,11 +251,13 @@ fn run_script<T: DeserializeOwned>(
     framework: Framework,
     config: Option<&HlatConfig>,
     arguments: &[(&str, String)],
+    allocator: PeerAllocator,
 ) -> anyhow::Result<T> {
     let folder = tempfile::tempdir().context("creating a folder for the peer script")?;
     let script = folder.path().join("bench_peer.py");
     std::fs::write(&script, SCRIPT).context("writing the peer script")?;
     let mut command = Command::new(python);
+    allocator.apply(&mut command);
     command.arg(&script).args(["--framework", framework.name()]);
     if let Some(config) = config {
         let config_path = folder.path().join("config.json");
@@ -213,4 +289,44 @@ fn run_script<T: DeserializeOwned>(
         .with_context(|| format!("the {} peer printed no result", framework.name()))?;
     serde_json::from_str(line)
         .with_context(|| format!("parsing the {} peer's result `{line}`", framework.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On hlat's terms a peer gets hlat's allocator settings as glibc's variables; the rows say
+    /// which terms they ran on.
+    #[test]
+    fn peers_run_on_hlats_allocator_terms_unless_asked_otherwise() {
+        let mut command = Command::new("true");
+        PeerAllocator::Hlat.apply(&mut command);
+        let set: Vec<(String, String)> = command
+            .get_envs()
+            .filter_map(|(name, value)| {
+                Some((name.to_str()?.to_string(), value?.to_str()?.to_string()))
+            })
+            .collect();
+        for expected in [
+            ("MALLOC_ARENA_MAX", "1"),
+            ("MALLOC_MMAP_MAX_", "0"),
+            ("MALLOC_TRIM_THRESHOLD_", "2147483647"),
+        ] {
+            assert!(
+                set.iter()
+                    .any(|(name, value)| (name.as_str(), value.as_str()) == expected),
+                "{set:?}"
+            );
+        }
+        assert_eq!(PeerAllocator::Hlat.row_name(Framework::PyTorch), "pytorch");
+        assert_eq!(
+            PeerAllocator::Default.row_name(Framework::Jax),
+            "jax (glibc default allocator)"
+        );
+        assert!(
+            PeerAllocator::Hlat
+                .describe()
+                .contains("MALLOC_ARENA_MAX=1")
+        );
+    }
 }

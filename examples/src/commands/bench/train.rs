@@ -23,7 +23,7 @@ use super::backends::{
     resident_bytes, trainium_stats, worker_backend,
 };
 use super::peak::{self, Peak, PeakProbe};
-use super::peers::{self, Framework, PeerStep};
+use super::peers::{self, Framework, PeerAllocator, PeerStep};
 use super::report;
 use crate::commands::micros_per;
 use crate::commands::pipeline_args::PipelineArgs;
@@ -67,6 +67,16 @@ pub struct TrainBenchArgs {
     /// The Python interpreter of the peers.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// The allocator settings of the peers, comma-separated: `hlat` (default: hlat's own, one
+    /// arena, no mmap, no trim, so the table compares compilers, not allocators), `default`
+    /// (glibc's), or both (`hlat,default`: one row each).
+    #[arg(
+        long,
+        value_name = "SETTINGS",
+        value_delimiter = ',',
+        default_value = "hlat"
+    )]
+    pub peer_allocator: Vec<PeerAllocator>,
     /// The layers cut into pipeline stages over the replicas of each backend's device
     /// (`--pp 2` on `xla` trains on xla:0-1), as `hlat pretrain` does.
     #[command(flatten)]
@@ -488,11 +498,17 @@ fn measure_peers(
         (args.with_pytorch, Framework::PyTorch),
         (args.with_jax, Framework::Jax),
     ];
-    for framework in peers
+    let runs = peers
         .into_iter()
         .filter_map(|(on, framework)| on.then_some(framework))
-    {
-        eprintln!("measuring the training step in {}...", framework.name());
+        .flat_map(|framework| {
+            args.peer_allocator
+                .iter()
+                .map(move |&allocator| (framework, allocator))
+        });
+    for (framework, allocator) in runs {
+        let name = allocator.row_name(framework);
+        eprintln!("measuring the training step in {name}...");
         let step = PeerStep {
             config,
             batch,
@@ -500,10 +516,11 @@ fn measure_peers(
             warmup: args.warmup,
             steps: args.steps(),
             precision: &args.precision,
+            allocator,
         };
         match peers::run(&args.python, framework, &step) {
             Ok(peer) => results.push(TrainMeasurement {
-                backend: framework.name().to_string(),
+                backend: name.clone(),
                 seq_len,
                 batch,
                 micro_batches: 1,
@@ -528,11 +545,11 @@ fn measure_peers(
                 peak_since_start_bytes: 0,
                 final_loss: peer.final_loss,
                 matmul_peak: None,
-                version: peer.version,
+                version: format!("{}; allocator: {}", peer.version, allocator.describe()),
             }),
             Err(error) => {
-                eprintln!("{}: {error:#}", framework.name());
-                failures.push((framework.name().to_string(), format!("{error:#}")));
+                eprintln!("{name}: {error:#}");
+                failures.push((name, format!("{error:#}")));
             }
         }
     }
