@@ -297,7 +297,7 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
         ((&quads, tensor_quads), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&quads, tensor_quads)),
     ];
-    assert_resumes_as_one_device(&orders, None);
+    assert_resumes_as_one_device(&orders, None, |_, _| {});
 }
 
 /// A device and the layout of a run on it.
@@ -305,8 +305,14 @@ pub(crate) type Placed<'a> = (&'a TrainiumDevice, Layout);
 
 /// For each pair of layouts, a run of the first to half the steps, resumed by the second from
 /// its checkpoint to the end in the same folder, equals an uninterrupted run on one `host`
-/// device from the same start (`start`, else a fresh `hlat-test`) within 1e-4.
-pub(crate) fn assert_resumes_as_one_device(orders: &[(Placed, Placed)], start: Option<&Path>) {
+/// device from the same start (`start`, else a fresh `hlat-test`) within 1e-4. `inspect` sees
+/// each first layout and the model folder of its checkpoint; the checkpoint is sharded (rank or
+/// stage files) exactly when the first layout splits the model.
+pub(crate) fn assert_resumes_as_one_device(
+    orders: &[(Placed, Placed)],
+    start: Option<&Path>,
+    inspect: impl Fn(&Layout, &Path),
+) {
     let expected = run_from(
         &TrainiumDevice::new(ExecutorKind::Host, 0),
         ONE_DEVICE,
@@ -322,6 +328,7 @@ pub(crate) fn assert_resumes_as_one_device(orders: &[(Placed, Placed)], start: O
             "{first:?}: {}",
             model_dir.display()
         );
+        inspect(&first, &model_dir);
         let tail = run_until(then_device, then, out.path(), STEPS, start);
         assert_eq!(tail.start_step, STEPS / 2);
         let joined = PretrainSummary {
