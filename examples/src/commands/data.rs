@@ -197,7 +197,7 @@ fn ingest_files(args: IngestArgs) -> anyhow::Result<()> {
     };
     let summary = ingest(&tokenizer, &config)?;
     println!(
-        "{}: {} train documents ({} tokens, {} files), {} validation documents ({} tokens, {} files), {} skipped as invalid UTF-8, {} shorter than --min-chars, {} duplicates",
+        "{}: {} train documents ({} tokens, {} files), {} validation documents ({} tokens, {} files), {} skipped as invalid UTF-8, {} shorter than --min-chars, {} duplicates; {} bytes of text",
         args.out.display(),
         summary.train_documents,
         summary.train_tokens,
@@ -207,7 +207,8 @@ fn ingest_files(args: IngestArgs) -> anyhow::Result<()> {
         summary.validation_shards.len(),
         summary.skipped_invalid_utf8,
         summary.skipped_short,
-        summary.skipped_duplicates
+        summary.skipped_duplicates,
+        summary.text_bytes
     );
     Ok(())
 }

@@ -465,3 +465,20 @@ fn train_tokenizer_streams_a_sample_of_any_input_format() {
     ]);
     assert!(out.is_file());
 }
+
+#[test]
+fn bench_ingest_prints_rates_and_the_memory_bound() {
+    let stdout = succeed(&[
+        "bench",
+        "ingest",
+        "--input",
+        &corpus("docs.jsonl"),
+        "--tokenizer",
+        fixture("llama3-tokenizer/tokenizer.json").to_str().unwrap(),
+        "--scale",
+        "2",
+    ]);
+    assert!(stdout.contains("| hlat data ingest "), "{stdout}");
+    assert!(stdout.contains("2× the corpus peaks at"), "{stdout}");
+    assert!(stdout.contains("4448"), "the fixture's tokens: {stdout}");
+}

@@ -300,14 +300,23 @@ impl TextTokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
-    /// Encodes every document, without special tokens, on all cores.
+    /// Encodes every document, without special tokens, on all cores (the ids of
+    /// [`TextTokenizer::encode`], without computing the offsets it also tracks).
     pub fn encode_documents<S>(&self, documents: &[S]) -> Result<Vec<Vec<u32>>, DataError>
     where
         S: AsRef<str> + Sync,
     {
         documents
             .par_iter()
-            .map(|document| self.encode(document.as_ref(), false))
+            .map(|document| {
+                self.inner
+                    .encode_fast(document.as_ref(), false)
+                    .map(|encoding| encoding.get_ids().to_vec())
+                    .map_err(|error| DataError::Tokenizer {
+                        context: "encoding".into(),
+                        message: error.to_string(),
+                    })
+            })
             .collect()
     }
 

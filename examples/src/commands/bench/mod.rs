@@ -14,6 +14,7 @@
 mod backends;
 mod cnn;
 mod generate;
+mod ingest;
 mod ops;
 mod peak;
 mod peers;
@@ -45,6 +46,9 @@ enum BenchCommand {
     /// A small CNN in Burn's MNIST style (conv2d, max-pool, adaptive average pool, linear)
     /// trained on generated images, on several backends and, with `--with-pytorch`, in PyTorch.
     Cnn(cnn::CnnBenchArgs),
+    /// `hlat data ingest` against Hugging Face `tokenizers` on the same documents: MB/s,
+    /// tokens/s and peak memory, and peak memory at a multiple of the corpus.
+    Ingest(ingest::IngestBenchArgs),
 }
 
 /// Runs `hlat bench`.
@@ -63,5 +67,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Generate(args) => generate::run(args),
         BenchCommand::Unrolled(args) => unrolled::run(args),
         BenchCommand::Cnn(args) => cnn::run(args),
+        BenchCommand::Ingest(args) => ingest::run(args),
     }
 }
