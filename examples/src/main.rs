@@ -1,5 +1,5 @@
-//! The `hlat` command line: pretrain, data, convert, generate, eval, merge, info, compile, bench,
-//! cache.
+//! The `hlat` command line: pretrain, finetune, data, convert, generate, eval, merge, info,
+//! compile, bench, cache.
 
 mod allocator;
 mod commands;
@@ -23,6 +23,9 @@ struct Cli {
 enum Command {
     /// Pretrain or continue pretraining an HLAT model.
     Pretrain(commands::pretrain::PretrainArgs),
+    /// Fine-tune a model on prompt/completion or chat records: every weight, or LoRA adapters
+    /// written as a PEFT folder.
+    Finetune(commands::finetune::FinetuneArgs),
     /// Prepare data: tokenizers, encoding, token shards.
     Data(commands::data::DataArgs),
     /// Convert checkpoints between Hugging Face and native layouts.
@@ -82,6 +85,7 @@ fn main() {
     };
     let result = match cli.command {
         Command::Pretrain(args) => commands::pretrain::run(args).map(drop),
+        Command::Finetune(args) => commands::finetune::run(args),
         Command::Data(args) => commands::data::run(args),
         Command::Convert(args) => commands::convert::run(args),
         Command::Generate(args) => commands::generate::run(args),

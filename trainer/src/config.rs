@@ -96,6 +96,9 @@ pub struct TrainConfig {
     /// Show training live: Burn's dashboard in an interactive terminal (feature `dashboard`),
     /// else a progress bar.
     pub progress: bool,
+    /// LoRA adapters (`hlat finetune --lora-rank`): the model's weights frozen, adapters of this
+    /// shape trained on its projections; `None` trains every weight.
+    pub lora: Option<hlat::lora::LoraConfig>,
 }
 
 impl Default for TrainConfig {
@@ -134,6 +137,7 @@ impl Default for TrainConfig {
             max_consecutive_skips: 10,
             peak_flops: None,
             progress: true,
+            lora: None,
         }
     }
 }
@@ -345,6 +349,19 @@ impl TrainConfig {
         }
         if self.max_consecutive_skips == 0 {
             return invalid("max_consecutive_skips", "must be positive".into());
+        }
+        if let Some(lora) = &self.lora {
+            if let Err(reason) = lora.validate() {
+                return invalid("lora", reason);
+            }
+            if self.pipeline_parallel > 1 {
+                return invalid(
+                    "lora",
+                    "LoRA adapters are not supported with pipeline parallelism (--pp) yet; use \
+                     --dp and --tp"
+                        .into(),
+                );
+            }
         }
         if self.eval_every > 0 && self.eval_rows == 0 {
             return invalid(

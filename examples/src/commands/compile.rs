@@ -62,7 +62,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
 
 /// Runs `hlat pretrain` with the `neuron` executor in compile-only (or check-only) mode.
 fn trace_training(mut pretrain: PretrainArgs, check_only: bool) -> anyhow::Result<()> {
-    let (device, source) = match &pretrain.device {
+    let (device, source) = match &pretrain.train.device {
         Some(text) => (text.parse::<TrainiumDevice>()?, "--device"),
         None if std::env::var_os(DEVICE_ENV).is_some_and(|value| !value.is_empty()) => {
             (TrainiumDevice::from_env()?, DEVICE_ENV)
@@ -75,7 +75,7 @@ fn trace_training(mut pretrain: PretrainArgs, check_only: bool) -> anyhow::Resul
              `{device}`: pass --device neuron (or pass --modules)"
         );
     }
-    pretrain.device = Some(device.to_string());
+    pretrain.train.device = Some(device.to_string());
     if check_only {
         set_check_only(true);
     } else {

@@ -6,6 +6,7 @@ pub mod compile;
 pub mod convert;
 pub mod data;
 pub mod eval;
+pub mod finetune;
 pub mod generate;
 pub mod info;
 pub mod merge;
@@ -14,6 +15,7 @@ pub mod plot;
 pub mod pretrain;
 pub mod profile;
 pub mod ranges;
+pub mod train_args;
 pub mod validation_plot;
 
 use anyhow::Context;

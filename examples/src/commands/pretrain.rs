@@ -16,9 +16,12 @@ use clap::Args;
 use hlat_train::checkpoint::ProcessShare;
 use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
-use hlat_train::parallel::{ActivationCheckpointing, ProcessGroup};
-use hlat_train::precision::Precision;
-use hlat_train::pretrain::{CompileTotals, DataChoice, DeviceInfo, PretrainOptions, pretrain};
+use hlat_train::parallel::ProcessGroup;
+use hlat_train::pretrain::{
+    CompileTotals, DataChoice, DeviceInfo, PretrainOptions, PretrainSummary, pretrain,
+};
+
+use super::train_args::TrainArgs;
 
 /// The job this process trains in: alone, or as one rank of a job torchrun or Slurm started.
 ///
@@ -27,13 +30,35 @@ use hlat_train::pretrain::{CompileTotals, DataChoice, DeviceInfo, PretrainOption
 /// writes the output folder; rank R writes `OUT/ranks/rank-RR` (the same checkpoints, so that a
 /// restart after a lost process resumes from the newest step every rank completed, and keeps at
 /// least two checkpoints: ranks are at most one checkpoint apart).
-struct Job {
+pub struct Job {
     process: ProcessGroup,
 }
 
 impl Job {
-    fn new(process: ProcessGroup) -> Self {
-        Self { process }
+    /// This process's job: alone, or the one torchrun or Slurm started.
+    pub fn from_env() -> anyhow::Result<Self> {
+        Ok(Self {
+            process: ProcessGroup::from_env()?,
+        })
+    }
+
+    /// The options of a run of `config` (adjusted for the job, then checked) into `out`.
+    pub fn options(
+        &self,
+        mut config: TrainConfig,
+        out: PathBuf,
+        data: DataChoice,
+        init_from: Option<PathBuf>,
+    ) -> anyhow::Result<PretrainOptions> {
+        self.adjust(&mut config);
+        config.validate()?;
+        Ok(PretrainOptions {
+            config,
+            out,
+            data,
+            init_from,
+            share: self.share(),
+        })
     }
 
     fn is_multi_process(&self) -> bool {
@@ -142,22 +167,12 @@ impl Job {
 /// Arguments of `hlat pretrain`.
 #[derive(Args)]
 pub struct PretrainArgs {
-    /// Training configuration (TOML, fields of `hlat_train::config::TrainConfig`); fields it
-    /// leaves out take HLAT's recipe. Without it the quick CPU profile is used.
-    #[arg(long, value_name = "FILE.toml")]
-    config: Option<PathBuf>,
     /// Model preset trained from scratch (hlat-tiny, hlat-test, hlat-7b, hlat-70b, bench-tiny).
     #[arg(long)]
     preset: Option<String>,
     /// Output folder for checkpoints, metrics.jsonl and train.toml [default: runs/PRESET].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// The run's length in optimizer steps, and so the learning-rate schedule's: warmup, then
-    /// cosine decay until this step (unless the config sets `decay_steps`). A finished run
-    /// started again with a larger value continues on the schedule of the new length (the
-    /// learning rate at the resumed step is logged).
-    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<u64>())]
-    max_steps: Option<u64>,
     /// Start from this Hugging Face (or native) checkpoint: continual pretraining.
     #[arg(long, value_name = "DIR")]
     init_from_hf: Option<PathBuf>,
@@ -165,148 +180,19 @@ pub struct PretrainArgs {
     /// `domain=shards/a:0.99,general=shards/b:0.01` [default: the built-in corpus].
     #[arg(long, value_name = "SPEC")]
     data: Option<String>,
-    /// Device: `ndarray`, or a Trainium device such as `host:0`, `xla:0`, `neuron:0`
-    /// [default: TRAINIUM_DEVICE, else host:0].
-    #[arg(long)]
-    pub device: Option<String>,
-    /// Precision: f32, bf16-sr (bf16 parameters, stochastic rounding) or bf16-mixed (bf16
-    /// compute, f32 master weights).
-    #[arg(long)]
-    precision: Option<Precision>,
-    /// Seed of initialisation, data order and stochastic rounding.
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Peak learning rate.
-    #[arg(long, value_parser = super::ranges::positive)]
-    lr: Option<f64>,
-    /// Linear warmup steps.
-    #[arg(long, value_name = "N")]
-    warmup_steps: Option<u64>,
-    /// Tokens per optimizer step (gradient accumulation fills it with micro-batches).
-    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
-    batch_tokens: Option<usize>,
-    /// Rows per forward/backward pass, on each data-parallel replica.
-    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
-    micro_batch_rows: Option<usize>,
-    /// Data-parallel degree: train on the first N replicas of the device's executor (`--device
-    /// xla --dp 4` uses xla:0-3), each on its slice of the global batch, gradients averaged by an
-    /// all-reduce in the step's program. The global batch stays the configured one: without
-    /// --micro-batch-rows, each replica's micro-batch is 1/N of the configured micro-batch.
-    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
-    dp: Option<usize>,
-    /// Tensor-parallel degree: each model replica's weights split over M replicas (column- and
-    /// row-parallel projections, vocabulary-parallel embedding and loss); with --dp N the device
-    /// has N × M replicas.
-    #[arg(long, value_name = "M", value_parser = super::ranges::at_least_one::<usize>())]
-    tp: Option<usize>,
-    /// Pipeline parallelism.
+    /// The device, precision, parallel layout, schedule, checkpoint and resume flags.
     #[command(flatten)]
-    pipeline: super::pipeline_args::PipelineArgs,
-    /// Sequence parallelism inside each tensor-parallel group (norms and residuals on slices of
-    /// the sequence).
-    #[arg(long)]
-    sequence_parallel: bool,
-    /// ZeRO-1: the AdamW state partitioned over the --dp replicas (gradients reduce-scattered,
-    /// each replica updates its slice, parameters all-gathered).
-    #[arg(long)]
-    zero1: bool,
-    /// What the backward pass recomputes instead of keeping: none, full (each layer from its
-    /// input) or selective (the attention core and the MLP activation).
-    #[arg(long, value_name = "MODE")]
-    activation_checkpointing: Option<ActivationCheckpointing>,
-    /// Tokens per row.
-    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
-    seq_len: Option<usize>,
-    /// Save a checkpoint every N steps (and at the end).
-    #[arg(long, value_name = "N")]
-    checkpoint_every: Option<u64>,
-    /// Checkpoints kept.
-    #[arg(long, value_name = "K", value_parser = super::ranges::at_least_one::<usize>())]
-    keep_checkpoints: Option<usize>,
-    /// Measure validation loss every M steps (0: never).
-    #[arg(long, value_name = "M")]
-    eval_every: Option<u64>,
-    /// Peak FLOP/s of the device, for MFU.
-    #[arg(long, value_name = "FLOPS", value_parser = super::ranges::positive)]
-    peak_flops: Option<f64>,
-    /// Hide the progress display (Burn's dashboard in a terminal, else a progress bar).
-    #[arg(long)]
-    no_progress: bool,
+    pub train: TrainArgs,
 }
 
 /// Runs `hlat pretrain`; returns the Trainium device it trained on (none on ndarray).
 pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
     // Under torchrun or srun the processes train one job together (see `Job`).
-    let process = ProcessGroup::from_env()?;
-    let mut config = match &args.config {
-        Some(path) => TrainConfig::load_toml(path, &TrainConfig::default())?,
-        None => TrainConfig::quickstart(),
-    };
-    if let Some(v) = args.max_steps {
-        config.max_steps = v;
-    }
-    if let Some(v) = args.precision {
-        config.precision = v;
-    }
-    if let Some(v) = args.seed {
-        config.seed = v;
-    }
-    if let Some(v) = args.lr {
-        config.lr = v;
-    }
-    if let Some(v) = args.warmup_steps {
-        config.warmup_steps = v;
-    }
-    if let Some(v) = args.batch_tokens {
-        config.batch_tokens = v;
-    }
-    if let Some(v) = args.micro_batch_rows {
-        config.micro_batch_rows = v;
-    }
-    if let Some(v) = args.dp {
-        if args.micro_batch_rows.is_none() && v > 0 && config.micro_batch_rows.is_multiple_of(v) {
-            // The same global batch and accumulation, cut across the replicas.
-            config.micro_batch_rows /= v;
-        }
-        config.data_parallel = v;
-    }
-    if let Some(v) = args.tp {
-        config.tensor_parallel = v;
-    }
-    args.pipeline.apply(&mut config);
-    if args.sequence_parallel {
-        config.sequence_parallel = true;
-    }
-    if args.zero1 {
-        config.zero1 = true;
-    }
-    if let Some(mode) = args.activation_checkpointing {
-        config.activation_checkpointing = mode;
-    }
-    if let Some(v) = args.seq_len {
-        config.seq_len = v;
-    }
-    if let Some(v) = args.checkpoint_every {
-        config.checkpoint_every = v;
-    }
-    if let Some(v) = args.keep_checkpoints {
-        config.keep_checkpoints = v;
-    }
-    if let Some(v) = args.eval_every {
-        config.eval_every = v;
-    }
-    if let Some(v) = args.peak_flops {
-        config.peak_flops = Some(v);
-    }
+    let job = Job::from_env()?;
+    let mut config = args.train.config(TrainConfig::quickstart())?;
     if let Some(preset) = args.preset {
         config.preset = preset;
     }
-    if args.no_progress {
-        config.progress = false;
-    }
-    let job = Job::new(process);
-    job.adjust(&mut config);
-    config.validate()?;
     let data = match &args.data {
         Some(spec) => DataChoice::Shards(parse_data_spec(spec)?),
         None => DataChoice::Builtin,
@@ -314,14 +200,28 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("runs").join(&config.preset));
-    let options = PretrainOptions {
-        config,
-        out,
-        data,
-        init_from: args.init_from_hf,
-        share: job.share(),
-    };
-    let device = DeviceChoice::parse(args.device.as_deref())?
+    let options = job.options(config, out, data, args.init_from_hf)?;
+    let (_, trained_on) = train(&args.train, &job, options.clone())?;
+    // The per-source plot is a view of metrics.jsonl: a machine without a font still has those.
+    match super::validation_plot::draw(&options.own_out()) {
+        Ok(Some(path)) => println!("validation plot: {}", path.display()),
+        Ok(None) => {}
+        Err(error) => log::warn!("no validation plot: {error:#}"),
+    }
+    println!("model: {}", options.out.display());
+    burn_trainium::distributed::leave();
+    Ok(trained_on)
+}
+
+/// Trains `options` on the device `train` names (joining the job's other processes first) and
+/// prints what the run did; returns its summary and the Trainium device it trained on (none on
+/// ndarray). `hlat pretrain` and `hlat finetune` both run through it.
+pub fn train(
+    train: &TrainArgs,
+    job: &Job,
+    options: PretrainOptions,
+) -> anyhow::Result<(PretrainSummary, Option<TrainiumDevice>)> {
+    let device = DeviceChoice::parse(train.device.as_deref())?
         .with_replicas(options.config.layout().replicas())?;
     job.join(&device)?;
     let mut options = options;
@@ -391,18 +291,10 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
             val_loss.exp()
         );
     }
-    if let Some(dir) = summary.checkpoint {
+    if let Some(dir) = &summary.checkpoint {
         println!("checkpoint: {}", dir.display());
     }
-    // The per-source plot is a view of metrics.jsonl: a machine without a font still has those.
-    match super::validation_plot::draw(&options.own_out()) {
-        Ok(Some(path)) => println!("validation plot: {}", path.display()),
-        Ok(None) => {}
-        Err(error) => log::warn!("no validation plot: {error:#}"),
-    }
-    println!("model: {}", options.out.display());
-    burn_trainium::distributed::leave();
-    Ok(trained_on)
+    Ok((summary, trained_on))
 }
 
 /// The device a command runs on.

@@ -11,6 +11,7 @@ mod cpt_cli;
 mod data_cli;
 mod errors_cli;
 mod families_cli;
+mod finetune_cli;
 mod merge_cli;
 mod multi_process_cli;
 mod pretrain_cli;

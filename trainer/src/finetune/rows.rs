@@ -28,7 +28,7 @@ pub fn bucket_len(examples: &[SftExample], limit: usize) -> usize {
 }
 
 /// Examples as rows of `seq_len + 1` tokens (see the module documentation).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SftRows {
     rows: Vec<Vec<u32>>,
     trained_tokens: usize,

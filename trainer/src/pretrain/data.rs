@@ -10,6 +10,8 @@ use crate::data::{
 };
 use crate::data_spec::DataSource;
 use crate::error::TrainError;
+use crate::finetune::SftRows;
+use crate::step::NOT_A_TARGET;
 
 use super::TOKENIZER_FILE;
 
@@ -25,6 +27,9 @@ pub enum DataChoice {
     Builtin,
     /// Prepared shard folders, mixed by weight.
     Shards(Vec<DataSource>),
+    /// Supervised fine-tuning examples, one per row (`hlat finetune`); the tokenizer is the
+    /// starting model's. They are their own validation rows.
+    Sft(SftRows),
 }
 
 /// Training and validation rows with the tokenizer that made them.
@@ -112,7 +117,31 @@ pub(super) fn prepare_data(
                 vocab_size,
             })
         }
+        DataChoice::Sft(rows) => {
+            log::info!(
+                "fine-tuning data: {} examples of {} tokens, {} trained on",
+                rows.num_rows(),
+                rows.row_len(),
+                rows.trained_tokens()
+            );
+            Ok(PreparedData {
+                vocab_size: sft_vocab(rows),
+                train: Arc::new(rows.clone()),
+                validation: Some(Box::new(rows.clone())),
+                tokenizer: None,
+            })
+        }
     }
+}
+
+/// One past the largest token id of fine-tuning rows (their loss marks left out).
+fn sft_vocab(rows: &SftRows) -> usize {
+    rows.rows()
+        .iter()
+        .flatten()
+        .map(|&id| (id & !NOT_A_TARGET) as usize + 1)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The validation rows of a data choice, as a run with `config` splits them.
@@ -127,6 +156,7 @@ pub fn validation_source(
                 .validation,
         )),
         DataChoice::Shards(sources) => shard_validation(sources, config),
+        DataChoice::Sft(rows) => Ok(Box::new(rows.clone())),
     }
 }
 

@@ -34,6 +34,9 @@ pub use run::{CompileCounter, CompileTotals};
 
 /// The file a run writes its configuration to.
 pub const RUN_CONFIG_FILE: &str = "train.toml";
+/// The PEFT adapter folder of a LoRA run's checkpoint (and, from `hlat finetune`, of its output
+/// folder): the checkpoint's `model/` holds the frozen base weights alone.
+pub const ADAPTER_DIR: &str = "adapter";
 /// The tokenizer file inside a model folder or a shard folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
@@ -200,6 +203,10 @@ pub fn pretrain<B: TrainingBackend>(
             schedule: start.schedule,
             seed: start.seed,
             tokenizer: data.tokenizer,
+            base_model: options
+                .init_from
+                .as_ref()
+                .map(|dir| dir.display().to_string()),
             metrics: MetricsLog::open(&out, start_step)?,
             flops_per_token: start.flops_per_token,
             compiles: info.compiles,

@@ -58,6 +58,8 @@ pub(super) struct RunOutputs<B: TrainingBackend> {
     pub seed: u64,
     /// Saved with every checkpoint's model.
     pub tokenizer: Option<TextTokenizer>,
+    /// The model the run started from, recorded in the adapters' `adapter_config.json`.
+    pub base_model: Option<String>,
     /// `metrics.jsonl`.
     pub metrics: MetricsLog,
     /// Training FLOPs per token, for MFU.
@@ -178,6 +180,7 @@ impl<B: TrainingBackend> RunState<B> {
                 // per rank, a pipelined one as one file per stage and rank, each read from the
                 // replica that holds it (any layout resumes from any of them).
                 write_model(outputs, model, &model_dir)?;
+                write_adapter(outputs, model, &dir.join(super::ADAPTER_DIR))?;
                 let optimizer = outputs.optimizer.lock();
                 save_optimizer(
                     dir,
@@ -239,7 +242,10 @@ fn write_model<B: TrainingBackend>(
     if !outputs.share.writes_model() {
         return Ok(());
     }
-    let hlat = hlat.unwrap_or_else(|| cast_params(model.hlat.valid(), DType::F32));
+    // The base weights alone: the adapters go to their own PEFT folder (`write_adapter`).
+    let hlat = hlat
+        .unwrap_or_else(|| cast_params(model.hlat.valid(), DType::F32))
+        .without_lora();
     match &model.tensor_parallel {
         Some(_) => hlat::sharded_checkpoint::read_ranks(&hlat, degree, model_dir)
             .and_then(|shards| shards.write(hlat.config(), tokenizer, model_dir)),
@@ -248,6 +254,35 @@ fn write_model<B: TrainingBackend>(
         }
     }
     .map_err(model_error)
+}
+
+/// Writes the LoRA adapters of `model` (a run with `lora` set) into `dir` as a PEFT adapter
+/// folder, in f32. Under tensor parallelism the split factors are joined first (a collective
+/// every process runs); rank 0 writes.
+fn write_adapter<B: TrainingBackend>(
+    outputs: &RunOutputs<B>,
+    model: &LanguageModel<B>,
+    dir: &Path,
+) -> Result<(), TrainError> {
+    let Some(lora) = &outputs.config.lora else {
+        return Ok(());
+    };
+    let hlat = cast_params(model.hlat.valid(), DType::F32);
+    let hlat = match &model.tensor_parallel {
+        Some(parallel) => hlat.unshard(parallel),
+        None => hlat,
+    };
+    if !outputs.share.writes_model() {
+        return Ok(());
+    }
+    hlat::hf::adapter::save_adapter(
+        &hlat,
+        lora,
+        outputs.base_model.as_deref(),
+        hlat::hf::WeightDtype::F32,
+        dir,
+    )
+    .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))
 }
 
 impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {

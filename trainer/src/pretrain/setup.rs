@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use hlat::lora::LoraConfig;
 use hlat::run_folder::MODEL_DIR;
 use hlat::{Hlat, HlatConfig};
 
@@ -18,8 +19,8 @@ use crate::schedule::WarmupCosine;
 use crate::step::LanguageModel;
 use crate::trainer::TrainerProgress;
 
-use super::PretrainOptions;
 use super::data::data_error;
+use super::{ADAPTER_DIR, PretrainOptions};
 
 /// Everything a run starts from besides its data.
 pub(super) struct RunStart<B: TrainingBackend> {
@@ -74,6 +75,10 @@ pub(super) fn start_run<B: TrainingBackend>(
         config.precision,
     );
 
+    let hlat = match &config.lora {
+        Some(lora) => attach_lora(hlat, lora, resume_from, config.seed, device)?,
+        None => hlat,
+    };
     let hlat = cast_params(hlat, config.precision.param_dtype());
     let model = match layout.tensor_parallel() {
         Some(parallel) => {
@@ -170,6 +175,54 @@ pub(super) fn start_run<B: TrainingBackend>(
         sampler: state.sampler,
         flops_per_token,
     })
+}
+
+/// `hlat` with its weights frozen and LoRA adapters attached: fresh ones (PEFT's
+/// initialisation, drawn from `seed`), or when resuming, the checkpoint's `adapter/` folder,
+/// which must have the run's shape.
+fn attach_lora<B: TrainingBackend>(
+    hlat: Hlat<B>,
+    lora: &LoraConfig,
+    resume_from: Option<&Path>,
+    seed: u64,
+    device: &B::Device,
+) -> Result<Hlat<B>, TrainError> {
+    let Some(dir) = resume_from else {
+        <B as burn::tensor::backend::Backend>::seed(device, seed);
+        log::info!(
+            "LoRA: rank {}, alpha {}, dropout {}, targets {}; the model's weights are frozen",
+            lora.rank,
+            lora.alpha,
+            lora.dropout,
+            lora.targets
+                .iter()
+                .map(|target| target.short_name())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        return Ok(hlat.with_lora(lora, device));
+    };
+    let adapter_dir = dir.join(ADAPTER_DIR);
+    let (stored, hlat) =
+        hlat::hf::adapter::load_adapter(hlat, &adapter_dir, device).map_err(|error| {
+            TrainError::Checkpoint {
+                path: adapter_dir.clone(),
+                message: error.to_string(),
+            }
+        })?;
+    if (stored.rank, stored.alpha, &stored.targets, stored.rslora)
+        != (lora.rank, lora.alpha, &lora.targets, lora.rslora)
+    {
+        return Err(TrainError::Checkpoint {
+            path: adapter_dir,
+            message: format!(
+                "holds an adapter of rank {}, alpha {}, targets {:?}; this run asks for rank {}, \
+                 alpha {}, targets {:?}",
+                stored.rank, stored.alpha, stored.targets, lora.rank, lora.alpha, lora.targets
+            ),
+        });
+    }
+    Ok(hlat)
 }
 
 /// A native checkpoint folder's model.

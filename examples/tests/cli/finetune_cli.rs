@@ -1,0 +1,201 @@
+//! `hlat finetune` end to end on the fixtures: the transformers tiny Llama 3
+//! (`fixtures/hf-tiny-llama3`) with the Llama 3-style tokenizer and chat template
+//! (`fixtures/chat-llama3`), a few LoRA steps on `host`: the loss falls, the PEFT adapter folder
+//! is written into the output and each checkpoint, the base weights are saved bit-identical;
+//! bad records exit 2 naming the file and line; `--pp` with LoRA is refused.
+
+use std::path::{Path, PathBuf};
+
+use burn::backend::NdArray;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Tensor, TensorData};
+use hlat::hf::adapter::{ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, read_adapter_config};
+use hlat::lora::LoraTarget;
+use hlat_train::metrics::StepMetrics;
+
+use super::{fixture, run, succeed};
+
+/// A model folder: the tiny Llama 3's weights with the chat fixture's tokenizer (its 1005 ids fit
+/// the model's 1024).
+fn base_model(dir: &Path) -> PathBuf {
+    let base = dir.join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    for (folder, file) in [
+        ("hf-tiny-llama3", "config.json"),
+        ("hf-tiny-llama3", "generation_config.json"),
+        ("hf-tiny-llama3", "model.safetensors"),
+        ("chat-llama3", "tokenizer.json"),
+        ("chat-llama3", "tokenizer_config.json"),
+    ] {
+        std::fs::copy(fixture(folder).join(file), base.join(file)).unwrap();
+    }
+    base
+}
+
+/// Prompt/completion and conversation records with one answer each to learn.
+fn records(path: &Path) {
+    let mut lines = Vec::new();
+    for i in 0..6 {
+        lines.push(
+            serde_json::json!({
+                "prompt": format!("Question {i}: what colour is the sky?"),
+                "completion": " The sky is blue."
+            })
+            .to_string(),
+        );
+        lines.push(
+            serde_json::json!({"messages": [
+                {"role": "user", "content": format!("Say hello {i}")},
+                {"role": "assistant", "content": "Hello there, friend."}
+            ]})
+            .to_string(),
+        );
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+/// Every float parameter of a model, in visiting order.
+struct Collect(Vec<TensorData>);
+
+impl ModuleVisitor<NdArray> for Collect {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
+        self.0.push(param.val().into_data());
+    }
+}
+
+fn weights(dir: &Path) -> Vec<TensorData> {
+    let (_, model, _) = hlat::checkpoint::load_any::<NdArray>(dir, &Default::default()).unwrap();
+    assert!(!model.has_lora(), "{} holds adapters", dir.display());
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+fn losses(out: &Path) -> Vec<f64> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<StepMetrics>(line).unwrap().loss)
+        .collect()
+}
+
+#[test]
+fn lora_fine_tuning_writes_a_peft_adapter_and_keeps_the_base_weights() {
+    let work = tempfile::tempdir().unwrap();
+    let base = base_model(work.path());
+    let data = work.path().join("data.jsonl");
+    records(&data);
+    let out = work.path().join("out");
+    let text = |path: &Path| path.to_str().unwrap().to_string();
+    let stdout = succeed(&[
+        "finetune",
+        "--model",
+        &text(&base),
+        "--data",
+        &text(&data),
+        "--out",
+        &text(&out),
+        "--device",
+        "host",
+        "--max-steps",
+        "6",
+        "--checkpoint-every",
+        "3",
+        "--lr",
+        "1e-2",
+        "--lora-rank",
+        "4",
+        "--lora-alpha",
+        "8",
+        "--lora-targets",
+        "q,v,down",
+        "--no-progress",
+    ]);
+    assert!(stdout.contains("adapter: "), "{stdout}");
+    let losses = losses(&out);
+    assert_eq!(losses.len(), 6);
+    assert!(
+        losses[5] < losses[0] - 1.0,
+        "the loss does not fall: {losses:?}"
+    );
+    let adapter = out.join("adapter");
+    let config = read_adapter_config(&adapter).unwrap();
+    assert_eq!((config.rank, config.alpha), (4, 8.0));
+    assert_eq!(
+        config.targets,
+        [LoraTarget::Q, LoraTarget::V, LoraTarget::Down]
+    );
+    for step in ["step-00000003", "step-00000006"] {
+        let checkpoint = out.join("checkpoints").join(step);
+        assert!(
+            checkpoint
+                .join("adapter")
+                .join(ADAPTER_CONFIG_FILE)
+                .is_file()
+        );
+        assert_eq!(
+            weights(&checkpoint.join("model")),
+            weights(&base),
+            "{step}: the base weights changed"
+        );
+    }
+    // The output's adapter is the last checkpoint's.
+    assert_eq!(
+        std::fs::read(adapter.join(ADAPTER_WEIGHTS_FILE)).unwrap(),
+        std::fs::read(
+            out.join("checkpoints/step-00000006/adapter")
+                .join(ADAPTER_WEIGHTS_FILE)
+        )
+        .unwrap()
+    );
+}
+
+#[test]
+fn bad_records_and_pipelined_lora_exit_2_naming_the_cause() {
+    let work = tempfile::tempdir().unwrap();
+    let base = base_model(work.path());
+    let text = |path: &Path| path.to_str().unwrap().to_string();
+    let cases: [(&str, &[&str], &str); 3] = [
+        (
+            "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \"a\"}\n",
+            &[],
+            ":2: missing `completion`",
+        ),
+        (
+            "{\"messages\": [{\"role\": \"robot\", \"content\": \"hi\"}]}\n",
+            &[],
+            ":1: ",
+        ),
+        (
+            "{\"prompt\": \"a\", \"completion\": \"b\"}\n",
+            &["--lora-rank", "2", "--pp", "2"],
+            "pipeline parallelism",
+        ),
+    ];
+    for (index, (data, extra, message)) in cases.into_iter().enumerate() {
+        let path = work.path().join(format!("data-{index}.jsonl"));
+        std::fs::write(&path, data).unwrap();
+        let mut arguments = vec![
+            "finetune".to_string(),
+            "--model".into(),
+            text(&base),
+            "--data".into(),
+            text(&path),
+            "--out".into(),
+            text(&work.path().join(format!("out-{index}"))),
+            "--device".into(),
+            "host".into(),
+            "--max-steps".into(),
+            "1".into(),
+        ];
+        arguments.extend(extra.iter().map(|flag| flag.to_string()));
+        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+        let output = run(&arguments);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
+        assert!(stderr.contains(message), "{arguments:?}: {stderr}");
+        if index < 2 {
+            assert!(stderr.contains(&text(&path)), "{stderr}");
+        }
+    }
+}
