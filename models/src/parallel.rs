@@ -337,6 +337,40 @@ impl ParamPath {
     }
 }
 
+/// A visitor of a module's float parameters that is told each one's path: the bookkeeping of
+/// Burn's `ModuleVisitor::enter_module` / `exit_module` done once, by [`visit_with_paths`].
+pub trait PathVisitor<B: Backend> {
+    /// Visits the float parameter at `path`.
+    fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>);
+}
+
+/// Runs `visitor` over every float parameter of `module`, with paths starting from `path`
+/// (`ParamPath::default()`, or [`ParamPath::with_kv_copies`] where KV heads are replicated).
+pub fn visit_with_paths<B: Backend, M: Module<B>>(
+    module: &M,
+    path: ParamPath,
+    visitor: &mut impl PathVisitor<B>,
+) {
+    struct Paths<'a, V> {
+        path: ParamPath,
+        visitor: &'a mut V,
+    }
+    impl<B: Backend, V: PathVisitor<B>> burn::module::ModuleVisitor<B> for Paths<'_, V> {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.enter(name);
+        }
+
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.exit();
+        }
+
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.visitor.visit_float(&self.path, param);
+        }
+    }
+    module.visit(&mut Paths { path, visitor });
+}
+
 /// Which way [`Reshard`] moves the split parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {

@@ -8,7 +8,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
 use hlat::Hlat;
-use hlat::parallel::{ParamPath, Placement, kv_copies};
+use hlat::parallel::{ParamPath, PathVisitor, Placement, kv_copies, visit_with_paths};
 
 use crate::step::LanguageModel;
 
@@ -34,9 +34,8 @@ where
         grads,
         split: None,
         whole: None,
-        path: ParamPath::with_kv_copies(copies),
     };
-    module.visit(&mut visitor);
+    visit_with_paths(module, ParamPath::with_kv_copies(copies), &mut visitor);
     let split = match (visitor.split, tensor_groups) {
         (Some(split), Some(groups)) => Some(collective::all_reduce(split, ReduceOp::Sum, groups)),
         (split, _) => split,
@@ -93,24 +92,15 @@ struct SumOfSquares<'a, B: AutodiffBackend> {
     split: Option<Tensor<B::InnerBackend, 1>>,
     /// Parameters every rank holds whole.
     whole: Option<Tensor<B::InnerBackend, 1>>,
-    path: ParamPath,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for SumOfSquares<'_, B> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
-        self.path.enter(name);
-    }
-
-    fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.exit();
-    }
-
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+impl<B: AutodiffBackend> PathVisitor<B> for SumOfSquares<'_, B> {
+    fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
         let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
             return;
         };
         let squares = grad.cast(DType::F32).square().sum();
-        let (total, squares) = match self.path.placement() {
+        let (total, squares) = match path.placement() {
             Placement::Split(_) => (&mut self.split, squares),
             // Summed over the group with the other split parameters, each copy counting for
             // `1 / copies` of its head.

@@ -6,7 +6,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
-use hlat::parallel::{ParamPath, Placement, kv_copy_groups};
+use hlat::parallel::{ParamPath, PathVisitor, Placement, kv_copy_groups, visit_with_paths};
 
 use crate::clip::kv_copies_of;
 
@@ -149,25 +149,16 @@ pub fn reduce_replicated_gradients<B, M>(
         /// The ranks holding the same KV head, when several do.
         copy_groups: Option<ReplicaGroups>,
         sequence_parallel: bool,
-        path: ParamPath,
         backend: std::marker::PhantomData<B>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Reduce<'_, B>
+    impl<B: AutodiffBackend> PathVisitor<B> for Reduce<'_, B>
     where
         B::InnerBackend: CollectiveBackend,
     {
-        fn enter_module(&mut self, name: &str, _container_type: &str) {
-            self.path.enter(name);
-        }
-
-        fn exit_module(&mut self, _name: &str, _container_type: &str) {
-            self.path.exit();
-        }
-
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let groups = match (self.path.placement(), &self.copy_groups) {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+            let groups = match (path.placement(), &self.copy_groups) {
                 (Placement::ReplicatedHeads { .. }, Some(copy_groups)) => copy_groups,
-                _ if self.path.partial_gradient(self.sequence_parallel) => self.groups,
+                _ if path.partial_gradient(self.sequence_parallel) => self.groups,
                 _ => return,
             };
             if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
@@ -177,12 +168,12 @@ pub fn reduce_replicated_gradients<B, M>(
         }
     }
     let copies = kv_copies_of::<B, M>(module, groups.group_size());
-    module.visit(&mut Reduce::<B> {
+    let mut reduce = Reduce::<B> {
         grads,
         groups,
         copy_groups: (copies > 1).then(|| kv_copy_groups(groups, copies)),
         sequence_parallel,
-        path: ParamPath::with_kv_copies(copies),
         backend: std::marker::PhantomData,
-    });
+    };
+    visit_with_paths(module, ParamPath::with_kv_copies(copies), &mut reduce);
 }

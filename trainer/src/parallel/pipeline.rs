@@ -12,7 +12,7 @@ use burn::optim::record::AdaptorRecord;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
-use hlat::parallel::ParamPath;
+use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 
 use super::state::Record;
 use crate::optimizer::{AdamWState, HlatAdamW};
@@ -39,24 +39,15 @@ where
     struct Sum<'a, B: AutodiffBackend> {
         grads: &'a mut GradientsParams,
         groups: &'a ReplicaGroups,
-        path: ParamPath,
         backend: std::marker::PhantomData<B>,
     }
-    impl<B> ModuleVisitor<B> for Sum<'_, B>
+    impl<B> PathVisitor<B> for Sum<'_, B>
     where
         B: AutodiffBackend,
         B::InnerBackend: CollectiveBackend,
     {
-        fn enter_module(&mut self, name: &str, _container_type: &str) {
-            self.path.enter(name);
-        }
-
-        fn exit_module(&mut self, _name: &str, _container_type: &str) {
-            self.path.exit();
-        }
-
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if stage_local(self.path.names()) {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+            if stage_local(path.names()) {
                 return;
             }
             if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
@@ -65,12 +56,12 @@ where
             }
         }
     }
-    module.visit(&mut Sum::<B> {
+    let mut sum = Sum::<B> {
         grads,
         groups,
-        path: ParamPath::default(),
         backend: std::marker::PhantomData,
-    });
+    };
+    visit_with_paths(module, ParamPath::default(), &mut sum);
 }
 
 /// Moves the gradients of the stage-local parameters (the layer slots) from `from` to `to`:
@@ -83,32 +74,23 @@ where
     struct Move<'a, B: AutodiffBackend> {
         from: &'a mut GradientsParams,
         to: &'a mut GradientsParams,
-        path: ParamPath,
         backend: std::marker::PhantomData<B>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Move<'_, B> {
-        fn enter_module(&mut self, name: &str, _container_type: &str) {
-            self.path.enter(name);
-        }
-
-        fn exit_module(&mut self, _name: &str, _container_type: &str) {
-            self.path.exit();
-        }
-
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if stage_local(self.path.names())
+    impl<B: AutodiffBackend> PathVisitor<B> for Move<'_, B> {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+            if stage_local(path.names())
                 && let Some(grad) = self.from.remove::<B::InnerBackend, D>(param.id)
             {
                 self.to.register(param.id, grad);
             }
         }
     }
-    module.visit(&mut Move::<B> {
+    let mut moving = Move::<B> {
         from,
         to,
-        path: ParamPath::default(),
         backend: std::marker::PhantomData,
-    });
+    };
+    visit_with_paths(module, ParamPath::default(), &mut moving);
 }
 
 /// Takes the state of every layer-slot parameter of `module` out of `record` (whole, joined over
@@ -127,25 +109,16 @@ where
     struct Gather<'a, B: AutodiffBackend<InnerBackend: CollectiveBackend>, M: AutodiffModule<B>> {
         record: &'a mut Record<M, B>,
         groups: &'a ReplicaGroups,
-        path: ParamPath,
         stages: HashMap<ParamId, Vec<StateRecord<B>>>,
     }
-    impl<B, M> ModuleVisitor<B> for Gather<'_, B, M>
+    impl<B, M> PathVisitor<B> for Gather<'_, B, M>
     where
         B: AutodiffBackend,
         B::InnerBackend: CollectiveBackend,
         M: AutodiffModule<B>,
     {
-        fn enter_module(&mut self, name: &str, _container_type: &str) {
-            self.path.enter(name);
-        }
-
-        fn exit_module(&mut self, _name: &str, _container_type: &str) {
-            self.path.exit();
-        }
-
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if !stage_local(self.path.names()) {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+            if !stage_local(path.names()) {
                 return;
             }
             let Some(entry) = self.record.remove(&param.id) else {
@@ -170,10 +143,9 @@ where
     let mut gather = Gather::<B, M> {
         record,
         groups,
-        path: ParamPath::default(),
         stages: HashMap::new(),
     };
-    module.visit(&mut gather);
+    visit_with_paths(module, ParamPath::default(), &mut gather);
     gather.stages
 }
 

@@ -2,13 +2,15 @@
 //! the whole model's shapes for a checkpoint (so that any layout can resume from it) and split
 //! again when loaded.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Param};
 use burn::optim::Optimizer;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 use burn_trainium::collective::{CollectiveBackend, ReplicaGroups};
-use hlat::parallel::{ParamPath, Placement, join_parameter, split_parameter};
+use hlat::parallel::{
+    ParamPath, PathVisitor, Placement, join_parameter, split_parameter, visit_with_paths,
+};
 
 use super::{ParallelLayout, Zero1};
 use crate::optimizer::{AdamWState, HlatAdamW};
@@ -45,24 +47,15 @@ where
         tensor_groups: Option<ReplicaGroups>,
         zero1: Option<Zero1>,
         direction: Reshard,
-        path: ParamPath,
     }
-    impl<B, M> ModuleVisitor<B> for Visitor<'_, B, M>
+    impl<B, M> PathVisitor<B> for Visitor<'_, B, M>
     where
         B: AutodiffBackend,
         B::InnerBackend: CollectiveBackend,
         M: AutodiffModule<B>,
     {
-        fn enter_module(&mut self, name: &str, _container_type: &str) {
-            self.path.enter(name);
-        }
-
-        fn exit_module(&mut self, _name: &str, _container_type: &str) {
-            self.path.exit();
-        }
-
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let tensor_split = match (&self.tensor_groups, self.path.placement()) {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+            let tensor_split = match (&self.tensor_groups, path.placement()) {
                 (Some(_), Placement::Replicated) | (None, _) => None,
                 (Some(groups), placement) => Some((groups, placement)),
             };
@@ -110,12 +103,12 @@ where
     let copies = tensor_groups.as_ref().map_or(1, |groups| {
         crate::clip::kv_copies_of::<B, M>(module, groups.group_size())
     });
-    module.visit(&mut Visitor::<B, M> {
+    let mut visitor = Visitor::<B, M> {
         record: &mut record,
         tensor_groups,
         zero1: layout.zero1(),
         direction,
-        path: ParamPath::with_kv_copies(copies),
-    });
+    };
+    visit_with_paths(module, ParamPath::with_kv_copies(copies), &mut visitor);
     record
 }
