@@ -53,6 +53,10 @@ pub struct ConvertArgs {
     /// Shard limit of Hugging Face output, e.g. 5GB, 500MB, 2GiB or a byte count.
     #[arg(long, default_value = "5GB", value_parser = parse_size)]
     pub max_shard_size: u64,
+    /// Fold this PEFT LoRA adapter folder into the weights before writing (PEFT's
+    /// `merge_and_unload`): the output is a full checkpoint of the adapted model.
+    #[arg(long, value_name = "DIR")]
+    pub merge_adapter: Option<PathBuf>,
 }
 
 /// Runs `hlat convert`.
@@ -68,6 +72,20 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
             (model, tokenizer)
         }
         (None, None) => anyhow::bail!("give --from-hf DIR or --from DIR"),
+    };
+    let model = match &args.merge_adapter {
+        Some(dir) => {
+            let (config, model) = hlat::hf::adapter::load_adapter(model, dir, &device)
+                .with_context(|| format!("--merge-adapter {}", dir.display()))?;
+            println!(
+                "merged adapter {} (rank {}, alpha {})",
+                dir.display(),
+                config.rank,
+                config.alpha
+            );
+            model.merge_lora()
+        }
+        None => model,
     };
     match (&args.to, &args.to_hf) {
         (Some(out), _) => {

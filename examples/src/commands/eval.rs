@@ -19,6 +19,7 @@ use hlat_train::eval::{
 };
 use hlat_train::pretrain::{DataChoice, RUN_CONFIG_FILE};
 
+use super::adapter_arg::AdapterArg;
 use super::pretrain::DeviceChoice;
 
 /// Arguments of `hlat eval`.
@@ -98,6 +99,8 @@ struct PerplexityArgs {
     batch_rows: usize,
     #[command(flatten)]
     device: DeviceArg,
+    #[command(flatten)]
+    adapter: AdapterArg,
 }
 
 /// Arguments of `hlat eval choice`.
@@ -119,6 +122,8 @@ struct ChoiceArgs {
     batch_rows: usize,
     #[command(flatten)]
     device: DeviceArg,
+    #[command(flatten)]
+    adapter: AdapterArg,
 }
 
 /// Runs `hlat eval`.
@@ -163,6 +168,7 @@ fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::R
     match evaluation {
         Evaluation::Perplexity(args) => {
             let (model, own_tokenizer) = load::<B>(&args.model, device)?;
+            let model = args.adapter.apply(model, device)?;
             let context = model.config().max_seq_len;
             let (rows, bytes) = match (&args.ids, &args.text, &args.shards) {
                 (Some(path), _, _) => (json_rows(path)?, None),
@@ -197,6 +203,7 @@ fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::R
         }
         Evaluation::Choice(args) => {
             let (model, tokenizer) = load::<B>(&args.model, device)?;
+            let model = args.adapter.apply(model, device)?;
             let tokenizer = tokenizer.with_context(|| {
                 format!(
                     "{} has no tokenizer.json: a multiple-choice task is text",

@@ -65,6 +65,8 @@ pub struct GenerateArgs {
     /// hits, host fallbacks, bytes moved).
     #[arg(long)]
     pub stats: bool,
+    #[command(flatten)]
+    pub adapter: super::adapter_arg::AdapterArg,
 }
 
 /// Runs `hlat generate`.
@@ -72,6 +74,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let device = super::device_from_env()?;
     let (config, model, tokenizer) = load_any::<Trainium>(&args.model, &device)
         .with_context(|| format!("loading {}", args.model.display()))?;
+    let model = args.adapter.apply(model, &device)?;
     let needs_tokenizer = || {
         tokenizer.as_ref().with_context(|| {
             format!(

@@ -1,5 +1,6 @@
 //! One file per `hlat` subcommand.
 
+pub mod adapter_arg;
 pub mod bench;
 pub mod cache;
 pub mod compile;
