@@ -12,10 +12,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use hlat::parallel::ParamPath;
+use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 use hlat::run_folder::{CheckpointWriters, rank_share, write_atomic};
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, Param, ParamId};
 use burn::optim::Optimizer;
 use burn::record::{BinFileRecorder, BurnRecord, FullPrecisionSettings, Record, Recorder};
 use burn::tensor::Tensor;
@@ -371,20 +371,17 @@ impl<'a> StagePositions<'a> {
         pipeline: &'a PipelineParallel,
     ) -> Self {
         struct Count {
-            path: ParamPath,
             before: usize,
             in_layers: usize,
             after: usize,
         }
-        impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for Count {
-            fn enter_module(&mut self, name: &str, _container_type: &str) {
-                self.path.enter(name);
-            }
-            fn exit_module(&mut self, _name: &str, _container_type: &str) {
-                self.path.exit();
-            }
-            fn visit_float<const D: usize>(&mut self, _param: &Param<Tensor<B, D>>) {
-                if self.path.names().iter().any(|name| name == "layers") {
+        impl<B: burn::tensor::backend::Backend> PathVisitor<B> for Count {
+            fn visit_float<const D: usize>(
+                &mut self,
+                path: &ParamPath,
+                _param: &Param<Tensor<B, D>>,
+            ) {
+                if path.names().iter().any(|name| name == "layers") {
                     self.in_layers += 1;
                 } else if self.in_layers == 0 {
                     self.before += 1;
@@ -394,12 +391,11 @@ impl<'a> StagePositions<'a> {
             }
         }
         let mut count = Count {
-            path: ParamPath::default(),
             before: 0,
             in_layers: 0,
             after: 0,
         };
-        module.visit(&mut count);
+        visit_with_paths(module, ParamPath::default(), &mut count);
         let slots = pipeline.local_layers();
         Self {
             pipeline,
@@ -446,23 +442,14 @@ fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
 ) -> Vec<Vec<(usize, ParamId)>> {
     struct Groups {
-        path: ParamPath,
         /// The names the last group's parameters agree on.
         last_key: Option<Vec<String>>,
         groups: Vec<Vec<(usize, ParamId)>>,
         position: usize,
     }
-    impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for Groups {
-        fn enter_module(&mut self, name: &str, _container_type: &str) {
-            self.path.enter(name);
-        }
-
-        fn exit_module(&mut self, _name: &str, _container_type: &str) {
-            self.path.exit();
-        }
-
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            let names = self.path.names();
+    impl<B: burn::tensor::backend::Backend> PathVisitor<B> for Groups {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+            let names = path.names();
             let end = names
                 .iter()
                 .position(|name| name.parse::<usize>().is_ok())
@@ -480,12 +467,11 @@ fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
         }
     }
     let mut groups = Groups {
-        path: ParamPath::default(),
         last_key: None,
         groups: Vec::new(),
         position: 0,
     };
-    module.visit(&mut groups);
+    visit_with_paths(module, ParamPath::default(), &mut groups);
     groups.groups
 }
 
