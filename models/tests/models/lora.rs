@@ -192,7 +192,7 @@ fn written_adapter_is_the_checked_in_one_peft_reads() {
     save_adapter(
         &model,
         &config,
-        Some("../hf-tiny-llama3"),
+        Some("hf-tiny-llama3"),
         WeightDtype::F32,
         &dir,
     )
