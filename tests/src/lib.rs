@@ -14,6 +14,7 @@
 //!   `host` and `xla`, against `NdArray`;
 //! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
 //!   them, use only operators of the Neuron compiler's published list;
+//! - `lora_training`: LoRA adapters of a frozen base under data and tensor parallelism;
 //! - `parallel_training`: the pretraining job on replicated devices against one device;
 //! - `pipeline_training`: the same with the layers cut into pipeline stages;
 //! - `segments`: how the lazy client cuts and runs segments;
@@ -35,6 +36,8 @@ mod fuzz;
 mod generation;
 #[cfg(test)]
 mod hlat_training;
+#[cfg(test)]
+mod lora_training;
 #[cfg(test)]
 mod module_ops;
 #[cfg(test)]

@@ -41,6 +41,8 @@ pub(crate) struct Layout {
     pub sequence_parallel: bool,
     pub zero1: bool,
     pub checkpointing: ActivationCheckpointing,
+    /// LoRA adapters of rank 4 (alpha 8, no dropout) on every projection, the base frozen.
+    pub lora: bool,
 }
 
 pub(crate) const ONE_DEVICE: Layout = Layout {
@@ -48,6 +50,7 @@ pub(crate) const ONE_DEVICE: Layout = Layout {
     tensor: 1,
     pipeline: 1,
     virtual_stages: 1,
+    lora: false,
     sequence_parallel: false,
     zero1: false,
     checkpointing: ActivationCheckpointing::None,
@@ -107,6 +110,7 @@ pub(crate) fn run_until(
             sequence_parallel: layout.sequence_parallel,
             zero1: layout.zero1,
             activation_checkpointing: layout.checkpointing,
+            lora: layout.lora.then(|| hlat::lora::LoraConfig::new(4, 8.0)),
             eval_every: 0,
             checkpoint_every: 3,
             progress: false,
