@@ -98,6 +98,7 @@ fn trace_pretraining(layout: Layout, first_core: u16, out: &Path) -> TrainiumDev
         out: out.to_path_buf(),
         data: DataChoice::Builtin,
         init_from: None,
+        init_adapter: None,
         share: hlat_train::checkpoint::ProcessShare::WHOLE,
     };
     pretrain::<Autodiff<Trainium>>(&options, &device, DeviceInfo { compiles: None }).unwrap();

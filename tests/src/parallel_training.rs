@@ -119,6 +119,7 @@ pub(crate) fn run_until(
         out: out.to_path_buf(),
         data: DataChoice::Builtin,
         init_from: start.map(Path::to_path_buf),
+        init_adapter: None,
         share: hlat_train::checkpoint::ProcessShare::WHOLE,
     };
     let device_for_stats = *device;

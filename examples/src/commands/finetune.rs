@@ -41,6 +41,11 @@ pub struct FinetuneArgs {
     /// A Jinja chat template for `messages` records, instead of the tokenizer's.
     #[arg(long, value_name = "FILE")]
     chat_template: Option<PathBuf>,
+    /// Continue training the PEFT LoRA adapter in DIR (`adapter_config.json` +
+    /// `adapter_model.safetensors`) on the frozen model: its rank, alpha and targets are the
+    /// run's (`--lora-*` must agree when given).
+    #[arg(long, value_name = "DIR")]
+    adapter: Option<PathBuf>,
     /// Train LoRA adapters of rank R on frozen weights [default: every weight is trained].
     #[arg(long, value_name = "R", value_parser = super::ranges::at_least_one::<usize>())]
     lora_rank: Option<usize>,
@@ -108,7 +113,31 @@ impl FinetuneArgs {
 /// Runs `hlat finetune`.
 pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     let job = Job::from_env()?;
-    let lora = args.lora()?;
+    let lora = match (&args.adapter, args.lora()?) {
+        (Some(adapter), flags) => {
+            let stored = hlat::hf::adapter::read_adapter_config(adapter)?;
+            if let Some(flags) = &flags {
+                let alpha_differs = args.lora_alpha.is_some() && flags.alpha != stored.alpha;
+                let targets_differ = args.lora_targets.is_some() && flags.targets != stored.targets;
+                if flags.rank != stored.rank || alpha_differs || targets_differ {
+                    bail!(
+                        "--adapter {}: holds an adapter of rank {}, alpha {}, targets {:?}; the \
+                         --lora-* flags ask for rank {}, alpha {}, targets {:?}",
+                        adapter.display(),
+                        stored.rank,
+                        stored.alpha,
+                        stored.targets,
+                        flags.rank,
+                        flags.alpha,
+                        flags.targets
+                    );
+                }
+            }
+            let dropout = flags.map_or(stored.dropout, |flags| flags.dropout);
+            Some(LoraConfig { dropout, ..stored })
+        }
+        (None, flags) => flags,
+    };
     let mut config = args.train.config(defaults(lora.is_some()))?;
     if lora.is_some() {
         config.lora = lora;
@@ -162,12 +191,13 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     if args.train.batch_tokens.is_none() {
         config.batch_tokens = seq_len * config.micro_batch_rows * config.data_parallel;
     }
-    let options = job.options(
+    let mut options = job.options(
         config,
         args.out.clone(),
         DataChoice::Sft(rows),
         Some(args.model.clone()),
     )?;
+    options.init_adapter = args.adapter.clone();
     let (summary, _) = train(&args.train, &job, options.clone())?;
     if options.config.lora.is_some()
         && options.share.rank == 0

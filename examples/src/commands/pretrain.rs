@@ -57,6 +57,7 @@ impl Job {
             out,
             data,
             init_from,
+            init_adapter: None,
             share: self.share(),
         })
     }

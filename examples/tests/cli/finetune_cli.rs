@@ -199,3 +199,68 @@ fn bad_records_and_pipelined_lora_exit_2_naming_the_cause() {
         }
     }
 }
+
+/// `--adapter DIR` continues a PEFT adapter (the fixture's, made by PEFT with non-zero B): the
+/// run takes its rank and targets, starts from its weights (the first loss is not the fresh
+/// adapters' one, which is the base model's), and `--lora-*` flags that disagree are refused
+/// naming the folder.
+#[test]
+fn fine_tuning_continues_a_peft_adapter() {
+    let work = tempfile::tempdir().unwrap();
+    let base = base_model(work.path());
+    let data = work.path().join("data.jsonl");
+    records(&data);
+    let text = |path: &Path| path.to_str().unwrap().to_string();
+    let peft = fixture("lora-tiny-llama3").join("adapter");
+    let first_loss = |out: &Path, adapter: &[&str]| {
+        let mut arguments = vec![
+            "finetune".to_string(),
+            "--model".into(),
+            text(&base),
+            "--data".into(),
+            text(&data),
+            "--out".into(),
+            text(out),
+            "--device".into(),
+            "host".into(),
+            "--max-steps".into(),
+            "1".into(),
+            "--no-progress".into(),
+        ];
+        arguments.extend(adapter.iter().map(|argument| argument.to_string()));
+        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+        succeed(&arguments);
+        losses(out)[0]
+    };
+    let fresh = first_loss(&work.path().join("fresh"), &["--lora-rank", "4"]);
+    let continued_out = work.path().join("continued");
+    let continued = first_loss(&continued_out, &["--adapter", &text(&peft)]);
+    assert!(
+        (continued - fresh).abs() > 1e-3,
+        "the PEFT adapter changed nothing: {continued} vs {fresh}"
+    );
+    let written = read_adapter_config(&continued_out.join("adapter")).unwrap();
+    let stored = read_adapter_config(&peft).unwrap();
+    assert_eq!(
+        (written.rank, written.alpha, written.targets),
+        (stored.rank, stored.alpha, stored.targets)
+    );
+    let refused = run(&[
+        "finetune",
+        "--model",
+        &text(&base),
+        "--data",
+        &text(&data),
+        "--out",
+        &text(&work.path().join("refused")),
+        "--device",
+        "host",
+        "--adapter",
+        &text(&peft),
+        "--lora-rank",
+        "16",
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--adapter"), "{stderr}");
+}

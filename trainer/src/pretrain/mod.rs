@@ -53,6 +53,9 @@ pub struct PretrainOptions {
     pub data: DataChoice,
     /// A Hugging Face or native checkpoint to start from instead of a fresh preset.
     pub init_from: Option<PathBuf>,
+    /// A PEFT LoRA adapter folder the run's adapters start from (`hlat finetune --adapter`),
+    /// instead of fresh ones; a resumed run continues from its checkpoint's adapter instead.
+    pub init_adapter: Option<PathBuf>,
     /// This process's place in its job ([`ProcessShare::WHOLE`] for a job of one): each
     /// process writes its share of every checkpoint, and a restarted job resumes from the newest
     /// checkpoint every process that wrote it completed.

@@ -76,7 +76,15 @@ pub(super) fn start_run<B: TrainingBackend>(
     );
 
     let hlat = match &config.lora {
-        Some(lora) => attach_lora(hlat, lora, resume_from, config.seed, device)?,
+        Some(lora) => {
+            // A resumed run continues from its checkpoint's adapter, a fresh one from
+            // `init_adapter` when given.
+            let adapter = match resume_from {
+                Some(dir) => Some(dir.join(ADAPTER_DIR)),
+                None => options.init_adapter.clone(),
+            };
+            attach_lora(hlat, lora, adapter.as_deref(), config.seed, device)?
+        }
         None => hlat,
     };
     let hlat = cast_params(hlat, config.precision.param_dtype());
@@ -178,16 +186,17 @@ pub(super) fn start_run<B: TrainingBackend>(
 }
 
 /// `hlat` with its weights frozen and LoRA adapters attached: fresh ones (PEFT's
-/// initialisation, drawn from `seed`), or when resuming, the checkpoint's `adapter/` folder,
-/// which must have the run's shape.
+/// initialisation, drawn from `seed`), or those of the PEFT adapter folder `adapter_dir` (a
+/// resumed checkpoint's `adapter/`, or `hlat finetune --adapter`), which must have the run's
+/// shape.
 fn attach_lora<B: TrainingBackend>(
     hlat: Hlat<B>,
     lora: &LoraConfig,
-    resume_from: Option<&Path>,
+    adapter_dir: Option<&Path>,
     seed: u64,
     device: &B::Device,
 ) -> Result<Hlat<B>, TrainError> {
-    let Some(dir) = resume_from else {
+    let Some(adapter_dir) = adapter_dir else {
         <B as burn::tensor::backend::Backend>::seed(device, seed);
         log::info!(
             "LoRA: rank {}, alpha {}, dropout {}, targets {}; the model's weights are frozen",
@@ -202,7 +211,7 @@ fn attach_lora<B: TrainingBackend>(
         );
         return Ok(hlat.with_lora(lora, device));
     };
-    let adapter_dir = dir.join(ADAPTER_DIR);
+    let adapter_dir = adapter_dir.to_path_buf();
     let (stored, hlat) =
         hlat::hf::adapter::load_adapter(hlat, &adapter_dir, device).map_err(|error| {
             TrainError::Checkpoint {

@@ -29,6 +29,7 @@ fn pretraining_a_tiny_preset_lowers_the_loss() {
         out: out.path().to_path_buf(),
         data: DataChoice::Builtin,
         init_from: None,
+        init_adapter: None,
         share: hlat_train::checkpoint::ProcessShare::WHOLE,
     };
     let device = Default::default();

@@ -39,6 +39,7 @@ fn options(out: &Path, max_steps: u64) -> PretrainOptions {
         out: out.to_path_buf(),
         data: DataChoice::Builtin,
         init_from: None,
+        init_adapter: None,
         share: hlat_train::checkpoint::ProcessShare::WHOLE,
     }
 }
