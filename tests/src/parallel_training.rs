@@ -476,6 +476,7 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
         precision: Precision::F32,
         checkpointing: ActivationCheckpointing::None,
         pipeline: None,
+        lora: None,
     };
     let estimate = DeviceMemory::estimate(&config, &layout, &shape);
     for (what, held, estimated) in [

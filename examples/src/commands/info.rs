@@ -6,10 +6,11 @@ use std::path::Path;
 use anyhow::Context;
 use clap::Args;
 use hlat::checkpoint::{FolderKind, NATIVE_CONFIG_FILE, folder_kind};
+use hlat::lora::{LoraConfig, LoraTarget};
 use hlat::{ConfigError, HlatConfig, RopeScaling};
 use hlat_train::config::TrainConfig;
 use hlat_train::parallel::{
-    ActivationCheckpointing, DeviceMemory, ParallelLayout, PipelineShape, StepShape,
+    ActivationCheckpointing, DeviceMemory, LoraShape, ParallelLayout, PipelineShape, StepShape,
 };
 use hlat_train::precision::Precision;
 
@@ -51,6 +52,12 @@ pub struct InfoArgs {
     /// Parameter and compute precision: f32, bf16-sr or bf16-mixed.
     #[arg(long, value_name = "P", default_value = "bf16-sr")]
     pub precision: Precision,
+    /// LoRA adapters of rank R on frozen weights: only they take gradients and optimizer state.
+    #[arg(long, value_name = "R", value_parser = super::ranges::at_least_one::<usize>())]
+    pub lora_rank: Option<usize>,
+    /// The projections the adapters adapt, among q, k, v, o, gate, up, down [default: all].
+    #[arg(long, value_name = "q,k,...", requires = "lora_rank")]
+    pub lora_targets: Option<String>,
     /// Memory of one device in GiB (default: a trn1 NeuronCore's 16 GiB).
     #[arg(long, value_name = "GIB", default_value_t = 16.0, value_parser = super::ranges::positive)]
     pub device_memory: f64,
@@ -112,12 +119,27 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     let micro_batches = batch_tokens / micro_tokens;
     let (pipeline, pipeline_text) =
         describe_pipeline(config, &layout, &pipeline_config, micro_batches)?;
+    let lora = match args.lora_rank {
+        None => None,
+        Some(rank) => {
+            let targets = match &args.lora_targets {
+                Some(text) => LoraConfig::parse_targets(text)
+                    .map_err(|reason| anyhow::anyhow!("--lora-targets: {reason}"))?,
+                None => LoraTarget::ALL.to_vec(),
+            };
+            Some(LoraShape::of(&LoraConfig {
+                targets,
+                ..LoraConfig::new(rank, 2.0 * rank as f64)
+            }))
+        }
+    };
     let shape = StepShape {
         seq_len,
         micro_batch_rows: args.micro_batch_rows,
         precision: args.precision,
         checkpointing: args.activation_checkpointing,
         pipeline,
+        lora,
     };
     let memory = DeviceMemory::estimate(config, &layout, &shape);
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
@@ -138,6 +160,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         "layout: dp {} x tp {} x pp {} ({} devices), {}\n\
          {pipeline_text}\
          parameters per device: {}\n\
+         {}\
          memory per device: parameters {:.2} GiB ({}), gradients {:.2} GiB, optimizer state \
          {:.2} GiB, activations {:.2} GiB (estimate: {} x {} tokens per micro-batch)\n\
          total per device: {:.2} GiB of {budget} GiB: {}\n",
@@ -147,6 +170,14 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         layout.replicas(),
         features.join(", "),
         memory.parameters_per_device,
+        match lora {
+            Some(lora) => format!(
+                "trainable parameters per device: {} (LoRA rank {}; the model's weights frozen: \
+                 no gradients, no optimizer state)\n",
+                memory.trainable_per_device, lora.rank
+            ),
+            None => String::new(),
+        },
         gib(memory.parameter_bytes),
         args.precision,
         gib(memory.gradient_bytes),

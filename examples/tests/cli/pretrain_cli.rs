@@ -228,3 +228,54 @@ fn info_sizes_hlat_70b_in_its_pipeline_layout() {
     let llama = succeed(&["info", "llama-3.1-8b", "--tp", "16"]);
     assert!(llama.contains("parameters per device: "), "{llama}");
 }
+
+/// LoRA on a frozen Llama-3.1-8B at tp 8: the trainable parameters per device, counted by hand
+/// (A `[r, in]` and B `[out, r]` of each projection, B split with a column-parallel projection's
+/// outputs, A with a row-parallel one's inputs), and no gradients or optimizer state for the rest.
+#[test]
+fn info_counts_the_trainable_adapters_of_lora() {
+    let text = succeed(&[
+        "info",
+        "llama-3.1-8b",
+        "--tp",
+        "8",
+        "--lora-rank",
+        "16",
+        "--seq-len",
+        "4096",
+    ]);
+    let (r, hidden, kv, ffn, tp, layers) = (16u64, 4096u64, 1024u64, 14336u64, 8u64, 32u64);
+    let column = |input: u64, out: u64| r * input + out / tp * r;
+    let row = |input: u64, out: u64| r * input / tp + out * r;
+    let per_layer = column(hidden, hidden)
+        + 2 * column(hidden, kv)
+        + row(hidden, hidden)
+        + 2 * column(hidden, ffn)
+        + row(ffn, hidden);
+    assert!(
+        text.contains(&format!(
+            "trainable parameters per device: {} (LoRA rank 16",
+            layers * per_layer
+        )),
+        "{text}"
+    );
+    let full = succeed(&["info", "llama-3.1-8b", "--tp", "8", "--seq-len", "4096"]);
+    let gib = |text: &str, what: &str| -> f64 {
+        let start = text.find(what).unwrap() + what.len();
+        text[start..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Frozen weights: the gradients and AdamW state shrink to the adapters'.
+    assert!(
+        gib(&text, "gradients ") < 0.05 * gib(&full, "gradients "),
+        "{text}"
+    );
+    assert!(
+        gib(&text, "optimizer state ") < 0.05 * gib(&full, "optimizer state "),
+        "{text}"
+    );
+}

@@ -4,6 +4,7 @@
 
 use hlat::HlatConfig;
 use hlat::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
+use hlat::lora::{LoraConfig, LoraTarget};
 use hlat::parallel::{Placement, kv_copies, placement_with};
 use hlat::recompute::ActivationCheckpointing;
 
@@ -23,6 +24,35 @@ pub struct StepShape {
     pub checkpointing: ActivationCheckpointing,
     /// The pipeline stages of the layout, when it has several.
     pub pipeline: Option<PipelineShape>,
+    /// LoRA adapters on frozen weights, when the step trains those alone.
+    pub lora: Option<LoraShape>,
+}
+
+/// LoRA adapters as memory sees them: their rank and the projections they adapt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoraShape {
+    /// The rank `r` of every adapter.
+    pub rank: usize,
+    /// Which of [`LoraTarget::ALL`] are adapted.
+    pub targets: [bool; 7],
+}
+
+impl LoraShape {
+    /// The shape of `lora`'s adapters.
+    pub fn of(lora: &LoraConfig) -> Self {
+        Self {
+            rank: lora.rank,
+            targets: LoraTarget::ALL.map(|target| lora.targets.contains(&target)),
+        }
+    }
+
+    /// Whether the projection module `module` (`q_proj`, …) is adapted.
+    fn adapts(&self, module: &str) -> bool {
+        LoraTarget::ALL
+            .iter()
+            .zip(self.targets)
+            .any(|(target, adapted)| adapted && target.module_name() == module)
+    }
 }
 
 /// A pipeline stage as one device holds it (every stage holds the same slots: one SPMD program).
@@ -48,8 +78,11 @@ impl PipelineShape {
 /// Bytes held by one device, by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceMemory {
-    /// Parameter elements on the device (its tensor-parallel shard of the model).
+    /// Parameter elements on the device (its tensor-parallel shard of the model, and the
+    /// adapters under LoRA).
     pub parameters_per_device: u64,
+    /// The elements of those that train (all of them, or the LoRA adapters alone).
+    pub trainable_per_device: u64,
     /// The parameters (and, in mixed precision, their bf16 compute copy).
     pub parameter_bytes: u64,
     /// One gradient per parameter, in the parameters' dtype.
@@ -88,22 +121,56 @@ impl DeviceMemory {
                 }
             })
             .collect();
-        let parameters_per_device: u64 = parameters.iter().sum();
+        // LoRA: the adapters alone train (A `[r, in]`, B `[out, r]`, split as their projection:
+        // B with a column-parallel one's outputs, A with a row-parallel one's inputs).
+        let adapters: Vec<u64> = match shape.lora {
+            None => Vec::new(),
+            Some(lora) => hlat::hf::tensor_specs(config)
+                .filter_map(|spec| {
+                    let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
+                    let module = path.iter().rev().nth(1)?;
+                    let layer_zero = path.get(1).is_some_and(|index| index == "0");
+                    if !layer_zero || path.last()? != "weight" || !lora.adapts(module) {
+                        return None;
+                    }
+                    let [out, input] = [spec.hf_shape[0] as u64, spec.hf_shape[1] as u64];
+                    let rank = lora.rank as u64;
+                    let per_layer = match placement_with(&path, copies) {
+                        Placement::Split(0) => rank * input / tensor + out * rank,
+                        Placement::Split(_) => rank * input + out / tensor * rank,
+                        Placement::ReplicatedHeads { copies, .. } => {
+                            rank * input + out * copies as u64 / tensor * rank
+                        }
+                        Placement::Replicated => rank * (input + out),
+                    };
+                    Some(per_layer * layer_slots.unwrap_or(config.num_layers as u64))
+                })
+                .collect(),
+        };
+        let trainable = if shape.lora.is_some() {
+            &adapters
+        } else {
+            &parameters
+        };
+        let trainable_per_device: u64 = trainable.iter().sum();
+        let parameters_per_device: u64 =
+            parameters.iter().sum::<u64>() + adapters.iter().sum::<u64>();
         let stored = shape.precision.param_dtype().size() as u64;
         let compute_copy = if shape.precision.compute_cast().is_some() {
             2
         } else {
             0
         };
-        let moments: u64 = parameters
+        let moments: u64 = trainable
             .iter()
             .map(|elements| 2 * 4 * elements.div_ceil(zero_degree))
             .sum();
 
         Self {
             parameters_per_device,
+            trainable_per_device,
             parameter_bytes: parameters_per_device * (stored + compute_copy),
-            gradient_bytes: parameters_per_device * stored,
+            gradient_bytes: trainable_per_device * stored,
             optimizer_bytes: moments,
             activation_bytes: activations(config, layout, shape),
         }
@@ -203,6 +270,7 @@ mod tests {
             precision: Precision::Bf16StochasticRounding,
             checkpointing,
             pipeline: None,
+            lora: None,
         }
     }
 
@@ -298,6 +366,7 @@ mod tests {
                 precision,
                 checkpointing: ActivationCheckpointing::None,
                 pipeline: None,
+                lora: None,
             };
             DeviceMemory::estimate(&config, &layout(1, 1, false), &shape).activation_bytes
         };
