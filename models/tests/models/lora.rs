@@ -162,8 +162,15 @@ fn written_model() -> (LoraConfig, Hlat<B>) {
         targets: vec![LoraTarget::Q, LoraTarget::V, LoraTarget::Down],
         rslora: false,
     };
+    let model = with_formula_adapters(base(), &config);
+    (config, model)
+}
+
+/// `model` with `config`'s adapters, A and B filled from a fixed formula (B non-zero, so the
+/// adapters change the logits).
+fn with_formula_adapters(model: Hlat<B>, config: &LoraConfig) -> Hlat<B> {
     let device = Default::default();
-    let mut model = base().with_lora(&config, &device);
+    let mut model = model.with_lora(config, &device);
     let mut counter = 0usize;
     let mut values = |dims: [usize; 2]| {
         let data: Vec<f32> = (0..dims[0] * dims[1])
@@ -181,7 +188,66 @@ fn written_model() -> (LoraConfig, Hlat<B>) {
             lora.lora_b = Param::from_tensor(values(lora.lora_b.dims()));
         }
     }
-    (config, model)
+    model
+}
+
+/// LoRA on every family of `fixtures/` (Llama 2 and 3, Qwen2 with q/k/v biases, Qwen3 with q/k
+/// norms, Mistral's sliding window, Llama with every bias), every projection adapted: the
+/// adapted model's logits equal those of its merged weights, and an adapter written as a PEFT
+/// folder and read back onto the base gives the same logits.
+#[test]
+fn adapters_work_on_every_family() {
+    let config = LoraConfig {
+        rank: 3,
+        alpha: 6.0,
+        dropout: 0.0,
+        targets: LoraTarget::ALL.to_vec(),
+        rslora: false,
+    };
+    let device = Default::default();
+    let input = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(
+            (0..10).map(|i| (i * 37 + 3) % 200).collect::<Vec<i64>>(),
+            [1, 10],
+        ),
+        &device,
+    );
+    let logits_of = |model: &Hlat<B>| {
+        model
+            .forward(input.clone())
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    for name in test_support::fixtures::HF_FIXTURES {
+        let load = || {
+            import_hf::<B>(&fixture(name), &device, WeightDtype::F32)
+                .unwrap()
+                .1
+        };
+        let base_logits = logits_of(&load());
+        let adapted = with_formula_adapters(load(), &config);
+        let adapted_logits = logits_of(&adapted);
+        assert!(
+            max_diff(&adapted_logits, &base_logits) > 1e-3,
+            "{name}: the adapters change nothing"
+        );
+        let merged = logits_of(&adapted.clone().merge_lora());
+        let scale = adapted_logits.iter().fold(1f32, |m, v| m.max(v.abs()));
+        assert!(
+            max_diff(&merged, &adapted_logits) <= 1e-5 * scale,
+            "{name}: merged logits differ by {}",
+            max_diff(&merged, &adapted_logits)
+        );
+        let out = tempfile::tempdir().unwrap();
+        save_adapter(&adapted, &config, Some(name), WeightDtype::F32, out.path()).unwrap();
+        let (_, read) = load_adapter(load(), out.path(), &device).unwrap();
+        assert_eq!(
+            logits_of(&read),
+            adapted_logits,
+            "{name}: the written adapter differs"
+        );
+    }
 }
 
 #[test]
