@@ -40,8 +40,8 @@ pub use lint::{
     Acceptance, CUSTOM_CALL_TARGETS, LINT_ENV, LintMode, OPERATORS, Operator, Rule, Violation,
     lint_module,
 };
-pub use peak::{NEURON_CORE_PEAK_BF16, NEURON_CORE_PEAK_F32, neuron_peak_flops};
 pub use names::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE, request_neff_names};
+pub use peak::{NEURON_CORE_PEAK_BF16, NEURON_CORE_PEAK_F32, neuron_peak_flops};
 pub use precision::{AUTO_CAST_PREFIX, FULL_PRECISION_FLAGS, has_full_precision_matmul};
 pub use settings::{
     CACHE_URL_ENV, COMPILER_ENV, DEFAULT_CACHE_ROOT, DEFAULT_COMPILER, DEFAULT_FLAGS, FLAGS_ENV,
