@@ -10,10 +10,12 @@
 //! - [`files`]: finding files by name under a folder (the modules of a NEFF cache).
 //! - [`random`]: the lock tests take turns on when they seed Burn's process-wide generator.
 //! - [`image`]: the size of a PNG file the tools wrote.
+//! - [`module`]: a Burn module's parameter values, to compare models.
 
 pub mod files;
 pub mod fixtures;
 pub mod image;
+pub mod module;
 pub mod plugin;
 pub mod random;
 pub mod stand_in;

@@ -4,8 +4,6 @@
 use std::path::Path;
 
 use burn::backend::NdArray;
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
 use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::HlatConfig;
 
@@ -26,16 +24,11 @@ fn start_model(dir: &Path) {
 
 /// Every parameter of the model in `dir` (a native checkpoint), as its bytes in visiting order.
 fn weights(dir: &Path) -> Vec<Vec<u8>> {
-    struct Bytes(Vec<Vec<u8>>);
-    impl ModuleVisitor<NdArray> for Bytes {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
-            self.0.push(param.val().into_data().as_bytes().to_vec());
-        }
-    }
     let (_, model, _) = hlat::checkpoint::load_any::<NdArray>(dir, &Default::default()).unwrap();
-    let mut bytes = Bytes(Vec::new());
-    model.visit(&mut bytes);
-    bytes.0
+    test_support::module::parameters(&model)
+        .into_iter()
+        .map(|data| data.as_bytes().to_vec())
+        .collect()
 }
 
 /// LoRA of rank 4 on every projection of a frozen `hlat-test`, on one device, data parallel 2

@@ -3,8 +3,7 @@
 //! and into Hugging Face format) is bit-exact.
 
 use burn::backend::NdArray;
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::TensorData;
 use hlat::Hlat;
 use hlat::checkpoint::load_native;
 use hlat::sharded_checkpoint::{
@@ -15,16 +14,8 @@ use super::{fixture, run, succeed};
 
 /// Every parameter's values, in visiting order, of the native checkpoint in `dir`.
 fn parameters(dir: &std::path::Path) -> Vec<TensorData> {
-    struct Collect(Vec<TensorData>);
-    impl ModuleVisitor<NdArray> for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
-            self.0.push(param.val().into_data());
-        }
-    }
     let (_, model): (_, Hlat<NdArray>) = load_native(dir, &Default::default()).unwrap();
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    collect.0
+    test_support::module::parameters(&model)
 }
 
 #[test]

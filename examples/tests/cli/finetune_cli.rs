@@ -7,8 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::backend::NdArray;
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::TensorData;
 use hlat::hf::adapter::{ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, read_adapter_config};
 use hlat::lora::LoraTarget;
 use hlat_train::metrics::StepMetrics;
@@ -54,21 +53,11 @@ fn records(path: &Path) {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
-/// Every float parameter of a model, in visiting order.
-struct Collect(Vec<TensorData>);
-
-impl ModuleVisitor<NdArray> for Collect {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
-        self.0.push(param.val().into_data());
-    }
-}
-
+/// Every float parameter of the model in `dir` (which holds no adapters), in visiting order.
 fn weights(dir: &Path) -> Vec<TensorData> {
     let (_, model, _) = hlat::checkpoint::load_any::<NdArray>(dir, &Default::default()).unwrap();
     assert!(!model.has_lora(), "{} holds adapters", dir.display());
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    collect.0
+    test_support::module::parameters(&model)
 }
 
 fn losses(out: &Path) -> Vec<f64> {

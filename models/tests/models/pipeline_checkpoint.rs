@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use burn::module::{Module, ModuleVisitor, Param, ParamId};
-use burn::tensor::{Tensor, TensorData};
+use burn::module::{Module, ParamId};
+use burn::tensor::TensorData;
 use burn_store::{BurnpackStore, BurnpackWriter, ModuleStore, TensorSnapshot};
 use burn_trainium::collective::ReplicaGroups;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
@@ -36,15 +36,7 @@ fn model(config: &HlatConfig, device: &TrainiumDevice) -> Hlat<Trainium> {
 
 /// Every parameter's values, in visiting order.
 fn parameters(model: &Hlat<Trainium>) -> Vec<TensorData> {
-    struct Collect(Vec<TensorData>);
-    impl ModuleVisitor<Trainium> for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Trainium, D>>) {
-            self.0.push(param.val().into_data());
-        }
-    }
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    collect.0
+    test_support::module::parameters(model)
 }
 
 /// The parameters of `whole` as one host device holds them (saved and loaded natively).

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use burn::backend::{Autodiff, NdArray};
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module};
+use burn::tensor::TensorData;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use hlat::{Hlat, HlatConfig};
@@ -56,15 +56,7 @@ fn schedule() -> WarmupCosine {
 
 /// Every parameter's values, in visiting order.
 fn parameters<M: Module<Q>, Q: Backend>(model: &M) -> Vec<TensorData> {
-    struct Collect(Vec<TensorData>);
-    impl<Q: Backend> ModuleVisitor<Q> for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Q, D>>) {
-            self.0.push(param.val().into_data());
-        }
-    }
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    collect.0
+    test_support::module::parameters(model)
 }
 
 /// Two optimizer steps of `ACCUMULATION` micro-batches each, with the Trainer and with the
