@@ -60,6 +60,30 @@ fn weights(dir: &Path) -> Vec<TensorData> {
     test_support::module::parameters(&model)
 }
 
+/// `hlat finetune` of the model in `base` on the records in `data` into `out`, on `host`, then
+/// `extra` flags.
+fn finetune(base: &Path, data: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
+    let text = |path: &Path| path.to_str().unwrap().to_string();
+    ["finetune", "--model"]
+        .into_iter()
+        .map(str::to_string)
+        .chain([
+            text(base),
+            "--data".into(),
+            text(data),
+            "--out".into(),
+            text(out),
+        ])
+        .chain(["--device", "host"].into_iter().map(str::to_string))
+        .chain(extra.iter().map(|flag| flag.to_string()))
+        .collect()
+}
+
+/// `arguments` as `run` and `succeed` take them.
+fn as_strs(arguments: &[String]) -> Vec<&str> {
+    arguments.iter().map(String::as_str).collect()
+}
+
 fn losses(out: &Path) -> Vec<f64> {
     std::fs::read_to_string(out.join("metrics.jsonl"))
         .unwrap()
@@ -75,31 +99,27 @@ fn lora_fine_tuning_writes_a_peft_adapter_and_keeps_the_base_weights() {
     let data = work.path().join("data.jsonl");
     records(&data);
     let out = work.path().join("out");
-    let text = |path: &Path| path.to_str().unwrap().to_string();
-    let stdout = succeed(&[
-        "finetune",
-        "--model",
-        &text(&base),
-        "--data",
-        &text(&data),
-        "--out",
-        &text(&out),
-        "--device",
-        "host",
-        "--max-steps",
-        "6",
-        "--checkpoint-every",
-        "3",
-        "--lr",
-        "1e-2",
-        "--lora-rank",
-        "4",
-        "--lora-alpha",
-        "8",
-        "--lora-targets",
-        "q,v,down",
-        "--no-progress",
-    ]);
+    let arguments = finetune(
+        &base,
+        &data,
+        &out,
+        &[
+            "--max-steps",
+            "6",
+            "--checkpoint-every",
+            "3",
+            "--lr",
+            "1e-2",
+            "--lora-rank",
+            "4",
+            "--lora-alpha",
+            "8",
+            "--lora-targets",
+            "q,v,down",
+            "--no-progress",
+        ],
+    );
+    let stdout = succeed(&as_strs(&arguments));
     assert!(stdout.contains("adapter: "), "{stdout}");
     let losses = losses(&out);
     assert_eq!(losses.len(), 6);
@@ -164,21 +184,14 @@ fn bad_records_and_pipelined_lora_exit_2_naming_the_cause() {
     for (index, (data, extra, message)) in cases.into_iter().enumerate() {
         let path = work.path().join(format!("data-{index}.jsonl"));
         std::fs::write(&path, data).unwrap();
-        let mut arguments = vec![
-            "finetune".to_string(),
-            "--model".into(),
-            text(&base),
-            "--data".into(),
-            text(&path),
-            "--out".into(),
-            text(&work.path().join(format!("out-{index}"))),
-            "--device".into(),
-            "host".into(),
-            "--max-steps".into(),
-            "1".into(),
-        ];
-        arguments.extend(extra.iter().map(|flag| flag.to_string()));
-        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+        let out = work.path().join(format!("out-{index}"));
+        let arguments = finetune(
+            &base,
+            &path,
+            &out,
+            &[["--max-steps", "1"].as_slice(), extra].concat(),
+        );
+        let arguments = as_strs(&arguments);
         let output = run(&arguments);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
@@ -202,23 +215,8 @@ fn fine_tuning_continues_a_peft_adapter() {
     let text = |path: &Path| path.to_str().unwrap().to_string();
     let peft = fixture("lora-tiny-llama3").join("adapter");
     let first_loss = |out: &Path, adapter: &[&str]| {
-        let mut arguments = vec![
-            "finetune".to_string(),
-            "--model".into(),
-            text(&base),
-            "--data".into(),
-            text(&data),
-            "--out".into(),
-            text(out),
-            "--device".into(),
-            "host".into(),
-            "--max-steps".into(),
-            "1".into(),
-            "--no-progress".into(),
-        ];
-        arguments.extend(adapter.iter().map(|argument| argument.to_string()));
-        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
-        succeed(&arguments);
+        let flags = [["--max-steps", "1", "--no-progress"].as_slice(), adapter].concat();
+        succeed(&as_strs(&finetune(&base, &data, out, &flags)));
         losses(out)[0]
     };
     let fresh = first_loss(&work.path().join("fresh"), &["--lora-rank", "4"]);
@@ -234,21 +232,14 @@ fn fine_tuning_continues_a_peft_adapter() {
         (written.rank, written.alpha, written.targets),
         (stored.rank, stored.alpha, stored.targets)
     );
-    let refused = run(&[
-        "finetune",
-        "--model",
-        &text(&base),
-        "--data",
-        &text(&data),
-        "--out",
-        &text(&work.path().join("refused")),
-        "--device",
-        "host",
-        "--adapter",
-        &text(&peft),
-        "--lora-rank",
-        "16",
-    ]);
+    let peft_text = text(&peft);
+    let refused = finetune(
+        &base,
+        &data,
+        &work.path().join("refused"),
+        &["--adapter", &peft_text, "--lora-rank", "16"],
+    );
+    let refused = run(&as_strs(&refused));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--adapter"), "{stderr}");

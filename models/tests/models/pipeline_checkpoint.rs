@@ -19,6 +19,8 @@ use hlat::sharded_checkpoint::{
 };
 use hlat::{Hlat, HlatConfig};
 
+use super::sharded_checkpoint::shard_tensors;
+
 /// `hlat-test` with `layers` layers, tied or not.
 fn config(layers: usize, tied: bool) -> HlatConfig {
     HlatConfig {
@@ -46,16 +48,6 @@ fn on_host(whole: &Hlat<Trainium>, dir: &Path) -> Vec<TensorData> {
     parameters(&model)
 }
 
-/// A shard file's tensors by name.
-fn tensors(path: &Path) -> BTreeMap<String, TensorData> {
-    BurnpackStore::from_file(path)
-        .get_all_snapshots()
-        .unwrap()
-        .iter()
-        .map(|(name, snapshot)| (name.clone(), snapshot.to_data().unwrap()))
-        .collect()
-}
-
 /// The layers named in a shard file's tensors, and its other (shared) tensors.
 fn contents(tensors: &BTreeMap<String, TensorData>) -> (Vec<usize>, Vec<String>) {
     let mut layers = Vec::new();
@@ -76,7 +68,7 @@ fn files(dir: &Path, stages: usize, degree: usize) -> Vec<(String, BTreeMap<Stri
     (0..stages)
         .flat_map(|stage| (0..degree).map(move |rank| stage_file(stage, stages, rank, degree)))
         .map(|name| {
-            let tensors = tensors(&dir.join(&name));
+            let tensors = shard_tensors(&dir.join(&name));
             (name, tensors)
         })
         .collect()

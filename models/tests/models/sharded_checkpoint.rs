@@ -20,8 +20,8 @@ fn parameters(model: &Hlat<Trainium>) -> Vec<TensorData> {
     test_support::module::parameters(model)
 }
 
-/// A rank file's tensors by path.
-fn rank_tensors(path: &Path) -> BTreeMap<String, TensorData> {
+/// A shard file's tensors (a tensor-parallel rank's, or a pipeline stage's) by path.
+pub(super) fn shard_tensors(path: &Path) -> BTreeMap<String, TensorData> {
     BurnpackStore::from_file(path)
         .get_all_snapshots()
         .unwrap()
@@ -45,7 +45,7 @@ fn a_split_checkpoint_joins_back_bit_exactly() {
     save_split(&whole, 2, None, &sharded).unwrap();
 
     let ranks: Vec<_> = (0..2)
-        .map(|rank| rank_tensors(&sharded.join(rank_file(rank, 2))))
+        .map(|rank| shard_tensors(&sharded.join(rank_file(rank, 2))))
         .collect();
     let up = "layers.0.mlp.up_proj.weight";
     let down = "layers.0.mlp.down_proj.weight";
@@ -73,7 +73,7 @@ fn a_split_checkpoint_joins_back_bit_exactly() {
     let again = folder.path().join("again");
     save_split(&reloaded, 2, None, &again).unwrap();
     for (rank, tensors) in ranks.iter().enumerate() {
-        assert_eq!(&rank_tensors(&again.join(rank_file(rank, 2))), tensors);
+        assert_eq!(&shard_tensors(&again.join(rank_file(rank, 2))), tensors);
     }
 }
 
@@ -97,8 +97,8 @@ fn the_ranks_of_a_sharded_model_write_the_host_split() {
     for rank in 0..2 {
         let name = rank_file(rank, 2);
         assert_eq!(
-            rank_tensors(&from_ranks.join(&name)),
-            rank_tensors(&from_host.join(&name)),
+            shard_tensors(&from_ranks.join(&name)),
+            shard_tensors(&from_host.join(&name)),
             "{name}"
         );
     }
@@ -204,7 +204,7 @@ fn replicated_kv_heads_are_written_by_every_holder_and_joined_from_the_first() {
     let from_host = folder.path().join("host");
     save_split(&whole, 4, None, &from_host).unwrap();
     let ranks: Vec<_> = (0..4)
-        .map(|rank| rank_tensors(&from_host.join(rank_file(rank, 4))))
+        .map(|rank| shard_tensors(&from_host.join(rank_file(rank, 4))))
         .collect();
     for name in [
         "layers.0.self_attn.k_proj.weight",
@@ -248,7 +248,7 @@ fn replicated_kv_heads_are_written_by_every_holder_and_joined_from_the_first() {
         .unwrap();
     for (rank, tensors) in ranks.iter().enumerate() {
         let name = rank_file(rank, 4);
-        assert_eq!(&rank_tensors(&from_ranks.join(&name)), tensors, "{name}");
+        assert_eq!(&shard_tensors(&from_ranks.join(&name)), tensors, "{name}");
     }
 
     // Rank 3's copy of head 1 no longer agrees with rank 2's.
