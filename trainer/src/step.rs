@@ -1,6 +1,7 @@
 //! The HLAT model as Burn's learner sees it: a module with `TrainStep` and `InferenceStep`.
 
 use burn::module::{Module, ModuleMapper, Param};
+use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
@@ -228,6 +229,37 @@ impl<B: CollectiveBackend> LmBatch<B> {
     }
 }
 
+impl<B: TrainingBackend> LanguageModel<B> {
+    /// `micro_batches` through the schedule of the stages this model is cut into: the sum of
+    /// their losses (the same on every replica, without graph), the gradients of this replica's
+    /// parameters with the shared ones (embedding, final norm, head) summed over the stages, and
+    /// their target tokens.
+    ///
+    /// # Panics
+    /// When `micro_batches` is empty.
+    pub fn pipeline_step(
+        &self,
+        pipeline: &PipelineParallel,
+        micro_batches: Vec<LmBatch<B>>,
+    ) -> (Tensor<B, 1>, GradientsParams, usize) {
+        let tokens = micro_batches.iter().map(LmBatch::tokens).sum();
+        let ignore_id = micro_batches[0].ignore_id;
+        let batches: Vec<_> = micro_batches
+            .into_iter()
+            .map(|batch| (batch.inputs, batch.targets))
+            .collect();
+        let (loss_sum, mut grads) = self.hlat.pipeline_loss_and_gradients(
+            &batches,
+            ignore_id,
+            self.exchange(),
+            pipeline,
+            self.checkpointing,
+        );
+        sum_shared_gradients::<B, _>(self, &mut grads, &pipeline.groups);
+        (loss_sum, grads, tokens)
+    }
+}
+
 impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
     type Input = LmBatch<B>;
     type Output = LmOutput<B>;
@@ -240,15 +272,7 @@ impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
         if let Some(pipeline) = &self.pipeline {
             // One micro-batch through the stages' schedule (the trainer's step runs all of a
             // step's micro-batches through one).
-            let tokens = batch.tokens();
-            let (loss, mut grads) = self.hlat.pipeline_loss_and_gradients(
-                &[(batch.inputs, batch.targets)],
-                batch.ignore_id,
-                self.exchange(),
-                pipeline,
-                self.checkpointing,
-            );
-            sum_shared_gradients::<B, _>(self, &mut grads, &pipeline.groups);
+            let (loss, grads, tokens) = self.pipeline_step(pipeline, vec![batch]);
             return TrainOutput {
                 grads,
                 item: LmOutput { loss, tokens },

@@ -20,7 +20,7 @@ use crate::error::TrainError;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
 use crate::parallel::{
     ParallelLayout, TrainingBackend, average_gradients, move_stage_gradients,
-    reduce_replicated_gradients, scatter_gradients, sum_shared_gradients,
+    reduce_replicated_gradients, scatter_gradients,
 };
 use crate::schedule::WarmupCosine;
 use crate::step::{LanguageModel, LmBatch};
@@ -210,20 +210,7 @@ pub fn step_gradients<B: TrainingBackend>(
     let count = micro_batches.len();
     let (mut grads, mut loss_sum, mut tokens) = match &model.pipeline {
         Some(pipeline) => {
-            let tokens = micro_batches.iter().map(LmBatch::tokens).sum();
-            let ignore_id = micro_batches[0].ignore_id;
-            let batches: Vec<_> = micro_batches
-                .into_iter()
-                .map(|batch| (batch.inputs, batch.targets))
-                .collect();
-            let (loss_sum, mut grads) = model.hlat.pipeline_loss_and_gradients(
-                &batches,
-                ignore_id,
-                model.exchange(),
-                pipeline,
-                model.checkpointing,
-            );
-            sum_shared_gradients::<B, _>(model, &mut grads, &pipeline.groups);
+            let (loss_sum, grads, tokens) = model.pipeline_step(pipeline, micro_batches);
             (grads, loss_sum.inner(), tokens)
         }
         None => accumulate(model, micro_batches),
