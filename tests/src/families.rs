@@ -9,11 +9,12 @@ use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
 use hlat::generate::{GenerationOptions, Sampling, generate};
 use hlat::hf::{WeightDtype, import_hf};
 use hlat_train::config::TrainConfig;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::ParallelLayout;
+use hlat_train::progress::TrainingProgress;
 use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
 use serde_json::Value;
 
 use test_support::fixtures::fixture;
@@ -104,14 +105,16 @@ fn train(name: &str, executor: ExecutorKind, layout: ParallelLayout) -> Vec<(f64
         Some(parallel) => LanguageModel::sharded(hlat.shard(&parallel), None, parallel),
         None => LanguageModel::new(hlat, None),
     };
-    let schedule = WarmupCosine {
-        peak: 1e-3,
-        warmup_steps: 0,
-        decay_steps: 0,
-        min_ratio: 1.0,
+    let recipe = TrainConfig::default();
+    let step = OptimizerStep {
+        seed: 0,
+        max_consecutive_skips: 1,
+        layout,
+        ..OptimizerStep::from_config(&recipe)
     };
-    let settings = AdamWSettings::from_config(&TrainConfig::default());
-    let mut trainer = Trainer::new(model, settings, schedule, 1.0, 0, 1).with_layout(layout);
+    let settings = AdamWSettings::from_config(&recipe);
+    let mut learner = step.learner(model, settings, WarmupCosine::constant(1e-3));
+    let mut progress = TrainingProgress::default();
     let rows: Vec<Vec<u32>> = expected(name)["train"]["batch"]
         .as_array()
         .unwrap()
@@ -121,7 +124,7 @@ fn train(name: &str, executor: ExecutorKind, layout: ParallelLayout) -> Vec<(f64
     (0..STEPS)
         .map(|_| {
             let batch = LmBatch::for_layout(&rows, &layout, &device);
-            let report = trainer.train_step(vec![batch]).unwrap();
+            let report = step.run(&mut learner, &mut progress, vec![batch]).unwrap();
             (report.loss, report.grad_norm)
         })
         .collect()

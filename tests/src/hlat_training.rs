@@ -1,17 +1,19 @@
 //! The real HLAT model (`hlat-test` preset: RoPE, grouped-query causal attention, SwiGLU,
-//! RMSNorm, untied head) trained for a few optimizer steps with the project's trainer (HLAT's
-//! AdamW, warmup, global-norm clipping) on `Trainium`'s `host` and `xla` executors, from the same
+//! RMSNorm, untied head) trained for a few optimizer steps of HLAT's recipe (its AdamW, warmup,
+//! global-norm clipping; the optimizer step `hlat pretrain` runs) on `Trainium`'s `host` and `xla` executors, from the same
 //! initial weights as on `NdArray`: losses, gradient norms and the trained weights agree.
 
 use burn::backend::Autodiff;
 use burn::tensor::TensorData;
 use burn_trainium::{Trainium, stats};
 use hlat::{Hlat, HlatConfig};
+use hlat_train::config::TrainConfig;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::TrainingBackend;
+use hlat_train::progress::TrainingProgress;
 use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
 
 use crate::support::{Numbers, Reference, assert_matches, devices_under_test};
 
@@ -40,15 +42,13 @@ fn token_rows(vocab: usize) -> Vec<Vec<u32>> {
 
 fn train<B: TrainingBackend>(model: Hlat<B>, device: &B::Device) -> Run {
     let rows = token_rows(model.config().vocab_size);
+    let recipe = TrainConfig::default();
+    // HLAT's 1e-8 lets a weight whose gradient is nearly zero move by up to ±lr on rounding noise
+    // alone (backends sum in different orders); 1e-3 keeps each update smooth in the gradient,
+    // so trained weights can be compared closely.
     let settings = AdamWSettings {
-        beta1: 0.9,
-        beta2: 0.95,
-        // HLAT's 1e-8 lets a weight whose gradient is nearly zero move by up to ±lr on rounding
-        // noise alone (backends sum in different orders); 1e-3 keeps each update smooth in the
-        // gradient, so trained weights can be compared closely.
         eps: 1e-3,
-        weight_decay: 0.1,
-        exclude_norms_from_weight_decay: false,
+        ..AdamWSettings::from_config(&recipe)
     };
     let schedule = WarmupCosine {
         peak: 3e-3,
@@ -56,27 +56,25 @@ fn train<B: TrainingBackend>(model: Hlat<B>, device: &B::Device) -> Run {
         decay_steps: 2,
         min_ratio: 0.1,
     };
-    let mut trainer = Trainer::new(
-        LanguageModel::new(model, None),
-        settings,
-        schedule,
-        1.0,
-        7,
-        3,
-    );
+    let step = OptimizerStep {
+        seed: 7,
+        max_consecutive_skips: 3,
+        ..OptimizerStep::from_config(&recipe)
+    };
+    let mut learner = step.learner(LanguageModel::new(model, None), settings, schedule);
+    let mut progress = TrainingProgress::default();
     let mut run = Run {
         losses: Vec::new(),
         grad_norms: Vec::new(),
         weights: Vec::new(),
     };
     for _ in 0..STEPS {
-        let report = trainer
-            .train_step(vec![LmBatch::from_rows(&rows, device)])
-            .unwrap();
+        let batch = LmBatch::from_rows(&rows, device);
+        let report = step.run(&mut learner, &mut progress, vec![batch]).unwrap();
         run.losses.push(report.loss);
         run.grad_norms.push(report.grad_norm);
     }
-    let hlat = &trainer.model.hlat;
+    let hlat = learner.model().hlat;
     run.weights = vec![
         hlat.lm_head
             .as_ref()

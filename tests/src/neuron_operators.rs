@@ -99,7 +99,7 @@ fn trace_pretraining(layout: Layout, first_core: u16, out: &Path) -> TrainiumDev
         data: DataChoice::Builtin,
         init_from: None,
         init_adapter: None,
-        share: hlat_train::checkpoint::ProcessShare::WHOLE,
+        share: hlat_train::checkpoint_state::ProcessShare::WHOLE,
     };
     pretrain::<Autodiff<Trainium>>(&options, &device, DeviceInfo { compiles: None }).unwrap();
     device

@@ -8,11 +8,14 @@ use burn::backend::Autodiff;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::tensor::{Tensor, TensorData};
+use burn::train::Learner;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat::pipeline::PipelineSchedule;
 use hlat_train::config::TrainConfig;
-use hlat_train::optimizer::{AdamWSettings, AdamWState, HlatOptimizer};
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::{OptimizerStep, SharedOptimizer};
+use hlat_train::optimizer::{AdamWSettings, AdamWState, HlatAdamW, HlatOptimizer};
 use hlat_train::parallel::{
     ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape, split_rows,
 };
@@ -20,9 +23,8 @@ use hlat_train::precision::Precision;
 use hlat_train::pretrain::{
     CompileTotals, DataChoice, DeviceInfo, PretrainOptions, PretrainSummary, pretrain,
 };
-use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
+use hlat_train::progress::TrainingProgress;
+use hlat_train::schedule::{WarmupCosine, WarmupCosineScheduler};
 
 use crate::support::xla;
 
@@ -120,7 +122,7 @@ pub(crate) fn run_until(
         data: DataChoice::Builtin,
         init_from: start.map(Path::to_path_buf),
         init_adapter: None,
-        share: hlat_train::checkpoint::ProcessShare::WHOLE,
+        share: hlat_train::checkpoint_state::ProcessShare::WHOLE,
     };
     let device_for_stats = *device;
     let compiles = move || {
@@ -350,16 +352,40 @@ pub(crate) fn assert_resumes_as_one_device(
     }
 }
 
-/// A trainer of `model` in `layout` with HLAT's AdamW and a short schedule, for single steps.
-fn one_step_trainer(model: LanguageModel<B>, layout: ParallelLayout) -> Trainer<B> {
-    let settings = AdamWSettings::from_config(&TrainConfig::default());
+/// The optimizer state of the model.
+type OptimizerRecord =
+    <HlatOptimizer<LanguageModel<B>, B> as Optimizer<LanguageModel<B>, B>>::Record;
+
+/// One optimizer step of `model` in `layout` over `batch`, with HLAT's AdamW and a short
+/// schedule: the model after it and the optimizer's state.
+fn one_step(
+    model: LanguageModel<B>,
+    layout: ParallelLayout,
+    batch: LmBatch<B>,
+) -> (LanguageModel<B>, OptimizerRecord) {
+    let recipe = TrainConfig::default();
+    let step = OptimizerStep {
+        seed: 1,
+        max_consecutive_skips: 1,
+        layout,
+        ..OptimizerStep::from_config(&recipe)
+    };
+    let optimizer = HlatAdamW::new(AdamWSettings::from_config(&recipe))
+        .with_zero1(layout.zero1())
+        .init();
+    let optimizer = SharedOptimizer::new(optimizer);
     let schedule = WarmupCosine {
         peak: 1e-3,
         warmup_steps: 1,
         decay_steps: 1,
         min_ratio: 0.1,
     };
-    Trainer::new(model, settings, schedule, 1.0, 1, 1).with_layout(layout)
+    let scheduler = WarmupCosineScheduler::new(schedule);
+    let mut learner = Learner::new(model, optimizer.clone(), scheduler);
+    let mut progress = TrainingProgress::default();
+    step.run(&mut learner, &mut progress, vec![batch]).unwrap();
+    let record = optimizer.lock().to_record();
+    (learner.model(), record)
 }
 
 /// `count` rows of `width` consecutive token ids (modulo `vocab`).
@@ -383,15 +409,14 @@ fn zero1_keeps_a_slice_of_the_optimizer_state_per_replica() {
             zero1,
             ..ParallelLayout::SINGLE
         };
-        let mut trainer = one_step_trainer(model, layout);
         let rows = token_rows(4, 9, 64);
         let batch = LmBatch::from_replica_rows(&split_rows(&rows, 2), &device);
-        trainer.train_step(vec![batch]).unwrap();
+        let (model, record) = one_step(model, layout, batch);
         let mut count = MomentElements {
-            record: trainer.optimizer.to_record(),
+            record,
             elements: 0,
         };
-        trainer.model.visit(&mut count);
+        model.visit(&mut count);
         count.elements
     };
     let whole = state_elements(false);
@@ -406,7 +431,7 @@ fn zero1_keeps_a_slice_of_the_optimizer_state_per_replica() {
 
 /// Counts the elements of the AdamW moments in an optimizer record, parameter by parameter.
 struct MomentElements {
-    record: <HlatOptimizer<LanguageModel<B>, B> as Optimizer<LanguageModel<B>, B>>::Record,
+    record: OptimizerRecord,
     elements: usize,
 }
 
@@ -439,14 +464,12 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let parallel = layout.tensor_parallel().unwrap();
     let hlat = config.init::<B>(&device).shard(&parallel);
     let model = LanguageModel::sharded(hlat, None, parallel.clone());
-    let mut trainer = one_step_trainer(model, layout);
     let rows = token_rows(4, 9, 64);
     // Each data-parallel slice goes to both ranks of its tensor-parallel pair.
     let slices = split_rows(&rows, 2);
     let per_replica: Vec<&[Vec<u32>]> = slices.iter().flat_map(|slice| [*slice, *slice]).collect();
-    trainer
-        .train_step(vec![LmBatch::from_replica_rows(&per_replica, &device)])
-        .unwrap();
+    let batch = LmBatch::from_replica_rows(&per_replica, &device);
+    let (trained, record) = one_step(model, layout, batch);
 
     // The activations, on a device of their own (no earlier graph is freed while measuring),
     // with the parameters materialised first.
@@ -465,11 +488,11 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     drop(loss);
 
     let mut held = HeldBytes {
-        record: trainer.optimizer.to_record(),
+        record,
         parameter_bytes: 0,
         optimizer_bytes: 0,
     };
-    trainer.model.visit(&mut held);
+    trained.visit(&mut held);
     let shape = StepShape {
         seq_len: 8,
         micro_batch_rows: 2,
@@ -500,7 +523,7 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
 /// Bytes of a replica's parameters and of their AdamW moments (every replica's tensors have the
 /// same shapes).
 struct HeldBytes {
-    record: <HlatOptimizer<LanguageModel<B>, B> as Optimizer<LanguageModel<B>, B>>::Record,
+    record: OptimizerRecord,
     parameter_bytes: u64,
     optimizer_bytes: u64,
 }
@@ -541,11 +564,12 @@ fn activation_checkpointing_shrinks_the_compiled_steps_scratch_memory() {
             checkpointing,
             ..LanguageModel::new(config.init::<B>(&device), None)
         };
-        let mut trainer = one_step_trainer(model, ParallelLayout::SINGLE);
         let rows = token_rows(4, 257, 512);
-        trainer
-            .train_step(vec![LmBatch::from_rows(&rows, &device)])
-            .unwrap();
+        one_step(
+            model,
+            ParallelLayout::SINGLE,
+            LmBatch::from_rows(&rows, &device),
+        );
         let bytes = stats(&device).largest_scratch_bytes;
         println!("{checkpointing}: {bytes} bytes of scratch memory");
         scratch.push(bytes);

@@ -177,8 +177,8 @@ fn train_step_on_stages_equals_one_device() {
     use burn::train::TrainStep;
     use burn_trainium::Trainium;
     use burn_trainium::collective::into_replicas;
+    use hlat_train::language_model::{LanguageModel, LmBatch};
     use hlat_train::parallel::ParallelLayout;
-    use hlat_train::step::{LanguageModel, LmBatch};
     type B = burn::backend::Autodiff<Trainium>;
 
     let config = HlatConfig {

@@ -10,7 +10,7 @@ use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups
 use hlat::Hlat;
 use hlat::parallel::{ParamPath, PathVisitor, Placement, kv_copies, visit_with_paths};
 
-use crate::step::LanguageModel;
+use crate::language_model::LanguageModel;
 
 /// The sum of squares of every gradient of `module`, in f32, as a one-element tensor (lazy: no
 /// read back). Parameters without a gradient are skipped. With `tensor_groups`, the model is

@@ -18,6 +18,16 @@ pub struct WarmupCosine {
 }
 
 impl WarmupCosine {
+    /// A constant learning rate `lr`: no warmup, no decay.
+    pub fn constant(lr: f64) -> Self {
+        Self {
+            peak: lr,
+            warmup_steps: 0,
+            decay_steps: 0,
+            min_ratio: 1.0,
+        }
+    }
+
     /// The learning rate of optimizer step `step` (1-based).
     pub fn lr(&self, step: u64) -> f64 {
         if step <= self.warmup_steps {

@@ -13,7 +13,7 @@ use burn_trainium::distributed::Peers;
 use burn_trainium::neuron::{NeuronProcess, process_environment};
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use clap::Args;
-use hlat_train::checkpoint::ProcessShare;
+use hlat_train::checkpoint_state::ProcessShare;
 use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
 use hlat_train::parallel::ProcessGroup;

@@ -10,4 +10,4 @@ mod validation;
 pub use choice::{ChoiceReport, ChoiceTask, Question, evaluate_choice};
 pub use perplexity::{PerplexityReport, json_rows, perplexity_of_rows, shard_rows, text_rows};
 pub use score::{ScoreRequest, bucket_length, log_likelihoods};
-pub use validation::{EvalReport, evaluate_checkpoint, evaluate_model};
+pub use validation::{EvalReport, evaluate_checkpoint, evaluate_model, mean_loss};

@@ -2,14 +2,15 @@
 
 use std::path::Path;
 
+use burn::tensor::ElementConversion;
+use burn::train::InferenceStep;
 use burn_trainium::collective::CollectiveBackend;
 use hlat::Hlat;
 
 use crate::config::TrainConfig;
 use crate::error::TrainError;
+use crate::language_model::{LanguageModel, LmBatch};
 use crate::pretrain::{DataChoice, validation_source};
-use crate::step::LanguageModel;
-use crate::trainer::evaluate;
 
 /// The result of an evaluation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,7 +59,7 @@ pub fn evaluate_model<B: CollectiveBackend>(
     }
     let model = LanguageModel::new(model, None);
     let tokens = rows.len() * seq_len;
-    let loss = evaluate(&model, &rows, config.micro_batch_rows, device)?;
+    let loss = mean_loss(&model, &rows, config.micro_batch_rows, device)?;
     Ok(EvalReport {
         loss,
         perplexity: loss.exp(),
@@ -79,4 +80,26 @@ pub fn evaluate_checkpoint<B: CollectiveBackend>(
     let (_, model, _) = hlat::checkpoint::load_any::<B>(dir, device)
         .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))?;
     evaluate_model(model, data, config, rows, device)
+}
+
+/// Mean loss of `model` (in inference mode) over `rows`, in batches of exactly `batch_rows` rows
+/// (the last one padded, so every batch has one shape and a compiled device one program), each
+/// weighted by its target tokens; a failed read is [`TrainError::Device`].
+pub fn mean_loss<B: CollectiveBackend>(
+    model: &LanguageModel<B>,
+    rows: &[Vec<u32>],
+    batch_rows: usize,
+    device: &B::Device,
+) -> Result<f64, TrainError> {
+    let batch_rows = batch_rows.max(1);
+    let mut weighted = 0.0;
+    let mut tokens = 0;
+    for chunk in rows.chunks(batch_rows) {
+        let batch = LmBatch::padded(chunk, batch_rows, device);
+        let output = InferenceStep::step(model, batch);
+        let loss: f64 = output.loss.try_into_scalar()?.elem();
+        weighted += loss * output.tokens as f64;
+        tokens += output.tokens;
+    }
+    Ok(weighted / tokens.max(1) as f64)
 }

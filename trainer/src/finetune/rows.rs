@@ -8,7 +8,7 @@
 //! and a batch's loss is the examples' token-weighted loss one by one.
 
 use crate::data::RowSource;
-use crate::step::NOT_A_TARGET;
+use crate::language_model::NOT_A_TARGET;
 
 use super::records::SftExample;
 

@@ -11,8 +11,8 @@ use burn::tensor::backend::Backend;
 use burn_trainium::collective::CollectiveBackend;
 
 use crate::data::{DataError, RowSource, Sampler, SamplerState};
+use crate::language_model::LmBatch;
 use crate::parallel::{ParallelLayout, split_rows};
-use crate::step::LmBatch;
 
 /// Makes each item of a Burn data loader (`data × micro_batch_rows` packed rows of
 /// `seq_len + 1` tokens) one micro-batch of `layout` (see [`LmBatch::for_layout`]).

@@ -9,7 +9,7 @@ use burn::train::metric::{
     NumericEntry, SerializedEntry,
 };
 
-use crate::step::LmOutputSync;
+use crate::language_model::LmOutputSync;
 
 impl Adaptor<LmOutputSync> for LmOutputSync {
     fn adapt(&self) -> LmOutputSync {

@@ -2,16 +2,16 @@
 //! [`super::HlatStrategy`] after every optimizer step and at the end.
 
 use crate::error::TrainError;
+use crate::language_model::LanguageModel;
 use crate::parallel::TrainingBackend;
-use crate::step::LanguageModel;
-use crate::trainer::{StepReport, TrainerProgress};
+use crate::progress::{StepReport, TrainingProgress};
 
 /// One finished optimizer step, as the strategy reports it.
 pub struct ObservedStep<'a, B: TrainingBackend> {
     /// The model after the step's update.
     pub model: &'a LanguageModel<B>,
     /// The counters after the step.
-    pub progress: TrainerProgress,
+    pub progress: TrainingProgress,
     /// What the step did.
     pub report: StepReport,
     /// Wall time of the step (its validation excluded).
@@ -25,7 +25,7 @@ pub struct RunEnd<'a, B: TrainingBackend> {
     /// The model at the end.
     pub model: &'a LanguageModel<B>,
     /// The counters at the end.
-    pub progress: TrainerProgress,
+    pub progress: TrainingProgress,
     /// The error that stopped training (too many non-finite steps in a row, or one returned by
     /// [`StepObserver::after_step`]); `None` when it finished or was interrupted.
     pub failure: Option<TrainError>,

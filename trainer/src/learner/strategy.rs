@@ -16,11 +16,12 @@ use burn::train::{
 use burn_trainium::profile::phase;
 
 use super::observer::{ObservedStep, RunEnd, StepObserver};
+use super::optimizer_step::OptimizerStep;
+use crate::language_model::{LanguageModel, LmOutput};
 use crate::optimizer::HlatOptimizer;
-use crate::parallel::{ParallelLayout, TrainingBackend};
+use crate::parallel::TrainingBackend;
+use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosineScheduler;
-use crate::step::{LanguageModel, LmOutput};
-use crate::trainer::{TrainerProgress, step_gradients, step_seed};
 
 /// The learning components of an HLAT run on backend `B` with optimizer `O` (HLAT's AdamW by
 /// default).
@@ -30,23 +31,16 @@ pub type HlatComponents<B, O = HlatOptimizer<LanguageModel<B>, B>> =
 /// HLAT's training recipe as a supervised learning strategy.
 ///
 /// Each optimizer step takes `grads_accumulation` items of the training data loader (each one
-/// micro-batch, already cut per replica), steps the learning-rate scheduler once, and runs the
-/// recipe of [`crate::trainer::step_gradients`]: gradients averaged over micro-batches and
-/// data-parallel replicas (or reduce-scattered under ZeRO-1), global-norm clipping, non-finite
-/// steps skipped (the run stops after too many in a row).
+/// micro-batch, already cut per replica) and runs them through [`OptimizerStep::run`]: the
+/// learning-rate scheduler stepped once, gradients averaged over micro-batches and data-parallel
+/// replicas (or reduce-scattered under ZeRO-1), global-norm clipping, non-finite steps skipped
+/// (the run stops after too many in a row).
 #[derive(Clone)]
 pub struct HlatStrategy<B: TrainingBackend> {
-    /// Global-norm clipping bound (0: off).
-    pub clip_grad_norm: f64,
-    /// Seed of the per-step randomness (stochastic rounding).
-    pub seed: u64,
-    /// Consecutive non-finite steps after which the run stops.
-    pub max_consecutive_skips: u32,
-    /// How the replicas of the device share each step (the optimizer must be made for it:
-    /// `HlatAdamW::with_zero1(layout.zero1())`).
-    pub layout: ParallelLayout,
+    /// The optimizer step the strategy runs.
+    pub step: OptimizerStep,
     /// The counters the run starts from: zero for a fresh run, a checkpoint's when resuming.
-    pub start: TrainerProgress,
+    pub start: TrainingProgress,
     /// Validate every this many optimizer steps, besides after the last step of each epoch
     /// (0: only then).
     pub validate_every: u64,
@@ -55,19 +49,11 @@ pub struct HlatStrategy<B: TrainingBackend> {
 }
 
 impl<B: TrainingBackend> HlatStrategy<B> {
-    /// The recipe from step 0, validating after each epoch, with no observer.
-    pub fn new(
-        clip_grad_norm: f64,
-        seed: u64,
-        max_consecutive_skips: u32,
-        layout: ParallelLayout,
-    ) -> Self {
+    /// The recipe of `step` from step 0, validating after each epoch, with no observer.
+    pub fn new(step: OptimizerStep) -> Self {
         Self {
-            clip_grad_norm,
-            seed,
-            max_consecutive_skips,
-            layout,
-            start: TrainerProgress::default(),
+            step,
+            start: TrainingProgress::default(),
             validate_every: 0,
             observer: None,
         }
@@ -107,45 +93,24 @@ where
                 let micro_batches = std::mem::take(&mut next);
                 let started = Instant::now();
                 iteration += 1;
-                learner.lr_step();
-                let lr = learner.lr_current();
-                let model = learner.model();
-                let device = model.devices()[0].clone();
-                let step = progress.step + 1;
-                let update = match step_gradients(
-                    &model,
-                    micro_batches,
-                    &self.layout,
-                    self.clip_grad_norm,
-                ) {
-                    Ok(update) => update,
-                    Err(error) => {
-                        failure = Some(error);
-                        break 'epochs;
-                    }
-                };
-                let item = LmOutput {
-                    loss: Tensor::<B, 1>::from_floats([update.loss as f32], &device),
-                    tokens: update.tokens,
-                };
-                let report = match progress.record(step, lr, &update, self.max_consecutive_skips) {
+                let report = match self.step.run(&mut learner, &mut progress, micro_batches) {
                     Ok(report) => report,
                     Err(error) => {
                         failure = Some(error);
                         break 'epochs;
                     }
                 };
-                if !report.skipped {
-                    let _span = tracing::info_span!(phase::OPTIMIZER).entered();
-                    B::seed(&device, step_seed(self.seed, step));
-                    learner.optimizer_step(update.grads);
-                }
+                let model = learner.model();
+                let item = LmOutput {
+                    loss: Tensor::<B, 1>::from_floats([report.loss as f32], &model.devices()[0]),
+                    tokens: report.tokens,
+                };
                 let item = TrainingItem::new(
                     item,
                     items.progress(),
                     global.clone(),
                     Some(iteration),
-                    Some(lr),
+                    Some(report.lr),
                 );
                 processor.process_train(LearnerEvent::ProcessedItem(item));
                 let seconds = started.elapsed().as_secs_f64();
@@ -154,9 +119,8 @@ where
                     .in_scope(|| items.by_ref().take(accumulation).collect());
                 drop(step_span);
                 let last = next.is_empty() || interrupter.should_stop();
-                validated =
-                    last || (self.validate_every > 0 && step.is_multiple_of(self.validate_every));
-                let model = learner.model();
+                validated = last
+                    || (self.validate_every > 0 && report.step.is_multiple_of(self.validate_every));
                 let val_loss = validated
                     .then(|| validate::<B, O>(&model, &dataloader_valid, &mut processor, &global))
                     .flatten();

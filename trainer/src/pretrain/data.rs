@@ -11,7 +11,7 @@ use crate::data::{
 use crate::data_spec::DataSource;
 use crate::error::TrainError;
 use crate::finetune::SftRows;
-use crate::step::NOT_A_TARGET;
+use crate::language_model::NOT_A_TARGET;
 
 use super::TOKENIZER_FILE;
 

@@ -20,10 +20,11 @@ use burn::train::metric::LearningRateMetric;
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use hlat::run_folder::{RunFolder, rank_output};
 
-use crate::checkpoint::{ProcessShare, read_state};
+use crate::checkpoint_state::{ProcessShare, read_state};
 use crate::error::TrainError;
 use crate::learner::{
-    HlatStrategy, ProgressRenderer, RowsBatcher, SharedOptimizer, StepLoader, TokenLossMetric,
+    HlatStrategy, OptimizerStep, ProgressRenderer, RowsBatcher, SharedOptimizer, StepLoader,
+    TokenLossMetric,
 };
 use crate::metrics::MetricsLog;
 use crate::parallel::TrainingBackend;
@@ -242,16 +243,15 @@ pub fn pretrain<B: TrainingBackend>(
         .set_device(device.clone())
         .build(InMemDataset::new(validation_rows));
 
+    let step = OptimizerStep {
+        seed: start.seed,
+        ..OptimizerStep::from_config(config)
+    };
     let strategy = HlatStrategy {
         start: start.progress,
         validate_every: config.eval_every,
         observer: Some(run.clone()),
-        ..HlatStrategy::new(
-            config.clip_grad_norm,
-            start.seed,
-            config.max_consecutive_skips,
-            layout,
-        )
+        ..HlatStrategy::new(step)
     };
     let scheduler = WarmupCosineScheduler {
         schedule: start.schedule,

@@ -10,19 +10,19 @@ use burn::module::AutodiffModule;
 use burn::tensor::DType;
 use hlat::run_folder::{MODEL_DIR, RunFolder};
 
-use crate::checkpoint::{CheckpointState, ProcessShare, save_optimizer, sync, write_state};
+use crate::checkpoint_state::{CheckpointState, ProcessShare, save_optimizer, sync, write_state};
 use crate::config::TrainConfig;
 use crate::data::TextTokenizer;
 use crate::error::TrainError;
+use crate::eval::mean_loss;
+use crate::language_model::LanguageModel;
 use crate::learner::{ObservedStep, RunEnd, SharedOptimizer, StepLoader, StepObserver};
 use crate::metrics::{MetricsLog, StepMetrics};
 use crate::optimizer::HlatOptimizer;
 use crate::parallel::TrainingBackend;
 use crate::precision::cast_params;
+use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosine;
-use crate::step::LanguageModel;
-use crate::trainer::TrainerProgress;
-use crate::trainer::evaluate;
 
 use super::PretrainSummary;
 
@@ -137,7 +137,7 @@ impl<B: TrainingBackend> RunOutputs<B> {
             if rows.is_empty() {
                 continue;
             }
-            let loss = evaluate(&model, rows, self.config.micro_batch_rows, &self.device)?;
+            let loss = mean_loss(&model, rows, self.config.micro_batch_rows, &self.device)?;
             log::info!("validation perplexity of `{name}`: {:.2}", loss.exp());
             perplexities.insert(name.clone(), loss.exp());
         }
@@ -150,7 +150,7 @@ impl<B: TrainingBackend> RunState<B> {
     fn checkpoint(
         &mut self,
         model: &LanguageModel<B>,
-        progress: TrainerProgress,
+        progress: TrainingProgress,
     ) -> Result<PathBuf, TrainError> {
         let outputs = &self.outputs;
         let config = &outputs.config;

@@ -8,16 +8,16 @@ use hlat::lora::LoraConfig;
 use hlat::run_folder::MODEL_DIR;
 use hlat::{Hlat, HlatConfig};
 
-use crate::checkpoint::{load_optimizer, read_state};
+use crate::checkpoint_state::{load_optimizer, read_state};
 use crate::config::TrainConfig;
 use crate::data::{SamplerState, TextTokenizer};
 use crate::error::TrainError;
+use crate::language_model::LanguageModel;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
 use crate::parallel::TrainingBackend;
 use crate::precision::cast_params;
+use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosine;
-use crate::step::LanguageModel;
-use crate::trainer::TrainerProgress;
 
 use super::data::data_error;
 use super::{ADAPTER_DIR, PretrainOptions};
@@ -31,7 +31,7 @@ pub(super) struct RunStart<B: TrainingBackend> {
     /// The learning-rate schedule this run follows.
     pub schedule: WarmupCosine,
     /// Step and token counters.
-    pub progress: TrainerProgress,
+    pub progress: TrainingProgress,
     /// The seed of the per-step randomness.
     pub seed: u64,
     /// Where the training sampler stands.
@@ -138,7 +138,7 @@ pub(super) fn start_run<B: TrainingBackend>(
             model,
             optimizer,
             schedule,
-            progress: TrainerProgress::default(),
+            progress: TrainingProgress::default(),
             seed: config.seed,
             sampler: fresh_sampler,
             flops_per_token,

@@ -10,7 +10,7 @@ use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor, TensorData};
 use hlat::hf::{WeightDtype, import_hf, load_tokenizer};
 use hlat_train::finetune::{ChatTemplate, Message, SftExample, SftRows, SftTokenizer, bucket_len};
-use hlat_train::step::{LanguageModel, LmBatch};
+use hlat_train::language_model::{LanguageModel, LmBatch};
 use serde_json::Value;
 use tokenizers::Tokenizer;
 

@@ -23,3 +23,47 @@ mod train_step;
 // would change what another test's seed gives.
 use test_support::fixtures::fixture;
 use test_support::random::exclusive_random;
+
+use burn::train::Learner;
+use hlat_train::error::TrainError;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::{HlatComponents, OptimizerStep};
+use hlat_train::optimizer::AdamWSettings;
+use hlat_train::parallel::TrainingBackend;
+use hlat_train::progress::{StepReport, TrainingProgress};
+use hlat_train::schedule::WarmupCosine;
+
+/// A model trained one optimizer step at a time through [`OptimizerStep`], the step `hlat
+/// pretrain` runs inside burn-train's training loop.
+struct Training<B: TrainingBackend> {
+    step: OptimizerStep,
+    learner: Learner<HlatComponents<B>>,
+    progress: TrainingProgress,
+}
+
+impl<B: TrainingBackend> Training<B> {
+    /// `model` at step 0, trained by `step` with HLAT's AdamW (`settings`) and `schedule`.
+    fn new(
+        model: LanguageModel<B>,
+        settings: AdamWSettings,
+        schedule: WarmupCosine,
+        step: OptimizerStep,
+    ) -> Self {
+        Self {
+            learner: step.learner(model, settings, schedule),
+            step,
+            progress: TrainingProgress::default(),
+        }
+    }
+
+    /// The next optimizer step, over `micro_batches`.
+    fn train(&mut self, micro_batches: Vec<LmBatch<B>>) -> Result<StepReport, TrainError> {
+        self.step
+            .run(&mut self.learner, &mut self.progress, micro_batches)
+    }
+
+    /// The model as the steps so far left it.
+    fn model(&self) -> LanguageModel<B> {
+        self.learner.model()
+    }
+}

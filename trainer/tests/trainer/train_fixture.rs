@@ -3,13 +3,14 @@
 //! and tied (Qwen2), q/k norms with YaRN (Qwen3), a sliding window (Mistral), every bias
 //! (Llama with `attention_bias` and `mlp_bias`).
 
-use super::fixture;
+use super::{Training, fixture};
 use burn::backend::{Autodiff, NdArray};
 use hlat::hf::{WeightDtype, import_hf};
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
+use hlat_train::parallel::ParallelLayout;
 use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
 use serde_json::Value;
 use test_support::fixtures::HF_FIXTURES;
 
@@ -58,24 +59,17 @@ fn ten_adamw_steps_of(name: &str) {
         weight_decay: number("weight_decay"),
         exclude_norms_from_weight_decay: false,
     };
-    // A constant learning rate: no warmup, no decay.
-    let schedule = WarmupCosine {
-        peak: number("lr"),
-        warmup_steps: 0,
-        decay_steps: 0,
-        min_ratio: 1.0,
+    let step = OptimizerStep {
+        clip_grad_norm: number("clip_global_norm"),
+        seed: 0,
+        max_consecutive_skips: 1,
+        layout: ParallelLayout::SINGLE,
     };
-    let mut trainer = Trainer::new(
-        LanguageModel::new(model, None),
-        settings,
-        schedule,
-        number("clip_global_norm"),
-        0,
-        1,
-    );
+    let model = LanguageModel::new(model, None);
+    let mut training = Training::new(model, settings, WarmupCosine::constant(number("lr")), step);
     for (step, expected) in losses.iter().enumerate() {
-        let report = trainer
-            .train_step(vec![LmBatch::from_rows(&rows, &device)])
+        let report = training
+            .train(vec![LmBatch::from_rows(&rows, &device)])
             .unwrap();
         assert!(!report.skipped);
         let relative = (report.loss - expected).abs() / expected.abs();

@@ -1,8 +1,8 @@
 //! HLAT's recipe inside burn-train's `Learner` (`TrainingStrategy::Custom(HlatStrategy)`): a
-//! Burn `SupervisedTraining` launched with it trains the model exactly as the project's own
-//! `Trainer` does on the same micro-batches (gradient accumulation, clipping, the schedule
-//! stepped once per optimizer step), on one device and on dp 2 × tp 2 with sequence parallelism
-//! and ZeRO-1.
+//! Burn `SupervisedTraining` launched with it, over a Burn data loader, trains the model exactly
+//! as its optimizer step run by hand on the same micro-batches does (what `hlat bench train`
+//! measures: gradient accumulation, clipping, the schedule stepped once per optimizer step), on
+//! one device and on dp 2 × tp 2 with sequence parallelism and ZeRO-1.
 
 use std::sync::Arc;
 
@@ -12,15 +12,16 @@ use burn::data::dataset::InMemDataset;
 use burn::module::{AutodiffModule, Module};
 use burn::tensor::TensorData;
 use burn::tensor::backend::Backend;
-use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
+use burn::train::{SupervisedTraining, TrainingStrategy};
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use hlat::{Hlat, HlatConfig};
-use hlat_train::learner::{HlatStrategy, LayoutBatcher};
-use hlat_train::optimizer::{AdamWSettings, HlatAdamW};
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::{HlatStrategy, LayoutBatcher, OptimizerStep};
+use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::ParallelLayout;
-use hlat_train::schedule::{WarmupCosine, WarmupCosineScheduler};
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
+use hlat_train::schedule::WarmupCosine;
+
+use crate::Training;
 
 /// Deterministic reductions (the host executor), so both runs agree to the bit.
 type B = Autodiff<Trainium>;
@@ -59,8 +60,8 @@ fn parameters<M: Module<Q>, Q: Backend>(model: &M) -> Vec<TensorData> {
     test_support::module::parameters(model)
 }
 
-/// Two optimizer steps of `ACCUMULATION` micro-batches each, with the Trainer and with the
-/// Learner, from the same initial model on `device` in `layout`: the trained parameters agree to
+/// Two optimizer steps of `ACCUMULATION` micro-batches each, run by hand and by the Learner's
+/// training loop, from the same initial model on `device` in `layout`: the trained parameters agree to
 /// the bit (joined when the model is split).
 fn check(device: &TrainiumDevice, layout: ParallelLayout) {
     let _random = crate::exclusive_random();
@@ -71,21 +72,25 @@ fn check(device: &TrainiumDevice, layout: ParallelLayout) {
         Some(parallel) => LanguageModel::sharded(whole.hlat.shard(&parallel), None, parallel),
         None => whole,
     };
-    let optimizer = || HlatAdamW::new(settings()).with_zero1(layout.zero1()).init();
+    let step = OptimizerStep {
+        clip_grad_norm: 1.0,
+        seed: 3,
+        max_consecutive_skips: 2,
+        layout,
+    };
     let micro_batch_rows = ROWS / (2 * ACCUMULATION);
     let rows = rows();
 
-    // The project's own loop.
-    let mut trainer =
-        Trainer::new(initial.clone(), settings(), schedule(), 1.0, 3, 2).with_layout(layout);
-    for step in rows.chunks(micro_batch_rows * ACCUMULATION) {
-        let micro_batches = step
+    // The optimizer step run by hand.
+    let mut training = Training::new(initial.clone(), settings(), schedule(), step);
+    for step_rows in rows.chunks(micro_batch_rows * ACCUMULATION) {
+        let micro_batches = step_rows
             .chunks(micro_batch_rows)
             .map(|rows| LmBatch::for_layout(rows, &layout, device))
             .collect();
-        trainer.train_step(micro_batches).unwrap();
+        training.train(micro_batches).unwrap();
     }
-    let expected = parameters(&joined(trainer.model));
+    let expected = parameters(&joined(training.model()));
 
     // Burn's Learner with the HLAT strategy, over a Burn data loader of the same rows.
     let batcher = LayoutBatcher { layout };
@@ -97,8 +102,8 @@ fn check(device: &TrainiumDevice, layout: ParallelLayout) {
         .batch_size(micro_batch_rows)
         .set_device(*device)
         .build(InMemDataset::new(rows[..micro_batch_rows].to_vec()));
-    let strategy = HlatStrategy::new(1.0, 3, 2, layout);
-    let learner = Learner::new(initial, optimizer(), WarmupCosineScheduler::new(schedule()));
+    let strategy = HlatStrategy::new(step);
+    let learner = step.learner(initial, settings(), schedule());
     let folder = tempfile::tempdir().unwrap();
     let result = SupervisedTraining::new(folder.path(), train, valid)
         .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
@@ -123,12 +128,12 @@ fn joined(model: LanguageModel<B>) -> Hlat<B> {
 }
 
 #[test]
-fn the_learner_with_hlat_strategy_trains_as_the_trainer_does() {
+fn the_learner_with_hlat_strategy_trains_as_its_step_run_by_hand_does() {
     check(&TrainiumDevice::HOST, ParallelLayout::SINGLE);
 }
 
 #[test]
-fn the_learner_with_hlat_strategy_trains_parallel_layouts_as_the_trainer_does() {
+fn the_learner_with_hlat_strategy_trains_parallel_layouts_as_its_step_run_by_hand_does() {
     let layout = ParallelLayout {
         data: 2,
         tensor: 2,

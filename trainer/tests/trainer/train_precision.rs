@@ -7,11 +7,14 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
 use burn_trainium::{Trainium, TrainiumDevice};
 use hlat::HlatConfig;
+use hlat_train::config::TrainConfig;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::precision::{Precision, cast_params};
 use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
+
+use crate::Training;
 
 type B = Autodiff<Trainium>;
 
@@ -32,33 +35,30 @@ fn losses(precision: Precision) -> (Vec<f64>, Vec<DType>) {
     B::seed(&device, 5);
     let hlat = HlatConfig::preset("hlat-test").unwrap().init::<B>(&device);
     let hlat = cast_params(hlat, precision.param_dtype());
+    let recipe = TrainConfig::default();
     let settings = AdamWSettings {
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
         exclude_norms_from_weight_decay: true,
-    };
-    let schedule = WarmupCosine {
-        peak: 1e-2,
-        warmup_steps: 0,
-        decay_steps: 0,
-        min_ratio: 1.0,
+        ..AdamWSettings::from_config(&recipe)
     };
     let model = LanguageModel::new(hlat, precision.compute_cast());
-    let mut trainer = Trainer::new(model, settings, schedule, 1.0, 9, 1);
+    let step = OptimizerStep {
+        seed: 9,
+        max_consecutive_skips: 1,
+        ..OptimizerStep::from_config(&recipe)
+    };
+    let mut training = Training::new(model, settings, WarmupCosine::constant(1e-2), step);
     let rows: Vec<Vec<u32>> = (0..4u32)
         .map(|row| (0..17).map(|i| (i * 5 + row * 11) % 64).collect())
         .collect();
     let losses = (0..8)
         .map(|_| {
-            trainer
-                .train_step(vec![LmBatch::from_rows(&rows, &device)])
+            training
+                .train(vec![LmBatch::from_rows(&rows, &device)])
                 .unwrap()
                 .loss
         })
         .collect();
-    (losses, param_dtypes(&trainer.model))
+    (losses, param_dtypes(&training.model()))
 }
 
 #[test]

@@ -30,7 +30,7 @@ fn pretraining_a_tiny_preset_lowers_the_loss() {
         data: DataChoice::Builtin,
         init_from: None,
         init_adapter: None,
-        share: hlat_train::checkpoint::ProcessShare::WHOLE,
+        share: hlat_train::checkpoint_state::ProcessShare::WHOLE,
     };
     let device = Default::default();
     let summary = pretrain::<B>(&options, &device, DeviceInfo { compiles: None }).unwrap();

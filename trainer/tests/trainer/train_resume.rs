@@ -40,7 +40,7 @@ fn options(out: &Path, max_steps: u64) -> PretrainOptions {
         data: DataChoice::Builtin,
         init_from: None,
         init_adapter: None,
-        share: hlat_train::checkpoint::ProcessShare::WHOLE,
+        share: hlat_train::checkpoint_state::ProcessShare::WHOLE,
     }
 }
 

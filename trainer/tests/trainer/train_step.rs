@@ -1,4 +1,5 @@
-//! One optimizer step of the HLAT model: gradient accumulation and non-finite skipping.
+//! HLAT's optimizer step ([`hlat_train::learner::OptimizerStep`]): gradient accumulation and
+//! non-finite skipping.
 
 use burn::backend::Autodiff;
 use burn::module::{Module, ModuleMapper, Param};
@@ -6,35 +7,36 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use burn_trainium::{Trainium, TrainiumDevice};
 use hlat::HlatConfig;
+use hlat_train::config::TrainConfig;
 use hlat_train::error::TrainError;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
+
+use crate::Training;
 
 /// The project's own backend on the host executor: deterministic reductions, so the only
 /// difference between one batch and its micro-batches is the order of the sums.
 type B = Autodiff<Trainium>;
 
-fn trainer(model: LanguageModel<B>, max_consecutive_skips: u32) -> Trainer<B> {
+/// The recipe's optimizer step at a constant learning rate, stopping after
+/// `max_consecutive_skips` non-finite steps in a row.
+fn constant_lr_training(model: LanguageModel<B>, max_consecutive_skips: u32) -> Training<B> {
+    let recipe = TrainConfig::default();
+    // A large ε keeps Adam's first step smooth in the gradient: with 1e-8, a parameter whose
+    // gradient is nearly zero moves by up to ±lr depending on rounding noise in the gradient (the
+    // order of parallel sums varies with load), which is not what these tests are about.
     let settings = AdamWSettings {
-        beta1: 0.9,
-        beta2: 0.95,
-        // A large ε keeps Adam's first step smooth in the gradient: with 1e-8, a parameter whose
-        // gradient is nearly zero moves by up to ±lr depending on rounding noise in the
-        // gradient (the order of parallel sums varies with load), which is not what these tests
-        // are about.
         eps: 1e-3,
-        weight_decay: 0.1,
-        exclude_norms_from_weight_decay: false,
+        ..AdamWSettings::from_config(&recipe)
     };
-    let schedule = WarmupCosine {
-        peak: 1e-2,
-        warmup_steps: 0,
-        decay_steps: 0,
-        min_ratio: 1.0,
+    let step = OptimizerStep {
+        seed: 3,
+        max_consecutive_skips,
+        ..OptimizerStep::from_config(&recipe)
     };
-    Trainer::new(model, settings, schedule, 1.0, 3, max_consecutive_skips)
+    Training::new(model, settings, WarmupCosine::constant(1e-2), step)
 }
 
 fn tiny_model() -> LanguageModel<B> {
@@ -78,17 +80,17 @@ fn accumulated_micro_batches_equal_one_batch() {
     // Parameters initialise lazily: read them once so both clones hold the same values.
     let initial = flat_params(&model);
 
-    let mut whole = trainer(model.clone(), 3);
+    let mut whole = constant_lr_training(model.clone(), 3);
     let whole_report = whole
-        .train_step(vec![LmBatch::from_rows(&rows, &device)])
+        .train(vec![LmBatch::from_rows(&rows, &device)])
         .unwrap();
-    let mut split = trainer(model.clone(), 3);
+    let mut split = constant_lr_training(model.clone(), 3);
     assert!(
         flat_params(&model) == initial,
         "the first step changed the shared model"
     );
     let split_report = split
-        .train_step(vec![
+        .train(vec![
             LmBatch::from_rows(&rows[..1], &device),
             LmBatch::from_rows(&rows[1..], &device),
         ])
@@ -106,9 +108,9 @@ fn accumulated_micro_batches_equal_one_batch() {
     );
     // The norm at this init exceeds 1, so clipping took part in both updates.
     assert!(whole_report.grad_norm > 1.0, "{}", whole_report.grad_norm);
-    let max_difference = flat_params(&whole.model)
+    let max_difference = flat_params(&whole.model())
         .iter()
-        .zip(flat_params(&split.model))
+        .zip(flat_params(&split.model()))
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f32::max);
     assert!(
@@ -131,18 +133,18 @@ fn non_finite_steps_are_skipped_then_stop_the_run() {
     let _random = crate::exclusive_random();
     let device = TrainiumDevice::HOST;
     let rows = rows();
-    let mut trainer = trainer(tiny_model().map(&mut Poison), 3);
+    let mut training = constant_lr_training(tiny_model().map(&mut Poison), 3);
     for step in 1..=2 {
-        let report = trainer
-            .train_step(vec![LmBatch::from_rows(&rows, &device)])
+        let report = training
+            .train(vec![LmBatch::from_rows(&rows, &device)])
             .unwrap();
         assert!(report.skipped);
         assert_eq!(report.step, step);
-        assert_eq!(trainer.progress.skipped_steps, step);
-        assert_eq!(trainer.progress.consecutive_skips, step as u32);
+        assert_eq!(training.progress.skipped_steps, step);
+        assert_eq!(training.progress.consecutive_skips, step as u32);
     }
-    let error = trainer
-        .train_step(vec![LmBatch::from_rows(&rows, &device)])
+    let error = training
+        .train(vec![LmBatch::from_rows(&rows, &device)])
         .unwrap_err();
     assert!(
         matches!(
@@ -208,22 +210,22 @@ fn a_token_outside_the_vocabulary_is_an_error_of_the_step() {
     let device = TrainiumDevice::new(burn_trainium::ExecutorKind::Host, 5);
     B::seed(&device, 11);
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let mut trainer = trainer(LanguageModel::new(config.init::<B>(&device), None), 3);
-    trainer
-        .train_step(vec![LmBatch::from_rows(&rows(), &device)])
+    let mut training = constant_lr_training(LanguageModel::new(config.init::<B>(&device), None), 3);
+    training
+        .train(vec![LmBatch::from_rows(&rows(), &device)])
         .unwrap();
     let mut rows = rows();
     rows[1][4] = 64;
-    let error = trainer
-        .train_step(vec![LmBatch::from_rows(&rows, &device)])
+    let error = training
+        .train(vec![LmBatch::from_rows(&rows, &device)])
         .expect_err("token 64 is outside a 64-token vocabulary");
     let message = error.to_string();
     assert!(
         matches!(error, TrainError::Device(_)) && message.contains("index 64"),
         "{message}"
     );
-    let report = trainer
-        .train_step(vec![LmBatch::from_rows(&self::rows(), &device)])
+    let report = training
+        .train(vec![LmBatch::from_rows(&self::rows(), &device)])
         .unwrap();
     assert!(report.loss.is_finite());
 }

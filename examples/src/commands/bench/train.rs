@@ -10,12 +10,13 @@ use hlat::HlatConfig;
 use hlat::pipeline::{PipelineParallel, PipelineSchedule, bubble_fraction};
 use hlat::rng::SplitMix64;
 use hlat_train::config::TrainConfig;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::TrainingBackend;
 use hlat_train::precision::cast_params;
+use hlat_train::progress::TrainingProgress;
 use hlat_train::schedule::WarmupCosine;
-use hlat_train::step::{LanguageModel, LmBatch};
-use hlat_train::trainer::Trainer;
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
@@ -660,9 +661,9 @@ struct Row {
 }
 
 /// Measures the training step on `device` (`probe_device`: where the matmul peak is measured),
-/// one row per micro-batch count. One trainer runs every row: each round of steps takes each
-/// row once, starting one row further each round, so that the rows share the machine's state
-/// (load, clocks, caches) as evenly as they can.
+/// one row per micro-batch count, through `hlat pretrain`'s optimizer step. One Learner runs
+/// every row: each round of steps takes each row once, starting one row further each round, so
+/// that the rows share the machine's state (load, clocks, caches) as evenly as they can.
 fn measure<B: TrainingBackend>(
     backend: BackendName,
     device: B::Device,
@@ -713,15 +714,10 @@ where
         decay_steps: 0,
         min_ratio: recipe.min_lr_ratio,
     };
-    let mut trainer = Trainer::new(
-        model,
-        AdamWSettings::from_config(&recipe),
-        schedule,
-        recipe.clip_grad_norm,
-        recipe.seed,
-        recipe.max_consecutive_skips,
-    )
-    .with_layout(layout);
+    // `hlat pretrain`'s optimizer step, on a Learner of the bench's own.
+    let step = OptimizerStep::from_config(&recipe);
+    let mut learner = step.learner(model, AdamWSettings::from_config(&recipe), schedule);
+    let mut progress = TrainingProgress::default();
     // The same data at the start of every row: its first micro-batch is the same.
     let mut rows: Vec<Row> = counts
         .iter()
@@ -755,8 +751,8 @@ where
             let before = trainium_stats(&device).unwrap_or_default();
             let start = Instant::now();
             let micro_batches = row.rows.chunks(batch).map(&upload).collect();
-            // `train_step` reads the loss and gradient norm back; the sync runs the update too.
-            let report = trainer.train_step(micro_batches)?;
+            // The step reads the loss and gradient norm back; the sync runs the update too.
+            let report = step.run(&mut learner, &mut progress, micro_batches)?;
             B::sync(&device)?;
             let seconds = start.elapsed().as_secs_f64();
             let after = trainium_stats(&device).unwrap_or_default();

@@ -1,4 +1,5 @@
-//! The HLAT model as Burn's learner sees it: a module with `TrainStep` and `InferenceStep`.
+//! [`LanguageModel`]: the HLAT model as Burn's `Learner` sees it (a module with `TrainStep` and
+//! `InferenceStep`), and [`LmBatch`], the batches of packed rows it trains on.
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::optim::GradientsParams;
@@ -270,8 +271,8 @@ impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
         // leaves of the graph: a cast compute copy (bf16-mixed) takes the plain backward pass,
         // where blocked attention keeps the tiles of its forward pass.
         if let Some(pipeline) = &self.pipeline {
-            // One micro-batch through the stages' schedule (the trainer's step runs all of a
-            // step's micro-batches through one).
+            // One micro-batch through the stages' schedule (an optimizer step runs all of its
+            // micro-batches through one, see `crate::step_gradients`).
             let (loss, grads, tokens) = self.pipeline_step(pipeline, vec![batch]);
             return TrainOutput {
                 grads,

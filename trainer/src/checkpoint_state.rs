@@ -30,8 +30,8 @@ use crate::parallel::{
     reshard_optimizer_state, scatter_stage_states,
 };
 use crate::precision::Precision;
+use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosine;
-use crate::trainer::TrainerProgress;
 use hlat::pipeline::PipelineParallel;
 
 /// Training state besides model and optimizer; written last, it marks the checkpoint complete.
@@ -83,13 +83,13 @@ type StateItem<B> = <StateRecord<B> as Record<B>>::Item<FullPrecisionSettings>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointState {
     /// Step and token counters.
-    pub progress: TrainerProgress,
+    pub progress: TrainingProgress,
     /// The learning-rate schedule.
     pub schedule: WarmupCosine,
     /// The training data sampler.
     pub sampler: SamplerState,
     /// The run seed: the random numbers of step `s` derive from `(seed, s)` alone
-    /// (`trainer::step_seed`), so the seed is the whole RNG state.
+    /// (`learner::step_seed`), so the seed is the whole RNG state.
     pub seed: u64,
     /// Precision the run trains in.
     pub precision: Precision,
@@ -481,7 +481,7 @@ mod tests {
     use hlat::HlatConfig;
 
     use super::*;
-    use crate::step::LanguageModel;
+    use crate::language_model::LanguageModel;
 
     #[test]
     fn optimizer_state_moves_one_layer_at_a_time() {

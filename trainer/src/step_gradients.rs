@@ -1,0 +1,141 @@
+//! The gradients of one optimizer step as HLAT's recipe makes them: the micro-batches'
+//! gradients summed, combined over the replicas of a parallel layout, measured (loss and global
+//! norm, one read back) and clipped, ready for the optimizer.
+//!
+//! [`step_gradients`] is the first half of every optimizer step, which
+//! [`crate::learner::OptimizerStep`] completes on a Burn `Learner` (counting the step, skipping a
+//! non-finite one, updating the model). The model side stays Burn's: [`TrainStep::step`]
+//! computes each micro-batch's gradients.
+
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::{ElementConversion, Tensor};
+use burn::train::TrainStep;
+
+use burn_trainium::collective::{self, ReduceOp};
+
+use crate::clip::{clip_coefficient, grad_sum_of_squares, scale_grads};
+use crate::error::TrainError;
+use crate::language_model::{LanguageModel, LmBatch};
+use crate::parallel::{
+    ParallelLayout, TrainingBackend, average_gradients, move_stage_gradients,
+    reduce_replicated_gradients, scatter_gradients,
+};
+
+/// One optimizer step's gradients as HLAT's recipe makes them, ready for the optimizer.
+pub struct StepGradients {
+    /// The micro-batches' gradients, averaged over them and over the data-parallel replicas
+    /// (under ZeRO-1: this replica's slice), scaled by the global-norm clipping factor.
+    pub grads: GradientsParams,
+    /// Mean loss over the micro-batches and replicas, before the update.
+    pub loss: f64,
+    /// Global L2 norm of the averaged gradient, before clipping.
+    pub grad_norm: f64,
+    /// Target tokens in the step (over every data-parallel replica).
+    pub tokens: usize,
+}
+
+impl StepGradients {
+    /// Whether the loss and the gradient norm are finite (else the update must be skipped).
+    pub fn is_finite(&self) -> bool {
+        self.loss.is_finite() && self.grad_norm.is_finite()
+    }
+}
+
+/// The gradients of `micro_batches` run one after the other through `model`'s `TrainStep`,
+/// summed, with the sum of their losses and their target tokens.
+fn accumulate<B: TrainingBackend>(
+    model: &LanguageModel<B>,
+    micro_batches: Vec<LmBatch<B>>,
+) -> (GradientsParams, Tensor<B::InnerBackend, 1>, usize) {
+    let mut accumulator = GradientsAccumulator::new();
+    let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
+    let mut tokens = 0;
+    for batch in micro_batches {
+        let output = model.step(batch);
+        accumulator.accumulate(model, output.grads);
+        tokens += output.item.tokens;
+        let loss = output.item.loss.inner();
+        loss_sum = Some(match loss_sum {
+            Some(sum) => sum + loss,
+            None => loss,
+        });
+    }
+    let loss_sum = loss_sum.expect("at least one micro-batch");
+    (accumulator.grads(), loss_sum, tokens)
+}
+
+/// The forward and backward passes of `micro_batches` on `model`, their gradients combined over
+/// the replicas as `layout` says (sequence-parallel norm gains summed over the tensor group,
+/// data-parallel mean by bucketed all-reduce or, under ZeRO-1, reduce-scatter), measured with one
+/// read back (loss and global norm) and clipped to `clip_grad_norm` (0: off). A failed read
+/// (the device's error) is [`TrainError::Device`].
+///
+/// # Panics
+/// When `micro_batches` is empty.
+pub fn step_gradients<B: TrainingBackend>(
+    model: &LanguageModel<B>,
+    micro_batches: Vec<LmBatch<B>>,
+    layout: &ParallelLayout,
+    clip_grad_norm: f64,
+) -> Result<StepGradients, TrainError> {
+    assert!(!micro_batches.is_empty(), "an optimizer step needs a batch");
+    let count = micro_batches.len();
+    let (mut grads, mut loss_sum, mut tokens) = match &model.pipeline {
+        Some(pipeline) => {
+            let (loss_sum, grads, tokens) = model.pipeline_step(pipeline, micro_batches);
+            (grads, loss_sum.inner(), tokens)
+        }
+        None => accumulate(model, micro_batches),
+    };
+    if layout.tensor > 1 {
+        let groups = layout.tensor_groups();
+        reduce_replicated_gradients::<B, _>(model, &mut grads, &groups, layout.sequence_parallel);
+    }
+    let zero1 = layout.zero1();
+    if layout.data > 1 {
+        let groups = layout.data_groups();
+        match &zero1 {
+            Some(zero1) => scatter_gradients::<B, _>(model, &mut grads, zero1),
+            None => average_gradients::<B, _>(model, &mut grads, &groups),
+        }
+        loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
+        tokens *= layout.data;
+    }
+    let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
+    let squares = match &model.pipeline {
+        None => grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref()),
+        Some(pipeline) => {
+            // Each stage's layers are its own: their squares add up over the pipeline group.
+            let mut stage = GradientsParams::new();
+            move_stage_gradients::<B, _>(model, &mut grads, &mut stage);
+            let shared = grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref());
+            let local = grad_sum_of_squares::<B, _>(model, &stage, tensor_groups.as_ref())
+                .map(|local| collective::all_reduce(local, ReduceOp::Sum, &pipeline.groups));
+            move_stage_gradients::<B, _>(model, &mut stage, &mut grads);
+            match (shared, local) {
+                (Some(shared), Some(local)) => Some(shared + local),
+                (one, other) => one.or(other),
+            }
+        }
+    };
+    let mut squares = squares.unwrap_or_else(|| loss_sum.zeros_like());
+    if let Some(zero1) = &zero1 {
+        // Each data-parallel rank holds a slice of every gradient: the norm stays global.
+        squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
+    }
+    // One read back per step: the summed loss and the summed squared gradient.
+    let values = Tensor::cat(vec![loss_sum, squares], 0).try_into_data()?;
+    let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();
+    let loss = values[0] / count as f64;
+    let grad_norm = values[1].sqrt() / count as f64;
+    if loss.is_finite() && grad_norm.is_finite() {
+        let factor = clip_coefficient(grad_norm, clip_grad_norm) / count as f64;
+        scale_grads::<B, _>(model, &mut grads, factor);
+    }
+    Ok(StepGradients {
+        grads,
+        loss,
+        grad_norm,
+        tokens,
+    })
+}
