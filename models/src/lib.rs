@@ -10,10 +10,10 @@
 //! - [`Hlat`]: logits and next-token cross-entropy; [`KvCache`] for incremental decoding.
 //! - [`blocked_attention`]: causal attention by blocks (online softmax) for long sequences.
 //! - [`generate`]: greedy or sampled generation with a KV cache.
-//! - [`checkpoint`]: native checkpoints (`config.json` + `model.bpk`) and [`checkpoint::load_any`].
-//! - [`sharded_checkpoint`]: tensor-parallel checkpoints, one file per rank.
-//! - [`run_folder`]: the layout of a training run's checkpoints (written by the trainer, read by
-//!   `load_any`).
+//! - [`checkpoint`]: native checkpoints (`config.json` + `model.bpk`), sharded ones (one file per
+//!   tensor-parallel rank and pipeline stage, [`checkpoint::sharded`]), the layout of a training
+//!   run's checkpoints ([`checkpoint::run_folder`], written by the trainer) and
+//!   [`checkpoint::load_any`], which opens any of them.
 //! - [`hf`]: Hugging Face import/export (`LlamaForCausalLM`, `MistralForCausalLM`,
 //!   `Qwen2ForCausalLM`, `Qwen3ForCausalLM`) and `tokenizer.json`.
 //! - [`merge`]: mergekit-style merges (linear, SLERP, task arithmetic, TIES, DARE) of Hugging
@@ -46,8 +46,6 @@ pub mod pipeline;
 pub mod recompute;
 pub mod rng;
 mod rotary;
-pub mod run_folder;
-pub mod sharded_checkpoint;
 mod staging;
 pub mod vision;
 

@@ -330,7 +330,7 @@ pub(crate) fn assert_resumes_as_one_device(
         let head = run_until(first_device, first, out.path(), STEPS / 2, start);
         let model_dir = head.checkpoint.as_ref().unwrap().join("model");
         assert_eq!(
-            hlat::sharded_checkpoint::is_sharded(&model_dir),
+            hlat::checkpoint::files::is_sharded(&model_dir),
             first.tensor > 1 || first.pipeline > 1,
             "{first:?}: {}",
             model_dir.display()

@@ -9,7 +9,8 @@ use burn_trainium::{ExecutorKind, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat_train::parallel::ActivationCheckpointing;
 
-use hlat::sharded_checkpoint::{PIPELINE_PARALLEL_FILE, StageLayout, stage_file};
+use hlat::checkpoint::files::{PIPELINE_PARALLEL_FILE, stage_file};
+use hlat::checkpoint::sharded::StageLayout;
 
 use crate::parallel_training::{
     Layout, ONE_DEVICE, assert_resumes_as_one_device, assert_same_run, run_from,

@@ -1,4 +1,4 @@
-//! What a training checkpoint holds besides the folder layout of [`hlat::run_folder`] (which
+//! What a training checkpoint holds besides the folder layout of [`hlat::checkpoint::run_folder`] (which
 //! publishes it atomically): the model in the native layout (`model/`: `config.json`,
 //! `model.bpk`, `tokenizer.json`), the optimizer state (`optimizer.bin`) and `state.json` (step
 //! counters, LR schedule, data sampler, seed), written last.
@@ -6,14 +6,14 @@
 //! A job of W processes shards each checkpoint over them: rank 0 writes the model and
 //! `state.json` into its folder, and every rank `R` writes the optimizer state of the parameters
 //! at positions `R, R + W, …` (`optimizer-rank-RR-of-WW.bin`) and its own `state.json` into its
-//! own folder ([`hlat::run_folder::rank_output`]). A checkpoint is complete when every rank's
-//! marker is there ([`hlat::run_folder::RunFolder::newest_complete_in_every_rank`]).
+//! own folder ([`hlat::checkpoint::run_folder::rank_output`]). A checkpoint is complete when every rank's
+//! marker is there ([`hlat::checkpoint::run_folder::RunFolder::newest_complete_in_every_rank`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
-use hlat::run_folder::{CheckpointWriters, rank_share, write_atomic};
+use hlat::checkpoint::run_folder::{CheckpointWriters, rank_share, write_atomic};
 
 use burn::module::{AutodiffModule, Param, ParamId};
 use burn::optim::Optimizer;
@@ -35,7 +35,7 @@ use crate::schedule::WarmupCosine;
 use hlat::pipeline::PipelineParallel;
 
 /// Training state besides model and optimizer; written last, it marks the checkpoint complete.
-pub const STATE_FILE: &str = hlat::run_folder::COMPLETION_MARKER;
+pub const STATE_FILE: &str = hlat::checkpoint::run_folder::COMPLETION_MARKER;
 /// Optimizer state (Burn's binary recorder adds `.bin`).
 const OPTIMIZER_FILE: &str = "optimizer";
 
@@ -104,7 +104,7 @@ pub struct CheckpointState {
 }
 
 impl CheckpointState {
-    /// Who wrote the checkpoint, as [`hlat::run_folder::RunFolder::newest_complete_in_every_rank`]
+    /// Who wrote the checkpoint, as [`hlat::checkpoint::run_folder::RunFolder::newest_complete_in_every_rank`]
     /// compares the shares.
     pub fn writers(&self) -> CheckpointWriters {
         CheckpointWriters {

@@ -15,7 +15,7 @@ pub enum TrainError {
     },
     /// The run folder (checkpoints, the newest pointer) could not be read or written.
     #[error(transparent)]
-    RunFolder(#[from] hlat::run_folder::RunFolderError),
+    RunFolder(#[from] hlat::checkpoint::run_folder::RunFolderError),
     /// A configuration file could not be parsed.
     #[error("{path}: {message}")]
     Config {

@@ -78,7 +78,7 @@ impl MetricsLog {
                 })
                 .flat_map(|line| [line, "\n"])
                 .collect();
-            hlat::run_folder::write_atomic(&path, kept.as_bytes())?;
+            hlat::checkpoint::run_folder::write_atomic(&path, kept.as_bytes())?;
         }
         let file = std::fs::OpenOptions::new()
             .create(true)

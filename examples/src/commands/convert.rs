@@ -12,7 +12,7 @@ use clap::Args;
 use hlat::checkpoint::{load_any, save_native_with_tokenizer};
 use hlat::hf::{ExportOptions, WeightDtype, export_hf, find_tokenizer, import_hf};
 use hlat::pipeline::PipelineParallel;
-use hlat::sharded_checkpoint::{StageLayout, save_split, save_stages};
+use hlat::checkpoint::sharded::{StageLayout, save_split, save_stages};
 
 /// Arguments of `hlat convert`.
 #[derive(Args)]

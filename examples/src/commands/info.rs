@@ -5,7 +5,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use clap::Args;
-use hlat::checkpoint::{FolderKind, NATIVE_CONFIG_FILE, folder_kind};
+use hlat::checkpoint::files::NATIVE_CONFIG_FILE;
+use hlat::checkpoint::{FolderKind, folder_kind};
 use hlat::lora::{LoraConfig, LoraTarget};
 use hlat::{ConfigError, HlatConfig, RopeScaling};
 use hlat_train::config::TrainConfig;

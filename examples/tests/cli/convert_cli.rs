@@ -5,10 +5,10 @@
 use burn::backend::NdArray;
 use burn::tensor::TensorData;
 use hlat::Hlat;
-use hlat::checkpoint::load_native;
-use hlat::sharded_checkpoint::{
+use hlat::checkpoint::files::{
     PIPELINE_PARALLEL_FILE, TENSOR_PARALLEL_FILE, rank_file, stage_file,
 };
+use hlat::checkpoint::load_native;
 
 use super::{fixture, run, succeed};
 

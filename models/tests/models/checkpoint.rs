@@ -86,7 +86,7 @@ fn load_any_reads_hf_native_and_run_folders() {
     let marker = run
         .path()
         .join("checkpoints/step-00000010")
-        .join(hlat::run_folder::COMPLETION_MARKER);
+        .join(hlat::checkpoint::run_folder::COMPLETION_MARKER);
     std::fs::write(marker, "{}").unwrap();
     let (_, from_run, _) = load_any::<NdArray>(run.path(), &device).unwrap();
     logits(&from_run).assert_eq(&logits(&model), true);

@@ -1,4 +1,4 @@
-//! Pipeline checkpoints (`hlat::sharded_checkpoint`, one file per stage × tensor-parallel rank):
+//! Pipeline checkpoints (`hlat::checkpoint::sharded`, one file per stage × tensor-parallel rank):
 //! a model cut into stages on `host` replicas writes exactly the host split, each stage's files
 //! hold its layers under their model names and the shared tensors it uses, loading joins them
 //! into the whole model bit for bit, and damaged folders are errors naming the file.
@@ -14,9 +14,8 @@ use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use hlat::checkpoint::{load_native, save_native};
 use hlat::parallel::TensorParallel;
 use hlat::pipeline::PipelineParallel;
-use hlat::sharded_checkpoint::{
-    PIPELINE_PARALLEL_FILE, StageLayout, is_sharded, read_stages, save_stages, stage_file,
-};
+use hlat::checkpoint::files::{PIPELINE_PARALLEL_FILE, is_sharded, stage_file};
+use hlat::checkpoint::sharded::{StageLayout, read_stages, save_stages};
 use hlat::{Hlat, HlatConfig};
 
 use super::sharded_checkpoint::shard_tensors;

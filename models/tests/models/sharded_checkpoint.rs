@@ -1,4 +1,4 @@
-//! Tensor-parallel checkpoints (`hlat::sharded_checkpoint`): splitting on the host and joining
+//! Tensor-parallel checkpoints (`hlat::checkpoint::sharded`): splitting on the host and joining
 //! back is bit-exact, a sharded model's ranks write exactly the host split, and damaged shards
 //! are errors naming the file.
 
@@ -12,7 +12,8 @@ use burn_trainium::collective::ReplicaGroups;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 use hlat::checkpoint::{load_native, save_native};
 use hlat::parallel::TensorParallel;
-use hlat::sharded_checkpoint::{TENSOR_PARALLEL_FILE, rank_file, read_ranks, save_split};
+use hlat::checkpoint::files::{TENSOR_PARALLEL_FILE, rank_file};
+use hlat::checkpoint::sharded::{read_ranks, save_split};
 use hlat::{Hlat, HlatConfig};
 
 /// Every parameter's values, in visiting order.

@@ -18,7 +18,7 @@ use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::train::metric::LearningRateMetric;
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
-use hlat::run_folder::{RunFolder, rank_output};
+use hlat::checkpoint::run_folder::{RunFolder, rank_output};
 
 use crate::checkpoint_state::{ProcessShare, read_state};
 use crate::error::TrainError;
@@ -48,7 +48,7 @@ pub struct PretrainOptions {
     pub config: crate::config::TrainConfig,
     /// Output folder: `checkpoints/`, `metrics.jsonl`, `train.toml`, Burn's metric logs. In a
     /// job of several processes, the job's folder: rank 0 writes there, rank `R` into
-    /// [`hlat::run_folder::rank_output`]`(out, R)`.
+    /// [`hlat::checkpoint::run_folder::rank_output`]`(out, R)`.
     pub out: PathBuf,
     /// Training data.
     pub data: DataChoice,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::module::AutodiffModule;
 use burn::tensor::DType;
-use hlat::run_folder::{MODEL_DIR, RunFolder};
+use hlat::checkpoint::run_folder::{MODEL_DIR, RunFolder};
 
 use crate::checkpoint_state::{CheckpointState, ProcessShare, save_optimizer, sync, write_state};
 use crate::config::TrainConfig;
@@ -204,7 +204,7 @@ impl<B: TrainingBackend> RunState<B> {
 /// would not run.
 ///
 /// A pipelined model is written as one file per stage and tensor-parallel rank, each read from
-/// its stage's replica (`hlat::sharded_checkpoint::read_stages`), when rank 0's replicas hold
+/// its stage's replica (`hlat::checkpoint::sharded::read_stages`), when rank 0's replicas hold
 /// every stage (one process). When the stages span the job's processes, rank 0 cannot read the
 /// others' replicas: every process then joins the stages on the device (`Hlat::from_stages`, a
 /// collective over the pipeline groups that every process must run), and rank 0 writes the
@@ -224,11 +224,11 @@ fn write_model<B: TrainingBackend>(
     let mut hlat = None;
     if let Some(pipeline) = &model.pipeline {
         let local = B::replica_count(&outputs.device) / outputs.share.processes.max(1);
-        let replicas = hlat::sharded_checkpoint::stage_replicas(pipeline, degree);
+        let replicas = hlat::checkpoint::sharded::stage_replicas(pipeline, degree);
         if replicas.iter().flatten().all(|&replica| replica < local) {
             if outputs.share.writes_model() {
                 let staged = cast_params(model.hlat.valid(), DType::F32);
-                hlat::sharded_checkpoint::read_stages(&staged, pipeline, degree, model_dir)
+                hlat::checkpoint::sharded::read_stages(&staged, pipeline, degree, model_dir)
                     .and_then(|shards| shards.write(staged.config(), tokenizer, model_dir))
                     .map_err(model_error)?;
             }
@@ -247,7 +247,7 @@ fn write_model<B: TrainingBackend>(
         .unwrap_or_else(|| cast_params(model.hlat.valid(), DType::F32))
         .without_lora();
     match &model.tensor_parallel {
-        Some(_) => hlat::sharded_checkpoint::read_ranks(&hlat, degree, model_dir)
+        Some(_) => hlat::checkpoint::sharded::read_ranks(&hlat, degree, model_dir)
             .and_then(|shards| shards.write(hlat.config(), tokenizer, model_dir)),
         None => {
             hlat::checkpoint::save_native_with_tokenizer(&hlat, hlat.config(), tokenizer, model_dir)

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use hlat::lora::LoraConfig;
-use hlat::run_folder::MODEL_DIR;
+use hlat::checkpoint::run_folder::MODEL_DIR;
 use hlat::{Hlat, HlatConfig};
 
 use crate::checkpoint_state::{load_optimizer, read_state};
