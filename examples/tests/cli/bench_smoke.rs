@@ -2,13 +2,15 @@
 //! is physically possible: no matmul beats the machine's measured peak (a benchmark that skipped
 //! the work would).
 
+use std::path::Path;
+
 use burn_trainium::XLA_CACHE_ENV;
 
 use super::require_plugin;
 
 /// Runs `hlat` in `folder`, without the persistent compile cache: the checks below count the
 /// compiles of each phase.
-fn hlat(arguments: &[&str], folder: &std::path::Path) -> std::process::Output {
+fn hlat(arguments: &[&str], folder: &Path) -> std::process::Output {
     super::hlat()
         .args(arguments)
         .current_dir(folder)
@@ -25,6 +27,21 @@ fn succeeded(output: &std::process::Output) {
     );
 }
 
+/// Runs `hlat bench <arguments> --json <json>` in `folder`, which must succeed: what it printed
+/// (its table) and the JSON report it wrote.
+fn bench(arguments: &[&str], json: &str, folder: &Path) -> (String, serde_json::Value) {
+    let output = hlat(&[&["bench"], arguments, &["--json", json]].concat(), folder);
+    succeeded(&output);
+    let report = serde_json::from_slice(&std::fs::read(folder.join(json)).unwrap()).unwrap();
+    (String::from_utf8(output.stdout).unwrap(), report)
+}
+
+/// [`bench`] of `hlat bench train --preset hlat-test <arguments>`.
+fn bench_train(arguments: &[&str], folder: &Path) -> (String, serde_json::Value) {
+    let train = ["train", "--preset", "hlat-test"];
+    bench(&[&train[..], arguments].concat(), "train.json", folder)
+}
+
 #[test]
 fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
     require_plugin();
@@ -36,12 +53,8 @@ fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
         format!("# Performance\n\nAn older report.\n\n{hand_written}"),
     )
     .unwrap();
-    let output = hlat(
+    let (table, report) = bench_train(
         &[
-            "bench",
-            "train",
-            "--preset",
-            "hlat-test",
             "--backends",
             "host,xla,ndarray",
             "--baseline",
@@ -54,16 +67,11 @@ fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
             "1",
             "--seq-len",
             "8",
-            "--json",
-            "train.json",
             "--report",
             "report.md",
         ],
         folder.path(),
     );
-    succeeded(&output);
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.path().join("train.json")).unwrap()).unwrap();
     let results = report["results"].as_array().unwrap();
     let field = |backend: &str, key: &str| {
         results
@@ -97,7 +105,6 @@ fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
             "MFU {mfu} of {result} against {peak}"
         );
     }
-    let table = String::from_utf8_lossy(&output.stdout);
     assert!(
         table.contains("| host |") && table.contains("| xla |") && table.contains("1.00×"),
         "{table}"
@@ -123,9 +130,8 @@ fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
 fn bench_ops_on_xla_reports_no_rate_above_the_measured_peak() {
     require_plugin();
     let folder = tempfile::tempdir().unwrap();
-    let output = hlat(
+    let (_, report) = bench(
         &[
-            "bench",
             "ops",
             "--preset",
             "bench-tiny",
@@ -137,14 +143,10 @@ fn bench_ops_on_xla_reports_no_rate_above_the_measured_peak() {
             "64",
             "--repeats",
             "3",
-            "--json",
-            "ops.json",
         ],
+        "ops.json",
         folder.path(),
     );
-    succeeded(&output);
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.path().join("ops.json")).unwrap()).unwrap();
     let peak = report["peak"]["flops_per_second"].as_f64().unwrap();
     let operations = report["backends"][0]["operations"].as_array().unwrap();
     let names: Vec<&str> = operations
@@ -181,10 +183,6 @@ fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
     let folder = tempfile::tempdir().unwrap();
     let arguments = |lengths: &'static str| {
         [
-            "bench",
-            "train",
-            "--preset",
-            "hlat-test",
             "--backends",
             "host",
             "--batch",
@@ -197,14 +195,9 @@ fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
             "1",
             "--peak-flops",
             "1e11",
-            "--json",
-            "lengths.json",
         ]
     };
-    succeeded(&hlat(&arguments("8,16"), folder.path()));
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.path().join("lengths.json")).unwrap())
-            .unwrap();
+    let (_, report) = bench_train(&arguments("8,16"), folder.path());
     let layouts: Vec<(u64, u64)> = report["results"]
         .as_array()
         .unwrap()
@@ -227,7 +220,10 @@ fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
             .all(|result| result["matmul_peak"].is_null()),
         "{report}"
     );
-    let refused = hlat(&arguments("8,3"), folder.path());
+    let refused = hlat(
+        &[&["bench", "train"], &arguments("8,3")[..]].concat(),
+        folder.path(),
+    );
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("--seq-len 3"), "{stderr}");
@@ -240,12 +236,8 @@ fn bench_train_measures_each_sequence_length_with_the_same_tokens() {
 fn bench_train_measures_each_micro_batch_count_next_to_the_predicted_bubble() {
     require_plugin();
     let folder = tempfile::tempdir().unwrap();
-    let output = hlat(
+    let (table, report) = bench_train(
         &[
-            "bench",
-            "train",
-            "--preset",
-            "hlat-test",
             "--backends",
             "xla,ndarray",
             "--pp",
@@ -262,13 +254,9 @@ fn bench_train_measures_each_micro_batch_count_next_to_the_predicted_bubble() {
             "8",
             "--peak-flops",
             "1e11",
-            "--json",
-            "pipeline.json",
         ],
         folder.path(),
     );
-    succeeded(&output);
-    let table = String::from_utf8_lossy(&output.stdout);
     // | backend | micro-batches | batch × seq | median step | per micro-batch | predicted bubble |
     // measured vs best | predicted (1 − bubble) vs best |
     let cells = |count: &str| -> Vec<String> {
@@ -289,9 +277,6 @@ fn bench_train_measures_each_micro_batch_count_next_to_the_predicted_bubble() {
         table.contains("Pipeline: 2 stages, schedule 1f1b"),
         "{table}"
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.path().join("pipeline.json")).unwrap())
-            .unwrap();
     assert_eq!(
         report["micro_batches"],
         serde_json::json!([1, 2]),
@@ -343,9 +328,8 @@ fn bench_train_measures_each_micro_batch_count_next_to_the_predicted_bubble() {
 fn bench_generate_compiles_in_the_warmup_only() {
     require_plugin();
     let folder = tempfile::tempdir().unwrap();
-    let output = hlat(
+    let (_, report) = bench(
         &[
-            "bench",
             "generate",
             "--preset",
             "hlat-test",
@@ -357,15 +341,10 @@ fn bench_generate_compiles_in_the_warmup_only() {
             "12",
             "--runs",
             "1",
-            "--json",
-            "generate.json",
         ],
+        "generate.json",
         folder.path(),
     );
-    succeeded(&output);
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.path().join("generate.json")).unwrap())
-            .unwrap();
     let results = report["results"].as_array().unwrap();
     assert_eq!(results.len(), 3, "{report}");
     for result in results {
@@ -389,13 +368,8 @@ fn bench_generate_compiles_in_the_warmup_only() {
 fn trains_the_same_model_everywhere(arguments: &[&str]) {
     require_plugin();
     let folder = tempfile::tempdir().unwrap();
-    let mut command = vec!["bench"];
-    command.extend_from_slice(arguments);
-    command.extend_from_slice(&["--backends", "host,xla,ndarray", "--json", "loop.json"]);
-    let output = hlat(&command, folder.path());
-    succeeded(&output);
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.path().join("loop.json")).unwrap()).unwrap();
+    let backends = ["--backends", "host,xla,ndarray"];
+    let (_, report) = bench(&[arguments, &backends].concat(), "loop.json", folder.path());
     let results = report["results"].as_array().unwrap();
     assert_eq!(results.len(), 3, "{report}");
     let loss = |result: &serde_json::Value| result["final_loss"].as_f64().unwrap();

@@ -22,18 +22,10 @@ fn pretrain(out: &Path, cache: &Path) -> std::process::Command {
             out.to_str().unwrap(),
             "--max-steps",
             "3",
-            "--seq-len",
-            "16",
-            "--batch-tokens",
-            "64",
-            "--micro-batch-rows",
-            "4",
-            "--eval-every",
-            "0",
             "--checkpoint-every",
             "3",
-            "--no-progress",
         ])
+        .args(super::short_steps())
         .env(XLA_CACHE_ENV, cache);
     command
 }

@@ -6,30 +6,31 @@ use std::path::Path;
 
 use burn_trainium::DEVICE_ENV;
 
-use super::hlat;
+use super::{hlat, step_flags};
 use super::multi_process_cli::cached_modules;
 
+/// The steps compiled: 64 tokens in micro-batches of two 16-token rows, no progress bar.
+fn steps() -> Vec<&'static str> {
+    [&step_flags("16", "64", "2")[..], &["--no-progress"]].concat()
+}
+
 /// The flags of a short `hlat-test` run in data parallel 2 × tensor parallel 2 with sequence
-/// parallelism and ZeRO-1, into `out`.
-const LAYOUT: &[&str] = &[
-    "--preset",
-    "hlat-test",
-    "--dp",
-    "2",
-    "--tp",
-    "2",
-    "--sequence-parallel",
-    "--zero1",
-    "--max-steps",
-    "2",
-    "--seq-len",
-    "16",
-    "--batch-tokens",
-    "64",
-    "--micro-batch-rows",
-    "2",
-    "--no-progress",
-];
+/// parallelism and ZeRO-1.
+fn layout() -> Vec<&'static str> {
+    let parallel = [
+        "--preset",
+        "hlat-test",
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--sequence-parallel",
+        "--zero1",
+        "--max-steps",
+        "2",
+    ];
+    [&parallel[..], &steps()].concat()
+}
 
 /// `hlat compile` of `layout` with `extra` flags and `environment`, in `folder`, without
 /// `TRAINIUM_DEVICE`.
@@ -78,8 +79,9 @@ fn compile_with_stand_in(folder: &Path, layout: &[&str]) -> (String, std::path::
 #[test]
 fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
     let folder = tempfile::tempdir().unwrap();
+    let layout = layout();
     let run = |extra: &[&str], environment: &[(&str, &str)]| {
-        compile(folder.path(), LAYOUT, extra, environment)
+        compile(folder.path(), &layout, extra, environment)
     };
 
     // No compiler on PATH: the lint alone.
@@ -98,7 +100,7 @@ fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
         "{stdout}"
     );
 
-    let (stdout, cache) = compile_with_stand_in(folder.path(), LAYOUT);
+    let (stdout, cache) = compile_with_stand_in(folder.path(), &layout);
     assert!(stdout.contains(" programs compiled in "), "{stdout}");
     assert!(std::fs::read_dir(&cache).unwrap().count() > 0);
 
@@ -116,7 +118,7 @@ fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
 #[test]
 fn compile_sends_the_stage_to_stage_collectives_to_the_neuron_compiler() {
     let folder = tempfile::tempdir().unwrap();
-    let layout = [
+    let stages = [
         "--preset",
         "hlat-test",
         "--pp",
@@ -126,15 +128,8 @@ fn compile_sends_the_stage_to_stage_collectives_to_the_neuron_compiler() {
         "--sequence-parallel",
         "--max-steps",
         "1",
-        "--seq-len",
-        "16",
-        "--batch-tokens",
-        "64",
-        "--micro-batch-rows",
-        "2",
-        "--no-progress",
     ];
-    let (_, cache) = compile_with_stand_in(folder.path(), &layout);
+    let (_, cache) = compile_with_stand_in(folder.path(), &[&stages[..], &steps()].concat());
     let pairs: Vec<Vec<(i64, i64)>> = cached_modules(&cache)
         .iter()
         .flat_map(|module| &module.computations)

@@ -9,7 +9,7 @@ use hlat_train::data::Split;
 use hlat_train::data::shard::ShardWriter;
 use hlat_train::metrics::StepMetrics;
 
-use super::{fixture, succeed};
+use super::{fixture, step_flags, succeed};
 
 /// The fixture's vocabulary.
 const VOCAB: usize = 1024;
@@ -79,32 +79,32 @@ fn continual_pretraining_from_hugging_face_to_a_merged_evaluated_model() {
         text("domain"),
         text("general")
     );
-    let output = succeed(&[
-        "pretrain",
-        "--init-from-hf",
-        base,
-        "--data",
-        &data,
-        "--out",
-        &run,
-        "--max-steps",
-        "24",
-        "--seq-len",
-        "32",
-        "--batch-tokens",
-        "256",
-        "--micro-batch-rows",
-        "8",
-        "--lr",
-        "0.003",
-        "--warmup-steps",
-        "4",
-        "--eval-every",
-        "8",
-        "--device",
-        "host",
-        "--no-progress",
-    ]);
+    let output = succeed(
+        &[
+            &[
+                "pretrain",
+                "--init-from-hf",
+                base,
+                "--data",
+                &data,
+                "--out",
+                &run,
+                "--max-steps",
+                "24",
+                "--lr",
+                "0.003",
+                "--warmup-steps",
+                "4",
+                "--eval-every",
+                "8",
+                "--device",
+                "host",
+                "--no-progress",
+            ][..],
+            &step_flags("32", "256", "8"),
+        ]
+        .concat(),
+    );
     assert!(output.contains("validation plot:"), "{output}");
     // The chart of both sources, as `hlat` draws it: a 720 × 420 PNG.
     let plot = path("run").join("validation.png");

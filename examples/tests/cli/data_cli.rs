@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use hlat_train::data::{ShardSet, Split, TokenStream};
 
-use super::{fixture, hlat, succeed};
+use super::{fixture, hlat, short_steps, succeed};
 
 #[test]
 fn encode_prints_the_ids_hugging_face_tokenizers_gives() {
@@ -418,28 +418,25 @@ fn bad_inputs_exit_2_naming_the_file_and_leave_nothing() {
 fn a_megatron_dataset_written_in_the_reference_layout_trains_as_it_is() {
     let folder = tempfile::tempdir().unwrap();
     let run = folder.path().join("run");
-    let output = succeed(&[
-        "pretrain",
-        "--init-from-hf",
-        fixture("hf-tiny-llama").to_str().unwrap(),
-        "--data",
-        &corpus("megatron/corpus_text_document"),
-        "--out",
-        run.to_str().unwrap(),
-        "--max-steps",
-        "2",
-        "--seq-len",
-        "16",
-        "--batch-tokens",
-        "64",
-        "--micro-batch-rows",
-        "4",
-        "--eval-every",
-        "0",
-        "--device",
-        "host",
-        "--no-progress",
-    ]);
+    let output = succeed(
+        &[
+            &[
+                "pretrain",
+                "--init-from-hf",
+                fixture("hf-tiny-llama").to_str().unwrap(),
+                "--data",
+                &corpus("megatron/corpus_text_document"),
+                "--out",
+                run.to_str().unwrap(),
+                "--max-steps",
+                "2",
+                "--device",
+                "host",
+            ][..],
+            &short_steps(),
+        ]
+        .concat(),
+    );
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     assert!(metrics.contains("\"loss\""), "{output}\n{metrics}");
 }

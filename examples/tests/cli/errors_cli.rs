@@ -6,7 +6,7 @@ use burn_trainium::{DEVICE_ENV, PLUGIN_ENV, SEGMENT_CAP_ENV};
 /// One bad invocation: environment changes, arguments, and what the message must name.
 struct Case {
     environment: &'static [(&'static str, Option<&'static str>)],
-    arguments: &'static [&'static str],
+    arguments: Vec<&'static str>,
     names: &'static [&'static str],
 }
 
@@ -23,129 +23,91 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
     let cases = [
         Case {
             environment: &[GPU],
-            arguments: &["pretrain", "--max-steps", "1"],
+            arguments: pretrain_one_step(&[]),
             names: &[DEVICE_ENV, "gpu"],
         },
         Case {
             environment: &[GPU],
-            arguments: &["eval", "--model", FIXTURE],
+            arguments: vec!["eval", "--model", FIXTURE],
             names: &[DEVICE_ENV, "gpu"],
         },
         Case {
             environment: &[GPU],
-            arguments: &[
-                "generate",
-                "--model",
-                FIXTURE,
-                "--prompt-ids",
-                "1",
-                "--format",
-                "ids",
-            ],
+            arguments: generate_ids(FIXTURE),
             names: &[DEVICE_ENV, "gpu"],
         },
         Case {
             environment: &[GPU],
-            arguments: &["convert", "--from-hf", FIXTURE, "--to", "unused"],
+            arguments: vec!["convert", "--from-hf", FIXTURE, "--to", "unused"],
             names: &[DEVICE_ENV, "gpu"],
         },
         Case {
             environment: &[],
-            arguments: &["info", "hlat-tiny", "--pp", "3", "--pp-layers", "1,1"],
+            arguments: vec!["info", "hlat-tiny", "--pp", "3", "--pp-layers", "1,1"],
             names: &["--pp-layers", "2", "3"],
         },
         Case {
             environment: &[],
-            arguments: &["info", "hlat-tiny", "--pp", "2", "--virtual-stages", "2"],
+            arguments: vec!["info", "hlat-tiny", "--pp", "2", "--virtual-stages", "2"],
             names: &["--virtual-stages", "interleaved"],
         },
         Case {
             environment: &[],
-            arguments: &[
-                "pretrain",
-                "--pp",
-                "2",
-                "--pp-layers",
-                "3,3",
-                "--max-steps",
-                "1",
-            ],
+            arguments: pretrain_one_step(&["--pp", "2", "--pp-layers", "3,3"]),
             names: &["--pp-layers", "6"],
         },
         Case {
             environment: &[],
-            arguments: &[
-                "pretrain",
-                "--pp",
-                "2",
-                "--precision",
-                "bf16-mixed",
-                "--max-steps",
-                "1",
-            ],
+            arguments: pretrain_one_step(&["--pp", "2", "--precision", "bf16-mixed"]),
             names: &["pipeline_parallel", "bf16-mixed"],
         },
         Case {
             environment: &[(SEGMENT_CAP_ENV, Some("lots"))],
-            arguments: &["pretrain", "--max-steps", "1"],
+            arguments: pretrain_one_step(&[]),
             names: &[SEGMENT_CAP_ENV, "lots"],
         },
         Case {
             environment: &[("TRAINIUM_HOST_FALLBACK", Some("never"))],
-            arguments: &["pretrain", "--max-steps", "1"],
+            arguments: pretrain_one_step(&[]),
             names: &["TRAINIUM_HOST_FALLBACK", "never"],
         },
         Case {
             environment: &[NO_PLUGIN, NO_INSTALL],
-            arguments: &["pretrain", "--device", "xla:0", "--max-steps", "1"],
+            arguments: pretrain_one_step(&["--device", "xla:0"]),
             names: &["xla:0", PLUGIN_ENV],
         },
         Case {
             environment: &[NO_PLUGIN, NO_INSTALL, (DEVICE_ENV, Some("xla:0"))],
-            arguments: &[
-                "generate",
-                "--model",
-                FIXTURE,
-                "--prompt-ids",
-                "1",
-                "--format",
-                "ids",
-            ],
+            arguments: generate_ids(FIXTURE),
             names: &["xla:0", PLUGIN_ENV],
         },
         Case {
             environment: &[],
-            arguments: &["pretrain", "--device", "xla:9", "--max-steps", "1"],
+            arguments: pretrain_one_step(&["--device", "xla:9"]),
             names: &["xla:9"],
         },
         Case {
             environment: &[("NEURON_RT_LIB_DIR", Some("/nonexistent"))],
-            arguments: &["eval", "--device", "neuron:0", "--model", FIXTURE],
+            arguments: vec!["eval", "--device", "neuron:0", "--model", FIXTURE],
             names: &["neuron:0", "NEURON_RT_LIB_DIR"],
         },
         Case {
             environment: &[],
-            arguments: &[
-                "generate",
-                "--model",
-                FIXTURE,
-                "--prompt-ids",
-                "1",
-                "--format",
-                "ids",
-                "--max-new-tokens",
-                "18446744073709551615",
-            ],
+            arguments: [
+                generate_ids(FIXTURE),
+                vec!["--max-new-tokens", "18446744073709551615"],
+            ]
+            .concat(),
             names: &["18446744073709551615 new tokens"],
         },
         Case {
             environment: &[],
-            arguments: &["bench", "train", "--steps", "0"],
+            arguments: vec!["bench", "train", "--steps", "0"],
             names: &["--steps"],
         },
         Case {
             environment: &[],
-            arguments: &[
+            arguments: vec![
                 "eval",
                 "perplexity",
                 "--model",
@@ -157,12 +119,12 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         },
         Case {
             environment: &[],
-            arguments: &["eval", "choice", "--model", FIXTURE, "--task", "task.jsonl"],
+            arguments: vec!["eval", "choice", "--model", FIXTURE, "--task", "task.jsonl"],
             names: &["no tokenizer.json"],
         },
         Case {
             environment: &[],
-            arguments: &["merge", "--config", "missing.yaml", "--out", "merged"],
+            arguments: vec!["merge", "--config", "missing.yaml", "--out", "merged"],
             names: &["missing.yaml"],
         },
         Case {
@@ -174,22 +136,22 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
                 ("MASTER_ADDR", Some("localhost")),
                 ("MASTER_PORT", Some("29500")),
             ],
-            arguments: &["pretrain", "--max-steps", "1"],
+            arguments: pretrain_one_step(&[]),
             names: &["torchrun", "process 1 of 2", "--dp 2"],
         },
         Case {
             environment: &[("RANK", Some("0")), ("WORLD_SIZE", Some("2"))],
-            arguments: &["pretrain", "--max-steps", "1"],
+            arguments: pretrain_one_step(&[]),
             names: &["MASTER_ADDR", "torchrun"],
         },
         Case {
             environment: &[],
-            arguments: &["bench", "train", "--seq-len", "0"],
+            arguments: vec!["bench", "train", "--seq-len", "0"],
             names: &["--seq-len"],
         },
     ];
     for case in cases {
-        expect_refused(case.environment, case.arguments, case.names, out.path());
+        expect_refused(case.environment, &case.arguments, case.names, out.path());
     }
 }
 
@@ -368,20 +330,30 @@ fn bad_family_configurations_are_refused_naming_file_field_and_value() {
         names.push(&config);
         for arguments in [
             &["eval", "--model", &model][..],
-            &[
-                "generate",
-                "--model",
-                &model,
-                "--prompt-ids",
-                "1",
-                "--format",
-                "ids",
-            ],
+            &generate_ids(&model),
             &["convert", "--from-hf", &model, "--to", "unused"],
         ] {
             expect_refused(&[], arguments, &names, out.path());
         }
     }
+}
+
+/// One step of `hlat pretrain` with `flags`.
+fn pretrain_one_step(flags: &[&'static str]) -> Vec<&'static str> {
+    [&["pretrain", "--max-steps", "1"][..], flags].concat()
+}
+
+/// `hlat generate` of one token on `model`, printing token ids.
+fn generate_ids(model: &str) -> Vec<&str> {
+    vec![
+        "generate",
+        "--model",
+        model,
+        "--prompt-ids",
+        "1",
+        "--format",
+        "ids",
+    ]
 }
 
 /// A copy of the fixture in `folder/label` whose `config.json` `edit` changed; its path.

@@ -4,7 +4,7 @@
 //! key/value heads split), export and a merge with the base model that evaluates.
 
 use super::cpt_cli::{corpus, merge_halves, perplexity};
-use super::{fixture, succeed};
+use super::{fixture, short_steps, succeed};
 
 #[test]
 fn every_family_generates_evaluates_converts_trains_and_merges() {
@@ -96,30 +96,28 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
         }
 
         let run = text(&format!("{name}-run"));
-        succeed(&[
-            "pretrain",
-            "--init-from-hf",
-            base,
-            "--data",
-            &text("domain"),
-            "--out",
-            &run,
-            "--max-steps",
-            "2",
-            "--seq-len",
-            "16",
-            "--batch-tokens",
-            "64",
-            "--micro-batch-rows",
-            "4",
-            "--tp",
-            tensor,
-            "--device",
-            if tensor == "2" { "host:0-1" } else { "host" },
-            "--eval-every",
-            "0",
-            "--no-progress",
-        ]);
+        let device = if tensor == "2" { "host:0-1" } else { "host" };
+        succeed(
+            &[
+                &[
+                    "pretrain",
+                    "--init-from-hf",
+                    base,
+                    "--data",
+                    &text("domain"),
+                    "--out",
+                    &run,
+                    "--max-steps",
+                    "2",
+                    "--tp",
+                    tensor,
+                    "--device",
+                    device,
+                ][..],
+                &short_steps(),
+            ]
+            .concat(),
+        );
         let exported = text(&format!("{name}-exported"));
         succeed(&["convert", "--from", &run, "--to-hf", &exported]);
         let config = work.path().join(format!("{name}-merge.yaml"));

@@ -48,3 +48,30 @@ fn succeed(arguments: &[&str]) -> String {
     );
     String::from_utf8(output.stdout).unwrap()
 }
+
+/// The flags of a training run's steps: rows of `seq_len` tokens, `batch_tokens` tokens an
+/// optimizer step, micro-batches of `micro_batch_rows` rows.
+const fn step_flags<'a>(
+    seq_len: &'a str,
+    batch_tokens: &'a str,
+    micro_batch_rows: &'a str,
+) -> [&'a str; 6] {
+    [
+        "--seq-len",
+        seq_len,
+        "--batch-tokens",
+        batch_tokens,
+        "--micro-batch-rows",
+        micro_batch_rows,
+    ]
+}
+
+/// The steps of the tests' short runs: four rows of 16 tokens each in one micro-batch, no
+/// validation, no progress bar.
+fn short_steps() -> Vec<&'static str> {
+    [
+        &step_flags("16", "64", "4")[..],
+        &["--eval-every", "0", "--no-progress"],
+    ]
+    .concat()
+}

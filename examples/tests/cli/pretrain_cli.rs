@@ -1,37 +1,37 @@
 //! The main job end to end through the `hlat` binary: `hlat pretrain` on a small preset, then
 //! `hlat generate` and `hlat eval` from the run folder it wrote.
 
-use super::{run, succeed};
+use super::{run, step_flags, succeed};
 
 #[test]
 fn pretrain_then_generate_and_eval_from_the_run_folder() {
     let folder = tempfile::tempdir().unwrap();
     let out = folder.path().join("run");
     let out = out.to_str().unwrap();
-    succeed(&[
-        "pretrain",
-        "--preset",
-        "hlat-test",
-        "--out",
-        out,
-        "--max-steps",
-        "30",
-        "--seq-len",
-        "32",
-        "--batch-tokens",
-        "256",
-        "--micro-batch-rows",
-        "8",
-        "--lr",
-        "0.01",
-        "--warmup-steps",
-        "5",
-        "--eval-every",
-        "0",
-        "--checkpoint-every",
-        "30",
-        "--no-progress",
-    ]);
+    succeed(
+        &[
+            &[
+                "pretrain",
+                "--preset",
+                "hlat-test",
+                "--out",
+                out,
+                "--max-steps",
+                "30",
+                "--lr",
+                "0.01",
+                "--warmup-steps",
+                "5",
+                "--eval-every",
+                "0",
+                "--checkpoint-every",
+                "30",
+                "--no-progress",
+            ][..],
+            &step_flags("32", "256", "8"),
+        ]
+        .concat(),
+    );
 
     let metrics = std::fs::read_to_string(folder.path().join("run/metrics.jsonl")).unwrap();
     let losses: Vec<f64> = metrics
@@ -170,24 +170,24 @@ fn info_sizes_hlat_7b_in_the_papers_layout() {
 /// device holds, counted by hand from the configuration, and the schedule's bubble.
 #[test]
 fn info_sizes_hlat_70b_in_its_pipeline_layout() {
-    let text = succeed(&[
-        "info",
-        "hlat-70b",
-        "--tp",
-        "32",
-        "--pp",
-        "8",
-        "--dp",
-        "4",
-        "--zero1",
-        "--sequence-parallel",
-        "--activation-checkpointing",
-        "selective",
-        "--seq-len",
-        "4096",
-        "--micro-batch-rows",
-        "1",
-    ]);
+    // The layout HLAT-70B was trained in.
+    let trained = ["info", "hlat-70b", "--tp", "32", "--pp", "8", "--dp", "4"];
+    let text = succeed(
+        &[
+            &trained[..],
+            &[
+                "--zero1",
+                "--sequence-parallel",
+                "--activation-checkpointing",
+                "selective",
+                "--seq-len",
+                "4096",
+                "--micro-batch-rows",
+                "1",
+            ],
+        ]
+        .concat(),
+    );
     let (hidden, head_dim, ffn, vocab, tp) = (8192u64, 128u64, 28672u64, 32000u64, 32u64);
     // Per layer and device: 2 of the 64 query heads (q and o), 1 of the 8 KV heads (k and v,
     // each held by 4 devices), 1/32 of the MLP, the two norm gains whole.
@@ -207,22 +207,20 @@ fn info_sizes_hlat_70b_in_its_pipeline_layout() {
     );
     assert!(text.contains("256 micro-batches, bubble 0.0266"), "{text}");
     assert!(text.contains("of 16 GiB: fits"), "{text}");
-    let interleaved = succeed(&[
-        "info",
-        "hlat-70b",
-        "--tp",
-        "32",
-        "--pp",
-        "8",
-        "--pp-schedule",
-        "interleaved",
-        "--virtual-stages",
-        "2",
-        "--dp",
-        "4",
-        "--seq-len",
-        "4096",
-    ]);
+    let interleaved = succeed(
+        &[
+            &trained[..],
+            &[
+                "--pp-schedule",
+                "interleaved",
+                "--virtual-stages",
+                "2",
+                "--seq-len",
+                "4096",
+            ],
+        ]
+        .concat(),
+    );
     // (p - 1) / (m·V + p - 1) = 7 / 519.
     assert!(interleaved.contains("bubble 0.0135"), "{interleaved}");
     let llama = succeed(&["info", "llama-3.1-8b", "--tp", "16"]);
