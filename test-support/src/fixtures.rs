@@ -21,3 +21,20 @@ pub fn fixture(name: &str) -> PathBuf {
         .join("../fixtures")
         .join(name)
 }
+
+/// What transformers computed for the fixture `name` (its `expected.json`).
+pub fn expected(name: &str) -> serde_json::Value {
+    let path = fixture(name).join("expected.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// A list of token ids of an `expected.json` (`greedy_prompt`, a row of `train.batch`, …).
+pub fn token_ids(value: &serde_json::Value) -> Vec<u32> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list of token ids: {value}"))
+        .iter()
+        .map(|id| id.as_u64().expect("a token id") as u32)
+        .collect()
+}

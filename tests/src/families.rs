@@ -13,18 +13,13 @@ use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::ParallelLayout;
-use hlat_train::progress::TrainingProgress;
 use hlat_train::schedule::WarmupCosine;
 use serde_json::Value;
 
-use test_support::fixtures::fixture;
+use test_support::fixtures::{expected, fixture};
+use test_support::training::Training;
 
 use crate::support::xla;
-
-fn expected(name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(name).join("expected.json")).unwrap())
-        .unwrap()
-}
 
 fn numbers(value: &Value) -> Vec<f64> {
     match value {
@@ -113,8 +108,7 @@ fn train(name: &str, executor: ExecutorKind, layout: ParallelLayout) -> Vec<(f64
         ..OptimizerStep::from_config(&recipe)
     };
     let settings = AdamWSettings::from_config(&recipe);
-    let mut learner = step.learner(model, settings, WarmupCosine::constant(1e-3));
-    let mut progress = TrainingProgress::default();
+    let mut training = Training::new(model, settings, WarmupCosine::constant(1e-3), step);
     let rows: Vec<Vec<u32>> = expected(name)["train"]["batch"]
         .as_array()
         .unwrap()
@@ -124,7 +118,7 @@ fn train(name: &str, executor: ExecutorKind, layout: ParallelLayout) -> Vec<(f64
     (0..STEPS)
         .map(|_| {
             let batch = LmBatch::for_layout(&rows, &layout, &device);
-            let report = step.run(&mut learner, &mut progress, vec![batch]).unwrap();
+            let report = training.train(vec![batch]).unwrap();
             (report.loss, report.grad_norm)
         })
         .collect()

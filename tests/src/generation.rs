@@ -6,33 +6,26 @@
 use burn_trainium::{Trainium, TrainiumDevice, reset_stats};
 use hlat::generate::{GenerationOptions, Sampling, generate};
 
-use crate::support::{programs, xla};
+use test_support::fixtures::{expected, fixture, token_ids};
 
-fn ids(value: &serde_json::Value) -> Vec<u32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|id| id.as_u64().unwrap() as u32)
-        .collect()
-}
+use crate::support::{programs, xla};
 
 #[test]
 fn greedy_generation_on_xla_compiles_a_fixed_set_of_programs() {
     xla();
     // A device of its own: no other test compiles on it, so its statistics count only this one.
     let device = TrainiumDevice::xla(3);
-    let fixture =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/hf-tiny-llama");
-    let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap())
-            .unwrap();
-    let (config, model) =
-        hlat::hf::import_hf::<Trainium>(&fixture, &device, hlat::hf::WeightDtype::F32).unwrap();
+    let expected = expected("hf-tiny-llama");
+    let (config, model) = hlat::hf::import_hf::<Trainium>(
+        &fixture("hf-tiny-llama"),
+        &device,
+        hlat::hf::WeightDtype::F32,
+    )
+    .unwrap();
     // The import's own operations run before generation starts.
     <Trainium as burn::tensor::backend::Backend>::sync(&device).unwrap();
-    let prompt = ids(&expected["greedy_prompt"]);
-    let continuation = ids(&expected["greedy_continuation"]);
+    let prompt = token_ids(&expected["greedy_prompt"]);
+    let continuation = token_ids(&expected["greedy_continuation"]);
     let options = |max_new_tokens| GenerationOptions {
         max_new_tokens,
         sampling: Sampling::Greedy,

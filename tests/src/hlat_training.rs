@@ -12,8 +12,9 @@ use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::TrainingBackend;
-use hlat_train::progress::TrainingProgress;
 use hlat_train::schedule::WarmupCosine;
+
+use test_support::training::Training;
 
 use crate::support::{Numbers, Reference, assert_matches, devices_under_test};
 
@@ -61,20 +62,20 @@ fn train<B: TrainingBackend>(model: Hlat<B>, device: &B::Device) -> Run {
         max_consecutive_skips: 3,
         ..OptimizerStep::from_config(&recipe)
     };
-    let mut learner = step.learner(LanguageModel::new(model, None), settings, schedule);
-    let mut progress = TrainingProgress::default();
+    let mut training = Training::new(LanguageModel::new(model, None), settings, schedule, step);
     let mut run = Run {
         losses: Vec::new(),
         grad_norms: Vec::new(),
         weights: Vec::new(),
     };
     for _ in 0..STEPS {
-        let batch = LmBatch::from_rows(&rows, device);
-        let report = step.run(&mut learner, &mut progress, vec![batch]).unwrap();
+        let report = training
+            .train(vec![LmBatch::from_rows(&rows, device)])
+            .unwrap();
         run.losses.push(report.loss);
         run.grad_norms.push(report.grad_norm);
     }
-    let hlat = learner.model().hlat;
+    let hlat = training.model().hlat;
     run.weights = vec![
         hlat.lm_head
             .as_ref()

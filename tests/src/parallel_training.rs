@@ -26,6 +26,8 @@ use hlat_train::pretrain::{
 use hlat_train::progress::TrainingProgress;
 use hlat_train::schedule::{WarmupCosine, WarmupCosineScheduler};
 
+use test_support::training::EVERY_PARALLELISM;
+
 use crate::support::xla;
 
 type B = Autodiff<Trainium>;
@@ -453,13 +455,7 @@ impl ModuleVisitor<B> for MomentElements {
 fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let _random = crate::support::exclusive_random();
     let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
-    let layout = ParallelLayout {
-        data: 2,
-        tensor: 2,
-        pipeline: 1,
-        sequence_parallel: true,
-        zero1: true,
-    };
+    let layout = EVERY_PARALLELISM;
     let config = HlatConfig::preset("hlat-test").unwrap();
     let parallel = layout.tensor_parallel().unwrap();
     let hlat = config.init::<B>(&device).shard(&parallel);

@@ -604,25 +604,17 @@ fn a_dtype_the_backend_lacks_is_an_error() {
 fn a_tokenizer_that_would_panic_when_used_is_refused_when_loaded() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tokenizer.json");
-    let template = serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [
-                {"SpecialToken": {"id": "<s>", "type_id": 0}},
-                {"Sequence": {"id": "A", "type_id": 0}}
-            ],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {}
-        },
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": {"a": 0, "[UNK]": 1}, "unk_token": "[UNK]"}
+    let post_processor = serde_json::json!({
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": "<s>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}}
+        ],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {}
     });
+    let vocab = serde_json::json!({"a": 0, "[UNK]": 1});
+    let template = test_support::tokenizer::word_level_json(vocab, "[UNK]", post_processor);
     std::fs::write(&path, template.to_string()).unwrap();
     let error = load_tokenizer(&path).expect_err("the tokenizer cannot encode anything");
     assert!(

@@ -12,17 +12,12 @@ use hlat::hf::{WeightDtype, import_hf, load_tokenizer};
 use hlat_train::finetune::{ChatTemplate, Message, SftExample, SftRows, SftTokenizer, bucket_len};
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use serde_json::Value;
+use test_support::fixtures::{fixture, token_ids};
 use tokenizers::Tokenizer;
 
 type B = NdArray;
 
 const EOT: u32 = 1002;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures")
-        .join(name)
-}
 
 fn tokenizer() -> Tokenizer {
     load_tokenizer(&fixture("chat-llama3/tokenizer.json")).unwrap()
@@ -32,6 +27,30 @@ fn template() -> ChatTemplate {
     ChatTemplate::from_tokenizer_config(&fixture("chat-llama3/tokenizer_config.json"))
         .unwrap()
         .unwrap()
+}
+
+/// The chat fixture's tokenizer and template, which fine-tuning reads records with.
+struct ChatFixture {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+}
+
+impl ChatFixture {
+    fn load() -> Self {
+        Self {
+            tokenizer: tokenizer(),
+            template: template(),
+        }
+    }
+
+    /// The fixture's record reader, `<|eot_id|>` ending each example.
+    fn sft(&self) -> SftTokenizer<'_> {
+        SftTokenizer {
+            tokenizer: &self.tokenizer,
+            template: Some(&self.template),
+            eos_id: EOT,
+        }
+    }
 }
 
 #[test]
@@ -52,12 +71,7 @@ fn the_llama3_template_renders_as_transformers_does() {
             prompt,
             conversation["text_generation_prompt"].as_str().unwrap()
         );
-        let ids: Vec<u32> = conversation["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|id| id.as_u64().unwrap() as u32)
-            .collect();
+        let ids = token_ids(&conversation["ids"]);
         assert_eq!(tokenizer.encode(text, false).unwrap().get_ids(), ids);
     }
 }
@@ -81,13 +95,8 @@ fn trained_text(tokenizer: &Tokenizer, example: &SftExample) -> String {
 
 #[test]
 fn only_completions_and_assistant_messages_are_trained_on() {
-    let tokenizer = tokenizer();
-    let template = template();
-    let sft = SftTokenizer {
-        tokenizer: &tokenizer,
-        template: Some(&template),
-        eos_id: EOT,
-    };
+    let chat_fixture = ChatFixture::load();
+    let (tokenizer, template) = (&chat_fixture.tokenizer, &chat_fixture.template);
     let dir = tempfile::tempdir().unwrap();
     let path = write(
         dir.path(),
@@ -97,7 +106,7 @@ fn only_completions_and_assistant_messages_are_trained_on() {
             r#"{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "Seven."}, {"role": "user", "content": "Another?"}, {"role": "assistant", "content": "Two."}]}"#,
         ],
     );
-    let examples = sft.read_file(&path).unwrap();
+    let examples = chat_fixture.sft().read_file(&path).unwrap();
     assert_eq!(examples.len(), 2);
     let (completion, chat) = (&examples[0], &examples[1]);
     assert_eq!((completion.line, chat.line), (1, 3));
@@ -109,11 +118,11 @@ fn only_completions_and_assistant_messages_are_trained_on() {
     assert!(completion.trained[..prompt_len].iter().all(|t| !t));
     assert!(completion.trained[prompt_len..].iter().all(|&t| t));
     assert_eq!(*completion.ids.last().unwrap(), EOT);
-    assert_eq!(trained_text(&tokenizer, completion), " Paris.<|eot_id|>");
+    assert_eq!(trained_text(tokenizer, completion), " Paris.<|eot_id|>");
 
     // Each assistant message's content and the end of its turn, nothing else.
     assert_eq!(
-        trained_text(&tokenizer, chat),
+        trained_text(tokenizer, chat),
         "Seven.<|eot_id|>Two.<|eot_id|>"
     );
     let text = template
@@ -130,13 +139,8 @@ fn only_completions_and_assistant_messages_are_trained_on() {
 
 #[test]
 fn bad_records_name_the_file_and_line() {
-    let tokenizer = tokenizer();
-    let template = template();
-    let sft = SftTokenizer {
-        tokenizer: &tokenizer,
-        template: Some(&template),
-        eos_id: EOT,
-    };
+    let chat_fixture = ChatFixture::load();
+    let sft = chat_fixture.sft();
     let good = r#"{"prompt": "a", "completion": " b"}"#;
     let dir = tempfile::tempdir().unwrap();
     for (record, expected) in [
@@ -188,13 +192,6 @@ fn bad_records_name_the_file_and_line() {
 }
 
 fn examples() -> Vec<SftExample> {
-    let tokenizer = tokenizer();
-    let template = template();
-    let sft = SftTokenizer {
-        tokenizer: &tokenizer,
-        template: Some(&template),
-        eos_id: EOT,
-    };
     let dir = tempfile::tempdir().unwrap();
     let path = write(
         dir.path(),
@@ -204,7 +201,7 @@ fn examples() -> Vec<SftExample> {
             r#"{"prompt": "Two plus two is", "completion": " four"}"#,
         ],
     );
-    sft.read_file(&path).unwrap()
+    ChatFixture::load().sft().read_file(&path).unwrap()
 }
 
 fn model() -> LanguageModel<B> {

@@ -13,20 +13,12 @@ use hlat_train::eval::{
 };
 use serde_json::Value;
 
+use test_support::fixtures::token_ids;
+
 use super::fixture;
 
 fn expected() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture("hf-tiny-llama/expected.json")).unwrap())
-        .unwrap()
-}
-
-fn ids(value: &Value) -> Vec<u32> {
-    value
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|id| id.as_u64().unwrap() as u32)
-        .collect()
+    test_support::fixtures::expected("hf-tiny-llama")
 }
 
 fn model<B: Backend>(device: &B::Device) -> Hlat<B> {
@@ -54,7 +46,7 @@ fn perplexity_equals_exp_of_the_fixture_loss<B: Backend>(device: &B::Device) {
         .as_array()
         .unwrap()
         .iter()
-        .map(ids)
+        .map(token_ids)
         .collect();
     // transformers' mean cross-entropy of the batch before any step.
     let loss = expected["train"]["losses"][0].as_f64().unwrap();
@@ -85,7 +77,7 @@ fn perplexity_equals_exp_of_the_fixture_loss_on_host() {
 #[test]
 fn log_likelihoods_of_prefixes_equal_the_fixture_logits() {
     let expected = expected();
-    let row = ids(&expected["input_ids"][0]);
+    let row = token_ids(&expected["input_ids"][0]);
     let logits = &expected["logits_first_positions"][0];
     let device = Default::default();
     let model = model::<NdArray>(&device);
@@ -120,17 +112,7 @@ fn numbered_tokenizer(dir: &std::path::Path) -> TextTokenizer {
     let vocab: serde_json::Map<String, Value> = (0..1024)
         .map(|id| (format!("w{id}"), Value::from(id)))
         .collect();
-    let json = serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": null,
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
-    });
+    let json = test_support::tokenizer::word_level_json(vocab.into(), "w0", Value::Null);
     let path = dir.join("tokenizer.json");
     std::fs::write(&path, json.to_string()).unwrap();
     TextTokenizer::from_file(&path).unwrap()

@@ -3,7 +3,7 @@
 //! and tied (Qwen2), q/k norms with YaRN (Qwen3), a sliding window (Mistral), every bias
 //! (Llama with `attention_bias` and `mlp_bias`).
 
-use super::{Training, fixture};
+use super::fixture;
 use burn::backend::{Autodiff, NdArray};
 use hlat::hf::{WeightDtype, import_hf};
 use hlat_train::language_model::{LanguageModel, LmBatch};
@@ -11,8 +11,8 @@ use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::ParallelLayout;
 use hlat_train::schedule::WarmupCosine;
-use serde_json::Value;
-use test_support::fixtures::HF_FIXTURES;
+use test_support::fixtures::{HF_FIXTURES, expected, token_ids};
+use test_support::training::Training;
 
 type B = Autodiff<NdArray>;
 
@@ -25,23 +25,14 @@ fn ten_adamw_steps_match_torch() {
 
 /// Trains fixture `name` for its ten steps and compares each loss with torch's.
 fn ten_adamw_steps_of(name: &str) {
-    let expected: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture(name).join("expected.json")).unwrap(),
-    )
-    .unwrap();
+    let expected = expected(name);
     let train = &expected["train"];
     let number = |key: &str| train[key].as_f64().unwrap();
     let rows: Vec<Vec<u32>> = train["batch"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|row| {
-            row.as_array()
-                .unwrap()
-                .iter()
-                .map(|id| id.as_u64().unwrap() as u32)
-                .collect()
-        })
+        .map(token_ids)
         .collect();
     let losses: Vec<f64> = train["losses"]
         .as_array()

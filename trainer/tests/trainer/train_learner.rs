@@ -21,7 +21,7 @@ use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::ParallelLayout;
 use hlat_train::schedule::WarmupCosine;
 
-use crate::Training;
+use test_support::training::{EVERY_PARALLELISM, Training};
 
 /// Deterministic reductions (the host executor), so both runs agree to the bit.
 type B = Autodiff<Trainium>;
@@ -134,14 +134,10 @@ fn the_learner_with_hlat_strategy_trains_as_its_step_run_by_hand_does() {
 
 #[test]
 fn the_learner_with_hlat_strategy_trains_parallel_layouts_as_its_step_run_by_hand_does() {
-    let layout = ParallelLayout {
-        data: 2,
-        tensor: 2,
-        pipeline: 1,
-        sequence_parallel: true,
-        zero1: true,
-    };
-    check(&TrainiumDevice::replicated(ExecutorKind::Host, 4), layout);
+    check(
+        &TrainiumDevice::replicated(ExecutorKind::Host, 4),
+        EVERY_PARALLELISM,
+    );
 }
 
 /// The first token of every row of every micro-batch a loader yields.

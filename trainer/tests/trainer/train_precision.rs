@@ -14,7 +14,7 @@ use hlat_train::optimizer::AdamWSettings;
 use hlat_train::precision::{Precision, cast_params};
 use hlat_train::schedule::WarmupCosine;
 
-use crate::Training;
+use test_support::training::Training;
 
 type B = Autodiff<Trainium>;
 

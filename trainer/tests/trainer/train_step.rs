@@ -14,7 +14,7 @@ use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::schedule::WarmupCosine;
 
-use crate::Training;
+use test_support::training::Training;
 
 /// The project's own backend on the host executor: deterministic reductions, so the only
 /// difference between one batch and its micro-batches is the order of the sums.
