@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::family::ModelFamily;
 use crate::model::Hlat;
-use crate::rotary::RopeScaling;
+use crate::rotary::{Llama3Scaling, RopeScaling};
 
 /// Errors of configuration lookup, validation and (de)serialization.
 #[derive(Debug, thiserror::Error)]
@@ -167,11 +167,13 @@ const PRESET_NAMES: &[&str] = &[
 /// The presets of published checkpoints' architectures (see [`HlatConfig::preset`]), as their
 /// `config.json` files state them.
 fn published_preset(name: &str) -> Option<HlatConfig> {
-    let llama3 = |factor| RopeScaling::Llama3 {
-        factor,
-        low_freq_factor: 1.0,
-        high_freq_factor: 4.0,
-        original_max_position_embeddings: 8192,
+    let llama3 = |factor| {
+        RopeScaling::Llama3(Llama3Scaling {
+            factor,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        })
     };
     let base = HlatConfig {
         init_std: 0.02,

@@ -57,5 +57,5 @@ pub use family::ModelFamily;
 pub use mlp::Mlp;
 pub use model::Hlat;
 pub use norm::RmsNorm;
-pub use rotary::RopeScaling;
+pub use rotary::{Llama3Scaling, RopeScaling, YarnScaling};
 pub use tokenizers::Tokenizer;

@@ -9,7 +9,7 @@ use super::dtype::WeightDtype;
 use super::error::HfError;
 use crate::config::{ConfigError, HlatConfig, SlidingWindow};
 use crate::family::ModelFamily;
-use crate::rotary::RopeScaling;
+use crate::rotary::{Llama3Scaling, RopeScaling, YarnScaling};
 
 /// The `config.json` file name.
 pub const CONFIG_FILE: &str = "config.json";
@@ -321,13 +321,13 @@ impl FieldReader<'_> {
             Some((_, Some("linear"))) => RopeScaling::Linear {
                 factor: number("factor", None)?,
             },
-            Some((_, Some("llama3"))) => RopeScaling::Llama3 {
+            Some((_, Some("llama3"))) => RopeScaling::Llama3(Llama3Scaling {
                 factor: number("factor", None)?,
                 low_freq_factor: number("low_freq_factor", None)?,
                 high_freq_factor: number("high_freq_factor", None)?,
                 original_max_position_embeddings: whole("original_max_position_embeddings", None)?,
-            },
-            Some((_, Some("yarn"))) => RopeScaling::Yarn {
+            }),
+            Some((_, Some("yarn"))) => RopeScaling::Yarn(YarnScaling {
                 factor: number("factor", None)?,
                 original_max_position_embeddings: whole(
                     "original_max_position_embeddings",
@@ -346,7 +346,7 @@ impl FieldReader<'_> {
                     Value::as_bool,
                     "true or false",
                 )?,
-            },
+            }),
             Some((value, _)) => {
                 return Err(self.nested_error(
                     field,
