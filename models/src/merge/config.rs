@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::MergeError;
 use super::method::{BasePolicy, MergeMethod};
+use crate::file_error::FileError;
 use crate::hf::WeightDtype;
 
 /// Parameter settings by name, as written (see [`super::setting::evaluate`]).
@@ -107,19 +108,13 @@ pub struct MergeConfig {
 impl MergeConfig {
     /// Reads a configuration file.
     pub fn from_file(path: &Path) -> Result<Self, MergeError> {
-        let text = std::fs::read_to_string(path).map_err(|source| MergeError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = FileError::read_to_string(path)?;
         Self::from_yaml(&text, path)
     }
 
     /// Reads the text of a configuration file (`path` names it in messages).
     pub fn from_yaml(text: &str, path: &Path) -> Result<Self, MergeError> {
-        let invalid = |message: String| MergeError::Config {
-            path: path.to_path_buf(),
-            message,
-        };
+        let invalid = |message: String| MergeError::from(FileError::invalid(path, message));
         // serde_norway's messages end with the line and column.
         let raw: RawConfig =
             serde_norway::from_str(text).map_err(|error| invalid(error.to_string()))?;

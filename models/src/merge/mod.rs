@@ -41,6 +41,7 @@ pub use sparsify::{SparsifyOptions, sparsify};
 pub use task_arithmetic::{TaskArithmetic, TaskVector, stream_seed, task_arithmetic};
 
 use crate::HlatConfig;
+use crate::file_error::FileError;
 use crate::hf::{
     CONFIG_FILE, HfError, WEIGHTS_FILE, WeightDtype, Weights, decode, encode, read_hf_config,
     write_json, write_safetensors_with,
@@ -51,22 +52,10 @@ use burn::tensor::TensorData;
 /// What can go wrong in a merge. Each names the file, and the model, tensor or field.
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
-    /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file or folder.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The merge configuration is invalid or asks for something unsupported.
-    #[error("{}: {message}", path.display())]
-    Config {
-        /// The configuration file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
+    /// Reading or writing a file failed, or the merge configuration is invalid or asks for
+    /// something unsupported.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// A model folder could not be read.
     #[error(transparent)]
     Hf(#[from] HfError),
@@ -168,10 +157,7 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
             let path = PathBuf::from(&folder);
             let model_config = read_hf_config(&path)?;
             let config_path = path.join(CONFIG_FILE);
-            let text = std::fs::read_to_string(&config_path).map_err(|source| MergeError::Io {
-                path: config_path.clone(),
-                source,
-            })?;
+            let text = FileError::read_to_string(&config_path)?;
             let json = serde_json::from_str(&text).map_err(|source| HfError::Json {
                 path: config_path,
                 source,
@@ -225,10 +211,7 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
         .map(|tensor| (tensor.name.clone(), tensor.shape.clone()))
         .collect();
 
-    let staging = Staging::new(out).map_err(|source| MergeError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
+    let staging = Staging::new(out).map_err(FileError::io(out))?;
     let weights_path = staging.path().join(WEIGHTS_FILE);
     write_safetensors_with(&weights_path, &names, dtype, |index| {
         let tensor = &plan.tensors[index];
@@ -252,11 +235,9 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
                 Ok(round(values.into_iter().map(f64::from), working))
             })
             .collect::<Result<Vec<_>, MergeError>>()?;
-        let merged =
-            combine(config.method, tensor, &values).map_err(|message| MergeError::Config {
-                path: config.path.clone(),
-                message: format!("tensor `{}`: {message}", tensor.name),
-            })?;
+        let merged = combine(config.method, tensor, &values).map_err(|message| {
+            FileError::invalid(&config.path, format!("tensor `{}`: {message}", tensor.name))
+        })?;
         let merged = round(merged.into_iter(), working);
         Ok::<_, MergeError>(encode(TensorData::new(merged, tensor.shape.clone()), dtype, false).0)
     })?;
@@ -283,16 +264,10 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
     for file in COPIED_FILES {
         let source = donor_folder.join(file);
         if source.is_file() {
-            std::fs::copy(&source, staging.path().join(file)).map_err(|error| MergeError::Io {
-                path: source.clone(),
-                source: error,
-            })?;
+            std::fs::copy(&source, staging.path().join(file)).map_err(FileError::io(&source))?;
         }
     }
-    staging.commit(false).map_err(|source| MergeError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
+    staging.commit(false).map_err(FileError::io(out))?;
     log::info!(
         "merged {} tensors ({} layers) into {}",
         names.len(),

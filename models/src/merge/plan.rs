@@ -14,6 +14,7 @@ use super::MergeError;
 use super::config::{MergeConfig, Settings, Slice};
 use super::method::{ParameterDefault, ParameterScope, ParameterSpec};
 use super::setting::{Scalar, evaluate};
+use crate::file_error::FileError;
 
 /// The LM head, absent from checkpoints with tied embeddings.
 const LM_HEAD: &str = "lm_head.weight";
@@ -140,10 +141,7 @@ impl Planner<'_> {
     }
 
     fn error(&self, message: String) -> MergeError {
-        MergeError::Config {
-            path: self.config.path.clone(),
-            message,
-        }
+        FileError::invalid(&self.config.path, message).into()
     }
 
     /// The layer range of each source of slice `index`, checked against its model.

@@ -3,8 +3,9 @@
 //! `lstrip_blocks`), loop controls, `raise_exception`, `tojson`, Python's string methods, and
 //! the variables `messages`, `bos_token`, `eos_token`, `add_generation_prompt`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use hlat::FileError;
 use minijinja::{Environment, Error, ErrorKind, Value, context};
 use serde::{Deserialize, Serialize};
 
@@ -14,22 +15,10 @@ pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 /// What can go wrong reading or rendering a chat template.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatTemplateError {
-    /// The template or configuration file could not be read.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// `tokenizer_config.json` is not JSON, or has no usable `chat_template`.
-    #[error("{}: {message}", path.display())]
-    Config {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
+    /// The template or configuration file could not be read, or `tokenizer_config.json` is not
+    /// JSON or has no usable `chat_template`.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// The template does not compile or failed to render (`raise_exception` included).
     #[error("chat template of {}: {message}", source_name)]
     Render {
@@ -117,15 +106,9 @@ impl ChatTemplate {
     /// the one named `default`), with its `bos_token` and `eos_token`. `Ok(None)` when the file
     /// has no template.
     pub fn from_tokenizer_config(path: &Path) -> Result<Option<Self>, ChatTemplateError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ChatTemplateError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let config: serde_json::Value =
-            serde_json::from_str(&text).map_err(|error| ChatTemplateError::Config {
-                path: path.to_path_buf(),
-                message: format!("invalid JSON: {error}"),
-            })?;
+        let text = FileError::read_to_string(path)?;
+        let config: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|error| FileError::invalid(path, format!("invalid JSON: {error}")))?;
         let template = match config.get("chat_template") {
             None | Some(serde_json::Value::Null) => return Ok(None),
             Some(serde_json::Value::String(template)) => template.clone(),
@@ -135,15 +118,15 @@ impl ChatTemplate {
                 .and_then(|entry| entry.get("template"))
                 .and_then(|template| template.as_str())
                 .map(str::to_string)
-                .ok_or_else(|| ChatTemplateError::Config {
-                    path: path.to_path_buf(),
-                    message: "`chat_template` lists no template named `default`".into(),
+                .ok_or_else(|| {
+                    FileError::invalid(path, "`chat_template` lists no template named `default`")
                 })?,
             Some(other) => {
-                return Err(ChatTemplateError::Config {
-                    path: path.to_path_buf(),
-                    message: format!("`chat_template` is neither a string nor a list: {other}"),
-                });
+                return Err(FileError::invalid(
+                    path,
+                    format!("`chat_template` is neither a string nor a list: {other}"),
+                )
+                .into());
             }
         };
         Self::new(
@@ -161,18 +144,10 @@ impl ChatTemplate {
         path: &Path,
         tokenizer_config: Option<&Path>,
     ) -> Result<Self, ChatTemplateError> {
-        let template = std::fs::read_to_string(path).map_err(|source| ChatTemplateError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let template = FileError::read_to_string(path)?;
         let (bos, eos) = match tokenizer_config.filter(|config| config.is_file()) {
             Some(config_path) => {
-                let text = std::fs::read_to_string(config_path).map_err(|source| {
-                    ChatTemplateError::Io {
-                        path: config_path.to_path_buf(),
-                        source,
-                    }
-                })?;
+                let text = FileError::read_to_string(config_path)?;
                 let config: serde_json::Value =
                     serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
                 (
