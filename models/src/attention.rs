@@ -21,6 +21,10 @@ use crate::rotary::RotaryTables;
 /// head (grouped-query attention, as Hugging Face's `repeat_kv`). Optionally with biases on the
 /// projections, an RMSNorm over each query and key head before the rotary embedding (Qwen3) and
 /// a sliding window (Mistral).
+///
+/// It runs in three stages, [`Attention::project`], [`Attention::attend`] and
+/// [`Attention::output`]: the decoder layer runs them in turn, activation checkpointing
+/// recomputes them apart.
 #[derive(Module, Debug)]
 pub struct Attention<B: Backend> {
     /// Query projection `hidden -> heads·head_dim`.
@@ -99,21 +103,6 @@ impl<B: Backend> Attention<B> {
             v_lora: None,
             o_lora: None,
         }
-    }
-
-    /// Attends `x` `[batch, seq, hidden]` (the whole input of this rank's heads) whose first
-    /// position is `rotary`'s first position; the output projection is row-parallel under
-    /// `exchange`.
-    pub fn forward(
-        &self,
-        x: Tensor<B, 3>,
-        rotary: &RotaryTables<B>,
-        context: Context<'_, B>,
-        exchange: &dyn Exchange<B>,
-    ) -> Tensor<B, 3> {
-        let (queries, keys, values) = self.project(x, rotary);
-        let attended = self.attend(queries, keys, values, context);
-        self.output(attended, exchange)
     }
 
     /// The output projection (row-parallel under `exchange`) of the attention core's output.

@@ -46,8 +46,9 @@ impl<B: Backend> DecoderLayer<B> {
         exchange: &dyn Exchange<B>,
     ) -> Tensor<B, 3> {
         let normed = exchange.enter(self.input_layernorm.forward(x.clone()));
-        let attended = self.self_attn.forward(normed, rotary, context, exchange);
-        let x = x + attended;
+        let (queries, keys, values) = self.self_attn.project(normed, rotary);
+        let attended = self.self_attn.attend(queries, keys, values, context);
+        let x = x + self.self_attn.output(attended, exchange);
         let normed = exchange.enter(self.post_attention_layernorm.forward(x.clone()));
         let transformed = self.mlp.forward(normed, exchange);
         x + transformed
