@@ -73,6 +73,19 @@ struct DeviceArg {
     device: Option<String>,
 }
 
+/// The flags `hlat eval perplexity` and `hlat eval choice` share: how they batch the rows they
+/// score, on which device, with which adapter.
+#[derive(Args)]
+struct ScoringArgs {
+    /// Rows per batch (every batch has this many rows).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = super::ranges::at_least_one::<usize>())]
+    batch_rows: usize,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    adapter: AdapterArg,
+}
+
 /// Arguments of `hlat eval perplexity`.
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("source").required(true).args(["ids", "text", "shards"])))]
@@ -94,13 +107,8 @@ struct PerplexityArgs {
     /// context.
     #[arg(long, value_name = "DIR")]
     shards: Option<PathBuf>,
-    /// Rows per batch (every batch has this many rows).
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = super::ranges::at_least_one::<usize>())]
-    batch_rows: usize,
     #[command(flatten)]
-    device: DeviceArg,
-    #[command(flatten)]
-    adapter: AdapterArg,
+    scoring: ScoringArgs,
 }
 
 /// Arguments of `hlat eval choice`.
@@ -117,24 +125,19 @@ struct ChoiceArgs {
     /// Few-shot examples before each question.
     #[arg(long, value_name = "K", default_value_t = 0)]
     shots: usize,
-    /// Rows per batch (every batch has this many rows).
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = super::ranges::at_least_one::<usize>())]
-    batch_rows: usize,
     #[command(flatten)]
-    device: DeviceArg,
-    #[command(flatten)]
-    adapter: AdapterArg,
+    scoring: ScoringArgs,
 }
 
 /// Runs `hlat eval`.
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     match args.task {
         Some(EvalTask::Perplexity(args)) => {
-            let device = args.device.device.clone();
+            let device = args.scoring.device.device.clone();
             on_device(device.as_deref(), Evaluation::Perplexity(args))
         }
         Some(EvalTask::Choice(args)) => {
-            let device = args.device.device.clone();
+            let device = args.scoring.device.device.clone();
             on_device(device.as_deref(), Evaluation::Choice(args))
         }
         None => validation(args.validation),
@@ -168,7 +171,7 @@ fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::R
     match evaluation {
         Evaluation::Perplexity(args) => {
             let (model, own_tokenizer) = load::<B>(&args.model, device)?;
-            let model = args.adapter.apply(model, device)?;
+            let model = args.scoring.adapter.apply(model, device)?;
             let context = model.config().max_seq_len;
             let (rows, bytes) = match (&args.ids, &args.text, &args.shards) {
                 (Some(path), _, _) => (json_rows(path)?, None),
@@ -193,7 +196,7 @@ fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::R
                 (_, _, Some(folder)) => (shard_rows(folder, context)?, None),
                 _ => anyhow::bail!("give --ids, --text or --shards"),
             };
-            let report = perplexity_of_rows(&model, &rows, bytes, args.batch_rows, device)?;
+            let report = perplexity_of_rows(&model, &rows, bytes, args.scoring.batch_rows, device)?;
             println!("rows: {}", report.rows);
             println!("tokens: {}", report.tokens);
             println!("perplexity: {:.6}", report.perplexity);
@@ -203,7 +206,7 @@ fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::R
         }
         Evaluation::Choice(args) => {
             let (model, tokenizer) = load::<B>(&args.model, device)?;
-            let model = args.adapter.apply(model, device)?;
+            let model = args.scoring.adapter.apply(model, device)?;
             let tokenizer = tokenizer.with_context(|| {
                 format!(
                     "{} has no tokenizer.json: a multiple-choice task is text",
@@ -216,7 +219,7 @@ fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::R
                 &tokenizer,
                 &task,
                 args.shots,
-                args.batch_rows,
+                args.scoring.batch_rows,
                 device,
             )?;
             println!("questions: {}", report.questions);
