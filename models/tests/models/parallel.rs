@@ -116,17 +116,34 @@ fn parameters(model: &Hlat<Trainium>) -> Vec<(String, Vec<TensorData>)> {
     collect.out
 }
 
-#[test]
-fn replicated_kv_heads_give_the_whole_models_logits() {
+/// Four replicas of the host device, and tensor parallelism over them.
+fn four_ways() -> (TrainiumDevice, TensorParallel) {
     let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
     let parallel = TensorParallel {
         groups: ReplicaGroups::all(4),
         sequence_parallel: false,
     };
+    (device, parallel)
+}
+
+/// A model of `config` on `device` (its values materialised) and the same model split by
+/// `parallel`.
+fn whole_and_split(
+    config: &HlatConfig,
+    device: &TrainiumDevice,
+    parallel: &TensorParallel,
+) -> (Hlat<Trainium>, Hlat<Trainium>) {
+    let whole: Hlat<Trainium> = config.init(device);
+    let whole = whole.clone().load_record(whole.into_record());
+    let sharded = whole.clone().shard(parallel);
+    (whole, sharded)
+}
+
+#[test]
+fn replicated_kv_heads_give_the_whole_models_logits() {
+    let (device, parallel) = four_ways();
     for config in replicated_kv_configs() {
-        let whole: Hlat<Trainium> = config.init(&device);
-        let whole = whole.clone().load_record(whole.into_record());
-        let sharded = whole.clone().shard(&parallel);
+        let (whole, sharded) = whole_and_split(&config, &device, &parallel);
         for layer in &sharded.layers {
             assert_eq!(
                 (layer.self_attn.num_heads, layer.self_attn.num_kv_heads),
@@ -162,15 +179,9 @@ fn replicated_kv_heads_give_the_whole_models_logits() {
 
 #[test]
 fn replicated_kv_heads_split_and_join_bit_exactly() {
-    let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
-    let parallel = TensorParallel {
-        groups: ReplicaGroups::all(4),
-        sequence_parallel: false,
-    };
+    let (device, parallel) = four_ways();
     for config in replicated_kv_configs() {
-        let whole: Hlat<Trainium> = config.init(&device);
-        let whole = whole.clone().load_record(whole.into_record());
-        let sharded = whole.clone().shard(&parallel);
+        let (whole, sharded) = whole_and_split(&config, &device, &parallel);
         // Rank r holds KV head r / (4 / num_kv_heads): its columns of the whole projection.
         let head_dim = config.head_dim();
         let copies = 4 / config.num_kv_heads;
