@@ -132,7 +132,19 @@ pub(crate) fn scatter_along(
     let one_per_line =
         indices.dims[dim] == 1 && (0..rank).all(|d| d == dim || indices.dims[d] == tensor.dims[d]);
     if one_per_line {
-        return scatter_one_per_line(cx, tensor, indices, updates, dim, combiner);
+        // One index per line updates each position at most once, so the scatter is elementwise:
+        // where the position along `dim` equals the line's index, the combination of the tensor
+        // and the line's update, elsewhere the tensor. As a compare and a select it fuses into
+        // its consumers instead of writing a whole tensor: the gradient of a gather of one
+        // target per row (the cross-entropy's backward pass) would otherwise scatter into a
+        // fresh `[rows, vocabulary]` tensor, and scatters are slow on accelerators.
+        let hit = line_index_hits(cx, tensor, indices, dim);
+        let spread = cx.builder.broadcast_to(updates, &tensor.dims);
+        let combined = match combiner.opcode() {
+            Some(opcode) => cx.builder.binary(opcode, tensor, &spread),
+            None => spread,
+        };
+        return cx.builder.select(&hit, &combined, tensor);
     }
     let coordinates = coordinates(cx, indices, dim, rank);
     scatter_elements(cx, tensor, &coordinates, updates, combiner)
@@ -211,22 +223,10 @@ pub(crate) fn scatter_nd(cx: &mut Lowering, ir: &ScatterNdOpIr) -> Lowered {
     cx.set(&ir.out, result)
 }
 
-/// A scatter of one index per line along `dim` (`indices` of size 1 there and the tensor's size
-/// elsewhere) updates each position at most once, so it is elementwise: where the position
-/// along `dim` equals the line's index, the combination of the tensor and the line's update,
-/// elsewhere the tensor. As a compare and a select it fuses into its consumers instead of
-/// writing a whole tensor: the gradient of a gather of one target per row (the cross-entropy's
-/// backward pass) would otherwise scatter into a fresh `[rows, vocabulary]` tensor, and
-/// scatters are slow on accelerators. Indices out of range match no position, as a scatter
-/// drops them.
-fn scatter_one_per_line(
-    cx: &mut Lowering,
-    tensor: &Value,
-    indices: &Value,
-    updates: &Value,
-    dim: usize,
-    combiner: Combiner,
-) -> Value {
+/// Where the position along `dim` of each element of `tensor` equals its line's index in
+/// `indices` (of size 1 along `dim` and the tensor's size elsewhere): a mask of the tensor's
+/// shape. Indices out of range hit no position, as a scatter drops them.
+fn line_index_hits(cx: &mut Lowering, tensor: &Value, indices: &Value, dim: usize) -> Value {
     // Positions in 32 bits where the dimension and the indices fit them (Neuron narrows 64-bit
     // integers), else in 64.
     let wide =
@@ -239,13 +239,7 @@ fn scatter_one_per_line(
     let indices = cx.builder.convert(indices, index_type);
     let positions = cx.builder.iota(index_type, &tensor.dims, dim);
     let targets = cx.builder.broadcast_to(&indices, &tensor.dims);
-    let hit = cx.builder.compare(Direction::Eq, &positions, &targets);
-    let spread = cx.builder.broadcast_to(updates, &tensor.dims);
-    let combined = match combiner.opcode() {
-        Some(opcode) => cx.builder.binary(opcode, tensor, &spread),
-        None => spread,
-    };
-    cx.builder.select(&hit, &combined, tensor)
+    cx.builder.compare(Direction::Eq, &positions, &targets)
 }
 
 /// The integer type of positions below `size`: 32 bits where they fit (Neuron narrows 64-bit
