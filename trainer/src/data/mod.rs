@@ -7,10 +7,11 @@
 //!    ([`TextTokenizer::train_byte_level_bpe`]).
 //! 2. [`ingest()`] streams documents from text, JSONL (plain, gzip, zstd) and Parquet files
 //!    ([`inputs`], [`documents`], [`parquet_input`]), filters them ([`filter`]), tokenizes them
-//!    on all cores and writes token shards ([`shard`]) or a Megatron indexed dataset
-//!    ([`megatron`]): every document followed by EOS, whole documents held out for validation;
-//!    a killed ingest continues where it stopped. [`ShardSet`] reads a split back (shards or a
-//!    Megatron dataset), memory-mapped, as one [`TokenStream`].
+//!    on all cores (SentencePiece-style BPE such as Llama 2's word by word, with the ids of the
+//!    whole document: [`piece_encoding`]) and writes token shards ([`shard`]) or a Megatron
+//!    indexed dataset ([`megatron`]): every document followed by EOS, whole documents held out
+//!    for validation; a killed ingest continues where it stopped. [`ShardSet`] reads a split
+//!    back (shards or a Megatron dataset), memory-mapped, as one [`TokenStream`].
 //! 3. [`PackedRows`] cuts a token stream into rows of `seq_len + 1` tokens and is a
 //!    [`RowSource`]; the tail that fills no row is dropped and counted ([`packing`]).
 //! 4. [`Mixture`] combines row sources by weight, in tokens (e.g. 0.99 domain and 0.01 general).
@@ -48,6 +49,8 @@ pub mod megatron;
 pub mod mixing;
 pub mod packing;
 pub mod parquet_input;
+pub mod piece_cache;
+pub mod piece_encoding;
 pub mod rng;
 pub mod rows;
 pub mod sample;

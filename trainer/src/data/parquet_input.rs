@@ -1,10 +1,11 @@
 //! Documents of a Parquet file: one string column, read row group by row group in batches of
 //! rows, without Arrow.
 //!
-//! The column is the [`TextField`] (`text`, or a dotted path into structs such as `meta.body`);
-//! it must be a string (`BYTE_ARRAY`) column that is not inside a list. Only its pages are read,
-//! one at a time, so memory is bounded by a page and a batch of rows, not by the file or the row
-//! group. Snappy, gzip, zstd and LZ4 pages are supported. Null and empty values are left out.
+//! The column is the [`TextField`](super::text_field::TextField) (`text`, or a dotted path into
+//! structs such as `meta.body`); it must be a string (`BYTE_ARRAY`) column that is not inside a
+//! list. Only its pages are read, one at a time, so memory is bounded by a page and a batch of
+//! rows, not by the file or the row group. Snappy, gzip, zstd and LZ4 pages are supported. Null
+//! and empty values are left out.
 
 use std::fs::File;
 use std::ops::ControlFlow;

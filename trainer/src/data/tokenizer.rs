@@ -9,6 +9,7 @@
 //! (`<s>`/`</s>`, `<|begin_of_text|>`/`<|end_of_text|>`, `<|endoftext|>`, ...).
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 use tokenizers::models::TrainerWrapper;
@@ -18,6 +19,7 @@ use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::error::DataError;
+use super::piece_encoding::PieceEncoder;
 
 /// The special tokens of tokenizers trained by [`TextTokenizer::train_byte_level_bpe`], in id
 /// order: padding is 0, BOS is 1 and EOS is 2 (the Llama convention, with padding in place of
@@ -148,6 +150,9 @@ pub struct TextTokenizer {
     source: Option<PathBuf>,
     /// The `tokenizer_config.json` beside that file, if any.
     config: Option<TokenizerConfig>,
+    /// How [`TextTokenizer::encode_documents`] encodes, decided on its first call: piece by
+    /// piece when that is exact for this tokenizer, else `None`.
+    pieces: OnceLock<Option<PieceEncoder>>,
 }
 
 impl From<Tokenizer> for TextTokenizer {
@@ -159,6 +164,7 @@ impl From<Tokenizer> for TextTokenizer {
             inner,
             source: None,
             config: None,
+            pieces: OnceLock::new(),
         }
     }
 }
@@ -182,6 +188,7 @@ impl TextTokenizer {
             inner,
             source: Some(path.to_path_buf()),
             config: TokenizerConfig::read(&config_path)?,
+            pieces: OnceLock::new(),
         })
     }
 
@@ -300,24 +307,66 @@ impl TextTokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
-    /// Encodes every document, without special tokens, on all cores (the ids of
-    /// [`TextTokenizer::encode`], without computing the offsets it also tracks).
+    /// Encodes every document, without special tokens, on all cores: the ids of
+    /// [`TextTokenizer::encode`]. For a SentencePiece-style BPE tokenizer such as Llama 2's the
+    /// documents are encoded word by word with a per-thread cache of the words' ids, where the
+    /// tokenizer makes that exact ([`super::piece_encoding`]); otherwise document by document,
+    /// without the offsets [`TextTokenizer::encode`] also tracks.
     pub fn encode_documents<S>(&self, documents: &[S]) -> Result<Vec<Vec<u32>>, DataError>
     where
         S: AsRef<str> + Sync,
     {
+        let pieces = self.piece_encoder();
+        let encoding_error = |error: tokenizers::Error| DataError::Tokenizer {
+            context: "encoding".into(),
+            message: error.to_string(),
+        };
         documents
             .par_iter()
             .map(|document| {
+                let document = document.as_ref();
+                if let Some(pieces) = pieces
+                    && let Some(ids) = pieces
+                        .encode(&self.inner, document)
+                        .map_err(encoding_error)?
+                {
+                    return Ok(ids);
+                }
                 self.inner
-                    .encode_fast(document.as_ref(), false)
+                    .encode_fast(document, false)
                     .map(|encoding| encoding.get_ids().to_vec())
-                    .map_err(|error| DataError::Tokenizer {
-                        context: "encoding".into(),
-                        message: error.to_string(),
-                    })
+                    .map_err(encoding_error)
             })
             .collect()
+    }
+
+    /// Whether [`TextTokenizer::encode_documents`] encodes word by word (`true`) or document by
+    /// document.
+    pub fn encodes_documents_piecewise(&self) -> bool {
+        self.piece_encoder().is_some()
+    }
+
+    /// The piece encoder, when it is exact for this tokenizer; decided once, and logged.
+    fn piece_encoder(&self) -> Option<&PieceEncoder> {
+        self.pieces
+            .get_or_init(|| match PieceEncoder::new(&self.inner) {
+                Ok(encoder) => {
+                    log::debug!(
+                        "{}: encoding documents word by word with a per-thread cache (exact for \
+                         this SentencePiece-style BPE tokenizer)",
+                        self.describe()
+                    );
+                    Some(encoder)
+                }
+                Err(reason) => {
+                    log::debug!(
+                        "{}: encoding documents whole with the tokenizers crate: {reason}",
+                        self.describe()
+                    );
+                    None
+                }
+            })
+            .as_ref()
     }
 
     /// The text of `ids`, special tokens included.

@@ -15,6 +15,8 @@ struct Fixture {
     bos: Option<u32>,
     eos: u32,
     pad: Option<u32>,
+    /// Whether documents are encoded word by word (`TextTokenizer::encodes_documents_piecewise`).
+    piecewise: bool,
 }
 
 const FIXTURES: [Fixture; 3] = [
@@ -25,6 +27,7 @@ const FIXTURES: [Fixture; 3] = [
         bos: Some(1),
         eos: 2,
         pad: None,
+        piecewise: true,
     },
     // Byte-level BPE: <|begin_of_text|> 1000 (added by the post-processor), <|end_of_text|> 1001.
     Fixture {
@@ -33,6 +36,7 @@ const FIXTURES: [Fixture; 3] = [
         bos: Some(1000),
         eos: 1001,
         pad: None,
+        piecewise: false,
     },
     // Byte-level BPE with NFC: no BOS, <|endoftext|> 1000 as EOS and padding.
     Fixture {
@@ -41,6 +45,7 @@ const FIXTURES: [Fixture; 3] = [
         bos: None,
         eos: 1000,
         pad: Some(1000),
+        piecewise: false,
     },
 ];
 
@@ -53,8 +58,8 @@ fn fixture_tokenizers_match_the_python_tokenizers_library() {
 
 /// Checks the tokenizer of a fixture against its `expected.json`: the ids with the
 /// post-processor's special tokens, the ids without them, and the text the ids decode to
-/// (`expected.json` decodes with Python's default, `skip_special_tokens=True`), then its special
-/// tokens.
+/// (`expected.json` decodes with Python's default, `skip_special_tokens=True`), the ids of its
+/// `documents` as ingest encodes them, then its special tokens.
 fn check_against_python(
     &Fixture {
         name,
@@ -62,6 +67,7 @@ fn check_against_python(
         bos,
         eos,
         pad,
+        piecewise,
     }: &Fixture,
 ) {
     let dir = fixture(name);
@@ -105,6 +111,23 @@ fn check_against_python(
             "{name}: {text:?}"
         );
     }
+    // Whole documents without special tokens, as ingest encodes them (Llama 2's word by word).
+    let documents = expected["documents"].as_array().unwrap();
+    assert!(documents.len() >= 50, "{name}");
+    let texts: Vec<&str> = documents
+        .iter()
+        .map(|document| document["text"].as_str().unwrap())
+        .collect();
+    let encoded = tokenizer.encode_documents(&texts).unwrap();
+    for ((document, text), ids) in documents.iter().zip(&texts).zip(&encoded) {
+        let expected: Vec<u32> = serde_json::from_value(document["ids"].clone()).unwrap();
+        assert_eq!(ids, &expected, "{name}: document {text:?}");
+    }
+    assert_eq!(
+        tokenizer.encodes_documents_piecewise(),
+        piecewise,
+        "{name}: how documents are encoded"
+    );
     assert_eq!(tokenizer.vocab_size(), vocab_size, "{name}");
     assert_eq!(tokenizer.bos_id().ok(), bos, "{name}: BOS");
     assert_eq!(tokenizer.eos_id().unwrap(), eos, "{name}: EOS");

@@ -6,6 +6,7 @@ mod data_formats;
 mod data_ingest;
 mod data_mixing;
 mod data_packing;
+mod data_piece_encoding;
 mod data_sampler;
 mod data_tokenizer;
 mod eval_scoring;
