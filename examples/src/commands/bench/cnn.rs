@@ -58,24 +58,12 @@ pub struct CnnBenchArgs {
     pub worker: bool,
 }
 
-/// A full `hlat bench cnn` run.
+/// What a `hlat bench cnn` run trained with (its report is a [`report::LoopReport`] of them,
+/// whose PyTorch row starts from its own initial weights, so its loss differs).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CnnReport {
-    /// The command line that produced the report.
-    pub command: String,
+pub struct CnnParameters {
     /// Images per step.
     pub batch: usize,
-    /// The baseline of the ratios.
-    pub baseline: String,
-    /// One entry per backend that ran (PyTorch's starts from its own initial weights, so its
-    /// loss differs).
-    pub results: Vec<LoopMeasurement>,
-    /// Backends that could not run, with the reason.
-    pub failures: Vec<(String, String)>,
-    /// A description of the machine.
-    pub machine: String,
-    /// How this `hlat` binary was built.
-    pub build: String,
 }
 
 /// Runs `hlat bench cnn`.
@@ -109,18 +97,8 @@ pub fn run(args: CnnBenchArgs) -> anyhow::Result<()> {
             Err(error) => failures.push(("pytorch".to_string(), format!("{error:#}"))),
         }
     }
-    let report = CnnReport {
-        command: report::command_line(),
-        batch: args.batch,
-        baseline: args.baseline.clone(),
-        results,
-        failures,
-        machine: report::machine_description(),
-        build: report::build_description(),
-    };
-    let table = report::loop_table(&report.results, &report.baseline, &report.failures);
-    report::publish(&table, &report, &args.json)?;
-    Ok(())
+    let parameters = CnnParameters { batch: args.batch };
+    report::LoopReport::new(parameters, &args.baseline, results, failures).publish(&args.json)
 }
 
 impl LoopBenchmark for CnnBenchArgs {

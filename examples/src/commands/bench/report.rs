@@ -247,6 +247,55 @@ fn mebibytes(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// The report of a training-loop benchmark (`hlat bench unrolled`, `hlat bench cnn`): the
+/// command, what the loop ran with (`P`, its fields written beside the command's), and each
+/// backend's measurement.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LoopReport<P> {
+    /// The command line that produced the report.
+    pub command: String,
+    /// What the loop ran with.
+    #[serde(flatten)]
+    pub parameters: P,
+    /// The baseline of the ratios.
+    pub baseline: String,
+    /// One entry per backend that ran.
+    pub results: Vec<LoopMeasurement>,
+    /// Backends that could not run, with the reason.
+    pub failures: Vec<(String, String)>,
+    /// A description of the machine.
+    pub machine: String,
+    /// How this `hlat` binary was built.
+    pub build: String,
+}
+
+impl<P: serde::Serialize> LoopReport<P> {
+    /// The report of this process's run of the loop with `parameters`: `results` against
+    /// `baseline`, and the backends that failed.
+    pub fn new(
+        parameters: P,
+        baseline: &str,
+        results: Vec<LoopMeasurement>,
+        failures: Vec<(String, String)>,
+    ) -> Self {
+        Self {
+            command: command_line(),
+            parameters,
+            baseline: baseline.to_string(),
+            results,
+            failures,
+            machine: machine_description(),
+            build: build_description(),
+        }
+    }
+
+    /// Prints the report's table ([`loop_table`]) and writes the report as JSON to `json`.
+    pub fn publish(&self, json: &Path) -> anyhow::Result<()> {
+        let table = loop_table(&self.results, &self.baseline, &self.failures);
+        publish(&table, self, json)
+    }
+}
+
 /// Prints a benchmark's `table` and writes its `report` as JSON to `json`.
 pub fn publish(table: &str, report: &impl serde::Serialize, json: &Path) -> anyhow::Result<()> {
     println!("{table}");

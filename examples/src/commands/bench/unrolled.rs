@@ -63,29 +63,18 @@ pub struct UnrolledBenchArgs {
     pub worker: bool,
 }
 
-/// A full `hlat bench unrolled` run.
+/// What a `hlat bench unrolled` run trained with (its report is a [`report::LoopReport`] of
+/// them).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct UnrolledReport {
-    /// The command line that produced the report.
-    pub command: String,
+pub struct UnrolledParameters {
     /// Time steps unrolled.
     pub seq_len: usize,
     /// LSTM width.
     pub hidden: usize,
     /// Sequences per step.
     pub batch: usize,
-    /// The baseline of the ratios.
-    pub baseline: String,
     /// The segment cap of the Trainium backends (`--segment-cap`), if one was set.
     pub segment_cap: Option<usize>,
-    /// One entry per backend that ran.
-    pub results: Vec<LoopMeasurement>,
-    /// Backends that could not run, with the reason.
-    pub failures: Vec<(String, String)>,
-    /// A description of the machine.
-    pub machine: String,
-    /// How this `hlat` binary was built.
-    pub build: String,
 }
 
 /// The recurrent network: an LSTM over the sequence and a linear head on its last state.
@@ -118,21 +107,13 @@ pub fn run(args: UnrolledBenchArgs) -> anyhow::Result<()> {
     }
     let (results, failures) =
         backends::measure_each::<LoopMeasurement>(&args.backends, &[], "the unrolled step")?;
-    let report = UnrolledReport {
-        command: report::command_line(),
+    let parameters = UnrolledParameters {
         seq_len: args.seq_len,
         hidden: args.hidden,
         batch: args.batch,
-        baseline: args.baseline.clone(),
         segment_cap: args.segment_cap,
-        results,
-        failures,
-        machine: report::machine_description(),
-        build: report::build_description(),
     };
-    let table = report::loop_table(&report.results, &report.baseline, &report.failures);
-    report::publish(&table, &report, &args.json)?;
-    Ok(())
+    report::LoopReport::new(parameters, &args.baseline, results, failures).publish(&args.json)
 }
 
 /// Deterministic values in [-1, 1) for the inputs and targets (the project's SplitMix64).
