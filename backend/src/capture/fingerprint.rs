@@ -164,6 +164,23 @@ macro_rules! forward {
     )*};
 }
 
+/// The serializer's methods that start a variant with fields (tuple or struct): its index, then
+/// the fields, each through the encoder.
+macro_rules! variants_with_fields {
+    ($($method:ident),*) => {$(
+        fn $method(
+            self,
+            _name: &'static str,
+            index: u32,
+            _variant: &'static str,
+            _length: usize,
+        ) -> Result<Self> {
+            self.write(&index.to_le_bytes());
+            Ok(self)
+        }
+    )*};
+}
+
 impl ser::Serializer for &mut Encoder {
     type Ok = ();
     type Error = EncodeError;
@@ -247,16 +264,6 @@ impl ser::Serializer for &mut Encoder {
     fn serialize_tuple_struct(self, _name: &'static str, _length: usize) -> Result<Self> {
         Ok(self)
     }
-    fn serialize_tuple_variant(
-        self,
-        _name: &'static str,
-        index: u32,
-        _variant: &'static str,
-        _length: usize,
-    ) -> Result<Self> {
-        self.write(&index.to_le_bytes());
-        Ok(self)
-    }
     fn serialize_map(self, length: Option<usize>) -> Result<Self> {
         self.length(length);
         Ok(self)
@@ -267,16 +274,7 @@ impl ser::Serializer for &mut Encoder {
         }
         Ok(self)
     }
-    fn serialize_struct_variant(
-        self,
-        _name: &'static str,
-        index: u32,
-        _variant: &'static str,
-        _length: usize,
-    ) -> Result<Self> {
-        self.write(&index.to_le_bytes());
-        Ok(self)
-    }
+    variants_with_fields!(serialize_tuple_variant, serialize_struct_variant);
 }
 
 /// Elements, fields and entries are written in order, each through the encoder.
