@@ -1,7 +1,7 @@
 //! [`SftRows`]: fine-tuning examples as the rows of a run, one example per row, padded to one
 //! bucket length so that every step runs the same program. The tokens whose prediction the loss
 //! leaves out (the prompt, the first token, the padding) carry [`NOT_A_TARGET`]; the trainer's
-//! batches turn them into ignored targets (`hlat_train::step`).
+//! batches turn them into ignored targets (`hlat_train::language_model`).
 //!
 //! Padding rather than packing: a row holds one example from position 0, so its attention and
 //! positions are the example's alone (causal attention never looks at the padding after it),
