@@ -209,17 +209,18 @@ impl YarnScaling {
             }
         };
         let factor = self.factor;
-        let attention_factor = self.attention_factor.unwrap_or(match (self.mscale, self.mscale_all_dim) {
-            (Some(mscale), Some(all)) if mscale != 0.0 && all != 0.0 => {
-                get_mscale(factor, mscale) / get_mscale(factor, all)
-            }
-            _ => get_mscale(factor, 1.0),
-        });
+        let attention_factor =
+            self.attention_factor
+                .unwrap_or(match (self.mscale, self.mscale_all_dim) {
+                    (Some(mscale), Some(all)) if mscale != 0.0 && all != 0.0 => {
+                        get_mscale(factor, mscale) / get_mscale(factor, all)
+                    }
+                    _ => get_mscale(factor, 1.0),
+                });
         let dim = head_dim as f64;
         let original = self.original_max_position_embeddings as f64;
-        let correction_dim = |rotations: f64| {
-            dim * (original / (rotations * 2.0 * PI)).ln() / (2.0 * theta.ln())
-        };
+        let correction_dim =
+            |rotations: f64| dim * (original / (rotations * 2.0 * PI)).ln() / (2.0 * theta.ln());
         let (mut low, mut high) = (
             correction_dim(self.beta_fast),
             correction_dim(self.beta_slow),
@@ -239,8 +240,7 @@ impl YarnScaling {
                 let interpolation = extrapolation / factor;
                 let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
                 let extrapolation_share = 1.0 - ramp;
-                interpolation * (1.0 - extrapolation_share)
-                    + extrapolation * extrapolation_share
+                interpolation * (1.0 - extrapolation_share) + extrapolation * extrapolation_share
             })
             .collect();
         (scaled, attention_factor as f32)

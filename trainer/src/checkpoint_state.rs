@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 use hlat::checkpoint::run_folder::{CheckpointWriters, rank_share, write_atomic};
+use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 
 use burn::module::{AutodiffModule, Param, ParamId};
 use burn::optim::Optimizer;

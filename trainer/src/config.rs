@@ -378,6 +378,9 @@ impl TrainConfig {
             path: PathBuf::from(path),
             message: error.to_string(),
         })?;
-        Ok(hlat::checkpoint::run_folder::write_atomic(path, text.as_bytes())?)
+        Ok(hlat::checkpoint::run_folder::write_atomic(
+            path,
+            text.as_bytes(),
+        )?)
     }
 }

@@ -9,10 +9,10 @@ use anyhow::Context;
 use burn_trainium::Trainium;
 use burn_trainium::collective::ReplicaGroups;
 use clap::Args;
+use hlat::checkpoint::sharded::{StageLayout, save_split, save_stages};
 use hlat::checkpoint::{load_any, save_native_with_tokenizer};
 use hlat::hf::{ExportOptions, WeightDtype, export_hf, find_tokenizer, import_hf};
 use hlat::pipeline::PipelineParallel;
-use hlat::checkpoint::sharded::{StageLayout, save_split, save_stages};
 
 /// Arguments of `hlat convert`.
 #[derive(Args)]

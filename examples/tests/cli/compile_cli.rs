@@ -6,8 +6,8 @@ use std::path::Path;
 
 use burn_trainium::DEVICE_ENV;
 
-use super::{hlat, step_flags};
 use super::multi_process_cli::cached_modules;
+use super::{hlat, step_flags};
 
 /// The steps compiled: 64 tokens in micro-batches of two 16-token rows, no progress bar.
 fn steps() -> Vec<&'static str> {

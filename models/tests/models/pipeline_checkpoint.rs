@@ -11,11 +11,11 @@ use burn::tensor::TensorData;
 use burn_store::{BurnpackStore, BurnpackWriter, ModuleStore, TensorSnapshot};
 use burn_trainium::collective::ReplicaGroups;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+use hlat::checkpoint::files::{PIPELINE_PARALLEL_FILE, is_sharded, stage_file};
+use hlat::checkpoint::sharded::{StageLayout, read_stages, save_stages};
 use hlat::checkpoint::{load_native, save_native};
 use hlat::parallel::TensorParallel;
 use hlat::pipeline::PipelineParallel;
-use hlat::checkpoint::files::{PIPELINE_PARALLEL_FILE, is_sharded, stage_file};
-use hlat::checkpoint::sharded::{StageLayout, read_stages, save_stages};
 use hlat::{Hlat, HlatConfig};
 
 use super::sharded_checkpoint::shard_tensors;

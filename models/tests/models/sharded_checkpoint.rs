@@ -10,10 +10,10 @@ use burn::tensor::TensorData;
 use burn_store::{BurnpackStore, BurnpackWriter, ModuleStore, TensorSnapshot};
 use burn_trainium::collective::ReplicaGroups;
 use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
-use hlat::checkpoint::{load_native, save_native};
-use hlat::parallel::TensorParallel;
 use hlat::checkpoint::files::{TENSOR_PARALLEL_FILE, rank_file};
 use hlat::checkpoint::sharded::{read_ranks, save_split};
+use hlat::checkpoint::{load_native, save_native};
+use hlat::parallel::TensorParallel;
 use hlat::{Hlat, HlatConfig};
 
 /// Every parameter's values, in visiting order.

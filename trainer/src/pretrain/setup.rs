@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use hlat::lora::LoraConfig;
 use hlat::checkpoint::run_folder::MODEL_DIR;
+use hlat::lora::LoraConfig;
 use hlat::{Hlat, HlatConfig};
 
 use crate::checkpoint_state::{load_optimizer, read_state};

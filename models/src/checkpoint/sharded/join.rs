@@ -140,9 +140,9 @@ fn read_stages_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, Ch
             if let Some(earlier) = sources.get(&name) {
                 // A tied embedding, in the first and the last stage: the same bytes.
                 let data = |snapshot: &TensorSnapshot, path: &Path| {
-                    snapshot
-                        .to_data()
-                        .map_err(|error| CheckpointError::burnpack(path, format!("`{name}`: {error}")))
+                    snapshot.to_data().map_err(|error| {
+                        CheckpointError::burnpack(path, format!("`{name}`: {error}"))
+                    })
                 };
                 if data(&snapshot, file)? != data(&whole[&name], earlier)? {
                     return Err(CheckpointError::burnpack(
@@ -194,9 +194,9 @@ fn join_ranks(
                     format!("has no tensor `{name}` ({} has it)", first_path.display()),
                 )
             })?;
-            let data = part
-                .to_data()
-                .map_err(|error| CheckpointError::burnpack(rank_path, format!("`{name}`: {error}")))?;
+            let data = part.to_data().map_err(|error| {
+                CheckpointError::burnpack(rank_path, format!("`{name}`: {error}"))
+            })?;
             parts.push(data);
         }
         let data = match placement_with(&path, copies) {
@@ -215,8 +215,9 @@ fn join_ranks(
                     ));
                 }
                 let heads: Vec<TensorData> = parts.into_iter().step_by(copies).collect();
-                join_data(&heads, dim)
-                    .map_err(|reason| CheckpointError::burnpack(dir, format!("`{name}`: {reason}")))?
+                join_data(&heads, dim).map_err(|reason| {
+                    CheckpointError::burnpack(dir, format!("`{name}`: {reason}"))
+                })?
             }
             Placement::Replicated => {
                 if let Some(rank) = parts.iter().position(|part| part != &parts[0]) {

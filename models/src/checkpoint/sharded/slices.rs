@@ -18,9 +18,9 @@ pub(super) fn split_for_ranks(
     dir: &Path,
 ) -> Result<Vec<TensorData>, CheckpointError> {
     let path = snapshot_path(snapshot);
-    let data = snapshot
-        .to_data()
-        .map_err(|error| CheckpointError::burnpack(dir, format!("`{}`: {error}", path.join("."))))?;
+    let data = snapshot.to_data().map_err(|error| {
+        CheckpointError::burnpack(dir, format!("`{}`: {error}", path.join(".")))
+    })?;
     Ok(match placement_with(&path, copies) {
         Placement::Split(dim) => split_data(&data, dim, degree),
         // Rank `r` holds head `r / copies`.

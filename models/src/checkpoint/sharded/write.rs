@@ -27,7 +27,8 @@ pub fn save_split<B: Backend>(
     tokenizer: Option<&Tokenizer>,
     dir: &Path,
 ) -> Result<(), CheckpointError> {
-    check_degree(model.config(), degree).map_err(|reason| CheckpointError::burnpack(dir, reason))?;
+    check_degree(model.config(), degree)
+        .map_err(|reason| CheckpointError::burnpack(dir, reason))?;
     let copies = kv_copies(model.config().num_kv_heads, degree);
     let mut ranks: Vec<Vec<TensorSnapshot>> = vec![Vec::new(); degree];
     for snapshot in model.collect(None, None, false) {
