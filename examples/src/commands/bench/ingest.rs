@@ -6,7 +6,10 @@
 //! `scripts/bench_ingest_peer.py` (embedded in this binary) on the same inputs with
 //! `--with-hf`, and `hlat data ingest` on the inputs listed `--scale` times (the same documents
 //! again: no deduplication), whose peak memory should stay within 1.2× of the 1× run. Both
-//! count the tokens of every document plus one EOS; the table says whether they agree.
+//! count the tokens of every document plus one EOS; the table says whether they agree. Each row
+//! also shows the CPU time its process used (user and system, all threads): on a shared machine
+//! the wall time of a process that keeps every core busy grows with the others' load, its CPU
+//! time much less.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -57,6 +60,7 @@ pub struct IngestBenchArgs {
 struct Row {
     name: String,
     seconds: f64,
+    cpu_seconds: f64,
     documents: u64,
     tokens: u64,
     text_bytes: u64,
@@ -72,8 +76,19 @@ struct PeerOutput {
     version: String,
 }
 
-/// Runs `command` to its end; returns its seconds, peak resident bytes and standard output.
-fn measure(mut command: Command) -> anyhow::Result<(f64, u64, String, i32)> {
+/// What [`measure`] found of a process.
+struct Measured {
+    seconds: f64,
+    /// User and system CPU time, all threads.
+    cpu_seconds: f64,
+    peak_rss_bytes: u64,
+    stdout: String,
+    code: i32,
+}
+
+/// Runs `command` to its end; returns its wall and CPU seconds, peak resident bytes, standard
+/// output and exit status.
+fn measure(mut command: Command) -> anyhow::Result<Measured> {
     let start = Instant::now();
     let mut child = command
         .stdout(Stdio::piped())
@@ -99,7 +114,14 @@ fn measure(mut command: Command) -> anyhow::Result<(f64, u64, String, i32)> {
     } else {
         -1
     };
-    Ok((seconds, usage.ru_maxrss as u64 * 1024, stdout, code))
+    let time = |value: libc::timeval| value.tv_sec as f64 + value.tv_usec as f64 * 1e-6;
+    Ok(Measured {
+        seconds,
+        cpu_seconds: time(usage.ru_utime) + time(usage.ru_stime),
+        peak_rss_bytes: usage.ru_maxrss as u64 * 1024,
+        stdout,
+        code,
+    })
 }
 
 /// The number after `marker` in `text`.
@@ -130,20 +152,22 @@ fn hlat_row(name: &str, args: &IngestBenchArgs, inputs: &[PathBuf]) -> anyhow::R
     if let Some(threads) = args.threads {
         command.args(["--threads", &threads.to_string()]);
     }
-    let (seconds, peak, stdout, code) = measure(command)?;
-    if code != 0 {
-        bail!("hlat data ingest exited with status {code}");
+    let measured = measure(command)?;
+    if measured.code != 0 {
+        bail!("hlat data ingest exited with status {}", measured.code);
     }
-    let documents = number_after(&stdout, ": ")?;
-    let tokens = number_after(&stdout, "train documents (")?;
-    let text_bytes = number_after(&stdout, "duplicates; ")?;
+    let stdout = &measured.stdout;
+    let documents = number_after(stdout, ": ")?;
+    let tokens = number_after(stdout, "train documents (")?;
+    let text_bytes = number_after(stdout, "duplicates; ")?;
     Ok(Row {
         name: name.into(),
-        seconds,
+        seconds: measured.seconds,
+        cpu_seconds: measured.cpu_seconds,
         documents,
         tokens,
         text_bytes,
-        peak_rss_bytes: peak,
+        peak_rss_bytes: measured.peak_rss_bytes,
         version: format!("hlat {}", env!("CARGO_PKG_VERSION")),
     })
 }
@@ -162,23 +186,25 @@ fn hf_row(args: &IngestBenchArgs, script: &Path) -> anyhow::Result<Option<Row>> 
         command.env("RAYON_RS_NUM_CPUS", threads.to_string());
         command.env("RAYON_NUM_THREADS", threads.to_string());
     }
-    let (seconds, peak, stdout, code) = measure(command)?;
-    if code == MISSING_PEER {
+    let measured = measure(command)?;
+    if measured.code == MISSING_PEER {
         log::warn!("the Hugging Face peer is skipped: `tokenizers` is not installed");
         return Ok(None);
     }
-    if code != 0 {
-        bail!("the Hugging Face peer exited with status {code}");
+    if measured.code != 0 {
+        bail!("the Hugging Face peer exited with status {}", measured.code);
     }
+    let stdout = &measured.stdout;
     let output: PeerOutput = serde_json::from_str(stdout.trim())
         .with_context(|| format!("the peer's output {stdout:?}"))?;
     Ok(Some(Row {
         name: "HF tokenizers encode_batch".into(),
-        seconds,
+        seconds: measured.seconds,
+        cpu_seconds: measured.cpu_seconds,
         documents: output.documents,
         tokens: output.tokens,
         text_bytes: output.text_bytes,
-        peak_rss_bytes: peak,
+        peak_rss_bytes: measured.peak_rss_bytes,
         version: output.version,
     }))
 }
@@ -203,14 +229,15 @@ pub fn run(args: IngestBenchArgs) -> anyhow::Result<()> {
         )?);
     }
     println!(
-        "| {:<32} | {:>8} | {:>8} | {:>10} | {:>12} | {:>10} | {:>9} |",
-        "", "seconds", "MB/s", "docs/s", "tokens/s", "tokens", "peak MiB"
+        "| {:<32} | {:>8} | {:>8} | {:>8} | {:>10} | {:>12} | {:>10} | {:>9} |",
+        "", "seconds", "CPU s", "MB/s", "docs/s", "tokens/s", "tokens", "peak MiB"
     );
     for row in &rows {
         println!(
-            "| {:<32} | {:>8.2} | {:>8.2} | {:>10.0} | {:>12.0} | {:>10} | {:>9.0} |",
+            "| {:<32} | {:>8.2} | {:>8.2} | {:>8.2} | {:>10.0} | {:>12.0} | {:>10} | {:>9.0} |",
             row.name,
             row.seconds,
+            row.cpu_seconds,
             row.text_bytes as f64 / 1e6 / row.seconds,
             row.documents as f64 / row.seconds,
             row.tokens as f64 / row.seconds,
@@ -221,9 +248,11 @@ pub fn run(args: IngestBenchArgs) -> anyhow::Result<()> {
     let hlat = &rows[0];
     if let Some(hf) = rows.iter().find(|row| row.name.starts_with("HF")) {
         let speedup = (hlat.text_bytes as f64 / hlat.seconds) / (hf.text_bytes as f64 / hf.seconds);
+        let per_cpu =
+            (hlat.text_bytes as f64 / hlat.cpu_seconds) / (hf.text_bytes as f64 / hf.cpu_seconds);
         println!(
-            "hlat / HF tokenizers: {speedup:.2}× the MB/s (goal ≥ 1.5×), {:.2}× the peak memory; \
-             tokens {}",
+            "hlat / HF tokenizers: {speedup:.2}× the MB/s (goal ≥ 1.5×), {per_cpu:.2}× the MB per \
+             CPU second, {:.2}× the peak memory; tokens {}",
             hlat.peak_rss_bytes as f64 / hf.peak_rss_bytes as f64,
             if hf.tokens == hlat.tokens {
                 "equal".to_string()
