@@ -11,6 +11,7 @@ use burn_router::{RouterTensor, RunnerClient};
 use burn_std::future::DynFut;
 
 use super::Segment;
+use super::cut_points::{self, CutPoints};
 use super::live::LiveTensors;
 use crate::executor::{self, Executor};
 use crate::per_device::PerDevice;
@@ -110,6 +111,29 @@ struct ClientState {
     live: LiveTensors,
     /// An execution error not yet reported (operations are captured without a return value).
     pending_error: Option<BackendError>,
+    /// The thread that captured the last computing operation: the one whose stream the
+    /// segment follows. Reads and drops from other threads (Burn's metrics thread) must not
+    /// change where that stream is cut.
+    capturing_thread: Option<std::thread::ThreadId>,
+    /// Drops from other threads, applied once no waiting operation uses their tensors, so that
+    /// they do not land in a program at a point that varies from step to step.
+    deferred_drops: Vec<OperationIr>,
+    /// Cut points reads from other threads taught ([`CutPoints`]).
+    cut_points: CutPoints,
+    /// The [structure](super::cut_points::structure) of the last computing operation captured:
+    /// the context of the next one's signature.
+    previous_structure: u64,
+    /// Indices of the waiting operations after which the segment is cut when it runs: those
+    /// with a learned cut point's signature.
+    marks: Vec<usize>,
+}
+
+impl ClientState {
+    /// Whether the calling thread is not the one capturing the segment's stream.
+    fn is_other_thread(&self) -> bool {
+        self.capturing_thread
+            .is_some_and(|thread| thread != std::thread::current().id())
+    }
 }
 
 /// The runner client of one Trainium device, shared by every tensor on it.
@@ -136,6 +160,11 @@ impl TrainiumClient {
                 executor,
                 live: LiveTensors::default(),
                 pending_error: None,
+                capturing_thread: None,
+                deferred_drops: Vec::new(),
+                cut_points: CutPoints::default(),
+                previous_structure: 0,
+                marks: Vec::new(),
             })),
             counters: stats::counters(device),
         }
@@ -149,22 +178,102 @@ impl TrainiumClient {
 
     /// Runs the waiting segment, if any, and reports the first unreported error.
     fn flush(&self, state: &mut ClientState) -> Result<(), BackendError> {
-        if !state.segment.is_empty() {
-            let segment = state.segment.take();
-            StatsCounters::add(&self.counters.segments_run, 1);
-            log::debug!(
-                "{}: running a segment of {} operations ({:?})",
-                self.device,
-                segment.len(),
-                stats::stats(&self.device)
-            );
-            if let Err(error) = state.executor.run(segment) {
-                state.pending_error.get_or_insert(error);
+        self.run_through(state, None);
+        state.pending_error.take().map_or(Ok(()), Err)
+    }
+
+    /// Runs the waiting operations up to index `last` (all of them for `None`), cut at the
+    /// marked cut points, leaves the later ones waiting, and releases what deferred drops can.
+    fn run_through(&self, state: &mut ClientState, last: Option<usize>) {
+        let last = match last {
+            Some(last) => last,
+            None if state.segment.is_empty() => {
+                self.apply_deferred_drops(state);
+                return;
             }
+            None => state.segment.len() - 1,
+        };
+        let mut done = 0;
+        let cuts: Vec<usize> = state
+            .marks
+            .iter()
+            .copied()
+            .filter(|&mark| mark < last)
+            .chain([last])
+            .collect();
+        for cut in cuts {
+            let later = state.segment.split_after(cut - done);
+            let piece = std::mem::replace(&mut state.segment, later);
+            done = cut + 1;
+            self.run_segment(state, piece);
         }
-        match state.pending_error.take() {
-            Some(error) => Err(error),
-            None => Ok(()),
+        state.marks = state
+            .marks
+            .iter()
+            .filter(|&&mark| mark > last)
+            .map(|&mark| mark - done)
+            .collect();
+        self.apply_deferred_drops(state);
+    }
+
+    /// Runs `segment` (unless it is empty), keeping its error to report.
+    fn run_segment(&self, state: &mut ClientState, segment: Segment) {
+        if segment.is_empty() {
+            return;
+        }
+        StatsCounters::add(&self.counters.segments_run, 1);
+        log::debug!(
+            "{}: running a segment of {} operations ({:?})",
+            self.device,
+            segment.len(),
+            stats::stats(&self.device)
+        );
+        if let Err(error) = state.executor.run(segment) {
+            state.pending_error.get_or_insert(error);
+        }
+    }
+
+    /// Runs the waiting operations up to the one a read of `tensor` from another thread needs,
+    /// cut at the marked cut points, and leaves the later ones waiting. Where the read needed a
+    /// cut no point marked, a cut point is learned there, and the waiting operations like it
+    /// are marked too.
+    fn run_prefix_for(
+        &self,
+        state: &mut ClientState,
+        tensor: &TensorIr,
+    ) -> Result<(), BackendError> {
+        let Some(index) = state.segment.last_needed_for_reading(tensor) else {
+            return Ok(());
+        };
+        if !state.marks.contains(&index) {
+            let signature = state.segment.signatures()[index];
+            state
+                .cut_points
+                .learn(signature, &state.segment.operations()[index]);
+            state.marks = (0..state.segment.len())
+                .filter(|&position| {
+                    position == index
+                        || state.cut_points.cuts_after(state.segment.signatures()[position])
+                })
+                .collect();
+        }
+        self.run_through(state, Some(index));
+        state.pending_error.take().map_or(Ok(()), Err)
+    }
+
+    /// Releases the tensors of deferred drops that no waiting operation uses any more.
+    fn apply_deferred_drops(&self, state: &mut ClientState) {
+        if state.deferred_drops.is_empty() {
+            return;
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.deferred_drops)
+            .into_iter()
+            .partition(|drop| drop.inputs().all(|input| !state.segment.touches(&input.id)));
+        state.deferred_drops = waiting;
+        if !ready.is_empty()
+            && let Err(error) = state.executor.run(Segment::from_operations(ready))
+        {
+            state.pending_error.get_or_insert(error);
         }
     }
 
@@ -211,7 +320,11 @@ impl TrainiumClient {
     ) -> Result<T, BackendError> {
         let mut state = self.lock();
         if state.segment.must_run_before_reading(tensor) {
-            self.flush(&mut state)?;
+            if state.is_other_thread() {
+                self.run_prefix_for(&mut state, tensor)?;
+            } else {
+                self.flush(&mut state)?;
+            }
         } else if let Some(error) = state.pending_error.take() {
             return Err(error);
         }
@@ -289,7 +402,26 @@ impl RunnerClient for TrainiumClient {
             state.live.insert(output.id, &output.shape, output.dtype);
         }
         self.update_live_gauge(&state);
-        state.segment.push(operation);
+        if is_drop && state.is_other_thread() {
+            state.deferred_drops.push(operation);
+            self.apply_deferred_drops(&mut state);
+            StatsCounters::add_elapsed(&self.counters.capture_micros, start);
+            return;
+        }
+        if !is_drop {
+            state.capturing_thread = Some(std::thread::current().id());
+        }
+        let mut signature = 0;
+        if !is_drop {
+            let structure = cut_points::structure(&operation);
+            signature = cut_points::operation_signature(&operation, state.previous_structure);
+            state.previous_structure = structure;
+            if state.cut_points.cuts_after(signature) {
+                let index = state.segment.len();
+                state.marks.push(index);
+            }
+        }
+        state.segment.push_signed(operation, signature);
         StatsCounters::add_elapsed(&self.counters.capture_micros, start);
         let full = match configured_cap(&self.device) {
             Some(cap) => state.segment.computing_len() >= cap,
@@ -298,9 +430,11 @@ impl RunnerClient for TrainiumClient {
                     || state.executor.cuts_segment_early(&state.segment)
             }
         };
-        if full && let Err(error) = self.flush(&mut state) {
-            // Reported at the next read or sync: capture itself has no way to return it.
-            state.pending_error = Some(error);
+        if full {
+            // At the last marked cut point if there is one: where the segment is cut must not
+            // depend on how far another thread's reads have run it.
+            let last = state.marks.last().copied();
+            self.run_through(&mut state, last);
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod channel;
 mod client;
+mod cut_points;
 mod fingerprint;
 mod live;
 mod segment;

@@ -8,6 +8,9 @@ use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 #[derive(Debug, Default, Clone)]
 pub struct Segment {
     operations: Vec<OperationIr>,
+    /// The [signature](super::cut_points::operation_signature) of each operation (0 where none
+    /// was given).
+    signatures: Vec<u64>,
     /// How many of the operations compute something (all but `Drop`).
     computing: usize,
     /// The elements the computing operations produce, summed over their outputs.
@@ -33,6 +36,12 @@ pub struct SegmentBoundary {
 impl Segment {
     /// Appends one captured operation.
     pub fn push(&mut self, operation: OperationIr) {
+        self.push_signed(operation, 0);
+    }
+
+    /// Appends one captured operation with its signature.
+    pub fn push_signed(&mut self, operation: OperationIr, signature: u64) {
+        self.signatures.push(signature);
         self.produced
             .extend(operation.outputs().map(|output| output.id));
         self.read.extend(operation.inputs().map(|input| input.id));
@@ -52,6 +61,58 @@ impl Segment {
     pub fn must_run_before_reading(&self, tensor: &TensorIr) -> bool {
         self.produced.contains(&tensor.id)
             || (tensor.status == TensorStatus::ReadWrite && self.read.contains(&tensor.id))
+    }
+
+    /// The index of the last operation that must run before `tensor` can be read (see
+    /// [`must_run_before_reading`](Self::must_run_before_reading)), if any.
+    pub fn last_needed_for_reading(&self, tensor: &TensorIr) -> Option<usize> {
+        if !self.must_run_before_reading(tensor) {
+            return None;
+        }
+        self.operations.iter().rposition(|operation| {
+            operation.outputs().any(|output| output.id == tensor.id)
+                || (tensor.status == TensorStatus::ReadWrite
+                    && operation.inputs().any(|input| input.id == tensor.id))
+        })
+    }
+
+    /// Whether an operation of the segment produces or reads tensor `id`.
+    pub fn touches(&self, id: &TensorId) -> bool {
+        self.produced.contains(id) || self.read.contains(id)
+    }
+
+    /// Leaves the operations up to `index` (included) in the segment and returns the ones after
+    /// it as a segment of their own.
+    pub fn split_after(&mut self, index: usize) -> Segment {
+        let later = self.operations.split_off(index + 1);
+        let later_signatures = self.signatures.split_off(index + 1);
+        let earlier = std::mem::take(&mut self.operations);
+        let earlier_signatures = std::mem::take(&mut self.signatures);
+        *self = Segment::signed(earlier, earlier_signatures);
+        Segment::signed(later, later_signatures)
+    }
+
+    /// A segment of `operations` with their `signatures`.
+    fn signed(operations: Vec<OperationIr>, signatures: Vec<u64>) -> Segment {
+        let mut segment = Segment::default();
+        for (operation, signature) in operations.into_iter().zip(signatures) {
+            segment.push_signed(operation, signature);
+        }
+        segment
+    }
+
+    /// The signature of each operation, in capture order.
+    pub fn signatures(&self) -> &[u64] {
+        &self.signatures
+    }
+
+    /// A segment of `operations`, in order.
+    pub fn from_operations(operations: Vec<OperationIr>) -> Segment {
+        let mut segment = Segment::default();
+        for operation in operations {
+            segment.push(operation);
+        }
+        segment
     }
 
     /// The captured operations in capture order.
@@ -188,5 +249,32 @@ mod tests {
         assert!(!segment.must_run_before_reading(&tensor(3, ReadWrite)));
         segment.take();
         assert!(!segment.must_run_before_reading(&tensor(2, ReadOnly)));
+    }
+
+    #[test]
+    fn a_read_needs_the_prefix_up_to_the_producer_or_the_last_reader() {
+        use TensorStatus::{ReadOnly, ReadWrite};
+        let mut segment = Segment::default();
+        segment.push(exp(tensor(1, ReadOnly), 2));
+        segment.push(exp(tensor(2, ReadOnly), 3));
+        segment.push(exp(tensor(1, ReadOnly), 4));
+        segment.push(exp(tensor(3, ReadOnly), 5));
+        assert_eq!(
+            segment.last_needed_for_reading(&tensor(3, ReadOnly)),
+            Some(1)
+        );
+        // A last use of an input waits for every operation reading it.
+        assert_eq!(
+            segment.last_needed_for_reading(&tensor(1, ReadWrite)),
+            Some(2)
+        );
+        assert_eq!(segment.last_needed_for_reading(&tensor(1, ReadOnly)), None);
+
+        let later = segment.split_after(1);
+        assert_eq!(segment.len(), 2);
+        assert_eq!(later.len(), 2);
+        assert!(segment.touches(&TensorId::new(3)) && !segment.touches(&TensorId::new(4)));
+        assert!(later.touches(&TensorId::new(4)) && later.touches(&TensorId::new(3)));
+        assert_eq!(later.computing_len(), 2);
     }
 }
