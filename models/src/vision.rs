@@ -65,18 +65,14 @@ impl<B: Backend> SmallCnn<B> {
     }
 }
 
-/// A deterministic batch of `batch` generated images in `[0, 1)` (a bright square on noise, its
-/// position telling the class) and their labels, drawn from the project's SplitMix64 with
-/// `seed`: the same for every backend and run.
-pub fn generated_batch<B: Backend>(
-    batch: usize,
-    seed: u64,
-    device: &B::Device,
-) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+/// `count` deterministic generated images in `[0, 1)` (a bright square on noise, its position
+/// telling the class), row by row one after the other, and their labels, drawn from the
+/// project's SplitMix64 with `seed`: the same for every backend and run.
+pub fn generated_images(count: usize, seed: u64) -> (Vec<f32>, Vec<i64>) {
     let mut rng = SplitMix64::new(seed);
-    let mut pixels = Vec::with_capacity(batch * IMAGE_SIZE * IMAGE_SIZE);
-    let mut labels = Vec::with_capacity(batch);
-    for _ in 0..batch {
+    let mut pixels = Vec::with_capacity(count * IMAGE_SIZE * IMAGE_SIZE);
+    let mut labels = Vec::with_capacity(count);
+    for _ in 0..count {
         let label = rng.below(CLASSES as u64) as usize;
         let (row, column) = (2 + 2 * (label / 5) * 6, 2 + (label % 5) * 5);
         for y in 0..IMAGE_SIZE {
@@ -88,6 +84,17 @@ pub fn generated_batch<B: Backend>(
         }
         labels.push(label as i64);
     }
+    (pixels, labels)
+}
+
+/// A batch of `batch` [`generated_images`] drawn with `seed`, as tensors on `device`: images
+/// `[batch, 1, 28, 28]` and labels `[batch]`.
+pub fn generated_batch<B: Backend>(
+    batch: usize,
+    seed: u64,
+    device: &B::Device,
+) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+    let (pixels, labels) = generated_images(batch, seed);
     let images = Tensor::from_data(
         TensorData::new(pixels, [batch, 1, IMAGE_SIZE, IMAGE_SIZE]),
         device,

@@ -1,6 +1,7 @@
 //! The backends a benchmark can compare, and running one measurement in a child process.
 
 use std::fmt;
+use std::path::Path;
 use std::process::Command;
 use std::str::FromStr;
 
@@ -103,9 +104,19 @@ pub fn emit_result<T: serde::Serialize>(result: &T) -> anyhow::Result<()> {
 
 /// Runs this executable again with `arguments` plus `--worker`, and parses the result it emits.
 pub fn run_worker<T: DeserializeOwned>(arguments: &[String], what: &str) -> anyhow::Result<T> {
+    run_worker_with(arguments, &[], what)
+}
+
+/// [`run_worker`] with the environment variables of `environment` set in the worker.
+pub fn run_worker_with<T: DeserializeOwned>(
+    arguments: &[String],
+    environment: &[(&str, &Path)],
+    what: &str,
+) -> anyhow::Result<T> {
     let executable = std::env::current_exe().context("locating the hlat executable")?;
     let output = Command::new(&executable)
         .args(arguments)
+        .envs(environment.iter().copied())
         .arg("--worker")
         .args(crate::commands::profile::worker_flag(what))
         .output()
@@ -191,6 +202,16 @@ pub fn measure_each<T: DeserializeOwned>(
     overrides: &[(&str, String)],
     what: &str,
 ) -> anyhow::Result<(Vec<T>, Failures)> {
+    measure_each_with(backends, overrides, &[], what)
+}
+
+/// [`measure_each`] with the environment variables of `environment` set in every worker.
+pub fn measure_each_with<T: DeserializeOwned>(
+    backends: &str,
+    overrides: &[(&str, String)],
+    environment: &[(&str, &Path)],
+    what: &str,
+) -> anyhow::Result<(Vec<T>, Failures)> {
     let mut results = Vec::new();
     let mut failures = Vec::new();
     for backend in parse_backends(backends)? {
@@ -200,7 +221,7 @@ pub fn measure_each<T: DeserializeOwned>(
             replace_flag(&mut arguments, flag, value);
         }
         eprintln!("measuring {what} on {backend}...");
-        match run_worker::<T>(&arguments, &format!("the {backend} worker")) {
+        match run_worker_with::<T>(&arguments, environment, &format!("the {backend} worker")) {
             Ok(measurement) => results.push(measurement),
             Err(error) => {
                 eprintln!("{backend}: {error:#}");

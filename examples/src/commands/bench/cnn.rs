@@ -102,6 +102,8 @@ pub fn run(args: CnnBenchArgs) -> anyhow::Result<()> {
 }
 
 impl LoopBenchmark for CnnBenchArgs {
+    type Timing = LoopTiming;
+
     fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
     where
         B::Device: 'static,

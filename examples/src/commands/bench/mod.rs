@@ -15,6 +15,7 @@ mod backends;
 mod cnn;
 mod generate;
 mod ingest;
+mod learner;
 mod ops;
 mod peak;
 mod peers;
@@ -46,6 +47,10 @@ enum BenchCommand {
     /// A small CNN in Burn's MNIST style (conv2d, max-pool, adaptive average pool, linear)
     /// trained on generated images, on several backends and, with `--with-pytorch`, in PyTorch.
     Cnn(cnn::CnnBenchArgs),
+    /// Training as Burn users write it (burn-train's `Learner`, a `DataLoader`, loss and
+    /// accuracy metrics, validation every epoch) for a small recurrent model and a small CNN:
+    /// cold and warm wall time, segments and transfers per iteration, compiles, host fallbacks.
+    Learner(learner::LearnerBenchArgs),
     /// `hlat data ingest` against Hugging Face `tokenizers` on the same documents: MB/s,
     /// tokens/s and peak memory, and peak memory at a multiple of the corpus.
     Ingest(ingest::IngestBenchArgs),
@@ -68,5 +73,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Unrolled(args) => unrolled::run(args),
         BenchCommand::Cnn(args) => cnn::run(args),
         BenchCommand::Ingest(args) => ingest::run(args),
+        BenchCommand::Learner(args) => learner::run(args),
     }
 }

@@ -39,14 +39,15 @@ pub struct LoopTiming {
     pub final_loss: f64,
 }
 
-/// One backend's measurement of a training loop.
+/// One backend's measurement of a training loop: what its benchmark measured (`T`), and the
+/// process around it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LoopMeasurement {
+pub struct LoopMeasurement<T = LoopTiming> {
     /// The backend measured.
     pub backend: String,
     /// The timings of the loop.
     #[serde(flatten)]
-    pub timing: LoopTiming,
+    pub timing: T,
     /// Peak resident memory of the process, bytes.
     pub peak_rss_bytes: u64,
     /// What ran.
@@ -55,17 +56,20 @@ pub struct LoopMeasurement {
 
 /// A training-loop benchmark, timed on any autodiff backend.
 pub trait LoopBenchmark {
+    /// What one run of the loop measures.
+    type Timing;
+
     /// Times the loop on `device`.
-    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
+    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<Self::Timing>
     where
         B::Device: 'static;
 }
 
 /// Measures `benchmark` on `backend` (Trainium's executors, NdArray or Flex, under autodiff).
-pub fn measure_on(
+pub fn measure_on<L: LoopBenchmark>(
     backend: BackendName,
-    benchmark: &impl LoopBenchmark,
-) -> anyhow::Result<LoopMeasurement> {
+    benchmark: &L,
+) -> anyhow::Result<LoopMeasurement<L::Timing>> {
     let timing = match backend {
         BackendName::TrainiumHost => benchmark.time::<Autodiff<Trainium>>(TrainiumDevice::HOST),
         BackendName::TrainiumXla => benchmark.time::<Autodiff<Trainium>>(backends::xla_device()?),

@@ -125,6 +125,8 @@ fn values(count: usize, seed: u64) -> Vec<f32> {
 }
 
 impl LoopBenchmark for UnrolledBenchArgs {
+    type Timing = LoopTiming;
+
     fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
     where
         B::Device: 'static,

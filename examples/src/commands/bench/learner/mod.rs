@@ -1,0 +1,464 @@
+//! `hlat bench learner`: training as Burn users write it — burn-train's `Learner` with
+//! `SupervisedTraining`, a `DataLoader` over a dataset and a batcher, Burn's loss (and accuracy)
+//! metrics and a validation pass every epoch — for a small recurrent model and a small CNN
+//! ([`tasks`]), on several backends side by side.
+//!
+//! Each backend runs each task in a process of its own: **cold**, with an empty `xla` compile
+//! cache (the time includes compiling), and `xla` again **warm**, with the programs of the cold
+//! run in the cache (as a user's second run); the other backends keep nothing between runs, so
+//! their one run is both. The table gives both times, the warm time
+//! against the baseline, and per iteration (training and validation batches) the segments run
+//! and the bytes sent to the device, with the programs compiled cold, host fallbacks and the
+//! final losses.
+
+mod recorder;
+mod tasks;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::backend::NdArray;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::Dataset;
+use burn::module::{AutodiffModule, Module};
+use burn::optim::AdamConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::train::metric::{AccuracyMetric, LossMetric};
+use burn::train::{InferenceStep, Learner, SupervisedTraining, TrainStep};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+use super::backends::{
+    self, BackendName, emit_result, same_weights, trainium_stats, worker_backend,
+};
+use super::report;
+use super::training_loop::{LoopBenchmark, LoopMeasurement, measure_on};
+use crate::commands::ranges::at_least_one;
+use recorder::MetricRecorder;
+pub use recorder::MetricValues;
+use tasks::{ImageBatcher, ImageClassifier, SequenceBatcher, SequenceRegressor};
+
+/// The seed of the training items (validation items use the next one).
+const DATA_SEED: u64 = 42;
+/// The seed of the loaders' shuffling.
+const SHUFFLE_SEED: u64 = 5;
+/// The seed of the initial weights (drawn on NdArray and copied to every backend).
+const WEIGHTS_SEED: u64 = 7;
+/// Adam's learning rate.
+const LEARNING_RATE: f64 = 1e-3;
+
+/// A task of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// An LSTM predicting the next value of a sequence (Burn's `modern-lstm` example).
+    Recurrent,
+    /// A small CNN classifying generated images (Burn's MNIST example).
+    Cnn,
+}
+
+/// Arguments of `hlat bench learner`.
+#[derive(Args, Clone)]
+pub struct LearnerBenchArgs {
+    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
+    #[arg(long, default_value = "host,xla,ndarray")]
+    pub backends: String,
+    /// The backend the warm times are compared with.
+    #[arg(long, default_value = "host")]
+    pub baseline: String,
+    /// Tasks to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "recurrent,cnn")]
+    pub tasks: Vec<Task>,
+    /// Epochs of each run (each ends with a validation pass).
+    #[arg(long, default_value_t = 2, value_parser = at_least_one::<usize>())]
+    pub epochs: usize,
+    /// Items per batch.
+    #[arg(long, default_value_t = 32, value_parser = at_least_one::<usize>())]
+    pub batch: usize,
+    /// Training items (the last batch of an epoch holds the remainder, as in Burn's examples).
+    #[arg(long, default_value_t = 1000, value_parser = at_least_one::<usize>())]
+    pub train_items: usize,
+    /// Validation items.
+    #[arg(long, default_value_t = 200, value_parser = at_least_one::<usize>())]
+    pub valid_items: usize,
+    /// Threads making batches (0: the training thread makes them, Burn's default; more threads
+    /// deliver batches in an order that varies from run to run, so losses do too).
+    #[arg(long, default_value_t = 0)]
+    pub loader_workers: usize,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench-learner.json")]
+    pub json: PathBuf,
+    /// Internal: run one task on one backend in this process and print the result.
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+/// What one run of a task measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LearnerTiming {
+    /// Seconds of the whole training (every epoch, its validation included).
+    pub seconds: f64,
+    /// Training batches of the run.
+    pub train_iterations: u64,
+    /// Validation batches of the run.
+    pub valid_iterations: u64,
+    /// Segments the Trainium backend ran (captured operations handed to the executor together).
+    pub segments: u64,
+    /// Segments recognised as a repeat of one seen before (prepared without lowering).
+    pub segments_reused: u64,
+    /// Seconds spent preparing segments (fingerprints, lowering, cache look-ups).
+    pub prepare_seconds: f64,
+    /// Operations captured.
+    pub operations: u64,
+    /// Programs compiled.
+    pub compiles: u64,
+    /// Programs loaded compiled from the persistent cache.
+    pub programs_loaded: u64,
+    /// Seconds spent compiling.
+    pub compile_seconds: f64,
+    /// Bytes copied to the device.
+    pub bytes_to_device: u64,
+    /// Bytes copied from the device.
+    pub bytes_to_host: u64,
+    /// Operations that ran on the host instead of the device.
+    pub host_fallbacks: u64,
+    /// The loss of every item, as Burn's `LossMetric` reported it.
+    pub loss: MetricValues,
+}
+
+impl LearnerTiming {
+    /// Batches of the run, training and validation.
+    pub fn iterations(&self) -> u64 {
+        self.train_iterations + self.valid_iterations
+    }
+}
+
+/// One task on one backend: the cold run and the warm run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LearnerResult {
+    /// The task.
+    pub task: Task,
+    /// The backend.
+    pub backend: String,
+    /// What the backend is.
+    pub version: String,
+    /// The first run, with an empty compile cache.
+    pub cold: LearnerTiming,
+    /// The second run, with the programs of the first in the cache (the first again for a
+    /// backend that keeps nothing between runs).
+    pub warm: LearnerTiming,
+    /// Peak resident memory of the warm run, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// A full `hlat bench learner` run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LearnerReport {
+    /// The command line that produced the report.
+    pub command: String,
+    /// Epochs per run.
+    pub epochs: usize,
+    /// Items per batch.
+    pub batch: usize,
+    /// The baseline of the ratios.
+    pub baseline: String,
+    /// One entry per task and backend that ran.
+    pub results: Vec<LearnerResult>,
+    /// Tasks and backends that could not run, with the reason.
+    pub failures: Vec<(String, String)>,
+    /// A description of the machine.
+    pub machine: String,
+    /// How this `hlat` binary was built.
+    pub build: String,
+}
+
+/// Runs `hlat bench learner`.
+pub fn run(args: LearnerBenchArgs) -> anyhow::Result<()> {
+    if args.worker {
+        let backend = worker_backend(&args.backends)?;
+        return emit_result(&measure_on(backend, &args)?);
+    }
+    let mut results = Vec::new();
+    let mut failures = Vec::new();
+    for &task in &args.tasks {
+        let task_name = task_name(task);
+        let cache = tempfile::tempdir().context("creating a compile cache folder")?;
+        let overrides = [("--tasks", task_name.to_string())];
+        let environment = [(burn_trainium::XLA_CACHE_ENV, cache.path())];
+        let what = format!("the {task_name} task");
+        let (cold, cold_failures) = backends::measure_each_with::<LoopMeasurement<LearnerTiming>>(
+            &args.backends,
+            &overrides,
+            &environment,
+            &format!("{what}, cold,"),
+        )?;
+        // Only `xla` keeps compiled programs between runs: the other backends' second run
+        // would repeat the first.
+        let (warm, warm_failures) = match cached_backends(&args.backends)? {
+            Some(cached) => backends::measure_each_with::<LoopMeasurement<LearnerTiming>>(
+                &cached,
+                &overrides,
+                &environment,
+                &format!("{what}, warm,"),
+            )?,
+            None => (Vec::new(), Vec::new()),
+        };
+        for failure in cold_failures.into_iter().chain(warm_failures) {
+            failures.push((format!("{task_name} on {}", failure.0), failure.1));
+        }
+        for cold in cold {
+            let warm = warm.iter().find(|warm| warm.backend == cold.backend);
+            let failed = warm.is_none() && cached_backend(&cold.backend);
+            if failed {
+                continue;
+            }
+            let warm = warm.unwrap_or(&cold);
+            results.push(LearnerResult {
+                task,
+                backend: cold.backend.clone(),
+                version: cold.version.clone(),
+                cold: cold.timing.clone(),
+                warm: warm.timing.clone(),
+                peak_rss_bytes: warm.peak_rss_bytes,
+            });
+        }
+    }
+    let report = LearnerReport {
+        command: report::command_line(),
+        epochs: args.epochs,
+        batch: args.batch,
+        baseline: args.baseline.clone(),
+        results,
+        failures,
+        machine: report::machine_description(),
+        build: report::build_description(),
+    };
+    report::publish(&table(&report), &report, &args.json)
+}
+
+/// Whether `backend` keeps compiled programs between runs (in its persistent compile cache).
+fn cached_backend(backend: &str) -> bool {
+    backend == BackendName::TrainiumXla.name()
+}
+
+/// The backends of `list` that keep compiled programs between runs, comma-separated, if any.
+fn cached_backends(list: &str) -> anyhow::Result<Option<String>> {
+    let cached: Vec<&str> = backends::parse_backends(list)?
+        .into_iter()
+        .map(BackendName::name)
+        .filter(|name| cached_backend(name))
+        .collect();
+    Ok((!cached.is_empty()).then(|| cached.join(",")))
+}
+
+/// The name of `task` on the command line.
+fn task_name(task: Task) -> &'static str {
+    match task {
+        Task::Recurrent => "recurrent",
+        Task::Cnn => "cnn",
+    }
+}
+
+/// The Markdown table of a report: one row per task and backend.
+pub fn table(report: &LearnerReport) -> String {
+    use std::fmt::Write;
+    let mut table = String::from(
+        "| task | backend | cold s | compiles cold | warm s | warm vs baseline | segments/iteration | KiB to device/iteration | host fallbacks | last train loss | last valid loss |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for result in &report.results {
+        let baseline = report
+            .results
+            .iter()
+            .find(|other| other.task == result.task && other.backend == report.baseline)
+            .map(|other| other.warm.seconds);
+        let ratio = baseline.map_or_else(
+            || "n/a".to_string(),
+            |base| format!("{:.2}×", base / result.warm.seconds),
+        );
+        let warm = &result.warm;
+        let iterations = warm.iterations().max(1) as f64;
+        let last = |values: &[f64]| values.last().copied().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            table,
+            "| {} | {} | {:.2} | {} | {:.2} | {} | {:.2} | {:.1} | {} | {:.6} | {:.6} |",
+            task_name(result.task),
+            result.backend,
+            result.cold.seconds,
+            result.cold.compiles,
+            warm.seconds,
+            ratio,
+            warm.segments as f64 / iterations,
+            warm.bytes_to_device as f64 / iterations / 1024.0,
+            warm.host_fallbacks,
+            last(&warm.loss.train),
+            last(&warm.loss.valid),
+        );
+    }
+    for (what, why) in &report.failures {
+        let _ = writeln!(table, "| {what} | failed: {} |", why.replace('\n', " "));
+    }
+    table
+}
+
+impl LoopBenchmark for LearnerBenchArgs {
+    type Timing = LearnerTiming;
+
+    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LearnerTiming>
+    where
+        B::Device: 'static,
+    {
+        let [task] = self.tasks[..] else {
+            anyhow::bail!("a worker runs exactly one task");
+        };
+        let cpu = Default::default();
+        <NdArray as Backend>::seed(&cpu, WEIGHTS_SEED);
+        match task {
+            Task::Recurrent => {
+                let model = same_weights(
+                    SequenceRegressor::<NdArray>::new(&cpu),
+                    SequenceRegressor::<B>::new(&device),
+                    &device,
+                )?;
+                let datasets = (
+                    tasks::sequences(self.train_items, DATA_SEED),
+                    tasks::sequences(self.valid_items, DATA_SEED + 1),
+                );
+                self.train(model, SequenceBatcher, datasets, &device, |training| {
+                    training
+                        .metric_train_numeric(LossMetric::new())
+                        .metric_valid_numeric(LossMetric::new())
+                })
+            }
+            Task::Cnn => {
+                let model = same_weights(
+                    ImageClassifier::<NdArray>::new(&cpu),
+                    ImageClassifier::<B>::new(&device),
+                    &device,
+                )?;
+                let datasets = (
+                    tasks::images(self.train_items, DATA_SEED),
+                    tasks::images(self.valid_items, DATA_SEED + 1),
+                );
+                self.train(model, ImageBatcher, datasets, &device, |training| {
+                    training
+                        .metric_train_numeric(LossMetric::new())
+                        .metric_valid_numeric(LossMetric::new())
+                        .metric_train_numeric(AccuracyMetric::new())
+                        .metric_valid_numeric(AccuracyMetric::new())
+                })
+            }
+        }
+    }
+}
+
+/// The supervised training of a model `M` with Adam on backend `B`.
+type Training<B, M> = SupervisedTraining<
+    burn::train::LearningComponentsMarker<
+        B,
+        f64,
+        M,
+        burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, M, B>,
+    >,
+>;
+
+impl LearnerBenchArgs {
+    /// Trains `model` on the `(training, validation)` datasets through burn-train's `Learner`,
+    /// with the metrics `metrics` registers, and measures the run.
+    fn train<B, M, I, Bt>(
+        &self,
+        model: M,
+        batcher: Bt,
+        (train_items, valid_items): (impl Dataset<I> + 'static, impl Dataset<I> + 'static),
+        device: &B::Device,
+        metrics: impl FnOnce(Training<B, M>) -> Training<B, M>,
+    ) -> anyhow::Result<LearnerTiming>
+    where
+        B: AutodiffBackend,
+        B::Device: 'static,
+        M: TrainStep<Input: Clone + std::fmt::Debug>
+            + AutodiffModule<B>
+            + core::fmt::Display
+            + 'static,
+        M::InnerModule: InferenceStep<Input: Clone + std::fmt::Debug>,
+        I: Send + Sync + Clone + std::fmt::Debug + 'static,
+        Bt: Batcher<B, I, M::Input>
+            + Batcher<B::InnerBackend, I, <M::InnerModule as InferenceStep>::Input>
+            + Clone
+            + 'static,
+    {
+        let iterations = |items: usize| items.div_ceil(self.batch) as u64 * self.epochs as u64;
+        let mut timing = LearnerTiming {
+            train_iterations: iterations(train_items.len()),
+            valid_iterations: iterations(valid_items.len()),
+            ..LearnerTiming::default()
+        };
+        let train = self.loader::<B, _, _>(batcher.clone(), train_items, device.clone());
+        let valid = self.loader::<B::InnerBackend, _, _>(batcher, valid_items, device.clone());
+        let folder = tempfile::tempdir().context("creating the run's folder")?;
+        let (recorder, recorded) = MetricRecorder::new();
+        let training = metrics(SupervisedTraining::new(folder.path(), train, valid))
+            .with_application_logger(None)
+            .num_epochs(self.epochs)
+            .renderer(recorder);
+        let learner = Learner::new(model, AdamConfig::new().init(), LEARNING_RATE);
+
+        B::sync(device)?;
+        let start = trainium_stats(device).unwrap_or_default();
+        let clock = Instant::now();
+        let result = training.launch(learner);
+        // Every update has run once the trained weights are read.
+        drop(result.model.into_record());
+        B::sync(device)?;
+        timing.seconds = clock.elapsed().as_secs_f64();
+        let end = trainium_stats(device).unwrap_or_default();
+
+        timing.segments = end.segments_run - start.segments_run;
+        timing.segments_reused = end.segments_reused - start.segments_reused;
+        timing.prepare_seconds = end.prepare_seconds - start.prepare_seconds;
+        timing.operations = end.operations_captured - start.operations_captured;
+        timing.compiles = end.compiles - start.compiles;
+        timing.programs_loaded = end.programs_loaded - start.programs_loaded;
+        timing.compile_seconds = end.compile_seconds - start.compile_seconds;
+        timing.bytes_to_device = end.bytes_to_device - start.bytes_to_device;
+        timing.bytes_to_host = end.bytes_to_host - start.bytes_to_host;
+        timing.host_fallbacks = end.host_fallbacks - start.host_fallbacks;
+        backends::report_host_fallbacks(device);
+        timing.loss = recorded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(LOSS_METRIC)
+            .unwrap_or_default();
+        Ok(timing)
+    }
+
+    /// A data loader as Burn's examples build one: batches of `--batch`, shuffled with a fixed
+    /// seed, made on `--loader-workers` threads, on `device`.
+    fn loader<B: Backend, I, O>(
+        &self,
+        batcher: impl Batcher<B, I, O> + 'static,
+        items: impl Dataset<I> + 'static,
+        device: B::Device,
+    ) -> Arc<dyn DataLoader<B, O>>
+    where
+        I: Send + Sync + Clone + std::fmt::Debug + 'static,
+        O: Send + Clone + std::fmt::Debug + 'static,
+    {
+        let builder = DataLoaderBuilder::new(batcher)
+            .batch_size(self.batch)
+            .shuffle(SHUFFLE_SEED)
+            .set_device(device);
+        let builder = if self.loader_workers > 0 {
+            builder.num_workers(self.loader_workers)
+        } else {
+            builder
+        };
+        builder.build(items)
+    }
+}
+
+/// The name Burn's `LossMetric` registers under.
+const LOSS_METRIC: &str = "Loss";

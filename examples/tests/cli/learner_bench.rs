@@ -1,0 +1,100 @@
+//! `hlat bench learner`: burn-train's `Learner` loop (its data loader, its metrics thread
+//! reading every step's loss, validation every epoch) runs on `xla` as the same segments in every
+//! run and every epoch — a warm run compiles nothing — and trains as NdArray does.
+
+use super::require_plugin;
+
+/// The size of the loops: 3 training batches (the last of 8 items) and 2 validation batches
+/// (the last of 8) per epoch.
+const SIZE: [&str; 6] = [
+    "--train-items",
+    "40",
+    "--valid-items",
+    "24",
+    "--batch",
+    "16",
+];
+
+/// Runs `hlat bench learner` for `epochs` on `backends` and returns its JSON report.
+fn bench_learner(epochs: &str, backends: &str) -> serde_json::Value {
+    let folder = tempfile::tempdir().unwrap();
+    let output = super::hlat()
+        .args([
+            "bench",
+            "learner",
+            "--backends",
+            backends,
+            "--baseline",
+            "xla",
+        ])
+        .args(["--epochs", epochs, "--json", "learner.json"])
+        .args(SIZE)
+        .current_dir(folder.path())
+        .output()
+        .expect("running hlat");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(folder.path().join("learner.json")).unwrap()).unwrap()
+}
+
+/// The result of `task` on `backend` in `report`.
+fn result<'a>(report: &'a serde_json::Value, task: &str, backend: &str) -> &'a serde_json::Value {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|result| result["task"] == task && result["backend"] == backend)
+        .unwrap_or_else(|| panic!("no {task} on {backend} in {report}"))
+}
+
+/// The losses of a run, training then validation items.
+fn losses(run: &serde_json::Value) -> Vec<f64> {
+    ["train", "valid"]
+        .iter()
+        .flat_map(|split| run["loss"][split].as_array().unwrap().clone())
+        .map(|value| value.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_learner_loop_runs_a_fixed_number_of_segments_and_trains_as_ndarray_does() {
+    require_plugin();
+    let two_epochs = bench_learner("2", "xla,ndarray");
+    let three_epochs = bench_learner("3", "xla");
+    // A steady epoch (3 training and 2 validation batches) runs two segments a batch: each
+    // batch is cut where the metrics thread first read its outputs and then its loss, whatever
+    // the timing, and a third epoch compiles nothing new.
+    for task in ["recurrent", "cnn"] {
+        let xla = result(&two_epochs, task, "xla");
+        for run in ["cold", "warm"] {
+            assert_eq!(xla[run]["host_fallbacks"], 0, "{xla}");
+        }
+        assert_eq!(xla["cold"]["segments"], xla["warm"]["segments"], "{xla}");
+        assert_eq!(xla["warm"]["compiles"], 0, "{xla}");
+        assert_eq!(
+            xla["warm"]["programs_loaded"], xla["cold"]["compiles"],
+            "{xla}"
+        );
+        let longer = result(&three_epochs, task, "xla");
+        let segments = |run: &serde_json::Value| run["warm"]["segments"].as_u64().unwrap();
+        assert_eq!(segments(longer) - segments(xla), 2 * 5, "{xla}\n{longer}");
+        assert_eq!(
+            longer["cold"]["compiles"], xla["cold"]["compiles"],
+            "{xla}\n{longer}"
+        );
+
+        let reference = losses(&result(&two_epochs, task, "ndarray")["warm"]);
+        let measured = losses(&xla["warm"]);
+        assert_eq!(measured.len(), reference.len(), "{xla}");
+        assert_eq!(measured.len(), 2 * 5);
+        for (measured, reference) in measured.iter().zip(&reference) {
+            assert!(
+                (measured - reference).abs() <= 1e-4 * reference.abs().max(1.0),
+                "{task}: {measured} against NdArray's {reference}"
+            );
+        }
+    }
+}
