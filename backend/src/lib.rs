@@ -7,9 +7,10 @@
 //! executors (`host`, `xla`, `neuron`) → the native bindings of `trainium-ffi`.
 //!
 //! Trainium is an XLA device: instead of dispatching every operation, the backend captures Burn's
-//! intermediate representation ([`burn_ir::OperationIr`]) lazily and runs it in *segments*, when a
-//! tensor is read, on `sync`, or when a segment reaches its size cap. A segment is handed to an
-//! executor:
+//! intermediate representation ([`burn_ir::OperationIr`]) lazily and runs it in *segments* when a
+//! tensor is read or on `sync`, cut into programs at its size cap; a read from another thread (a
+//! metrics thread) runs only the operations it needs and teaches the capture where steps end
+//! (docs/xla.md, "Where a segment is cut"). A segment is handed to an executor:
 //!
 //! - `host`: replays the segment on [`burn_flex`] through [`burn_router::Runner`]. It is the
 //!   default device and the reference every other executor is checked against.

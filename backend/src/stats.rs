@@ -17,6 +17,7 @@ pub(crate) struct StatsCounters {
     pub cache_hits: AtomicU64,
     pub programs_loaded: AtomicU64,
     pub host_fallbacks: AtomicU64,
+    pub host_folded: AtomicU64,
     pub collectives: AtomicU64,
     pub collective_bytes: AtomicU64,
     pub bytes_to_device: AtomicU64,
@@ -58,6 +59,7 @@ impl StatsCounters {
             cache_hits: load(&self.cache_hits),
             programs_loaded: load(&self.programs_loaded),
             host_fallbacks: load(&self.host_fallbacks),
+            host_folded: load(&self.host_folded),
             collectives: load(&self.collectives),
             collective_bytes: load(&self.collective_bytes),
             bytes_to_device: load(&self.bytes_to_device),
@@ -85,6 +87,7 @@ impl StatsCounters {
             &self.cache_hits,
             &self.programs_loaded,
             &self.host_fallbacks,
+            &self.host_folded,
             &self.collectives,
             &self.collective_bytes,
             &self.bytes_to_device,
@@ -123,6 +126,9 @@ pub struct Stats {
     pub programs_loaded: u64,
     /// Operations that had no lowering and ran on the host executor instead.
     pub host_fallbacks: u64,
+    /// Operations that only move data (a batcher's reshapes and stacking) on host data not yet
+    /// uploaded, done on the host before the upload (`capture::host_values`).
+    pub host_folded: u64,
     /// Collectives that exchanged data between replicas (each run of each one).
     pub collectives: u64,
     /// Bytes each replica sent into those collectives.

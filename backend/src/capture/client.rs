@@ -12,6 +12,7 @@ use burn_std::future::DynFut;
 
 use super::Segment;
 use super::cut_points::{self, CutPoints};
+use super::host_values::HostValues;
 use super::live::LiveTensors;
 use crate::executor::{self, Executor};
 use crate::per_device::PerDevice;
@@ -19,8 +20,9 @@ use crate::profile::phase;
 use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
 
-/// The number of captured operations (drops aside) after which a segment runs even if nothing is
-/// read. Unless a cap is set, the `xla` executor runs a segment of small tensors sooner
+/// The number of captured operations (drops aside) after which a segment is cut into a program of
+/// its own even if nothing is read (the pieces run at the next read or sync). Unless a cap is
+/// set, the `xla` executor cuts a segment of small tensors sooner
 /// ([`SMALL_TENSOR_SEGMENT_CAP`](crate::SMALL_TENSOR_SEGMENT_CAP)).
 pub const DEFAULT_SEGMENT_CAP: usize = 65_536;
 
@@ -59,6 +61,18 @@ fn read_segment_cap_env() -> Result<Option<usize>, BackendError> {
     }
 }
 
+/// The waiting operations after which a segment runs through its last marked cut without a read
+/// or a sync.
+const HELD_OPERATIONS_LIMIT: usize = 4 * DEFAULT_SEGMENT_CAP;
+
+/// The elements `operation` produces, summed over its outputs.
+fn computed_elements(operation: &OperationIr) -> u64 {
+    operation
+        .outputs()
+        .map(|output| output.shape.num_elements() as u64)
+        .sum()
+}
+
 /// Tensor ids are unique across every device of the process.
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -79,8 +93,8 @@ fn configured_cap(device: &TrainiumDevice) -> Option<usize> {
         .or_else(|| segment_cap_from_env().ok().flatten())
 }
 
-/// Sets how many operations (drops aside) a segment of `device` may hold before it runs on its
-/// own.
+/// Sets how many operations (drops aside) a segment of `device` may hold before it is cut into a
+/// program of its own.
 ///
 /// Takes effect at the next captured operation. A cap of 0 is treated as 1 (run every operation).
 pub fn set_segment_cap(device: &TrainiumDevice, cap: usize) {
@@ -124,8 +138,13 @@ struct ClientState {
     /// the context of the next one's signature.
     previous_structure: u64,
     /// Indices of the waiting operations after which the segment is cut when it runs: those
-    /// with a learned cut point's signature.
+    /// with a learned cut point's signature, and those where the size cap was reached.
     marks: Vec<usize>,
+    /// Computing operations captured since the last mark, and the elements they produce: where
+    /// the size cap is reached.
+    since_mark: (usize, u64),
+    /// Tensors made from host data and not yet uploaded ([`HostValues`]).
+    host_values: HostValues,
 }
 
 impl ClientState {
@@ -165,6 +184,8 @@ impl TrainiumClient {
                 cut_points: CutPoints::default(),
                 previous_structure: 0,
                 marks: Vec::new(),
+                since_mark: (0, 0),
+                host_values: HostValues::default(),
             })),
             counters: stats::counters(device),
         }
@@ -213,6 +234,10 @@ impl TrainiumClient {
             .filter(|&&mark| mark > last)
             .map(|&mark| mark - done)
             .collect();
+        if state.segment.is_empty() {
+            // Everything ran: the size cap counts from here.
+            state.since_mark = (0, 0);
+        }
         self.apply_deferred_drops(state);
     }
 
@@ -250,15 +275,65 @@ impl TrainiumClient {
             state
                 .cut_points
                 .learn(signature, &state.segment.operations()[index]);
-            state.marks = (0..state.segment.len())
-                .filter(|&position| {
-                    position == index
-                        || state.cut_points.cuts_after(state.segment.signatures()[position])
-                })
-                .collect();
+            self.mark_cuts(state, Some(index));
         }
         self.run_through(state, Some(index));
         state.pending_error.take().map_or(Ok(()), Err)
+    }
+
+    /// Marks the cuts of the waiting operations again, from the first: after `read` (where a
+    /// read cut), after those with a learned signature, and where the size cap is reached
+    /// counting from the last cut.
+    fn mark_cuts(&self, state: &mut ClientState, read: Option<usize>) {
+        state.marks.clear();
+        state.since_mark = (0, 0);
+        for position in 0..state.segment.len() {
+            let operation = &state.segment.operations()[position];
+            if matches!(operation, OperationIr::Drop(_)) {
+                continue;
+            }
+            let elements = computed_elements(operation);
+            let signature = state.segment.signatures()[position];
+            if read == Some(position) || self.marks_after(state, signature, elements) {
+                state.marks.push(position);
+                state.since_mark = (0, 0);
+            }
+        }
+    }
+
+    /// Counts one more computing operation (its `signature`, the `elements` it produces) and
+    /// says whether the segment is cut after it: a learned cut point, or the size cap reached.
+    fn marks_after(&self, state: &mut ClientState, signature: u64, elements: u64) -> bool {
+        let (computing, produced) = &mut state.since_mark;
+        *computing += 1;
+        *produced += elements;
+        let (computing, produced) = (*computing, *produced);
+        state.cut_points.cuts_after(signature)
+            || match configured_cap(&self.device) {
+                Some(cap) => computing >= cap,
+                None => {
+                    computing >= DEFAULT_SEGMENT_CAP
+                        || state.executor.cuts_early(computing, produced)
+                }
+            }
+    }
+
+    /// Uploads the tensors of `tensors` still held on the host ([`HostValues`]).
+    fn upload_held<'a>(
+        &self,
+        state: &mut ClientState,
+        tensors: impl IntoIterator<Item = &'a TensorIr>,
+    ) {
+        if state.host_values.is_empty() {
+            return;
+        }
+        for tensor in tensors {
+            if let Some(data) = state.host_values.take(&tensor.id)
+                && let Err(error) = state.executor.register_data(tensor.id, data)
+            {
+                state.pending_error.get_or_insert(error);
+            }
+        }
     }
 
     /// Releases the tensors of deferred drops that no waiting operation uses any more.
@@ -319,6 +394,7 @@ impl TrainiumClient {
         read: impl FnOnce(&mut dyn Executor) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
         let mut state = self.lock();
+        self.upload_held(&mut state, std::slice::from_ref(tensor));
         if state.segment.must_run_before_reading(tensor) {
             if state.is_other_thread() {
                 self.run_prefix_for(&mut state, tensor)?;
@@ -402,6 +478,29 @@ impl RunnerClient for TrainiumClient {
             state.live.insert(output.id, &output.shape, output.dtype);
         }
         self.update_live_gauge(&state);
+        if !state.host_values.is_empty() {
+            if is_drop
+                && operation
+                    .inputs()
+                    .all(|input| state.host_values.contains(&input.id))
+            {
+                for input in operation.inputs() {
+                    state.host_values.take(&input.id);
+                }
+                return;
+            }
+            if state.host_values.can_fold(&operation) {
+                match state.host_values.fold(operation) {
+                    Ok(()) => StatsCounters::add(&self.counters.host_folded, 1),
+                    Err(error) => {
+                        state.pending_error.get_or_insert(error);
+                    }
+                }
+                StatsCounters::add_elapsed(&self.counters.capture_micros, start);
+                return;
+            }
+            self.upload_held(&mut state, operation.inputs());
+        }
         if is_drop && state.is_other_thread() {
             state.deferred_drops.push(operation);
             self.apply_deferred_drops(&mut state);
@@ -412,29 +511,28 @@ impl RunnerClient for TrainiumClient {
             state.capturing_thread = Some(std::thread::current().id());
         }
         let mut signature = 0;
+        let mut marked = false;
         if !is_drop {
             let structure = cut_points::structure(&operation);
             signature = cut_points::operation_signature(&operation, state.previous_structure);
             state.previous_structure = structure;
-            if state.cut_points.cuts_after(signature) {
-                let index = state.segment.len();
-                state.marks.push(index);
-            }
+            marked = self.marks_after(&mut state, signature, computed_elements(&operation));
+        }
+        if marked {
+            let index = state.segment.len();
+            state.marks.push(index);
+            state.since_mark = (0, 0);
         }
         state.segment.push_signed(operation, signature);
         StatsCounters::add_elapsed(&self.counters.capture_micros, start);
-        let full = match configured_cap(&self.device) {
-            Some(cap) => state.segment.computing_len() >= cap,
-            None => {
-                state.segment.computing_len() >= DEFAULT_SEGMENT_CAP
-                    || state.executor.cuts_segment_early(&state.segment)
-            }
-        };
-        if full {
-            // At the last marked cut point if there is one: where the segment is cut must not
-            // depend on how far another thread's reads have run it.
-            let last = state.marks.last().copied();
-            self.run_through(&mut state, last);
+        // Cuts are only marked as the size cap is reached: the segment runs (as the pieces
+        // between its marks) when something is read or synced, so that where a stream is cut
+        // never depends on when another thread's reads ran part of it. It runs through its last
+        // mark on its own only when it grows far beyond the cap.
+        if state.segment.computing_len() >= HELD_OPERATIONS_LIMIT
+            && let Some(&last) = state.marks.last()
+        {
+            self.run_through(&mut state, Some(last));
         }
     }
 
@@ -445,6 +543,15 @@ impl RunnerClient for TrainiumClient {
 
     fn sync(&self) -> Result<(), ExecutionError> {
         let mut state = self.lock();
+        // After a sync every tensor is on the device, those made from host data included.
+        let held: Vec<TensorId> = state.host_values.ids().collect();
+        for id in held {
+            if let Some(data) = state.host_values.take(&id)
+                && let Err(error) = state.executor.register_data(id, data)
+            {
+                state.pending_error.get_or_insert(error);
+            }
+        }
         self.flush(&mut state).map_err(ExecutionError::from)
     }
 
@@ -454,6 +561,15 @@ impl RunnerClient for TrainiumClient {
 
     fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
         let (shape, dtype) = (data.shape.clone(), data.dtype);
+        if HostValues::holds_data_of(&data) {
+            let id = next_tensor_id();
+            let mut state = self.lock();
+            state.host_values.insert(id, data);
+            state.live.insert(id, &shape, dtype);
+            self.update_live_gauge(&state);
+            drop(state);
+            return RouterTensor::new(id, shape, dtype, self.clone());
+        }
         self.register_host_data(shape, dtype, |executor, id| {
             executor.register_data(id, data)
         })

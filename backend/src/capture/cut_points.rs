@@ -98,7 +98,10 @@ mod tests {
             operation_signature(&first, 0),
             operation_signature(&elsewhere, 0)
         );
-        assert_ne!(operation_signature(&first, 0), operation_signature(&other, 0));
+        assert_ne!(
+            operation_signature(&first, 0),
+            operation_signature(&other, 0)
+        );
         let after_add = operation_signature(&first, structure(&other));
         assert_ne!(operation_signature(&first, 0), after_add);
     }

@@ -1,11 +1,14 @@
 //! Capture: Burn's router hands every operation to the client of its device, which buffers them
-//! into a [`Segment`] and runs the segment on the device's executor when a tensor is read, on
-//! `sync`, or when the segment reaches its size cap.
+//! into a [`Segment`] and runs the segment on the device's executor when a tensor is read or on
+//! `sync`, as the pieces between its marked cuts: where the size cap is reached, and where reads
+//! from other threads taught it (`cut_points`). Small tensors made from host data wait on the
+//! host until a program uses them (`host_values`).
 
 mod channel;
 mod client;
 mod cut_points;
 mod fingerprint;
+mod host_values;
 mod live;
 mod segment;
 

@@ -50,10 +50,11 @@ pub(crate) trait Target: Send {
     /// How many compiled programs the executor keeps.
     const CACHE_LIMITS: CacheLimits;
 
-    /// Whether `segment` should run now as a program of its own though no segment cap is
-    /// reached (consulted only when no cap was set): a target that compiles long programs slowly
-    /// cuts them where that costs nothing at run time.
-    fn cuts_segment_early(&self, _segment: &Segment) -> bool {
+    /// Whether a run of `computing` operations producing `computed_elements` elements should be
+    /// a program of its own though no segment cap is reached (consulted only when no cap was
+    /// set): a target that compiles long programs slowly cuts them where that costs nothing at
+    /// run time.
+    fn cuts_early(&self, _computing: usize, _computed_elements: u64) -> bool {
         false
     }
 
@@ -543,8 +544,8 @@ impl<T: Target> Executor for DeviceExecutor<T> {
         Ok((self.span.first, local))
     }
 
-    fn cuts_segment_early(&self, segment: &Segment) -> bool {
-        self.target.cuts_segment_early(segment)
+    fn cuts_early(&self, computing: usize, computed_elements: u64) -> bool {
+        self.target.cuts_early(computing, computed_elements)
     }
 
     fn seed(&mut self, seed: u64) {

@@ -70,10 +70,11 @@ pub(crate) trait Executor: Send {
         count: usize,
     ) -> Result<(usize, Vec<TensorData>), BackendError>;
 
-    /// Whether `segment` should run now as a program of its own though the default segment cap
-    /// is not reached. The client asks only when no cap was set (`TRAINIUM_SEGMENT_CAP`,
+    /// Whether a run of `computing` operations producing `computed_elements` elements in all
+    /// should be a program of its own though the default segment cap is not reached. The client
+    /// asks only when no cap was set (`TRAINIUM_SEGMENT_CAP`,
     /// [`set_segment_cap`](crate::set_segment_cap)).
-    fn cuts_segment_early(&self, _segment: &Segment) -> bool {
+    fn cuts_early(&self, _computing: usize, _computed_elements: u64) -> bool {
         false
     }
 

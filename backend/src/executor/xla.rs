@@ -16,7 +16,6 @@ use trainium_ffi::pjrt::{
 use super::plugin_kind::PluginKind;
 use super::xla_cache::{MachineIdentity, XlaDiskCache};
 use super::{CacheLimits, CompileOutcome, Target};
-use crate::capture::Segment;
 use crate::distributed::{ReplicaSpan, share};
 use crate::lower::{Donation, LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
@@ -487,9 +486,9 @@ impl Target for XlaTarget {
         instructions: COMPILE_CACHE_INSTRUCTIONS,
     };
 
-    fn cuts_segment_early(&self, segment: &Segment) -> bool {
-        segment.computing_len() >= SMALL_TENSOR_SEGMENT_CAP
-            && segment.mean_computed_elements() <= SMALL_TENSOR_ELEMENTS
+    fn cuts_early(&self, computing: usize, computed_elements: u64) -> bool {
+        computing >= SMALL_TENSOR_SEGMENT_CAP
+            && computed_elements as f64 / computing as f64 <= SMALL_TENSOR_ELEMENTS
     }
 
     fn lower_options(&self) -> LowerOptions {

@@ -121,7 +121,7 @@ pub const HOST_OPERATIONS: Variable = Variable {
 /// `TRAINIUM_SEGMENT_CAP`: the operations after which a segment runs.
 pub const SEGMENT_CAP: Variable = Variable {
     name: "TRAINIUM_SEGMENT_CAP",
-    meaning: "the operations after which a segment runs as a program of its own even if \
+    meaning: "the operations after which a segment is cut into a program of its own even if \
               nothing is read",
     default: "65,536",
     parser: "a positive integer, read once; blank is unset; unset, `xla` also cuts segments of \

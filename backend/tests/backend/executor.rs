@@ -333,9 +333,38 @@ fn an_update_in_place_needs_no_scratch_copies_of_its_inputs() {
     assert!((first(parameter) - (p - m / (v.sqrt() + 1e-8) * 1e-3)).abs() < tolerance);
 }
 
+/// A batch made as Burn's batchers make one — a tensor per item from host data, reshaped and
+/// stacked — stays on the host until a program uses it: those operations are done on the host,
+/// the batch is one upload and one input, its arithmetic runs on the device, and the values
+/// are the same.
+fn a_batch_made_from_host_items_is_uploaded_once_by_the_program_using_it() {
+    let device = xla(2);
+    B::sync(&device).unwrap();
+    reset_stats(&device);
+    let items: Vec<Tensor<B, 2>> = (0..4)
+        .map(|item| {
+            let values = [item as f32, 1.0, 2.0];
+            Tensor::<B, 1>::from_floats(values, &device).reshape([1, 3])
+        })
+        .collect();
+    let batch = (Tensor::cat(items, 0) - 1.0) / 2.0;
+    let weights = Tensor::<B, 2>::ones([3, 2], &device);
+    let product = batch.matmul(weights);
+    assert_eq!(
+        product.into_data().to_vec::<f32>().unwrap(),
+        [0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.5, 1.5]
+    );
+    let after = stats(&device);
+    // Four reshapes and the concatenation; the subtraction and division compute on the device.
+    assert_eq!(after.host_folded, 5, "{after:?}");
+    assert_eq!(after.bytes_to_device, 4 * 3 * 4, "{after:?}");
+    assert_eq!(after.host_fallbacks, 0, "{after:?}");
+}
+
 /// Tests that count on `xla:2` alone (statistics are per device), one after the other.
 #[test]
 fn device_statistics_on_a_device_of_their_own() {
+    a_batch_made_from_host_items_is_uploaded_once_by_the_program_using_it();
     dropped_tensors_release_their_device_buffers();
     changing_scalars_reuse_the_compiled_program();
     a_segment_is_lowered_again_when_an_operand_it_fixed_changes();
