@@ -1,6 +1,6 @@
 //! `hlat bench learner`: burn-train's `Learner` loop (its data loader, its metrics thread
-//! reading every step's loss, validation every epoch) runs on `xla` as the same segments in every
-//! run and every epoch — a warm run compiles nothing — and trains as NdArray does.
+//! reading every step's loss, validation every epoch) runs on `xla` as a fixed number of segments
+//! a batch, the same in every run — a warm run compiles nothing — and trains as NdArray does.
 
 use super::require_plugin;
 
@@ -15,7 +15,7 @@ const SIZE: [&str; 6] = [
     "16",
 ];
 
-/// Runs `hlat bench learner` for `epochs` on `backends` and returns its JSON report.
+/// Runs `hlat bench learner` for `epochs` on `backends` (both tasks) and returns its JSON report.
 fn bench_learner(epochs: &str, backends: &str) -> serde_json::Value {
     let folder = tempfile::tempdir().unwrap();
     let output = super::hlat()
@@ -62,34 +62,27 @@ fn losses(run: &serde_json::Value) -> Vec<f64> {
 #[test]
 fn a_learner_loop_runs_a_fixed_number_of_segments_and_trains_as_ndarray_does() {
     require_plugin();
-    let two_epochs = bench_learner("2", "xla,ndarray");
-    let three_epochs = bench_learner("3", "xla");
-    // A steady epoch (3 training and 2 validation batches) runs two segments a batch: each
-    // batch is cut where the metrics thread first read its outputs and then its loss, whatever
-    // the timing, and a third epoch compiles nothing new.
+    let report = bench_learner("2", "xla,ndarray");
     for task in ["recurrent", "cnn"] {
-        let xla = result(&two_epochs, task, "xla");
-        for run in ["cold", "warm"] {
-            assert_eq!(xla[run]["host_fallbacks"], 0, "{xla}");
-        }
-        assert_eq!(xla["cold"]["segments"], xla["warm"]["segments"], "{xla}");
-        assert_eq!(xla["warm"]["compiles"], 0, "{xla}");
-        assert_eq!(
-            xla["warm"]["programs_loaded"], xla["cold"]["compiles"],
-            "{xla}"
-        );
-        let longer = result(&three_epochs, task, "xla");
-        let segments = |run: &serde_json::Value| run["warm"]["segments"].as_u64().unwrap();
-        assert_eq!(segments(longer) - segments(xla), 2 * 5, "{xla}\n{longer}");
-        assert_eq!(
-            longer["cold"]["compiles"], xla["cold"]["compiles"],
-            "{xla}\n{longer}"
-        );
+        let xla = result(&report, task, "xla");
+        let warm = &xla["warm"];
+        assert_eq!(warm["host_fallbacks"], 0, "{xla}");
+        // Every batch, training or validation, runs as two segments — up to its outputs, then
+        // up to its loss, where the metrics thread first read them — whatever the timing, and
+        // one more runs the last update when the trained model is read: the same in the cold
+        // and the warm run, which compiles nothing.
+        let iterations =
+            warm["train_iterations"].as_u64().unwrap() + warm["valid_iterations"].as_u64().unwrap();
+        assert_eq!(iterations, 2 * 5);
+        assert_eq!(warm["segments"].as_u64(), Some(2 * iterations + 1), "{xla}");
+        assert_eq!(xla["cold"]["segments"], warm["segments"], "{xla}");
+        assert_eq!(warm["compiles"], 0, "{xla}");
+        assert_eq!(warm["programs_loaded"], xla["cold"]["compiles"], "{xla}");
 
-        let reference = losses(&result(&two_epochs, task, "ndarray")["warm"]);
-        let measured = losses(&xla["warm"]);
+        let reference = losses(&result(&report, task, "ndarray")["warm"]);
+        let measured = losses(warm);
+        assert_eq!(measured.len(), iterations as usize, "{xla}");
         assert_eq!(measured.len(), reference.len(), "{xla}");
-        assert_eq!(measured.len(), 2 * 5);
         for (measured, reference) in measured.iter().zip(&reference) {
             assert!(
                 (measured - reference).abs() <= 1e-4 * reference.abs().max(1.0),

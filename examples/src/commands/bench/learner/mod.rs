@@ -125,6 +125,8 @@ pub struct LearnerTiming {
     pub bytes_to_host: u64,
     /// Operations that ran on the host instead of the device.
     pub host_fallbacks: u64,
+    /// Operations that only moved host data before its upload (a batcher's stacking).
+    pub host_folded: u64,
     /// The loss of every item, as Burn's `LossMetric` reported it.
     pub loss: MetricValues,
 }
@@ -426,6 +428,7 @@ impl LearnerBenchArgs {
         timing.bytes_to_device = end.bytes_to_device - start.bytes_to_device;
         timing.bytes_to_host = end.bytes_to_host - start.bytes_to_host;
         timing.host_fallbacks = end.host_fallbacks - start.host_fallbacks;
+        timing.host_folded = end.host_folded - start.host_folded;
         backends::report_host_fallbacks(device);
         timing.loss = recorded
             .lock()
