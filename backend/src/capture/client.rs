@@ -14,6 +14,7 @@ use super::Segment;
 use super::cut_points::{self, CutPoints};
 use super::host_values::HostValues;
 use super::live::LiveTensors;
+use super::segment::computed_elements;
 use crate::executor::{self, Executor};
 use crate::per_device::PerDevice;
 use crate::profile::phase;
@@ -64,14 +65,6 @@ fn read_segment_cap_env() -> Result<Option<usize>, BackendError> {
 /// The waiting operations after which a segment runs through its last marked cut without a read
 /// or a sync.
 const HELD_OPERATIONS_LIMIT: usize = 4 * DEFAULT_SEGMENT_CAP;
-
-/// The elements `operation` produces, summed over its outputs.
-fn computed_elements(operation: &OperationIr) -> u64 {
-    operation
-        .outputs()
-        .map(|output| output.shape.num_elements() as u64)
-        .sum()
-}
 
 /// Tensor ids are unique across every device of the process.
 static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(0);
@@ -318,18 +311,14 @@ impl TrainiumClient {
             }
     }
 
-    /// Uploads the tensors of `tensors` still held on the host ([`HostValues`]).
-    fn upload_held<'a>(
-        &self,
-        state: &mut ClientState,
-        tensors: impl IntoIterator<Item = &'a TensorIr>,
-    ) {
+    /// Uploads the tensors of `ids` still held on the host ([`HostValues`]).
+    fn upload_held(&self, state: &mut ClientState, ids: impl IntoIterator<Item = TensorId>) {
         if state.host_values.is_empty() {
             return;
         }
-        for tensor in tensors {
-            if let Some(data) = state.host_values.take(&tensor.id)
-                && let Err(error) = state.executor.register_data(tensor.id, data)
+        for id in ids {
+            if let Some(data) = state.host_values.take(&id)
+                && let Err(error) = state.executor.register_data(id, data)
             {
                 state.pending_error.get_or_insert(error);
             }
@@ -394,7 +383,7 @@ impl TrainiumClient {
         read: impl FnOnce(&mut dyn Executor) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
         let mut state = self.lock();
-        self.upload_held(&mut state, std::slice::from_ref(tensor));
+        self.upload_held(&mut state, [tensor.id]);
         if state.segment.must_run_before_reading(tensor) {
             if state.is_other_thread() {
                 self.run_prefix_for(&mut state, tensor)?;
@@ -499,7 +488,7 @@ impl RunnerClient for TrainiumClient {
                 StatsCounters::add_elapsed(&self.counters.capture_micros, start);
                 return;
             }
-            self.upload_held(&mut state, operation.inputs());
+            self.upload_held(&mut state, operation.inputs().map(|input| input.id));
         }
         if is_drop && state.is_other_thread() {
             state.deferred_drops.push(operation);
@@ -514,7 +503,7 @@ impl RunnerClient for TrainiumClient {
         let mut marked = false;
         if !is_drop {
             let structure = cut_points::structure(&operation);
-            signature = cut_points::operation_signature(&operation, state.previous_structure);
+            signature = cut_points::signature(structure, state.previous_structure);
             state.previous_structure = structure;
             marked = self.marks_after(&mut state, signature, computed_elements(&operation));
         }
@@ -545,13 +534,7 @@ impl RunnerClient for TrainiumClient {
         let mut state = self.lock();
         // After a sync every tensor is on the device, those made from host data included.
         let held: Vec<TensorId> = state.host_values.ids().collect();
-        for id in held {
-            if let Some(data) = state.host_values.take(&id)
-                && let Err(error) = state.executor.register_data(id, data)
-            {
-                state.pending_error.get_or_insert(error);
-            }
-        }
+        self.upload_held(&mut state, held);
         self.flush(&mut state).map_err(ExecutionError::from)
     }
 

@@ -17,19 +17,19 @@ use std::mem::discriminant;
 
 use burn_ir::OperationIr;
 
-/// The structure of one operation as a number: its kind, and the shapes and types of its inputs
-/// and outputs (not its tensor ids or scalar operands), in the context of the operation captured
-/// before it (`previous`, that one's own structure), so that a small operation common in a step
-/// (a subtraction of two logits-shaped tensors, say) names one place of the step rather than
-/// every place it occurs.
-pub fn operation_signature(operation: &OperationIr, previous: u64) -> u64 {
+/// The signature of an operation of [`structure`] `structure`, in the context of the operation
+/// captured before it (`previous`, that one's structure), so that a small operation common in a
+/// step (a subtraction of two logits-shaped tensors, say) names one place of the step rather
+/// than every place it occurs.
+pub fn signature(structure: u64, previous: u64) -> u64 {
     let mut hasher = DefaultHasher::new();
-    structure(operation).hash(&mut hasher);
+    structure.hash(&mut hasher);
     previous.hash(&mut hasher);
     hasher.finish()
 }
 
-/// The structure of `operation` alone: [`operation_signature`]'s `previous` for the next one.
+/// The structure of one operation as a number: its kind, and the shapes and types of its inputs
+/// and outputs (not its tensor ids or scalar operands).
 pub fn structure(operation: &OperationIr) -> u64 {
     let mut hasher = DefaultHasher::new();
     discriminant(operation).hash(&mut hasher);
@@ -58,7 +58,7 @@ pub fn structure(operation: &OperationIr) -> u64 {
     hasher.finish()
 }
 
-/// The cut points learned on one device: [signatures](operation_signature) of operations a
+/// The cut points learned on one device: [signatures](signature) of operations a
 /// segment is cut after. Learning only adds (a step's outputs and its loss each teach one).
 #[derive(Debug, Default)]
 pub struct CutPoints {
@@ -94,25 +94,20 @@ mod tests {
     fn signatures_ignore_tensor_ids_but_not_the_operation_or_its_context() {
         let (first, elsewhere) = (exp(tensor(1, ReadOnly), 2), exp(tensor(7, ReadOnly), 9));
         let other = add(tensor(1, ReadOnly), tensor(2, ReadOnly), 3);
-        assert_eq!(
-            operation_signature(&first, 0),
-            operation_signature(&elsewhere, 0)
-        );
-        assert_ne!(
-            operation_signature(&first, 0),
-            operation_signature(&other, 0)
-        );
-        let after_add = operation_signature(&first, structure(&other));
-        assert_ne!(operation_signature(&first, 0), after_add);
+        let alone = |operation| signature(structure(operation), 0);
+        assert_eq!(alone(&first), alone(&elsewhere));
+        assert_ne!(alone(&first), alone(&other));
+        let after_add = signature(structure(&first), structure(&other));
+        assert_ne!(alone(&first), after_add);
     }
 
     #[test]
     fn a_learned_point_cuts_after_operations_like_it() {
         let mut points = CutPoints::default();
         let operation = exp(tensor(1, ReadOnly), 2);
-        let signature = operation_signature(&operation, 0);
-        assert!(!points.cuts_after(signature));
-        points.learn(signature, &operation);
-        assert!(points.cuts_after(operation_signature(&exp(tensor(5, ReadOnly), 6), 0)));
+        let learned = signature(structure(&operation), 0);
+        assert!(!points.cuts_after(learned));
+        points.learn(learned, &operation);
+        assert!(points.cuts_after(signature(structure(&exp(tensor(5, ReadOnly), 6)), 0)));
     }
 }

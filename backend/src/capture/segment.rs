@@ -8,17 +8,23 @@ use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 #[derive(Debug, Default, Clone)]
 pub struct Segment {
     operations: Vec<OperationIr>,
-    /// The [signature](super::cut_points::operation_signature) of each operation (0 where none
+    /// The [signature](super::cut_points::signature) of each operation (0 where none
     /// was given).
     signatures: Vec<u64>,
     /// How many of the operations compute something (all but `Drop`).
     computing: usize,
-    /// The elements the computing operations produce, summed over their outputs.
-    computed_elements: u64,
     /// The tensors the operations produce.
     produced: HashSet<TensorId>,
     /// The tensors the operations read.
     read: HashSet<TensorId>,
+}
+
+/// The elements `operation` produces, summed over its outputs.
+pub fn computed_elements(operation: &OperationIr) -> u64 {
+    operation
+        .outputs()
+        .map(|output| output.shape.num_elements() as u64)
+        .sum()
 }
 
 /// What a segment exchanges with the tensors that live outside it.
@@ -47,10 +53,6 @@ impl Segment {
         self.read.extend(operation.inputs().map(|input| input.id));
         if !matches!(operation, OperationIr::Drop(_)) {
             self.computing += 1;
-            self.computed_elements += operation
-                .outputs()
-                .map(|output| output.shape.num_elements() as u64)
-                .sum::<u64>();
         }
         self.operations.push(operation);
     }
@@ -130,15 +132,6 @@ impl Segment {
     /// (the same step is cut at the same places, and its programs are reused).
     pub fn computing_len(&self) -> usize {
         self.computing
-    }
-
-    /// How many elements a computing operation produces on average (0 when none is waiting): a
-    /// long segment of small tensors compiles much sooner as several programs.
-    pub fn mean_computed_elements(&self) -> f64 {
-        if self.computing == 0 {
-            return 0.0;
-        }
-        self.computed_elements as f64 / self.computing as f64
     }
 
     /// Whether no operation is waiting.
