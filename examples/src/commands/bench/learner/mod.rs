@@ -256,12 +256,12 @@ fn cached_backends(list: &str) -> anyhow::Result<Option<String>> {
     Ok((!cached.is_empty()).then(|| cached.join(",")))
 }
 
-/// The name of `task` on the command line.
-fn task_name(task: Task) -> &'static str {
-    match task {
-        Task::Recurrent => "recurrent",
-        Task::Cnn => "cnn",
-    }
+/// The name of `task` on the command line (its `ValueEnum` name).
+fn task_name(task: Task) -> String {
+    task.to_possible_value()
+        .expect("every task is a value of --tasks")
+        .get_name()
+        .to_string()
 }
 
 /// The Markdown table of a report: one row per task and backend.
