@@ -87,6 +87,9 @@ pub(crate) struct Builder {
     last_channel: i64,
     /// The Burn operation being lowered, recorded as metadata of each instruction.
     pub op_name: String,
+    /// Whether bf16 matrix products the compiler's matrix library takes as bf16 × bf16 → f32
+    /// are written that way ([`Builder::dot`]).
+    pub bf16_dots_sum_in_f32: bool,
 }
 
 fn fresh_id(next_id: &mut i64) -> i64 {
@@ -337,6 +340,14 @@ impl Builder {
     }
 
     /// A general dot product; the result has `dims` and the type of `lhs`.
+    ///
+    /// With [`bf16_dots_sum_in_f32`](Self::bf16_dots_sum_in_f32), a bf16 product the XLA CPU
+    /// plugin's matrix library (YNNPACK) takes is written as bf16 × bf16 → f32 and rounded to
+    /// bf16 once: the same values as the bf16 dot (whose operands XLA widens to f32 and
+    /// multiplies in f32), computed by the CPU's bf16 instructions at twice the f32 rate. The
+    /// plugin's other dot kernels have no bf16 × bf16 → f32 form, so a product the library
+    /// would not take (a vector, a tiny one, or a batched one whose operand is a transpose XLA
+    /// folds into it) keeps its bf16 result.
     pub fn dot(
         &mut self,
         lhs: &Value,
@@ -344,9 +355,70 @@ impl Builder {
         numbers: DotDimensionNumbers,
         dims: &[i64],
     ) -> Value {
-        let mut instruction = self.op("dot", lhs.element_type, dims, &[lhs, rhs]);
+        let summed_in = match self.bf16_dots_sum_in_f32 && self.library_takes(lhs, rhs, &numbers) {
+            true => PrimitiveType::F32,
+            false => lhs.element_type,
+        };
+        let mut instruction = self.op("dot", summed_in, dims, &[lhs, rhs]);
         instruction.dot_dimension_numbers = Some(numbers);
-        self.push(instruction)
+        let product = self.push(instruction);
+        self.convert(&product, lhs.element_type)
+    }
+
+    /// Whether XLA CPU's matrix library takes a bf16 × bf16 → f32 product of `lhs` and `rhs`
+    /// (its conditions: both operands bf16, neither side a vector, some side of at least 8;
+    /// batched products only in canonical form, which a transposed operand would not keep).
+    fn library_takes(&self, lhs: &Value, rhs: &Value, numbers: &DotDimensionNumbers) -> bool {
+        if lhs.element_type != PrimitiveType::Bf16 || rhs.element_type != PrimitiveType::Bf16 {
+            return false;
+        }
+        let free = |value: &Value, contracting: &[i64], batch: &[i64]| -> i64 {
+            (0..value.rank() as i64)
+                .filter(|d| !contracting.contains(d) && !batch.contains(d))
+                .map(|d| value.dims[d as usize])
+                .product()
+        };
+        let m = free(
+            lhs,
+            &numbers.lhs_contracting_dimensions,
+            &numbers.lhs_batch_dimensions,
+        );
+        let n = free(
+            rhs,
+            &numbers.rhs_contracting_dimensions,
+            &numbers.rhs_batch_dimensions,
+        );
+        let k: i64 = numbers
+            .lhs_contracting_dimensions
+            .iter()
+            .map(|&d| lhs.dims[d as usize])
+            .product();
+        if m < 2 || n < 2 || m.max(n).max(k) < 8 {
+            return false;
+        }
+        let batch = numbers.lhs_batch_dimensions.len() as i64;
+        batch == 0
+            || (numbers.lhs_batch_dimensions == (0..batch).collect::<Vec<_>>()
+                && numbers.rhs_batch_dimensions == numbers.lhs_batch_dimensions
+                && numbers.lhs_contracting_dimensions == [lhs.rank() as i64 - 1]
+                && numbers.rhs_contracting_dimensions == [batch]
+                && !self.is_transposed(lhs)
+                && !self.is_transposed(rhs))
+    }
+
+    /// Whether `value` is a transpose, possibly behind conversions and reshapes.
+    fn is_transposed(&self, value: &Value) -> bool {
+        let mut id = value.id;
+        loop {
+            let Some(instruction) = self.instructions.iter().rev().find(|i| i.id == id) else {
+                return false;
+            };
+            match instruction.opcode.as_str() {
+                "transpose" => return true,
+                "convert" | "reshape" | "bitcast" | "copy" => id = instruction.operand_ids[0],
+                _ => return false,
+            }
+        }
     }
 
     /// Reduces `dimensions` of `operand` with `combiner`, starting from `init`.

@@ -6,7 +6,7 @@ use burn_backend::{DType, TensorData};
 use burn_ir::{OperationIr, ScalarIr, TensorId, TensorIr};
 
 use super::builder::{Builder, Value};
-use super::{HoistedScalar, LowerError, LowerOptions};
+use super::{HoistedScalar, LowerError, LowerOptions, OperatorRules};
 use crate::capture::SegmentBoundary;
 use crate::hlo::{
     self, AliasEntryProto, BufferDonorEntryProto, HloBufferDonorProto, HloInputOutputAliasProto,
@@ -145,6 +145,7 @@ impl Lowering {
             options,
             operation: 0,
         };
+        lowering.builder.bf16_dots_sum_in_f32 = lowering.options.rules == OperatorRules::Xla;
         for (number, input) in inputs.iter().enumerate() {
             let element_type =
                 element_type(input.dtype).map_err(|failure| format!("{failure:?}"))?;

@@ -421,3 +421,79 @@ fn host_fallbacks_are_refused_or_counted_by_kind() {
     );
     assert_eq!(stats(&device).host_fallbacks, 1);
 }
+
+/// bf16 matrix products on `xla` in every form the lowering writes: those XLA CPU's matrix
+/// library takes as bf16 × bf16 → f32 (a matmul, a linear layer, a batched product) and those
+/// kept as bf16 products (a batched product of a transposed operand, which XLA folds into the
+/// product and whose bf16 × bf16 → f32 form the plugin cannot run; a vector; a tiny one). Each
+/// runs and equals the exact product: small integers, so every sum is exact in bf16.
+#[test]
+fn bf16_matrix_products_of_every_form_run_and_are_exact() {
+    use burn::tensor::DType;
+    use burn::tensor::module::linear;
+    let device = xla(0);
+    let integers = |shape: [usize; 4], seed: usize| {
+        let count = shape.iter().product::<usize>();
+        let values: Vec<f32> = (0..count)
+            .map(|i| ((i * 7 + seed) % 5) as f32 - 2.0)
+            .collect();
+        Tensor::<B, 4>::from_data(TensorData::new(values, shape), &device)
+    };
+    let bf16 = |tensor: Tensor<B, 4>| tensor.cast(DType::BF16);
+    let exact = |lhs: &Tensor<B, 4>, rhs: &Tensor<B, 4>| -> Vec<f32> {
+        let [batch, heads, m, k] = lhs.dims();
+        let n = rhs.dims()[3];
+        let (a, b) = (
+            lhs.to_data().to_vec::<f32>().unwrap(),
+            rhs.to_data().to_vec::<f32>().unwrap(),
+        );
+        let mut out = vec![0.0; batch * heads * m * n];
+        for p in 0..batch * heads {
+            for i in 0..m {
+                for j in 0..n {
+                    out[(p * m + i) * n + j] = (0..k)
+                        .map(|l| a[(p * m + i) * k + l] * b[(p * k + l) * n + j])
+                        .sum();
+                }
+            }
+        }
+        out
+    };
+    let read = |tensor: Tensor<B, 4>| -> Vec<f32> {
+        assert_eq!(tensor.dtype(), DType::BF16);
+        tensor.cast(DType::F32).into_data().to_vec::<f32>().unwrap()
+    };
+    let cases: [(&str, [usize; 4], [usize; 4]); 4] = [
+        ("matrix", [1, 1, 8, 16], [1, 1, 16, 8]),
+        ("batched", [2, 3, 8, 16], [2, 3, 16, 8]),
+        ("vector", [1, 1, 1, 16], [1, 1, 16, 8]),
+        ("tiny", [1, 1, 2, 3], [1, 1, 3, 2]),
+    ];
+    for (name, lhs_shape, rhs_shape) in cases {
+        let (lhs, rhs) = (integers(lhs_shape, 1), integers(rhs_shape, 3));
+        let expected = exact(&lhs, &rhs);
+        assert_eq!(
+            read(bf16(lhs.clone()).matmul(bf16(rhs.clone()))),
+            expected,
+            "{name}"
+        );
+        // The same product with the left operand made by a transpose of data laid out the
+        // other way.
+        let laid_out = Tensor::<B, 4>::from_data(lhs.clone().swap_dims(2, 3).into_data(), &device);
+        let transposed = bf16(laid_out).swap_dims(2, 3);
+        assert_eq!(
+            read(transposed.matmul(bf16(rhs.clone()))),
+            expected,
+            "{name}, transposed"
+        );
+        if lhs_shape[0] * lhs_shape[1] == 1 {
+            // As a linear layer: x [.., in] times weight [in, out].
+            let weight: Tensor<B, 2> = bf16(rhs.clone()).flatten(0, 2);
+            assert_eq!(
+                read(linear(bf16(lhs.clone()), weight, None)),
+                expected,
+                "{name}, linear"
+            );
+        }
+    }
+}

@@ -196,6 +196,54 @@ fn bf16_attention_is_computed_in_f32_and_rounded_once() {
     assert_eq!(type_of(result), PrimitiveType::Bf16);
 }
 
+/// A bf16 matrix product is written for XLA as bf16 × bf16 → f32 and rounded once (the form
+/// XLA CPU's matrix library runs with the CPU's bf16 instructions), and for `neuronx-cc` as the
+/// bf16 product it was.
+#[test]
+fn bf16_matrix_products_sum_in_f32_for_xla_alone() {
+    let bf16 = |id: u64, shape: &[usize], status| TensorIr {
+        dtype: DType::BF16,
+        ..tensor(id, shape, status)
+    };
+    let operations = [OperationIr::Float(
+        DType::BF16,
+        burn_ir::FloatOperationIr::Matmul(burn_ir::MatmulOpIr {
+            lhs: bf16(1, &[8, 16], TensorStatus::ReadOnly),
+            rhs: bf16(2, &[16, 8], TensorStatus::ReadOnly),
+            out: bf16(3, &[8, 8], TensorStatus::NotInit),
+        }),
+    )];
+    for (rules, summed_in) in [
+        (OperatorRules::Xla, PrimitiveType::F32),
+        (OperatorRules::Neuron, PrimitiveType::Bf16),
+    ] {
+        let options = LowerOptions {
+            rules,
+            ..LowerOptions::default()
+        };
+        let program =
+            lower::lower_segment_with(&operations, &boundary_of(&operations), &options).unwrap();
+        let types: Vec<(String, PrimitiveType)> = entry_computation(&program)
+            .instructions
+            .iter()
+            .filter(|instruction| ["dot", "convert"].contains(&instruction.opcode.as_str()))
+            .map(|instruction| {
+                let shape = instruction.shape.as_ref().unwrap();
+                let element_type = PrimitiveType::try_from(shape.element_type).unwrap();
+                (instruction.opcode.clone(), element_type)
+            })
+            .collect();
+        let expected = match summed_in {
+            PrimitiveType::F32 => vec![
+                ("dot".to_string(), PrimitiveType::F32),
+                ("convert".to_string(), PrimitiveType::Bf16),
+            ],
+            _ => vec![("dot".to_string(), PrimitiveType::Bf16)],
+        };
+        assert_eq!(types, expected, "{rules:?}");
+    }
+}
+
 /// Causal attention of `dtype` tensors, `queries` and `keys` positions, heads `width` wide.
 fn causal_attention(dtype: DType, queries: usize, keys: usize, width: usize) -> AttentionOpIr {
     let typed = |id: u64, shape: &[usize], status| TensorIr {
