@@ -11,7 +11,7 @@ use burn_router::{RouterTensor, RunnerClient};
 use burn_std::future::DynFut;
 
 use super::Segment;
-use super::cut_points::{self, CutPoints};
+use super::cut_points::{self, CutPoints, NEARBY_OPERATIONS};
 use super::host_values::HostValues;
 use super::live::LiveTensors;
 use super::segment::computed_elements;
@@ -138,6 +138,9 @@ struct ClientState {
     since_mark: (usize, u64),
     /// Tensors made from host data and not yet uploaded ([`HostValues`]).
     host_values: HostValues,
+    /// The signature of the learned cut the last run ended at, when a read from another thread
+    /// ran it: a cut learned a few operations after it replaces it.
+    last_read_cut: Option<u64>,
 }
 
 impl ClientState {
@@ -179,6 +182,7 @@ impl TrainiumClient {
                 marks: Vec::new(),
                 since_mark: (0, 0),
                 host_values: HostValues::default(),
+                last_read_cut: None,
             })),
             counters: stats::counters(device),
         }
@@ -192,6 +196,7 @@ impl TrainiumClient {
 
     /// Runs the waiting segment, if any, and reports the first unreported error.
     fn flush(&self, state: &mut ClientState) -> Result<(), BackendError> {
+        state.last_read_cut = None;
         self.run_through(state, None);
         state.pending_error.take().map_or(Ok(()), Err)
     }
@@ -252,9 +257,13 @@ impl TrainiumClient {
     }
 
     /// Runs the waiting operations up to the one a read of `tensor` from another thread needs,
-    /// cut at the marked cut points, and leaves the later ones waiting. Where the read needed a
-    /// cut no point marked, a cut point is learned there, and the waiting operations like it
-    /// are marked too.
+    /// cut at the marked cut points, and leaves the later ones waiting.
+    ///
+    /// The run goes on through a learned cut point at most [`NEARBY_OPERATIONS`] computing
+    /// operations further (a step's loss, when its outputs are read first). Where no such point
+    /// is marked, a cut point is learned at the needed operation, and the waiting operations
+    /// like it are marked too; if the last run, for another read from another thread, ended at
+    /// a learned cut just before it, the new point replaces that one.
     fn run_prefix_for(
         &self,
         state: &mut ClientState,
@@ -263,15 +272,45 @@ impl TrainiumClient {
         let Some(index) = state.segment.last_needed_for_reading(tensor) else {
             return Ok(());
         };
-        if !state.marks.contains(&index) {
-            let signature = state.segment.signatures()[index];
-            state
-                .cut_points
-                .learn(signature, &state.segment.operations()[index]);
-            self.mark_cuts(state, Some(index));
-        }
-        self.run_through(state, Some(index));
+        let through = match self.nearby_learned_mark(state, index) {
+            Some(mark) => mark,
+            None => {
+                let signature = state.segment.signatures()[index];
+                let computing_before = state.segment.operations()[..index]
+                    .iter()
+                    .filter(|operation| !matches!(operation, OperationIr::Drop(_)))
+                    .count();
+                if let Some(previous) = state.last_read_cut
+                    && computing_before < NEARBY_OPERATIONS
+                {
+                    state.cut_points.forget(previous);
+                }
+                state
+                    .cut_points
+                    .learn(signature, &state.segment.operations()[index]);
+                self.mark_cuts(state, Some(index));
+                index
+            }
+        };
+        let signature = state.segment.signatures()[through];
+        self.run_through(state, Some(through));
+        state.last_read_cut = Some(signature);
         state.pending_error.take().map_or(Ok(()), Err)
+    }
+
+    /// The first mark at or after waiting operation `index` that a learned cut point set, if at
+    /// most [`NEARBY_OPERATIONS`] computing operations follow `index` up to it.
+    fn nearby_learned_mark(&self, state: &ClientState, index: usize) -> Option<usize> {
+        let mark = state.marks.iter().copied().find(|&mark| mark >= index)?;
+        let operations = state.segment.operations();
+        let between = operations[index + 1..=mark]
+            .iter()
+            .filter(|operation| !matches!(operation, OperationIr::Drop(_)))
+            .count();
+        let learned = state
+            .cut_points
+            .cuts_after(state.segment.signatures()[mark]);
+        (learned && between <= NEARBY_OPERATIONS).then_some(mark)
     }
 
     /// Marks the cuts of the waiting operations again, from the first: after `read` (where a

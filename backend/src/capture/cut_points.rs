@@ -6,10 +6,12 @@
 //! cut the step stream wherever the training thread happens to be — a new program nearly every
 //! time. Instead the read runs only the waiting operations up to the one that produced the tensor
 //! (a point of the stream that does not depend on timing), and that operation's
-//! [signature](operation_signature) is learned. Every waiting and later operation with a learned
-//! signature marks a cut: whenever the segment runs (a read, the size cap, a sync) it runs as the
-//! pieces between the marks. Where a stream is cut then depends only on the order of the reads,
-//! never on their timing, so each step runs as the same programs in every epoch and every run.
+//! [signature] is learned. Every waiting and later operation with a learned signature marks a
+//! cut: whenever the segment runs (a read, the size cap, a sync) it runs as the pieces between
+//! the marks. A read needing an operation just before a learned cut runs through that cut
+//! ([`NEARBY_OPERATIONS`]): a step's outputs and its loss are read one after the other, and one
+//! program serves both. Where a stream is cut then depends only on the order of the reads, never
+//! on their timing, so each step runs as the same program in every epoch and every run.
 
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -28,8 +30,9 @@ pub fn signature(structure: u64, previous: u64) -> u64 {
     hasher.finish()
 }
 
-/// The structure of one operation as a number: its kind, and the shapes and types of its inputs
-/// and outputs (not its tensor ids or scalar operands).
+/// The structure of one operation as a number: its kind, and the ranks and types of its inputs
+/// and outputs (not their sizes, tensor ids or scalar operands: a partial last batch computes
+/// its loss at the same place of the step).
 pub fn structure(operation: &OperationIr) -> u64 {
     let mut hasher = DefaultHasher::new();
     discriminant(operation).hash(&mut hasher);
@@ -52,14 +55,22 @@ pub fn structure(operation: &OperationIr) -> u64 {
         _ => {}
     }
     for tensor in operation.inputs().chain(operation.outputs()) {
-        tensor.shape.hash(&mut hasher);
+        tensor.shape.len().hash(&mut hasher);
         tensor.dtype.hash(&mut hasher);
     }
     hasher.finish()
 }
 
 /// The cut points learned on one device: [signatures](signature) of operations a
-/// segment is cut after. Learning only adds (a step's outputs and its loss each teach one).
+/// segment is cut after. A step's loss teaches one; its outputs, read just before the loss
+/// and a few operations earlier, teach one that the loss's then replaces, so that a step runs
+/// as one program through its loss ([`NEARBY_OPERATIONS`]).
+/// How many computing operations after the one a read from another thread needs a learned cut
+/// point may lie and still be where the read runs the segment through: a step's loss is
+/// computed from its outputs in a few operations, so the read of the outputs (Burn's metrics
+/// read them first) runs through the loss and one program serves both reads.
+pub const NEARBY_OPERATIONS: usize = 64;
+
 #[derive(Debug, Default)]
 pub struct CutPoints {
     signatures: HashSet<u64>,
@@ -79,6 +90,14 @@ impl CutPoints {
                 "learned a cut point after {}",
                 crate::lower::operation_name(operation)
             );
+        }
+    }
+
+    /// Forgets the cut after operations of signature `signature`: a cut learned just after it
+    /// serves the reads it served.
+    pub fn forget(&mut self, signature: u64) {
+        if self.signatures.remove(&signature) {
+            log::debug!("a cut point learned next to the last one replaced it");
         }
     }
 }
@@ -101,6 +120,21 @@ mod tests {
         assert_ne!(alone(&first), after_add);
     }
 
+    /// A step's last batch is often smaller: its loss is the same place of the step.
+    #[test]
+    fn signatures_ignore_sizes_but_not_ranks() {
+        let shaped = |dims: &[usize]| {
+            let mut operation = exp(tensor(1, ReadOnly), 2);
+            if let OperationIr::Float(_, burn_ir::FloatOperationIr::Exp(unary)) = &mut operation {
+                unary.input.shape = burn_backend::Shape::from(dims.to_vec());
+                unary.out.shape = burn_backend::Shape::from(dims.to_vec());
+            }
+            structure(&operation)
+        };
+        assert_eq!(shaped(&[32, 10]), shaped(&[8, 10]));
+        assert_ne!(shaped(&[32, 10]), shaped(&[320]));
+    }
+
     #[test]
     fn a_learned_point_cuts_after_operations_like_it() {
         let mut points = CutPoints::default();
@@ -109,5 +143,7 @@ mod tests {
         assert!(!points.cuts_after(learned));
         points.learn(learned, &operation);
         assert!(points.cuts_after(signature(structure(&exp(tensor(5, ReadOnly), 6)), 0)));
+        points.forget(learned);
+        assert!(!points.cuts_after(learned));
     }
 }
