@@ -261,8 +261,9 @@ impl TrainiumClient {
     ///
     /// The run goes on through a learned cut point at most [`NEARBY_OPERATIONS`] computing
     /// operations further (a step's loss, when its outputs are read first). Where no such point
-    /// is marked, a cut point is learned at the needed operation, and the waiting operations
-    /// like it are marked too; if the last run, for another read from another thread, ended at
+    /// is marked, a cut point is learned and the waiting operations like it are marked too: at
+    /// the [summary](Self::summary_after) computed from the needed tensor, if there is one, else
+    /// at the needed operation; if the last run, for another read from another thread, ended at
     /// a learned cut just before it, the new point replaces that one.
     fn run_prefix_for(
         &self,
@@ -275,6 +276,7 @@ impl TrainiumClient {
         let through = match self.nearby_learned_mark(state, index) {
             Some(mark) => mark,
             None => {
+                let index = Self::summary_after(state, index).unwrap_or(index);
                 let signature = state.segment.signatures()[index];
                 let computing_before = state.segment.operations()[..index]
                     .iter()
@@ -296,6 +298,43 @@ impl TrainiumClient {
         self.run_through(state, Some(through));
         state.last_read_cut = Some(signature);
         state.pending_error.take().map_or(Ok(()), Err)
+    }
+
+    /// The waiting operation, at most [`NEARBY_OPERATIONS`] computing operations after
+    /// `index`, that makes the first one-element tensor no later waiting operation uses — a
+    /// value made to be read, such as the loss computed from a step's outputs — when the
+    /// operation at `index` makes a larger tensor. A read of the outputs that learns its cut there
+    /// leaves the read of the loss that follows nothing to cut, so the first step already runs
+    /// as the one program every later step runs.
+    fn summary_after(state: &ClientState, index: usize) -> Option<usize> {
+        let operations = state.segment.operations();
+        let one_element = |operation: &OperationIr| {
+            let mut outputs = operation.outputs();
+            matches!((outputs.next(), outputs.next()), (Some(out), None) if out.shape.num_elements() == 1)
+        };
+        if one_element(&operations[index]) {
+            return None;
+        }
+        let computing = operations
+            .iter()
+            .enumerate()
+            .skip(index + 1)
+            .filter(|(_, operation)| !matches!(operation, OperationIr::Drop(_)))
+            .take(NEARBY_OPERATIONS);
+        for (position, operation) in computing {
+            if !one_element(operation) {
+                continue;
+            }
+            let out = operation.outputs().next()?.id;
+            let used_later = operations[position + 1..].iter().any(|later| {
+                !matches!(later, OperationIr::Drop(_))
+                    && later.inputs().any(|input| input.id == out)
+            });
+            if !used_later {
+                return Some(position);
+            }
+        }
+        None
     }
 
     /// The first mark at or after waiting operation `index` that a learned cut point set, if at
