@@ -38,16 +38,12 @@ pub fn worker_flag(name: &str) -> Vec<String> {
     let Some(folder) = FOLDER.get() else {
         return Vec::new();
     };
-    let name: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    // "the recurrent task, cold, on xla" records into `the-recurrent-task-cold-on-xla`.
+    let name = name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
     vec![
         "--profile".to_string(),
         folder.join(name).display().to_string(),

@@ -15,8 +15,9 @@ const SIZE: [&str; 6] = [
     "16",
 ];
 
-/// Runs `hlat bench learner` for `epochs` on `backends` (both tasks) and returns its JSON report.
-fn bench_learner(epochs: &str, backends: &str) -> serde_json::Value {
+/// Runs `hlat bench learner` for `epochs` on `backends` (both tasks) with `--profile profile`,
+/// and returns its JSON report and the folder it ran in.
+fn bench_learner(epochs: &str, backends: &str) -> (serde_json::Value, tempfile::TempDir) {
     let folder = tempfile::tempdir().unwrap();
     let output = super::hlat()
         .args([
@@ -28,6 +29,7 @@ fn bench_learner(epochs: &str, backends: &str) -> serde_json::Value {
             "xla",
         ])
         .args(["--epochs", epochs, "--json", "learner.json"])
+        .args(["--profile", "profile"])
         .args(SIZE)
         .current_dir(folder.path())
         .output()
@@ -37,7 +39,34 @@ fn bench_learner(epochs: &str, backends: &str) -> serde_json::Value {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&std::fs::read(folder.path().join("learner.json")).unwrap()).unwrap()
+    let report =
+        serde_json::from_slice(&std::fs::read(folder.path().join("learner.json")).unwrap())
+            .unwrap();
+    (report, folder)
+}
+
+/// The phases of the profile summary a worker wrote, by name: (seconds, count).
+fn worker_phases(
+    folder: &std::path::Path,
+    worker: &str,
+) -> std::collections::HashMap<String, (f64, u64)> {
+    let path = folder.join("profile").join(worker).join("summary.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    let summary: serde_json::Value = serde_json::from_str(&text).unwrap();
+    ["in_steps", "outside_steps"]
+        .iter()
+        .flat_map(|part| summary[part].as_array().unwrap().clone())
+        .map(|phase| {
+            (
+                phase["phase"].as_str().unwrap().to_string(),
+                (
+                    phase["seconds"].as_f64().unwrap(),
+                    phase["count"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The result of `task` on `backend` in `report`.
@@ -62,10 +91,27 @@ fn losses(run: &serde_json::Value) -> Vec<f64> {
 #[test]
 fn a_learner_loop_runs_a_fixed_number_of_segments_and_trains_as_ndarray_does() {
     require_plugin();
-    let report = bench_learner("2", "xla,ndarray");
+    let (report, folder) = bench_learner("2", "xla,ndarray");
     for task in ["recurrent", "cnn"] {
         let xla = result(&report, task, "xla");
         let warm = &xla["warm"];
+        // Each worker records its own profile under `--profile`: the warm `xla` run loads every
+        // program from the cache and compiles none, the cold one compiles them.
+        let cold_phases = worker_phases(folder.path(), &format!("the-{task}-task-cold-on-xla"));
+        let warm_phases = worker_phases(folder.path(), &format!("the-{task}-task-warm-on-xla"));
+        assert_eq!(
+            warm_phases.get("cache load").map(|phase| phase.1),
+            warm["programs_loaded"].as_u64(),
+            "{warm_phases:?}"
+        );
+        assert!(!warm_phases.contains_key("compile"), "{warm_phases:?}");
+        assert_eq!(
+            cold_phases.get("compile").map(|phase| phase.1),
+            xla["cold"]["compiles"].as_u64(),
+            "{cold_phases:?}"
+        );
+        assert!(warm_phases["execute"].0 > 0.0, "{warm_phases:?}");
+        worker_phases(folder.path(), &format!("the-{task}-task-cold-on-ndarray"));
         assert_eq!(warm["host_fallbacks"], 0, "{xla}");
         // Every batch, training or validation, runs as one segment through its loss, whatever
         // the timing of the metrics thread's reads, and one more runs the last update when the

@@ -114,8 +114,12 @@ pub fn run_worker_with<T: DeserializeOwned>(
     what: &str,
 ) -> anyhow::Result<T> {
     let executable = std::env::current_exe().context("locating the hlat executable")?;
+    // A worker records its profile into a folder of its own (`worker_flag`), never into the
+    // one given to this process.
+    let mut arguments = arguments.to_vec();
+    remove_flag(&mut arguments, "--profile");
     let output = Command::new(&executable)
-        .args(arguments)
+        .args(&arguments)
         .envs(environment.iter().copied())
         .arg("--worker")
         .args(crate::commands::profile::worker_flag(what))
@@ -221,7 +225,8 @@ pub fn measure_each_with<T: DeserializeOwned>(
             replace_flag(&mut arguments, flag, value);
         }
         eprintln!("measuring {what} on {backend}...");
-        match run_worker_with::<T>(&arguments, environment, &format!("the {backend} worker")) {
+        let worker = format!("{} on {backend}", what.trim_end_matches(','));
+        match run_worker_with::<T>(&arguments, environment, &worker) {
             Ok(measurement) => results.push(measurement),
             Err(error) => {
                 eprintln!("{backend}: {error:#}");
@@ -234,12 +239,23 @@ pub fn measure_each_with<T: DeserializeOwned>(
 
 /// Replaces (or appends) `--flag value` in an argument list.
 fn replace_flag(arguments: &mut Vec<String>, flag: &str, value: &str) {
+    remove_flag(arguments, flag);
+    arguments.extend([flag.to_string(), value.to_string()]);
+}
+
+/// Removes every `--flag value` and `--flag=value` from an argument list.
+fn remove_flag(arguments: &mut Vec<String>, flag: &str) {
     let prefix = format!("{flag}=");
-    arguments.retain(|argument| !argument.starts_with(&prefix));
-    match arguments.iter().position(|argument| argument == flag) {
-        Some(index) if index + 1 < arguments.len() => arguments[index + 1] = value.to_string(),
-        _ => arguments.extend([flag.to_string(), value.to_string()]),
+    let mut kept = Vec::with_capacity(arguments.len());
+    let mut given = std::mem::take(arguments).into_iter();
+    while let Some(argument) = given.next() {
+        if argument == flag {
+            given.next();
+        } else if !argument.starts_with(&prefix) {
+            kept.push(argument);
+        }
     }
+    *arguments = kept;
 }
 
 /// Says on stderr which operations of `device` ran on the host, by kind, when any did.
