@@ -34,6 +34,7 @@ fn ids(value: &Value) -> Vec<u32> {
 
 #[test]
 fn every_family_matches_transformers_on_xla() {
+    let _device = crate::support::exclusive_xla();
     let device = xla();
     for name in [
         "hf-tiny-llama3",

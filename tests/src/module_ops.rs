@@ -261,6 +261,7 @@ fn deformable_convolutions_and_their_gradients() {
 /// reference there.
 #[test]
 fn deformable_convolutions_of_several_offset_groups_agree_with_the_host() {
+    let _device = crate::support::exclusive_xla();
     let device = xla();
     let before = stats(&device).host_fallbacks;
     let host = deformable_conv2d::<Ad<Trainium>>(&TrainiumDevice::HOST, Precision::F32, 2);
@@ -440,6 +441,7 @@ fn interpolation_and_its_gradient() {
 #[test]
 fn filtering_interpolation_gradients_are_the_adjoint_maps() {
     type B = Ad<Trainium>;
+    let _device = crate::support::exclusive_xla();
     let device = xla();
     let before = stats(&device).host_fallbacks;
     for mode in [

@@ -546,8 +546,9 @@ impl ModuleVisitor<B> for HeldBytes {
 #[test]
 fn activation_checkpointing_shrinks_the_compiled_steps_scratch_memory() {
     let _random = crate::support::exclusive_random();
-    xla();
-    let device = TrainiumDevice::new(ExecutorKind::Xla, 0);
+    // The largest scratch counted is the device's, so no other test may compile on it meanwhile.
+    let _device = crate::support::exclusive_xla();
+    let device = xla();
     let mut scratch = Vec::new();
     for checkpointing in [
         ActivationCheckpointing::None,

@@ -60,10 +60,12 @@ pub fn devices_under_test() -> [TrainiumDevice; 2] {
     [TrainiumDevice::HOST, xla()]
 }
 
-/// Cases run one at a time on the `xla` device, so each one sees only its own host fallbacks.
+/// Tests that read the counters of the `xla` device ([`xla`]) run one at a time, so each one sees
+/// only its own host fallbacks and compiled programs.
 static XLA_DEVICE: Mutex<()> = Mutex::new(());
 
-fn exclusive_xla() -> MutexGuard<'static, ()> {
+/// Holds the `xla` device ([`xla`]) for a test that reads its counters.
+pub fn exclusive_xla() -> MutexGuard<'static, ()> {
     XLA_DEVICE
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

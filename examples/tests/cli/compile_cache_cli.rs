@@ -98,18 +98,31 @@ fn a_second_xla_run_loads_its_programs_from_the_cache() {
     let plugin_errors = stderr.lines().filter(|line| line.starts_with('E')).count();
     assert_eq!(plugin_errors, 0, "{stderr}");
 
-    // A truncated entry does not load: it is compiled again and replaced.
-    let truncated = &entries[0];
-    let size = std::fs::metadata(truncated).unwrap().len();
-    std::fs::File::options()
-        .write(true)
-        .open(truncated)
-        .unwrap()
-        .set_len(size / 2)
-        .unwrap();
+    // A truncated entry does not load: it is compiled again and replaced. Every entry is
+    // truncated, since which of them the steps use before the last record depends on the
+    // entries' names, and those on the machine.
+    let halves: Vec<u64> = entries
+        .iter()
+        .map(|entry| {
+            let half = std::fs::metadata(entry).unwrap().len() / 2;
+            std::fs::File::options()
+                .write(true)
+                .open(entry)
+                .unwrap()
+                .set_len(half)
+                .unwrap();
+            half
+        })
+        .collect();
     let (third, _) = pretrain_compiles(&folder.path().join("third"), &cache);
-    assert!(third >= 1, "the truncated program is compiled again");
-    assert!(std::fs::metadata(truncated).unwrap().len() > size / 2);
+    assert!(third >= 1, "the truncated programs are compiled again");
+    for (entry, half) in entries.iter().zip(&halves) {
+        assert!(
+            std::fs::metadata(entry).unwrap().len() > *half,
+            "{} is not replaced",
+            entry.display()
+        );
+    }
     let fourth = pretrain_compiles(&folder.path().join("fourth"), &cache);
     assert_eq!(fourth, (0, 0.0), "the replaced entry loads");
 
