@@ -432,3 +432,65 @@ fn an_unknown_backend_or_an_empty_step_is_a_clear_error() {
         );
     }
 }
+
+/// `--peer-allocator hlat,default` runs each peer twice, on `hlat`'s allocator settings and on
+/// glibc's defaults, one row each: the peer process sees `hlat`'s variables in the first run and
+/// none in the second. (A shell script stands in for Python and reports the variable it saw.)
+#[test]
+fn bench_train_runs_the_peers_on_both_allocator_settings() {
+    let folder = tempfile::tempdir().unwrap();
+    let python = folder.path().join("python");
+    std::fs::write(
+        &python,
+        "#!/bin/sh\n\
+         echo '{\"median_step_seconds\": 0.5, \"compiles\": 0, \"compile_seconds\": 0.0, \
+         \"peak_rss_bytes\": 1, \"final_loss\": 1.0, \
+         \"version\": \"stand-in, MALLOC_ARENA_MAX='\"${MALLOC_ARENA_MAX:-unset}\"'\"}'\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (table, report) = bench_train(
+        &[
+            "--backends",
+            "host",
+            "--with-pytorch",
+            "--peer-allocator",
+            "hlat,default",
+            "--python",
+            python.to_str().unwrap(),
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+        ],
+        folder.path(),
+    );
+    let version = |backend: &str| {
+        report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["backend"] == backend)
+            .unwrap_or_else(|| panic!("no {backend} row in {report}"))["version"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let hlat_terms = version("pytorch");
+    assert!(
+        hlat_terms.starts_with("stand-in, MALLOC_ARENA_MAX=1;")
+            && hlat_terms.contains("allocator: hlat's (MALLOC_ARENA_MAX=1"),
+        "{hlat_terms}"
+    );
+    let glibc_terms = version("pytorch (glibc default allocator)");
+    assert!(
+        glibc_terms.starts_with("stand-in, MALLOC_ARENA_MAX=unset;")
+            && glibc_terms.contains("allocator: glibc's defaults"),
+        "{glibc_terms}"
+    );
+    assert!(
+        table.contains("| pytorch |") && table.contains("| pytorch (glibc default allocator) |"),
+        "{table}"
+    );
+}
