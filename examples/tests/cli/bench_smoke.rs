@@ -439,17 +439,14 @@ fn an_unknown_backend_or_an_empty_step_is_a_clear_error() {
 #[test]
 fn bench_train_runs_the_peers_on_both_allocator_settings() {
     let folder = tempfile::tempdir().unwrap();
-    let python = folder.path().join("python");
-    std::fs::write(
-        &python,
+    let python = test_support::stand_in::write_executable(
+        folder.path(),
+        "python",
         "#!/bin/sh\n\
          echo '{\"median_step_seconds\": 0.5, \"compiles\": 0, \"compile_seconds\": 0.0, \
          \"peak_rss_bytes\": 1, \"final_loss\": 1.0, \
          \"version\": \"stand-in, MALLOC_ARENA_MAX='\"${MALLOC_ARENA_MAX:-unset}\"'\"}'\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let (table, report) = bench_train(
         &[
             "--backends",

@@ -299,7 +299,6 @@ pub(crate) fn with_kernels<'a>(
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
 
     use super::*;
     use crate::hlo::{HloComputationProto, HloInstructionProto};
@@ -320,10 +319,7 @@ mod tests {
 
     /// An executable shell script `body` in `folder`.
     fn script(folder: &Path, body: &str) -> PathBuf {
-        let path = folder.join("tracer");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
+        test_support::stand_in::write_executable(folder, "tracer", &format!("#!/bin/sh\n{body}\n"))
     }
 
     #[test]
