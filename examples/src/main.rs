@@ -84,7 +84,7 @@ fn main() {
         }
     };
     let result = match cli.command {
-        Command::Pretrain(args) => commands::pretrain::run(args).map(drop),
+        Command::Pretrain(args) => commands::pretrain::run(args),
         Command::Finetune(args) => commands::finetune::run(args),
         Command::Data(args) => commands::data::run(args),
         Command::Convert(args) => commands::convert::run(args),

@@ -9,6 +9,11 @@
 //! - with `--modules`, serialized HLO modules (e.g. the `*.hlo.pb` files of a
 //!   `TRAINIUM_DUMP_DIR`) are compiled into the cache, several at a time.
 //!
+//! The trace writes nothing but the compile cache: its checkpoints and metrics (of tensors that
+//! read as zeros) go to a scratch folder removed afterwards, never into a run folder, and it
+//! prints the programs it traced, compiled, found in the cache and checked, never a loss. `--out
+//! DIR` also writes that report into DIR (a folder of `hlat compile`'s own).
+//!
 //! The compiler, flags, target and cache come from `NEURON_CC`, `NEURON_CC_FLAGS`,
 //! `HLAT_NEURON_TARGET` and `NEURON_COMPILE_CACHE_URL`, as for the `neuron` executor, so the
 //! later training run finds every program in the cache.
@@ -20,14 +25,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{Context, bail};
 use burn_trainium::hlo::HloModuleProto;
 use burn_trainium::neuron::{
-    CacheOutcome, NeffCache, NeuronCompiler, NeuronError, NeuronSettings, request_neff_names,
-    set_check_only, set_compile_only,
+    CacheOutcome, LintMode, NeffCache, NeuronCompiler, NeuronError, NeuronSettings,
+    request_neff_names, set_check_only, set_compile_only,
 };
 use burn_trainium::{DEVICE_ENV, ExecutorKind, TrainiumDevice, stats};
 use clap::Args;
+use hlat::checkpoint::run_folder::rank_output;
 use prost::Message;
+use serde::Serialize;
 
-use super::pretrain::{self, PretrainArgs};
+use super::pretrain::{self, Job, RunArgs};
 
 /// Arguments of `hlat compile`.
 #[derive(Args)]
@@ -46,23 +53,128 @@ pub struct CompileArgs {
     /// How many compiler processes run at once with `--modules` (each can use several GB).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     pub compile_jobs: usize,
-    /// The training run to trace: the same flags as `hlat pretrain`.
+    /// Also write the report (`compile-report.json`: programs traced, compiled, found in the
+    /// cache, checked by the lint) into DIR. A training run's folder or another command's is
+    /// refused: the trace itself writes nothing but the compile cache (its checkpoints go to a
+    /// scratch folder, removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The training run to trace: the flags of `hlat pretrain` but `--out`.
     #[command(flatten)]
-    pub pretrain: PretrainArgs,
+    pub run: RunArgs,
+}
+
+/// The file of [`CompileArgs::out`] that holds the report.
+pub const REPORT_FILE: &str = "compile-report.json";
+
+/// What `hlat compile` did, as printed and written to [`REPORT_FILE`].
+#[derive(Debug, Default, Serialize)]
+struct CompileReport {
+    /// `trace` (a training run traced), `check-only` (traced, the lint alone) or `modules`.
+    mode: &'static str,
+    /// The device traced on (trace modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device: Option<String>,
+    /// Optimizer steps traced (trace modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steps: Option<u64>,
+    /// Segments the trace handed to the executor (trace modes), most of them repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    segments: Option<u64>,
+    /// Distinct programs: compiled, found in the cache, or (check-only) checked.
+    programs: u64,
+    /// Programs `neuronx-cc` compiled.
+    compiled: u64,
+    /// Seconds spent compiling.
+    compile_seconds: f64,
+    /// Programs found compiled in the NEFF cache.
+    found_in_cache: u64,
+    /// Programs the Neuron lint checked (every program unless `HLAT_NEURON_LINT=off`).
+    checked_by_lint: u64,
+    /// Modules that failed to compile (`modules`).
+    failed: Vec<String>,
+    /// The NEFF cache (not in check-only mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<PathBuf>,
+}
+
+impl CompileReport {
+    /// Prints the report and writes it into `out`, when given.
+    fn publish(&self, out: Option<&Path>) -> anyhow::Result<()> {
+        if let (Some(device), Some(steps), Some(segments)) =
+            (&self.device, self.steps, self.segments)
+        {
+            println!(
+                "traced {steps} training steps on {device}: {segments} segments, {} distinct \
+                 programs (no step ran: no loss was computed)",
+                self.programs
+            );
+        }
+        if self.mode == "check-only" {
+            println!(
+                "{} programs checked: every one within the Neuron compiler's documented \
+                 operator rules",
+                self.checked_by_lint
+            );
+        } else {
+            println!(
+                "{} programs compiled in {:.1} s, {} found in the cache {}; {} checked by the \
+                 Neuron lint{}",
+                self.compiled,
+                self.compile_seconds,
+                self.found_in_cache,
+                self.cache.as_deref().unwrap_or(Path::new("")).display(),
+                self.checked_by_lint,
+                if self.failed.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} failed", self.failed.len())
+                }
+            );
+        }
+        if let Some(out) = out {
+            std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
+            let path = out.join(REPORT_FILE);
+            let bytes = serde_json::to_vec_pretty(self).expect("the report serializes");
+            burn_trainium::write_atomically(&path, &bytes)
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("report: {}", path.display());
+        }
+        Ok(())
+    }
 }
 
 /// Runs `hlat compile`.
 pub fn run(args: CompileArgs) -> anyhow::Result<()> {
-    if args.modules.is_empty() {
-        trace_training(args.pretrain, args.check_only)
-    } else {
-        compile_modules(&args.modules, args.compile_jobs)
+    let job = Job::from_env()?;
+    // Each process of a job reports its own programs: rank R into `OUT/ranks/rank-RR`.
+    let report_dir = args.out.as_deref().map(|out| rank_output(out, job.rank()));
+    if let Some(out) = &args.out {
+        super::output_folder::check(out, "compile", None, "--out")?;
     }
+    let report = if args.modules.is_empty() {
+        trace_training(args.run, &job, args.check_only)?
+    } else {
+        compile_modules(&args.modules, args.compile_jobs)?
+    };
+    if let Some(out) = &args.out {
+        super::output_folder::record(out, "compile", None, "--out")?;
+    }
+    report.publish(report_dir.as_deref())?;
+    if !report.failed.is_empty() {
+        bail!(
+            "{} modules failed to compile: {}",
+            report.failed.len(),
+            report.failed.join(", ")
+        );
+    }
+    Ok(())
 }
 
-/// Runs `hlat pretrain` with the `neuron` executor in compile-only (or check-only) mode.
-fn trace_training(mut pretrain: PretrainArgs, check_only: bool) -> anyhow::Result<()> {
-    let (device, source) = match &pretrain.train.device {
+/// Traces the training run of `run` with the `neuron` executor in compile-only (or check-only)
+/// mode, into a scratch folder removed afterwards.
+fn trace_training(mut run: RunArgs, job: &Job, check_only: bool) -> anyhow::Result<CompileReport> {
+    let (device, source) = match &run.train.device {
         Some(text) => (text.parse::<TrainiumDevice>()?, "--device"),
         None if std::env::var_os(DEVICE_ENV).is_some_and(|value| !value.is_empty()) => {
             (TrainiumDevice::from_env()?, DEVICE_ENV)
@@ -75,34 +187,44 @@ fn trace_training(mut pretrain: PretrainArgs, check_only: bool) -> anyhow::Resul
              `{device}`: pass --device neuron (or pass --modules)"
         );
     }
-    pretrain.train.device = Some(device.to_string());
+    run.train.device = Some(device.to_string());
+    let settings = NeuronSettings::from_env()?;
     if check_only {
         set_check_only(true);
     } else {
         set_compile_only(true);
     }
-    log::info!("tracing the training run on {device} in compile-only mode");
-    // The run's device, replicated as the layout asks.
-    let device = pretrain::run(pretrain)
-        .context("tracing the training run")?
-        .unwrap_or(device);
-    let stats = stats(&device);
-    if check_only {
-        println!(
-            "{} programs checked: every one within the Neuron compiler's documented operator rules",
-            stats.compiles
-        );
-        return Ok(());
-    }
-    let settings = NeuronSettings::from_env()?;
-    println!(
-        "{} programs compiled in {:.1} s, {} found in the cache {}",
-        stats.compiles,
-        stats.compile_seconds,
-        stats.cache_hits,
-        settings.cache_root.display()
+    // The trace's checkpoints and metrics (of tensors that read as zeros) are no one's run.
+    let scratch = tempfile::Builder::new()
+        .prefix("hlat-compile-")
+        .tempdir()
+        .context("creating the trace's scratch folder")?;
+    let mut options = run.options(job, Some(scratch.path().to_path_buf()))?;
+    options.config.progress = false;
+    log::info!(
+        "tracing the training run on {device} in compile-only mode (scratch folder {})",
+        scratch.path().display()
     );
-    Ok(())
+    let (summary, trained_on) =
+        pretrain::train(&run.train, job, options).context("tracing the training run")?;
+    burn_trainium::distributed::leave();
+    // The run's device, replicated as the layout asks.
+    let stats = stats(&trained_on.unwrap_or(device));
+    let programs = stats.compiles + stats.programs_loaded;
+    let linted = check_only || settings.lint != LintMode::Off;
+    Ok(CompileReport {
+        mode: if check_only { "check-only" } else { "trace" },
+        device: Some(trained_on.unwrap_or(device).to_string()),
+        steps: Some(summary.end_step - summary.start_step),
+        segments: Some(stats.segments_run),
+        programs,
+        compiled: if check_only { 0 } else { stats.compiles },
+        compile_seconds: stats.compile_seconds,
+        found_in_cache: stats.programs_loaded,
+        checked_by_lint: if linted { programs } else { 0 },
+        failed: Vec::new(),
+        cache: (!check_only).then_some(settings.cache_root),
+    })
 }
 
 /// The `.hlo.pb` files named by `paths` (files as given, folders searched one level).
@@ -131,7 +253,7 @@ fn module_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Compiles every module of `paths` into the cache with `jobs` compiles at a time.
-fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
+fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<CompileReport> {
     let files = module_files(paths)?;
     let settings = NeuronSettings::from_env()?;
     let compiler = NeuronCompiler::from_settings(&settings)?;
@@ -147,6 +269,7 @@ fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let compiled = AtomicUsize::new(0);
+    let compile_seconds = Mutex::new(0.0);
     let compile_one = |file: &Path| -> Result<CacheOutcome, NeuronError> {
         let module = std::fs::read(file).map_err(|source| NeuronError::Io {
             action: "read",
@@ -174,6 +297,7 @@ fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
                         Ok(CacheOutcome::Hit) => println!("{}: in the cache", file.display()),
                         Ok(CacheOutcome::Compiled { seconds }) => {
                             compiled.fetch_add(1, Ordering::Relaxed);
+                            *compile_seconds.lock().unwrap_or_else(|p| p.into_inner()) += seconds;
                             println!("{}: compiled in {seconds:.1} s", file.display());
                         }
                         Err(error) => {
@@ -188,17 +312,18 @@ fn compile_modules(paths: &[PathBuf], jobs: usize) -> anyhow::Result<()> {
     });
     let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
     let compiled = compiled.into_inner();
-    println!(
-        "{compiled} compiled, {} already in the cache, {} failed",
-        files.len() - compiled - failures.len(),
-        failures.len()
-    );
-    if !failures.is_empty() {
-        bail!(
-            "{} modules failed to compile: {}",
-            failures.len(),
-            failures.join(", ")
-        );
-    }
-    Ok(())
+    Ok(CompileReport {
+        mode: "modules",
+        programs: files.len() as u64,
+        compiled: compiled as u64,
+        compile_seconds: compile_seconds
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner()),
+        found_in_cache: (files.len() - compiled - failures.len()) as u64,
+        // `NeffCache::get_or_compile` compiles without the executor's lint.
+        checked_by_lint: 0,
+        failed: failures,
+        cache: Some(cache.root().to_path_buf()),
+        ..CompileReport::default()
+    })
 }

@@ -24,10 +24,10 @@ pub struct ConvertArgs {
     /// or training run folder (its newest checkpoint), to read.
     #[arg(long)]
     pub from: Option<PathBuf>,
-    /// New native checkpoint folder to write.
+    /// New native checkpoint folder to write (an existing path is refused and left as it is).
     #[arg(long, conflicts_with = "to_hf", required_unless_present = "to_hf")]
     pub to: Option<PathBuf>,
-    /// New Hugging Face folder to write.
+    /// New Hugging Face folder to write (an existing path is refused and left as it is).
     #[arg(long)]
     pub to_hf: Option<PathBuf>,
     /// Write the native checkpoint as N tensor-parallel rank files, as a `hlat pretrain --tp N`

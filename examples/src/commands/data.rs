@@ -9,6 +9,11 @@ use hlat_train::data::documents::ReadOptions;
 use hlat_train::data::sample::{SampleLimits, train_tokenizer_on_sample};
 use hlat_train::data::{Dedup, IngestConfig, OutputFormat, TextField, TextTokenizer, ingest};
 
+use super::output_folder;
+
+/// How `hlat data ingest` names itself in the output folders it records.
+const INGEST_COMMAND: &str = "data ingest";
+
 /// Arguments of `hlat data`.
 #[derive(Args)]
 pub struct DataArgs {
@@ -73,7 +78,8 @@ struct IngestArgs {
     input: Vec<PathBuf>,
     /// The output folder for train-NNNNN.bin and val-NNNNN.bin, or with `--format megatron`
     /// train.bin/.idx and val.bin/.idx (must hold no output yet; an unfinished ingest of the same
-    /// command continues).
+    /// command continues; another command's folder, such as a training run or a model, is
+    /// refused and left as it is).
     #[arg(long)]
     out: PathBuf,
     /// The output format: `shards` (this project's) or `megatron` (Megatron-LM / NeuronX
@@ -182,6 +188,7 @@ fn encode(args: EncodeArgs) -> anyhow::Result<()> {
 }
 
 fn ingest_files(args: IngestArgs) -> anyhow::Result<()> {
+    output_folder::check(&args.out, INGEST_COMMAND, None, "--out")?;
     let tokenizer = TextTokenizer::from_file(&args.tokenizer)?;
     let config = IngestConfig {
         shard_tokens: args.shard_tokens,
@@ -196,6 +203,7 @@ fn ingest_files(args: IngestArgs) -> anyhow::Result<()> {
         ..IngestConfig::new(args.input, args.out.clone())
     };
     let summary = ingest(&tokenizer, &config)?;
+    output_folder::record(&args.out, INGEST_COMMAND, None, "--out")?;
     println!(
         "{}: {} train documents ({} tokens, {} files), {} validation documents ({} tokens, {} files), {} skipped as invalid UTF-8, {} shorter than --min-chars, {} duplicates; {} bytes of text",
         args.out.display(),

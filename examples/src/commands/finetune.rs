@@ -16,8 +16,12 @@ use hlat_train::finetune::chat_template::TOKENIZER_CONFIG_FILE;
 use hlat_train::finetune::{ChatTemplate, SftRows, SftTokenizer, bucket_len};
 use hlat_train::pretrain::{ADAPTER_DIR, DataChoice, TOKENIZER_FILE};
 
-use super::pretrain::{Job, train};
+use super::output_folder;
+use super::pretrain::{Job, print_summary, train};
 use super::train_args::TrainArgs;
+
+/// How `hlat finetune` names itself in the run folders it records.
+const FINETUNE_COMMAND: &str = "finetune";
 
 /// The longest row when neither `--seq-len` nor the model's configuration bounds it.
 const DEFAULT_MAX_SEQ_LEN: usize = 4096;
@@ -35,7 +39,9 @@ pub struct FinetuneArgs {
     #[arg(long, value_name = "FILE.jsonl")]
     data: PathBuf,
     /// Output folder: checkpoints, metrics.jsonl, train.toml and, with LoRA, `adapter/`.
-    /// Running the same command again resumes from its newest checkpoint.
+    /// Running the same command again resumes from its newest checkpoint; a folder another
+    /// command wrote (a pretraining run, a model) or a fine-tuning run of another `--model` is
+    /// refused and left as it is.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// A Jinja chat template for `messages` records, instead of the tokenizer's.
@@ -113,6 +119,7 @@ impl FinetuneArgs {
 /// Runs `hlat finetune`.
 pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     let job = Job::from_env()?;
+    output_folder::check(&args.out, FINETUNE_COMMAND, Some(&args.model), "--out")?;
     let lora = match (&args.adapter, args.lora()?) {
         (Some(adapter), flags) => {
             let stored = hlat::hf::adapter::read_adapter_config(adapter)?;
@@ -198,7 +205,9 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         Some(args.model.clone()),
     )?;
     options.init_adapter = args.adapter.clone();
+    output_folder::record(&args.out, FINETUNE_COMMAND, Some(&args.model), "--out")?;
     let (summary, _) = train(&args.train, &job, options.clone())?;
+    print_summary(&summary, &options);
     if options.config.lora.is_some()
         && options.share.rank == 0
         && let Some(checkpoint) = &summary.checkpoint

@@ -11,6 +11,7 @@ pub mod finetune;
 pub mod generate;
 pub mod info;
 pub mod merge;
+pub mod output_folder;
 pub mod pipeline_args;
 pub mod plot;
 pub mod pretrain;

@@ -62,6 +62,11 @@ impl Job {
         })
     }
 
+    /// This process's rank in its job (0 alone).
+    pub fn rank(&self) -> usize {
+        self.process.rank
+    }
+
     fn is_multi_process(&self) -> bool {
         self.process.world_size > 1
     }
@@ -165,15 +170,16 @@ impl Job {
     }
 }
 
-/// Arguments of `hlat pretrain`.
+/// How `hlat pretrain` names itself in the run folders it records.
+pub const PRETRAIN_COMMAND: &str = "pretrain";
+
+/// What a pretraining run trains: the preset or starting checkpoint, the data and the training
+/// flags (`hlat pretrain` trains it, `hlat compile` traces it).
 #[derive(Args)]
-pub struct PretrainArgs {
+pub struct RunArgs {
     /// Model preset trained from scratch (hlat-tiny, hlat-test, hlat-7b, hlat-70b, bench-tiny).
     #[arg(long)]
     preset: Option<String>,
-    /// Output folder for checkpoints, metrics.jsonl and train.toml [default: runs/PRESET].
-    #[arg(long, value_name = "DIR")]
-    out: Option<PathBuf>,
     /// Start from this Hugging Face (or native) checkpoint: continual pretraining.
     #[arg(long, value_name = "DIR")]
     init_from_hf: Option<PathBuf>,
@@ -186,23 +192,48 @@ pub struct PretrainArgs {
     pub train: TrainArgs,
 }
 
-/// Runs `hlat pretrain`; returns the Trainium device it trained on (none on ndarray).
-pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
+impl RunArgs {
+    /// The options of this run in `job`, written into `out` [default: `runs/PRESET`].
+    pub fn options(&self, job: &Job, out: Option<PathBuf>) -> anyhow::Result<PretrainOptions> {
+        let mut config = self.train.config(TrainConfig::quickstart())?;
+        if let Some(preset) = &self.preset {
+            config.preset.clone_from(preset);
+        }
+        let data = match &self.data {
+            Some(spec) => DataChoice::Shards(parse_data_spec(spec)?),
+            None => DataChoice::Builtin,
+        };
+        let out = out.unwrap_or_else(|| PathBuf::from("runs").join(&config.preset));
+        job.options(config, out, data, self.init_from_hf.clone())
+    }
+}
+
+/// Arguments of `hlat pretrain`.
+#[derive(Args)]
+pub struct PretrainArgs {
+    /// Output folder for checkpoints, metrics.jsonl and train.toml [default: runs/PRESET].
+    /// Running again into the same folder resumes from its newest checkpoint; a folder another
+    /// command wrote (a fine-tuning run, a model, token shards) is refused and left as it is.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// What to train.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Runs `hlat pretrain`.
+pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     // Under torchrun or srun the processes train one job together (see `Job`).
     let job = Job::from_env()?;
-    let mut config = args.train.config(TrainConfig::quickstart())?;
-    if let Some(preset) = args.preset {
-        config.preset = preset;
-    }
-    let data = match &args.data {
-        Some(spec) => DataChoice::Shards(parse_data_spec(spec)?),
-        None => DataChoice::Builtin,
-    };
-    let out = args
-        .out
-        .unwrap_or_else(|| PathBuf::from("runs").join(&config.preset));
-    let options = job.options(config, out, data, args.init_from_hf)?;
-    let (_, trained_on) = train(&args.train, &job, options.clone())?;
+    let options = args.run.options(&job, args.out)?;
+    super::output_folder::claim(
+        &options.out,
+        PRETRAIN_COMMAND,
+        options.init_from.as_deref(),
+        "--out",
+    )?;
+    let (summary, _) = train(&args.run.train, &job, options.clone())?;
+    print_summary(&summary, &options);
     // The per-source plot is a view of metrics.jsonl: a machine without a font still has those.
     match super::validation_plot::draw(&options.own_out()) {
         Ok(Some(path)) => println!("validation plot: {}", path.display()),
@@ -211,12 +242,13 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<Option<TrainiumDevice>> {
     }
     println!("model: {}", options.out.display());
     burn_trainium::distributed::leave();
-    Ok(trained_on)
+    Ok(())
 }
 
-/// Trains `options` on the device `train` names (joining the job's other processes first) and
-/// prints what the run did; returns its summary and the Trainium device it trained on (none on
-/// ndarray). `hlat pretrain` and `hlat finetune` both run through it.
+/// Trains `options` on the device `train` names (joining the job's other processes first);
+/// returns its summary and the Trainium device it trained on (none on ndarray). `hlat pretrain`
+/// and `hlat finetune` run through it (and print [`print_summary`]), as does `hlat compile`'s
+/// trace (whose losses no program computed).
 pub fn train(
     train: &TrainArgs,
     job: &Job,
@@ -272,6 +304,12 @@ pub fn train(
         log::warn!("{report}: these operations ran on the host, not the device");
         println!("{report}");
     }
+    Ok((summary, trained_on))
+}
+
+/// Prints what a training run of `options` did: the steps and their losses, where it stopped,
+/// the last validation loss and the checkpoint written.
+pub fn print_summary(summary: &PretrainSummary, options: &PretrainOptions) {
     match (summary.losses.first(), summary.losses.last()) {
         (Some(first), Some(last)) => println!(
             "trained steps {}..{}: loss {first:.4} -> {last:.4}",
@@ -295,7 +333,6 @@ pub fn train(
     if let Some(dir) = &summary.checkpoint {
         println!("checkpoint: {}", dir.display());
     }
-    Ok((summary, trained_on))
 }
 
 /// The device a command runs on.

@@ -16,6 +16,7 @@ mod finetune_cli;
 mod learner_bench;
 mod merge_cli;
 mod multi_process_cli;
+mod output_folders_cli;
 mod pretrain_cli;
 mod profile_cli;
 mod segment_cap_cli;

@@ -328,12 +328,31 @@ fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
     // `hlat compile` traces the job in compile-only mode (no NeuronCore here): every process
     // opens its share of the `neuron` device, gets its cores and the collectives' meeting point,
     // and compiles the job's programs, whose collectives name the replicas of both processes.
+    // A run trained into the job's folder is left as it was: `--out` names where the report
+    // goes, so the run's own folder is refused by both processes, and the trace's checkpoints
+    // go to scratch folders.
     let folder = tempfile::tempdir().unwrap();
+    let job = folder.path().join("job");
+    let trained = run_flags(&job, 2, DATA_PARALLEL);
+    let status = hlat()
+        .args(&trained)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "training the run to keep");
+    let before = test_support::files::snapshot(&job);
+    let as_compile = |mut flags: Vec<String>| {
+        flags[0] = "compile".into();
+        flags[4] = "neuron:0".into();
+        flags
+    };
+    refused_by_both(&as_compile(trained), &["`hlat pretrain`"]);
+    assert_eq!(test_support::files::snapshot(&job), before);
     let compiler = test_support::stand_in::compiler(folder.path());
     let cache = folder.path().join("cache");
-    let mut flags = run_flags(&folder.path().join("job"), 2, DATA_PARALLEL);
-    flags[0] = "compile".into();
-    flags[4] = "neuron:0".into();
+    let report = folder.path().join("report");
+    let flags = as_compile(run_flags(&report, 2, DATA_PARALLEL));
     let port = free_base_port();
     let environment = [
         ("NEURON_CC", compiler.to_str().unwrap().to_string()),
@@ -358,7 +377,7 @@ fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
         }
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
-            stdout.contains("trained steps 1..2"),
+            stdout.contains("traced 2 training steps on neuron:0-1") && !stdout.contains("trained"),
             "rank {rank}: {stdout}"
         );
         let (compiled, found) = stdout
@@ -385,6 +404,8 @@ fn two_processes_trace_a_neuron_job_each_on_its_own_cores() {
                 .collect()
         })
         .collect();
+    assert_eq!(test_support::files::snapshot(&job), before);
+    assert!(report.join("compile-report.json").is_file());
     assert!(!groups.is_empty(), "no all-reduce compiled");
     assert!(
         groups.iter().all(|groups| groups == &[vec![0, 1]]),

@@ -49,7 +49,8 @@ pub struct GenerateBenchArgs {
     /// The Python interpreter of the transformers row.
     #[arg(long, default_value = "python3")]
     pub python: String,
-    /// Where to write the JSON results.
+    /// Where to write the JSON results: a file there is replaced, a path inside another
+    /// command's output folder (a training run, a model) refused.
     #[arg(long, default_value = "bench-generate.json")]
     pub json: PathBuf,
     /// Internal: measure one backend in this process and print its result.

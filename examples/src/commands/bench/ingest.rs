@@ -50,9 +50,9 @@ pub struct IngestBenchArgs {
     /// Threads for both (default: all cores).
     #[arg(long, value_parser = super::super::ranges::at_least_one::<usize>())]
     threads: Option<usize>,
-    /// Write the rows as JSON to this file.
+    /// Write the rows as JSON to this file, replaced as `hlat bench train --json` is.
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub json: Option<PathBuf>,
 }
 
 /// One measured row.

@@ -56,6 +56,27 @@ enum BenchCommand {
     Ingest(ingest::IngestBenchArgs),
 }
 
+impl BenchCommand {
+    /// The files the benchmark writes, each with its flag.
+    fn outputs(&self) -> Vec<(&std::path::Path, &'static str)> {
+        match self {
+            BenchCommand::Train(args) => std::iter::once((args.json.as_path(), "--json"))
+                .chain(args.report.as_deref().map(|report| (report, "--report")))
+                .collect(),
+            BenchCommand::Ops(args) => vec![(&args.json, "--json")],
+            BenchCommand::Generate(args) => vec![(&args.json, "--json")],
+            BenchCommand::Unrolled(args) => vec![(&args.json, "--json")],
+            BenchCommand::Cnn(args) => vec![(&args.json, "--json")],
+            BenchCommand::Learner(args) => vec![(&args.json, "--json")],
+            BenchCommand::Ingest(args) => args
+                .json
+                .iter()
+                .map(|json| (json.as_path(), "--json"))
+                .collect(),
+        }
+    }
+}
+
 /// Runs `hlat bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if cfg!(debug_assertions) {
@@ -65,6 +86,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "this `hlat` is a dev build: the ndarray and flex rows run unoptimised kernels; \
              measure with `cargo run --release -p hlat-cli -- bench ...`"
         );
+    }
+    for (file, flag) in args.command.outputs() {
+        super::output_folder::check_file_target(file, "bench", flag)?;
     }
     match args.command {
         BenchCommand::Train(args) => train::run(args),

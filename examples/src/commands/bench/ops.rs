@@ -38,7 +38,8 @@ pub struct OpsBenchArgs {
     /// Float precision: f32 or bf16.
     #[arg(long, default_value = "f32")]
     pub precision: String,
-    /// Where to write the JSON results.
+    /// Where to write the JSON results: a file there is replaced, a path inside another
+    /// command's output folder (a training run, a model) refused.
     #[arg(long, default_value = "bench-ops.json")]
     pub json: PathBuf,
     /// Internal: measure one backend in this process and print its result.

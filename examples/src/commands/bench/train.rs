@@ -88,10 +88,12 @@ pub struct TrainBenchArgs {
     /// alternates the rows step by step.
     #[arg(long, value_name = "M,M,...", value_delimiter = ',', value_parser = crate::commands::ranges::at_least_one::<usize>())]
     pub micro_batches: Option<Vec<usize>>,
-    /// Where to write the JSON results.
+    /// Where to write the JSON results: a file there is replaced, a path inside another
+    /// command's output folder (a training run, a model) refused.
     #[arg(long, default_value = "bench-train.json")]
     pub json: PathBuf,
-    /// Also write a Markdown report (and a PNG plot beside it) to this path.
+    /// Also write a Markdown report (and a PNG plot beside it) to this path, replaced as
+    /// `--json` is.
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Internal: measure one backend in this process and print its result.

@@ -55,7 +55,8 @@ pub struct UnrolledBenchArgs {
     /// TRAINIUM_SEGMENT_CAP, else 65536, and on xla 2048 for operations of small tensors].
     #[arg(long, value_parser = at_least_one::<usize>())]
     pub segment_cap: Option<usize>,
-    /// Where to write the JSON results.
+    /// Where to write the JSON results: a file there is replaced, a path inside another
+    /// command's output folder (a training run, a model) refused.
     #[arg(long, default_value = "bench-unrolled.json")]
     pub json: PathBuf,
     /// Internal: measure one backend in this process and print its result.

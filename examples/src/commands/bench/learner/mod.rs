@@ -88,7 +88,8 @@ pub struct LearnerBenchArgs {
     /// deliver batches in an order that varies from run to run, so losses do too).
     #[arg(long, default_value_t = 0)]
     pub loader_workers: usize,
-    /// Where to write the JSON results.
+    /// Where to write the JSON results: a file there is replaced, a path inside another
+    /// command's output folder (a training run, a model) refused.
     #[arg(long, default_value = "bench-learner.json")]
     pub json: PathBuf,
     /// Internal: run one task on one backend in this process and print the result.

@@ -1,0 +1,260 @@
+//! No command writes into, or prunes, another command's folder: `hlat compile` traces a run
+//! without touching the run folder its flags would once have written (and the run then resumes
+//! as if never interrupted), and every command with an output folder or file refuses a training
+//! run's folder, leaving it byte for byte as it was.
+
+use std::path::Path;
+use std::process::Output;
+
+use burn_trainium::DEVICE_ENV;
+use test_support::files::snapshot;
+
+use super::{fixture, hlat, short_steps};
+
+/// `hlat ARGUMENTS` run in `folder`, without `TRAINIUM_DEVICE`, with `environment`.
+fn run_in(folder: &Path, arguments: &[&str], environment: &[(&str, &Path)]) -> Output {
+    let mut command = hlat();
+    command
+        .current_dir(folder)
+        .args(arguments)
+        .env_remove(DEVICE_ENV);
+    for (name, value) in environment {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+/// Asserts that `output` succeeded; returns its standard output.
+fn succeeded(output: Output) -> String {
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Asserts that `output` is an error (exit 2) naming every one of `names`.
+fn refused(output: Output, names: &[&str]) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for name in names {
+        assert!(stderr.contains(name), "no `{name}` in: {stderr}");
+    }
+}
+
+/// `hlat COMMAND` of a short `hlat-test` run of `max_steps` steps on `device`: a checkpoint
+/// every 2 steps, one kept (so a stray checkpoint would delete the run's own).
+fn run_flags<'a>(command: &'a str, device: &'a str, max_steps: &'a str) -> Vec<&'a str> {
+    let run = [
+        command,
+        "--device",
+        device,
+        "--preset",
+        "hlat-test",
+        "--max-steps",
+        max_steps,
+        "--checkpoint-every",
+        "2",
+        "--keep-checkpoints",
+        "1",
+    ];
+    [&run[..], &short_steps()].concat()
+}
+
+/// The loss of every step in a run folder's `metrics.jsonl`.
+fn losses(run: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupted() {
+    let folder = tempfile::tempdir().unwrap();
+    let work = folder.path();
+    // Trained into the folder `hlat pretrain` and `hlat compile` once both defaulted to.
+    succeeded(run_in(work, &run_flags("pretrain", "host", "4"), &[]));
+    let run = work.join("runs/hlat-test");
+    let trained = snapshot(&run);
+    assert!(
+        trained
+            .keys()
+            .any(|file| file.starts_with("checkpoints/step-00000004"))
+    );
+
+    let missing = Path::new("/nonexistent/neuronx-cc");
+    let checked = succeeded(run_in(
+        work,
+        &[&run_flags("compile", "neuron", "8")[..], &["--check-only"]].concat(),
+        &[("NEURON_CC", missing)],
+    ));
+    assert!(
+        checked.contains("traced 8 training steps on neuron:0"),
+        "{checked}"
+    );
+    assert!(
+        checked.contains("programs checked: every one within"),
+        "{checked}"
+    );
+    assert_eq!(
+        snapshot(&run),
+        trained,
+        "the check-only trace changed the run"
+    );
+
+    let compiler = test_support::stand_in::compiler(work);
+    let cache = work.join("cache");
+    let compiled = succeeded(run_in(
+        work,
+        &[
+            &run_flags("compile", "neuron", "8")[..],
+            &["--out", "report"],
+        ]
+        .concat(),
+        &[
+            ("NEURON_CC", &compiler),
+            ("NEURON_COMPILE_CACHE_URL", &cache),
+        ],
+    ));
+    assert!(compiled.contains(" programs compiled in "), "{compiled}");
+    assert_eq!(snapshot(&run), trained, "the compile changed the run");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(work.join("report/compile-report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["steps"], 8, "{report}");
+    let programs = report["programs"].as_u64().unwrap();
+    assert!(programs > 0, "{report}");
+    assert_eq!(report["compiled"].as_u64().unwrap(), programs, "{report}");
+    assert_eq!(
+        report["checked_by_lint"].as_u64().unwrap(),
+        programs,
+        "{report}"
+    );
+    // Nothing printed was computed by a program that did not run.
+    for output in [&checked, &compiled] {
+        for invented in [
+            "trained steps",
+            "validation loss",
+            "perplexity",
+            "checkpoint:",
+        ] {
+            assert!(!output.contains(invented), "{invented}: {output}");
+        }
+    }
+
+    // The run folder itself as the report's folder: refused, naming it.
+    refused(
+        run_in(
+            work,
+            &[
+                &run_flags("compile", "neuron", "8")[..],
+                &["--check-only", "--out", "runs/hlat-test"],
+            ]
+            .concat(),
+            &[("NEURON_CC", missing)],
+        ),
+        &["--out runs/hlat-test", "`hlat pretrain`"],
+    );
+    assert_eq!(snapshot(&run), trained);
+
+    // The run continues from its own step 4 with the losses of a run never interrupted.
+    let resumed = succeeded(run_in(work, &run_flags("pretrain", "host", "8"), &[]));
+    assert!(resumed.contains("trained steps 5..8"), "{resumed}");
+    succeeded(run_in(
+        work,
+        &[&run_flags("pretrain", "host", "8")[..], &["--out", "whole"]].concat(),
+        &[],
+    ));
+    let whole = losses(&work.join("whole"));
+    assert_eq!(whole.len(), 8);
+    assert_eq!(losses(&run), whole);
+}
+
+#[test]
+fn every_command_refuses_a_training_run_folder_and_leaves_it_as_it_was() {
+    let folder = tempfile::tempdir().unwrap();
+    let work = folder.path();
+    succeeded(run_in(
+        work,
+        &[&run_flags("pretrain", "host", "2")[..], &["--out", "run"]].concat(),
+        &[],
+    ));
+    let run = work.join("run");
+    let trained = snapshot(&run);
+    let records = work.join("records.jsonl");
+    std::fs::write(
+        &records,
+        "{\"prompt\": \"Hi\", \"completion\": \" there\"}\n",
+    )
+    .unwrap();
+    let text = |path: &Path| path.to_str().unwrap().to_owned();
+    let (model, tokenizer) = (
+        text(&fixture("hf-tiny-llama3")),
+        text(&fixture("chat-llama3/tokenizer.json")),
+    );
+    let run_text = text(&run);
+    let mergekit = fixture("mergekit");
+    let attempts: Vec<(Vec<&str>, Option<&Path>)> = vec![
+        // Fine-tuning a model into a pretraining run would continue that run instead.
+        (
+            vec![
+                "finetune",
+                "--model",
+                &model,
+                "--data",
+                "records.jsonl",
+                "--out",
+                "run",
+            ],
+            None,
+        ),
+        (
+            vec![
+                "data",
+                "ingest",
+                "--tokenizer",
+                &tokenizer,
+                "--input",
+                "records.jsonl",
+                "--out",
+                "run",
+            ],
+            None,
+        ),
+        (vec!["convert", "--from-hf", &model, "--to-hf", "run"], None),
+        (vec!["convert", "--from-hf", &model, "--to", "run"], None),
+        (
+            vec![
+                "merge",
+                "--config",
+                "configs/linear.yaml",
+                "--out",
+                &run_text,
+            ],
+            Some(&mergekit),
+        ),
+        (vec!["bench", "ops", "--json", "run/metrics.jsonl"], None),
+        (
+            vec!["bench", "train", "--json", "run/checkpoints/newest"],
+            None,
+        ),
+    ];
+    for (arguments, cwd) in attempts {
+        let output = run_in(cwd.unwrap_or(work), &arguments, &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
+        assert!(stderr.contains("run"), "{arguments:?}: {stderr}");
+        assert_eq!(snapshot(&run), trained, "{arguments:?} changed the run");
+    }
+    // What a benchmark replaces, it says.
+    let help = succeeded(run_in(work, &["bench", "train", "--help"], &[]));
+    assert!(help.contains("a file there is replaced"), "{help}");
+}
