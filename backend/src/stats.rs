@@ -142,8 +142,8 @@ pub struct Stats {
     /// Bytes of those tensors on each replica (a gauge): what the program holds, whether
     /// computed yet or still captured.
     pub live_bytes: u64,
-    /// The largest scratch memory (intermediate values) of a program compiled since the start
-    /// or the last reset, per replica, as the compiler counts it; 0 where the executor cannot
+    /// The largest scratch memory (intermediate values) of a program run since the start or the
+    /// last reset (compiled then or before), per replica, as the compiler counts it; 0 where the executor cannot
     /// tell (`host`, `neuron`, a PJRT plugin without `PJRT_Executable_GetCompiledMemoryStats`).
     pub largest_scratch_bytes: u64,
     /// Program runs the device reported as finished with NaN or infinite values (Neuron status

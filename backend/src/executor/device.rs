@@ -112,6 +112,13 @@ pub fn set_operator_rules(device: &TrainiumDevice, rules: OperatorRules) {
     OPERATOR_RULES.set(device, rules);
 }
 
+/// A compiled program with the scratch memory one run of it needs on a replica (as the target
+/// reports it once, when it is compiled or loaded).
+struct ReadyProgram<Program> {
+    program: Program,
+    scratch_bytes: Option<u64>,
+}
+
 /// Runs segments of one (possibly replicated) device as compiled programs of a [`Target`].
 pub(crate) struct DeviceExecutor<T: Target> {
     device: TrainiumDevice,
@@ -119,7 +126,7 @@ pub(crate) struct DeviceExecutor<T: Target> {
     span: ReplicaSpan,
     target: T,
     tensors: HashMap<TensorId, DeviceTensor<T::Buffer>>,
-    programs: ProgramCache<T::Program>,
+    programs: ProgramCache<ReadyProgram<T::Program>>,
     /// The plans of segments seen before, by fingerprint, lowered under `rules`.
     plans: PlanCache,
     /// The operator rules the cached plans were lowered under.
@@ -211,10 +218,16 @@ impl<T: Target> DeviceExecutor<T> {
     }
 
     /// The program of `lowered`: from the cache, or compiled now.
-    fn compiled(&mut self, lowered: &LoweredProgram) -> Result<Arc<T::Program>, BackendError> {
-        if let Some(program) = self.programs.get(lowered) {
+    /// Each program counts towards the largest scratch memory whenever it is used, so that
+    /// statistics reset before a step report that step's programs, compiled now or before.
+    fn compiled(
+        &mut self,
+        lowered: &LoweredProgram,
+    ) -> Result<Arc<ReadyProgram<T::Program>>, BackendError> {
+        if let Some(ready) = self.programs.get(lowered) {
             StatsCounters::add(&self.counters.cache_hits, 1);
-            return Ok(program);
+            self.count_scratch(&ready);
+            return Ok(ready);
         }
         if let Err(error) = lower::dump_module(lowered) {
             log::warn!("could not dump {}: {error}", lowered.module.name);
@@ -225,9 +238,7 @@ impl<T: Target> DeviceExecutor<T> {
             span.record("cached", true);
         }
         drop(span);
-        if let Some(bytes) = self.target.scratch_bytes(&program) {
-            StatsCounters::raise(&self.counters.largest_scratch_bytes, bytes);
-        }
+        let scratch_bytes = self.target.scratch_bytes(&program);
         match outcome {
             CompileOutcome::Compiled { seconds } => {
                 StatsCounters::add(&self.counters.compiles, 1);
@@ -249,7 +260,22 @@ impl<T: Target> DeviceExecutor<T> {
                 StatsCounters::add(&self.counters.programs_loaded, 1);
             }
         }
-        Ok(self.programs.insert(lowered, program))
+        let ready = self.programs.insert(
+            lowered,
+            ReadyProgram {
+                program,
+                scratch_bytes,
+            },
+        );
+        self.count_scratch(&ready);
+        Ok(ready)
+    }
+
+    /// Raises the device's largest scratch memory to what `ready` needs.
+    fn count_scratch(&self, ready: &ReadyProgram<T::Program>) {
+        if let Some(bytes) = ready.scratch_bytes {
+            StatsCounters::raise(&self.counters.largest_scratch_bytes, bytes);
+        }
     }
 
     /// Runs a lowered program: inputs from the device, hoisted scalars and random states
@@ -300,7 +326,7 @@ impl<T: Target> DeviceExecutor<T> {
             }
             let outputs = {
                 let _span = tracing::info_span!(phase::EXECUTE).entered();
-                self.target.launch(&compiled, lowered, arguments)?
+                self.target.launch(&compiled.program, lowered, arguments)?
             };
             self.keep_outputs(&lowered.outputs, outputs)?;
             StatsCounters::add(&self.counters.collectives, lowered.collectives as u64);
