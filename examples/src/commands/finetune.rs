@@ -149,7 +149,11 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     if lora.is_some() {
         config.lora = lora;
     }
-    let tokenizer_path = args.model.join(TOKENIZER_FILE);
+    // A run folder of `hlat pretrain` or `hlat finetune` holds its model (and tokenizer) in its
+    // newest checkpoint.
+    let model_dir = hlat::checkpoint::model_folder(&args.model)
+        .with_context(|| format!("--model {}", args.model.display()))?;
+    let tokenizer_path = model_dir.join(TOKENIZER_FILE);
     if !tokenizer_path.is_file() {
         bail!(
             "{}: not found: fine-tuning needs the model's tokenizer",
@@ -157,7 +161,7 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         );
     }
     let tokenizer = TextTokenizer::from_file(&tokenizer_path)?;
-    let tokenizer_config = args.model.join(TOKENIZER_CONFIG_FILE);
+    let tokenizer_config = model_dir.join(TOKENIZER_CONFIG_FILE);
     let template = match &args.chat_template {
         Some(path) => Some(ChatTemplate::from_file(path, Some(&tokenizer_config))?),
         None if tokenizer_config.is_file() => {
@@ -175,7 +179,7 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
     let seq_len = match args.train.seq_len {
         Some(seq_len) => seq_len,
         None => {
-            let limit = hlat::hf::read_hf_config(&args.model)
+            let limit = hlat::hf::read_hf_config(&model_dir)
                 .map(|model| model.max_seq_len)
                 .unwrap_or(DEFAULT_MAX_SEQ_LEN);
             bucket_len(&examples, limit)

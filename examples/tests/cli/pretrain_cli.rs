@@ -1,21 +1,77 @@
 //! The main job end to end through the `hlat` binary: `hlat pretrain` on a small preset, then
-//! `hlat generate` and `hlat eval` from the run folder it wrote.
+//! every command the README runs on its run folder, as the README writes them, in its order.
 
-use super::{run, step_flags, succeed};
+use std::path::Path;
+
+use super::{hlat, run, step_flags, succeed};
+
+/// The README's commands after the main job (its first `hlat` code block): each as the
+/// arguments after `cargo run -p hlat-cli --`.
+fn readme_commands() -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("## The `hlat` command line")
+        .nth(1)
+        .expect("the README's command-line section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a code block of commands");
+    block
+        .lines()
+        .map(|line| {
+            let arguments = line
+                .strip_prefix("cargo run -p hlat-cli -- ")
+                .unwrap_or_else(|| panic!("not an hlat command: {line}"));
+            shlex::split(arguments).unwrap_or_else(|| panic!("unbalanced quotes: {line}"))
+        })
+        .collect()
+}
+
+/// The inputs the README's commands name, written into `folder`.
+fn readme_inputs(folder: &Path) {
+    std::fs::write(
+        folder.join("notes.txt"),
+        "The cat sat on the mat. The dog ran in the park.",
+    )
+    .unwrap();
+    let task = [
+        r#"{"context": "The cat", "choices": ["sat", "flew"], "gold": 0}"#,
+        r#"{"context": "The dog", "choices": ["ran", "sang"], "gold": 0}"#,
+        r#"{"context": "A bird", "choices": ["flew"], "gold": 0, "split": "train"}"#,
+    ];
+    std::fs::write(folder.join("task.jsonl"), task.join("\n")).unwrap();
+    let sft = [
+        r#"{"prompt": "The cat", "completion": " sat on the mat."}"#,
+        r#"{"prompt": "The dog", "completion": " ran in the park."}"#,
+    ];
+    std::fs::write(folder.join("sft.jsonl"), sft.join("\n")).unwrap();
+}
 
 #[test]
-fn pretrain_then_generate_and_eval_from_the_run_folder() {
+fn pretrain_then_every_command_of_the_readme_on_its_run_folder() {
     let folder = tempfile::tempdir().unwrap();
-    let out = folder.path().join("run");
-    let out = out.to_str().unwrap();
-    succeed(
+    let in_folder = |arguments: &[&str]| {
+        let output = hlat()
+            .current_dir(folder.path())
+            .args(arguments)
+            .env_remove(burn_trainium::DEVICE_ENV)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "hlat {arguments:?} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    // The main job, shortened: fewer steps of shorter rows.
+    in_folder(
         &[
             &[
                 "pretrain",
-                "--preset",
-                "hlat-test",
-                "--out",
-                out,
                 "--max-steps",
                 "30",
                 "--lr",
@@ -32,8 +88,9 @@ fn pretrain_then_generate_and_eval_from_the_run_folder() {
         ]
         .concat(),
     );
+    let out = folder.path().join("runs/hlat-tiny");
 
-    let metrics = std::fs::read_to_string(folder.path().join("run/metrics.jsonl")).unwrap();
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     let losses: Vec<f64> = metrics
         .lines()
         .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
@@ -55,10 +112,10 @@ fn pretrain_then_generate_and_eval_from_the_run_folder() {
         "the loss must fall clearly: first steps {first:.3}, last steps {last:.3}"
     );
 
-    let generated = succeed(&[
+    let generated = in_folder(&[
         "generate",
         "--model",
-        out,
+        "runs/hlat-tiny",
         "--prompt-ids",
         "1,5,6",
         "--max-new-tokens",
@@ -80,46 +137,39 @@ fn pretrain_then_generate_and_eval_from_the_run_folder() {
     // On the host executor nothing compiles; the statistics still say so.
     assert!(lines.any(|line| line == "compiles: 0"), "{generated}");
 
-    let evaluated = succeed(&["eval", "--model", out]);
-    assert!(evaluated.contains("perplexity"), "{evaluated}");
-    // The README's evaluation examples, with the run's own tokenizer.
-    let text = folder.path().join("notes.txt");
-    std::fs::write(&text, "The cat sat on the mat. The dog ran in the park.").unwrap();
-    let perplexity = succeed(&[
-        "eval",
-        "perplexity",
-        "--model",
-        out,
-        "--text",
-        text.to_str().unwrap(),
-    ]);
-    assert!(
-        perplexity.contains("perplexity: ") && perplexity.contains("bits per byte: "),
-        "{perplexity}"
-    );
-    let task = folder.path().join("task.jsonl");
-    let lines = [
-        r#"{"context": "The cat", "choices": ["sat", "flew"], "gold": 0}"#,
-        r#"{"context": "The dog", "choices": ["ran", "sang"], "gold": 0}"#,
-        r#"{"context": "A bird", "choices": ["flew"], "gold": 0, "split": "train"}"#,
-    ];
-    std::fs::write(&task, lines.join("\n")).unwrap();
-    let choice = succeed(&[
-        "eval",
-        "choice",
-        "--model",
-        out,
-        "--task",
-        task.to_str().unwrap(),
-        "--shots",
-        "1",
-    ]);
-    assert!(
-        choice.contains("questions: 2")
-            && choice.contains("acc: ")
-            && choice.contains("acc_norm: "),
-        "{choice}"
-    );
+    readme_inputs(folder.path());
+    let commands = readme_commands();
+    let names: Vec<String> = commands
+        .iter()
+        .map(|command| command[..2].join(" "))
+        .collect();
+    for expected in [
+        "generate --model",
+        "eval choice",
+        "finetune --model",
+        "convert --from",
+    ] {
+        assert!(names.contains(&expected.to_string()), "{names:?}");
+    }
+    for command in &commands {
+        let mut arguments: Vec<&str> = command.iter().map(String::as_str).collect();
+        if arguments[0] == "finetune" {
+            // The README's fine-tuning, shortened.
+            arguments.extend(["--max-steps", "2", "--no-progress"]);
+        }
+        let output = in_folder(&arguments);
+        let expected: &[&str] = match &arguments[..2] {
+            ["eval", "perplexity"] => &["perplexity: ", "bits per byte: "],
+            ["eval", "choice"] => &["questions: 2", "acc: ", "acc_norm: "],
+            ["eval", _] => &["perplexity"],
+            ["finetune", _] => &["trained steps 1..2"],
+            ["convert", _] => &["wrote Hugging Face folder"],
+            _ => &[],
+        };
+        for text in expected {
+            assert!(output.contains(text), "hlat {arguments:?}: {output}");
+        }
+    }
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Loading whatever folder a user points at: a native checkpoint, a Hugging Face folder or a
 //! training run folder (its newest checkpoint).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::Backend;
 use tokenizers::Tokenizer;
@@ -23,13 +23,7 @@ pub fn load_any<B: Backend>(
     device: &B::Device,
 ) -> Result<(HlatConfig, Hlat<B>, Option<Tokenizer>), CheckpointError> {
     if RunFolder::is_run(dir) {
-        let newest =
-            RunFolder::new(dir)
-                .newest()?
-                .ok_or_else(|| CheckpointError::NoCompleteCheckpoint {
-                    dir: dir.to_path_buf(),
-                })?;
-        let model_dir = newest.join(MODEL_DIR);
+        let model_dir = model_folder(dir)?;
         log::info!(
             "{}: newest checkpoint {}",
             dir.display(),
@@ -43,6 +37,21 @@ pub fn load_any<B: Backend>(
         return Ok((config, model, tokenizer));
     }
     load_model_folder(dir, device)
+}
+
+/// The model folder `dir` names: for a training run folder, its newest complete checkpoint's
+/// `model/` (with the run's tokenizer); otherwise `dir` itself.
+pub fn model_folder(dir: &Path) -> Result<PathBuf, CheckpointError> {
+    if !RunFolder::is_run(dir) {
+        return Ok(dir.to_path_buf());
+    }
+    let newest =
+        RunFolder::new(dir)
+            .newest()?
+            .ok_or_else(|| CheckpointError::NoCompleteCheckpoint {
+                dir: dir.to_path_buf(),
+            })?;
+    Ok(newest.join(MODEL_DIR))
 }
 
 /// The kind of model folder `dir` is, from the files present.

@@ -21,5 +21,5 @@ pub mod run_folder;
 pub mod sharded;
 
 pub use error::CheckpointError;
-pub use load::{FolderKind, folder_kind, load_any};
+pub use load::{FolderKind, folder_kind, load_any, model_folder};
 pub use native::{load_native, save_native, save_native_with_tokenizer};
