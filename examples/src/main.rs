@@ -32,16 +32,21 @@ enum Command {
     Convert(commands::convert::ConvertArgs),
     /// Generate text from a checkpoint.
     Generate(commands::generate::GenerateArgs),
-    /// Evaluate validation loss and perplexity of a checkpoint.
+    /// Evaluate a checkpoint: validation loss, perplexity of a text, multiple-choice accuracy.
     Eval(commands::eval::EvalArgs),
-    /// Merge Hugging Face checkpoints of one architecture (linear, SLERP, task arithmetic, TIES,
-    /// DARE) from a mergekit-style YAML configuration.
+    /// Merge Hugging Face checkpoints of one architecture as mergekit 0.1.5 does, from its YAML
+    /// configuration: linear, slerp, nuslerp, multislerp, karcher, model_stock,
+    /// task_arithmetic, ties, dare_ties, dare_linear, breadcrumbs, breadcrumbs_ties, della,
+    /// della_linear, sce, nearswap, arcee_fusion, passthrough, and `slices` frankenmerges.
     Merge(commands::merge::MergeArgs),
-    /// Print a configuration and its parameter count.
+    /// Print a configuration, its parameter count and, for a parallel layout, its memory per
+    /// device.
     Info(commands::info::InfoArgs),
-    /// Compile the training step ahead of time into the Neuron compile cache.
+    /// Compile a training run's programs ahead of time into the Neuron compile cache (or only
+    /// check them against the Neuron lint), writing nothing into any run folder.
     Compile(commands::compile::CompileArgs),
-    /// Measure performance side by side.
+    /// Measure performance side by side: training steps, operations, generation, Burn's
+    /// Learner, data ingest, against other backends and PyTorch.
     Bench(commands::bench::BenchArgs),
     /// List and prune the compile caches (`xla` programs, Neuron NEFFs).
     Cache(commands::cache::CacheArgs),

@@ -13,6 +13,7 @@ mod data_cli;
 mod errors_cli;
 mod families_cli;
 mod finetune_cli;
+mod help_cli;
 mod learner_bench;
 mod merge_cli;
 mod multi_process_cli;

@@ -148,6 +148,28 @@ const WEIGHT_PER_NON_BASE: ParameterSpec = parameter("weight", Float, NonBase, R
 const INT8_MASK: ParameterSpec = parameter("int8_mask", Flag, Shared, FlagDefault(false));
 
 impl MergeMethod {
+    /// Every method, in the order of the enum.
+    pub const ALL: [MergeMethod; 18] = [
+        MergeMethod::Linear,
+        MergeMethod::Slerp,
+        MergeMethod::Nuslerp,
+        MergeMethod::Multislerp,
+        MergeMethod::Karcher,
+        MergeMethod::ModelStock,
+        MergeMethod::TaskArithmetic,
+        MergeMethod::Ties,
+        MergeMethod::DareTies,
+        MergeMethod::DareLinear,
+        MergeMethod::Breadcrumbs,
+        MergeMethod::BreadcrumbsTies,
+        MergeMethod::Della,
+        MergeMethod::DellaLinear,
+        MergeMethod::Sce,
+        MergeMethod::Nearswap,
+        MergeMethod::ArceeFusion,
+        MergeMethod::Passthrough,
+    ];
+
     /// The name mergekit gives the method.
     pub fn name(self) -> &'static str {
         match self {
@@ -323,4 +345,25 @@ pub struct TaskArithmeticOptions {
     pub normalize: bool,
     /// The default of `rescale`.
     pub rescale: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_is_listed_once_under_the_name_its_configuration_uses() {
+        let mut names: Vec<&str> = MergeMethod::ALL
+            .iter()
+            .map(|method| method.name())
+            .collect();
+        for method in MergeMethod::ALL {
+            let parsed: MergeMethod =
+                serde_json::from_value(serde_json::Value::from(method.name())).unwrap();
+            assert_eq!(parsed, method);
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), MergeMethod::ALL.len());
+    }
 }
