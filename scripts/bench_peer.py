@@ -24,7 +24,10 @@ eps 1e-8, weight decay 0.1 on every parameter) with f32 master weights.
 
 - pytorch: `transformers.LlamaForCausalLM` with eager attention, `torch.optim.AdamW` and
   `torch.nn.utils.clip_grad_norm_`, in eager mode. `--threads T` calls torch.set_num_threads(T).
-  bf16-mixed runs the forward pass under torch.autocast(device_type="cpu", dtype=torch.bfloat16).
+  bf16-mixed runs the forward pass under torch.autocast(dtype=torch.bfloat16) on the device.
+  `--device cuda` trains on the GPU (attention by `scaled_dot_product_attention`, PyTorch's
+  default there, and fused AdamW); `--compile 1` wraps the model in `torch.compile` (its
+  compile happens in the warmup steps, whose time is reported as compile_seconds).
 - jax: the same model written in jax.numpy, weights as a pytree, AdamW and clipping written out
   (the formulas of torch.optim.AdamW), and the whole step (loss, gradient, clipping, update) in
   one `jax.jit`, compiled ahead of the warmup steps and timed separately. bf16-mixed casts the
@@ -133,6 +136,10 @@ def parse_args():
     parser.add_argument("--precision", required=True,
                         help=f"one of {', '.join(PRECISIONS)}")
     parser.add_argument("--threads", type=int_at_least(1), help="CPU threads to use")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where PyTorch trains (--task train)")
+    parser.add_argument("--compile", type=int, choices=(0, 1), default=0,
+                        help="1: wrap PyTorch's model in torch.compile (--task train)")
     parser.add_argument("--task", choices=("train", "generate", "cnn"), default="train",
                         help="time a training step, greedy generation (pytorch only), or the "
                              "small CNN's training step (pytorch only)")
@@ -277,7 +284,7 @@ def llama(config, args):
         attention_bias=False,
         mlp_bias=False,
         attention_dropout=0.0,
-        attn_implementation="eager",
+        attn_implementation="eager" if getattr(args, "device", "cpu") == "cpu" else "sdpa",
     )
     return LlamaForCausalLM(hf_config).float()
 
@@ -287,18 +294,23 @@ def run_pytorch(config, args):
     import torch.nn.functional as F
     import transformers
 
-    model = llama(config, args)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: PyTorch sees no CUDA device")
+    device = torch.device(args.device)
+    model = llama(config, args).to(device)
     params = list(model.train().parameters())
-    optimizer = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+    optimizer = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY,
+                                  fused=args.device == "cuda")
+    forward = torch.compile(model) if args.compile else model
 
-    batch = torch.tensor(batch_rows(config["vocab_size"], args.batch, args.seq_len))
+    batch = torch.tensor(batch_rows(config["vocab_size"], args.batch, args.seq_len), device=device)
     inputs, targets = batch[:, :-1], batch[:, 1:].reshape(-1)
     bf16 = args.precision == "bf16-mixed"
     resident_at_start = resident_bytes()
 
     def step():
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(input_ids=inputs, use_cache=False).logits
+        with torch.autocast(device_type=args.device, dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(input_ids=inputs, use_cache=False).logits
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -306,11 +318,15 @@ def run_pytorch(config, args):
         optimizer.step()
         return loss.item()
 
-    median, final_loss = time_steps(step, args.warmup, args.steps)
+    warmup_start = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    warmup_seconds = time.perf_counter() - warmup_start
+    median, final_loss = time_steps(step, 0, args.steps)
     return {
         "median_step_seconds": median,
-        "compiles": 0,
-        "compile_seconds": 0.0,
+        "compiles": 1 if args.compile else 0,
+        "compile_seconds": warmup_seconds if args.compile else 0.0,
         "resident_at_start_bytes": resident_at_start,
         "final_loss": final_loss,
         "version": f"torch {torch.__version__} / transformers {transformers.__version__}",

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use trainium_ffi::pjrt::{
-    Client, CompileOptions, CompilerOptionValue, CreateOption, Distributed, ElementType,
-    KeyValueError, KeyValueStore, PjrtError, Plugin, ProgramFormat,
+    Client, CompileOptions, CreateOption, Distributed, ElementType, KeyValueError, KeyValueStore,
+    OptionValue, PjrtError, Plugin, ProgramFormat,
 };
 
 fn plugin_path() -> PathBuf {
@@ -53,10 +53,7 @@ fn compiles_uploads_runs_and_reads_back_on_every_device() {
     assert_eq!(plugin.api_version().0, 0);
     let client = Client::new(
         &plugin,
-        &[CreateOption {
-            name: "cpu_device_count".into(),
-            value: 2,
-        }],
+        &[CreateOption::new("cpu_device_count", OptionValue::Int(2))],
     )
     .unwrap();
     assert_eq!(client.platform_name().unwrap(), "cpu");
@@ -161,17 +158,14 @@ fn compiler_options_reach_the_compiler_and_unknown_ones_are_refused_by_name() {
     options.compiler_options = vec![
         (
             "xla_cpu_use_fusion_emitters".into(),
-            CompilerOptionValue::Bool(false),
+            OptionValue::Bool(false),
         ),
-        (
-            "xla_backend_optimization_level".into(),
-            CompilerOptionValue::Int(0),
-        ),
+        ("xla_backend_optimization_level".into(), OptionValue::Int(0)),
     ];
     client
         .compile(ADD.as_bytes(), ProgramFormat::Mlir, &options)
         .expect("known compiler options compile");
-    options.compiler_options = vec![("xla_no_such_option".into(), CompilerOptionValue::Bool(true))];
+    options.compiler_options = vec![("xla_no_such_option".into(), OptionValue::Bool(true))];
     let Err(error) = client.compile(ADD.as_bytes(), ProgramFormat::Mlir, &options) else {
         panic!("an unknown compiler option must be refused");
     };
@@ -204,10 +198,7 @@ fn the_cpu_plugin_does_not_join_other_processes() {
     // It takes the distributed options without a word and makes a client of its own devices:
     // every device it reports is addressable (what `burn-trainium` checks before refusing).
     let plugin = plugin();
-    let options = [CreateOption {
-        name: "cpu_device_count".into(),
-        value: 2,
-    }];
+    let options = [CreateOption::new("cpu_device_count", OptionValue::Int(2))];
     let client = Client::joining(
         &plugin,
         &options,

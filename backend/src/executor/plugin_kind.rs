@@ -7,6 +7,8 @@
 
 use std::path::Path;
 
+use trainium_ffi::pjrt::{CreateOption, OptionValue};
+
 /// The Neuron plugin's variable naming this process's index in the job.
 pub const NEURON_PROCESS_INDEX_ENV: &str = crate::settings::NEURON_PJRT_PROCESS_INDEX.name;
 /// The Neuron plugin's variable listing the NeuronCores of every process of the job.
@@ -18,26 +20,52 @@ pub const NEURON_PROCESS_DEVICES_ENV: &str =
 pub enum PluginKind {
     /// The Neuron SDK's plugin (`libneuronxla`).
     Neuron,
-    /// Any other plugin (XLA's CPU plugin, JAX's CUDA plugins): configured by create options.
+    /// JAX's CUDA or ROCm plugin (`jax_plugins/xla_cuda13/xla_cuda_plugin.so`).
+    Gpu,
+    /// Any other plugin (XLA's CPU plugin): configured by create options.
     Xla,
 }
 
 impl PluginKind {
-    /// The kind of the plugin at `path`: the Neuron SDK's when its file or folder says so.
+    /// The kind of the plugin at `path`, from what its file or folder name says.
     pub fn of(path: &Path) -> Self {
-        let names_neuron = |part: &std::ffi::OsStr| {
-            let part = part.to_string_lossy().to_lowercase();
-            part.contains("neuronpjrt") || part == "libneuronxla"
+        let names = |test: fn(&str) -> bool| {
+            [path.file_name(), path.parent().and_then(Path::file_name)]
+                .into_iter()
+                .flatten()
+                .any(|part| test(&part.to_string_lossy().to_lowercase()))
         };
-        if path.file_name().is_some_and(names_neuron)
-            || path
-                .parent()
-                .and_then(Path::file_name)
-                .is_some_and(names_neuron)
-        {
+        if names(|part| part.contains("neuronpjrt") || part == "libneuronxla") {
             PluginKind::Neuron
+        } else if names(|part| part.contains("cuda") || part.contains("rocm")) {
+            PluginKind::Gpu
         } else {
             PluginKind::Xla
+        }
+    }
+
+    /// What the log calls a plugin of this kind.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PluginKind::Neuron => "the Neuron SDK's plugin",
+            PluginKind::Gpu => "a GPU plugin",
+            PluginKind::Xla => "an XLA plugin",
+        }
+    }
+
+    /// The client create options a plugin of this kind gets unless `TRAINIUM_PJRT_CREATE_OPTIONS`
+    /// says otherwise. The CUDA plugin refuses option names it does not know (the XLA CPU plugin
+    /// ignores them), so each kind gets its own:
+    /// a GPU plugin takes its memory as it needs it (its default preallocates 75% of the GPU at
+    /// start, which a second process on the GPU, PyTorch beside it say, then lacks); the others
+    /// make `cpu_devices` devices when they are the XLA CPU plugin.
+    pub fn default_create_options(self, cpu_devices: i64) -> Vec<CreateOption> {
+        match self {
+            PluginKind::Gpu => vec![CreateOption::new("preallocate", OptionValue::Bool(false))],
+            PluginKind::Neuron | PluginKind::Xla => vec![CreateOption::new(
+                "cpu_device_count",
+                OptionValue::Int(cpu_devices),
+            )],
         }
     }
 
@@ -98,13 +126,30 @@ mod tests {
                 "{path}"
             );
         }
-        let xla = [
-            "/cache/burn-trainium/xla-cpu-2026.6.23/fastatomstruct_xla_cpu/libpjrt_cpu.so",
-            "/site-packages/jax_plugins/xla_cuda12/xla_cuda_plugin.so",
-        ];
+        let xla = ["/cache/burn-trainium/xla-cpu-2026.6.23/fastatomstruct_xla_cpu/libpjrt_cpu.so"];
         for path in xla {
             assert_eq!(PluginKind::of(Path::new(path)), PluginKind::Xla, "{path}");
         }
+        let gpu = [
+            "/site-packages/jax_plugins/xla_cuda12/xla_cuda_plugin.so",
+            "/opt/torch/.venv/lib/python3.12/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so",
+            "/site-packages/jax_plugins/xla_rocm7/xla_rocm_plugin.so",
+        ];
+        for path in gpu {
+            assert_eq!(PluginKind::of(Path::new(path)), PluginKind::Gpu, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_gpu_plugin_is_not_given_the_cpu_plugins_option() {
+        let names = |kind: PluginKind| -> Vec<String> {
+            kind.default_create_options(4)
+                .into_iter()
+                .map(|option| option.name)
+                .collect()
+        };
+        assert_eq!(names(PluginKind::Gpu), ["preallocate"]);
+        assert_eq!(names(PluginKind::Xla), ["cpu_device_count"]);
     }
 
     #[test]

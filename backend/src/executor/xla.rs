@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use burn_backend::{DType, Shape, TensorData};
 use trainium_ffi::pjrt::{
-    Buffer, Client, CompileOptions, CompilerOptionValue, CreateOption, Device, Distributed,
-    ElementType, LoadedExecutable, Plugin, ProgramFormat,
+    Buffer, Client, CompileOptions, CreateOption, Device, Distributed, ElementType,
+    LoadedExecutable, OptionValue, Plugin, ProgramFormat,
 };
 
 use super::plugin_kind::PluginKind;
@@ -81,16 +81,13 @@ pub const SMALL_TENSOR_SEGMENT_CAP: usize = 2_048;
 
 /// The XLA compiler options of programs of small tensors, unless `TRAINIUM_XLA_COMPILER_OPTIONS`
 /// sets options of its own: no fusion emitters, no LLVM optimization.
-fn small_tensor_options() -> Vec<(String, CompilerOptionValue)> {
+fn small_tensor_options() -> Vec<(String, OptionValue)> {
     vec![
         (
             "xla_cpu_use_fusion_emitters".into(),
-            CompilerOptionValue::Bool(false),
+            OptionValue::Bool(false),
         ),
-        (
-            "xla_backend_optimization_level".into(),
-            CompilerOptionValue::Int(0),
-        ),
+        ("xla_backend_optimization_level".into(), OptionValue::Int(0)),
     ]
 }
 
@@ -132,17 +129,51 @@ struct Runtime {
     client: Client,
     disk_cache: Option<XlaDiskCache>,
     /// `TRAINIUM_XLA_COMPILER_OPTIONS`, for every compile.
-    compiler_options: Vec<(String, CompilerOptionValue)>,
+    compiler_options: Vec<(String, OptionValue)>,
+    /// The plugin's family: programs of small tensors are cut short and compiled cheaply on a
+    /// CPU plugin, where that was measured to pay, and left whole on a GPU.
+    kind: PluginKind,
+}
+
+impl Runtime {
+    /// Whether programs of small tensors get [`small_tensor_options`] and
+    /// [`SMALL_TENSOR_SEGMENT_CAP`]: CPU plugins' kernel launches and compile times, not a GPU's.
+    fn cuts_small_programs(&self) -> bool {
+        self.kind != PluginKind::Gpu
+    }
 }
 
 /// The compiler options of `TRAINIUM_XLA_COMPILER_OPTIONS`'s value `text` (empty: none).
-fn parse_compiler_options(text: &str) -> Result<Vec<(String, CompilerOptionValue)>, BackendError> {
+fn parse_compiler_options(text: &str) -> Result<Vec<(String, OptionValue)>, BackendError> {
+    parse_options(COMPILER_OPTIONS_ENV, text)
+}
+
+/// The client create options of a plugin of `kind`: its defaults, replaced or added to by
+/// `TRAINIUM_PJRT_CREATE_OPTIONS`'s value `text`.
+fn create_options(
+    kind: PluginKind,
+    cpu_devices: i64,
+    text: &str,
+) -> Result<Vec<CreateOption>, BackendError> {
+    let mut options = kind.default_create_options(cpu_devices);
+    for (name, value) in parse_options(crate::settings::PJRT_CREATE_OPTIONS.name, text)? {
+        options.retain(|option| option.name != name);
+        options.push(CreateOption { name, value });
+    }
+    Ok(options)
+}
+
+/// The `NAME=VALUE,...` options of `variable`'s value `text` (empty: none).
+fn parse_options(
+    variable: &'static str,
+    text: &str,
+) -> Result<Vec<(String, OptionValue)>, BackendError> {
     let invalid = |reason: String| BackendError::InvalidSetting {
-        variable: COMPILER_OPTIONS_ENV,
+        variable,
         value: text.to_string(),
         reason,
     };
-    let mut options: Vec<(String, CompilerOptionValue)> = Vec::new();
+    let mut options: Vec<(String, OptionValue)> = Vec::new();
     for entry in text
         .split(',')
         .map(str::trim)
@@ -157,7 +188,7 @@ fn parse_compiler_options(text: &str) -> Result<Vec<(String, CompilerOptionValue
         if options.iter().any(|(known, _)| known == name) {
             return Err(invalid(format!("`{name}` is given twice")));
         }
-        options.push((name.to_string(), CompilerOptionValue::from_text(value)));
+        options.push((name.to_string(), OptionValue::from_text(value)));
     }
     Ok(options)
 }
@@ -236,11 +267,22 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
     let path = &key.0;
     let plugin =
         Plugin::load(path).map_err(|error| unavailable(format!("{error} (from {PLUGIN_ENV})")))?;
-    // Plugins ignore options they do not know: this one only sizes the XLA CPU client.
-    let options = [CreateOption {
-        name: "cpu_device_count".into(),
-        value: cpu_devices,
-    }];
+    let options = create_options(
+        PluginKind::of(path),
+        cpu_devices,
+        &crate::settings::PJRT_CREATE_OPTIONS
+            .var()
+            .unwrap_or_default(),
+    )?;
+    log::info!(
+        "creating the PJRT client of {} with {}",
+        path.display(),
+        options
+            .iter()
+            .map(|option| format!("{}={:?}", option.name, option.value))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let client = match distributed {
         None => Client::new(&plugin, &options),
         Some(distributed) => Client::joining(&plugin, &options, distributed),
@@ -260,10 +302,7 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         client
             .platform_name()
             .unwrap_or_else(|error| error.to_string()),
-        match PluginKind::of(path) {
-            PluginKind::Neuron => "the Neuron SDK's plugin",
-            PluginKind::Xla => "an XLA plugin",
-        },
+        PluginKind::of(path).describe(),
         client.devices().len()
     );
     let options_text = crate::settings::XLA_COMPILER_OPTIONS
@@ -294,6 +333,7 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         client,
         disk_cache,
         compiler_options,
+        kind: PluginKind::of(path),
     });
     runtimes.insert(key, runtime.clone());
     Ok(runtime)
@@ -487,7 +527,8 @@ impl Target for XlaTarget {
     };
 
     fn cuts_early(&self, computing: usize, computed_elements: u64) -> bool {
-        computing >= SMALL_TENSOR_SEGMENT_CAP
+        self.runtime.cuts_small_programs()
+            && computing >= SMALL_TENSOR_SEGMENT_CAP
             && computed_elements as f64 / computing as f64 <= SMALL_TENSOR_ELEMENTS
     }
 
@@ -527,7 +568,9 @@ impl Target for XlaTarget {
         let start = Instant::now();
         let mut options = CompileOptions::replicated(&self.assignment);
         options.compiler_options = match self.runtime.compiler_options.is_empty() {
-            true if holds_small_tensors(&program.module) => small_tensor_options(),
+            true if self.runtime.cuts_small_programs() && holds_small_tensors(&program.module) => {
+                small_tensor_options()
+            }
             _ => self.runtime.compiler_options.clone(),
         };
         log::debug!(
@@ -659,8 +702,8 @@ mod tests {
         assert_eq!(
             parse_compiler_options(" a=true, b=2 ,").unwrap(),
             vec![
-                ("a".to_string(), CompilerOptionValue::Bool(true)),
-                ("b".to_string(), CompilerOptionValue::Int(2)),
+                ("a".to_string(), OptionValue::Bool(true)),
+                ("b".to_string(), OptionValue::Int(2)),
             ]
         );
         for bad in ["a", "a=", "=1", "a=1,b"] {

@@ -32,11 +32,26 @@ pub const PJRT_PLUGIN: Variable = Variable {
 /// `TRAINIUM_PJRT_CPU_DEVICES`: how many devices the XLA CPU plugin creates.
 pub const PJRT_CPU_DEVICES: Variable = Variable {
     name: "TRAINIUM_PJRT_CPU_DEVICES",
-    meaning: "how many devices the XLA CPU plugin creates (`cpu_device_count`; other plugins \
-              ignore it)",
+    meaning: "how many devices the XLA CPU plugin creates (`cpu_device_count`; not passed to a \
+              GPU plugin)",
     default: "4",
     parser: "a positive integer; non-UTF-8 is unset; anything else is an error naming the \
              variable and the value",
+    reader: Reader::Backend,
+    set_by_backend: false,
+    user_facing: true,
+};
+
+/// `TRAINIUM_PJRT_CREATE_OPTIONS`: the PJRT client's create options.
+pub const PJRT_CREATE_OPTIONS: Variable = Variable {
+    name: "TRAINIUM_PJRT_CREATE_OPTIONS",
+    meaning: "create options of the `xla` executor's PJRT client, over the plugin's defaults \
+              (e.g. `memory_fraction=0.5` or `preallocate=true` for the CUDA plugin)",
+    default: "`cpu_device_count` for the XLA CPU plugin, `preallocate=false` for a CUDA or ROCm \
+              plugin",
+    parser: "`NAME=VALUE` pairs separated by commas (`true`/`false`, integers, numbers with a \
+             point, else text); a pair without `=` or a name given twice is an error naming the \
+             variable and the value; a CUDA plugin refuses a name or type it does not expect",
     reader: Reader::Backend,
     set_by_backend: false,
     user_facing: true,
@@ -366,6 +381,7 @@ pub const VARIABLES: &[Variable] = &[
     DEVICE,
     PJRT_PLUGIN,
     PJRT_CPU_DEVICES,
+    PJRT_CREATE_OPTIONS,
     XLA_CACHE_DIR,
     XLA_CACHE_MAX_BYTES,
     XLA_FLAGS,

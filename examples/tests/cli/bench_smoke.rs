@@ -439,55 +439,86 @@ fn an_unknown_backend_or_an_empty_step_is_a_clear_error() {
 #[test]
 fn bench_train_runs_the_peers_on_both_allocator_settings() {
     let folder = tempfile::tempdir().unwrap();
+    let (table, report) =
+        bench_train_with_stand_in_peer(folder.path(), &["--peer-allocator", "hlat,default"]);
+    let version = |backend: &str| peer_version(&report, backend);
+    let hlat_terms = version("pytorch");
+    assert!(
+        hlat_terms.starts_with("stand-in, MALLOC_ARENA_MAX=1 args=")
+            && hlat_terms.contains("allocator: hlat's (MALLOC_ARENA_MAX=1"),
+        "{hlat_terms}"
+    );
+    let glibc_terms = version("pytorch (glibc default allocator)");
+    assert!(
+        glibc_terms.starts_with("stand-in, MALLOC_ARENA_MAX=unset args=")
+            && glibc_terms.contains("allocator: glibc's defaults"),
+        "{glibc_terms}"
+    );
+    assert!(
+        table.contains("| pytorch |") && table.contains("| pytorch (glibc default allocator) |"),
+        "{table}"
+    );
+}
+
+/// `hlat bench train` on `host` with a stand-in PyTorch peer (a script that reports its
+/// allocator variable and arguments as its version) and `extra` flags: the table and the report.
+fn bench_train_with_stand_in_peer(folder: &Path, extra: &[&str]) -> (String, serde_json::Value) {
     let python = test_support::stand_in::write_executable(
-        folder.path(),
+        folder,
         "python",
         "#!/bin/sh\n\
          echo '{\"median_step_seconds\": 0.5, \"compiles\": 0, \"compile_seconds\": 0.0, \
          \"peak_rss_bytes\": 1, \"final_loss\": 1.0, \
-         \"version\": \"stand-in, MALLOC_ARENA_MAX='\"${MALLOC_ARENA_MAX:-unset}\"'\"}'\n",
+         \"version\": \"stand-in, MALLOC_ARENA_MAX='\"${MALLOC_ARENA_MAX:-unset}\"' args='\"$*\"'\"}'\n",
     );
-    let (table, report) = bench_train(
+    let flags = [
         &[
             "--backends",
             "host",
             "--with-pytorch",
-            "--peer-allocator",
-            "hlat,default",
             "--python",
             python.to_str().unwrap(),
             "--warmup",
             "0",
             "--steps",
             "1",
-        ],
-        folder.path(),
-    );
-    let version = |backend: &str| {
-        report["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|row| row["backend"] == backend)
-            .unwrap_or_else(|| panic!("no {backend} row in {report}"))["version"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    let hlat_terms = version("pytorch");
+        ][..],
+        extra,
+    ]
+    .concat();
+    bench_train(&flags, folder)
+}
+
+/// The version the row `backend` of a benchmark report records.
+fn peer_version(report: &serde_json::Value, backend: &str) -> String {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["backend"] == backend)
+        .unwrap_or_else(|| panic!("no {backend} row in {report}"))["version"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn bench_train_runs_the_pytorch_peer_on_the_gpu_eager_and_compiled() {
+    let folder = tempfile::tempdir().unwrap();
+    let (table, report) =
+        bench_train_with_stand_in_peer(folder.path(), &["--peer-device", "cuda", "--peer-compile"]);
+    let eager = peer_version(&report, "pytorch on cuda");
     assert!(
-        hlat_terms.starts_with("stand-in, MALLOC_ARENA_MAX=1;")
-            && hlat_terms.contains("allocator: hlat's (MALLOC_ARENA_MAX=1"),
-        "{hlat_terms}"
+        eager.contains("--device cuda") && !eager.contains("--compile"),
+        "{eager}"
     );
-    let glibc_terms = version("pytorch (glibc default allocator)");
+    let compiled = peer_version(&report, "pytorch on cuda, torch.compile");
     assert!(
-        glibc_terms.starts_with("stand-in, MALLOC_ARENA_MAX=unset;")
-            && glibc_terms.contains("allocator: glibc's defaults"),
-        "{glibc_terms}"
+        compiled.contains("--device cuda") && compiled.contains("--compile 1"),
+        "{compiled}"
     );
     assert!(
-        table.contains("| pytorch |") && table.contains("| pytorch (glibc default allocator) |"),
+        table.contains("| pytorch on cuda, torch.compile |"),
         "{table}"
     );
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use super::event;
 use super::key_value::{Callbacks, Distributed};
 use super::raw;
-use super::{Buffer, CompileOptions, ElementType, LoadedExecutable, PjrtError, Plugin};
+use super::{
+    Buffer, CompileOptions, ElementType, LoadedExecutable, OptionValue, PjrtError, Plugin,
+};
 
 /// The program formats `PJRT_Client_Compile` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,13 +27,55 @@ impl ProgramFormat {
     }
 }
 
-/// A client creation option (`PJRT_NamedValue` of type int64), e.g. `cpu_device_count`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A client creation option (`PJRT_NamedValue`), e.g. the XLA CPU plugin's `cpu_device_count`
+/// or the CUDA plugin's `preallocate`. The CUDA plugin refuses a name or a type it does not
+/// expect; the XLA CPU plugin ignores unknown names and aborts on a mistyped known one.
+#[derive(Debug, Clone, PartialEq)]
 pub struct CreateOption {
     /// The option's name.
     pub name: String,
-    /// Its value.
-    pub value: i64,
+    /// Its value: a boolean, an integer, a float (passed as `f32`) or a string.
+    pub value: OptionValue,
+}
+
+impl CreateOption {
+    /// The option `name` = `value`.
+    pub fn new(name: &str, value: OptionValue) -> Self {
+        Self {
+            name: name.to_string(),
+            value,
+        }
+    }
+
+    /// The `PJRT_NamedValue` of this option, borrowing its name and string.
+    fn named_value(&self) -> raw::NamedValue {
+        // SAFETY: a valid zeroed struct.
+        let mut named = unsafe { raw::args::<raw::NamedValue>() };
+        named.name = self.name.as_ptr() as *const c_char;
+        named.name_size = self.name.len();
+        named.value_size = 1;
+        (named.value_type, named.value) = match &self.value {
+            OptionValue::Bool(value) => (raw::NAMED_VALUE_BOOL, union_of(&[u8::from(*value)])),
+            OptionValue::Int(value) => (raw::NAMED_VALUE_INT64, union_of(&value.to_ne_bytes())),
+            OptionValue::Float(value) => (
+                raw::NAMED_VALUE_FLOAT,
+                union_of(&(*value as f32).to_ne_bytes()),
+            ),
+            OptionValue::Text(text) => {
+                named.value_size = text.len();
+                let pointer = text.as_ptr() as usize;
+                (raw::NAMED_VALUE_STRING, union_of(&pointer.to_ne_bytes()))
+            }
+        };
+        named
+    }
+}
+
+/// The 8 bytes of a C union whose member is `bytes`, stored from its first byte.
+fn union_of(bytes: &[u8]) -> u64 {
+    let mut union = [0u8; 8];
+    union[..bytes.len()].copy_from_slice(bytes);
+    u64::from_ne_bytes(union)
 }
 
 /// The plugin-side client; destroyed when the last [`Client`], buffer or executable goes.
@@ -118,25 +162,10 @@ impl Client {
                 ("node_id", distributed.node_id),
                 ("num_nodes", distributed.num_nodes),
             ] {
-                options.push(CreateOption {
-                    name: name.to_string(),
-                    value: value as i64,
-                });
+                options.push(CreateOption::new(name, OptionValue::Int(value as i64)));
             }
         }
-        let values: Vec<raw::NamedValue> = options
-            .iter()
-            .map(|option| {
-                // SAFETY: a valid zeroed struct.
-                let mut value = unsafe { raw::args::<raw::NamedValue>() };
-                value.name = option.name.as_ptr() as *const c_char;
-                value.name_size = option.name.len();
-                value.value_type = raw::NAMED_VALUE_INT64;
-                value.int64_value = option.value;
-                value.value_size = 1;
-                value
-            })
-            .collect();
+        let values: Vec<raw::NamedValue> = options.iter().map(CreateOption::named_value).collect();
         // SAFETY: a valid zeroed argument struct; `values` outlives the call.
         let mut args = unsafe { raw::args::<raw::ClientCreateArgs>() };
         args.create_options = values.as_ptr();
@@ -410,4 +439,36 @@ unsafe fn string(text: *const c_char, size: usize) -> String {
     // SAFETY: guaranteed by the caller.
     let bytes = unsafe { std::slice::from_raw_parts(text as *const u8, size) };
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind of value is sent as `pjrt_c_api.h` lays out `PJRT_NamedValue`: its type code
+    /// (`kString` 0, `kInt64` 1, `kFloat` 3, `kBool` 4) and the union member from its first
+    /// byte. (The XLA CPU plugin reads an option's value by its type code without checking it:
+    /// a mistyped `cpu_device_count` aborts the process; the CUDA plugin refuses it.)
+    #[test]
+    fn values_are_laid_out_as_the_c_api_reads_them() {
+        let first_bytes =
+            |named: &raw::NamedValue, count: usize| named.value.to_ne_bytes()[..count].to_vec();
+        let flag = CreateOption::new("preallocate", OptionValue::Bool(true)).named_value();
+        assert_eq!((flag.value_type, flag.value_size), (4, 1));
+        assert_eq!(first_bytes(&flag, 8), [1, 0, 0, 0, 0, 0, 0, 0]);
+        let fraction = CreateOption::new("memory_fraction", OptionValue::Float(0.5)).named_value();
+        assert_eq!((fraction.value_type, fraction.value_size), (3, 1));
+        assert_eq!(first_bytes(&fraction, 4), 0.5f32.to_ne_bytes());
+        let count = CreateOption::new("cpu_device_count", OptionValue::Int(-3)).named_value();
+        assert_eq!((count.value_type, count.value_size), (1, 1));
+        assert_eq!(count.value.to_ne_bytes(), (-3i64).to_ne_bytes());
+        let option = CreateOption::new("allocator", OptionValue::Text("cuda_async".into()));
+        let text = option.named_value();
+        assert_eq!((text.value_type, text.value_size), (0, "cuda_async".len()));
+        let OptionValue::Text(value) = &option.value else {
+            unreachable!()
+        };
+        assert_eq!(text.value as usize, value.as_ptr() as usize);
+        assert_eq!(text.name_size, "allocator".len());
+    }
 }

@@ -14,12 +14,13 @@ pub struct CompileOptions {
     /// XLA compiler options set for this compile only (`env_option_overrides`, JAX's
     /// `compiler_options`): each names a field of XLA's `DebugOptions`, the others keep the
     /// plugin's defaults (and `XLA_FLAGS`). A plugin refuses a name it does not know.
-    pub compiler_options: Vec<(String, CompilerOptionValue)>,
+    pub compiler_options: Vec<(String, OptionValue)>,
 }
 
-/// The value of one XLA compiler option (`OptionOverrideProto`).
+/// The value of one option: of an XLA compiler option (`OptionOverrideProto`) or of a client
+/// create option (`PJRT_NamedValue`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum CompilerOptionValue {
+pub enum OptionValue {
     /// A boolean option.
     Bool(bool),
     /// An integer option.
@@ -30,7 +31,7 @@ pub enum CompilerOptionValue {
     Text(String),
 }
 
-impl CompilerOptionValue {
+impl OptionValue {
     /// The value `text` spells: `true`/`false`, an integer (`2`), a number with a point or an
     /// exponent (`0.5`, `1e3`: XLA refuses an integer for a floating-point option), else the
     /// text itself (`inf` and `nan` stay text).
@@ -203,10 +204,10 @@ mod tests {
     fn compiler_options_are_map_entries_of_field_seven() {
         let options = CompileOptions {
             compiler_options: vec![
-                ("a".into(), CompilerOptionValue::Bool(true)),
-                ("b".into(), CompilerOptionValue::Int(-1)),
-                ("c".into(), CompilerOptionValue::Float(0.5)),
-                ("d".into(), CompilerOptionValue::Text("x".into())),
+                ("a".into(), OptionValue::Bool(true)),
+                ("b".into(), OptionValue::Int(-1)),
+                ("c".into(), OptionValue::Float(0.5)),
+                ("d".into(), OptionValue::Text("x".into())),
             ],
             ..CompileOptions::default()
         };
@@ -224,16 +225,16 @@ mod tests {
 
     #[test]
     fn compiler_option_values_are_read_from_text() {
-        use CompilerOptionValue::*;
-        assert_eq!(CompilerOptionValue::from_text("true"), Bool(true));
-        assert_eq!(CompilerOptionValue::from_text("false"), Bool(false));
-        assert_eq!(CompilerOptionValue::from_text("0"), Int(0));
-        assert_eq!(CompilerOptionValue::from_text("-3"), Int(-3));
-        assert_eq!(CompilerOptionValue::from_text("0.25"), Float(0.25));
-        assert_eq!(CompilerOptionValue::from_text("1e3"), Float(1000.0));
-        assert_eq!(CompilerOptionValue::from_text("dot"), Text("dot".into()));
-        assert_eq!(CompilerOptionValue::from_text("inf"), Text("inf".into()));
-        assert_eq!(CompilerOptionValue::from_text("nan"), Text("nan".into()));
+        use OptionValue::*;
+        assert_eq!(OptionValue::from_text("true"), Bool(true));
+        assert_eq!(OptionValue::from_text("false"), Bool(false));
+        assert_eq!(OptionValue::from_text("0"), Int(0));
+        assert_eq!(OptionValue::from_text("-3"), Int(-3));
+        assert_eq!(OptionValue::from_text("0.25"), Float(0.25));
+        assert_eq!(OptionValue::from_text("1e3"), Float(1000.0));
+        assert_eq!(OptionValue::from_text("dot"), Text("dot".into()));
+        assert_eq!(OptionValue::from_text("inf"), Text("inf".into()));
+        assert_eq!(OptionValue::from_text("nan"), Text("nan".into()));
     }
 
     #[test]

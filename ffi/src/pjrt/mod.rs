@@ -27,7 +27,7 @@ pub mod raw;
 
 pub use buffer::Buffer;
 pub use client::{Client, CreateOption, Device, ProgramFormat};
-pub use compile_options::{CompileOptions, CompilerOptionValue};
+pub use compile_options::{CompileOptions, OptionValue};
 pub use element_type::ElementType;
 pub use error::PjrtError;
 pub use executable::{CompiledMemoryStats, LoadedExecutable};

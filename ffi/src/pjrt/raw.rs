@@ -180,10 +180,17 @@ pub struct EventArgs {
     pub event: *mut PjrtEvent,
 }
 
-/// `PJRT_NamedValue_Type`.
+/// `PJRT_NamedValue_Type`: `kString`.
+pub const NAMED_VALUE_STRING: i32 = 0;
+/// `PJRT_NamedValue_Type`: `kInt64`.
 pub const NAMED_VALUE_INT64: i32 = 1;
+/// `PJRT_NamedValue_Type`: `kFloat` (an `f32`).
+pub const NAMED_VALUE_FLOAT: i32 = 3;
+/// `PJRT_NamedValue_Type`: `kBool`.
+pub const NAMED_VALUE_BOOL: i32 = 4;
 
-/// `PJRT_NamedValue` holding an `int64` (the only kind this crate passes).
+/// `PJRT_NamedValue`: `value` is the C union of `string_value` (a pointer), `int64_value`,
+/// `float_value` and `bool_value`, each stored from the union's first byte.
 #[repr(C)]
 pub struct NamedValue {
     pub struct_size: usize,
@@ -191,7 +198,7 @@ pub struct NamedValue {
     pub name: *const c_char,
     pub name_size: usize,
     pub value_type: i32,
-    pub int64_value: i64,
+    pub value: u64,
     pub value_size: usize,
 }
 

@@ -36,7 +36,7 @@ pub struct BenchArgs {
 #[derive(Subcommand)]
 enum BenchCommand {
     /// The HLAT training step on several backends, after warmup.
-    Train(train::TrainBenchArgs),
+    Train(Box<train::TrainBenchArgs>),
     /// Micro-benchmarks of the model's operations (matmul, softmax, RMSNorm, attention).
     Ops(ops::OpsBenchArgs),
     /// Greedy generation on several backends: prefill and decode tokens/s, and compiles.
@@ -91,7 +91,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         super::output_folder::check_file_target(file, "bench", flag)?;
     }
     match args.command {
-        BenchCommand::Train(args) => train::run(args),
+        BenchCommand::Train(args) => train::run(*args),
         BenchCommand::Ops(args) => ops::run(args),
         BenchCommand::Generate(args) => generate::run(args),
         BenchCommand::Unrolled(args) => unrolled::run(args),

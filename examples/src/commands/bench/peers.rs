@@ -126,18 +126,28 @@ pub struct PeerStep<'a> {
     pub precision: &'a str,
     /// The allocator settings it runs with.
     pub allocator: PeerAllocator,
+    /// The device PyTorch trains on (`cpu` or `cuda`).
+    pub device: &'a str,
+    /// Whether PyTorch's model is wrapped in `torch.compile`.
+    pub compiled: bool,
 }
 
 /// Runs the peer script for `framework` with `python` and returns its result; a missing
 /// framework is an error that says what to install.
 pub fn run(python: &str, framework: Framework, step: &PeerStep<'_>) -> anyhow::Result<PeerResult> {
-    let arguments = [
+    let mut arguments = vec![
         ("--batch", step.batch.to_string()),
         ("--seq-len", step.seq_len.to_string()),
         ("--warmup", step.warmup.to_string()),
         ("--steps", step.steps.to_string()),
         ("--precision", step.precision.to_string()),
     ];
+    if framework == Framework::PyTorch {
+        arguments.push(("--device", step.device.to_string()));
+        if step.compiled {
+            arguments.push(("--compile", "1".to_string()));
+        }
+    }
     run_script(
         python,
         framework,

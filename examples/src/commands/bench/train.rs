@@ -68,6 +68,13 @@ pub struct TrainBenchArgs {
     /// The Python interpreter of the peers.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// The device the PyTorch peer trains on: `cpu`, or `cuda` (the GPU a CUDA PJRT plugin
+    /// drives for `xla`), where `bf16-mixed` autocasts on the GPU.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    pub peer_device: String,
+    /// Also measure the PyTorch peer compiled with `torch.compile` (a row beside eager).
+    #[arg(long, requires = "with_pytorch")]
+    pub peer_compile: bool,
     /// The allocator settings of the peers, comma-separated: `hlat` (default: hlat's own, one
     /// arena, no mmap, no trim, so the table compares compilers, not allocators), `default`
     /// (glibc's), or both (`hlat,default`: one row each).
@@ -501,6 +508,11 @@ fn measure_peers(
         (args.with_pytorch, Framework::PyTorch),
         (args.with_jax, Framework::Jax),
     ];
+    let modes: &[bool] = if args.peer_compile {
+        &[false, true]
+    } else {
+        &[false]
+    };
     let runs = peers
         .into_iter()
         .filter_map(|(on, framework)| on.then_some(framework))
@@ -508,9 +520,26 @@ fn measure_peers(
             args.peer_allocator
                 .iter()
                 .map(move |&allocator| (framework, allocator))
+        })
+        .flat_map(|(framework, allocator)| {
+            // Only PyTorch has an eager mode to compile; JAX's step is one `jit` already.
+            let compiled = if framework == Framework::PyTorch {
+                modes
+            } else {
+                &[false]
+            };
+            compiled
+                .iter()
+                .map(move |&compiled| (framework, allocator, compiled))
         });
-    for (framework, allocator) in runs {
-        let name = allocator.row_name(framework);
+    for (framework, allocator, compiled) in runs {
+        let mut name = allocator.row_name(framework);
+        if framework == Framework::PyTorch && args.peer_device != "cpu" {
+            name = format!("{name} on {}", args.peer_device);
+        }
+        if compiled {
+            name = format!("{name}, torch.compile");
+        }
         eprintln!("measuring the training step in {name}...");
         let step = PeerStep {
             config,
@@ -520,6 +549,8 @@ fn measure_peers(
             steps: args.steps(),
             precision: &args.precision,
             allocator,
+            device: &args.peer_device,
+            compiled,
         };
         match peers::run(&args.python, framework, &step) {
             Ok(peer) => results.push(TrainMeasurement {
