@@ -194,9 +194,8 @@ fn train_steps(device: &TrainiumDevice) -> Vec<(f32, u64)> {
 #[test]
 fn a_step_cut_into_several_programs_compiles_them_once() {
     let reference = train_steps(&host(18));
-    // xla:1 is this crate's only user of that device: its cap and counters are this test's own.
-    let device = TrainiumDevice::xla(1);
-    crate::support::xla();
+    // A device no other test shares: its cap and counters are this test's own.
+    let (_device, device) = crate::support::exclusive_second_xla();
     set_segment_cap(&device, 12);
     let steps = train_steps(&device);
     for (step, ((loss, _), (expected, _))) in steps.iter().zip(&reference).enumerate() {

@@ -71,6 +71,19 @@ pub fn exclusive_xla() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Tests that set the segment cap of `xla:1` or read its counters run one at a time.
+static SECOND_XLA_DEVICE: Mutex<()> = Mutex::new(());
+
+/// Holds `xla:1`, which only the tests that take it use: no other test's operations join its
+/// stream (a read of theirs would cut its segments) or its counters. Each sets the segment cap
+/// it needs.
+pub fn exclusive_second_xla() -> (MutexGuard<'static, ()>, TrainiumDevice) {
+    let guard = SECOND_XLA_DEVICE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    (guard, test_support::plugin::xla(1))
+}
+
 pub use test_support::random::exclusive_random;
 
 /// Runs `under_test` on every device under test in both precisions and compares it with
