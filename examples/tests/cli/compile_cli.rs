@@ -4,10 +4,8 @@
 
 use std::path::Path;
 
-use burn_trainium::DEVICE_ENV;
-
 use super::multi_process_cli::cached_modules;
-use super::{hlat, step_flags};
+use super::{run_in, step_flags};
 
 /// The steps compiled: 64 tokens in micro-batches of two 16-token rows, no progress bar.
 fn steps() -> Vec<&'static str> {
@@ -40,17 +38,8 @@ fn compile(
     extra: &[&str],
     environment: &[(&str, &str)],
 ) -> std::process::Output {
-    let mut command = hlat();
-    command
-        .arg("compile")
-        .args(extra)
-        .args(layout)
-        .current_dir(folder)
-        .env_remove(DEVICE_ENV);
-    for (name, value) in environment {
-        command.env(name, value);
-    }
-    command.output().unwrap()
+    let arguments = [&["compile"][..], extra, layout].concat();
+    run_in(folder, &arguments, environment)
 }
 
 /// `hlat compile` of `layout` for `neuron` with the stand-in compiler into a cache in `folder`:

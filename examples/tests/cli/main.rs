@@ -44,7 +44,41 @@ fn run(arguments: &[&str]) -> std::process::Output {
 
 /// Runs `hlat` with `arguments`, which must succeed; returns its standard output.
 fn succeed(arguments: &[&str]) -> String {
-    let output = run(arguments);
+    succeeded(arguments, run(arguments))
+}
+
+/// `hlat ARGUMENTS` run in `folder`, without `TRAINIUM_DEVICE`, with the variables `environment`.
+fn run_in<V: AsRef<std::ffi::OsStr>>(
+    folder: &std::path::Path,
+    arguments: &[&str],
+    environment: &[(&str, V)],
+) -> std::process::Output {
+    let mut command = hlat();
+    command
+        .current_dir(folder)
+        .args(arguments)
+        .env_remove(burn_trainium::DEVICE_ENV);
+    for (name, value) in environment {
+        command.env(name, value);
+    }
+    command.output().expect("running hlat")
+}
+
+/// [`run_in`] with no variables set.
+const NO_VARIABLES: &[(&str, &str)] = &[];
+
+/// `hlat ARGUMENTS` run in `folder` as [`run_in`] runs it, which must succeed; returns its
+/// standard output.
+fn succeed_in<V: AsRef<std::ffi::OsStr>>(
+    folder: &std::path::Path,
+    arguments: &[&str],
+    environment: &[(&str, V)],
+) -> String {
+    succeeded(arguments, run_in(folder, arguments, environment))
+}
+
+/// Asserts that `hlat ARGUMENTS` succeeded with `output`; returns its standard output.
+fn succeeded(arguments: &[&str], output: std::process::Output) -> String {
     assert!(
         output.status.success(),
         "hlat {arguments:?} failed:\n{}",

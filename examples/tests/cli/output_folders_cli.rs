@@ -6,34 +6,9 @@
 use std::path::Path;
 use std::process::Output;
 
-use burn_trainium::DEVICE_ENV;
 use test_support::files::snapshot;
 
-use super::{fixture, hlat, short_steps};
-
-/// `hlat ARGUMENTS` run in `folder`, without `TRAINIUM_DEVICE`, with `environment`.
-fn run_in(folder: &Path, arguments: &[&str], environment: &[(&str, &Path)]) -> Output {
-    let mut command = hlat();
-    command
-        .current_dir(folder)
-        .args(arguments)
-        .env_remove(DEVICE_ENV);
-    for (name, value) in environment {
-        command.env(name, value);
-    }
-    command.output().unwrap()
-}
-
-/// Asserts that `output` succeeded; returns its standard output.
-fn succeeded(output: Output) -> String {
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
+use super::{NO_VARIABLES, fixture, run_in, short_steps, succeed_in};
 
 /// Asserts that `output` is an error (exit 2) naming every one of `names`.
 fn refused(output: Output, names: &[&str]) {
@@ -81,7 +56,7 @@ fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupte
     let folder = tempfile::tempdir().unwrap();
     let work = folder.path();
     // Trained into the folder `hlat pretrain` and `hlat compile` once both defaulted to.
-    succeeded(run_in(work, &run_flags("pretrain", "host", "4"), &[]));
+    succeed_in(work, &run_flags("pretrain", "host", "4"), NO_VARIABLES);
     let run = work.join("runs/hlat-test");
     let trained = snapshot(&run);
     assert!(
@@ -91,11 +66,11 @@ fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupte
     );
 
     let missing = Path::new("/nonexistent/neuronx-cc");
-    let checked = succeeded(run_in(
+    let checked = succeed_in(
         work,
         &[&run_flags("compile", "neuron", "8")[..], &["--check-only"]].concat(),
         &[("NEURON_CC", missing)],
-    ));
+    );
     assert!(
         checked.contains("traced 8 training steps on neuron:0"),
         "{checked}"
@@ -112,7 +87,7 @@ fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupte
 
     let compiler = test_support::stand_in::compiler(work);
     let cache = work.join("cache");
-    let compiled = succeeded(run_in(
+    let compiled = succeed_in(
         work,
         &[
             &run_flags("compile", "neuron", "8")[..],
@@ -123,7 +98,7 @@ fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupte
             ("NEURON_CC", &compiler),
             ("NEURON_COMPILE_CACHE_URL", &cache),
         ],
-    ));
+    );
     assert!(compiled.contains(" programs compiled in "), "{compiled}");
     assert_eq!(snapshot(&run), trained, "the compile changed the run");
     let report: serde_json::Value =
@@ -166,13 +141,13 @@ fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupte
     assert_eq!(snapshot(&run), trained);
 
     // The run continues from its own step 4 with the losses of a run never interrupted.
-    let resumed = succeeded(run_in(work, &run_flags("pretrain", "host", "8"), &[]));
+    let resumed = succeed_in(work, &run_flags("pretrain", "host", "8"), NO_VARIABLES);
     assert!(resumed.contains("trained steps 5..8"), "{resumed}");
-    succeeded(run_in(
+    succeed_in(
         work,
         &[&run_flags("pretrain", "host", "8")[..], &["--out", "whole"]].concat(),
-        &[],
-    ));
+        NO_VARIABLES,
+    );
     let whole = losses(&work.join("whole"));
     assert_eq!(whole.len(), 8);
     assert_eq!(losses(&run), whole);
@@ -182,11 +157,11 @@ fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupte
 fn every_command_refuses_a_training_run_folder_and_leaves_it_as_it_was() {
     let folder = tempfile::tempdir().unwrap();
     let work = folder.path();
-    succeeded(run_in(
+    succeed_in(
         work,
         &[&run_flags("pretrain", "host", "2")[..], &["--out", "run"]].concat(),
-        &[],
-    ));
+        NO_VARIABLES,
+    );
     let run = work.join("run");
     let trained = snapshot(&run);
     let records = work.join("records.jsonl");
@@ -248,13 +223,13 @@ fn every_command_refuses_a_training_run_folder_and_leaves_it_as_it_was() {
         ),
     ];
     for (arguments, cwd) in attempts {
-        let output = run_in(cwd.unwrap_or(work), &arguments, &[]);
+        let output = run_in(cwd.unwrap_or(work), &arguments, NO_VARIABLES);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
         assert!(stderr.contains("run"), "{arguments:?}: {stderr}");
         assert_eq!(snapshot(&run), trained, "{arguments:?} changed the run");
     }
     // What a benchmark replaces, it says.
-    let help = succeeded(run_in(work, &["bench", "train", "--help"], &[]));
+    let help = succeed_in(work, &["bench", "train", "--help"], NO_VARIABLES);
     assert!(help.contains("a file there is replaced"), "{help}");
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{hlat, run, step_flags, succeed};
+use super::{NO_VARIABLES, run, step_flags, succeed, succeed_in};
 
 /// The README's commands after the main job (its first `hlat` code block): each as the
 /// arguments after `cargo run -p hlat-cli --`.
@@ -53,20 +53,7 @@ fn readme_inputs(folder: &Path) {
 #[test]
 fn pretrain_then_every_command_of_the_readme_on_its_run_folder() {
     let folder = tempfile::tempdir().unwrap();
-    let in_folder = |arguments: &[&str]| {
-        let output = hlat()
-            .current_dir(folder.path())
-            .args(arguments)
-            .env_remove(burn_trainium::DEVICE_ENV)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "hlat {arguments:?} failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
-    };
+    let in_folder = |arguments: &[&str]| succeed_in(folder.path(), arguments, NO_VARIABLES);
     // The main job, shortened: fewer steps of shorter rows.
     in_folder(
         &[
