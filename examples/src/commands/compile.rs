@@ -56,7 +56,7 @@ pub struct CompileArgs {
     /// Also write the report (`compile-report.json`: programs traced, compiled, found in the
     /// cache, checked by the lint) into DIR. A training run's folder or another command's is
     /// refused: the trace itself writes nothing but the compile cache (its checkpoints go to a
-    /// scratch folder, removed afterwards).
+    /// scratch folder inside DIR, else in TMPDIR, removed afterwards).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// The training run to trace: the flags of `hlat pretrain` but `--out`.
@@ -151,9 +151,10 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
     let report_dir = args.out.as_deref().map(|out| rank_output(out, job.rank()));
     if let Some(out) = &args.out {
         super::output_folder::check(out, "compile", None, "--out")?;
+        std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
     }
     let report = if args.modules.is_empty() {
-        trace_training(args.run, &job, args.check_only)?
+        trace_training(args.run, &job, args.check_only, args.out.as_deref())?
     } else {
         compile_modules(&args.modules, args.compile_jobs)?
     };
@@ -172,8 +173,15 @@ pub fn run(args: CompileArgs) -> anyhow::Result<()> {
 }
 
 /// Traces the training run of `run` with the `neuron` executor in compile-only (or check-only)
-/// mode, into a scratch folder removed afterwards.
-fn trace_training(mut run: RunArgs, job: &Job, check_only: bool) -> anyhow::Result<CompileReport> {
+/// mode, into a scratch folder removed afterwards: inside `out` when given (the trace's
+/// checkpoints are full-size files of zeros, tens of GB for a 7B model, so they go where the user
+/// put the report rather than into a small temporary filesystem), else in `TMPDIR`.
+fn trace_training(
+    mut run: RunArgs,
+    job: &Job,
+    check_only: bool,
+    out: Option<&Path>,
+) -> anyhow::Result<CompileReport> {
     let (device, source) = match &run.train.device {
         Some(text) => (text.parse::<TrainiumDevice>()?, "--device"),
         None if std::env::var_os(DEVICE_ENV).is_some_and(|value| !value.is_empty()) => {
@@ -195,10 +203,13 @@ fn trace_training(mut run: RunArgs, job: &Job, check_only: bool) -> anyhow::Resu
         set_compile_only(true);
     }
     // The trace's checkpoints and metrics (of tensors that read as zeros) are no one's run.
-    let scratch = tempfile::Builder::new()
-        .prefix("hlat-compile-")
-        .tempdir()
-        .context("creating the trace's scratch folder")?;
+    let mut scratch = tempfile::Builder::new();
+    scratch.prefix(".hlat-compile-scratch-");
+    let scratch = match out {
+        Some(out) => scratch.tempdir_in(out),
+        None => scratch.tempdir(),
+    }
+    .context("creating the trace's scratch folder")?;
     let mut options = run.options(job, Some(scratch.path().to_path_buf()))?;
     options.config.progress = false;
     log::info!(

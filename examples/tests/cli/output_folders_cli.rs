@@ -101,6 +101,13 @@ fn compile_leaves_a_trained_run_as_it_was_and_the_run_resumes_as_if_uninterrupte
     );
     assert!(compiled.contains(" programs compiled in "), "{compiled}");
     assert_eq!(snapshot(&run), trained, "the compile changed the run");
+    // The trace's scratch folder, inside the report's, is gone.
+    let mut left: Vec<String> = std::fs::read_dir(work.join("report"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".hlat-output.json", "compile-report.json"]);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(work.join("report/compile-report.json")).unwrap())
             .unwrap();
