@@ -247,15 +247,18 @@ def resident_bytes():
 def time_steps(step, warmup, steps):
     """Runs warmup + steps calls of step() (each returns the materialised loss).
 
-    Returns the median seconds of the timed calls and the last loss."""
+    Returns the median seconds of the timed calls, the last loss and the seconds the warmup took
+    (a compiled step compiles there)."""
+    warmup_start = time.perf_counter()
     for _ in range(warmup):
         step()
+    warmup_seconds = time.perf_counter() - warmup_start
     seconds = []
     for _ in range(steps):
         start = time.perf_counter()
         loss = step()
         seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), float(loss)
+    return statistics.median(seconds), float(loss), warmup_seconds
 
 
 # pytorch -------------------------------------------------------------------------------------
@@ -318,11 +321,7 @@ def run_pytorch(config, args):
         optimizer.step()
         return loss.item()
 
-    warmup_start = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    warmup_seconds = time.perf_counter() - warmup_start
-    median, final_loss = time_steps(step, 0, args.steps)
+    median, final_loss, warmup_seconds = time_steps(step, args.warmup, args.steps)
     return {
         "median_step_seconds": median,
         "compiles": 1 if args.compile else 0,
@@ -520,7 +519,7 @@ def run_jax(config, args):
         state["params"], state["opt_state"] = params, opt_state
         return loss
 
-    median, final_loss = time_steps(step, args.warmup, args.steps)
+    median, final_loss, _ = time_steps(step, args.warmup, args.steps)
     return {
         "median_step_seconds": median,
         "compiles": 1,
@@ -581,7 +580,7 @@ def run_pytorch_cnn(args):
     start = time.perf_counter()
     step()
     first_step_seconds = time.perf_counter() - start
-    median, final_loss = time_steps(step, args.warmup, args.steps)
+    median, final_loss, _ = time_steps(step, args.warmup, args.steps)
     return {
         "first_step_seconds": first_step_seconds,
         "median_step_seconds": median,

@@ -143,8 +143,8 @@ pub struct Stats {
     /// computed yet or still captured.
     pub live_bytes: u64,
     /// The largest scratch memory (intermediate values) of a program run since the start or the
-    /// last reset (compiled then or before), per replica, as the compiler counts it; 0 where the executor cannot
-    /// tell (`host`, `neuron`, a PJRT plugin without `PJRT_Executable_GetCompiledMemoryStats`).
+    /// last reset (compiled then or before), per replica, as the compiler counts it; 0 where the
+    /// executor cannot tell (`host`, `neuron`, a PJRT plugin without `PJRT_Executable_GetCompiledMemoryStats`).
     pub largest_scratch_bytes: u64,
     /// Program runs the device reported as finished with NaN or infinite values (Neuron status
     /// 1003); their outputs were kept, so the trainer skips the step as for any non-finite loss.

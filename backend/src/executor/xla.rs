@@ -267,8 +267,9 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
     let path = &key.0;
     let plugin =
         Plugin::load(path).map_err(|error| unavailable(format!("{error} (from {PLUGIN_ENV})")))?;
+    let kind = PluginKind::of(path);
     let options = create_options(
-        PluginKind::of(path),
+        kind,
         cpu_devices,
         &crate::settings::PJRT_CREATE_OPTIONS
             .var()
@@ -302,7 +303,7 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         client
             .platform_name()
             .unwrap_or_else(|error| error.to_string()),
-        PluginKind::of(path).describe(),
+        kind.describe(),
         client.devices().len()
     );
     let options_text = crate::settings::XLA_COMPILER_OPTIONS
@@ -333,7 +334,7 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         client,
         disk_cache,
         compiler_options,
-        kind: PluginKind::of(path),
+        kind,
     });
     runtimes.insert(key, runtime.clone());
     Ok(runtime)
