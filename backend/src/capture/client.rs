@@ -1,4 +1,4 @@
-//! The runner client: captures operations into a segment and runs it on the device's executor.
+//! The router client: captures operations into a segment and runs it on the device's executor.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -6,8 +6,13 @@ use std::time::Instant;
 
 use burn_backend::{Backend, DType, DTypeUsageSet, ExecutionError, TensorData};
 use burn_flex::{Flex, FlexDevice};
-use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
-use burn_router::{RouterTensor, RunnerClient};
+use std::collections::HashMap;
+
+use burn_ir::{
+    BaseOperationIr, GraphBindings, GraphId, OperationIr, ShapeOpIr, TensorId, TensorIr,
+    TensorStatus,
+};
+use burn_router::{Graph, RouterClient, RouterTensor};
 use burn_std::future::DynFut;
 
 use super::Segment;
@@ -141,6 +146,9 @@ struct ClientState {
     /// The signature of the learned cut the last run ended at, when a read from another thread
     /// ran it: a cut learned a few operations after it replaces it.
     last_read_cut: Option<u64>,
+    /// Operation graphs registered by id (`RouterClient::register_and_execute_graph`), replayed
+    /// as the operations they stand for.
+    graphs: HashMap<GraphId, Graph>,
 }
 
 impl ClientState {
@@ -151,7 +159,7 @@ impl ClientState {
     }
 }
 
-/// The runner client of one Trainium device, shared by every tensor on it.
+/// The router client of one Trainium device, shared by every tensor on it.
 #[derive(Clone)]
 pub struct TrainiumClient {
     device: TrainiumDevice,
@@ -183,6 +191,7 @@ impl TrainiumClient {
                 since_mark: (0, 0),
                 host_values: HostValues::default(),
                 last_read_cut: None,
+                graphs: HashMap::new(),
             })),
             counters: stats::counters(device),
         }
@@ -492,10 +501,10 @@ impl TrainiumClient {
             self.device,
             data.len()
         );
-        let (shape, dtype) = (data[0].shape.clone(), data[0].dtype);
+        let (shape, dtype) = (data[0].shape().clone(), data[0].dtype());
         assert!(
             data.iter()
-                .all(|replica| replica.shape == shape && replica.dtype == dtype),
+                .all(|replica| *replica.shape() == shape && replica.dtype() == dtype),
             "the replicas of one tensor must share a shape and a type"
         );
         self.register_host_data(shape, dtype, |executor, id| {
@@ -523,7 +532,7 @@ impl TrainiumClient {
     }
 }
 
-impl RunnerClient for TrainiumClient {
+impl RouterClient for TrainiumClient {
     type Device = TrainiumDevice;
 
     fn register_op(&self, operation: OperationIr) {
@@ -621,7 +630,7 @@ impl RunnerClient for TrainiumClient {
     }
 
     fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
-        let (shape, dtype) = (data.shape.clone(), data.dtype);
+        let (shape, dtype) = (data.shape().clone(), data.dtype());
         if HostValues::holds_data_of(&data) {
             let id = next_tensor_id();
             let mut state = self.lock();
@@ -651,5 +660,84 @@ impl RunnerClient for TrainiumClient {
 
     fn dtype_usage(&self, dtype: DType) -> DTypeUsageSet {
         Flex::dtype_usage(&FlexDevice, dtype)
+    }
+
+    /// Runs the waiting segment (a step boundary, like torch-xla's `mark_step`); an error is
+    /// reported by the next read or sync.
+    fn flush(&self) {
+        let mut state = self.lock();
+        if let Err(error) = self.flush(&mut state) {
+            state.pending_error.get_or_insert(error);
+        }
+    }
+
+    fn register_and_execute_graph(
+        &self,
+        graph_id: GraphId,
+        relative_graph: Vec<OperationIr>,
+        bindings: GraphBindings,
+    ) {
+        let graph = Graph::new(relative_graph);
+        self.lock().graphs.insert(graph_id, graph.clone());
+        self.register_bound(&graph, bindings);
+    }
+
+    fn execute_graph(&self, graph_id: GraphId, bindings: GraphBindings) {
+        let graph = self.lock().graphs.get(&graph_id).cloned();
+        match graph {
+            Some(graph) => self.register_bound(&graph, bindings),
+            None => {
+                let error = BackendError::Execution {
+                    executor: "capture",
+                    reason: format!("graph {graph_id:?} was never registered"),
+                };
+                self.lock().pending_error.get_or_insert(error);
+            }
+        }
+    }
+
+    /// `new_id` becomes a second tensor with `src_id`'s value: captured as a reshape to the same
+    /// shape, which every executor computes as a copy or an alias.
+    fn register_alias(&self, new_id: TensorId, src_id: TensorId) {
+        let known = self.lock().live.get(&src_id).cloned();
+        let Some((shape, dtype)) = known else {
+            let error = BackendError::Execution {
+                executor: "capture",
+                reason: format!("alias of tensor {} which is not live", src_id.value()),
+            };
+            self.lock().pending_error.get_or_insert(error);
+            return;
+        };
+        let reshape = BaseOperationIr::Reshape(ShapeOpIr {
+            input: TensorIr {
+                id: src_id,
+                shape: shape.clone(),
+                status: TensorStatus::ReadOnly,
+                dtype,
+            },
+            out: TensorIr {
+                id: new_id,
+                shape,
+                status: TensorStatus::NotInit,
+                dtype,
+            },
+        });
+        let operation = if dtype.is_float() {
+            OperationIr::BaseFloat(reshape)
+        } else if dtype.is_bool() {
+            OperationIr::BaseBool(reshape)
+        } else {
+            OperationIr::BaseInt(reshape)
+        };
+        self.register_op(operation);
+    }
+}
+
+impl TrainiumClient {
+    /// Captures the operations of `graph` bound to one invocation.
+    fn register_bound(&self, graph: &Graph, bindings: GraphBindings) {
+        for operation in graph.bind(bindings).operations {
+            self.register_op(operation);
+        }
     }
 }

@@ -89,6 +89,7 @@ impl Collective {
             id: format!("{PREFIX}{self}"),
             inputs,
             outputs,
+            scalars: Vec::new(),
         }
     }
 

@@ -25,13 +25,34 @@ use crate::hlo::ConvolutionDimensionNumbers;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub stride: Vec<i64>,
-    pub padding: Vec<i64>,
+    /// `(before, after)` per spatial dimension (Burn 0.22 pads convolutions asymmetrically).
+    pub padding: Vec<(i64, i64)>,
     pub dilation: Vec<i64>,
     pub groups: i64,
 }
 
 fn to_i64(values: &[usize]) -> Vec<i64> {
     values.iter().map(|&value| value as i64).collect()
+}
+
+/// A convolution's padding as `(before, after)` pairs: Burn 0.22 records asymmetric pairs for
+/// convolutions and one symmetric amount for the other windowed modules.
+trait PaddingPairs {
+    fn pairs(&self) -> Vec<(i64, i64)>;
+}
+
+impl<const N: usize> PaddingPairs for [usize; N] {
+    fn pairs(&self) -> Vec<(i64, i64)> {
+        self.iter().map(|&side| (side as i64, side as i64)).collect()
+    }
+}
+
+impl<const N: usize> PaddingPairs for [(usize, usize); N] {
+    fn pairs(&self) -> Vec<(i64, i64)> {
+        self.iter()
+            .map(|&(before, after)| (before as i64, after as i64))
+            .collect()
+    }
 }
 
 /// A convolution's (or transposed convolution's) operation: input, weight, bias and geometry.
@@ -50,7 +71,7 @@ macro_rules! geometry_of {
     ($options:expr) => {
         Geometry {
             stride: to_i64(&$options.stride),
-            padding: to_i64(&$options.padding),
+            padding: $options.padding.pairs(),
             dilation: to_i64(&$options.dilation),
             groups: $options.groups as i64,
         }
@@ -126,8 +147,8 @@ pub(crate) fn forward(cx: &mut Lowering, ir: &impl ConvolutionIr) -> Lowered {
     let spatial = input.rank() - 2;
     let axes: Vec<WindowAxis> = (0..spatial)
         .map(|d| WindowAxis {
-            padding_low: geometry.padding[d],
-            padding_high: geometry.padding[d],
+            padding_low: geometry.padding[d].0,
+            padding_high: geometry.padding[d].1,
             window_dilation: geometry.dilation[d],
             ..WindowAxis::new(kernel.dims[2 + d], geometry.stride[d])
         })
@@ -187,7 +208,7 @@ fn input_gradient(
             let extent = geometry.kernel_extent(d, size);
             let stride = geometry.stride[d];
             let dilated_gradient = (gradient.dims[2 + d] - 1) * stride + 1;
-            let padding_low = extent - 1 - geometry.padding[d];
+            let padding_low = extent - 1 - geometry.padding[d].0;
             WindowAxis {
                 padding_low,
                 padding_high: out_dims[2 + d] + extent - 1 - dilated_gradient - padding_low,
@@ -239,7 +260,7 @@ pub(crate) fn weight_backward(cx: &mut Lowering, ir: &impl ConvolutionGradientIr
         .map(|d| {
             let extent = geometry.kernel_extent(d, out_dims[2 + d]);
             let dilated_gradient = (gradient.dims[2 + d] - 1) * geometry.stride[d] + 1;
-            let padding = geometry.padding[d];
+            let padding = geometry.padding[d].0;
             WindowAxis {
                 padding_low: padding,
                 padding_high: dilated_gradient - input.dims[2 + d] + extent - padding - 1,

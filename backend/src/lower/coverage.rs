@@ -215,8 +215,6 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ),
     ("ModuleOperationIr::Interpolate", Coverage::Lowered),
     ("ModuleOperationIr::InterpolateBackward", Coverage::Lowered),
-    ("ModuleOperationIr::Rfft", Coverage::Lowered),
-    ("ModuleOperationIr::IRfft", Coverage::Lowered),
     ("ModuleOperationIr::Attention", Coverage::Lowered),
     (
         "ModuleOperationIr::CtcLoss",
