@@ -23,7 +23,9 @@ pub(crate) fn activation(cx: &mut Lowering, op: &ActivationOperationIr) -> Lower
             })
         }
         Op::PRelu(ir) => binary(cx, ir, |builder, x, alpha| {
-            negative_scaled(builder, x, |builder, x| builder.binary("multiply", alpha, x))
+            negative_scaled(builder, x, |builder, x| {
+                builder.binary("multiply", alpha, x)
+            })
         }),
         Op::Gelu(ir) => unary(cx, &ir.input, &ir.out, gelu),
         Op::GeluBackward(ir) => binary(cx, ir, gelu_backward),

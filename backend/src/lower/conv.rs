@@ -43,7 +43,9 @@ trait PaddingPairs {
 
 impl<const N: usize> PaddingPairs for [usize; N] {
     fn pairs(&self) -> Vec<(i64, i64)> {
-        self.iter().map(|&side| (side as i64, side as i64)).collect()
+        self.iter()
+            .map(|&side| (side as i64, side as i64))
+            .collect()
     }
 }
 

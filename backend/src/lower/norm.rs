@@ -47,9 +47,7 @@ pub(crate) fn layer_norm(cx: &mut Lowering, ir: &LayerNormOpIr) -> Lowered {
     let square = cx.builder.binary("multiply", &centered, &centered);
     let variance = reduce::reduce(cx, Reduction::Mean, &square, &[last]);
     let variance = cx.builder.broadcast(&variance, &dims, &kept);
-    let epsilon = cx
-        .builder
-        .filled(compute, ir.epsilon.elem::<f64>(), &dims);
+    let epsilon = cx.builder.filled(compute, ir.epsilon.elem::<f64>(), &dims);
     let shifted = cx.builder.binary("add", &variance, &epsilon);
     let deviation = cx.builder.unary("sqrt", &shifted);
     let normalized = cx.builder.binary("divide", &centered, &deviation);
@@ -74,9 +72,7 @@ pub(crate) fn batch_norm(cx: &mut Lowering, ir: &BatchNormOpIr) -> Lowered {
     let variance = per_feature(cx, &ir.variance, compute, &dims, 1)?;
     let gamma = per_feature(cx, &ir.gamma, compute, &dims, 1)?;
     let beta = per_feature(cx, &ir.beta, compute, &dims, 1)?;
-    let epsilon = cx
-        .builder
-        .filled(compute, ir.epsilon.elem::<f64>(), &dims);
+    let epsilon = cx.builder.filled(compute, ir.epsilon.elem::<f64>(), &dims);
     let shifted = cx.builder.binary("add", &variance, &epsilon);
     let deviation = cx.builder.unary("sqrt", &shifted);
     let centered = cx.builder.binary("subtract", &x, &mean);

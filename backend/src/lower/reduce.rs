@@ -118,7 +118,13 @@ pub(crate) fn dims_kept(cx: &mut Lowering, reduction: Reduction, ir: &ReduceDims
 
 /// Whether every element (`every` true) or any element of `input` along `axes` is non-zero,
 /// shaped as `out`.
-fn truth(cx: &mut Lowering, every: bool, input: &TensorIr, axes: Option<usize>, out: &TensorIr) -> Lowered {
+fn truth(
+    cx: &mut Lowering,
+    every: bool,
+    input: &TensorIr,
+    axes: Option<usize>,
+    out: &TensorIr,
+) -> Lowered {
     let input = cx.get(input)?;
     let zero = cx.builder.filled(input.element_type, 0.0, &input.dims);
     let non_zero = cx.builder.compare(Direction::Ne, &input, &zero);
@@ -127,7 +133,11 @@ fn truth(cx: &mut Lowering, every: bool, input: &TensorIr, axes: Option<usize>, 
         Some(axis) => vec![axis],
         None => (0..counted.rank()).collect(),
     };
-    let reduction = if every { Reduction::Min } else { Reduction::Max };
+    let reduction = if every {
+        Reduction::Min
+    } else {
+        Reduction::Max
+    };
     let reduced = reduce(cx, reduction, &counted, &axes);
     let zero = cx.builder.filled(PrimitiveType::S32, 0.0, &reduced.dims);
     let truth = cx.builder.compare(Direction::Ne, &reduced, &zero);

@@ -8,11 +8,11 @@
 //! semantics (gathers clamp, scatters drop), so callers check indices that come from data, such
 //! as token ids, on the host before the program (see `hlat`'s vocabulary checks).
 
+use super::Runner;
 use burn_backend::TensorData;
 use burn_ir::{
     BaseOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr,
 };
-use super::Runner;
 
 use super::{failure, read, readable};
 use crate::BackendError;

@@ -5,9 +5,9 @@
 //! Reductions are computed in f64 and rounded once to the tensor's type (the lowering reduces
 //! 16-bit floats in f32, so both round a sum once); gathers and splits move bytes.
 
+use super::Runner;
 use burn_backend::TensorData;
 use burn_ir::TensorIr;
-use super::Runner;
 
 use super::{failure, read};
 use crate::BackendError;

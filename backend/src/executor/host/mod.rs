@@ -152,10 +152,13 @@ impl HostExecutor {
                     collective::run(runners, &span, &collective, &custom.inputs, &custom.outputs)
                 })
             }
-            OperationIr::BaseInt(BaseOperationIr::Cast(cast)) => self
-                .guarded(describe, |runners| {
-                    runners.iter_mut().try_for_each(|runner| cast_int(runner, cast))
-                }),
+            OperationIr::BaseInt(BaseOperationIr::Cast(cast)) => {
+                self.guarded(describe, |runners| {
+                    runners
+                        .iter_mut()
+                        .try_for_each(|runner| cast_int(runner, cast))
+                })
+            }
             OperationIr::NumericFloat(_, NumericOperationIr::ArgTopK(ir))
             | OperationIr::NumericInt(_, NumericOperationIr::ArgTopK(ir)) => {
                 self.guarded(describe, |runners| {

@@ -1,0 +1,112 @@
+//! A Trainium device served inside the calling process: `burn_trainium::device("xla:0")`.
+//!
+//! Burn 0.22 has no in-process transport for its remote target, so each device gets a
+//! `BackendServer` on a loopback WebSocket: the listener is bound to `127.0.0.1:0` before the
+//! device is returned (no port race), the server runs on a Tokio runtime of its own in a
+//! background thread for the life of the process, and it opens sessions only for clients that
+//! present this process's random token. `BackendServer::serve` is not used: it takes over Ctrl+C
+//! and SIGTERM, which a library must not do.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, TcpListener};
+use std::sync::{Mutex, OnceLock};
+
+use burn_remote::server::{BackendServer, WebSocketTransport};
+use burn_tensor::Device;
+use burn_tensor::remote::RemoteHost;
+
+use super::Access;
+use crate::{BackendError, Trainium, TrainiumDevice};
+
+/// The address of a device served in this process.
+#[derive(Clone)]
+struct Served {
+    url: String,
+}
+
+/// The devices served in this process, by the device they serve.
+static SERVED: OnceLock<Mutex<HashMap<TrainiumDevice, Served>>> = OnceLock::new();
+
+/// The token every in-process server checks: random, drawn once per process.
+fn process_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let bytes: [u8; 32] = rand::random();
+        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    })
+}
+
+/// The Burn device served by the project's executors in this process: `spec` is a device string
+/// as `TRAINIUM_DEVICE` takes it (`host`, `xla:0`, `xla:0-3` for four replicas, `neuron:0`, ...).
+///
+/// The first call for a device opens its executor and starts its server; later calls return
+/// another handle on the same server. Train with `device.autodiff()`.
+///
+/// ```no_run
+/// let device = burn_trainium::device("xla:0")?;
+/// let x = burn_tensor::Tensor::<2>::ones([2, 3], &device);
+/// # Ok::<(), burn_trainium::BackendError>(())
+/// ```
+pub fn device(spec: &str) -> Result<Device, BackendError> {
+    let trainium: TrainiumDevice = spec.parse()?;
+    let served = serve_in_process(trainium)?;
+    let host = RemoteHost::websocket(&served.url).with_credential(process_token());
+    Device::remote_options(&host)
+        .init()
+        .map_err(|error| BackendError::Server {
+            device: trainium.to_string(),
+            reason: format!("connecting to {}: {error}", served.url),
+        })
+}
+
+/// [`device`] of the device `TRAINIUM_DEVICE` names (`host:0` when unset).
+pub fn device_from_env() -> Result<Device, BackendError> {
+    let trainium = TrainiumDevice::from_env()?;
+    device(&trainium.to_string())
+}
+
+/// The server of `device` in this process, started on first use.
+fn serve_in_process(device: TrainiumDevice) -> Result<Served, BackendError> {
+    let served = SERVED.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut served = served
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(existing) = served.get(&device) {
+        return Ok(existing.clone());
+    }
+    // Opening the executor here reports a missing plugin or a bad setting as an error, where
+    // the server's session would only panic.
+    crate::check_device(&device)?;
+    let failed = |reason: String| BackendError::Server {
+        device: device.to_string(),
+        reason,
+    };
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|error| failed(format!("binding a loopback port: {error}")))?;
+    let address = listener
+        .local_addr()
+        .map_err(|error| failed(format!("reading the bound port: {error}")))?;
+    let access = Access::Token(process_token().to_string());
+    let server = BackendServer::<Trainium>::new([device]).with_authorizer(access.authorizer()?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(format!("trainium-server-{device}"))
+        .enable_all()
+        .build()
+        .map_err(|error| failed(format!("starting its runtime: {error}")))?;
+    let serving = server.serve_async(WebSocketTransport::from_listener(listener));
+    std::thread::Builder::new()
+        .name(format!("trainium-server-{device}"))
+        .spawn(move || {
+            if let Err(error) = runtime.block_on(serving) {
+                log::error!("the in-process server of {device} stopped: {error}");
+            }
+        })
+        .map_err(|error| failed(format!("starting its thread: {error}")))?;
+    log::debug!("serving {device} in process on {address}");
+    let entry = Served {
+        url: format!("ws://{address}"),
+    };
+    served.insert(device, entry.clone());
+    Ok(entry)
+}

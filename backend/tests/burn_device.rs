@@ -1,0 +1,119 @@
+//! A Burn 0.22 program, written as Burn's book writes one, trains on the Trainium device that
+//! `burn_trainium::device` serves in the process, with the losses Flex gives.
+
+use burn::module::{Module, Param};
+use burn::nn::{Linear, Relu};
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_trainium::{TrainiumDevice, stats};
+
+/// A two-layer perceptron.
+#[derive(Module, Debug)]
+struct Mlp {
+    first: Linear,
+    activation: Relu,
+    second: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        self.second
+            .forward(self.activation.forward(self.first.forward(x)))
+    }
+}
+
+/// `count` reproducible values in [-1, 1) (a linear congruential generator), so every device
+/// starts from the same weights and data.
+fn values(seed: u64, count: usize) -> Vec<f32> {
+    let mut state = seed;
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn linear(seed: u64, inputs: usize, outputs: usize, device: &Device) -> Linear {
+    let weight = TensorData::new(values(seed, inputs * outputs), [inputs, outputs]);
+    let bias = TensorData::new(values(seed + 1, outputs), [outputs]);
+    Linear {
+        weight: Param::from_tensor(Tensor::from_data(weight, device).mul_scalar(0.3)),
+        bias: Some(Param::from_tensor(
+            Tensor::from_data(bias, device).mul_scalar(0.1),
+        )),
+    }
+}
+
+/// The loss of each of `steps` Adam steps of the perceptron on `device` (with autodiff).
+fn losses(device: Device, steps: usize) -> Vec<f32> {
+    let device = device.autodiff();
+    let mut model = Mlp {
+        first: linear(1, 8, 16, &device),
+        activation: Relu::new(),
+        second: linear(3, 16, 4, &device),
+    };
+    let inputs = Tensor::<2>::from_data(TensorData::new(values(5, 32 * 8), [32, 8]), &device);
+    let targets = Tensor::<2>::from_data(TensorData::new(values(6, 32 * 4), [32, 4]), &device);
+    let mut optimizer = AdamConfig::new().init();
+    (0..steps)
+        .map(|_| {
+            let error = model.forward(inputs.clone()) - targets.clone();
+            let loss = (error.clone() * error).mean();
+            let value = loss.clone().into_scalar::<f32>();
+            let gradients = GradientsParams::from_grads(loss.backward(), &model);
+            model = optimizer.step(1e-2, model.clone(), gradients);
+            value
+        })
+        .collect()
+}
+
+fn assert_close(expected: &[f32], actual: &[f32], tolerance: f32, what: &str) {
+    assert_eq!(expected.len(), actual.len());
+    for (step, (e, a)) in expected.iter().zip(actual).enumerate() {
+        assert!(
+            (e - a).abs() <= tolerance * e.abs().max(1.0),
+            "{what}, step {step}: {a} where Flex gives {e} (all: {actual:?} against {expected:?})"
+        );
+    }
+}
+
+#[test]
+fn a_burn_program_trains_on_the_host_device_as_on_flex() {
+    let reference = losses(Device::flex(), 6);
+    assert!(
+        reference[5] < reference[0],
+        "Flex's loss fell: {reference:?}"
+    );
+    let device = burn_trainium::device("host").expect("the host device is served");
+    assert_close(&reference, &losses(device, 6), 1e-5, "host");
+}
+
+#[test]
+fn a_burn_program_trains_on_the_xla_device_as_on_flex() {
+    test_support::plugin::plugin_path();
+    let reference = losses(Device::flex(), 6);
+    let device = burn_trainium::device("xla:0").expect("the xla device is served");
+    let before = stats(&TrainiumDevice::xla(0));
+    assert_close(&reference, &losses(device, 6), 1e-4, "xla");
+    let after = stats(&TrainiumDevice::xla(0));
+    // The steps ran as compiled programs, every operation lowered.
+    assert!(
+        after.operations_captured > before.operations_captured + 100,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.segments_run > before.segments_run, "{after:?}");
+    assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
+    assert_eq!(
+        burn_trainium::host_fallbacks_by_kind(&TrainiumDevice::xla(0)),
+        Vec::<(String, u64)>::new()
+    );
+}
+
+#[test]
+fn a_bad_device_string_is_an_error_naming_it() {
+    let error = burn_trainium::device("tpu:0").unwrap_err().to_string();
+    assert!(error.contains("tpu:0"), "{error}");
+}
