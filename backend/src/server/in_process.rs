@@ -87,7 +87,8 @@ fn serve_in_process(device: TrainiumDevice) -> Result<Served, BackendError> {
         .local_addr()
         .map_err(|error| failed(format!("reading the bound port: {error}")))?;
     let access = Access::Token(process_token().to_string());
-    let server = BackendServer::<Trainium>::new([device]).with_authorizer(access.authorizer()?);
+    let server = super::custom_ops::with_collectives(BackendServer::<Trainium>::new([device]))
+        .with_authorizer(access.authorizer()?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name(format!("trainium-server-{device}"))

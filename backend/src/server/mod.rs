@@ -14,6 +14,7 @@
 //!   otherwise, and a non-loopback address only with a shared secret.
 
 mod access;
+mod custom_ops;
 mod in_process;
 mod standalone;
 

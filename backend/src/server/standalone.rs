@@ -49,8 +49,10 @@ pub fn serve(options: &ServeOptions) -> Result<(), BackendError> {
         .local_addr()
         .map_err(|error| failed(format!("reading the bound address: {error}")))?;
     log::info!("serving {} on ws://{address}", described());
-    BackendServer::<Trainium>::new(options.devices.iter().copied())
-        .with_authorizer(options.access.authorizer()?)
+    super::custom_ops::with_collectives(BackendServer::<Trainium>::new(
+        options.devices.iter().copied(),
+    ))
+    .with_authorizer(options.access.authorizer()?)
         .serve(WebSocketTransport::from_listener(listener))
         .map_err(|error| failed(error.to_string()))
 }
