@@ -117,3 +117,99 @@ fn a_bad_device_string_is_an_error_naming_it() {
     let error = burn_trainium::device("tpu:0").unwrap_err().to_string();
     assert!(error.contains("tpu:0"), "{error}");
 }
+
+mod collectives {
+    use burn::tensor::{Device, Tensor, TensorData};
+    use burn_trainium::collective::{self, ReduceOp, ReplicaGroups, SourceTargetPairs};
+
+    fn replicas(values: &[[f32; 2]]) -> Vec<TensorData> {
+        values.iter().map(|row| TensorData::from(*row)).collect()
+    }
+
+    fn read(tensor: Tensor<1>) -> Vec<Vec<f32>> {
+        collective::into_replicas(tensor)
+            .expect("the replicas are read")
+            .into_iter()
+            .map(|data| data.try_to_vec::<f32>().expect("f32 data"))
+            .collect()
+    }
+
+    /// Every collective on the two replicas of `spec`, against closed-form values.
+    fn check(spec: &str) {
+        let device = burn_trainium::device(spec).expect("the device is served");
+        assert_eq!(collective::replica_count(&device), 2, "{spec}");
+        let both = ReplicaGroups::contiguous(2, 2).unwrap();
+        let x: Tensor<1> = collective::from_replicas(replicas(&[[1.0, 2.0], [3.0, 5.0]]), &device);
+        assert_eq!(
+            read(x.clone()),
+            vec![vec![1.0, 2.0], vec![3.0, 5.0]],
+            "{spec}"
+        );
+        assert_eq!(
+            read(collective::all_reduce(x.clone(), ReduceOp::Sum, &both)),
+            vec![vec![4.0, 7.0]; 2],
+            "{spec}: all-reduce"
+        );
+        assert_eq!(
+            read(collective::all_gather(x.clone(), 0, &both)),
+            vec![vec![1.0, 2.0, 3.0, 5.0]; 2],
+            "{spec}: all-gather"
+        );
+        assert_eq!(
+            read(collective::reduce_scatter(x.clone(), 0, &both)),
+            vec![vec![4.0], vec![7.0]],
+            "{spec}: reduce-scatter"
+        );
+        let pairs = SourceTargetPairs::new(vec![(0, 1)]).unwrap();
+        assert_eq!(
+            read(collective::permute(x.clone(), &pairs)),
+            vec![vec![0.0, 0.0], vec![1.0, 2.0]],
+            "{spec}: permute"
+        );
+        // Under autodiff: the gradient of an all-gather is a reduce-scatter of the output's
+        // gradient, here the sum over both replicas of a weight of 1, 2, 3, 4 per element.
+        let tracked_device = device.clone().autodiff();
+        let x: Tensor<1> =
+            collective::from_replicas(replicas(&[[1.0, 2.0], [3.0, 5.0]]), &tracked_device)
+                .require_grad();
+        let weights = Tensor::<1>::from_data([1.0, 2.0, 3.0, 4.0], &tracked_device);
+        let gathered = collective::all_gather(x.clone(), 0, &both);
+        let loss = (gathered * weights).sum();
+        let gradients = loss.backward();
+        let gradient = x.grad(&gradients).expect("x has a gradient");
+        assert_eq!(
+            read(gradient),
+            vec![vec![2.0, 4.0], vec![6.0, 8.0]],
+            "{spec}: the all-gather's gradient"
+        );
+    }
+
+    #[test]
+    fn collectives_run_on_the_replicas_of_a_served_host_device() {
+        check("host:0-1");
+    }
+
+    #[test]
+    fn collectives_run_on_the_replicas_of_a_served_xla_device() {
+        test_support::plugin::plugin_path();
+        check("xla:0-1");
+    }
+
+    #[test]
+    fn collectives_are_identities_on_a_device_of_one_replica() {
+        let device = Device::flex();
+        let one = ReplicaGroups::contiguous(1, 1).unwrap();
+        let x = Tensor::<1>::from_data([1.0, 2.0], &device);
+        assert_eq!(collective::replica_count(&device), 1);
+        let reduced = collective::all_reduce(x.clone(), ReduceOp::Sum, &one);
+        assert_eq!(
+            reduced.into_data().try_to_vec::<f32>().unwrap(),
+            vec![1.0, 2.0]
+        );
+        let fenced = collective::optimization_barrier(vec![x.clone(), x.clone() * 2.0]);
+        assert_eq!(
+            fenced[1].clone().into_data().try_to_vec::<f32>().unwrap(),
+            vec![2.0, 4.0]
+        );
+    }
+}

@@ -40,14 +40,14 @@ mod pairs;
 mod tensor;
 mod trainium;
 
-pub use groups::{GroupsError, ReplicaGroups};
 pub use extension::{CollectiveExtension, REPLICA_LAYOUT, REPLICAS_IN, REPLICAS_OUT};
+pub use groups::{GroupsError, ReplicaGroups};
 pub use operation::{Collective, REMOTE_OPERATION, ReduceOp};
+pub use pairs::SourceTargetPairs;
 pub use tensor::{
     all_gather, all_reduce, copy_to_group, from_replicas, int_from_replicas, into_local_replicas,
     into_replicas, optimization_barrier, permute, reduce_scatter, replica_count, split,
 };
-pub use pairs::SourceTargetPairs;
 
 use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{Backend, ExecutionError, TensorData};

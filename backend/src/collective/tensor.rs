@@ -43,7 +43,9 @@ fn remote_device(device: &Device) -> Option<RemoteDevice> {
 
 /// The replica layout of the device server `device` reaches (asked once, then remembered).
 fn layout(device: &RemoteDevice) -> ReplicaLayout {
-    let mut layouts = LAYOUTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut layouts = LAYOUTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some((_, layout)) = layouts.iter().find(|(known, _)| known == device) {
         return *layout;
     }
@@ -107,9 +109,10 @@ fn single_replica<const D: usize>(
         panic!("{collective} on {device:?}, its own only replica: {error}");
     }
     match &collective {
-        Collective::Permute { pairs } if pairs.source_of(0).is_none() => {
-            tensors.into_iter().map(|tensor| tensor.zeros_like()).collect()
-        }
+        Collective::Permute { pairs } if pairs.source_of(0).is_none() => tensors
+            .into_iter()
+            .map(|tensor| tensor.zeros_like())
+            .collect(),
         _ => tensors,
     }
 }
@@ -125,7 +128,11 @@ pub fn all_reduce<const D: usize>(
 }
 
 /// Each replica gets its group's values concatenated along `dim`, in group order.
-pub fn all_gather<const D: usize>(tensor: Tensor<D>, dim: usize, groups: &ReplicaGroups) -> Tensor<D> {
+pub fn all_gather<const D: usize>(
+    tensor: Tensor<D>,
+    dim: usize,
+    groups: &ReplicaGroups,
+) -> Tensor<D> {
     let groups = groups.clone();
     run_one(Collective::AllGather { dim, groups }, tensor)
 }
@@ -182,10 +189,16 @@ pub fn copy_to_group<const D: usize>(tensor: Tensor<D>, groups: &ReplicaGroups) 
 pub fn optimization_barrier<const D: usize>(tensors: Vec<Tensor<D>>) -> Vec<Tensor<D>> {
     match tensors.len() {
         0 => Vec::new(),
-        1 => vec![run_one(Collective::Barrier, tensors.into_iter().next().expect("one"))],
+        1 => vec![run_one(
+            Collective::Barrier,
+            tensors.into_iter().next().expect("one"),
+        )],
         _ => {
             let shapes: Vec<_> = tensors.iter().map(Tensor::shape).collect();
-            let flat: Vec<Tensor<1>> = tensors.into_iter().map(|tensor| tensor.flatten::<1>(0, D - 1)).collect();
+            let flat: Vec<Tensor<1>> = tensors
+                .into_iter()
+                .map(|tensor| tensor.flatten::<1>(0, D - 1))
+                .collect();
             let fenced = run_one(Collective::Barrier, Tensor::cat(flat, 0));
             let mut start = 0;
             shapes
@@ -244,7 +257,12 @@ pub fn int_from_replicas<const D: usize>(data: Vec<TensorData>, device: &Device)
 
 /// The one replica's data of a device that is its own only replica.
 fn only_replica(mut data: Vec<TensorData>, device: &Device) -> TensorData {
-    assert_eq!(data.len(), 1, "{device:?} holds one replica, {} were given", data.len());
+    assert_eq!(
+        data.len(),
+        1,
+        "{device:?} holds one replica, {} were given",
+        data.len()
+    );
     data.remove(0)
 }
 

@@ -73,7 +73,10 @@ fn replicas_in(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) 
 
 fn replicas_out(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) {
     arity(ir, 1, 1);
-    let count = ir.scalars.first().map_or(u64::MAX, |scalar| scalar.elem::<u64>());
+    let count = ir
+        .scalars
+        .first()
+        .map_or(u64::MAX, |scalar| scalar.elem::<u64>());
     let input = handles.get_float_tensor::<Trainium>(&ir.inputs[0]);
     let dtype = input.dtype();
     let replicas = if count == u64::MAX {
@@ -101,8 +104,7 @@ fn replica_layout(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevic
         [3],
     )
     .convert_dtype(DType::I64);
-    let output = <Trainium as burn_backend::ops::IntTensorOps<Trainium>>::int_from_data(
-        layout, device,
-    );
+    let output =
+        <Trainium as burn_backend::ops::IntTensorOps<Trainium>>::int_from_data(layout, device);
     handles.register_int_tensor::<Trainium>(&ir.outputs[0].id, output);
 }

@@ -53,6 +53,6 @@ pub fn serve(options: &ServeOptions) -> Result<(), BackendError> {
         options.devices.iter().copied(),
     ))
     .with_authorizer(options.access.authorizer()?)
-        .serve(WebSocketTransport::from_listener(listener))
-        .map_err(|error| failed(error.to_string()))
+    .serve(WebSocketTransport::from_listener(listener))
+    .map_err(|error| failed(error.to_string()))
 }
