@@ -213,3 +213,132 @@ mod collectives {
         );
     }
 }
+
+mod operations_new_in_burn_022 {
+    use burn::tensor::activation;
+    use burn::tensor::ops::PadMode;
+    use burn::tensor::{Device, Int, Tensor, TensorData};
+    use burn_trainium::TrainiumDevice;
+
+    use super::values;
+
+    /// What `compute` returns on `device`: every result as f32 data.
+    type Results = Vec<(&'static str, TensorData)>;
+
+    fn input(device: &Device) -> Tensor<2> {
+        Tensor::from_data(TensorData::new(values(11, 4 * 6), [4, 6]), device).mul_scalar(3.0)
+    }
+
+    fn float(name: &'static str, tensor: Tensor<2>) -> (&'static str, TensorData) {
+        (name, tensor.into_data())
+    }
+
+    fn int(name: &'static str, tensor: Tensor<2, Int>) -> (&'static str, TensorData) {
+        (name, tensor.float().into_data())
+    }
+
+    /// Every operation kind Burn 0.22 records that 0.21 did not, forward and (through autodiff)
+    /// backward.
+    fn compute(device: &Device) -> Results {
+        let x = input(device);
+        let y = x.clone().flip([1]).add_scalar(0.25);
+        let alpha = Tensor::<1>::from_data([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], device);
+        let mut results = vec![
+            float("relu", activation::relu(x.clone())),
+            float("leaky_relu", activation::leaky_relu(x.clone(), 0.1)),
+            float("prelu", activation::prelu(x.clone(), alpha)),
+            float("gelu", activation::gelu(x.clone())),
+            float("sigmoid", activation::sigmoid(x.clone())),
+            float(
+                "hard_sigmoid",
+                activation::hard_sigmoid(x.clone(), 0.2, 0.5),
+            ),
+            float("log_sigmoid", activation::log_sigmoid(x.clone())),
+            float("softmax", activation::softmax(x.clone(), 1)),
+            float("log_softmax", activation::log_softmax(x.clone(), 1)),
+            float("softmin", activation::softmin(x.clone(), 0)),
+            float("neg", x.clone().neg()),
+            float("sign", x.clone().sign()),
+            float("clamp_min", x.clone().clamp_min(-0.5)),
+            float("clamp_max", x.clone().clamp_max(0.5)),
+            float("hypot", x.clone().hypot(y.clone())),
+            float("sum_dims", x.clone().sum_dims(&[0, 1])),
+            float("sort", x.clone().sort(1)),
+            int("argsort", x.clone().argsort(0)),
+            float("not_equal", x.clone().not_equal(y.clone()).float()),
+            float(
+                "xor",
+                x.clone()
+                    .greater_elem(0.0)
+                    .bool_xor(y.clone().greater_elem(0.0))
+                    .float(),
+            ),
+            float("any_dim", x.clone().greater_elem(2.0).any_dim(1).float()),
+            float("all_dim", x.clone().greater_elem(-2.9).all_dim(0).float()),
+            float(
+                "pad_constant",
+                x.clone().pad([(1, 2), (0, 1)], PadMode::Constant(7.0)),
+            ),
+            float(
+                "pad_reflect",
+                x.clone().pad([(1, 2), (2, 1)], PadMode::Reflect),
+            ),
+            float("pad_edge", x.clone().pad([(2, 0), (1, 3)], PadMode::Edge)),
+        ];
+        let (top, top_indices) = x.clone().topk_with_indices(3, 1);
+        results.push(float("topk", top));
+        results.push(int("topk_indices", top_indices));
+        let (sorted, sorted_indices) = x.clone().sort_with_indices(0);
+        results.push(float("sort_with_indices", sorted));
+        results.push(int("sort_indices", sorted_indices));
+        results.push((
+            "all",
+            x.clone().greater_elem(-10.0).all().float().into_data(),
+        ));
+        results.push((
+            "any",
+            x.clone().greater_elem(10.0).any().float().into_data(),
+        ));
+
+        // The backward operations: gradients of a weighted sum through each activation.
+        let tracked = device.clone().autodiff();
+        let weights = input(&tracked).flip([0]);
+        type Activation = fn(Tensor<2>) -> Tensor<2>;
+        let backward: [(&'static str, Activation); 4] = [
+            ("relu_backward", activation::relu),
+            ("gelu_backward", activation::gelu),
+            ("sigmoid_backward", activation::sigmoid),
+            ("log_sigmoid_backward", activation::log_sigmoid),
+        ];
+        for (name, function) in backward {
+            let x = input(&tracked).require_grad();
+            let gradients = (function(x.clone()) * weights.clone()).sum().backward();
+            results.push((name, x.grad(&gradients).expect("a gradient").into_data()));
+        }
+        results
+    }
+
+    #[test]
+    fn lower_on_xla_as_flex_computes_them() {
+        test_support::plugin::plugin_path();
+        let expected = compute(&Device::flex());
+        let device = burn_trainium::device("xla:2").expect("the xla device is served");
+        let actual = compute(&device);
+        for ((name, expected), (_, actual)) in expected.iter().zip(&actual) {
+            let expected = expected.try_to_vec::<f32>().unwrap();
+            let actual = actual.clone().convert::<f32>().try_to_vec::<f32>().unwrap();
+            assert_eq!(expected.len(), actual.len(), "{name}");
+            for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
+                assert!(
+                    (e - a).abs() <= 1e-5 * e.abs().max(1.0),
+                    "{name}[{index}]: {a} on xla, {e} on Flex"
+                );
+            }
+        }
+        assert_eq!(
+            burn_trainium::host_fallbacks_by_kind(&TrainiumDevice::xla(2)),
+            Vec::<(String, u64)>::new(),
+            "every operation ran compiled"
+        );
+    }
+}
