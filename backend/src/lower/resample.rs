@@ -11,8 +11,8 @@
 
 use burn_ir::{
     AdaptiveAvgPool1dBackwardOpIr, AdaptiveAvgPool1dOpIr, AdaptiveAvgPool2dBackwardOpIr,
-    AdaptiveAvgPool2dOpIr, InterpolateBackwardOpIr, InterpolateModeIr, InterpolateOpIr,
-    InterpolateOptionsIr, TensorIr,
+    AdaptiveAvgPool2dOpIr, AdaptiveAvgPool3dBackwardOpIr, AdaptiveAvgPool3dOpIr,
+    InterpolateBackwardOpIr, InterpolateModeIr, InterpolateOpIr, InterpolateOptionsIr, TensorIr,
 };
 
 use super::builder::Value;
@@ -129,6 +129,19 @@ pub(crate) fn adaptive_avg_pool1d(cx: &mut Lowering, ir: &AdaptiveAvgPool1dOpIr)
 /// `adaptive_avg_pool2d`.
 pub(crate) fn adaptive_avg_pool2d(cx: &mut Lowering, ir: &AdaptiveAvgPool2dOpIr) -> Lowered {
     adaptive_forward(cx, &ir.x, &ir.out)
+}
+
+/// `adaptive_avg_pool3d`.
+pub(crate) fn adaptive_avg_pool3d(cx: &mut Lowering, ir: &AdaptiveAvgPool3dOpIr) -> Lowered {
+    adaptive_forward(cx, &ir.x, &ir.out)
+}
+
+/// The gradient of `adaptive_avg_pool3d`.
+pub(crate) fn adaptive_avg_pool3d_backward(
+    cx: &mut Lowering,
+    ir: &AdaptiveAvgPool3dBackwardOpIr,
+) -> Lowered {
+    adaptive_backward(cx, &ir.x, &ir.grad, &ir.out)
 }
 
 /// The gradient of `adaptive_avg_pool1d`.

@@ -140,6 +140,12 @@ impl HostExecutor {
     fn run_operation(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
         let describe = || format!("{operation:?}").chars().take(200).collect();
         match operation {
+            OperationIr::Distributed(_) => Err(BackendError::Unsupported {
+                executor: "host",
+                what: "Burn's all-reduce across devices (`burn::tensor::distributed`); the \
+                       replicas of one Trainium device combine with `burn_trainium::collective`"
+                    .to_string(),
+            }),
             OperationIr::Custom(custom) => {
                 let collective = Collective::from_ir(custom)
                     .ok_or_else(|| BackendError::Unsupported {

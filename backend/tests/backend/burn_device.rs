@@ -315,6 +315,95 @@ mod operations_new_in_burn_022 {
             let gradients = (function(x.clone()) * weights.clone()).sum().backward();
             results.push((name, x.grad(&gradients).expect("a gradient").into_data()));
         }
+        results.extend(modules(device));
+        results
+    }
+
+    fn tensor<const D: usize>(seed: u64, shape: [usize; D], device: &Device) -> Tensor<D> {
+        let count = shape.iter().product();
+        Tensor::from_data(TensorData::new(values(seed, count), shape), device)
+    }
+
+    /// The module operations Burn 0.22 records whole, forward and (through autodiff) backward.
+    fn modules(device: &Device) -> Results {
+        use burn::tensor::module::{
+            adaptive_avg_pool3d, batch_norm, conv_transpose2d, layer_norm, unfold4d,
+        };
+        use burn::tensor::ops::{ConvTransposeOptions, UnfoldOptions};
+
+        let image = tensor(21, [2, 3, 5, 6], device);
+        let features = tensor(22, [4, 6], device);
+        let gamma = tensor(23, [6], device).add_scalar(1.0);
+        let beta = tensor(24, [6], device);
+        let channel = |seed| tensor(seed, [3], device);
+        let mut results = vec![
+            (
+                "layer_norm",
+                layer_norm(features.clone(), gamma.clone(), Some(beta), 1e-5).into_data(),
+            ),
+            (
+                "layer_norm_without_beta",
+                layer_norm(features, gamma, None, 1e-5).into_data(),
+            ),
+            (
+                "batch_norm",
+                batch_norm(
+                    image.clone(),
+                    channel(25),
+                    channel(26),
+                    channel(27),
+                    channel(28).abs().add_scalar(0.5),
+                    1e-5,
+                )
+                .into_data(),
+            ),
+            (
+                "unfold4d",
+                unfold4d(
+                    image.clone(),
+                    [2, 3],
+                    UnfoldOptions::new([1, 1], [1, 0], [1, 1]),
+                )
+                .into_data(),
+            ),
+            (
+                "unfold4d_strided",
+                unfold4d(
+                    image.clone(),
+                    [3, 2],
+                    UnfoldOptions::new([2, 1], [0, 1], [1, 2]),
+                )
+                .into_data(),
+            ),
+        ];
+        let tracked = device.clone().autodiff();
+        let volume = tensor(29, [2, 2, 5, 4, 6], &tracked).require_grad();
+        let pooled = adaptive_avg_pool3d(volume.clone(), [3, 2, 4]);
+        let weights = tensor(30, [2, 2, 3, 2, 4], &tracked);
+        let gradients = (pooled.clone() * weights).sum().backward();
+        results.push(("adaptive_avg_pool3d", pooled.into_data()));
+        results.push((
+            "adaptive_avg_pool3d_backward",
+            volume.grad(&gradients).expect("a gradient").into_data(),
+        ));
+        let x = tensor(31, [2, 4, 3, 3], &tracked).require_grad();
+        let weight = tensor(32, [4, 2, 3, 3], &tracked).require_grad();
+        let bias = tensor(33, [2], &tracked).require_grad();
+        let options = ConvTransposeOptions::new([2, 2], [1, 1], [1, 1], [1, 1], 1);
+        let y = conv_transpose2d(x.clone(), weight.clone(), Some(bias.clone()), options);
+        let weights = tensor(34, y.dims(), &tracked);
+        let gradients = (y.clone() * weights).sum().backward();
+        results.push(("conv_transpose2d", y.into_data()));
+        for (name, parameter) in [
+            ("conv_transpose2d_x_gradient", x.grad(&gradients)),
+            ("conv_transpose2d_weight_gradient", weight.grad(&gradients)),
+        ] {
+            results.push((name, parameter.expect("a gradient").into_data()));
+        }
+        results.push((
+            "conv_transpose2d_bias_gradient",
+            bias.grad(&gradients).expect("a gradient").into_data(),
+        ));
         results
     }
 
