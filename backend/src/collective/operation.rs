@@ -275,13 +275,19 @@ mod tests {
             Collective::Barrier,
         ] {
             let custom = collective.to_ir(Vec::new(), Vec::new());
-            assert_eq!(Collective::from_ir(&custom), Some(Ok(collective)));
+            assert_eq!(Collective::from_ir(&custom), Some(Ok(collective.clone())));
+            assert_eq!(
+                Collective::from_scalars(&collective.to_scalars()),
+                Ok(collective)
+            );
         }
         let other = CustomOpIr {
             id: "someone.else".into(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            scalars: Vec::new(),
         };
+        assert!(Collective::from_scalars(&[burn_ir::ScalarIr::UInt(300)]).is_err());
         assert_eq!(Collective::from_ir(&other), None);
         let broken = CustomOpIr {
             id: format!("{PREFIX}all_gather/dim=x/0,1"),

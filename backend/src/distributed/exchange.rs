@@ -256,10 +256,10 @@ mod tests {
             let expected: Vec<TensorData> = (1..=4).map(awkward).collect();
             assert_eq!(replicas.len(), 4);
             for (found, expected) in replicas.iter().zip(&expected) {
-                assert_eq!(found.bytes.to_vec(), expected.bytes.to_vec());
+                assert_eq!(found.bytes().to_vec(), expected.bytes().to_vec());
                 assert_eq!(
-                    (&found.shape, found.dtype),
-                    (&expected.shape, expected.dtype)
+                    (&found.shape(), found.dtype()),
+                    (&expected.shape(), expected.dtype())
                 );
             }
         }

@@ -270,15 +270,12 @@ impl Lowering {
             Op::ConvTranspose3dBiasBackward(ir) => {
                 conv::bias_backward(self, &ir.output_grad, &ir.out)
             }
-            Op::ConvTranspose1dWeightBackward(_)
-            | Op::ConvTranspose2dWeightBackward(_)
-            | Op::ConvTranspose3dWeightBackward(_) => {
-                unsupported("no lowering yet of a transposed convolution's weight gradient")
-            }
-            Op::Unfold4d(_) => unsupported("no lowering yet of `unfold4d` (im2col)"),
-            Op::AdaptiveAvgPool3d(_) | Op::AdaptiveAvgPool3dBackward(_) => {
-                unsupported("no lowering yet of 3-d adaptive average pooling")
-            }
+            Op::ConvTranspose1dWeightBackward(ir) => conv::weight_backward(self, ir),
+            Op::ConvTranspose2dWeightBackward(ir) => conv::weight_backward(self, ir),
+            Op::ConvTranspose3dWeightBackward(ir) => conv::weight_backward(self, ir),
+            Op::Unfold4d(ir) => conv::unfold4d(self, ir),
+            Op::AdaptiveAvgPool3d(ir) => resample::adaptive_avg_pool3d(self, ir),
+            Op::AdaptiveAvgPool3dBackward(ir) => resample::adaptive_avg_pool3d_backward(self, ir),
             Op::CtcLoss(_) | Op::CtcLossBackward(_) => unsupported(
                 "burn-router 0.21 never records it (Burn computes the CTC loss from other operations)",
             ),

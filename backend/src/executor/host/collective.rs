@@ -173,14 +173,14 @@ mod tests {
         let a = data(&[1.0, 2.0, 3.0, 4.0], [2, 2]);
         let b = data(&[5.0, 6.0, 7.0, 8.0], [2, 2]);
         let columns = concatenate(&[a.clone(), b.clone()], 1);
-        assert_eq!(columns.shape.as_slice(), [2, 4]);
+        assert_eq!(columns.shape().as_slice(), [2, 4]);
         assert_eq!(
-            columns.to_vec::<f32>().unwrap(),
+            columns.try_to_vec::<f32>().unwrap(),
             [1.0, 2.0, 5.0, 6.0, 3.0, 4.0, 7.0, 8.0]
         );
         assert_eq!(chunk(&columns, 1, 1, 2), b);
         let rows = concatenate(&[a.clone(), b], 0);
-        assert_eq!(rows.shape.as_slice(), [4, 2]);
+        assert_eq!(rows.shape().as_slice(), [4, 2]);
         assert_eq!(chunk(&rows, 0, 0, 2), a);
     }
 
@@ -188,11 +188,11 @@ mod tests {
     fn reductions_round_once_to_the_tensor_type() {
         let members = [data(&[1.0, -2.0], [1, 2]), data(&[3.0, 5.0], [1, 2])];
         let sum = reduce(&members, ReduceOp::Sum).unwrap();
-        assert_eq!(sum.to_vec::<f32>().unwrap(), [4.0, 3.0]);
+        assert_eq!(sum.try_to_vec::<f32>().unwrap(), [4.0, 3.0]);
         let mean = reduce(&members, ReduceOp::Mean).unwrap();
-        assert_eq!(mean.to_vec::<f32>().unwrap(), [2.0, 1.5]);
+        assert_eq!(mean.try_to_vec::<f32>().unwrap(), [2.0, 1.5]);
         let max = reduce(&members, ReduceOp::Max).unwrap();
-        assert_eq!(max.to_vec::<f32>().unwrap(), [3.0, 5.0]);
+        assert_eq!(max.try_to_vec::<f32>().unwrap(), [3.0, 5.0]);
         let ints = [TensorData::new(vec![1i32], [1])];
         assert!(reduce(&ints, ReduceOp::Sum).is_err());
     }
