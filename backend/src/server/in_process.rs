@@ -3,20 +3,20 @@
 //! Burn 0.22 has no in-process transport for its remote target, so each device gets a
 //! `BackendServer` on a loopback WebSocket: the listener is bound to `127.0.0.1:0` before the
 //! device is returned (no port race), the server runs on a Tokio runtime of its own in a
-//! background thread for the life of the process, and it opens sessions only for clients that
-//! present this process's random token. `BackendServer::serve` is not used: it takes over Ctrl+C
-//! and SIGTERM, which a library must not do.
+//! background thread for the life of the process ([`super::BoundServer::serve_in_background`]),
+//! and it opens sessions only for clients that present this process's random token.
+//! `BackendServer::serve` is not used: it takes over Ctrl+C and SIGTERM, which a library must
+//! not do.
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::sync::{Mutex, OnceLock};
 
-use burn_remote::server::{BackendServer, WebSocketTransport};
 use burn_tensor::Device;
 use burn_tensor::remote::RemoteHost;
 
 use super::Access;
-use crate::{BackendError, Trainium, TrainiumDevice};
+use crate::{BackendError, TrainiumDevice};
 
 /// The address of a device served in this process.
 #[derive(Clone)]
@@ -74,36 +74,12 @@ fn serve_in_process(device: TrainiumDevice) -> Result<Served, BackendError> {
     if let Some(existing) = served.get(&device) {
         return Ok(existing.clone());
     }
-    // Opening the executor here reports a missing plugin or a bad setting as an error, where
-    // the server's session would only panic.
-    crate::check_device(&device)?;
-    let failed = |reason: String| BackendError::Server {
-        device: device.to_string(),
-        reason,
+    let options = super::ServeOptions {
+        devices: vec![device],
+        listen: (Ipv4Addr::LOCALHOST, 0).into(),
+        access: Access::Token(process_token().to_string()),
     };
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(|error| failed(format!("binding a loopback port: {error}")))?;
-    let address = listener
-        .local_addr()
-        .map_err(|error| failed(format!("reading the bound port: {error}")))?;
-    let access = Access::Token(process_token().to_string());
-    let server = super::custom_ops::with_collectives(BackendServer::<Trainium>::new([device]))
-        .with_authorizer(access.authorizer()?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(format!("trainium-server-{device}"))
-        .enable_all()
-        .build()
-        .map_err(|error| failed(format!("starting its runtime: {error}")))?;
-    let serving = server.serve_async(WebSocketTransport::from_listener(listener));
-    std::thread::Builder::new()
-        .name(format!("trainium-server-{device}"))
-        .spawn(move || {
-            if let Err(error) = runtime.block_on(serving) {
-                log::error!("the in-process server of {device} stopped: {error}");
-            }
-        })
-        .map_err(|error| failed(format!("starting its thread: {error}")))?;
+    let address = super::standalone::bind(&options)?.serve_in_background()?;
     log::debug!("serving {device} in process on {address}");
     let entry = Served {
         url: format!("ws://{address}"),

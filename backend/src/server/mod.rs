@@ -20,4 +20,4 @@ mod standalone;
 
 pub use access::Access;
 pub use in_process::{device, device_from_env};
-pub use standalone::{ServeOptions, serve};
+pub use standalone::{BoundServer, ServeOptions, bind, serve};
