@@ -184,34 +184,48 @@ pub fn copy_to_group<const D: usize>(tensor: Tensor<D>, groups: &ReplicaGroups) 
 }
 
 /// `tensors` unchanged, fenced: a compiler may not move computation into or out of the barrier.
-/// Several tensors pass it together, flattened into one (Burn's extensions take no list of
-/// tensors that autodiff follows) and cut apart after it.
+/// Tensors of one dtype pass it together, flattened into one (Burn's extensions take no list of
+/// tensors that autodiff follows) and cut apart after it; each dtype has a barrier of its own.
 pub fn optimization_barrier<const D: usize>(tensors: Vec<Tensor<D>>) -> Vec<Tensor<D>> {
-    match tensors.len() {
-        0 => Vec::new(),
-        1 => vec![run_one(
-            Collective::Barrier,
-            tensors.into_iter().next().expect("one"),
-        )],
-        _ => {
-            let shapes: Vec<_> = tensors.iter().map(Tensor::shape).collect();
-            let flat: Vec<Tensor<1>> = tensors
-                .into_iter()
-                .map(|tensor| tensor.flatten::<1>(0, D - 1))
-                .collect();
-            let fenced = run_one(Collective::Barrier, Tensor::cat(flat, 0));
-            let mut start = 0;
-            shapes
-                .into_iter()
-                .map(|shape| {
-                    let elements = shape.num_elements();
-                    let piece = fenced.clone().slice(start..start + elements);
-                    start += elements;
-                    piece.reshape(shape)
-                })
-                .collect()
+    let mut outputs: Vec<Option<Tensor<D>>> = vec![None; tensors.len()];
+    let mut by_dtype: Vec<(burn_backend::DType, Vec<(usize, Tensor<D>)>)> = Vec::new();
+    for (index, tensor) in tensors.into_iter().enumerate() {
+        let dtype = tensor.dtype();
+        match by_dtype.iter_mut().find(|(known, _)| *known == dtype) {
+            Some((_, group)) => group.push((index, tensor)),
+            None => by_dtype.push((dtype, vec![(index, tensor)])),
         }
     }
+    for (_, group) in by_dtype {
+        for (index, fenced) in fence_together(group) {
+            outputs[index] = Some(fenced);
+        }
+    }
+    outputs.into_iter().map(|output| output.expect("every tensor fenced")).collect()
+}
+
+/// One barrier over `group` (tensors of one dtype, with their positions).
+fn fence_together<const D: usize>(group: Vec<(usize, Tensor<D>)>) -> Vec<(usize, Tensor<D>)> {
+    if group.len() == 1 {
+        let (index, tensor) = group.into_iter().next().expect("one tensor");
+        return vec![(index, run_one(Collective::Barrier, tensor))];
+    }
+    let shapes: Vec<_> = group.iter().map(|(index, tensor)| (*index, tensor.shape())).collect();
+    let flat: Vec<Tensor<1>> = group
+        .into_iter()
+        .map(|(_, tensor)| tensor.flatten::<1>(0, D - 1))
+        .collect();
+    let fenced = run_one(Collective::Barrier, Tensor::cat(flat, 0));
+    let mut start = 0;
+    shapes
+        .into_iter()
+        .map(|(index, shape)| {
+            let elements = shape.num_elements();
+            let piece = fenced.clone().slice(start..start + elements);
+            start += elements;
+            (index, piece.reshape(shape))
+        })
+        .collect()
 }
 
 /// The replicas' data one after the other, flat, and the shape of one.

@@ -166,6 +166,20 @@ mod collectives {
             vec![vec![0.0, 0.0], vec![1.0, 2.0]],
             "{spec}: permute"
         );
+        // A barrier over tensors of two dtypes returns each unchanged, in its dtype.
+        let fenced = collective::optimization_barrier(vec![
+            x.clone(),
+            x.clone().cast(burn::tensor::DType::BF16),
+            x.clone().mul_scalar(2.0),
+        ]);
+        assert_eq!(fenced[1].dtype(), burn::tensor::DType::BF16, "{spec}");
+        let as_f32 = |tensor: Tensor<1>| tensor.cast(burn::tensor::DType::F32);
+        assert_eq!(read(as_f32(fenced[1].clone())), read(x.clone()), "{spec}: barrier");
+        assert_eq!(
+            read(fenced[2].clone()),
+            vec![vec![2.0, 4.0], vec![6.0, 10.0]],
+            "{spec}: barrier"
+        );
         // Under autodiff: the gradient of an all-gather is a reduce-scatter of the output's
         // gradient, here the sum over both replicas of a weight of 1, 2, 3, 4 per element.
         let tracked_device = device.clone().autodiff();
@@ -206,9 +220,18 @@ mod collectives {
             reduced.into_data().try_to_vec::<f32>().unwrap(),
             vec![1.0, 2.0]
         );
-        let fenced = collective::optimization_barrier(vec![x.clone(), x.clone() * 2.0]);
+        let fenced = collective::optimization_barrier(vec![
+            x.clone(),
+            x.clone().cast(burn::tensor::DType::BF16),
+            x.clone() * 2.0,
+        ]);
+        assert_eq!(fenced[1].dtype(), burn::tensor::DType::BF16);
         assert_eq!(
-            fenced[1].clone().into_data().try_to_vec::<f32>().unwrap(),
+            fenced[1].clone().cast(burn::tensor::DType::F32).into_data().try_to_vec::<f32>().unwrap(),
+            vec![1.0, 2.0]
+        );
+        assert_eq!(
+            fenced[2].clone().into_data().try_to_vec::<f32>().unwrap(),
             vec![2.0, 4.0]
         );
     }
