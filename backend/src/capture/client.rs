@@ -440,7 +440,26 @@ impl TrainiumClient {
     /// Copies a tensor to the host (its first replica), running the waiting segment first if
     /// the tensor depends on it.
     pub(crate) fn read_data(&self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+        if let Some(data) = self.read_held(tensor) {
+            return Ok(data);
+        }
         self.read_with(tensor, |executor| executor.read(tensor))
+    }
+
+    /// The value of `tensor` when it is host data not yet uploaded: read without the executor
+    /// (every replica holds it, and an executor that only compiles, such as `neuron` without a
+    /// chip, reads zeros). A last read forgets it.
+    fn read_held(&self, tensor: &TensorIr) -> Option<TensorData> {
+        let mut state = self.lock();
+        let data = match tensor.status {
+            TensorStatus::ReadWrite => state.host_values.take(&tensor.id)?,
+            _ => state.host_values.get(&tensor.id)?.clone(),
+        };
+        if tensor.status == TensorStatus::ReadWrite {
+            state.live.remove(&tensor.id);
+            self.update_live_gauge(&state);
+        }
+        Some(data)
     }
 
     /// Copies every replica of a tensor to the host, running the waiting segment first if the

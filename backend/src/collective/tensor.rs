@@ -75,6 +75,10 @@ fn layout(device: &RemoteDevice) -> ReplicaLayout {
         local: values[1] as usize,
         first: values[2] as usize,
     };
+    assert!(
+        layout.total >= 1 && layout.local >= 1,
+        "{device:?} reported {layout:?}: a device has one replica at least"
+    );
     layouts.push((device.clone(), layout));
     layout
 }
@@ -201,7 +205,10 @@ pub fn optimization_barrier<const D: usize>(tensors: Vec<Tensor<D>>) -> Vec<Tens
             outputs[index] = Some(fenced);
         }
     }
-    outputs.into_iter().map(|output| output.expect("every tensor fenced")).collect()
+    outputs
+        .into_iter()
+        .map(|output| output.expect("every tensor fenced"))
+        .collect()
 }
 
 /// One barrier over `group` (tensors of one dtype, with their positions).
@@ -210,7 +217,10 @@ fn fence_together<const D: usize>(group: Vec<(usize, Tensor<D>)>) -> Vec<(usize,
         let (index, tensor) = group.into_iter().next().expect("one tensor");
         return vec![(index, run_one(Collective::Barrier, tensor))];
     }
-    let shapes: Vec<_> = group.iter().map(|(index, tensor)| (*index, tensor.shape())).collect();
+    let shapes: Vec<_> = group
+        .iter()
+        .map(|(index, tensor)| (*index, tensor.shape()))
+        .collect();
     let flat: Vec<Tensor<1>> = group
         .into_iter()
         .map(|(_, tensor)| tensor.flatten::<1>(0, D - 1))

@@ -161,7 +161,10 @@ mod tests {
             .err()
             .expect("refused")
             .to_string();
-        assert!(error.contains("0.0.0.0:0") && error.contains("--token-file"), "{error}");
+        assert!(
+            error.contains("0.0.0.0:0") && error.contains("--token-file"),
+            "{error}"
+        );
         let error = bind(&options("127.0.0.1:0", Access::Token(String::new())))
             .err()
             .expect("refused")

@@ -174,7 +174,11 @@ mod collectives {
         ]);
         assert_eq!(fenced[1].dtype(), burn::tensor::DType::BF16, "{spec}");
         let as_f32 = |tensor: Tensor<1>| tensor.cast(burn::tensor::DType::F32);
-        assert_eq!(read(as_f32(fenced[1].clone())), read(x.clone()), "{spec}: barrier");
+        assert_eq!(
+            read(as_f32(fenced[1].clone())),
+            read(x.clone()),
+            "{spec}: barrier"
+        );
         assert_eq!(
             read(fenced[2].clone()),
             vec![vec![2.0, 4.0], vec![6.0, 10.0]],
@@ -227,7 +231,12 @@ mod collectives {
         ]);
         assert_eq!(fenced[1].dtype(), burn::tensor::DType::BF16);
         assert_eq!(
-            fenced[1].clone().cast(burn::tensor::DType::F32).into_data().try_to_vec::<f32>().unwrap(),
+            fenced[1]
+                .clone()
+                .cast(burn::tensor::DType::F32)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap(),
             vec![1.0, 2.0]
         );
         assert_eq!(

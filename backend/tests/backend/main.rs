@@ -2,11 +2,21 @@
 //! plugin (replicated devices and collectives included), the lowering, and the `neuron`
 //! executor's toolchain with a stand-in compiler.
 //!
-//! Tests that count statistics use a device of their own: statistics are kept per device.
+//! Tensors are Burn 0.22's: the tests reach the executors through the devices
+//! `burn_trainium::device` serves in the process and compare them with Flex; statistics and
+//! settings are read and set on the `TrainiumDevice` a served device stands for.
 //!
-//! During the move to Burn 0.22 only the modules below build; `collectives`, `data_parallel`,
-//! `errors`, `executor`, `lowering`, `neuron_*` and `support` are ported next (they used
-//! `Tensor<Trainium, D>`, which Burn 0.22 removed).
+//! Tests that count statistics use a device of their own: statistics are kept per device.
 
 mod burn_device;
+mod collectives;
 mod coverage;
+mod data_parallel;
+mod errors;
+mod executor;
+mod lowering;
+mod neuron_cache;
+mod neuron_compile_only;
+mod neuron_on_chip;
+mod neuron_support;
+mod support;
