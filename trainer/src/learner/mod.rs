@@ -20,4 +20,4 @@ pub use observer::{ObservedStep, RunEnd, StepObserver};
 pub use optimizer_step::{OptimizerStep, step_seed};
 pub use renderer::ProgressRenderer;
 pub use shared_optimizer::SharedOptimizer;
-pub use strategy::{HlatComponents, HlatStrategy};
+pub use strategy::HlatStrategy;
