@@ -304,6 +304,47 @@ pub fn save_optimizer<M: Module + 'static>(
     write_items(items, &path).map_err(checkpoint_error)
 }
 
+/// Checks that a share's state for the parameter at `position` belongs to a model of
+/// `parameters` and to that share.
+fn check_owned(position: usize, parameters: usize, share: ProcessShare) -> Result<(), String> {
+    if position >= parameters {
+        return Err(format!(
+            "holds optimizer state for parameter {position}, the model has {parameters}"
+        ));
+    }
+    if !share.owns(position) {
+        return Err(format!(
+            "holds optimizer state for parameter {position}, which is not rank {}'s of {}",
+            share.rank, share.processes
+        ));
+    }
+    Ok(())
+}
+
+/// The state of a checkpoint written on Burn 0.21, on `device`.
+fn legacy_state(
+    state: crate::checkpoint_legacy::LegacyState,
+    device: &Device,
+) -> Result<StateRecord, String> {
+    fn typed<const D: usize>(
+        state: crate::checkpoint_legacy::LegacyState,
+        device: &Device,
+    ) -> StateRecord {
+        StateRecord::from_state(AdamWState::<D> {
+            moment1: Tensor::from_data(state.moment1, device),
+            moment2: Tensor::from_data(state.moment2, device),
+            time: state.time,
+        })
+    }
+    Ok(match state.rank {
+        1 => typed::<1>(state, device),
+        2 => typed::<2>(state, device),
+        3 => typed::<3>(state, device),
+        4 => typed::<4>(state, device),
+        other => return Err(unsupported_rank(other)),
+    })
+}
+
 /// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters, split again
 /// as `layout` splits the model and the state, one layer at a time (the device holds one layer's
 /// whole state at most). `dir` is a checkpoint of the job's folder (rank 0's); a checkpoint
@@ -334,24 +375,31 @@ pub fn load_optimizer<M: Module + 'static>(
     let mut items: HashMap<usize, StateRecord> = HashMap::new();
     for rank in 0..processes {
         let share = ProcessShare { rank, processes };
-        let path = share_dir(dir, rank)?.join(format!("{}.bpk", share.optimizer_file()));
+        let share_path = share_dir(dir, rank)?;
+        let path = share_path.join(format!("{}.bpk", share.optimizer_file()));
+        let legacy_path = share_path.join(format!("{}.bin", share.optimizer_file()));
+        if !path.exists() && legacy_path.exists() {
+            let legacy_error = |message: String| TrainError::Checkpoint {
+                path: legacy_path.clone(),
+                message,
+            };
+            for state in crate::checkpoint_legacy::read(&legacy_path).map_err(legacy_error)? {
+                check_owned(state.position, parameters, share).map_err(legacy_error)?;
+                let position = state.position;
+                items.insert(
+                    position,
+                    legacy_state(state, &device).map_err(legacy_error)?,
+                );
+            }
+            continue;
+        }
         let checkpoint_error = |message: String| TrainError::Checkpoint {
             path: path.clone(),
             message,
         };
         let (entries, mut source) = read_items(&path).map_err(checkpoint_error)?;
         for (position, param_rank) in entries {
-            if position >= parameters {
-                return Err(checkpoint_error(format!(
-                    "holds optimizer state for parameter {position}, the model has {parameters}"
-                )));
-            }
-            if !share.owns(position) {
-                return Err(checkpoint_error(format!(
-                    "holds optimizer state for parameter {position}, which is not rank {rank}'s \
-                     of {processes}"
-                )));
-            }
+            check_owned(position, parameters, share).map_err(checkpoint_error)?;
             let state = state_from_source(param_rank, position, &mut source, &device)
                 .map_err(checkpoint_error)?
                 .ok_or_else(|| {
