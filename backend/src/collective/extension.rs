@@ -18,7 +18,7 @@ use burn_autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{AutodiffBackend, DType, Shape, TensorMetadata, get_device_settings};
+use burn_backend::{AutodiffBackend, Shape, TensorMetadata, get_device_settings};
 use burn_ir::{CustomOpIr, ScalarIr, TensorIr, TensorStatus};
 use burn_remote::CustomOpClient;
 use burn_router::RouterClient;
@@ -58,19 +58,28 @@ pub trait CollectiveExtension: Backend {
     fn replicas_out(tensor: FloatTensor<Self>, rows: u64, local: bool) -> FloatTensor<Self>;
 }
 
-/// Registers `ir`'s custom operation on the device server of `like`'s client.
-fn register_remote(like: &FloatTensor<Remote>, ir: CustomOpIr) -> Vec<FloatTensor<Remote>> {
-    CustomOpClient::new(&like.client.device()).register(ir)
-}
-
-/// A fresh output of `shape` and `dtype` on the device server of `like`'s client.
-fn remote_output(like: &FloatTensor<Remote>, shape: Shape, dtype: DType) -> TensorIr {
-    TensorIr {
-        id: like.client.create_empty_handle(),
+/// Runs the server's custom operation `id` on `input`, with `scalars`, giving one output of
+/// `shape` in `input`'s dtype.
+fn remote_unary(
+    id: &str,
+    input: FloatTensor<Remote>,
+    shape: Shape,
+    scalars: Vec<ScalarIr>,
+) -> FloatTensor<Remote> {
+    let client = input.client.clone();
+    let output = TensorIr {
+        id: client.create_empty_handle(),
         shape,
         status: TensorStatus::NotInit,
-        dtype,
-    }
+        dtype: input.dtype(),
+    };
+    let ir = CustomOpIr {
+        id: id.to_string(),
+        inputs: vec![input.into_ir()],
+        outputs: vec![output],
+        scalars,
+    };
+    CustomOpClient::new(&client.device()).register(ir).remove(0)
 }
 
 impl CollectiveExtension for Remote {
@@ -78,18 +87,12 @@ impl CollectiveExtension for Remote {
         let shape = collective
             .output_shape(&tensor.shape())
             .unwrap_or_else(|reason| panic!("{collective}: {reason}"));
-        let output = remote_output(&tensor, shape.into(), tensor.dtype());
-        let like = tensor.clone();
-        register_remote(
-            &like,
-            CustomOpIr {
-                id: REMOTE_OPERATION.to_string(),
-                inputs: vec![tensor.into_ir()],
-                outputs: vec![output],
-                scalars: collective.to_scalars(),
-            },
+        remote_unary(
+            REMOTE_OPERATION,
+            tensor,
+            shape.into(),
+            collective.to_scalars(),
         )
-        .remove(0)
     }
 
     fn copy_to_group_of(tensor: FloatTensor<Self>, _groups: ReplicaGroups) -> FloatTensor<Self> {
@@ -97,35 +100,18 @@ impl CollectiveExtension for Remote {
     }
 
     fn replicas_in(flat: FloatTensor<Self>, shape: Vec<usize>) -> FloatTensor<Self> {
-        let output = remote_output(&flat, shape.into(), flat.dtype());
-        let like = flat.clone();
-        register_remote(
-            &like,
-            CustomOpIr {
-                id: REPLICAS_IN.to_string(),
-                inputs: vec![flat.into_ir()],
-                outputs: vec![output],
-                scalars: Vec::new(),
-            },
-        )
-        .remove(0)
+        remote_unary(REPLICAS_IN, flat, shape.into(), Vec::new())
     }
 
     fn replicas_out(tensor: FloatTensor<Self>, rows: u64, local: bool) -> FloatTensor<Self> {
         let elements = rows as usize * tensor.shape().num_elements();
-        let stacked = remote_output(&tensor, Shape::from([elements]), tensor.dtype());
-        let like = tensor.clone();
         let count = if local { rows } else { u64::MAX };
-        register_remote(
-            &like,
-            CustomOpIr {
-                id: REPLICAS_OUT.to_string(),
-                inputs: vec![tensor.into_ir()],
-                outputs: vec![stacked],
-                scalars: vec![ScalarIr::UInt(count)],
-            },
+        remote_unary(
+            REPLICAS_OUT,
+            tensor,
+            Shape::from([elements]),
+            vec![ScalarIr::UInt(count)],
         )
-        .remove(0)
     }
 }
 

@@ -6,9 +6,8 @@
 use burn_ir::{ActivationOperationIr, BinaryOpIr, DimOpIr, HardSigmoidOpIr, TensorIr};
 
 use super::builder::{Builder, Direction, Value};
-use super::context::{Lowered, Lowering, dims};
+use super::context::{Lowered, Lowering, compute_type, dims};
 use super::reduce::{self, Reduction};
-use crate::hlo::PrimitiveType;
 
 /// Lowers one operation of the activation group.
 pub(crate) fn activation(cx: &mut Lowering, op: &ActivationOperationIr) -> Lowered {
@@ -41,14 +40,6 @@ pub(crate) fn activation(cx: &mut Lowering, op: &ActivationOperationIr) -> Lower
         Op::Softmax(ir) => softmax(cx, ir, Softmax::Plain),
         Op::LogSoftmax(ir) => softmax(cx, ir, Softmax::Log),
         Op::Softmin(ir) => softmax(cx, ir, Softmax::Min),
-    }
-}
-
-/// The type an activation is computed in: f32 for half-precision floats, else the input's.
-fn compute_type(element_type: PrimitiveType) -> PrimitiveType {
-    match element_type {
-        PrimitiveType::F16 | PrimitiveType::Bf16 => PrimitiveType::F32,
-        other => other,
     }
 }
 

@@ -7,7 +7,7 @@ use burn_ir::{BinaryOpIr, ClampOpIr, CrossOpIr, ScalarOpIr, TensorIr, UnaryOpIr}
 
 use super::OperatorRules;
 use super::builder::{Direction, Value};
-use super::context::{Lowered, Lowering, dims, element_type};
+use super::context::{Lowered, Lowering, compute_type, dims, element_type};
 use crate::hlo::PrimitiveType;
 
 /// Arithmetic on two tensors, as Burn defines it.
@@ -291,10 +291,7 @@ pub(crate) fn hypot(cx: &mut Lowering, ir: &BinaryOpIr) -> Lowered {
     let lhs = cx.get(&ir.lhs)?;
     let rhs = cx.get(&ir.rhs)?;
     let stored = lhs.element_type;
-    let wide = match stored {
-        PrimitiveType::F16 | PrimitiveType::Bf16 => PrimitiveType::F32,
-        other => other,
-    };
+    let wide = compute_type(stored);
     let (lhs, rhs) = operands(cx, &lhs, &rhs, wide, &out_dims);
     let builder = &mut cx.builder;
     let lhs = builder.unary("abs", &lhs);

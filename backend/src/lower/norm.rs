@@ -5,17 +5,9 @@
 use burn_ir::{BatchNormOpIr, LayerNormOpIr, TensorIr};
 
 use super::builder::Value;
-use super::context::{Lowered, Lowering};
+use super::context::{Lowered, Lowering, compute_type};
 use super::reduce::{self, Reduction};
 use crate::hlo::PrimitiveType;
-
-/// The type a normalisation is computed in: f32 for half-precision floats.
-fn compute_type(element_type: PrimitiveType) -> PrimitiveType {
-    match element_type {
-        PrimitiveType::F16 | PrimitiveType::Bf16 => PrimitiveType::F32,
-        other => other,
-    }
-}
 
 /// A per-feature vector `tensor` (of `along`'s size) in `compute`, broadcast to `dims` along
 /// dimension `along`.
