@@ -345,7 +345,7 @@ fn unstack(
 ) -> Result<Vec<TensorData>, ExecutionError> {
     let dtype = stacked.dtype();
     let bytes = stacked.as_bytes();
-    let row_bytes = if rows == 0 { 0 } else { bytes.len() / rows };
+    let row_bytes = bytes.len().checked_div(rows).unwrap_or(0);
     Ok((0..rows)
         .map(|row| {
             TensorData::from_bytes_vec(

@@ -64,7 +64,7 @@ impl HostExecutor {
     pub fn new(span: ReplicaSpan) -> Self {
         Self {
             replicas: (0..span.local.max(1))
-                .map(|_| Runner::new(FlexDevice::default()))
+                .map(|_| Runner::new(FlexDevice))
                 .collect(),
             span,
             broken: None,
@@ -323,6 +323,6 @@ impl Executor for HostExecutor {
     }
 
     fn seed(&mut self, seed: u64) {
-        Flex::seed(&FlexDevice::default(), seed);
+        Flex::seed(&FlexDevice, seed);
     }
 }

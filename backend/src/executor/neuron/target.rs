@@ -464,7 +464,7 @@ impl Target for NeuronCores {
     }
 
     fn upload(&mut self, replica: usize, data: &TensorData) -> Result<NeuronBuffer, BackendError> {
-        let size = byte_size(&data.shape(), data.dtype())?;
+        let size = byte_size(data.shape(), data.dtype())?;
         let Some(cores) = &self.cores else {
             return Ok(NeuronBuffer::Stub);
         };
