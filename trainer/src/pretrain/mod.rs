@@ -24,8 +24,8 @@ use hlat::checkpoint::run_folder::{RunFolder, rank_output};
 use crate::checkpoint_state::{ProcessShare, read_state};
 use crate::error::TrainError;
 use crate::learner::{
-    HlatStrategy, OptimizerStep, ProgressRenderer, RowsBatcher, SharedOptimizer, StepLoader,
-    TokenLossMetric,
+    HlatStrategy, OptimizerStep, ProgressRenderer, RowsBatcher, RunFolderLogger, SharedOptimizer,
+    StepLoader, TokenLossMetric,
 };
 use crate::metrics::MetricsLog;
 use crate::schedule::WarmupCosineScheduler;
@@ -263,6 +263,7 @@ pub fn pretrain(
     let module_optimizer = optimizer.module_optimizer(&start.model);
     let learner = Learner::new(start.model, module_optimizer, scheduler);
     let training = SupervisedTraining::new(&out, Arc::new(train), valid)
+        .with_metric_logger(RunFolderLogger::new(&out))
         .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
         .with_application_logger(None)
         .grads_accumulation(accumulation)
