@@ -482,7 +482,8 @@ impl TrainiumClient {
     /// Reads `tensor` with `read`. A tensor that already has its value is read without running
     /// the waiting segment: a read from another thread (Burn's metrics run in one) must not cut
     /// the segment this thread is capturing at a point that varies from step to step, which
-    /// would make each cut a new program.
+    /// would make each cut a new program. A device server's reads are its client's own (see
+    /// below).
     fn read_with<T>(
         &self,
         tensor: &TensorIr,
@@ -491,7 +492,11 @@ impl TrainiumClient {
         let mut state = self.lock();
         self.upload_held(&mut state, [tensor.id]);
         if state.segment.must_run_before_reading(tensor) {
-            if state.is_other_thread() {
+            // A device server (`burn_trainium::device`, `hlat serve`) reads for its client from
+            // its runtime's threads, not the session thread that captured the operations: such a
+            // read is the stream's own and runs the whole waiting segment, one segment per read.
+            let served = tokio::runtime::Handle::try_current().is_ok();
+            if state.is_other_thread() && !served {
                 self.run_prefix_for(&mut state, tensor)?;
             } else {
                 self.flush(&mut state)?;
