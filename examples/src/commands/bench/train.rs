@@ -506,11 +506,6 @@ fn measure_peers(
         (args.with_pytorch, Framework::PyTorch),
         (args.with_jax, Framework::Jax),
     ];
-    let modes: &[bool] = if args.peer_compile {
-        &[false, true]
-    } else {
-        &[false]
-    };
     let runs = peers
         .into_iter()
         .filter_map(|(on, framework)| on.then_some(framework))
@@ -521,10 +516,9 @@ fn measure_peers(
         })
         .flat_map(|(framework, allocator)| {
             // Only PyTorch has an eager mode to compile; JAX's step is one `jit` already.
-            let compiled = if framework == Framework::PyTorch {
-                modes
-            } else {
-                &[false]
+            let compiled: &[bool] = match framework {
+                Framework::PyTorch if args.peer_compile => &[false, true],
+                _ => &[false],
             };
             compiled
                 .iter()
