@@ -299,3 +299,59 @@ fn xla_cuts_long_segments_of_small_tensors_unless_a_cap_is_set() {
     assert_eq!(capped_segments, 1, "a cap set for the device decides alone");
     capped.assert_approx_eq::<f32>(&reference, burn::tensor::Tolerance::absolute(1e-5));
 }
+
+/// One step of a loop whose loss another thread takes the mean of (as Burn's metrics thread
+/// does), arriving after `arriving_after` of the step's later operations: the mean and the
+/// step's result.
+fn step_with_a_mean_from_another_thread(
+    device: &Device,
+    arriving_after: usize,
+) -> (f32, TensorData) {
+    let weight = Tensor::<2>::from_data(TensorData::new(vec![0.5f32; 12], [3, 4]), device);
+    let x = ramp(device);
+    let loss = (x.clone() * weight).sum();
+    let mut later = x;
+    for step in 0..arriving_after {
+        later = (later * 1.5).add_scalar(step as f32);
+    }
+    // The client sends each stream's operations when flushed: this orders the streams.
+    device.flush().unwrap();
+    let other_device = device.clone();
+    let mean = std::thread::spawn(move || {
+        let mean = loss.mean();
+        other_device.flush().unwrap();
+        mean
+    })
+    .join()
+    .unwrap();
+    for step in arriving_after..3 {
+        later = (later * 1.5).add_scalar(step as f32);
+    }
+    device.flush().unwrap();
+    let mean = mean.into_data().try_to_vec::<f32>().unwrap()[0];
+    (mean, later.into_data())
+}
+
+/// Another stream's operations on the capturing stream's tensors run at the end of the program
+/// that computes what they need, wherever they arrived among the capturing stream's operations:
+/// the same step with the mean arriving at another point compiles nothing new.
+#[test]
+fn another_streams_operations_do_not_change_the_capturing_streams_programs() {
+    crate::support::xla();
+    let trainium = TrainiumDevice::new(ExecutorKind::Xla, 3);
+    let device = crate::support::trainium(trainium);
+    let (first_mean, first) = step_with_a_mean_from_another_thread(&device, 0);
+    device.sync().unwrap();
+    let programs = stats(&trainium).compiles;
+    for arriving_after in [2, 3] {
+        let (mean, result) = step_with_a_mean_from_another_thread(&device, arriving_after);
+        device.sync().unwrap();
+        assert_eq!(mean, first_mean);
+        result.assert_eq(&first, true);
+        let counted = stats(&trainium);
+        assert_eq!(
+            counted.compiles, programs,
+            "arriving after {arriving_after} operations: {counted:?}"
+        );
+    }
+}
