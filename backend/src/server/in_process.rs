@@ -18,10 +18,11 @@ use burn_tensor::remote::RemoteHost;
 use super::Access;
 use crate::{BackendError, TrainiumDevice};
 
-/// The address of a device served in this process.
+/// A device served in this process: its address, and the client device that first reached it.
 #[derive(Clone)]
 struct Served {
     url: String,
+    client: Option<Device>,
 }
 
 /// The devices served in this process, by the device they serve.
@@ -49,14 +50,39 @@ fn process_token() -> &'static str {
 /// ```
 pub fn device(spec: &str) -> Result<Device, BackendError> {
     let trainium: TrainiumDevice = spec.parse()?;
-    let served = serve_in_process(trainium)?;
-    let host = RemoteHost::websocket(&served.url).with_credential(process_token());
-    Device::remote_options(&host)
+    let url = serve_in_process(trainium)?;
+    let host = RemoteHost::websocket(&url).with_credential(process_token());
+    let device = Device::remote_options(&host)
         .init()
         .map_err(|error| BackendError::Server {
             device: trainium.to_string(),
-            reason: format!("connecting to {}: {error}", served.url),
-        })
+            reason: format!("connecting to {url}: {error}"),
+        })?;
+    if let Some(served) = lock_served().get_mut(&trainium) {
+        served.client.get_or_insert_with(|| device.clone());
+    }
+    Ok(device)
+}
+
+/// Waits until every device served in this process has applied what its clients sent so far
+/// (a profile is finished only once no operation is still being captured).
+pub(crate) fn sync_served() {
+    let clients: Vec<(TrainiumDevice, Device)> = lock_served()
+        .iter()
+        .filter_map(|(trainium, served)| Some((*trainium, served.client.clone()?)))
+        .collect();
+    for (trainium, client) in clients {
+        if let Err(error) = client.sync() {
+            log::warn!("{trainium}: waiting for the served device failed: {error}");
+        }
+    }
+}
+
+fn lock_served() -> std::sync::MutexGuard<'static, HashMap<TrainiumDevice, Served>> {
+    SERVED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// [`device`] of the device `TRAINIUM_DEVICE` names (`host:0` when unset).
@@ -65,14 +91,11 @@ pub fn device_from_env() -> Result<Device, BackendError> {
     device(&trainium.to_string())
 }
 
-/// The server of `device` in this process, started on first use.
-fn serve_in_process(device: TrainiumDevice) -> Result<Served, BackendError> {
-    let served = SERVED.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut served = served
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+/// The address of the server of `device` in this process, started on first use.
+fn serve_in_process(device: TrainiumDevice) -> Result<String, BackendError> {
+    let mut served = lock_served();
     if let Some(existing) = served.get(&device) {
-        return Ok(existing.clone());
+        return Ok(existing.url.clone());
     }
     let options = super::ServeOptions {
         devices: vec![device],
@@ -81,9 +104,13 @@ fn serve_in_process(device: TrainiumDevice) -> Result<Served, BackendError> {
     };
     let address = super::standalone::bind(&options)?.serve_in_background()?;
     log::debug!("serving {device} in process on {address}");
-    let entry = Served {
-        url: format!("ws://{address}"),
-    };
-    served.insert(device, entry.clone());
-    Ok(entry)
+    let url = format!("ws://{address}");
+    served.insert(
+        device,
+        Served {
+            url: url.clone(),
+            client: None,
+        },
+    );
+    Ok(url)
 }

@@ -15,7 +15,7 @@
 
 mod access;
 mod custom_ops;
-mod in_process;
+pub(crate) mod in_process;
 mod standalone;
 
 pub use access::Access;
