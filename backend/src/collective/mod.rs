@@ -11,26 +11,26 @@
 //! `opt-barrier`) compiled into the program, and run in process on the `host` executor, the
 //! reference.
 //!
-//! [`CollectiveBackend`] is implemented for [`crate::Trainium`], for `Autodiff<B>` of any
-//! implementation (with the backward rules of tensor parallelism: all-reduce ↔ identity,
-//! all-gather ↔ reduce-scatter, split ↔ all-gather, permute ↔ permute with the pairs reversed,
-//! and [`copy_to_group`] whose gradient is all-reduced), and for the single-device backends
-//! `NdArray` and `Flex`, where every group has one member and the collectives are identities
-//! (a permute that sends the one replica nothing gives zeros), so that models written with them
-//! run anywhere.
+//! They are functions of Burn's `Tensor<D>`: on a Trainium device (served in the process by
+//! [`crate::device`] or by `hlat serve`) they travel as custom operations of the stream
+//! ([`CollectiveExtension`], with the backward rules of tensor parallelism: all-reduce ↔
+//! identity, all-gather ↔ reduce-scatter, split ↔ all-gather, permute ↔ permute with the pairs
+//! reversed, and [`copy_to_group`] whose gradient is all-reduced); on any other device every
+//! group has one member and the collectives are identities (a permute that sends the one replica
+//! nothing gives zeros), so that models written with them run anywhere.
 //!
 //! ```no_run
-//! use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
-//! use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
 //! use burn::tensor::{Tensor, TensorData};
+//! use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 //!
-//! let device = TrainiumDevice::replicated(ExecutorKind::Xla, 4);
+//! let device = burn_trainium::device("xla:0-3")?;
 //! let per_replica = (0..4).map(|r| TensorData::from([r as f32, 1.0])).collect();
-//! let x: Tensor<Trainium, 1> = collective::from_replicas(per_replica, &device);
+//! let x: Tensor<1> = collective::from_replicas(per_replica, &device);
 //! let pairs = ReplicaGroups::contiguous(4, 2).unwrap();
 //! let summed = collective::all_reduce(x, ReduceOp::Sum, &pairs);
 //! // Replicas 0 and 1 hold [1, 2], replicas 2 and 3 hold [5, 2].
 //! let values = collective::into_replicas(summed).unwrap();
+//! # Ok::<(), burn_trainium::BackendError>(())
 //! ```
 
 mod extension;
