@@ -2,6 +2,7 @@ use core::fmt;
 use core::str::FromStr;
 
 use burn_backend::backend::{Device, DeviceId, DeviceOps};
+use burn_backend::{BoolStore, DType, DeviceSettings};
 
 use crate::BackendError;
 
@@ -223,7 +224,13 @@ impl Device for TrainiumDevice {
     }
 }
 
-impl DeviceOps for TrainiumDevice {}
+impl DeviceOps for TrainiumDevice {
+    /// f32 floats, i32 integers and native bools, what every executor computes in unless told
+    /// otherwise.
+    fn defaults(&self) -> DeviceSettings {
+        DeviceSettings::with_dtypes(DType::F32, DType::I32, DType::Bool(BoolStore::Native))
+    }
+}
 
 #[cfg(test)]
 mod tests {

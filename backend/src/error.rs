@@ -47,6 +47,14 @@ pub enum BackendError {
         /// What is not supported.
         what: String,
     },
+    /// The server that makes a Trainium device a Burn device could not start or be reached.
+    #[error("the Burn device server of `{device}`: {reason}")]
+    Server {
+        /// The device (or devices) served.
+        device: String,
+        /// What failed.
+        reason: String,
+    },
 }
 
 impl From<BackendError> for burn_backend::ExecutionError {

@@ -36,6 +36,7 @@ pub mod hlo;
 pub mod lower;
 mod per_device;
 pub mod profile;
+pub mod server;
 pub mod settings;
 mod stats;
 #[cfg(test)]
@@ -49,6 +50,7 @@ pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
 pub use error::{BackendError, panic_message};
 pub use executor::neuron;
 pub use executor::write_atomically;
+pub use server::{device, device_from_env};
 /// The `xla` executor's persistent compile cache, for tools that list and prune it.
 pub mod xla_cache {
     pub use crate::executor::{

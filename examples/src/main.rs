@@ -1,5 +1,5 @@
 //! The `hlat` command line: pretrain, finetune, data, convert, generate, eval, merge, info,
-//! compile, bench, cache.
+//! compile, bench, cache, serve.
 
 mod allocator;
 mod commands;
@@ -50,6 +50,10 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// List and prune the compile caches (`xla` programs, Neuron NEFFs).
     Cache(commands::cache::CacheArgs),
+    /// Serve Trainium devices to other processes as Burn remote devices (loopback only, unless
+    /// a shared secret is given with --token-file); prints the address (`ws://...`), then
+    /// serves until Ctrl+C or SIGTERM.
+    Serve(commands::serve::ServeArgs),
 }
 
 /// The exit status of a command that reports an error (a bad flag, file, field or device, or a
@@ -73,7 +77,12 @@ fn main() {
             )
         };
     }
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    // Burn 0.22's server dependencies turn on tracing's `log` feature: without a tracing
+    // subscriber (`--profile` installs one), every span would also be logged at `info`.
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("info,tracing::span=warn"),
+    )
+    .init();
     log::debug!("allocator: {allocator}");
     let cli = Cli::parse();
     let profile = match cli
@@ -100,6 +109,7 @@ fn main() {
         Command::Compile(args) => commands::compile::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Cache(args) => commands::cache::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     let result = match profile {
         Some(profile) => result.and(commands::profile::finish(profile)),

@@ -3,10 +3,9 @@
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::softmax;
-use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, DType, Tensor, s};
+use burn::tensor::{Bool, DType, Device, Tensor, s};
 
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block, blocked_causal_attention};
 use crate::cache::{CacheWrite, KvCache};
@@ -26,19 +25,19 @@ use crate::rotary::RotaryTables;
 /// [`Attention::output`]: the decoder layer runs them in turn, activation checkpointing
 /// recomputes them apart.
 #[derive(Module, Debug)]
-pub struct Attention<B: Backend> {
+pub struct Attention {
     /// Query projection `hidden -> heads·head_dim`.
-    pub q_proj: Linear<B>,
+    pub q_proj: Linear,
     /// Key projection `hidden -> kv_heads·head_dim`.
-    pub k_proj: Linear<B>,
+    pub k_proj: Linear,
     /// Value projection `hidden -> kv_heads·head_dim`.
-    pub v_proj: Linear<B>,
+    pub v_proj: Linear,
     /// Output projection `heads·head_dim -> hidden`.
-    pub o_proj: Linear<B>,
+    pub o_proj: Linear,
     /// Norm of each query head `[head_dim]` (Qwen3's `q_norm`).
-    pub q_norm: Option<RmsNorm<B>>,
+    pub q_norm: Option<RmsNorm>,
     /// Norm of each key head `[head_dim]` (Qwen3's `k_norm`).
-    pub k_norm: Option<RmsNorm<B>>,
+    pub k_norm: Option<RmsNorm>,
     /// Number of query heads (this rank's, when split by [`crate::parallel`]).
     pub num_heads: usize,
     /// Number of key/value heads (this rank's, when split: 1 when the tensor-parallel degree
@@ -51,33 +50,33 @@ pub struct Attention<B: Backend> {
     #[module(skip)]
     pub sliding_window: Option<usize>,
     /// LoRA adapter of the query projection ([`crate::lora`]).
-    pub q_lora: Option<Lora<B>>,
+    pub q_lora: Option<Lora>,
     /// LoRA adapter of the key projection.
-    pub k_lora: Option<Lora<B>>,
+    pub k_lora: Option<Lora>,
     /// LoRA adapter of the value projection.
-    pub v_lora: Option<Lora<B>>,
+    pub v_lora: Option<Lora>,
     /// LoRA adapter of the output projection.
-    pub o_lora: Option<Lora<B>>,
+    pub o_lora: Option<Lora>,
 }
 
 /// Where the keys and values of earlier positions come from.
-pub enum Context<'a, B: Backend> {
+pub enum Context<'a> {
     /// The whole sequence is in the input: attend causally within it.
     Full,
     /// Earlier positions are in the cache (for layer `layer`); the input continues them.
     Cached {
         /// The cache of the whole model.
-        cache: &'a mut KvCache<B>,
+        cache: &'a mut KvCache,
         /// The index of this layer in it.
         layer: usize,
         /// Where this pass writes and what its queries see.
-        write: &'a CacheWrite<B>,
+        write: &'a CacheWrite,
     },
 }
 
-impl<B: Backend> Attention<B> {
+impl Attention {
     /// A freshly initialised attention layer for decoder layer `layer` of `config`.
-    pub fn new(config: &HlatConfig, layer: usize, device: &B::Device) -> Self {
+    pub fn new(config: &HlatConfig, layer: usize, device: &Device) -> Self {
         let head_dim = config.head_dim();
         let hidden = config.hidden_size;
         let kv_width = config.num_kv_heads * head_dim;
@@ -106,7 +105,7 @@ impl<B: Backend> Attention<B> {
     }
 
     /// The output projection (row-parallel under `exchange`) of the attention core's output.
-    pub fn output(&self, attended: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+    pub fn output(&self, attended: Tensor<3>, exchange: &dyn Exchange) -> Tensor<3> {
         row_parallel(&self.o_proj, self.o_lora.as_ref(), attended, exchange)
     }
 
@@ -114,11 +113,11 @@ impl<B: Backend> Attention<B> {
     /// normed per head (when the layer has those norms) and rotated.
     pub fn project(
         &self,
-        x: Tensor<B, 3>,
-        rotary: &RotaryTables<B>,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+        x: Tensor<3>,
+        rotary: &RotaryTables,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
         let [batch, seq, _] = x.dims();
-        let heads = |t: Tensor<B, 3>, count: usize, norm: Option<&RmsNorm<B>>| {
+        let heads = |t: Tensor<3>, count: usize, norm: Option<&RmsNorm>| {
             let t = t.reshape([batch, seq, count, self.head_dim]);
             let t = match norm {
                 Some(norm) => norm.forward(t),
@@ -150,13 +149,13 @@ impl<B: Backend> Attention<B> {
     /// training keeps the blocks.)
     pub fn attend(
         &self,
-        queries: Tensor<B, 4>,
-        keys: Tensor<B, 4>,
-        values: Tensor<B, 4>,
-        context: Context<'_, B>,
-    ) -> Tensor<B, 3> {
+        queries: Tensor<4>,
+        keys: Tensor<4>,
+        values: Tensor<4>,
+        context: Context<'_>,
+    ) -> Tensor<3> {
         let seq = queries.dims()[2];
-        let training = B::ad_enabled(&queries.device());
+        let training = queries.device().is_autodiff();
         match context {
             // The window in the mask, a block of queries at a time over a long sequence (scores
             // `[block × seq]`, as the backward pass recomputes them).
@@ -204,19 +203,19 @@ impl<B: Backend> Attention<B> {
     /// sequence.
     pub fn attend_rows(
         &self,
-        queries: Tensor<B, 4>,
-        keys: Tensor<B, 4>,
-        values: Tensor<B, 4>,
+        queries: Tensor<4>,
+        keys: Tensor<4>,
+        values: Tensor<4>,
         first: usize,
-    ) -> Tensor<B, 3> {
+    ) -> Tensor<3> {
         let rows = queries.dims()[2];
         let total = keys.dims()[2];
         let device = queries.device();
-        let mut hidden = Tensor::<B, 2, Bool>::tril_mask([rows, total], first as i64, &device);
+        let mut hidden = Tensor::<2, Bool>::tril_mask([rows, total], first as i64, &device);
         if let Some(window) = self.sliding_window {
             // Key k is before query q's window when k <= q - window.
             let offset = first as i64 - window as i64 + 1;
-            let before = Tensor::<B, 2, Bool>::triu_mask([rows, total], offset, &device);
+            let before = Tensor::<2, Bool>::triu_mask([rows, total], offset, &device);
             hidden = hidden.bool_or(before);
         }
         self.attend_masked(queries, keys, values, hidden)
@@ -227,12 +226,12 @@ impl<B: Backend> Attention<B> {
     /// keys in bf16); the heads joined.
     fn attend_through_module(
         &self,
-        queries: Tensor<B, 4>,
-        keys: Tensor<B, 4>,
-        values: Tensor<B, 4>,
-    ) -> Tensor<B, 3> {
+        queries: Tensor<4>,
+        keys: Tensor<4>,
+        values: Tensor<4>,
+    ) -> Tensor<3> {
         let dtype = queries.dtype();
-        let widen = |tensor: Tensor<B, 4>| match dtype {
+        let widen = |tensor: Tensor<4>| match dtype {
             DType::BF16 | DType::F16 => tensor.cast(DType::F32),
             _ => tensor,
         };
@@ -256,11 +255,11 @@ impl<B: Backend> Attention<B> {
     /// not look) left out, in one piece; the heads joined.
     fn attend_masked(
         &self,
-        queries: Tensor<B, 4>,
-        keys: Tensor<B, 4>,
-        values: Tensor<B, 4>,
-        future: Tensor<B, 2, Bool>,
-    ) -> Tensor<B, 3> {
+        queries: Tensor<4>,
+        keys: Tensor<4>,
+        values: Tensor<4>,
+        future: Tensor<2, Bool>,
+    ) -> Tensor<3> {
         let [batch, _, seq, _] = queries.dims();
         let dtype = queries.dtype();
         let total = keys.dims()[2];
@@ -278,14 +277,14 @@ impl<B: Backend> Attention<B> {
     }
 
     /// `[batch, heads, seq, head_dim]` as `[batch, seq, heads·head_dim]`.
-    fn join_heads(&self, x: Tensor<B, 4>) -> Tensor<B, 3> {
+    fn join_heads(&self, x: Tensor<4>) -> Tensor<3> {
         let [batch, _, seq, _] = x.dims();
         x.swap_dims(1, 2)
             .reshape([batch, seq, self.num_heads * self.head_dim])
     }
 
     /// Repeats each key/value head for the query heads of its group: `[b, kv, t, d] -> [b, h, t, d]`.
-    fn repeat_kv(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    fn repeat_kv(&self, x: Tensor<4>) -> Tensor<4> {
         let groups = self.num_heads / self.num_kv_heads;
         if groups == 1 {
             return x;

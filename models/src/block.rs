@@ -1,8 +1,7 @@
 //! One pre-norm decoder block.
 
 use burn::module::Module;
-use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
+use burn::tensor::{Device, Tensor};
 
 use crate::attention::{Attention, Context};
 use crate::config::HlatConfig;
@@ -13,20 +12,20 @@ use crate::rotary::RotaryTables;
 
 /// `h = x + attn(norm(x)); out = h + mlp(norm(h))`.
 #[derive(Module, Debug)]
-pub struct DecoderLayer<B: Backend> {
+pub struct DecoderLayer {
     /// Causal self-attention.
-    pub self_attn: Attention<B>,
+    pub self_attn: Attention,
     /// SwiGLU feed-forward network.
-    pub mlp: Mlp<B>,
+    pub mlp: Mlp,
     /// Norm before attention.
-    pub input_layernorm: RmsNorm<B>,
+    pub input_layernorm: RmsNorm,
     /// Norm before the feed-forward network.
-    pub post_attention_layernorm: RmsNorm<B>,
+    pub post_attention_layernorm: RmsNorm,
 }
 
-impl<B: Backend> DecoderLayer<B> {
+impl DecoderLayer {
     /// A freshly initialised block, decoder layer `layer` of `config`.
-    pub fn new(config: &HlatConfig, layer: usize, device: &B::Device) -> Self {
+    pub fn new(config: &HlatConfig, layer: usize, device: &Device) -> Self {
         Self {
             self_attn: Attention::new(config, layer, device),
             mlp: Mlp::new(config, device),
@@ -40,11 +39,11 @@ impl<B: Backend> DecoderLayer<B> {
     /// and `exit` (their row-parallel output projections).
     pub fn forward(
         &self,
-        x: Tensor<B, 3>,
-        rotary: &RotaryTables<B>,
-        context: Context<'_, B>,
-        exchange: &dyn Exchange<B>,
-    ) -> Tensor<B, 3> {
+        x: Tensor<3>,
+        rotary: &RotaryTables,
+        context: Context<'_>,
+        exchange: &dyn Exchange,
+    ) -> Tensor<3> {
         let normed = exchange.enter(self.input_layernorm.forward(x.clone()));
         let (queries, keys, values) = self.self_attn.project(normed, rotary);
         let attended = self.self_attn.attend(queries, keys, values, context);

@@ -7,7 +7,6 @@
 //! again one block of queries at a time ([`crate::Attention::attend_rows`], scores
 //! `[block × seq]`), so training memory is linear in the sequence too.
 
-use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, Tensor, s};
 
 /// Sequences longer than this many positions attend by blocks of this many positions; shorter
@@ -27,12 +26,12 @@ pub fn attends_by_block(seq: usize) -> bool {
 ///
 /// # Panics
 /// If `block` is 0.
-pub fn blocked_causal_attention<B: Backend>(
-    queries: Tensor<B, 4>,
-    keys: Tensor<B, 4>,
-    values: Tensor<B, 4>,
+pub fn blocked_causal_attention(
+    queries: Tensor<4>,
+    keys: Tensor<4>,
+    values: Tensor<4>,
     block: usize,
-) -> Tensor<B, 4> {
+) -> Tensor<4> {
     assert!(block > 0, "attention blocks need at least one position");
     let [batch, heads, seq, head_dim] = queries.dims();
     let dtype = queries.dtype();
@@ -46,11 +45,11 @@ pub fn blocked_causal_attention<B: Backend>(
         let query_block = queries
             .clone()
             .slice(s![.., .., query_start..query_end, ..]);
-        let mut maximum = Tensor::<B, 4>::full([batch, heads, rows, 1], f32::NEG_INFINITY, &device)
-            .cast(DType::F32);
-        let mut sum = Tensor::<B, 4>::zeros([batch, heads, rows, 1], &device).cast(DType::F32);
+        let mut maximum =
+            Tensor::<4>::full([batch, heads, rows, 1], f32::NEG_INFINITY, &device).cast(DType::F32);
+        let mut sum = Tensor::<4>::zeros([batch, heads, rows, 1], &device).cast(DType::F32);
         let mut weighted =
-            Tensor::<B, 4>::zeros([batch, heads, rows, head_dim], &device).cast(DType::F32);
+            Tensor::<4>::zeros([batch, heads, rows, head_dim], &device).cast(DType::F32);
         // Every key block from the first to the one holding the block's last query.
         for key_start in (0..query_end).step_by(block) {
             let key_end = (key_start + block).min(query_end);
@@ -61,7 +60,7 @@ pub fn blocked_causal_attention<B: Backend>(
             if key_end > query_start + 1 {
                 // The tile reaches past its first query: each query sees the keys up to its own
                 // position. Every query sees the block's first key, so no row is all masked.
-                let future = Tensor::<B, 2, Bool>::tril_mask(
+                let future = Tensor::<2, Bool>::tril_mask(
                     [rows, key_end - key_start],
                     (query_start - key_start) as i64,
                     &device,

@@ -8,16 +8,15 @@
 //! slice bound: decoding token 10 and token 1000 run the same program (as NeuronX Distributed
 //! Inference does with its static KV cache).
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Device, Tensor, TensorData};
 
 use crate::config::HlatConfig;
 
 /// Keys and values of one layer, `[batch, kv_heads, capacity, head_dim]`, after rotary.
 #[derive(Debug, Clone)]
-struct LayerCache<B: Backend> {
-    keys: Tensor<B, 4>,
-    values: Tensor<B, 4>,
+struct LayerCache {
+    keys: Tensor<4>,
+    values: Tensor<4>,
 }
 
 /// Keys and values of every layer for up to `capacity` positions.
@@ -25,8 +24,8 @@ struct LayerCache<B: Backend> {
 /// Create it with [`KvCache::new`], then pass it to [`crate::Hlat::forward_cached`] with the
 /// prompt and, afterwards, one new token at a time.
 #[derive(Debug, Clone)]
-pub struct KvCache<B: Backend> {
-    layers: Vec<LayerCache<B>>,
+pub struct KvCache {
+    layers: Vec<LayerCache>,
     len: usize,
     capacity: usize,
     /// The model's sliding window, if some layer slides.
@@ -36,19 +35,19 @@ pub struct KvCache<B: Backend> {
 /// Where one forward pass writes into the cache and what its queries see, as run-time data
 /// (made by [`KvCache::write_for`]).
 #[derive(Debug, Clone)]
-pub struct CacheWrite<B: Backend> {
+pub struct CacheWrite {
     /// `[capacity, seq]`: 1 where slot `c` receives input position `s`.
-    placement: Tensor<B, 2>,
+    placement: Tensor<2>,
     /// `[capacity]`: 1 for the slots kept, 0 for those overwritten.
-    keep: Tensor<B, 1>,
+    keep: Tensor<1>,
     /// `[seq, capacity]`: true where a key slot lies after the query's position (or is unwritten).
-    future: Tensor<B, 2, Bool>,
+    future: Tensor<2, Bool>,
     /// `[seq, capacity]`: `future`, and true where a slot lies before the query's sliding window
     /// (when the model has one).
-    outside_window: Option<Tensor<B, 2, Bool>>,
+    outside_window: Option<Tensor<2, Bool>>,
 }
 
-impl<B: Backend> KvCache<B> {
+impl KvCache {
     /// An empty cache of `capacity` positions for `batch` rows of a model of `config`, in
     /// `dtype` on `device`.
     pub fn new(
@@ -56,10 +55,10 @@ impl<B: Backend> KvCache<B> {
         batch: usize,
         capacity: usize,
         dtype: DType,
-        device: &B::Device,
+        device: &Device,
     ) -> Self {
         let shape = [batch, config.num_kv_heads, capacity, config.head_dim()];
-        let zeros = || Tensor::<B, 4>::zeros(shape, device).cast(dtype);
+        let zeros = || Tensor::<4>::zeros(shape, device).cast(dtype);
         Self {
             layers: (0..config.num_layers)
                 .map(|_| LayerCache {
@@ -92,7 +91,7 @@ impl<B: Backend> KvCache<B> {
     ///
     /// # Panics
     /// When the positions do not fit the capacity.
-    pub fn write_for(&self, seq: usize, device: &B::Device) -> CacheWrite<B> {
+    pub fn write_for(&self, seq: usize, device: &Device) -> CacheWrite {
         let (start, capacity) = (self.len, self.capacity);
         assert!(
             start + seq <= capacity,
@@ -131,11 +130,11 @@ impl<B: Backend> KvCache<B> {
     pub(crate) fn write(
         &mut self,
         layer: usize,
-        keys: Tensor<B, 4>,
-        values: Tensor<B, 4>,
-        write: &CacheWrite<B>,
+        keys: Tensor<4>,
+        values: Tensor<4>,
+        write: &CacheWrite,
         slides: bool,
-    ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 2, Bool>) {
+    ) -> (Tensor<4>, Tensor<4>, Tensor<2, Bool>) {
         let dtype = keys.dtype();
         let placement = write.placement.clone().cast(dtype).unsqueeze::<4>();
         let keep = write
@@ -144,7 +143,7 @@ impl<B: Backend> KvCache<B> {
             .cast(dtype)
             .reshape([1, 1, self.capacity, 1]);
         // One non-zero term per written slot: the new values land exactly.
-        let place = |cached: Tensor<B, 4>, new: Tensor<B, 4>| {
+        let place = |cached: Tensor<4>, new: Tensor<4>| {
             cached * keep.clone() + placement.clone().matmul(new)
         };
         let entry = &mut self.layers[layer];

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::family::ModelFamily;
@@ -447,7 +447,7 @@ impl HlatConfig {
     /// # Panics
     ///
     /// If the configuration is invalid; use [`HlatConfig::try_init`] to get the error instead.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> Hlat<B> {
+    pub fn init(&self, device: &Device) -> Hlat {
         match self.try_init(device) {
             Ok(model) => model,
             Err(error) => panic!("{error}"),
@@ -455,7 +455,7 @@ impl HlatConfig {
     }
 
     /// Builds a freshly initialised model after validating the configuration.
-    pub fn try_init<B: Backend>(&self, device: &B::Device) -> Result<Hlat<B>, ConfigError> {
+    pub fn try_init(&self, device: &Device) -> Result<Hlat, ConfigError> {
         self.validate()?;
         Ok(Hlat::new(self.clone(), device))
     }

@@ -1,8 +1,7 @@
 //! Autoregressive generation with a KV cache: greedy, or sampling with temperature, top-k and
 //! top-p from a seeded generator.
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -179,8 +178,8 @@ fn argmax(values: &[f32]) -> u32 {
 ///
 /// The prompt is processed in one pass that fills a [`KvCache`]; each new token then costs one
 /// single-position pass.
-pub fn generate<B: Backend>(
-    model: &Hlat<B>,
+pub fn generate(
+    model: &Hlat,
     prompt: &[u32],
     options: &GenerationOptions,
     mut on_token: impl FnMut(u32),
@@ -231,7 +230,7 @@ pub fn generate<B: Backend>(
             .cast(DType::F32)
             .try_into_data()
             .map_err(|error| GenerateError::ReadLogits(error.to_string()))?
-            .into_vec::<f32>()
+            .try_into_vec::<f32>()
             .map_err(|error| GenerateError::ReadLogits(format!("{error:?}")))?;
         let token = options.sampling.pick(&values, &mut rng);
         generated.push(token);
@@ -256,7 +255,7 @@ pub fn prompt_bucket(len: usize, capacity: usize) -> usize {
 
 /// `ids` as a `[1, len]` batch of 32-bit ids (ids below the vocabulary's size, which is at most
 /// `i32::MAX`: no 64-bit integers reach the device, which trn1 would narrow).
-fn token_ids<B: Backend>(ids: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
+fn token_ids(ids: &[u32], device: &Device) -> Tensor<2, Int> {
     let values: Vec<i32> = ids.iter().map(|&id| id as i32).collect();
     Tensor::from_data(TensorData::new(values, [1, ids.len()]), device)
 }

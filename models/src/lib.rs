@@ -1,7 +1,7 @@
 //! # hlat
 //!
 //! The HLAT model (arXiv 2404.10630) as one preset of a configurable LLaMA-family decoder for
-//! Burn, generic over the backend, that also imports Llama 3.x, Mistral, Qwen2/2.5 and Qwen3.
+//! Burn, on any Burn device (Flex, a GPU, Trainium), that also imports Llama 3.x, Mistral, Qwen2/2.5 and Qwen3.
 //!
 //! - [`HlatConfig`]: architecture, presets (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`,
 //!   `bench-tiny`, and `llama-3.1-8b`, `llama-3.2-1b`, `mistral-7b`, `qwen2.5-0.5b`), parameter

@@ -1,8 +1,7 @@
 //! Projections initialised as in HLAT, and the row-parallel application of one.
 
 use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
+use burn::tensor::{Device, Tensor};
 
 use crate::config::HlatConfig;
 use crate::lora::Lora;
@@ -10,13 +9,13 @@ use crate::parallel::Exchange;
 
 /// A `Linear` `[d_input, d_output]` with weights normal(0, `config.init_std`) and, when `bias`,
 /// a bias initialised to zero (as transformers initialises biases).
-pub fn projection<B: Backend>(
+pub fn projection(
     config: &HlatConfig,
     d_input: usize,
     d_output: usize,
     bias: bool,
-    device: &B::Device,
-) -> Linear<B> {
+    device: &Device,
+) -> Linear {
     let mut linear = LinearConfig::new(d_input, d_output)
         .with_bias(false)
         .with_initializer(normal_init(config))
@@ -40,12 +39,12 @@ pub fn normal_init(config: &HlatConfig) -> Initializer {
 /// sequence under sequence parallelism), and the bias, held whole by every rank, is added once
 /// after the sum, as Megatron's `RowParallelLinear` adds it. A LoRA adapter's update (`A` split
 /// by input features like the weight, `B` whole) is a partial product too, summed with it.
-pub fn row_parallel<B: Backend>(
-    linear: &Linear<B>,
-    lora: Option<&Lora<B>>,
-    x: Tensor<B, 3>,
-    exchange: &dyn Exchange<B>,
-) -> Tensor<B, 3> {
+pub fn row_parallel(
+    linear: &Linear,
+    lora: Option<&Lora>,
+    x: Tensor<3>,
+    exchange: &dyn Exchange,
+) -> Tensor<3> {
     let partial = match lora {
         Some(lora) => {
             burn::tensor::module::linear(x.clone(), linear.weight.val(), None) + lora.delta(x)

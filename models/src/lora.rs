@@ -19,10 +19,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::module::{Module, ModuleMapper, Param};
+use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear};
-use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
+use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::model::Hlat;
@@ -189,11 +188,11 @@ impl LoraConfig {
 
 /// One adapter: `scaling · dropout(x)·A·B` added to its projection's output.
 #[derive(Module, Debug)]
-pub struct Lora<B: Backend> {
+pub struct Lora {
     /// `A` `[in, r]` (PEFT's `lora_A.weight` transposed).
-    pub lora_a: Param<Tensor<B, 2>>,
+    pub lora_a: Param<Tensor<2>>,
     /// `B` `[r, out]` (PEFT's `lora_B.weight` transposed).
-    pub lora_b: Param<Tensor<B, 2>>,
+    pub lora_b: Param<Tensor<2>>,
     /// Dropout on the input, while training.
     pub dropout: Dropout,
     /// `alpha / r` (see [`LoraConfig::scaling`]).
@@ -201,10 +200,10 @@ pub struct Lora<B: Backend> {
     pub scaling: f64,
 }
 
-impl<B: Backend> Lora<B> {
+impl Lora {
     /// A fresh adapter of a `[d_input, d_output]` projection, initialised as PEFT does: `A`
-    /// uniform in `±1/√d_input` (from the backend's seeded generator), `B` zero.
-    pub fn new(config: &LoraConfig, d_input: usize, d_output: usize, device: &B::Device) -> Self {
+    /// uniform in `±1/√d_input` (from the device's seeded generator, see `Device::seed`), `B` zero.
+    pub fn new(config: &LoraConfig, d_input: usize, d_output: usize, device: &Device) -> Self {
         let bound = 1.0 / (d_input as f64).sqrt();
         let lora_a = Initializer::Uniform {
             min: -bound,
@@ -221,7 +220,7 @@ impl<B: Backend> Lora<B> {
     }
 
     /// An adapter of given `A` `[in, r]` and `B` `[r, out]`, both trainable.
-    pub fn from_tensors(a: Tensor<B, 2>, b: Tensor<B, 2>, config: &LoraConfig) -> Self {
+    pub fn from_tensors(a: Tensor<2>, b: Tensor<2>, config: &LoraConfig) -> Self {
         Self {
             lora_a: Param::from_tensor(a),
             lora_b: Param::from_tensor(b),
@@ -236,55 +235,41 @@ impl<B: Backend> Lora<B> {
     }
 
     /// The update `scaling · dropout(x)·A·B` of `x` `[batch, seq, in]`.
-    pub fn delta(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    pub fn delta(&self, x: Tensor<3>) -> Tensor<3> {
         let x = self.dropout.forward(x);
         let down = burn::tensor::module::linear(x, self.lora_a.val(), None);
         burn::tensor::module::linear(down, self.lora_b.val(), None) * self.scaling
     }
 
     /// The update of the projection's weight, `scaling · A·B` `[in, out]`.
-    pub fn weight_delta(&self) -> Tensor<B, 2> {
+    pub fn weight_delta(&self) -> Tensor<2> {
         self.lora_a.val().matmul(self.lora_b.val()) * self.scaling
     }
 }
 
 /// `linear(x)`, plus the update of `lora` when there is one.
-pub fn project<B: Backend>(
-    linear: &Linear<B>,
-    lora: Option<&Lora<B>>,
-    x: Tensor<B, 3>,
-) -> Tensor<B, 3> {
+pub fn project(linear: &Linear, lora: Option<&Lora>, x: Tensor<3>) -> Tensor<3> {
     match lora {
         Some(lora) => linear.forward(x.clone()) + lora.delta(x),
         None => linear.forward(x),
     }
 }
 
-/// Sets every parameter of a module to take no gradient.
-struct Freeze;
-
-impl<B: Backend> ModuleMapper<B> for Freeze {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, tensor.detach().set_require_grad(false), mapper)
-    }
-}
-
 /// The adapters of one decoder layer, by target (`None` where the layer has none).
-pub type LayerAdapters<B> = Vec<(LoraTarget, Lora<B>)>;
+pub type LayerAdapters = Vec<(LoraTarget, Lora)>;
 
-impl<B: Backend> Hlat<B> {
+impl Hlat {
     /// The model with its weights frozen (no gradients, so no optimizer state) and fresh
     /// adapters on `config.targets` of every layer (PEFT's initialisation, see [`Lora::new`]);
     /// existing adapters are replaced.
-    pub fn with_lora(self, config: &LoraConfig, device: &B::Device) -> Self {
+    pub fn with_lora(self, config: &LoraConfig, device: &Device) -> Self {
         let model_config = self.config().clone();
         let head_dim = model_config.head_dim();
         let hidden = model_config.hidden_size;
         let q_width = model_config.num_heads * head_dim;
         let kv_width = model_config.num_kv_heads * head_dim;
         let ffn = model_config.ffn_size;
-        let mut model = self.without_lora().map(&mut Freeze);
+        let mut model = self.without_lora().no_grad();
         for layer in &mut model.layers {
             for &target in &config.targets {
                 let (d_input, d_output) = match target {
@@ -304,13 +289,13 @@ impl<B: Backend> Hlat<B> {
     ///
     /// # Panics
     /// When `adapters` does not have one entry per layer.
-    pub fn with_adapters(self, adapters: Vec<LayerAdapters<B>>) -> Self {
+    pub fn with_adapters(self, adapters: Vec<LayerAdapters>) -> Self {
         assert_eq!(
             adapters.len(),
             self.layers.len(),
             "one list of adapters per layer"
         );
-        let mut model = self.without_lora().map(&mut Freeze);
+        let mut model = self.without_lora().no_grad();
         for (layer, adapters) in model.layers.iter_mut().zip(adapters) {
             for (target, adapter) in adapters {
                 *layer.lora_slot(target) = Some(adapter);
@@ -338,7 +323,7 @@ impl<B: Backend> Hlat<B> {
     }
 
     /// Clones of the adapters of every layer.
-    pub fn adapters(&self) -> Vec<LayerAdapters<B>> {
+    pub fn adapters(&self) -> Vec<LayerAdapters> {
         self.layers
             .iter()
             .map(|layer| {
@@ -360,20 +345,21 @@ impl<B: Backend> Hlat<B> {
                     continue;
                 };
                 let linear = layer.projection_mut(target);
-                let weight = linear.weight.val();
-                let delta = lora.weight_delta().cast(weight.dtype());
-                let require_grad = weight.is_require_grad();
-                let merged = (weight + delta).detach().set_require_grad(require_grad);
-                linear.weight = Param::initialized(linear.weight.id, merged);
+                // The same id and training state (`Param::map`), a new leaf.
+                linear.weight = linear.weight.clone().map(|weight| {
+                    let delta = lora.weight_delta().cast(weight.dtype());
+                    let require_grad = weight.is_require_grad();
+                    (weight + delta).detach().set_require_grad(require_grad)
+                });
             }
         }
         self
     }
 }
 
-impl<B: Backend> crate::DecoderLayer<B> {
+impl crate::DecoderLayer {
     /// The adapter on `target`, if any.
-    pub fn lora(&self, target: LoraTarget) -> Option<&Lora<B>> {
+    pub fn lora(&self, target: LoraTarget) -> Option<&Lora> {
         match target {
             LoraTarget::Q => self.self_attn.q_lora.as_ref(),
             LoraTarget::K => self.self_attn.k_lora.as_ref(),
@@ -386,7 +372,7 @@ impl<B: Backend> crate::DecoderLayer<B> {
     }
 
     /// The slot of the adapter on `target`.
-    pub fn lora_slot(&mut self, target: LoraTarget) -> &mut Option<Lora<B>> {
+    pub fn lora_slot(&mut self, target: LoraTarget) -> &mut Option<Lora> {
         match target {
             LoraTarget::Q => &mut self.self_attn.q_lora,
             LoraTarget::K => &mut self.self_attn.k_lora,
@@ -399,7 +385,7 @@ impl<B: Backend> crate::DecoderLayer<B> {
     }
 
     /// The projection `target` adapts.
-    pub fn projection_mut(&mut self, target: LoraTarget) -> &mut Linear<B> {
+    pub fn projection_mut(&mut self, target: LoraTarget) -> &mut Linear {
         match target {
             LoraTarget::Q => &mut self.self_attn.q_proj,
             LoraTarget::K => &mut self.self_attn.k_proj,
@@ -414,13 +400,10 @@ impl<B: Backend> crate::DecoderLayer<B> {
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::{Autodiff, NdArray};
     use burn::tensor::{Int, TensorData};
 
     use super::*;
     use crate::HlatConfig;
-
-    type B = NdArray;
 
     fn tiny() -> HlatConfig {
         HlatConfig::preset("hlat-test").unwrap()
@@ -437,9 +420,9 @@ mod tests {
 
     #[test]
     fn a_fresh_adapter_changes_nothing_and_a_merged_one_equals_the_adapted_model() {
-        let device = Default::default();
-        let base = tiny().init::<B>(&device);
-        let ids = Tensor::<B, 2, Int>::from_data(
+        let device = Device::flex();
+        let base = tiny().init(&device);
+        let ids = Tensor::<2, Int>::from_data(
             TensorData::new((0..12).map(|i| (i * 7) % 50).collect::<Vec<i32>>(), [2, 6]),
             &device,
         );
@@ -475,32 +458,23 @@ mod tests {
 
     #[test]
     fn base_weights_take_no_gradient() {
-        type A = Autodiff<NdArray>;
-        let device = Default::default();
+        let device = Device::flex().autodiff();
         let model = tiny()
-            .init::<A>(&device)
+            .init(&device)
             .with_lora(&LoraConfig::new(2, 4.0), &device);
         let ids =
-            Tensor::<A, 2, Int>::from_data(TensorData::new(vec![3i32, 5, 7, 9], [1, 4]), &device);
+            Tensor::<2, Int>::from_data(TensorData::new(vec![3i32, 5, 7, 9], [1, 4]), &device);
         let targets =
-            Tensor::<A, 2, Int>::from_data(TensorData::new(vec![5i32, 7, 9, 11], [1, 4]), &device);
+            Tensor::<2, Int>::from_data(TensorData::new(vec![5i32, 7, 9, 11], [1, 4]), &device);
         let grads = model.loss(ids, targets, None).backward();
         let grads = burn::optim::GradientsParams::from_grads(grads, &model);
         let layer = &model.layers[0];
-        assert!(
-            grads
-                .get::<NdArray, 2>(layer.self_attn.q_proj.weight.id)
-                .is_none()
-        );
-        assert!(
-            grads
-                .get::<NdArray, 2>(model.embed_tokens.weight.id)
-                .is_none()
-        );
+        assert!(grads.get::<2>(layer.self_attn.q_proj.weight.id).is_none());
+        assert!(grads.get::<2>(model.embed_tokens.weight.id).is_none());
         let lora = layer.lora(LoraTarget::Q).unwrap();
         // B is zero, so only B takes a non-zero gradient at the start; both take one.
-        assert!(grads.get::<NdArray, 2>(lora.lora_a.id).is_some());
-        assert!(grads.get::<NdArray, 2>(lora.lora_b.id).is_some());
+        assert!(grads.get::<2>(lora.lora_a.id).is_some());
+        assert!(grads.get::<2>(lora.lora_b.id).is_some());
         assert_eq!(grads.len(), 2 * 7 * model.layers.len());
     }
 }

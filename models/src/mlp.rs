@@ -2,9 +2,8 @@
 
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::Tensor;
 use burn::tensor::activation::silu;
-use burn::tensor::backend::Backend;
+use burn::tensor::{Device, Tensor};
 
 use crate::config::HlatConfig;
 use crate::linear::{projection, row_parallel};
@@ -13,24 +12,24 @@ use crate::parallel::Exchange;
 
 /// `down(silu(gate(x)) · up(x))`, with biases when the configuration's `mlp_bias` says so.
 #[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
+pub struct Mlp {
     /// Gate projection `hidden -> ffn`.
-    pub gate_proj: Linear<B>,
+    pub gate_proj: Linear,
     /// Up projection `hidden -> ffn`.
-    pub up_proj: Linear<B>,
+    pub up_proj: Linear,
     /// Down projection `ffn -> hidden`.
-    pub down_proj: Linear<B>,
+    pub down_proj: Linear,
     /// LoRA adapter of the gate projection ([`crate::lora`]).
-    pub gate_lora: Option<Lora<B>>,
+    pub gate_lora: Option<Lora>,
     /// LoRA adapter of the up projection.
-    pub up_lora: Option<Lora<B>>,
+    pub up_lora: Option<Lora>,
     /// LoRA adapter of the down projection.
-    pub down_lora: Option<Lora<B>>,
+    pub down_lora: Option<Lora>,
 }
 
-impl<B: Backend> Mlp<B> {
+impl Mlp {
     /// A freshly initialised feed-forward network.
-    pub fn new(config: &HlatConfig, device: &B::Device) -> Self {
+    pub fn new(config: &HlatConfig, device: &Device) -> Self {
         let (hidden, ffn, bias) = (config.hidden_size, config.ffn_size, config.mlp_bias);
         Self {
             gate_proj: projection(config, hidden, ffn, bias, device),
@@ -44,20 +43,20 @@ impl<B: Backend> Mlp<B> {
 
     /// Applies the network to `[batch, seq, hidden]` (the whole input of this rank's slice of
     /// the inner width); the down projection is row-parallel under `exchange`.
-    pub fn forward(&self, x: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+    pub fn forward(&self, x: Tensor<3>, exchange: &dyn Exchange) -> Tensor<3> {
         let (gate, up) = self.gate_up(x);
         self.down(Self::activate(gate, up), exchange)
     }
 
     /// The gate and up projections of `x` (with their adapters).
-    pub fn gate_up(&self, x: Tensor<B, 3>) -> (Tensor<B, 3>, Tensor<B, 3>) {
+    pub fn gate_up(&self, x: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
         let gate = project(&self.gate_proj, self.gate_lora.as_ref(), x.clone());
         let up = project(&self.up_proj, self.up_lora.as_ref(), x);
         (gate, up)
     }
 
     /// The down projection (row-parallel under `exchange`) of the activation.
-    pub fn down(&self, activation: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+    pub fn down(&self, activation: Tensor<3>, exchange: &dyn Exchange) -> Tensor<3> {
         row_parallel(
             &self.down_proj,
             self.down_lora.as_ref(),
@@ -67,7 +66,7 @@ impl<B: Backend> Mlp<B> {
     }
 
     /// The activation between the projections: `silu(gate) · up`.
-    pub fn activate(gate: Tensor<B, 3>, up: Tensor<B, 3>) -> Tensor<B, 3> {
+    pub fn activate(gate: Tensor<3>, up: Tensor<3>) -> Tensor<3> {
         silu(gate) * up
     }
 }

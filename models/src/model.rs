@@ -2,8 +2,7 @@
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear};
-use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use crate::attention::Context;
 use crate::block::DecoderLayer;
@@ -21,23 +20,23 @@ use crate::rotary::RotaryTables;
 /// ...), so a parameter's Burn path is its Hugging Face name without the `model.` prefix. The
 /// model keeps its [`HlatConfig`] (not a parameter; not saved in records): see [`Hlat::config`].
 #[derive(Module, Debug)]
-pub struct Hlat<B: Backend> {
+pub struct Hlat {
     /// Token embedding `[vocab, hidden]`.
-    pub embed_tokens: Embedding<B>,
+    pub embed_tokens: Embedding,
     /// The decoder blocks.
-    pub layers: Vec<DecoderLayer<B>>,
+    pub layers: Vec<DecoderLayer>,
     /// Final norm.
-    pub norm: RmsNorm<B>,
+    pub norm: RmsNorm,
     /// LM head `hidden -> vocab`; `None` when tied: the logits are then the final hidden states
     /// times the embedding, transposed (one weight, whose gradient sums both uses).
-    pub lm_head: Option<Linear<B>>,
+    pub lm_head: Option<Linear>,
     #[module(skip)]
     config: HlatConfig,
 }
 
-impl<B: Backend> Hlat<B> {
+impl Hlat {
     /// A freshly initialised model; `config` must be valid (see [`HlatConfig::try_init`]).
-    pub(crate) fn new(config: HlatConfig, device: &B::Device) -> Self {
+    pub(crate) fn new(config: HlatConfig, device: &Device) -> Self {
         Self {
             embed_tokens: EmbeddingConfig::new(config.vocab_size, config.hidden_size)
                 .with_initializer(normal_init(&config))
@@ -66,44 +65,32 @@ impl<B: Backend> Hlat<B> {
 
     /// The same model with other decoder layers (a pipeline stage's slots, or the whole model
     /// joined from them).
-    pub(crate) fn with_layers(self, layers: Vec<DecoderLayer<B>>) -> Self {
+    pub(crate) fn with_layers(self, layers: Vec<DecoderLayer>) -> Self {
         Self { layers, ..self }
     }
 
     /// Logits `[batch, seq, vocab]` for `input_ids` `[batch, seq]` (positions start at 0).
-    pub fn forward(&self, input_ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+    pub fn forward(&self, input_ids: Tensor<2, Int>) -> Tensor<3> {
         self.forward_with(input_ids, &Unsharded)
     }
 
     /// Logits for `input_ids` on a model split by `exchange`: each rank's slice of the vocabulary
     /// `[batch, seq, vocab / degree]`, for the full sequence.
-    pub fn forward_with(
-        &self,
-        input_ids: Tensor<B, 2, Int>,
-        exchange: &dyn Exchange<B>,
-    ) -> Tensor<B, 3> {
+    pub fn forward_with(&self, input_ids: Tensor<2, Int>, exchange: &dyn Exchange) -> Tensor<3> {
         let hidden = self.run_layers(input_ids, None, exchange);
         self.head(hidden, exchange)
     }
 
     /// Logits `[batch, seq, vocab]` for `input_ids` that continue the positions in `cache`, which
     /// is extended with them.
-    pub fn forward_cached(
-        &self,
-        input_ids: Tensor<B, 2, Int>,
-        cache: &mut KvCache<B>,
-    ) -> Tensor<B, 3> {
+    pub fn forward_cached(&self, input_ids: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<3> {
         let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
         self.head(hidden, &Unsharded)
     }
 
     /// Logits `[batch, vocab]` of the last position only, extending `cache` (used by generation:
     /// the LM head runs on one position).
-    pub fn forward_cached_last(
-        &self,
-        input_ids: Tensor<B, 2, Int>,
-        cache: &mut KvCache<B>,
-    ) -> Tensor<B, 2> {
+    pub fn forward_cached_last(&self, input_ids: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<2> {
         let [_, seq] = input_ids.dims();
         self.forward_cached_at(input_ids, cache, seq - 1)
     }
@@ -113,15 +100,15 @@ impl<B: Backend> Hlat<B> {
     /// one length run the same program whatever their real length.
     pub fn forward_cached_at(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        cache: &mut KvCache<B>,
+        input_ids: Tensor<2, Int>,
+        cache: &mut KvCache,
         position: usize,
-    ) -> Tensor<B, 2> {
+    ) -> Tensor<2> {
         let device = input_ids.device();
         let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
         let [batch, _, _] = hidden.dims();
         let index = TensorData::new(vec![position as i32], [1]);
-        let index = Tensor::<B, 1, Int>::from_data(index, &device);
+        let index = Tensor::<1, Int>::from_data(index, &device);
         let logits = self.head(hidden.select(1, index), &Unsharded);
         let vocab = logits.dims()[2];
         logits.reshape([batch, vocab])
@@ -132,10 +119,10 @@ impl<B: Backend> Hlat<B> {
     /// Positions whose target equals `ignore_id` are left out of the mean. Computed in f32.
     pub fn loss(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        targets: Tensor<B, 2, Int>,
+        input_ids: Tensor<2, Int>,
+        targets: Tensor<2, Int>,
         ignore_id: Option<u32>,
-    ) -> Tensor<B, 1> {
+    ) -> Tensor<1> {
         self.loss_with(input_ids, targets, ignore_id, &Unsharded)
     }
 
@@ -144,22 +131,18 @@ impl<B: Backend> Hlat<B> {
     /// on every rank.
     pub fn loss_with(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        targets: Tensor<B, 2, Int>,
+        input_ids: Tensor<2, Int>,
+        targets: Tensor<2, Int>,
         ignore_id: Option<u32>,
-        exchange: &dyn Exchange<B>,
-    ) -> Tensor<B, 1> {
+        exchange: &dyn Exchange,
+    ) -> Tensor<1> {
         let logits = self.forward_with(input_ids, exchange);
         loss_from_logits(logits, targets, ignore_id, exchange)
     }
 
     /// Token embeddings of `input_ids`; with a split vocabulary each rank looks up the ids of
     /// its slice (others give zero rows) and `exchange` sums the ranks' parts.
-    pub(crate) fn embed(
-        &self,
-        input_ids: Tensor<B, 2, Int>,
-        exchange: &dyn Exchange<B>,
-    ) -> Tensor<B, 3> {
+    pub(crate) fn embed(&self, input_ids: Tensor<2, Int>, exchange: &dyn Exchange) -> Tensor<3> {
         if exchange.degree() == 1 {
             return self.embed_tokens.forward(input_ids);
         }
@@ -171,7 +154,7 @@ impl<B: Backend> Hlat<B> {
     }
 
     /// The rotary tables of `seq` positions from `start`.
-    pub(crate) fn rotary(&self, start: usize, seq: usize, device: &B::Device) -> RotaryTables<B> {
+    pub(crate) fn rotary(&self, start: usize, seq: usize, device: &Device) -> RotaryTables {
         RotaryTables::scaled(
             &self.config.rope_scaling,
             self.config.head_dim(),
@@ -185,7 +168,7 @@ impl<B: Backend> Hlat<B> {
     /// Logits of the last layer's output `x`: the final norm and the LM head (each rank's slice
     /// of the vocabulary, for the full sequence). A tied head multiplies by this rank's rows of
     /// the vocabulary-parallel embedding: the same slice of the vocabulary.
-    pub(crate) fn head(&self, x: Tensor<B, 3>, exchange: &dyn Exchange<B>) -> Tensor<B, 3> {
+    pub(crate) fn head(&self, x: Tensor<3>, exchange: &dyn Exchange) -> Tensor<3> {
         let x = exchange.enter(self.norm.forward(x));
         match &self.lm_head {
             Some(lm_head) => lm_head.forward(x),
@@ -197,10 +180,10 @@ impl<B: Backend> Hlat<B> {
     /// under sequence parallelism), through `cache` when given.
     fn run_layers(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        mut cache: Option<&mut KvCache<B>>,
-        exchange: &dyn Exchange<B>,
-    ) -> Tensor<B, 3> {
+        input_ids: Tensor<2, Int>,
+        mut cache: Option<&mut KvCache>,
+        exchange: &dyn Exchange,
+    ) -> Tensor<3> {
         let [_, seq] = input_ids.dims();
         let device = input_ids.device();
         let start = cache.as_ref().map_or(0, |cache| cache.len());
@@ -228,12 +211,12 @@ impl<B: Backend> Hlat<B> {
 /// Mean next-token cross-entropy of `logits` `[batch, seq, vocab / degree]` (each rank's slice
 /// of the vocabulary under `exchange`) against `targets`, leaving out `ignore_id`; in f32, the
 /// same value on every rank.
-pub(crate) fn loss_from_logits<B: Backend>(
-    logits: Tensor<B, 3>,
-    targets: Tensor<B, 2, Int>,
+pub(crate) fn loss_from_logits(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
     ignore_id: Option<u32>,
-    exchange: &dyn Exchange<B>,
-) -> Tensor<B, 1> {
+    exchange: &dyn Exchange,
+) -> Tensor<1> {
     let [batch, seq, vocab] = logits.dims();
     let rows = batch * seq;
     let logits = logits.reshape([rows, vocab]).cast(DType::F32);
@@ -265,11 +248,11 @@ pub(crate) fn loss_from_logits<B: Backend>(
 /// gradient of the log-sum once per row; through a log-softmax it sums the gather's scattered
 /// `[rows, vocab]` gradient back to one value per row, and the forward pass writes the whole
 /// `[rows, vocab]` log-softmax to read one value per row.
-fn cross_entropy_rows<B: Backend>(
-    logits: Tensor<B, 2>,
-    targets: Tensor<B, 2, Int>,
-    exchange: &dyn Exchange<B>,
-) -> Tensor<B, 2> {
+fn cross_entropy_rows(
+    logits: Tensor<2>,
+    targets: Tensor<2, Int>,
+    exchange: &dyn Exchange,
+) -> Tensor<2> {
     let [_, local_vocab] = logits.dims();
     let maximum = exchange.max(logits.clone().detach().max_dim(1));
     let total = exchange.sum((logits.clone() - maximum.clone()).exp().sum_dim(1));
@@ -287,8 +270,6 @@ fn cross_entropy_rows<B: Backend>(
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::{Autodiff, NdArray};
-
     use super::*;
 
     /// The loss is the mean over kept rows of `log(sum(exp(x))) - x[target]`, and its gradient
@@ -296,26 +277,25 @@ mod tests {
     /// ignored ones: computed here in f64 from the formulas, independently of the model's code.
     #[test]
     fn the_loss_and_its_gradient_follow_the_closed_form() {
-        type B = Autodiff<NdArray>;
-        let device = Default::default();
+        let device = Device::flex().autodiff();
         let (rows, vocab, ignore_id) = (3, 5, 7);
         let values: Vec<f32> = (0..rows * vocab)
             .map(|i| ((i * 7) % 11) as f32 * 0.75 - 3.0)
             .collect();
         let targets = [2i64, 0, ignore_id as i64];
         let logits =
-            Tensor::<B, 3>::from_data(TensorData::new(values.clone(), [1, rows, vocab]), &device)
+            Tensor::<3>::from_data(TensorData::new(values.clone(), [1, rows, vocab]), &device)
                 .require_grad();
         let target_ids =
-            Tensor::<B, 2, Int>::from_data(TensorData::new(targets.to_vec(), [1, rows]), &device);
+            Tensor::<2, Int>::from_data(TensorData::new(targets.to_vec(), [1, rows]), &device);
         let loss = loss_from_logits(logits.clone(), target_ids, Some(ignore_id), &Unsharded);
         let gradient = logits
             .grad(&loss.backward())
             .expect("the logits take part in the loss")
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap();
-        let loss = loss.into_data().to_vec::<f32>().unwrap()[0];
+        let loss = loss.into_data().try_to_vec::<f32>().unwrap()[0];
 
         let kept = 2.0;
         let (mut expected_loss, mut expected_gradient) = (0.0f64, vec![0.0f64; rows * vocab]);

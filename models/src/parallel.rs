@@ -12,44 +12,43 @@
 //! At degree 1 ([`Unsharded`]) nothing is split and the model is today's, parameter names and all.
 
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor};
-use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 
 use crate::model::Hlat;
 
 /// How the layers of one model replica exchange activations with the other ranks of their
 /// tensor-parallel group.
-pub trait Exchange<B: Backend> {
+pub trait Exchange {
     /// The tensor-parallel degree (1: nothing is split).
     fn degree(&self) -> usize;
 
     /// Activations `[batch, seq, hidden]` entering a column-parallel layer: the full input on
     /// every rank (gathered along the sequence under sequence parallelism).
-    fn enter(&self, x: Tensor<B, 3>) -> Tensor<B, 3>;
+    fn enter(&self, x: Tensor<3>) -> Tensor<3>;
 
     /// Partial results `[batch, seq, hidden]` leaving a row-parallel layer: their sum over the
     /// group (scattered along the sequence under sequence parallelism).
-    fn exit(&self, y: Tensor<B, 3>) -> Tensor<B, 3>;
+    fn exit(&self, y: Tensor<3>) -> Tensor<3>;
 
     /// The elementwise sum over the group (the vocabulary-parallel loss).
-    fn sum(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+    fn sum(&self, x: Tensor<2>) -> Tensor<2>;
 
     /// The elementwise maximum over the group (the vocabulary-parallel loss).
-    fn max(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+    fn max(&self, x: Tensor<2>) -> Tensor<2>;
 
     /// The first token id of this rank's slice of a `vocab`-token vocabulary, as a float `[1]`
     /// (exact below 2^24).
-    fn vocab_start(&self, vocab: usize, device: &B::Device) -> Tensor<B, 1>;
+    fn vocab_start(&self, vocab: usize, device: &Device) -> Tensor<1>;
 }
 
 /// `ids` (of a `local_vocab × degree`-token vocabulary) relative to the first id of this rank's
 /// slice, with the mask of the ids outside the slice, which are set to 0.
-pub fn local_ids<B: Backend, const D: usize>(
-    exchange: &(impl Exchange<B> + ?Sized),
-    ids: Tensor<B, D, Int>,
+pub fn local_ids<const D: usize>(
+    exchange: &(impl Exchange + ?Sized),
+    ids: Tensor<D, Int>,
     local_vocab: usize,
-) -> (Tensor<B, D, Int>, Tensor<B, D, Bool>) {
+) -> (Tensor<D, Int>, Tensor<D, Bool>) {
     let start = exchange.vocab_start(local_vocab * exchange.degree(), &ids.device());
     let local = (ids.float() - start.unsqueeze::<D>()).int();
     let outside = local
@@ -63,28 +62,28 @@ pub fn local_ids<B: Backend, const D: usize>(
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Unsharded;
 
-impl<B: Backend> Exchange<B> for Unsharded {
+impl Exchange for Unsharded {
     fn degree(&self) -> usize {
         1
     }
 
-    fn enter(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn enter(&self, x: Tensor<3>) -> Tensor<3> {
         x
     }
 
-    fn exit(&self, y: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn exit(&self, y: Tensor<3>) -> Tensor<3> {
         y
     }
 
-    fn sum(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    fn sum(&self, x: Tensor<2>) -> Tensor<2> {
         x
     }
 
-    fn max(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    fn max(&self, x: Tensor<2>) -> Tensor<2> {
         x
     }
 
-    fn vocab_start(&self, _vocab: usize, device: &B::Device) -> Tensor<B, 1> {
+    fn vocab_start(&self, _vocab: usize, device: &Device) -> Tensor<1> {
         Tensor::zeros([1], device)
     }
 }
@@ -99,12 +98,12 @@ pub struct TensorParallel {
     pub sequence_parallel: bool,
 }
 
-impl<B: CollectiveBackend> Exchange<B> for TensorParallel {
+impl Exchange for TensorParallel {
     fn degree(&self) -> usize {
         self.groups.group_size()
     }
 
-    fn enter(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn enter(&self, x: Tensor<3>) -> Tensor<3> {
         if self.sequence_parallel {
             collective::all_gather(x, 1, &self.groups)
         } else {
@@ -112,7 +111,7 @@ impl<B: CollectiveBackend> Exchange<B> for TensorParallel {
         }
     }
 
-    fn exit(&self, y: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn exit(&self, y: Tensor<3>) -> Tensor<3> {
         if self.sequence_parallel {
             collective::reduce_scatter(y, 1, &self.groups)
         } else {
@@ -120,17 +119,17 @@ impl<B: CollectiveBackend> Exchange<B> for TensorParallel {
         }
     }
 
-    fn sum(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    fn sum(&self, x: Tensor<2>) -> Tensor<2> {
         collective::all_reduce(x, ReduceOp::Sum, &self.groups)
     }
 
-    fn max(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    fn max(&self, x: Tensor<2>) -> Tensor<2> {
         collective::all_reduce(x, ReduceOp::Max, &self.groups)
     }
 
-    fn vocab_start(&self, vocab: usize, device: &B::Device) -> Tensor<B, 1> {
+    fn vocab_start(&self, vocab: usize, device: &Device) -> Tensor<1> {
         // Each rank keeps its slice of the ids 0..vocab.
-        let ids = Tensor::<B, 1, Int>::arange(0..vocab as i64, device).float();
+        let ids = Tensor::<1, Int>::arange(0..vocab as i64, device).float();
         collective::split(ids, 0, &self.groups).narrow(0, 0, 1)
     }
 }
@@ -242,11 +241,11 @@ pub fn kv_copy_groups(tensor_groups: &ReplicaGroups, copies: usize) -> ReplicaGr
 }
 
 /// This rank's part of a whole parameter placed as `placement` over `tensor_groups`.
-pub fn split_parameter<B: CollectiveBackend, const D: usize>(
-    tensor: Tensor<B, D>,
+pub fn split_parameter<const D: usize>(
+    tensor: Tensor<D>,
     placement: Placement,
     tensor_groups: &ReplicaGroups,
-) -> Tensor<B, D> {
+) -> Tensor<D> {
     match placement {
         Placement::Split(dim) => collective::split(tensor, dim, tensor_groups),
         Placement::ReplicatedHeads { dim, copies } => {
@@ -258,11 +257,11 @@ pub fn split_parameter<B: CollectiveBackend, const D: usize>(
 
 /// The whole parameter from the ranks' parts placed as `placement` over `tensor_groups` (the
 /// inverse of [`split_parameter`]), on every rank.
-pub fn join_parameter<B: CollectiveBackend, const D: usize>(
-    tensor: Tensor<B, D>,
+pub fn join_parameter<const D: usize>(
+    tensor: Tensor<D>,
     placement: Placement,
     tensor_groups: &ReplicaGroups,
-) -> Tensor<B, D> {
+) -> Tensor<D> {
     match placement {
         Placement::Split(dim) => collective::all_gather(tensor, dim, tensor_groups),
         Placement::ReplicatedHeads { dim, copies } => {
@@ -339,23 +338,19 @@ impl ParamPath {
 
 /// A visitor of a module's float parameters that is told each one's path: the bookkeeping of
 /// Burn's `ModuleVisitor::enter_module` / `exit_module` done once, by [`visit_with_paths`].
-pub trait PathVisitor<B: Backend> {
+pub trait PathVisitor {
     /// Visits the float parameter at `path`.
-    fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>);
+    fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>);
 }
 
 /// Runs `visitor` over every float parameter of `module`, with paths starting from `path`
 /// (`ParamPath::default()`, or [`ParamPath::with_kv_copies`] where KV heads are replicated).
-pub fn visit_with_paths<B: Backend, M: Module<B>>(
-    module: &M,
-    path: ParamPath,
-    visitor: &mut impl PathVisitor<B>,
-) {
+pub fn visit_with_paths<M: Module>(module: &M, path: ParamPath, visitor: &mut impl PathVisitor) {
     struct Paths<'a, V> {
         path: ParamPath,
         visitor: &'a mut V,
     }
-    impl<B: Backend, V: PathVisitor<B>> burn::module::ModuleVisitor<B> for Paths<'_, V> {
+    impl<V: PathVisitor> burn::module::ModuleVisitor for Paths<'_, V> {
         fn enter_module(&mut self, name: &str, _container_type: &str) {
             self.path.enter(name);
         }
@@ -364,7 +359,7 @@ pub fn visit_with_paths<B: Backend, M: Module<B>>(
             self.path.exit();
         }
 
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             self.visitor.visit_float(&self.path, param);
         }
     }
@@ -387,7 +382,7 @@ struct Reshard<'a> {
     path: ParamPath,
 }
 
-impl<B: CollectiveBackend> ModuleMapper<B> for Reshard<'_> {
+impl ModuleMapper for Reshard<'_> {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.enter(name);
     }
@@ -396,7 +391,7 @@ impl<B: CollectiveBackend> ModuleMapper<B> for Reshard<'_> {
         self.path.exit();
     }
 
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let placement = self.path.placement();
         if placement == Placement::Replicated {
             return param;
@@ -443,13 +438,12 @@ pub fn check_degree(config: &crate::HlatConfig, degree: usize) -> Result<(), Str
     divides("vocab_size", config.vocab_size)
 }
 
-impl<B: CollectiveBackend> Hlat<B> {
+impl Hlat {
     /// Splits a model whose replicas are identical into its tensor-parallel shards: every rank
     /// keeps its slice of each split parameter, and attention counts its local heads. Split a
-    /// model for training as it is (on the autodiff backend): each shard becomes a leaf that
-    /// requires a gradient as its parameter did. (Splitting the inner module of `valid()` and
-    /// wrapping it back with `from_inner` would leave the shards without gradients, since the
-    /// inner tensors do not carry that flag.)
+    /// model for training as it is (on an autodiff device): each shard becomes a leaf that
+    /// requires a gradient as its parameter did, and keeps its parameter's configured training
+    /// state (a module from `valid()` gets its gradients back with `train()`).
     ///
     /// # Panics
     /// When the configuration does not divide by the degree ([`check_degree`] says why).

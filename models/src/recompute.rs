@@ -20,9 +20,8 @@ use std::str::FromStr;
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Int, Tensor, s};
-use burn_trainium::collective::{self, CollectiveBackend};
+use burn::tensor::{Gradients, Int, Tensor, s};
+use burn_trainium::collective;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{Attention, Context};
@@ -72,28 +71,28 @@ impl fmt::Display for ActivationCheckpointing {
 }
 
 /// A stage's computation: the model (with or without gradients) and the stage's inputs.
-type Run<'a, B> = Box<dyn Fn(&Hlat<B>, Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> + 'a>;
+type Run<'a> = Box<dyn Fn(&Hlat, Vec<Tensor<3>>) -> Vec<Tensor<3>> + 'a>;
 
 /// A kept stage's input leaves and its outputs, with their graph.
-struct Recorded<B: AutodiffBackend> {
-    leaves: Vec<Tensor<B, 3>>,
-    outputs: Vec<Tensor<B, 3>>,
+struct Recorded {
+    leaves: Vec<Tensor<3>>,
+    outputs: Vec<Tensor<3>>,
 }
 
 /// One stage of the step, as the forward pass left it.
-enum Stage<'a, B: AutodiffBackend> {
+enum Stage<'a> {
     /// Its graph, kept for the backward pass.
-    Kept(Recorded<B>),
+    Kept(Recorded),
     /// What runs it again: its computation and the values that entered it (without graph).
     Recomputed {
-        run: Run<'a, B>,
-        inputs: Vec<Tensor<B, 3>>,
+        run: Run<'a>,
+        inputs: Vec<Tensor<3>>,
     },
     /// The attention core of layer `layer` over a long sequence: the values that entered it
     /// (`[x, queries, keys, values]`, without graph); run again one block of queries at a time.
     AttentionByBlock {
         layer: usize,
-        inputs: Vec<Tensor<B, 3>>,
+        inputs: Vec<Tensor<3>>,
     },
 }
 
@@ -109,24 +108,24 @@ enum Treatment {
     AttentionByBlock,
 }
 
-impl<B> Hlat<B>
-where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend> + CollectiveBackend,
-{
+impl Hlat {
     /// The mean next-token loss of a batch (as [`Hlat::loss_with`]) and the gradients of every
     /// parameter, with the activations of `checkpointing` recomputed in the backward pass. The
     /// loss is returned without its graph: the gradients are already computed.
     ///
     /// The parameters must be leaves of the autodiff graph (a model cast to another dtype for
     /// mixed precision is not: cast inside the stages instead).
+    ///
+    /// # Panics
+    /// When the model is not on an autodiff device (`Device::autodiff`).
     pub fn loss_and_gradients(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        targets: Tensor<B, 2, Int>,
+        input_ids: Tensor<2, Int>,
+        targets: Tensor<2, Int>,
         ignore_id: Option<u32>,
-        exchange: &dyn Exchange<B>,
+        exchange: &dyn Exchange,
         checkpointing: ActivationCheckpointing,
-    ) -> (Tensor<B, 1>, GradientsParams) {
+    ) -> (Tensor<1>, GradientsParams) {
         let [_, seq] = input_ids.dims();
         let rotary = self.rotary(0, seq, &input_ids.device());
         let mut gradients = GradientsParams::new();
@@ -162,24 +161,21 @@ where
 
 /// Layers run forward through the stages activation checkpointing asks for, as the backward pass
 /// needs them: the output (without graph) and each stage's graph or what runs it again.
-pub(crate) struct StagedLayers<'a, B: AutodiffBackend> {
+pub(crate) struct StagedLayers<'a> {
     /// The last layer's output, without graph.
-    pub output: Tensor<B, 3>,
-    stages: Vec<Stage<'a, B>>,
+    pub output: Tensor<3>,
+    stages: Vec<Stage<'a>>,
 }
 
-impl<'a, B> StagedLayers<'a, B>
-where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend> + CollectiveBackend,
-{
+impl<'a> StagedLayers<'a> {
     /// Runs `layers` of `model` from `input` (without graph) over a sequence of `seq`
     /// positions: kept stages record their graph, recomputed ones run without gradients.
     pub fn forward(
-        model: &Hlat<B>,
+        model: &Hlat,
         layers: std::ops::Range<usize>,
-        input: Tensor<B, 3>,
-        (rotary, seq): (&'a RotaryTables<B>, usize),
-        exchange: &'a dyn Exchange<B>,
+        input: Tensor<3>,
+        (rotary, seq): (&'a RotaryTables, usize),
+        exchange: &'a dyn Exchange,
         checkpointing: ActivationCheckpointing,
     ) -> Self {
         let without_gradients = model.clone().no_grad();
@@ -223,11 +219,11 @@ where
     /// selected from) are added to `gradients`; returns the gradient of the input.
     pub fn backward(
         self,
-        model: &Hlat<B>,
-        leaves: &Hlat<B>,
-        mut upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
+        model: &Hlat,
+        leaves: &Hlat,
+        mut upstream: Vec<Option<Tensor<3>>>,
         gradients: &mut GradientsParams,
-    ) -> Vec<Option<Tensor<B::InnerBackend, 3>>> {
+    ) -> Vec<Option<Tensor<3>>> {
         for stage in self.stages.into_iter().rev() {
             let (stage_leaves, outputs) = match stage {
                 Stage::Kept(Recorded { leaves, outputs }) => (leaves, outputs),
@@ -253,13 +249,13 @@ where
 /// the graph of each. Over a long sequence (see [`attends_by_block`]) the attention core is a
 /// stage of its own, run again by blocks of queries whatever `checkpointing` says, so no stage
 /// keeps `[seq × seq]` scores.
-fn layer_stages<'a, B: AutodiffBackend + CollectiveBackend>(
+fn layer_stages<'a>(
     index: usize,
-    rotary: &'a RotaryTables<B>,
-    exchange: &'a dyn Exchange<B>,
+    rotary: &'a RotaryTables,
+    exchange: &'a dyn Exchange,
     checkpointing: ActivationCheckpointing,
     seq: usize,
-) -> Vec<(Run<'a, B>, Treatment)> {
+) -> Vec<(Run<'a>, Treatment)> {
     let by_block = attends_by_block(seq);
     let attend_treatment = if by_block {
         Treatment::AttentionByBlock
@@ -273,7 +269,7 @@ fn layer_stages<'a, B: AutodiffBackend + CollectiveBackend>(
     };
     match checkpointing {
         ActivationCheckpointing::None | ActivationCheckpointing::Full if !by_block => {
-            let whole: Run<'a, B> = Box::new(move |model, inputs| {
+            let whole: Run<'a> = Box::new(move |model, inputs| {
                 let x = inputs.into_iter().next().expect("a layer input");
                 vec![model.layers[index].forward(x, rotary, Context::Full, exchange)]
             });
@@ -302,11 +298,11 @@ fn layer_stages<'a, B: AutodiffBackend + CollectiveBackend>(
 }
 
 /// `[x] -> [x, queries, keys, values]` of layer `index` (heads flattened, see [`flatten`]).
-fn project_stage<'a, B: AutodiffBackend + CollectiveBackend>(
+fn project_stage<'a>(
     index: usize,
-    rotary: &'a RotaryTables<B>,
-    exchange: &'a dyn Exchange<B>,
-) -> Run<'a, B> {
+    rotary: &'a RotaryTables,
+    exchange: &'a dyn Exchange,
+) -> Run<'a> {
     Box::new(move |model, inputs| {
         let layer = &model.layers[index];
         let x = inputs.into_iter().next().expect("a layer input");
@@ -317,7 +313,7 @@ fn project_stage<'a, B: AutodiffBackend + CollectiveBackend>(
 }
 
 /// `[x, queries, keys, values] -> [x, attention]`: the attention core of layer `index`.
-fn attend_stage<'a, B: AutodiffBackend + CollectiveBackend>(index: usize) -> Run<'a, B> {
+fn attend_stage<'a>(index: usize) -> Run<'a> {
     Box::new(move |model, inputs| {
         let attention = &model.layers[index].self_attn;
         let [x, queries, keys, values] = take(inputs);
@@ -333,10 +329,7 @@ fn attend_stage<'a, B: AutodiffBackend + CollectiveBackend>(index: usize) -> Run
 
 /// `[x, attention] -> [h, gate, up]`: the output projection and residual of layer `index`, then
 /// the MLP's input projections.
-fn mix_stage<'a, B: AutodiffBackend + CollectiveBackend>(
-    index: usize,
-    exchange: &'a dyn Exchange<B>,
-) -> Run<'a, B> {
+fn mix_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
     Box::new(move |model, inputs| {
         let layer = &model.layers[index];
         let [x, output] = take(inputs);
@@ -348,7 +341,7 @@ fn mix_stage<'a, B: AutodiffBackend + CollectiveBackend>(
 }
 
 /// `[h, gate, up] -> [h, activation]`: SwiGLU.
-fn activate_stage<'a, B: AutodiffBackend + CollectiveBackend>() -> Run<'a, B> {
+fn activate_stage<'a>() -> Run<'a> {
     Box::new(move |_, inputs| {
         let [h, gate, up] = take(inputs);
         vec![h, Mlp::activate(gate, up)]
@@ -357,10 +350,7 @@ fn activate_stage<'a, B: AutodiffBackend + CollectiveBackend>() -> Run<'a, B> {
 
 /// `[h, activation] -> [layer output]`: the MLP's output projection and residual of layer
 /// `index`.
-fn down_stage<'a, B: AutodiffBackend + CollectiveBackend>(
-    index: usize,
-    exchange: &'a dyn Exchange<B>,
-) -> Run<'a, B> {
+fn down_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
     Box::new(move |model, inputs| {
         let [h, activation] = take(inputs);
         let mlp = &model.layers[index].mlp;
@@ -369,7 +359,7 @@ fn down_stage<'a, B: AutodiffBackend + CollectiveBackend>(
 }
 
 /// One stage running `runs` in order, each on the outputs of the one before.
-fn chain<'a, B: AutodiffBackend>(runs: Vec<Run<'a, B>>) -> Run<'a, B> {
+fn chain<'a>(runs: Vec<Run<'a>>) -> Run<'a> {
     Box::new(move |model, inputs| runs.iter().fold(inputs, |carry, run| run(model, carry)))
 }
 
@@ -379,14 +369,11 @@ fn chain<'a, B: AutodiffBackend>(runs: Vec<Run<'a, B>>) -> Run<'a, B> {
 /// `[block × seq]`, not `[seq × seq]`. `x` passes through. Each block's leaves leave one
 /// optimization barrier together with the key and value gradients summed so far, so a compiler
 /// runs the blocks one after the other instead of all at once.
-fn attention_backward_by_block<B>(
-    attention: &Attention<B>,
-    inputs: Vec<Tensor<B, 3>>,
-    upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
-) -> Vec<Option<Tensor<B::InnerBackend, 3>>>
-where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
-{
+fn attention_backward_by_block(
+    attention: &Attention,
+    inputs: Vec<Tensor<3>>,
+    upstream: Vec<Option<Tensor<3>>>,
+) -> Vec<Option<Tensor<3>>> {
     let [_, queries, keys, values] = take(inputs);
     let mut upstream = upstream.into_iter();
     let x_grad = upstream.next().flatten();
@@ -418,15 +405,13 @@ where
             unflatten(value_leaf.clone(), attention.num_kv_heads),
             first,
         );
-        let mut grads = (output * Tensor::from_inner(block_output_grad))
-            .sum()
-            .backward();
-        let gradient = |leaf: &Tensor<B, 3>, grads: &mut B::Gradients| {
+        let mut grads = (output * block_output_grad).sum().backward();
+        let gradient = |leaf: &Tensor<3>, grads: &mut Gradients| {
             leaf.grad_remove(grads)
                 .unwrap_or_else(|| leaf.clone().inner().zeros_like())
         };
         query_grads.push(gradient(&query_leaf, &mut grads));
-        let add_prefix = |total: Tensor<B::InnerBackend, 3>, part: Tensor<B::InnerBackend, 3>| {
+        let add_prefix = |total: Tensor<3>, part: Tensor<3>| {
             let prefix = total.clone().slice(s![.., 0..end, ..]) + part;
             total.slice_assign(s![.., 0..end, ..], prefix)
         };
@@ -446,14 +431,16 @@ where
 /// forward pass (its inputs are the barrier's outputs) nor schedule it before the gradients of
 /// the stage exist (so the recomputed activations live only while they are used).
 #[allow(clippy::type_complexity)]
-fn fence<B>(
-    inputs: Vec<Tensor<B, 3>>,
-    upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
-) -> (Vec<Tensor<B, 3>>, Vec<Option<Tensor<B::InnerBackend, 3>>>)
-where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
-{
+fn fence(
+    inputs: Vec<Tensor<3>>,
+    upstream: Vec<Option<Tensor<3>>>,
+) -> (Vec<Tensor<3>>, Vec<Option<Tensor<3>>>) {
     let count = inputs.len();
+    // The leaves join the inputs' graph: autodiff with their gradient-checkpointing strategy
+    // (tensors of two strategies do not combine).
+    let strategy = inputs
+        .first()
+        .and_then(Tensor::gradient_checkpointing_strategy);
     let present: Vec<bool> = upstream.iter().map(Option::is_some).collect();
     let values = inputs
         .into_iter()
@@ -464,7 +451,14 @@ where
     let leaves = fenced
         .by_ref()
         .take(count)
-        .map(|x| Tensor::from_inner(x).require_grad())
+        .map(|x| {
+            let x = x.autodiff();
+            match strategy {
+                Some(strategy) => x.with_gradient_checkpointing_strategy(strategy),
+                None => x,
+            }
+            .require_grad()
+        })
         .collect();
     let gradients = present
         .into_iter()
@@ -480,21 +474,18 @@ where
 /// gradients, so the next stage back cannot start before this stage's parameter gradients are
 /// computed: a compiler would otherwise be free to postpone every weight gradient to the end of
 /// the step and keep each stage's activations alive until then.
-pub(crate) fn backpropagate<B>(
-    model: &Hlat<B>,
-    outputs: Vec<Tensor<B, 3>>,
-    upstream: Vec<Option<Tensor<B::InnerBackend, 3>>>,
-    leaves: &[Tensor<B, 3>],
+pub(crate) fn backpropagate(
+    model: &Hlat,
+    outputs: Vec<Tensor<3>>,
+    upstream: Vec<Option<Tensor<3>>>,
+    leaves: &[Tensor<3>],
     gradients: &mut GradientsParams,
-) -> Vec<Option<Tensor<B::InnerBackend, 3>>>
-where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
-{
+) -> Vec<Option<Tensor<3>>> {
     // The sum of each output times its (constant) gradient has exactly those gradients.
     let surrogate = outputs
         .into_iter()
         .zip(upstream)
-        .filter_map(|(output, grad)| grad.map(|grad| (output * Tensor::from_inner(grad)).sum()))
+        .filter_map(|(output, grad)| grad.map(|grad| (output * grad).sum()))
         .reduce(|total, part| total + part);
     let Some(surrogate) = surrogate else {
         return leaves.iter().map(|_| None).collect();
@@ -509,24 +500,21 @@ where
 
 /// Moves the gradients of `model`'s parameters from one backward pass into `gradients`, adding
 /// them to those already there, and returns `inputs`, fenced together with them.
-pub(crate) fn collect<B>(
-    model: &Hlat<B>,
-    grads: &mut B::Gradients,
+pub(crate) fn collect(
+    model: &Hlat,
+    grads: &mut Gradients,
     gradients: &mut GradientsParams,
-    inputs: Vec<Option<Tensor<B::InnerBackend, 3>>>,
-) -> Vec<Option<Tensor<B::InnerBackend, 3>>>
-where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend>,
-{
+    inputs: Vec<Option<Tensor<3>>>,
+) -> Vec<Option<Tensor<3>>> {
     /// Takes each parameter's gradient out, flattened to `[1, 1, n]`, in visiting order.
-    struct Take<B: AutodiffBackend> {
+    struct Take {
         part: GradientsParams,
         ids: Vec<ParamId>,
-        taken: Vec<Tensor<B::InnerBackend, 3>>,
+        taken: Vec<Tensor<3>>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Take<B> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.part.remove::<B::InnerBackend, D>(param.id) {
+    impl ModuleVisitor for Take {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.part.remove::<D>(param.id) {
                 let elements = grad.shape().num_elements();
                 self.ids.push(param.id);
                 self.taken.push(grad.reshape([1, 1, elements]));
@@ -534,22 +522,22 @@ where
         }
     }
     /// Adds the fenced gradients, in their parameters' shapes, to the totals.
-    struct Add<'a, B: AutodiffBackend> {
+    struct Add<'a> {
         ids: std::iter::Peekable<std::vec::IntoIter<ParamId>>,
-        fenced: std::vec::IntoIter<Tensor<B::InnerBackend, 3>>,
+        fenced: std::vec::IntoIter<Tensor<3>>,
         total: &'a mut GradientsParams,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Add<'_, B> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+    impl ModuleVisitor for Add<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             if self.ids.next_if_eq(&param.id).is_none() {
                 return;
             }
-            let part: Tensor<B::InnerBackend, D> = self
+            let part: Tensor<D> = self
                 .fenced
                 .next()
                 .expect("one fenced gradient per taken one")
                 .reshape(param.shape());
-            let sum = match self.total.remove::<B::InnerBackend, D>(param.id) {
+            let sum = match self.total.remove::<D>(param.id) {
                 Some(total) => total + part,
                 None => part,
             };
@@ -557,7 +545,7 @@ where
         }
     }
 
-    let mut take = Take::<B> {
+    let mut take = Take {
         part: GradientsParams::from_module(grads, model),
         ids: Vec::new(),
         taken: Vec::new(),
@@ -572,7 +560,7 @@ where
             .collect(),
     );
     let mut fenced_inputs = fenced.split_off(count).into_iter();
-    model.visit(&mut Add::<B> {
+    model.visit(&mut Add {
         ids: take.ids.into_iter().peekable(),
         fenced: fenced.into_iter(),
         total: gradients,
@@ -584,13 +572,13 @@ where
 }
 
 /// `[batch, heads, seq, head_dim]` as `[batch · heads, seq, head_dim]`.
-fn flatten<B: AutodiffBackend>(t: Tensor<B, 4>) -> Tensor<B, 3> {
+fn flatten(t: Tensor<4>) -> Tensor<3> {
     let [batch, heads, seq, head_dim] = t.dims();
     t.reshape([batch * heads, seq, head_dim])
 }
 
 /// The inverse of [`flatten`] for `heads` heads.
-fn unflatten<B: AutodiffBackend>(t: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
+fn unflatten(t: Tensor<3>, heads: usize) -> Tensor<4> {
     let [rows, seq, head_dim] = t.dims();
     t.reshape([rows / heads, heads, seq, head_dim])
 }

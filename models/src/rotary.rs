@@ -3,8 +3,7 @@
 
 use std::f64::consts::PI;
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 /// How the rotary frequencies are scaled (transformers' `rope_type`, read from `rope_scaling` or
@@ -253,14 +252,14 @@ impl YarnScaling {
 /// half (`cat(freqs, freqs)`) and is multiplied by the scaling's attention factor, computed in
 /// f32.
 #[derive(Debug, Clone)]
-pub struct RotaryTables<B: Backend> {
-    cos: Tensor<B, 2>,
-    sin: Tensor<B, 2>,
+pub struct RotaryTables {
+    cos: Tensor<2>,
+    sin: Tensor<2>,
 }
 
-impl<B: Backend> RotaryTables<B> {
+impl RotaryTables {
     /// Tables for positions `start .. start + len` of unscaled rotary embeddings.
-    pub fn new(head_dim: usize, theta: f64, start: usize, len: usize, device: &B::Device) -> Self {
+    pub fn new(head_dim: usize, theta: f64, start: usize, len: usize, device: &Device) -> Self {
         Self::scaled(&RopeScaling::Default, head_dim, theta, start, len, device)
     }
 
@@ -271,7 +270,7 @@ impl<B: Backend> RotaryTables<B> {
         theta: f64,
         start: usize,
         len: usize,
-        device: &B::Device,
+        device: &Device,
     ) -> Self {
         let (inv_freq, attention_factor) = scaling.inverse_frequencies(head_dim, theta);
         let mut cos = Vec::with_capacity(len * head_dim);
@@ -291,7 +290,7 @@ impl<B: Backend> RotaryTables<B> {
 
     /// Rotates `x` `[batch, heads, positions, head_dim]`: `x·cos + rotate_half(x)·sin`, where
     /// `rotate_half(x) = cat(-x[.., d/2..], x[.., ..d/2])`.
-    pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    pub fn apply(&self, x: Tensor<4>) -> Tensor<4> {
         let dtype = x.dtype();
         let [_, _, _, head_dim] = x.dims();
         let half = head_dim / 2;

@@ -8,8 +8,7 @@ use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::rng::SplitMix64;
 
@@ -24,18 +23,18 @@ const POOLED: usize = 4;
 
 /// The network.
 #[derive(Module, Debug)]
-pub struct SmallCnn<B: Backend> {
-    conv1: Conv2d<B>,
+pub struct SmallCnn {
+    conv1: Conv2d,
     pool: MaxPool2d,
-    conv2: Conv2d<B>,
+    conv2: Conv2d,
     adaptive: AdaptiveAvgPool2d,
-    head: Linear<B>,
+    head: Linear,
     activation: Relu,
 }
 
-impl<B: Backend> SmallCnn<B> {
+impl SmallCnn {
     /// A network with Burn's default initialisation on `device`.
-    pub fn new(device: &B::Device) -> Self {
+    pub fn new(device: &Device) -> Self {
         let [first, second] = CHANNELS;
         Self {
             conv1: Conv2dConfig::new([1, first], [3, 3]).init(device),
@@ -48,7 +47,7 @@ impl<B: Backend> SmallCnn<B> {
     }
 
     /// Images `[batch, 1, 28, 28]` to class logits `[batch, 10]`.
-    pub fn forward(&self, images: Tensor<B, 4>) -> Tensor<B, 2> {
+    pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
         let x = self.activation.forward(self.conv1.forward(images));
         let x = self.pool.forward(x);
         let x = self.activation.forward(self.conv2.forward(x));
@@ -57,7 +56,7 @@ impl<B: Backend> SmallCnn<B> {
     }
 
     /// The mean cross-entropy of the logits of `images` against `labels`.
-    pub fn loss(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    pub fn loss(&self, images: Tensor<4>, labels: Tensor<1, Int>) -> Tensor<1> {
         let logits = self.forward(images);
         CrossEntropyLossConfig::new()
             .init(&logits.device())
@@ -89,11 +88,7 @@ pub fn generated_images(count: usize, seed: u64) -> (Vec<f32>, Vec<i64>) {
 
 /// A batch of `batch` [`generated_images`] drawn with `seed`, as tensors on `device`: images
 /// `[batch, 1, 28, 28]` and labels `[batch]`.
-pub fn generated_batch<B: Backend>(
-    batch: usize,
-    seed: u64,
-    device: &B::Device,
-) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+pub fn generated_batch(batch: usize, seed: u64, device: &Device) -> (Tensor<4>, Tensor<1, Int>) {
     let (pixels, labels) = generated_images(batch, seed);
     let images = Tensor::from_data(
         TensorData::new(pixels, [batch, 1, IMAGE_SIZE, IMAGE_SIZE]),

@@ -5,9 +5,9 @@
 use burn::train::Learner;
 use hlat_train::error::TrainError;
 use hlat_train::language_model::{LanguageModel, LmBatch};
-use hlat_train::learner::{HlatComponents, OptimizerStep};
+use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
-use hlat_train::parallel::{ParallelLayout, TrainingBackend};
+use hlat_train::parallel::ParallelLayout;
 use hlat_train::progress::{StepReport, TrainingProgress};
 use hlat_train::schedule::WarmupCosine;
 
@@ -23,19 +23,19 @@ pub const EVERY_PARALLELISM: ParallelLayout = ParallelLayout {
 
 /// A model trained step by step: a burn-train `Learner`, the optimizer step it runs and the
 /// counters of the steps so far.
-pub struct Training<B: TrainingBackend> {
+pub struct Training {
     /// The step each [`Training::train`] runs.
     pub step: OptimizerStep,
     /// The model, its optimizer and its learning-rate scheduler.
-    pub learner: Learner<HlatComponents<B>>,
+    pub learner: Learner<LanguageModel>,
     /// The steps so far.
     pub progress: TrainingProgress,
 }
 
-impl<B: TrainingBackend> Training<B> {
+impl Training {
     /// `model` at step 0, trained by `step` with HLAT's AdamW (`settings`) and `schedule`.
     pub fn new(
-        model: LanguageModel<B>,
+        model: LanguageModel,
         settings: AdamWSettings,
         schedule: WarmupCosine,
         step: OptimizerStep,
@@ -48,13 +48,13 @@ impl<B: TrainingBackend> Training<B> {
     }
 
     /// The next optimizer step, over `micro_batches`.
-    pub fn train(&mut self, micro_batches: Vec<LmBatch<B>>) -> Result<StepReport, TrainError> {
+    pub fn train(&mut self, micro_batches: Vec<LmBatch>) -> Result<StepReport, TrainError> {
         self.step
             .run(&mut self.learner, &mut self.progress, micro_batches)
     }
 
     /// The model as the steps so far left it.
-    pub fn model(&self) -> LanguageModel<B> {
+    pub fn model(&self) -> LanguageModel {
         self.learner.model()
     }
 }

@@ -3,27 +3,28 @@
 //! one for every decoding step; a second prompt of another length in the same bucket, decoding
 //! further, compiles nothing new.
 
-use burn_trainium::{Trainium, TrainiumDevice, reset_stats};
+use burn_trainium::{TrainiumDevice, reset_stats};
 use hlat::generate::{GenerationOptions, Sampling, generate};
 
 use test_support::fixtures::{expected, fixture, token_ids};
 
-use crate::support::{programs, xla};
+use crate::support::{programs, trainium, xla};
 
 #[test]
 fn greedy_generation_on_xla_compiles_a_fixed_set_of_programs() {
     xla();
     // A device of its own: no other test compiles on it, so its statistics count only this one.
-    let device = TrainiumDevice::xla(3);
+    let xla = TrainiumDevice::xla(3);
+    let device = trainium(xla);
     let expected = expected("hf-tiny-llama");
-    let (config, model) = hlat::hf::import_hf::<Trainium>(
+    let (config, model) = hlat::hf::import_hf(
         &fixture("hf-tiny-llama"),
         &device,
         hlat::hf::WeightDtype::F32,
     )
     .unwrap();
     // The import's own operations run before generation starts.
-    <Trainium as burn::tensor::backend::Backend>::sync(&device).unwrap();
+    device.sync().unwrap();
     let prompt = token_ids(&expected["greedy_prompt"]);
     let continuation = token_ids(&expected["greedy_continuation"]);
     let options = |max_new_tokens| GenerationOptions {
@@ -33,10 +34,11 @@ fn greedy_generation_on_xla_compiles_a_fixed_set_of_programs() {
         stop_ids: vec![config.eos_token_id],
     };
 
-    reset_stats(&device);
+    reset_stats(&xla);
     let generated = generate(&model, &prompt, &options(continuation.len()), |_| {}).unwrap();
     assert_eq!(generated, continuation);
-    let first = programs(&device);
+    device.sync().unwrap();
+    let first = programs(&xla);
     assert_eq!(
         first,
         2,
@@ -52,5 +54,6 @@ fn greedy_generation_on_xla_compiles_a_fixed_set_of_programs() {
     );
     let more = (config.max_seq_len - longer.len()).min(3 * continuation.len());
     generate(&model, &longer, &options(more), |_| {}).unwrap();
-    assert_eq!(programs(&device), first, "no new program");
+    device.sync().unwrap();
+    assert_eq!(programs(&xla), first, "no new program");
 }

@@ -1,22 +1,21 @@
 //! The real HLAT model (`hlat-test` preset: RoPE, grouped-query causal attention, SwiGLU,
 //! RMSNorm, untied head) trained for a few optimizer steps of HLAT's recipe (its AdamW, warmup,
-//! global-norm clipping; the optimizer step `hlat pretrain` runs) on `Trainium`'s `host` and `xla` executors, from the same
-//! initial weights as on `NdArray`: losses, gradient norms and the trained weights agree.
+//! global-norm clipping; the optimizer step `hlat pretrain` runs) on the Trainium `host` and
+//! `xla` executors, from the same initial weights as on Flex: losses, gradient norms and the
+//! trained weights agree.
 
-use burn::backend::Autodiff;
-use burn::tensor::TensorData;
-use burn_trainium::{Trainium, stats};
+use burn::tensor::{Device, TensorData};
+use burn_trainium::stats;
 use hlat::{Hlat, HlatConfig};
 use hlat_train::config::TrainConfig;
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
-use hlat_train::parallel::TrainingBackend;
 use hlat_train::schedule::WarmupCosine;
 
 use test_support::training::Training;
 
-use crate::support::{Numbers, Reference, assert_matches, devices_under_test};
+use crate::support::{Numbers, assert_matches, devices_under_test, reference};
 
 const STEPS: u64 = 4;
 const ROWS: usize = 4;
@@ -41,7 +40,7 @@ fn token_rows(vocab: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn train<B: TrainingBackend>(model: Hlat<B>, device: &B::Device) -> Run {
+fn train(model: Hlat, device: &Device) -> Run {
     let rows = token_rows(model.config().vocab_size);
     let recipe = TrainConfig::default();
     // HLAT's 1e-8 lets a weight whose gradient is nearly zero move by up to ±lr on rounding noise
@@ -89,28 +88,30 @@ fn train<B: TrainingBackend>(model: Hlat<B>, device: &B::Device) -> Run {
 }
 
 #[test]
-fn hlat_trains_identically_on_host_xla_and_ndarray() {
+fn hlat_trains_identically_on_host_xla_and_flex() {
     let _random = crate::support::exclusive_random();
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let initial: Hlat<Autodiff<Reference>> = config.init(&Default::default());
+    let cpu = reference().autodiff();
+    let initial = config.init(&cpu);
     let folder = tempfile::tempdir().unwrap();
     hlat::checkpoint::save_native(&initial, &config, folder.path()).unwrap();
-    let expected = train(initial, &Default::default());
+    let expected = train(initial, &cpu);
     assert!(
         expected.losses[STEPS as usize - 1] < expected.losses[0],
         "the loss falls: {:?}",
         expected.losses
     );
 
-    for device in devices_under_test() {
-        let (_, model) =
-            hlat::checkpoint::load_native::<Autodiff<Trainium>>(folder.path(), &device).unwrap();
-        let before = stats(&device);
+    for (trainium, device) in devices_under_test() {
+        let device = device.autodiff();
+        let (_, model) = hlat::checkpoint::load_native(folder.path(), &device).unwrap();
+        device.sync().unwrap();
+        let before = stats(&trainium);
         let actual = train(model, &device);
         for (step, (e, a)) in expected.losses.iter().zip(&actual.losses).enumerate() {
             assert!(
                 (e - a).abs() <= 1e-4 * e.abs(),
-                "step {step}: loss {a} on {device}, {e} on NdArray"
+                "step {step}: loss {a} on {trainium}, {e} on Flex"
             );
         }
         for (step, (e, a)) in expected
@@ -121,17 +122,23 @@ fn hlat_trains_identically_on_host_xla_and_ndarray() {
         {
             assert!(
                 (e - a).abs() <= 1e-3 * e.abs(),
-                "step {step}: gradient norm {a} on {device}, {e} on NdArray"
+                "step {step}: gradient norm {a} on {trainium}, {e} on Flex"
             );
         }
         for (index, (e, a)) in expected.weights.iter().zip(&actual.weights).enumerate() {
-            assert_matches(&format!("trained weight #{index} on {device}"), e, a, 1e-4);
+            assert_matches(
+                &format!("trained weight #{index} on {trainium}"),
+                e,
+                a,
+                1e-4,
+            );
         }
-        if device != burn_trainium::TrainiumDevice::HOST {
-            let after = stats(&device);
+        if trainium != burn_trainium::TrainiumDevice::HOST {
+            device.sync().unwrap();
+            let after = stats(&trainium);
             assert_eq!(
                 after.host_fallbacks, before.host_fallbacks,
-                "the HLAT step falls back to the host on {device}: {after:?}"
+                "the HLAT step falls back to the host on {trainium}: {after:?}"
             );
         }
     }
@@ -157,13 +164,12 @@ fn stochastic_rounding_keeps_extreme_values_finite_on_every_device() {
         1.0 + 2f32.powi(-9),
         3e38,
     ];
-    for device in devices_under_test() {
-        let tensor =
-            Tensor::<Trainium, 1>::from_data(TensorData::new(inputs.to_vec(), [10]), &device);
+    for (trainium, device) in devices_under_test() {
+        let tensor = Tensor::<1>::from_data(TensorData::new(inputs.to_vec(), [10]), &device);
         let rounded = stochastic_round_bf16(tensor)
             .cast(DType::F32)
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap();
         for (&input, &output) in inputs.iter().zip(&rounded) {
             let below = f32::from_bits(input.to_bits() & 0xFFFF_0000);
@@ -177,7 +183,7 @@ fn stochastic_rounding_keeps_extreme_values_finite_on_every_device() {
                     && (output == below
                         || output == above
                         || (input.abs() < 1e-36 && output == 0.0)),
-                "{input:e} on {device}: {output:e}"
+                "{input:e} on {trainium}: {output:e}"
             );
         }
     }

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use burn::backend::NdArray;
 use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::HlatConfig;
 
@@ -16,15 +15,15 @@ fn start_model(dir: &Path) {
         vocab_size: 512,
         ..HlatConfig::preset("hlat-test").unwrap()
     };
-    let device = Default::default();
-    <NdArray as burn::tensor::backend::Backend>::seed(&device, 11);
-    let model = config.init::<NdArray>(&device);
+    let device = crate::support::reference();
+    device.seed(11);
+    let model = config.init(&device);
     hlat::checkpoint::save_native(&model, &config, dir).unwrap();
 }
 
 /// Every parameter of the model in `dir` (a native checkpoint), as its bytes in visiting order.
 fn weights(dir: &Path) -> Vec<Vec<u8>> {
-    let (_, model, _) = hlat::checkpoint::load_any::<NdArray>(dir, &Default::default()).unwrap();
+    let (_, model, _) = hlat::checkpoint::load_any(dir, &crate::support::reference()).unwrap();
     test_support::module::parameters(&model)
         .into_iter()
         .map(|data| data.as_bytes().to_vec())

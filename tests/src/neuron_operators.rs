@@ -11,10 +11,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use burn::backend::Autodiff;
 use burn_trainium::hlo::HloModuleProto;
 use burn_trainium::neuron::{NeuronSettings, NeuronTarget, Violation, lint_module};
-use burn_trainium::{Trainium, TrainiumDevice, stats};
+use burn_trainium::{TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat::generate::{GenerationOptions, Sampling, generate};
 use hlat_train::config::TrainConfig;
@@ -25,6 +24,8 @@ use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 use prost::Message;
 use test_support::files::cached_modules;
 use test_support::stand_in;
+
+use crate::support::trainium;
 
 /// What the modules under `root` use, and their lint violations.
 #[derive(Debug, Default)]
@@ -101,7 +102,9 @@ fn trace_pretraining(layout: Layout, first_core: u16, out: &Path) -> TrainiumDev
         init_adapter: None,
         share: hlat_train::checkpoint_state::ProcessShare::WHOLE,
     };
-    pretrain::<Autodiff<Trainium>>(&options, &device, DeviceInfo { compiles: None }).unwrap();
+    let served = trainium(device);
+    pretrain(&options, &served, DeviceInfo { compiles: None }).unwrap();
+    served.sync().unwrap();
     device
 }
 
@@ -158,8 +161,8 @@ fn every_layout_compiles_within_the_neuron_rules() {
     // batches of rows scored), on one core.
     let cache_root = workspace.path().join("cache-inference");
     burn_trainium::neuron::set_settings(Some(settings(&compiler, &cache_root)));
-    let device = TrainiumDevice::neuron(first_core);
-    let model: hlat::Hlat<Trainium> = HlatConfig::preset("hlat-test").unwrap().init(&device);
+    let device = trainium(TrainiumDevice::neuron(first_core));
+    let model: hlat::Hlat = HlatConfig::preset("hlat-test").unwrap().init(&device);
     let options = GenerationOptions {
         max_new_tokens: 3,
         sampling: Sampling::Greedy,
@@ -169,6 +172,7 @@ fn every_layout_compiles_within_the_neuron_rules() {
     generate(&model, &[1, 5, 9], &options, |_| {}).unwrap();
     let rows: Vec<Vec<u32>> = vec![vec![1, 2, 3, 4, 5], vec![6, 7, 8]];
     perplexity_of_rows(&model, &rows, None, 2, &device).unwrap();
+    device.sync().unwrap();
     let scan = scan_modules(&cache_root);
     assert!(scan.modules >= 3, "generation and evaluation: {scan:?}");
     assert!(scan.violations.is_empty(), "{:?}", scan.violations);
@@ -191,14 +195,15 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
         kernel_tracer: Some(stand_in::tracer(folder)),
         ..settings(compiler, &cache_root)
     }));
-    let device = TrainiumDevice::neuron(30);
+    let device = trainium(TrainiumDevice::neuron(30));
     let mut config = HlatConfig::preset("hlat-test").unwrap();
     let seq = 1024;
     config.max_seq_len = seq;
-    let model: hlat::Hlat<Trainium> = config.init(&device);
+    let model: hlat::Hlat = config.init(&device);
     let ids: Vec<i64> = (0..seq as i64).map(|i| i % 64).collect();
-    let ids = Tensor::<Trainium, 2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
     let _ = model.forward(ids).into_data();
+    device.sync().unwrap();
 
     // The stand-in compiler's "NEFF" wraps the module it received.
     let instructions = |module: &[u8]| {

@@ -4,18 +4,16 @@
 
 use std::path::Path;
 
-use burn::backend::Autodiff;
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::Optimizer;
 use burn::tensor::{Tensor, TensorData};
 use burn::train::Learner;
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
+use burn_trainium::{ExecutorKind, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat::pipeline::PipelineSchedule;
 use hlat_train::config::TrainConfig;
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::{OptimizerStep, SharedOptimizer};
-use hlat_train::optimizer::{AdamWSettings, AdamWState, HlatAdamW, HlatOptimizer};
+use hlat_train::optimizer::{AdamWSettings, AdamWState, HlatAdamW, HlatOptimizer, OptimizerRecord};
 use hlat_train::parallel::{
     ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape, split_rows,
 };
@@ -28,9 +26,7 @@ use hlat_train::schedule::{WarmupCosine, WarmupCosineScheduler};
 
 use test_support::training::EVERY_PARALLELISM;
 
-use crate::support::xla;
-
-type B = Autodiff<Trainium>;
+use crate::support::{host, trainium, xla};
 
 pub(crate) const STEPS: u64 = 10;
 
@@ -134,9 +130,9 @@ pub(crate) fn run_until(
             seconds: stats.compile_seconds,
         }
     };
-    pretrain::<B>(
+    pretrain(
         &options,
-        device,
+        &trainium(*device),
         DeviceInfo {
             compiles: Some(std::sync::Arc::new(compiles)),
         },
@@ -189,6 +185,7 @@ fn data_parallel_pretraining_equals_one_device_on_host_and_xla() {
             &format!("{layout:?} on {replicated}"),
         );
         if executor == ExecutorKind::Xla {
+            trainium(replicated).sync().unwrap();
             let after = stats(&replicated);
             assert!(after.collectives > 0, "{after:?}");
             assert_eq!(after.host_fallbacks, 0, "{after:?}");
@@ -354,17 +351,13 @@ pub(crate) fn assert_resumes_as_one_device(
     }
 }
 
-/// The optimizer state of the model.
-type OptimizerRecord =
-    <HlatOptimizer<LanguageModel<B>, B> as Optimizer<LanguageModel<B>, B>>::Record;
-
 /// One optimizer step of `model` in `layout` over `batch`, with HLAT's AdamW and a short
 /// schedule: the model after it and the optimizer's state.
 fn one_step(
-    model: LanguageModel<B>,
+    model: LanguageModel,
     layout: ParallelLayout,
-    batch: LmBatch<B>,
-) -> (LanguageModel<B>, OptimizerRecord) {
+    batch: LmBatch,
+) -> (LanguageModel, OptimizerRecord) {
     let recipe = TrainConfig::default();
     let step = OptimizerStep {
         seed: 1,
@@ -372,10 +365,9 @@ fn one_step(
         layout,
         ..OptimizerStep::from_config(&recipe)
     };
-    let optimizer = HlatAdamW::new(AdamWSettings::from_config(&recipe))
-        .with_zero1(layout.zero1())
-        .init();
-    let optimizer = SharedOptimizer::new(optimizer);
+    let optimizer = SharedOptimizer::new(HlatOptimizer::new(
+        HlatAdamW::new(AdamWSettings::from_config(&recipe)).with_zero1(layout.zero1()),
+    ));
     let schedule = WarmupCosine {
         peak: 1e-3,
         warmup_steps: 1,
@@ -383,7 +375,8 @@ fn one_step(
         min_ratio: 0.1,
     };
     let scheduler = WarmupCosineScheduler::new(schedule);
-    let mut learner = Learner::new(model, optimizer.clone(), scheduler);
+    let module_optimizer = optimizer.module_optimizer(&model);
+    let mut learner = Learner::new(model, module_optimizer, scheduler);
     let mut progress = TrainingProgress::default();
     step.run(&mut learner, &mut progress, vec![batch]).unwrap();
     let record = optimizer.lock().to_record();
@@ -402,10 +395,10 @@ fn token_rows(count: u32, width: u32, vocab: u32) -> Vec<Vec<u32>> {
 #[test]
 fn zero1_keeps_a_slice_of_the_optimizer_state_per_replica() {
     let _random = crate::support::exclusive_random();
-    let device = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2)).autodiff();
     let state_elements = |zero1: bool| {
         let config = HlatConfig::preset("hlat-test").unwrap();
-        let model = LanguageModel::new(config.init::<B>(&device), None);
+        let model = LanguageModel::new(config.init(&device), None);
         let layout = ParallelLayout {
             data: 2,
             zero1,
@@ -437,10 +430,10 @@ struct MomentElements {
     elements: usize,
 }
 
-impl ModuleVisitor<B> for MomentElements {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+impl ModuleVisitor for MomentElements {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(entry) = self.record.remove(&param.id) {
-            let state: AdamWState<Trainium, D> = entry.into_state();
+            let state: AdamWState<D> = entry.into_state();
             self.elements +=
                 state.moment1.shape().num_elements() + state.moment2.shape().num_elements();
         }
@@ -454,11 +447,11 @@ impl ModuleVisitor<B> for MomentElements {
 #[test]
 fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let _random = crate::support::exclusive_random();
-    let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 4)).autodiff();
     let layout = EVERY_PARALLELISM;
     let config = HlatConfig::preset("hlat-test").unwrap();
     let parallel = layout.tensor_parallel().unwrap();
-    let hlat = config.init::<B>(&device).shard(&parallel);
+    let hlat = config.init(&device).shard(&parallel);
     let model = LanguageModel::sharded(hlat, None, parallel.clone());
     let rows = token_rows(4, 9, 64);
     // Each data-parallel slice goes to both ranks of its tensor-parallel pair.
@@ -469,18 +462,21 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
 
     // The activations, on a device of their own (no earlier graph is freed while measuring),
     // with the parameters materialised first.
-    let fresh = TrainiumDevice::new(ExecutorKind::Host, 8).with_replicas(4);
-    let hlat = config.init::<B>(&fresh);
+    let fresh_trainium = TrainiumDevice::new(ExecutorKind::Host, 8).with_replicas(4);
+    let fresh = trainium(fresh_trainium).autodiff();
+    let hlat = config.init(&fresh);
     let hlat = hlat
         .clone()
         .load_record(hlat.into_record())
         .shard(&parallel);
     let model = LanguageModel::sharded(hlat, None, parallel.clone());
     let batch = LmBatch::from_replica_rows(&per_replica, &fresh);
-    let before = stats(&fresh).live_bytes;
+    fresh.sync().unwrap();
+    let before = stats(&fresh_trainium).live_bytes;
     let loss = model.loss(&batch);
+    fresh.sync().unwrap();
     let loss_bytes = 4;
-    let activation_bytes = stats(&fresh).live_bytes - before - loss_bytes;
+    let activation_bytes = stats(&fresh_trainium).live_bytes - before - loss_bytes;
     drop(loss);
 
     let mut held = HeldBytes {
@@ -524,12 +520,12 @@ struct HeldBytes {
     optimizer_bytes: u64,
 }
 
-impl ModuleVisitor<B> for HeldBytes {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+impl ModuleVisitor for HeldBytes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let value = param.val();
         self.parameter_bytes += (value.shape().num_elements() * value.dtype().size()) as u64;
         if let Some(entry) = self.record.remove(&param.id) {
-            let state: AdamWState<Trainium, D> = entry.into_state();
+            let state: AdamWState<D> = entry.into_state();
             for moment in [state.moment1, state.moment2] {
                 self.optimizer_bytes +=
                     (moment.shape().num_elements() * moment.dtype().size()) as u64;
@@ -548,19 +544,21 @@ fn activation_checkpointing_shrinks_the_compiled_steps_scratch_memory() {
     let _random = crate::support::exclusive_random();
     // The largest scratch counted is the device's, and another test's reads on a shared device
     // would cut this step into smaller programs: a device of its own, its step one program.
-    let (_device, device) = crate::support::exclusive_second_xla();
-    burn_trainium::set_segment_cap(&device, burn_trainium::DEFAULT_SEGMENT_CAP);
+    let (_device, xla_1) = crate::support::exclusive_second_xla();
+    burn_trainium::set_segment_cap(&xla_1, burn_trainium::DEFAULT_SEGMENT_CAP);
+    let device = trainium(xla_1).autodiff();
     let mut scratch = Vec::new();
     for checkpointing in [
         ActivationCheckpointing::None,
         ActivationCheckpointing::Selective,
         ActivationCheckpointing::Full,
     ] {
-        burn_trainium::reset_stats(&device);
+        device.sync().unwrap();
+        burn_trainium::reset_stats(&xla_1);
         let config = HlatConfig::preset("hlat-tiny").unwrap();
         let model = LanguageModel {
             checkpointing,
-            ..LanguageModel::new(config.init::<B>(&device), None)
+            ..LanguageModel::new(config.init(&device), None)
         };
         let rows = token_rows(4, 257, 512);
         one_step(
@@ -568,7 +566,8 @@ fn activation_checkpointing_shrinks_the_compiled_steps_scratch_memory() {
             ParallelLayout::SINGLE,
             LmBatch::from_rows(&rows, &device),
         );
-        let counted = stats(&device);
+        device.sync().unwrap();
+        let counted = stats(&xla_1);
         let bytes = counted.largest_scratch_bytes;
         println!(
             "{checkpointing}: {bytes} bytes of scratch memory ({} segments, {} compiled, {} \
@@ -623,13 +622,11 @@ fn the_neuron_lowering_trains_as_the_default_lowering_on_xla() {
     }
     // A fractional power, as exp(e · log x), against the host.
     let values = TensorData::new(vec![0.25f32, 1.0, 2.0, 7.5], [4]);
-    let power = |device: &TrainiumDevice| {
-        Tensor::<Trainium, 1>::from_data(values.clone(), device)
+    let power = |device: &burn::tensor::Device| {
+        Tensor::<1>::from_data(values.clone(), device)
             .powf_scalar(0.3)
             .into_data()
     };
-    power(&neuron_rules).assert_approx_eq::<f32>(
-        &power(&TrainiumDevice::HOST),
-        burn::tensor::Tolerance::absolute(1e-6),
-    );
+    power(&trainium(neuron_rules))
+        .assert_approx_eq::<f32>(&power(&host()), burn::tensor::Tolerance::absolute(1e-6));
 }

@@ -4,7 +4,6 @@
 
 use std::path::Path;
 
-use burn::backend::NdArray;
 use burn_trainium::{ExecutorKind, TrainiumDevice, stats};
 use hlat::HlatConfig;
 use hlat_train::parallel::ActivationCheckpointing;
@@ -15,7 +14,7 @@ use hlat::checkpoint::sharded::StageLayout;
 use crate::parallel_training::{
     Layout, ONE_DEVICE, assert_resumes_as_one_device, assert_same_run, run_from,
 };
-use crate::support::xla;
+use crate::support::{trainium, xla};
 
 /// `hlat-test` with 4 layers, saved as a native checkpoint in `dir` (the runs start from it),
 /// over the 512 tokens of the built-in corpus's tokenizer.
@@ -25,9 +24,9 @@ fn four_layers(dir: &Path) {
         vocab_size: 512,
         ..HlatConfig::preset("hlat-test").unwrap()
     };
-    let device = Default::default();
-    <NdArray as burn::tensor::backend::Backend>::seed(&device, 7);
-    let model = config.init::<NdArray>(&device);
+    let device = crate::support::reference();
+    device.seed(7);
+    let model = config.init(&device);
     hlat::checkpoint::save_native(&model, &config, dir).unwrap();
 }
 
@@ -81,11 +80,14 @@ fn pipelined_pretraining_equals_one_device_on_host_and_xla() {
         );
         for layout in layouts {
             let device = TrainiumDevice::replicated(executor, layout.replicas());
+            let served = trainium(device);
+            served.sync().unwrap();
             let before = stats(&device);
             let actual = run_from(&device, layout, Some(start.path()));
             assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
             if executor == ExecutorKind::Xla {
                 // Stages pass activations inside the programs, nothing through the host.
+                served.sync().unwrap();
                 let after = stats(&device);
                 assert!(after.collectives > before.collectives, "{after:?}");
                 assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
@@ -176,26 +178,24 @@ fn pipelined_checkpoints_resume_under_any_layout() {
 fn train_step_on_stages_equals_one_device() {
     use burn::module::Module;
     use burn::train::TrainStep;
-    use burn_trainium::Trainium;
     use burn_trainium::collective::into_replicas;
     use hlat_train::language_model::{LanguageModel, LmBatch};
     use hlat_train::parallel::ParallelLayout;
-    type B = burn::backend::Autodiff<Trainium>;
 
     let config = HlatConfig {
         num_layers: 4,
         ..HlatConfig::preset("hlat-test").unwrap()
     };
-    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
-    let pair = TrainiumDevice::replicated(ExecutorKind::Host, 2);
-    let record = config.init::<B>(&single).into_record();
-    let whole: hlat::Hlat<B> = config.init(&single).load_record(record);
+    let single = trainium(TrainiumDevice::new(ExecutorKind::Host, 0)).autodiff();
+    let pair = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2)).autodiff();
+    let record = config.init(&single).into_record();
+    let whole: hlat::Hlat = config.init(&single).load_record(record);
     let layout = ParallelLayout {
         pipeline: 2,
         ..ParallelLayout::SINGLE
     };
     let pipeline = layout.pipeline_parallel(4, None, 1).unwrap().unwrap();
-    let staged: hlat::Hlat<B> = config.init(&pair).load_record(whole.clone().into_record());
+    let staged: hlat::Hlat = config.init(&pair).load_record(whole.clone().into_record());
     let staged = LanguageModel {
         pipeline: Some(pipeline.clone()),
         ..LanguageModel::new(staged.into_stages(&pipeline).unwrap(), None)
@@ -206,23 +206,21 @@ fn train_step_on_stages_equals_one_device() {
         .collect();
     let expected = whole.step(LmBatch::from_rows(&rows, &single));
     let actual = staged.step(LmBatch::for_layout(&rows, &layout, &pair));
-    let loss = |tensor: burn::tensor::Tensor<B, 1>| -> Vec<f32> {
+    let loss = |tensor: burn::tensor::Tensor<1>| -> Vec<f32> {
         into_replicas(tensor)
             .unwrap()
             .iter()
-            .map(|data| data.to_vec::<f32>().unwrap()[0])
+            .map(|data| data.try_to_vec::<f32>().unwrap()[0])
             .collect()
     };
     let expected_loss = loss(expected.item.loss)[0];
     for found in loss(actual.item.loss) {
         assert!((found - expected_loss).abs() <= 1e-5 * expected_loss.abs());
     }
-    let gradient = |model: &LanguageModel<B>, grads: &burn::optim::GradientsParams, slot: usize| {
-        let embedding = grads
-            .get::<Trainium, 2>(model.hlat.embed_tokens.weight.id)
-            .unwrap();
+    let gradient = |model: &LanguageModel, grads: &burn::optim::GradientsParams, slot: usize| {
+        let embedding = grads.get::<2>(model.hlat.embed_tokens.weight.id).unwrap();
         let layer = grads
-            .get::<Trainium, 2>(model.hlat.layers[slot].mlp.down_proj.weight.id)
+            .get::<2>(model.hlat.layers[slot].mlp.down_proj.weight.id)
             .unwrap();
         (
             into_replicas(embedding).unwrap(),

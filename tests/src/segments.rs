@@ -1,19 +1,42 @@
 //! Segment behaviour of the lazy client: when segments run, what they keep alive, and the size cap.
 //!
 //! Each test uses its own host device index: devices have their own client and statistics, so
-//! tests running in parallel don't see each other's counters.
+//! tests running in parallel don't see each other's counters. The devices are served in the
+//! process (`burn_trainium::device`): the Burn client sends operations asynchronously, so a test
+//! reads the counters of the `TrainiumDevice` once the server has handled what it sent (a sync,
+//! or [`captured`] where a sync would run the pending segment).
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use std::time::{Duration, Instant};
+
+use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::{
-    ExecutorKind, SMALL_TENSOR_SEGMENT_CAP, Trainium, TrainiumDevice, set_segment_cap, stats,
+    ExecutorKind, SMALL_TENSOR_SEGMENT_CAP, Stats, TrainiumDevice, set_segment_cap, stats,
 };
 
-fn host(index: u16) -> TrainiumDevice {
-    TrainiumDevice::new(ExecutorKind::Host, index)
+use crate::support::trainium;
+
+/// The host device `host:index`, as the Trainium device (its counters) and the Burn device
+/// serving it.
+fn host(index: u16) -> (TrainiumDevice, Device) {
+    let device = TrainiumDevice::new(ExecutorKind::Host, index);
+    (device, trainium(device))
 }
 
-fn ramp(device: &TrainiumDevice) -> Tensor<Trainium, 2> {
+/// The counters of `trainium` once its server has captured at least `operations` operations
+/// (sent by a flush, which runs nothing): a sync would run the pending segment.
+fn captured(trainium: &TrainiumDevice, device: &Device, operations: u64) -> Stats {
+    device.flush().expect("the device flushes");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let counted = stats(trainium);
+        if counted.operations_captured >= operations || Instant::now() > deadline {
+            return counted;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn ramp(device: &Device) -> Tensor<2> {
     Tensor::from_data(
         TensorData::new((0..12).map(|i| i as f32 / 4.0).collect::<Vec<_>>(), [3, 4]),
         device,
@@ -22,21 +45,21 @@ fn ramp(device: &TrainiumDevice) -> Tensor<Trainium, 2> {
 
 #[test]
 fn reading_runs_the_pending_segment_once() {
-    let device = host(11);
+    let (trainium, device) = host(11);
     let x = ramp(&device);
     let first = x.clone().exp() * 2.0;
     let second = x.matmul(Tensor::ones([4, 2], &device)) + 1.0;
-    let before = stats(&device);
-    assert_eq!(before.segments_run, 0, "nothing runs before a read");
+    let before = captured(&trainium, &device, 5);
     assert!(before.operations_captured >= 5, "{before:?}");
+    assert_eq!(before.segments_run, 0, "nothing runs before a read");
 
     let first = first.into_data();
-    let after_first = stats(&device);
+    let after_first = stats(&trainium);
     assert_eq!(after_first.segments_run, 1);
 
     // `second` was computed by the same segment: reading it runs nothing new.
     let second = second.into_data();
-    assert_eq!(stats(&device).segments_run, 1);
+    assert_eq!(stats(&trainium).segments_run, 1);
 
     first.assert_approx_eq::<f32>(
         &TensorData::new(
@@ -58,14 +81,15 @@ fn reading_runs_the_pending_segment_once() {
 
 #[test]
 fn dropped_intermediates_are_not_kept() {
-    let device = host(12);
+    let (trainium, device) = host(12);
     let mut value = ramp(&device);
     for _ in 0..200 {
         value = value * 0.5 + 1.0;
     }
     let data = value.into_data();
+    device.sync().unwrap();
     // 200 multiplications and 200 additions made 400 intermediates; none of them may survive.
-    assert_eq!(stats(&device).live_tensors, 0, "{:?}", stats(&device));
+    assert_eq!(stats(&trainium).live_tensors, 0, "{:?}", stats(&trainium));
     // Fixed point of v -> v/2 + 1 is 2; after 200 steps every element is 2.
     data.assert_approx_eq::<f32>(
         &TensorData::new(vec![2.0f32; 12], [3, 4]),
@@ -75,21 +99,20 @@ fn dropped_intermediates_are_not_kept() {
 
 #[test]
 fn live_tensors_count_what_the_program_still_holds() {
-    let device = host(13);
+    let (trainium, device) = host(13);
     let kept = ramp(&device) * 3.0;
     let also_kept = kept.clone().exp();
-    Trainium::sync(&device).unwrap();
-    assert_eq!(stats(&device).live_tensors, 2, "{:?}", stats(&device));
+    device.sync().unwrap();
+    assert_eq!(stats(&trainium).live_tensors, 2, "{:?}", stats(&trainium));
     drop(kept);
     drop(also_kept);
-    Trainium::sync(&device).unwrap();
-    assert_eq!(stats(&device).live_tensors, 0, "{:?}", stats(&device));
+    device.sync().unwrap();
+    assert_eq!(stats(&trainium).live_tensors, 0, "{:?}", stats(&trainium));
 }
 
-fn long_chain(device: &TrainiumDevice) -> TensorData {
+fn long_chain(device: &Device) -> TensorData {
     let mut value = ramp(device);
-    let weight =
-        Tensor::<Trainium, 2>::from_data(TensorData::new(vec![0.25f32; 16], [4, 4]), device);
+    let weight = Tensor::<2>::from_data(TensorData::new(vec![0.25f32; 16], [4, 4]), device);
     for step in 0..30 {
         value = (value.matmul(weight.clone()) + step as f32).tanh() * 2.0;
     }
@@ -98,10 +121,12 @@ fn long_chain(device: &TrainiumDevice) -> TensorData {
 
 #[test]
 fn a_segment_cap_splits_long_streams_without_changing_results() {
-    let (capped, uncapped) = (host(14), host(15));
+    let ((capped, capped_device), (uncapped, uncapped_device)) = (host(14), host(15));
     set_segment_cap(&capped, 3);
-    let capped_result = long_chain(&capped);
-    let uncapped_result = long_chain(&uncapped);
+    let capped_result = long_chain(&capped_device);
+    let uncapped_result = long_chain(&uncapped_device);
+    capped_device.sync().unwrap();
+    uncapped_device.sync().unwrap();
 
     capped_result.assert_eq(&uncapped_result, true);
     assert_eq!(stats(&uncapped).segments_run, 1);
@@ -115,21 +140,20 @@ fn a_segment_cap_splits_long_streams_without_changing_results() {
 #[test]
 fn seeding_applies_after_the_operations_captured_before_it() {
     let _random = crate::support::exclusive_random();
-    let device = host(16);
-    let draw = || Tensor::<Trainium, 1>::random([64], burn::tensor::Distribution::Default, &device);
-    Trainium::seed(&device, 42);
+    let (_, device) = host(16);
+    let draw = || Tensor::<1>::random([64], burn::tensor::Distribution::Default, &device);
+    device.seed(42);
     let first = draw();
-    Trainium::seed(&device, 42);
+    device.seed(42);
     let second = draw();
     first.into_data().assert_eq(&second.into_data(), true);
 }
 
 #[test]
 fn a_failing_kernel_is_an_error_naming_the_operation_and_the_device_stays_usable() {
-    let device = host(17);
-    let values = Tensor::<Trainium, 1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
-    let out_of_range =
-        Tensor::<Trainium, 1, burn::tensor::Int>::from_data(TensorData::from([7i32]), &device);
+    let (_, device) = host(17);
+    let values = Tensor::<1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
+    let out_of_range = Tensor::<1, burn::tensor::Int>::from_data(TensorData::from([7i32]), &device);
     let error = values
         .clone()
         .select(0, out_of_range)
@@ -140,11 +164,9 @@ fn a_failing_kernel_is_an_error_naming_the_operation_and_the_device_stays_usable
         message.contains("host") && message.contains("Select") && message.contains("index 7"),
         "{message}"
     );
-    let integers = Tensor::<Trainium, 1, burn::tensor::Int>::from_data(
-        TensorData::from([4i32, -6, 9]),
-        &device,
-    );
-    let zeros = Tensor::<Trainium, 1, burn::tensor::Int>::zeros([3], &device);
+    let integers =
+        Tensor::<1, burn::tensor::Int>::from_data(TensorData::from([4i32, -6, 9]), &device);
+    let zeros = Tensor::<1, burn::tensor::Int>::zeros([3], &device);
     let error = (integers.clone() / zeros)
         .try_into_data()
         .expect_err("an integer division by zero must fail");
@@ -164,10 +186,10 @@ fn a_failing_kernel_is_an_error_naming_the_operation_and_the_device_stays_usable
 
 /// Five SGD steps of a small two-layer network on `device`: the loss of each step and the
 /// programs the device had needed after it.
-fn train_steps(device: &TrainiumDevice) -> Vec<(f32, u64)> {
-    type Training = burn::backend::Autodiff<Trainium>;
+fn train_steps((trainium, device): &(TrainiumDevice, Device)) -> Vec<(f32, u64)> {
+    let device = &device.clone().autodiff();
     let tensor = |shape: [usize; 2], seed: u64| {
-        crate::support::float::<Training, 2>(shape, seed, crate::support::Precision::F32, device)
+        crate::support::float::<2>(shape, seed, crate::support::Precision::F32, device)
     };
     let (inputs, targets) = (tensor([8, 6], 1), tensor([8, 1], 2));
     let mut first = tensor([6, 5], 3).require_grad();
@@ -179,14 +201,14 @@ fn train_steps(device: &TrainiumDevice) -> Vec<(f32, u64)> {
             .powi_scalar(2)
             .mean();
         let gradients = loss.backward();
-        let update = |weight: Tensor<Training, 2>| {
+        let update = |weight: Tensor<2>| {
             let gradient = weight.grad(&gradients).expect("a gradient");
             Tensor::from_inner(weight.inner() - gradient * 0.05).require_grad()
         };
         (first, second) = (update(first), update(second));
-        let loss = loss.into_scalar();
-        Trainium::sync(device).unwrap();
-        steps.push((loss, crate::support::programs(device)));
+        let loss = loss.into_scalar::<f32>();
+        device.sync().unwrap();
+        steps.push((loss, crate::support::programs(trainium)));
     }
     steps
 }
@@ -195,8 +217,9 @@ fn train_steps(device: &TrainiumDevice) -> Vec<(f32, u64)> {
 fn a_step_cut_into_several_programs_compiles_them_once() {
     let reference = train_steps(&host(18));
     // A device no other test shares: its cap and counters are this test's own.
-    let (_device, device) = crate::support::exclusive_second_xla();
-    set_segment_cap(&device, 12);
+    let (_device, xla_1) = crate::support::exclusive_second_xla();
+    set_segment_cap(&xla_1, 12);
+    let device = (xla_1, trainium(xla_1));
     let steps = train_steps(&device);
     for (step, ((loss, _), (expected, _))) in steps.iter().zip(&reference).enumerate() {
         assert!(
@@ -213,7 +236,7 @@ fn a_step_cut_into_several_programs_compiles_them_once() {
         programs[2],
         programs[4],
         "steady steps must reuse every program of the step: {programs:?}, {:?}",
-        stats(&device)
+        stats(&xla_1)
     );
     // Run again from new tensors (the last run's are dropped meanwhile, in other places of the
     // stream): the cap counts computing operations only, so the cuts and programs are the same.
@@ -227,21 +250,23 @@ fn a_step_cut_into_several_programs_compiles_them_once() {
 /// Runs `operations` elementwise operations on a `shape` tensor of `device` and reads the result:
 /// the value, and how many segments ran for it.
 fn elementwise_chain(
-    device: &TrainiumDevice,
+    (trainium, device): &(TrainiumDevice, Device),
     shape: [usize; 2],
     operations: usize,
 ) -> (TensorData, u64) {
-    let before = stats(device).segments_run;
+    device.sync().unwrap();
+    let before = stats(trainium).segments_run;
     let elements = shape[0] * shape[1];
     let data = (0..elements)
         .map(|i| (i % 7) as f32 / 8.0)
         .collect::<Vec<_>>();
-    let mut value = Tensor::<Trainium, 2>::from_data(TensorData::new(data, shape), device);
+    let mut value = Tensor::<2>::from_data(TensorData::new(data, shape), device);
     for step in 0..operations / 2 {
         value = (value * 0.5).add_scalar(step as f32 / operations as f32);
     }
     let value = value.into_data();
-    (value, stats(device).segments_run - before)
+    device.sync().unwrap();
+    (value, stats(trainium).segments_run - before)
 }
 
 #[test]
@@ -252,7 +277,8 @@ fn xla_cuts_long_segments_of_small_tensors_unless_a_cap_is_set() {
         "this test checks the cut made when no cap is set: unset TRAINIUM_SEGMENT_CAP"
     );
     // A device of this test alone: its cap and counters are its own.
-    let device = TrainiumDevice::new(ExecutorKind::Xla, 2).with_replicas(2);
+    let xla = TrainiumDevice::new(ExecutorKind::Xla, 2).with_replicas(2);
+    let device = (xla, trainium(xla));
     let operations = SMALL_TENSOR_SEGMENT_CAP + SMALL_TENSOR_SEGMENT_CAP / 2;
     let (small, small_segments) = elementwise_chain(&device, [4, 4], operations);
     assert_eq!(
@@ -268,8 +294,64 @@ fn xla_cuts_long_segments_of_small_tensors_unless_a_cap_is_set() {
     let reference = elementwise_chain(&host(19), [4, 4], operations).0;
     small.assert_approx_eq::<f32>(&reference, burn::tensor::Tolerance::absolute(1e-5));
 
-    set_segment_cap(&device, 65_536);
+    set_segment_cap(&xla, 65_536);
     let (capped, capped_segments) = elementwise_chain(&device, [4, 4], operations);
     assert_eq!(capped_segments, 1, "a cap set for the device decides alone");
     capped.assert_approx_eq::<f32>(&reference, burn::tensor::Tolerance::absolute(1e-5));
+}
+
+/// One step of a loop whose loss another thread takes the mean of (as Burn's metrics thread
+/// does), arriving after `arriving_after` of the step's later operations: the mean and the
+/// step's result.
+fn step_with_a_mean_from_another_thread(
+    device: &Device,
+    arriving_after: usize,
+) -> (f32, TensorData) {
+    let weight = Tensor::<2>::from_data(TensorData::new(vec![0.5f32; 12], [3, 4]), device);
+    let x = ramp(device);
+    let loss = (x.clone() * weight).sum();
+    let mut later = x;
+    for step in 0..arriving_after {
+        later = (later * 1.5).add_scalar(step as f32);
+    }
+    // The client sends each stream's operations when flushed: this orders the streams.
+    device.flush().unwrap();
+    let other_device = device.clone();
+    let mean = std::thread::spawn(move || {
+        let mean = loss.mean();
+        other_device.flush().unwrap();
+        mean
+    })
+    .join()
+    .unwrap();
+    for step in arriving_after..3 {
+        later = (later * 1.5).add_scalar(step as f32);
+    }
+    device.flush().unwrap();
+    let mean = mean.into_data().try_to_vec::<f32>().unwrap()[0];
+    (mean, later.into_data())
+}
+
+/// Another stream's operations on the capturing stream's tensors run at the end of the program
+/// that computes what they need, wherever they arrived among the capturing stream's operations:
+/// the same step with the mean arriving at another point compiles nothing new.
+#[test]
+fn another_streams_operations_do_not_change_the_capturing_streams_programs() {
+    crate::support::xla();
+    let trainium = TrainiumDevice::new(ExecutorKind::Xla, 3);
+    let device = crate::support::trainium(trainium);
+    let (first_mean, first) = step_with_a_mean_from_another_thread(&device, 0);
+    device.sync().unwrap();
+    let programs = stats(&trainium).compiles;
+    for arriving_after in [2, 3] {
+        let (mean, result) = step_with_a_mean_from_another_thread(&device, arriving_after);
+        device.sync().unwrap();
+        assert_eq!(mean, first_mean);
+        result.assert_eq(&first, true);
+        let counted = stats(&trainium);
+        assert_eq!(
+            counted.compiles, programs,
+            "arriving after {arriving_after} operations: {counted:?}"
+        );
+    }
 }

@@ -1,19 +1,33 @@
 //! What the integration tests share: deterministic inputs, the reference backend, the devices
 //! under test, the one tolerance table, and the differential check.
 //!
-//! A differential case is a plain generic function `fn case<B: Backend>(&B::Device, Precision)
-//! -> TensorData`. [`check`] runs it on the reference (`burn-ndarray`, f32) and on `Trainium`'s
-//! `host` and `xla` executors, in f32 and bf16. In bf16 the inputs are values bf16 represents
+//! A differential case is a plain function `fn case(&Device, Precision) -> TensorData`: Burn
+//! 0.22's tensors carry no backend, so the same function runs on every device. [`check`] runs it
+//! on the reference (Flex, f32) and on the Trainium `host` and `xla` executors served in the
+//! process (`burn_trainium::device`), in f32 and bf16. In bf16 the inputs are values bf16 represents
 //! exactly; the reference computes in f32 on those values.
 
 use std::sync::{Mutex, MutexGuard};
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
-use burn_trainium::{Trainium, TrainiumDevice, stats};
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
+use burn_trainium::{TrainiumDevice, stats};
 
-/// The independent reference every backend result is compared with.
-pub type Reference = burn::backend::NdArray<f32, i32>;
+/// The independent reference every backend result is compared with: Flex (burn-ndarray is
+/// deprecated in Burn 0.22 and gone in 0.23).
+pub fn reference() -> Device {
+    Device::flex()
+}
+
+/// `device` served as a Burn device in this process (`burn_trainium::device`).
+pub fn trainium(device: TrainiumDevice) -> Device {
+    burn_trainium::device(&device.to_string())
+        .unwrap_or_else(|error| panic!("serving {device}: {error}"))
+}
+
+/// The `host` executor (one replica) served as a Burn device.
+pub fn host() -> Device {
+    trainium(TrainiumDevice::HOST)
+}
 
 /// The float precision a case runs in on the backend under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +60,8 @@ impl Precision {
     }
 }
 
-/// A differential case: the same Burn code on any backend.
-pub type Case<B> = fn(&burn::tensor::Device<B>, Precision) -> TensorData;
+/// A differential case: the same Burn code on any device.
+pub type Case = fn(&Device, Precision) -> TensorData;
 
 /// The `xla` device of the differential tests, with the plugin required (the tests fail, never
 /// skip, without it).
@@ -55,9 +69,14 @@ pub fn xla() -> TrainiumDevice {
     test_support::plugin::xla(0)
 }
 
-/// The devices every case runs on: the host executor and the `xla` executor.
-pub fn devices_under_test() -> [TrainiumDevice; 2] {
-    [TrainiumDevice::HOST, xla()]
+/// The devices every case runs on: the host executor and the `xla` executor, each as the
+/// Trainium device (whose statistics the tests read) and the Burn device serving it.
+pub fn devices_under_test() -> [(TrainiumDevice, Device); 2] {
+    let xla = xla();
+    [
+        (TrainiumDevice::HOST, trainium(TrainiumDevice::HOST)),
+        (xla, trainium(xla)),
+    ]
 }
 
 /// Tests that read the counters of the `xla` device ([`xla`]) run one at a time, so each one sees
@@ -86,29 +105,48 @@ pub fn exclusive_second_xla() -> (MutexGuard<'static, ()>, TrainiumDevice) {
 
 pub use test_support::random::exclusive_random;
 
-/// Runs `under_test` on every device under test in both precisions and compares it with
-/// `reference` in f32. On `xla` no operation may fall back to the host.
-pub fn check(name: &str, reference: Case<Reference>, under_test: Case<Trainium>) {
-    check_all::<Reference>(
+/// Runs `case` on every device under test in both precisions and compares it with the
+/// reference's result in f32. On `xla` no operation may fall back to the host.
+pub fn check(name: &str, case: Case) {
+    check_with(name, case, case);
+}
+
+/// [`check`] with a reference computed otherwise than the case under test (an operation Flex
+/// lacks, say).
+pub fn check_with(name: &str, reference: Case, under_test: Case) {
+    check_all_with(
         name,
         |device, precision| vec![reference(device, precision)],
         |device, precision| vec![under_test(device, precision)],
     );
 }
 
-/// [`check`] for a case with several results (an output and its gradients, say), on any
-/// reference backend `R` (an autodiff one for gradients).
-pub fn check_all<R: Backend>(
+/// [`check`] for a case with several results (an output and its gradients, say: a case that
+/// needs gradients calls `device.autodiff()` itself).
+pub fn check_all(name: &str, case: impl Fn(&Device, Precision) -> Vec<TensorData>) {
+    check_all_with(name, &case, &case);
+}
+
+/// [`check_all`] for a case that takes gradients: it runs on the autodiff form of every device.
+pub fn check_gradients(name: &str, case: impl Fn(&Device, Precision) -> Vec<TensorData>) {
+    check_all(name, |device, precision| {
+        case(&device.clone().autodiff(), precision)
+    });
+}
+
+/// [`check_all`] with a reference computed otherwise than the case under test.
+pub fn check_all_with(
     name: &str,
-    reference: impl Fn(&R::Device, Precision) -> Vec<TensorData>,
-    under_test: impl Fn(&TrainiumDevice, Precision) -> Vec<TensorData>,
+    reference_case: impl Fn(&Device, Precision) -> Vec<TensorData>,
+    case: impl Fn(&Device, Precision) -> Vec<TensorData>,
 ) {
-    let expected = reference(&Default::default(), Precision::F32);
-    for device in devices_under_test() {
+    let expected = reference_case(&reference(), Precision::F32);
+    for (trainium, device) in devices_under_test() {
         let _exclusive = exclusive_xla();
-        let before = stats(&device).host_fallbacks;
+        device.sync().expect("the device syncs");
+        let before = stats(&trainium).host_fallbacks;
         for precision in Precision::ALL {
-            let actual = under_test(&device, precision);
+            let actual = case(&device, precision);
             assert_eq!(
                 actual.len(),
                 expected.len(),
@@ -116,19 +154,22 @@ pub fn check_all<R: Backend>(
             );
             for (index, (expected, actual)) in expected.iter().zip(&actual).enumerate() {
                 assert_matches(
-                    &format!("{name} #{index} on {device} in {precision:?}"),
+                    &format!("{name} #{index} on {trainium} in {precision:?}"),
                     expected,
                     actual,
                     precision.tolerance(),
                 );
             }
         }
-        if device != TrainiumDevice::HOST {
+        if trainium != TrainiumDevice::HOST {
+            // The client sends operations asynchronously: the counters are read once the
+            // device has run every one.
+            device.sync().expect("the device syncs");
             assert_eq!(
-                stats(&device).host_fallbacks,
+                stats(&trainium).host_fallbacks,
                 before,
-                "{name}: an operation fell back to the host on {device} (since the start: {})",
-                burn_trainium::host_fallback_report(&device).unwrap_or_default()
+                "{name}: an operation fell back to the host on {trainium} (since the start: {})",
+                burn_trainium::host_fallback_report(&trainium).unwrap_or_default()
             );
         }
     }
@@ -137,10 +178,18 @@ pub fn check_all<R: Backend>(
 /// Compares a result with the reference: float results within `tolerance` (both read as f64,
 /// NaN equal to NaN), int and bool results exactly.
 pub fn assert_matches(what: &str, expected: &TensorData, actual: &TensorData, tolerance: f64) {
-    assert_eq!(actual.shape, expected.shape, "{what}: shapes differ");
-    if expected.dtype.is_float() {
-        let expected = expected.clone().convert::<f64>().into_vec::<f64>().unwrap();
-        let actual = actual.clone().convert::<f64>().into_vec::<f64>().unwrap();
+    assert_eq!(actual.shape(), expected.shape(), "{what}: shapes differ");
+    if expected.dtype().is_float() {
+        let expected = expected
+            .clone()
+            .convert::<f64>()
+            .try_into_vec::<f64>()
+            .unwrap();
+        let actual = actual
+            .clone()
+            .convert::<f64>()
+            .try_into_vec::<f64>()
+            .unwrap();
         for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
             let close = e == a
                 || (e.is_nan() && a.is_nan())
@@ -150,16 +199,20 @@ pub fn assert_matches(what: &str, expected: &TensorData, actual: &TensorData, to
                 "{what}: element {index} is {a}, the reference {e} (tolerance {tolerance})"
             );
         }
-    } else if expected.dtype.is_int() {
+    } else if expected.dtype().is_int() {
         assert_eq!(
-            actual.clone().convert::<i64>().to_vec::<i64>().unwrap(),
-            expected.clone().convert::<i64>().to_vec::<i64>().unwrap(),
+            actual.clone().convert::<i64>().try_to_vec::<i64>().unwrap(),
+            expected
+                .clone()
+                .convert::<i64>()
+                .try_to_vec::<i64>()
+                .unwrap(),
             "{what}"
         );
     } else {
         assert_eq!(
-            actual.to_vec::<bool>().unwrap(),
-            expected.to_vec::<bool>().unwrap(),
+            actual.try_to_vec::<bool>().unwrap(),
+            expected.try_to_vec::<bool>().unwrap(),
             "{what}"
         );
     }
@@ -180,56 +233,56 @@ fn grid_values(count: usize, seed: u64, low: f32, high: f32) -> Vec<f32> {
         .collect()
 }
 
-fn float_tensor<B: Backend, const D: usize>(
+fn float_tensor<const D: usize>(
     values: Vec<f32>,
     shape: [usize; D],
     precision: Precision,
-    device: &B::Device,
-) -> Tensor<B, D> {
-    Tensor::<B, D>::from_data(TensorData::new(values, shape), device).cast(precision.dtype())
+    device: &Device,
+) -> Tensor<D> {
+    Tensor::<D>::from_data(TensorData::new(values, shape), device).cast(precision.dtype())
 }
 
 /// A float tensor with values in `[-2, 2]`.
-pub fn float<B: Backend, const D: usize>(
+pub fn float<const D: usize>(
     shape: [usize; D],
     seed: u64,
     precision: Precision,
-    device: &B::Device,
-) -> Tensor<B, D> {
+    device: &Device,
+) -> Tensor<D> {
     let values = grid_values(shape.iter().product(), seed, -2.0, 2.0);
     float_tensor(values, shape, precision, device)
 }
 
 /// A float tensor with values in `[0.25, 3]`, for `log`, `sqrt` and divisions.
-pub fn positive<B: Backend, const D: usize>(
+pub fn positive<const D: usize>(
     shape: [usize; D],
     seed: u64,
     precision: Precision,
-    device: &B::Device,
-) -> Tensor<B, D> {
+    device: &Device,
+) -> Tensor<D> {
     let values = grid_values(shape.iter().product(), seed, 0.25, 3.0);
     float_tensor(values, shape, precision, device)
 }
 
 /// A float tensor with values in `(-1, 1)`, for the inverse trigonometric functions.
-pub fn unit<B: Backend, const D: usize>(
+pub fn unit<const D: usize>(
     shape: [usize; D],
     seed: u64,
     precision: Precision,
-    device: &B::Device,
-) -> Tensor<B, D> {
+    device: &Device,
+) -> Tensor<D> {
     let values = grid_values(shape.iter().product(), seed, -0.96875, 0.96875);
     float_tensor(values, shape, precision, device)
 }
 
 /// A float tensor whose values are all different (a shuffled ramp), so that arg-max, sorting and
 /// comparisons have no ties in any precision. At most 128 elements.
-pub fn distinct<B: Backend, const D: usize>(
+pub fn distinct<const D: usize>(
     shape: [usize; D],
     seed: u64,
     precision: Precision,
-    device: &B::Device,
-) -> Tensor<B, D> {
+    device: &Device,
+) -> Tensor<D> {
     let count: usize = shape.iter().product();
     assert!(
         count <= 128,
@@ -246,12 +299,12 @@ pub fn distinct<B: Backend, const D: usize>(
 }
 
 /// An int tensor with values in `[0, high)`.
-pub fn ints<B: Backend, const D: usize>(
+pub fn ints<const D: usize>(
     shape: [usize; D],
     seed: u64,
     high: i64,
-    device: &B::Device,
-) -> Tensor<B, D, Int> {
+    device: &Device,
+) -> Tensor<D, Int> {
     let mut numbers = Numbers::new(seed);
     let values: Vec<i32> = (0..shape.iter().product::<usize>())
         .map(|_| numbers.below(high as u64) as i32)
@@ -260,11 +313,7 @@ pub fn ints<B: Backend, const D: usize>(
 }
 
 /// A bool tensor, true with probability one half.
-pub fn mask<B: Backend, const D: usize>(
-    shape: [usize; D],
-    seed: u64,
-    device: &B::Device,
-) -> Tensor<B, D, Bool> {
+pub fn mask<const D: usize>(shape: [usize; D], seed: u64, device: &Device) -> Tensor<D, Bool> {
     let mut numbers = Numbers::new(seed);
     let values: Vec<bool> = (0..shape.iter().product::<usize>())
         .map(|_| numbers.below(2) == 1)

@@ -1,11 +1,11 @@
 //! What a training checkpoint holds besides the folder layout of [`hlat::checkpoint::run_folder`] (which
 //! publishes it atomically): the model in the native layout (`model/`: `config.json`,
-//! `model.bpk`, `tokenizer.json`), the optimizer state (`optimizer.bin`) and `state.json` (step
-//! counters, LR schedule, data sampler, seed), written last.
+//! `model.bpk`, `tokenizer.json`), the optimizer state (`optimizer.bpk`, burnpack) and
+//! `state.json` (step counters, LR schedule, data sampler, seed), written last.
 //!
 //! A job of W processes shards each checkpoint over them: rank 0 writes the model and
 //! `state.json` into its folder, and every rank `R` writes the optimizer state of the parameters
-//! at positions `R, R + W, …` (`optimizer-rank-RR-of-WW.bin`) and its own `state.json` into its
+//! at positions `R, R + W, …` (`optimizer-rank-RR-of-WW.bpk`) and its own `state.json` into its
 //! own folder ([`hlat::checkpoint::run_folder::rank_output`]). A checkpoint is complete when every rank's
 //! marker is there ([`hlat::checkpoint::run_folder::RunFolder::newest_complete_in_every_rank`]).
 
@@ -15,19 +15,17 @@ use std::path::{Path, PathBuf};
 use hlat::checkpoint::run_folder::{CheckpointWriters, rank_share, write_atomic};
 use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 
-use burn::module::{AutodiffModule, Param, ParamId};
-use burn::optim::Optimizer;
-use burn::record::{BinFileRecorder, BurnRecord, FullPrecisionSettings, Record, Recorder};
-use burn::tensor::Tensor;
-use burn::tensor::backend::AutodiffBackend;
+use burn::module::{Module, Param, ParamId};
+use burn::optim::{RecordState, StateSink, StateSource};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_store::burn_pack::{self, Reader, Scalar, Writer};
 use serde::{Deserialize, Serialize};
 
 use crate::data::SamplerState;
 use crate::error::TrainError;
-use crate::optimizer::HlatOptimizer;
+use crate::optimizer::{AdamWState, HlatOptimizer, OptimizerRecord, StateRecord};
 use crate::parallel::{
-    ParallelLayout, Reshard, StateRecord, TrainingBackend, gather_stage_states,
-    reshard_optimizer_state, scatter_stage_states,
+    ParallelLayout, Reshard, gather_stage_states, reshard_optimizer_state, scatter_stage_states,
 };
 use crate::precision::Precision;
 use crate::progress::TrainingProgress;
@@ -36,8 +34,10 @@ use hlat::pipeline::PipelineParallel;
 
 /// Training state besides model and optimizer; written last, it marks the checkpoint complete.
 pub const STATE_FILE: &str = hlat::checkpoint::run_folder::COMPLETION_MARKER;
-/// Optimizer state (Burn's binary recorder adds `.bin`).
+/// Optimizer state, a burnpack file (`.bpk` added).
 const OPTIMIZER_FILE: &str = "optimizer";
+/// The scalar of a parameter's entry that holds the parameter's rank (`{position}.rank`).
+const RANK_KEY: &str = "rank";
 
 /// Which share of a checkpoint this process writes: all of it in a job of one process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl ProcessShare {
         position % self.processes == self.rank
     }
 
-    /// The optimizer file of this share, without Burn's `.bin`.
+    /// The optimizer file of this share, without its `.bpk`.
     fn optimizer_file(&self) -> String {
         match self.processes {
             1 => OPTIMIZER_FILE.to_string(),
@@ -74,10 +74,107 @@ impl ProcessShare {
     }
 }
 
-/// The optimizer state as Burn records it (per parameter id).
-type OptimizerRecord<M, B> = <HlatOptimizer<M, B> as Optimizer<M, B>>::Record;
-/// The optimizer state of one parameter as its file holds it (host data).
-type StateItem<B> = <StateRecord<B> as Record<B>>::Item<FullPrecisionSettings>;
+/// The optimizer state of one parameter as its file holds it (host data): the parameter's rank,
+/// its named tensors and scalars (an [`AdamWState`] flattened under the parameter's position).
+struct StateItem {
+    rank: usize,
+    sink: StateSink,
+}
+
+impl StateItem {
+    /// `state` read to the host, its entries named under `position`.
+    fn from_record(state: StateRecord, position: usize) -> Self {
+        let rank = state.rank();
+        let mut sink = StateSink::default();
+        let prefix = position.to_string();
+        match rank {
+            1 => state.into_state::<1>().state_flatten(&prefix, &mut sink),
+            2 => state.into_state::<2>().state_flatten(&prefix, &mut sink),
+            3 => state.into_state::<3>().state_flatten(&prefix, &mut sink),
+            4 => state.into_state::<4>().state_flatten(&prefix, &mut sink),
+            other => panic!("{}", unsupported_rank(other)),
+        }
+        Self { rank, sink }
+    }
+}
+
+/// Why the state of a parameter of `rank` cannot be saved or loaded: HLAT's parameters have
+/// ranks 1 to 4.
+fn unsupported_rank(rank: usize) -> String {
+    format!("optimizer state of a rank-{rank} parameter (HLAT's parameters have ranks 1 to 4)")
+}
+
+/// The state of the parameter at `position` from `source` (a share's file), on `device`
+/// (`None` when the file holds an incomplete entry for it).
+fn state_from_source(
+    rank: usize,
+    position: usize,
+    source: &mut StateSource,
+    device: &Device,
+) -> Result<Option<StateRecord>, String> {
+    let prefix = position.to_string();
+    Ok(match rank {
+        1 => AdamWState::<1>::state_unflatten(&prefix, source, device).map(StateRecord::from_state),
+        2 => AdamWState::<2>::state_unflatten(&prefix, source, device).map(StateRecord::from_state),
+        3 => AdamWState::<3>::state_unflatten(&prefix, source, device).map(StateRecord::from_state),
+        4 => AdamWState::<4>::state_unflatten(&prefix, source, device).map(StateRecord::from_state),
+        other => return Err(unsupported_rank(other)),
+    })
+}
+
+/// Writes `items` (by position) as one burnpack file.
+fn write_items(items: HashMap<usize, StateItem>, path: &Path) -> Result<(), String> {
+    let mut tensors = Vec::new();
+    let mut scalars = Vec::new();
+    for (position, item) in items {
+        scalars.push((format!("{position}.{RANK_KEY}"), Scalar::from(item.rank)));
+        for (name, data) in item.sink.tensors {
+            let (bytes, shape, dtype) = data.into_parts();
+            tensors.push(burn_pack::Tensor::new(
+                name,
+                dtype,
+                shape,
+                Some(position as u64),
+                bytes,
+            ));
+        }
+        scalars.extend(item.sink.scalars);
+    }
+    let writer = scalars
+        .into_iter()
+        .fold(Writer::new(tensors), |writer, (key, value)| {
+            writer.with_scalar(&key, value)
+        });
+    writer
+        .overwrite(true)
+        .write_to_file(path)
+        .map_err(|error| error.to_string())
+}
+
+/// Reads a file of [`write_items`]: each parameter's position and rank, and its entries.
+fn read_items(path: &Path) -> Result<(Vec<(usize, usize)>, StateSource), String> {
+    let reader = Reader::from_file(path).map_err(|error| error.to_string())?;
+    let scalars = reader.scalars().clone();
+    let mut positions = Vec::new();
+    for (key, value) in &scalars {
+        let Some(position) = key.strip_suffix(&format!(".{RANK_KEY}")) else {
+            continue;
+        };
+        let position = position
+            .parse::<usize>()
+            .map_err(|_| format!("holds an entry `{key}` of no parameter position"))?;
+        let rank = usize::try_from(*value)
+            .map_err(|_| format!("holds a rank `{key}` that is not a number"))?;
+        positions.push((position, rank));
+    }
+    let mut source = StateSource::new(scalars);
+    for tensor in reader.into_tensors().map_err(|error| error.to_string())? {
+        let (name, dtype, shape, _, bytes) =
+            tensor.into_parts().map_err(|error| error.to_string())?;
+        source.insert_tensor(name, TensorData::from_bytes(bytes, shape, dtype));
+    }
+    Ok((positions, source))
+}
 
 /// What `state.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,28 +248,24 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
 /// module. The state is joined one layer at a time (`param_groups`) and read to the host
 /// before the next, so the device holds one layer's whole state at most. Every process of a job
 /// calls this at the same point (the joins run collectives).
-pub fn save_optimizer<B, M>(
+pub fn save_optimizer<M: Module + 'static>(
     dir: &Path,
-    optimizer: &HlatOptimizer<M, B>,
+    optimizer: &HlatOptimizer,
     module: &M,
     layout: &ParallelLayout,
     pipeline: Option<&PipelineParallel>,
     share: ProcessShare,
-) -> Result<(), TrainError>
-where
-    B: TrainingBackend,
-    M: AutodiffModule<B> + 'static,
-{
-    let path = dir.join(share.optimizer_file());
+) -> Result<(), TrainError> {
+    let path = dir.join(format!("{}.bpk", share.optimizer_file()));
     let checkpoint_error = |message: String| TrainError::Checkpoint {
         path: path.clone(),
         message,
     };
     let mut record = optimizer.to_record();
-    let mut items: HashMap<String, StateItem<B>> = HashMap::new();
+    let mut items: HashMap<usize, StateItem> = HashMap::new();
     let positions = pipeline.map(|pipeline| StagePositions::new(module, pipeline));
     for group in param_groups(module) {
-        let part: OptimizerRecord<M, B> = group
+        let part: OptimizerRecord = group
             .iter()
             .filter_map(|(_, id)| record.remove(id).map(|state| (*id, state)))
             .collect();
@@ -184,12 +277,9 @@ where
         };
         // Every process runs the group's join as one program, whichever states it then reads.
         sync(module).map_err(|error| checkpoint_error(format!("joining: {error}")))?;
-        let mut keep = |position: usize, state: StateRecord<B>| {
+        let mut keep = |position: usize, state: StateRecord| {
             if share.owns(position) {
-                items.insert(
-                    ParamId::from(position as u64).serialize(),
-                    state.into_item::<FullPrecisionSettings>(),
-                );
+                items.insert(position, StateItem::from_record(state, position));
             }
         };
         for (position, id) in group {
@@ -211,86 +301,121 @@ where
             }
         }
     }
-    let file = BurnRecord::<_, B>::new::<BinFileRecorder<FullPrecisionSettings>>(items);
-    <BinFileRecorder<FullPrecisionSettings> as Recorder<B>>::save_item(
-        &BinFileRecorder::new(),
-        file,
-        path.clone(),
-    )
-    .map_err(|error| checkpoint_error(error.to_string()))
+    write_items(items, &path).map_err(checkpoint_error)
+}
+
+/// Checks that a share's state for the parameter at `position` belongs to a model of
+/// `parameters` and to that share.
+fn check_owned(position: usize, parameters: usize, share: ProcessShare) -> Result<(), String> {
+    if position >= parameters {
+        return Err(format!(
+            "holds optimizer state for parameter {position}, the model has {parameters}"
+        ));
+    }
+    if !share.owns(position) {
+        return Err(format!(
+            "holds optimizer state for parameter {position}, which is not rank {}'s of {}",
+            share.rank, share.processes
+        ));
+    }
+    Ok(())
+}
+
+/// The state of a checkpoint written on Burn 0.21, on `device`.
+fn legacy_state(
+    state: crate::checkpoint_legacy::LegacyState,
+    device: &Device,
+) -> Result<StateRecord, String> {
+    fn typed<const D: usize>(
+        state: crate::checkpoint_legacy::LegacyState,
+        device: &Device,
+    ) -> StateRecord {
+        StateRecord::from_state(AdamWState::<D> {
+            moment1: Tensor::from_data(state.moment1, device),
+            moment2: Tensor::from_data(state.moment2, device),
+            time: state.time,
+        })
+    }
+    Ok(match state.rank {
+        1 => typed::<1>(state, device),
+        2 => typed::<2>(state, device),
+        3 => typed::<3>(state, device),
+        4 => typed::<4>(state, device),
+        other => return Err(unsupported_rank(other)),
+    })
 }
 
 /// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters, split again
 /// as `layout` splits the model and the state, one layer at a time (the device holds one layer's
 /// whole state at most). `dir` is a checkpoint of the job's folder (rank 0's); a checkpoint
-/// written by several processes is read from every one's share.
-pub fn load_optimizer<B, M>(
+/// written by several processes is read from every one's share. The state is placed on `device`
+/// (without autodiff: the moments are not part of any graph).
+pub fn load_optimizer<M: Module + 'static>(
     dir: &Path,
     processes: usize,
-    optimizer: HlatOptimizer<M, B>,
+    optimizer: HlatOptimizer,
     module: &M,
     layout: &ParallelLayout,
     pipeline: Option<&PipelineParallel>,
-    device: &B::Device,
-) -> Result<HlatOptimizer<M, B>, TrainError>
-where
-    B: TrainingBackend,
-    M: AutodiffModule<B> + 'static,
-{
+    device: &Device,
+) -> Result<HlatOptimizer, TrainError> {
     if processes == 0 {
         return Err(TrainError::Checkpoint {
             path: dir.to_path_buf(),
             message: "was written by 0 processes; a checkpoint has at least one share".into(),
         });
     }
+    let device = device.clone().inner();
     let groups = param_groups(module);
     let positions = pipeline.map(|pipeline| StagePositions::new(module, pipeline));
     let parameters: usize = match &positions {
         Some(positions) => positions.whole_count(),
         None => groups.iter().map(Vec::len).sum(),
     };
-    let mut items: HashMap<usize, StateItem<B>> = HashMap::new();
+    let mut items: HashMap<usize, StateRecord> = HashMap::new();
     for rank in 0..processes {
         let share = ProcessShare { rank, processes };
-        let path = share_dir(dir, rank)?.join(format!("{}.bin", share.optimizer_file()));
+        let share_path = share_dir(dir, rank)?;
+        let path = share_path.join(format!("{}.bpk", share.optimizer_file()));
+        let legacy_path = share_path.join(format!("{}.bin", share.optimizer_file()));
+        if !path.exists() && legacy_path.exists() {
+            let legacy_error = |message: String| TrainError::Checkpoint {
+                path: legacy_path.clone(),
+                message,
+            };
+            for state in crate::checkpoint_legacy::read(&legacy_path).map_err(legacy_error)? {
+                check_owned(state.position, parameters, share).map_err(legacy_error)?;
+                let position = state.position;
+                items.insert(
+                    position,
+                    legacy_state(state, &device).map_err(legacy_error)?,
+                );
+            }
+            continue;
+        }
         let checkpoint_error = |message: String| TrainError::Checkpoint {
             path: path.clone(),
             message,
         };
-        let file: BurnRecord<HashMap<String, StateItem<B>>, B> =
-            <BinFileRecorder<FullPrecisionSettings> as Recorder<B>>::load_item(
-                &BinFileRecorder::new(),
-                &mut path.clone(),
-            )
-            .map_err(|error| checkpoint_error(error.to_string()))?;
-        for (id, item) in file.item {
-            let position = ParamId::try_deserialize(&id)
-                .ok_or_else(|| checkpoint_error(format!("holds a parameter id `{id}`")))?
-                .val() as usize;
-            if position >= parameters {
-                return Err(checkpoint_error(format!(
-                    "holds optimizer state for parameter {position}, the model has {parameters}"
-                )));
-            }
-            if !share.owns(position) {
-                return Err(checkpoint_error(format!(
-                    "holds optimizer state for parameter {position}, which is not rank {rank}'s \
-                     of {processes}"
-                )));
-            }
-            items.insert(position, item);
+        let (entries, mut source) = read_items(&path).map_err(checkpoint_error)?;
+        for (position, param_rank) in entries {
+            check_owned(position, parameters, share).map_err(checkpoint_error)?;
+            let state = state_from_source(param_rank, position, &mut source, &device)
+                .map_err(checkpoint_error)?
+                .ok_or_else(|| {
+                    checkpoint_error(format!(
+                        "holds an incomplete optimizer state for parameter {position}"
+                    ))
+                })?;
+            items.insert(position, state);
         }
     }
-    let mut record = OptimizerRecord::<M, B>::default();
+    let mut record = OptimizerRecord::default();
     for group in groups {
-        let mut part = OptimizerRecord::<M, B>::default();
+        let mut part = OptimizerRecord::default();
         let mut stages = HashMap::new();
         for (position, id) in group {
-            let mut take = |whole: usize| {
-                items
-                    .remove(&whole)
-                    .map(|item| StateRecord::<B>::from_item(item, device))
-            };
+            let mut take = |whole: usize| items.remove(&whole);
             match &positions {
                 Some(positions) if positions.slot_of(position).is_some() => {
                     let per_stage: Vec<_> = (0..positions.pipeline.stages())
@@ -331,9 +456,9 @@ where
 }
 
 /// Runs what is queued on `module`'s device.
-pub(crate) fn sync<B: TrainingBackend, M: AutodiffModule<B>>(module: &M) -> Result<(), String> {
+pub(crate) fn sync<M: Module>(module: &M) -> Result<(), String> {
     match module.devices().first() {
-        Some(device) => B::sync(device).map_err(|error| error.to_string()),
+        Some(device) => device.sync().map_err(|error| error.to_string()),
         None => Ok(()),
     }
 }
@@ -366,21 +491,14 @@ struct StagePositions<'a> {
 }
 
 impl<'a> StagePositions<'a> {
-    fn new<B: AutodiffBackend, M: AutodiffModule<B>>(
-        module: &M,
-        pipeline: &'a PipelineParallel,
-    ) -> Self {
+    fn new<M: Module>(module: &M, pipeline: &'a PipelineParallel) -> Self {
         struct Count {
             before: usize,
             in_layers: usize,
             after: usize,
         }
-        impl<B: burn::tensor::backend::Backend> PathVisitor<B> for Count {
-            fn visit_float<const D: usize>(
-                &mut self,
-                path: &ParamPath,
-                _param: &Param<Tensor<B, D>>,
-            ) {
+        impl PathVisitor for Count {
+            fn visit_float<const D: usize>(&mut self, path: &ParamPath, _param: &Param<Tensor<D>>) {
                 if path.names().iter().any(|name| name == "layers") {
                     self.in_layers += 1;
                 } else if self.in_layers == 0 {
@@ -438,17 +556,15 @@ impl<'a> StagePositions<'a> {
 /// consecutive parameters whose names agree down to the first numeric one (`layers.7`), or on
 /// the first name when there is none (`embed_tokens`). Every layer's group is the same program
 /// when joined or split.
-fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
-    module: &M,
-) -> Vec<Vec<(usize, ParamId)>> {
+fn param_groups<M: Module>(module: &M) -> Vec<Vec<(usize, ParamId)>> {
     struct Groups {
         /// The names the last group's parameters agree on.
         last_key: Option<Vec<String>>,
         groups: Vec<Vec<(usize, ParamId)>>,
         position: usize,
     }
-    impl<B: burn::tensor::backend::Backend> PathVisitor<B> for Groups {
-        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+    impl PathVisitor for Groups {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
             let names = path.names();
             let end = names
                 .iter()
@@ -477,7 +593,6 @@ fn param_groups<B: AutodiffBackend, M: AutodiffModule<B>>(
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::{Autodiff, NdArray};
     use hlat::HlatConfig;
 
     use super::*;
@@ -485,10 +600,9 @@ mod tests {
 
     #[test]
     fn optimizer_state_moves_one_layer_at_a_time() {
-        type B = Autodiff<NdArray>;
         let config = HlatConfig::preset("hlat-test").unwrap();
-        let model = LanguageModel::new(config.init::<B>(&Default::default()), None);
-        let groups = param_groups::<B, _>(&model);
+        let model = LanguageModel::new(config.init(&Device::flex().autodiff()), None);
+        let groups = param_groups(&model);
         // The embedding, each layer, then the final norm with the head.
         assert_eq!(groups.len(), config.num_layers + 2, "{groups:?}");
         let layer_sizes: Vec<usize> = groups[1..=config.num_layers].iter().map(Vec::len).collect();

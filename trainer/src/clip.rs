@@ -2,11 +2,10 @@
 
 use std::any::Any;
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
-use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 use hlat::Hlat;
 use hlat::parallel::{ParamPath, PathVisitor, Placement, kv_copies, visit_with_paths};
 
@@ -17,20 +16,16 @@ use crate::language_model::LanguageModel;
 /// split over those tensor-parallel groups: the squares of split parameters are summed over the
 /// group, those every rank holds whole are counted once, and so are KV heads held by several
 /// ranks ([`kv_copies_of`]; their copies' gradients are the same once summed over them).
-pub fn grad_sum_of_squares<B, M>(
+pub fn grad_sum_of_squares<M>(
     module: &M,
     grads: &GradientsParams,
     tensor_groups: Option<&ReplicaGroups>,
-) -> Option<Tensor<B::InnerBackend, 1>>
+) -> Option<Tensor<1>>
 where
-    B: AutodiffBackend,
-    B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B> + 'static,
+    M: Module + 'static,
 {
-    let copies = tensor_groups.map_or(1, |groups| {
-        kv_copies_of::<B, M>(module, groups.group_size())
-    });
-    let mut visitor = SumOfSquares::<B> {
+    let copies = tensor_groups.map_or(1, |groups| kv_copies_of(module, groups.group_size()));
+    let mut visitor = SumOfSquares {
         grads,
         split: None,
         whole: None,
@@ -50,30 +45,18 @@ where
 /// ([`hlat::parallel::kv_copies`]: more than 1 when `degree` exceeds `num_kv_heads`). The
 /// trainer's [`LanguageModel`] and a bare [`Hlat`] know their configuration; any other module is
 /// taken to hold no replicated KV heads (1).
-pub fn kv_copies_of<B, M>(module: &M, degree: usize) -> usize
-where
-    B: AutodiffBackend,
-    M: 'static,
-{
+pub fn kv_copies_of<M: 'static>(module: &M, degree: usize) -> usize {
     let module: &dyn Any = module;
-    let config = match module.downcast_ref::<LanguageModel<B>>() {
+    let config = match module.downcast_ref::<LanguageModel>() {
         Some(model) => Some(model.hlat.config()),
-        None => module.downcast_ref::<Hlat<B>>().map(Hlat::config),
+        None => module.downcast_ref::<Hlat>().map(Hlat::config),
     };
     config.map_or(1, |config| kv_copies(config.num_kv_heads, degree))
 }
 
 /// Multiplies every gradient of `module` by `factor`.
-pub fn scale_grads<B, M>(module: &M, grads: &mut GradientsParams, factor: f64)
-where
-    B: AutodiffBackend,
-    M: AutodiffModule<B>,
-{
-    module.visit(&mut Scale::<B> {
-        grads,
-        factor,
-        backend: Default::default(),
-    });
+pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
+    module.visit(&mut Scale { grads, factor });
 }
 
 /// The factor torch's `clip_grad_norm_` multiplies gradients by: `max_norm / (norm + 1e-6)`
@@ -86,17 +69,17 @@ pub fn clip_coefficient(norm: f64, max_norm: f64) -> f64 {
     }
 }
 
-struct SumOfSquares<'a, B: AutodiffBackend> {
+struct SumOfSquares<'a> {
     grads: &'a GradientsParams,
     /// Parameters split across tensor-parallel ranks.
-    split: Option<Tensor<B::InnerBackend, 1>>,
+    split: Option<Tensor<1>>,
     /// Parameters every rank holds whole.
-    whole: Option<Tensor<B::InnerBackend, 1>>,
+    whole: Option<Tensor<1>>,
 }
 
-impl<B: AutodiffBackend> PathVisitor<B> for SumOfSquares<'_, B> {
-    fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+impl PathVisitor for SumOfSquares<'_> {
+    fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
+        let Some(grad) = self.grads.get::<D>(param.id) else {
             return;
         };
         let squares = grad.cast(DType::F32).square().sum();
@@ -116,15 +99,14 @@ impl<B: AutodiffBackend> PathVisitor<B> for SumOfSquares<'_, B> {
     }
 }
 
-struct Scale<'a, B: AutodiffBackend> {
+struct Scale<'a> {
     grads: &'a mut GradientsParams,
     factor: f64,
-    backend: std::marker::PhantomData<B>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+impl ModuleVisitor for Scale<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.remove::<D>(param.id) {
             self.grads.register(param.id, grad.mul_scalar(self.factor));
         }
     }

@@ -70,8 +70,14 @@ pub enum TrainError {
     Device(String),
 }
 
-impl From<burn::tensor::backend::ExecutionError> for TrainError {
-    fn from(error: burn::tensor::backend::ExecutionError) -> Self {
+impl From<burn::tensor::TensorReadError> for TrainError {
+    fn from(error: burn::tensor::TensorReadError) -> Self {
+        TrainError::Device(error.to_string())
+    }
+}
+
+impl From<burn_backend::ExecutionError> for TrainError {
+    fn from(error: burn_backend::ExecutionError) -> Self {
         TrainError::Device(error.to_string())
     }
 }

@@ -3,24 +3,23 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::Backend;
-use burn::tensor::{DType, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData, TensorReadError};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
-use burn_trainium::collective::{self, CollectiveBackend};
+use burn_trainium::collective;
 use hlat::Hlat;
 use hlat::blocked_attention::attends_by_block;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::pipeline::PipelineParallel;
 use hlat::recompute::ActivationCheckpointing;
 
-use crate::parallel::{ParallelLayout, TrainingBackend, split_rows, sum_shared_gradients};
+use crate::parallel::{ParallelLayout, split_rows, sum_shared_gradients};
 
 /// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
 /// to a lower precision (the f32 master weights of `bf16-mixed` stay in the wrapped model).
 #[derive(Module, Debug)]
-pub struct LanguageModel<B: Backend> {
+pub struct LanguageModel {
     /// The model (master weights).
-    pub hlat: Hlat<B>,
+    pub hlat: Hlat,
     /// The dtype the forward pass runs in when it differs from the stored parameters.
     #[module(skip)]
     pub compute_cast: Option<DType>,
@@ -50,11 +49,11 @@ pub const NOT_A_TARGET: u32 = 1 << 31;
 
 /// A batch of packed rows: inputs and the same rows shifted by one token as targets.
 #[derive(Debug, Clone)]
-pub struct LmBatch<B: Backend> {
+pub struct LmBatch {
     /// Token ids `[rows, seq_len]`.
-    pub inputs: Tensor<B, 2, Int>,
+    pub inputs: Tensor<2, Int>,
     /// Next-token ids `[rows, seq_len]`.
-    pub targets: Tensor<B, 2, Int>,
+    pub targets: Tensor<2, Int>,
     /// The target left out of the loss ([`PADDING_TARGET`] in batches padded to a fixed number
     /// of rows, see [`LmBatch::padded`]).
     pub ignore_id: Option<u32>,
@@ -62,10 +61,11 @@ pub struct LmBatch<B: Backend> {
     pub padding_rows: usize,
 }
 
-/// The loss of one batch, still on the device until synced.
-pub struct LmOutput<B: Backend> {
+/// The loss of one batch, still on the device until read ([`LmOutput::read`]).
+#[derive(Debug, Clone)]
+pub struct LmOutput {
     /// Mean next-token cross-entropy, `[1]`.
-    pub loss: Tensor<B, 1>,
+    pub loss: Tensor<1>,
     /// Target tokens in the batch.
     pub tokens: usize,
 }
@@ -79,9 +79,9 @@ pub struct LmOutputSync {
     pub tokens: usize,
 }
 
-impl<B: Backend> LanguageModel<B> {
+impl LanguageModel {
     /// Wraps a whole model; `compute_cast` is the forward-pass dtype of mixed precision.
-    pub fn new(hlat: Hlat<B>, compute_cast: Option<DType>) -> Self {
+    pub fn new(hlat: Hlat, compute_cast: Option<DType>) -> Self {
         Self {
             hlat,
             compute_cast,
@@ -92,10 +92,10 @@ impl<B: Backend> LanguageModel<B> {
     }
 }
 
-impl<B: CollectiveBackend> LanguageModel<B> {
+impl LanguageModel {
     /// Wraps a model split by `tensor_parallel` (see `Hlat::shard`).
     pub fn sharded(
-        hlat: Hlat<B>,
+        hlat: Hlat,
         compute_cast: Option<DType>,
         tensor_parallel: TensorParallel,
     ) -> Self {
@@ -109,7 +109,7 @@ impl<B: CollectiveBackend> LanguageModel<B> {
     }
 
     /// How the layers exchange activations across tensor-parallel ranks.
-    pub fn exchange(&self) -> &dyn Exchange<B> {
+    pub fn exchange(&self) -> &dyn Exchange {
         match &self.tensor_parallel {
             Some(parallel) => parallel,
             None => &Unsharded,
@@ -118,7 +118,7 @@ impl<B: CollectiveBackend> LanguageModel<B> {
 
     /// Mean next-token cross-entropy of a batch, as f32 (the same on every tensor-parallel
     /// rank).
-    pub fn loss(&self, batch: &LmBatch<B>) -> Tensor<B, 1> {
+    pub fn loss(&self, batch: &LmBatch) -> Tensor<1> {
         let inputs = batch.inputs.clone();
         let targets = batch.targets.clone();
         let exchange = self.exchange();
@@ -141,12 +141,12 @@ impl<B: CollectiveBackend> LanguageModel<B> {
     }
 }
 
-impl<B: Backend> LmBatch<B> {
+impl LmBatch {
     /// Builds a batch from rows of `seq_len + 1` tokens each.
     ///
     /// # Panics
     /// If `rows` is empty or the rows differ in length or are shorter than 2 tokens.
-    pub fn from_rows(rows: &[Vec<u32>], device: &B::Device) -> Self {
+    pub fn from_rows(rows: &[Vec<u32>], device: &Device) -> Self {
         Self::with_padding(rows, 0, None, device)
     }
 
@@ -157,7 +157,7 @@ impl<B: Backend> LmBatch<B> {
     /// # Panics
     /// If `rows` is empty or longer than `bucket_rows`, or its rows differ in length or are
     /// shorter than 2 tokens.
-    pub fn padded(rows: &[Vec<u32>], bucket_rows: usize, device: &B::Device) -> Self {
+    pub fn padded(rows: &[Vec<u32>], bucket_rows: usize, device: &Device) -> Self {
         assert!(
             rows.len() <= bucket_rows,
             "{} rows do not fit a batch of {bucket_rows}",
@@ -171,7 +171,7 @@ impl<B: Backend> LmBatch<B> {
         rows: &[Vec<u32>],
         padding_rows: usize,
         ignore_id: Option<u32>,
-        device: &B::Device,
+        device: &Device,
     ) -> Self {
         let (inputs, targets) = shifted_blocks(rows, row_width(rows), padding_rows);
         Self {
@@ -189,13 +189,13 @@ impl<B: Backend> LmBatch<B> {
     }
 }
 
-impl<B: CollectiveBackend> LmBatch<B> {
+impl LmBatch {
     /// Builds a batch whose replica `r` holds `parts[r]` (rows of `seq_len + 1` tokens, the same
     /// number on every replica): the data-parallel slices of one micro-batch.
     ///
     /// # Panics
     /// If the parts are empty, differ in shape, or hold rows shorter than 2 tokens.
-    pub fn from_replica_rows(parts: &[&[Vec<u32>]], device: &B::Device) -> Self {
+    pub fn from_replica_rows(parts: &[&[Vec<u32>]], device: &Device) -> Self {
         let width = row_width(parts[0]);
         let ignore_id = masked_target(parts);
         let (inputs, targets) = parts
@@ -211,7 +211,7 @@ impl<B: CollectiveBackend> LmBatch<B> {
     }
 }
 
-impl<B: CollectiveBackend> LmBatch<B> {
+impl LmBatch {
     /// One micro-batch of a parallel layout: `rows` (`data × micro_batch_rows` rows of
     /// `seq_len + 1` tokens) cut into one contiguous slice per data-parallel rank; the
     /// tensor-parallel ranks and pipeline stages of one model replica see the same rows.
@@ -219,7 +219,7 @@ impl<B: CollectiveBackend> LmBatch<B> {
     /// # Panics
     /// When the rows do not divide into the data-parallel ranks (see [`LmBatch::from_replica_rows`]
     /// for the rest).
-    pub fn for_layout(rows: &[Vec<u32>], layout: &ParallelLayout, device: &B::Device) -> Self {
+    pub fn for_layout(rows: &[Vec<u32>], layout: &ParallelLayout, device: &Device) -> Self {
         let stage: Vec<&[Vec<u32>]> = split_rows(rows, layout.data)
             .into_iter()
             .flat_map(|slice| std::iter::repeat_n(slice, layout.tensor))
@@ -230,19 +230,20 @@ impl<B: CollectiveBackend> LmBatch<B> {
     }
 }
 
-impl<B: TrainingBackend> LanguageModel<B> {
+impl LanguageModel {
     /// `micro_batches` through the schedule of the stages this model is cut into: the sum of
     /// their losses (the same on every replica, without graph), the gradients of this replica's
     /// parameters with the shared ones (embedding, final norm, head) summed over the stages, and
     /// their target tokens.
     ///
     /// # Panics
-    /// When `micro_batches` is empty.
+    /// When `micro_batches` is empty, or the model is not on an autodiff device
+    /// (`Device::autodiff`).
     pub fn pipeline_step(
         &self,
         pipeline: &PipelineParallel,
-        micro_batches: Vec<LmBatch<B>>,
-    ) -> (Tensor<B, 1>, GradientsParams, usize) {
+        micro_batches: Vec<LmBatch>,
+    ) -> (Tensor<1>, GradientsParams, usize) {
         let tokens = micro_batches.iter().map(LmBatch::tokens).sum();
         let ignore_id = micro_batches[0].ignore_id;
         let batches: Vec<_> = micro_batches
@@ -256,16 +257,16 @@ impl<B: TrainingBackend> LanguageModel<B> {
             pipeline,
             self.checkpointing,
         );
-        sum_shared_gradients::<B, _>(self, &mut grads, &pipeline.groups);
+        sum_shared_gradients(self, &mut grads, &pipeline.groups);
         (loss_sum, grads, tokens)
     }
 }
 
-impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
-    type Input = LmBatch<B>;
-    type Output = LmOutput<B>;
+impl TrainStep for LanguageModel {
+    type Input = LmBatch;
+    type Output = LmOutput;
 
-    fn step(&self, batch: LmBatch<B>) -> TrainOutput<LmOutput<B>> {
+    fn step(&self, batch: LmBatch) -> TrainOutput<LmOutput> {
         // Stages recompute what checkpointing asks for and, over a long sequence, the attention
         // core by blocks of queries (memory linear in the sequence). They need the parameters as
         // leaves of the graph: a cast compute copy (bf16-mixed) takes the plain backward pass,
@@ -307,11 +308,11 @@ impl<B: TrainingBackend> TrainStep for LanguageModel<B> {
     }
 }
 
-impl<B: CollectiveBackend> InferenceStep for LanguageModel<B> {
-    type Input = LmBatch<B>;
-    type Output = LmOutput<B>;
+impl InferenceStep for LanguageModel {
+    type Input = LmBatch;
+    type Output = LmOutput;
 
-    fn step(&self, batch: LmBatch<B>) -> LmOutput<B> {
+    fn step(&self, batch: LmBatch) -> LmOutput {
         LmOutput {
             loss: self.loss(&batch),
             tokens: batch.tokens(),
@@ -319,14 +320,25 @@ impl<B: CollectiveBackend> InferenceStep for LanguageModel<B> {
     }
 }
 
-impl<B: Backend> ItemLazy for LmOutput<B> {
-    type ItemSync = LmOutputSync;
-
-    fn sync(self) -> LmOutputSync {
-        LmOutputSync {
-            loss: self.loss.into_scalar().elem::<f64>(),
+impl LmOutput {
+    /// The loss read back to the host; a failed read is the device's error.
+    pub fn read(self) -> Result<LmOutputSync, TensorReadError> {
+        Ok(LmOutputSync {
+            loss: self.loss.try_into_scalar::<f64>()?,
             tokens: self.tokens,
-        }
+        })
+    }
+}
+
+impl ItemLazy for LmOutput {
+    /// Dispatches the work behind the loss (the metrics read it on their own thread) and leaves
+    /// the autodiff graph behind.
+    fn sync(self) -> Result<Self, burn_backend::ExecutionError> {
+        self.loss.device().flush()?;
+        Ok(Self {
+            loss: self.loss.without_autodiff(),
+            tokens: self.tokens,
+        })
     }
 }
 
@@ -392,8 +404,8 @@ struct CastParams {
     dtype: DType,
 }
 
-impl<B: Backend> ModuleMapper<B> for CastParams {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+impl ModuleMapper for CastParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let (id, tensor, mapper) = param.consume();
         Param::from_mapped_value(id, tensor.cast(self.dtype), mapper)
     }

@@ -5,17 +5,17 @@
 //! one weight decay to every parameter, keeps its state in the parameter's dtype and writes the
 //! result back with round-to-nearest. HLAT needs the norm gains optionally left out of the decay
 //! and bf16 parameters updated from f32 arithmetic with stochastic rounding, hence this optimizer.
-//! It plugs into Burn through `SimpleOptimizer` / `OptimizerAdaptor`, so it is a regular
-//! `burn::optim::Optimizer` that `TrainStep::optimize` drives.
+//! It is a per-parameter `burn::optim::Optimizer` that Burn's `ModuleOptimizer` drives (the
+//! optimizer of a burn-train `Learner`, see [`HlatAdamW::init`]); [`HlatOptimizer`] is the same
+//! optimizer with its state held by the trainer, which checkpoints and reshards it
+//! (`crate::checkpoint_state`, `crate::learner::SharedOptimizer`).
 
-use burn::module::AutodiffModule;
-use burn::optim::SimpleOptimizer;
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::record::Record;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Tensor};
+use std::collections::HashMap;
 
-use burn_trainium::collective::CollectiveBackend;
+use burn::module::ParamId;
+use burn::optim::{DynState, ModuleOptimizer, Optimizer, RecordState, StateSink, StateSource};
+use burn::tensor::{DType, Device, Tensor};
+use burn_store::burn_pack::Scalar;
 
 use crate::config::TrainConfig;
 use crate::parallel::Zero1;
@@ -58,19 +58,143 @@ pub struct HlatAdamW {
     zero1: Option<Zero1>,
 }
 
-/// The optimizer as Burn's learner components see it.
-pub type HlatOptimizer<M, B> = OptimizerAdaptor<HlatAdamW, M, B>;
-
 /// Per-parameter state: f32 first and second moments and the number of updates (under ZeRO-1,
 /// of this rank's slice of the parameter).
-#[derive(Record, Clone)]
-pub struct AdamWState<B: Backend, const D: usize> {
+#[derive(Clone)]
+pub struct AdamWState<const D: usize> {
     /// First moment (f32).
-    pub moment1: Tensor<B, D>,
+    pub moment1: Tensor<D>,
     /// Second moment (f32).
-    pub moment2: Tensor<B, D>,
+    pub moment2: Tensor<D>,
     /// Updates applied so far.
     pub time: usize,
+}
+
+/// The entries of a state: `{prefix}.moment1`, `{prefix}.moment2` (tensors), `{prefix}.time`
+/// (Burn's `#[derive(RecordState)]` names its own crates' paths, so it is written out here).
+impl<const D: usize> RecordState for AdamWState<D> {
+    fn state_flatten(&self, prefix: &str, out: &mut StateSink) {
+        out.push_tensor(prefix, "moment1", self.moment1.clone().into_data());
+        out.push_tensor(prefix, "moment2", self.moment2.clone().into_data());
+        out.push_scalar(prefix, "time", Scalar::from(self.time));
+    }
+
+    fn state_unflatten(prefix: &str, src: &mut StateSource, device: &Device) -> Option<Self> {
+        let moment1 = Tensor::from_data(src.take_tensor(prefix, "moment1")?, device);
+        let moment2 = Tensor::from_data(src.take_tensor(prefix, "moment2")?, device);
+        let time = usize::try_from(src.take_scalar(prefix, "time")?).ok()?;
+        Some(Self {
+            moment1,
+            moment2,
+            time,
+        })
+    }
+}
+
+/// The state of one parameter, whatever its rank (an [`AdamWState`] of that rank).
+#[derive(Clone)]
+pub struct StateRecord {
+    state: DynState,
+}
+
+impl StateRecord {
+    /// Wraps the state of a parameter of rank `D`.
+    pub fn from_state<const D: usize>(state: AdamWState<D>) -> Self {
+        Self {
+            state: DynState::create(state, D),
+        }
+    }
+
+    /// The state, of a parameter of rank `D`.
+    ///
+    /// # Panics
+    /// When the state is of a parameter of another rank.
+    pub fn into_state<const D: usize>(self) -> AdamWState<D> {
+        assert_eq!(
+            self.state.rank(),
+            D,
+            "the optimizer state of a rank-{} parameter read as rank {D}",
+            self.state.rank()
+        );
+        self.state.downcast()
+    }
+
+    /// The rank of the parameter.
+    pub fn rank(&self) -> usize {
+        self.state.rank()
+    }
+}
+
+/// The optimizer state of a module's parameters, by parameter id.
+pub type OptimizerRecord = HashMap<ParamId, StateRecord>;
+
+/// HLAT's AdamW over a whole module with its state held here, where the trainer reads, reshards
+/// and checkpoints it (Burn's `ModuleOptimizer` keeps its state private); a `Learner` updates
+/// through it by `crate::learner::SharedOptimizer`.
+#[derive(Debug, Clone)]
+pub struct HlatOptimizer {
+    adamw: HlatAdamW,
+    states: OptimizerRecord,
+}
+
+impl std::fmt::Debug for StateRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateRecord")
+            .field("rank", &self.state.rank())
+            .finish()
+    }
+}
+
+impl HlatOptimizer {
+    /// `adamw` without state (before the first step).
+    pub fn new(adamw: HlatAdamW) -> Self {
+        Self {
+            adamw,
+            states: HashMap::new(),
+        }
+    }
+
+    /// The per-parameter optimizer.
+    pub fn adamw(&self) -> &HlatAdamW {
+        &self.adamw
+    }
+
+    /// Updates one parameter (`id`, on the gradient's device) and its state.
+    pub(crate) fn step_param<const D: usize>(
+        &mut self,
+        id: ParamId,
+        lr: f64,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        fallback: Option<AdamWState<D>>,
+    ) -> (Tensor<D>, Option<AdamWState<D>>) {
+        let device = grad.device();
+        let state = self
+            .states
+            .remove(&id)
+            .map(StateRecord::into_state::<D>)
+            .or(fallback)
+            .map(|state| HlatAdamW::to_device(state, &device));
+        let (tensor, state) = self.adamw.step(lr, tensor, grad, state);
+        if let Some(state) = &state {
+            self.states
+                .insert(id, StateRecord::from_state(state.clone()));
+        }
+        (tensor, state)
+    }
+
+    /// The state of every parameter updated so far.
+    pub fn to_record(&self) -> OptimizerRecord {
+        self.states.clone()
+    }
+
+    /// The optimizer with `record` as its state.
+    pub fn load_record(self, record: OptimizerRecord) -> Self {
+        Self {
+            states: record,
+            ..self
+        }
+    }
 }
 
 impl HlatAdamW {
@@ -89,26 +213,23 @@ impl HlatAdamW {
         Self { zero1, ..self }
     }
 
-    /// Wraps the optimizer for a module type, as Burn's `AdamWConfig::init` does.
-    pub fn init<B, M>(self) -> HlatOptimizer<M, B>
-    where
-        B: AutodiffBackend<InnerBackend: CollectiveBackend>,
-        M: AutodiffModule<B>,
-    {
-        OptimizerAdaptor::from(self)
+    /// Wraps the optimizer for a whole module, as Burn's `AdamWConfig::init` does (its state is
+    /// then Burn's: see [`HlatOptimizer`] for a state the trainer reads).
+    pub fn init(self) -> ModuleOptimizer {
+        ModuleOptimizer::from(self)
     }
 }
 
-impl<B: CollectiveBackend> SimpleOptimizer<B> for HlatAdamW {
-    type State<const D: usize> = AdamWState<B, D>;
+impl Optimizer for HlatAdamW {
+    type State<const D: usize> = AdamWState<D>;
 
     fn step<const D: usize>(
         &self,
         lr: f64,
-        tensor: Tensor<B, D>,
-        grad: Tensor<B, D>,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
         state: Option<Self::State<D>>,
-    ) -> (Tensor<B, D>, Option<Self::State<D>>) {
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
         let AdamWSettings {
             beta1,
             beta2,
@@ -173,7 +294,7 @@ impl<B: CollectiveBackend> SimpleOptimizer<B> for HlatAdamW {
         (updated, Some(state))
     }
 
-    fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
+    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
         AdamWState {
             moment1: state.moment1.to_device(device),
             moment2: state.moment2.to_device(device),

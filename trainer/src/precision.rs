@@ -1,7 +1,6 @@
 //! Precision modes: what dtype the parameters are stored in and the forward pass runs in.
 
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +65,7 @@ impl std::fmt::Display for Precision {
 
 /// Casts every float parameter of `module` to `dtype`, keeping parameters that require a
 /// gradient as fresh leaves of the autodiff graph (used once, when a run sets up its precision).
-pub fn cast_params<B: Backend, M: Module<B>>(module: M, dtype: DType) -> M {
+pub fn cast_params<M: Module>(module: M, dtype: DType) -> M {
     module.map(&mut CastLeaves { dtype })
 }
 
@@ -74,8 +73,8 @@ struct CastLeaves {
     dtype: DType,
 }
 
-impl<B: Backend> ModuleMapper<B> for CastLeaves {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+impl ModuleMapper for CastLeaves {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let (id, tensor, mapper) = param.consume();
         if tensor.dtype() == self.dtype {
             return Param::from_mapped_value(id, tensor, mapper);

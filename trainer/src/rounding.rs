@@ -1,6 +1,6 @@
 //! Stochastic rounding of f32 values to bf16.
 
-use burn::tensor::{DType, Distribution, Tensor, backend::Backend};
+use burn::tensor::{DType, Distribution, Tensor};
 
 /// Smallest normal bf16 (and f32) magnitude; below it bf16 values are spaced like at it.
 const MIN_NORMAL: f32 = f32::MIN_POSITIVE;
@@ -9,9 +9,9 @@ const MANTISSA_BITS: i32 = 7;
 
 /// Rounds every element of an f32 tensor to one of its two neighbouring bf16 values, the upper
 /// one with probability equal to the distance from the lower one in units of their spacing, so
-/// that the rounding is unbiased: `E[round(x)] = x`. Randomness comes from the backend's seeded
-/// generator. Returns a bf16 tensor.
-pub fn stochastic_round_bf16<B: Backend, const D: usize>(values: Tensor<B, D>) -> Tensor<B, D> {
+/// that the rounding is unbiased: `E[round(x)] = x`. Randomness comes from the device's seeded
+/// generator (`Device::seed`). Returns a bf16 tensor.
+pub fn stochastic_round_bf16<const D: usize>(values: Tensor<D>) -> Tensor<D> {
     let values = values.cast(DType::F32);
     // Below 2^-119 the spacing of bf16 values (2^-126 · 2^-7 at most) is an f32 subnormal,
     // which devices that flush subnormals (XLA's CPU client, Neuron) make 0: those values are

@@ -75,19 +75,24 @@ impl WarmupCosineScheduler {
     }
 }
 
-impl burn::optim::lr_scheduler::LrScheduler for WarmupCosineScheduler {
-    type Record<B: burn::tensor::backend::Backend> = u64;
+/// The key of the step counter in the scheduler's record.
+const STEP_KEY: &str = "step";
 
+impl burn::lr_scheduler::LrScheduler for WarmupCosineScheduler {
     fn step(&mut self) -> f64 {
         self.step += 1;
         self.schedule.lr(self.step)
     }
 
-    fn to_record<B: burn::tensor::backend::Backend>(&self) -> u64 {
-        self.step
+    fn to_record(&self) -> burn::lr_scheduler::LrSchedulerRecord {
+        burn::lr_scheduler::LrSchedulerRecord::new().with_scalar(STEP_KEY, self.step)
     }
 
-    fn load_record<B: burn::tensor::backend::Backend>(self, step: u64) -> Self {
-        Self { step, ..self }
+    /// # Panics
+    /// When the record holds no step counter (it is not this scheduler's).
+    fn load_record(&mut self, record: burn::lr_scheduler::LrSchedulerRecord) {
+        self.step = record
+            .scalar::<u64>(STEP_KEY)
+            .expect("the record of a WarmupCosineScheduler holds its step");
     }
 }

@@ -17,8 +17,8 @@ use crate::clip::{clip_coefficient, grad_sum_of_squares, scale_grads};
 use crate::error::TrainError;
 use crate::language_model::{LanguageModel, LmBatch};
 use crate::parallel::{
-    ParallelLayout, TrainingBackend, average_gradients, move_stage_gradients,
-    reduce_replicated_gradients, scatter_gradients,
+    ParallelLayout, average_gradients, move_stage_gradients, reduce_replicated_gradients,
+    scatter_gradients,
 };
 
 /// One optimizer step's gradients as HLAT's recipe makes them, ready for the optimizer.
@@ -43,12 +43,12 @@ impl StepGradients {
 
 /// The gradients of `micro_batches` run one after the other through `model`'s `TrainStep`,
 /// summed, with the sum of their losses and their target tokens.
-fn accumulate<B: TrainingBackend>(
-    model: &LanguageModel<B>,
-    micro_batches: Vec<LmBatch<B>>,
-) -> (GradientsParams, Tensor<B::InnerBackend, 1>, usize) {
+fn accumulate(
+    model: &LanguageModel,
+    micro_batches: Vec<LmBatch>,
+) -> (GradientsParams, Tensor<1>, usize) {
     let mut accumulator = GradientsAccumulator::new();
-    let mut loss_sum: Option<Tensor<B::InnerBackend, 1>> = None;
+    let mut loss_sum: Option<Tensor<1>> = None;
     let mut tokens = 0;
     for batch in micro_batches {
         let output = model.step(batch);
@@ -71,10 +71,11 @@ fn accumulate<B: TrainingBackend>(
 /// (the device's error) is [`TrainError::Device`].
 ///
 /// # Panics
-/// When `micro_batches` is empty.
-pub fn step_gradients<B: TrainingBackend>(
-    model: &LanguageModel<B>,
-    micro_batches: Vec<LmBatch<B>>,
+/// When `micro_batches` is empty, or the model is not on an autodiff device
+/// (`Device::autodiff`).
+pub fn step_gradients(
+    model: &LanguageModel,
+    micro_batches: Vec<LmBatch>,
     layout: &ParallelLayout,
     clip_grad_norm: f64,
 ) -> Result<StepGradients, TrainError> {
@@ -89,29 +90,29 @@ pub fn step_gradients<B: TrainingBackend>(
     };
     if layout.tensor > 1 {
         let groups = layout.tensor_groups();
-        reduce_replicated_gradients::<B, _>(model, &mut grads, &groups, layout.sequence_parallel);
+        reduce_replicated_gradients(model, &mut grads, &groups, layout.sequence_parallel);
     }
     let zero1 = layout.zero1();
     if layout.data > 1 {
         let groups = layout.data_groups();
         match &zero1 {
-            Some(zero1) => scatter_gradients::<B, _>(model, &mut grads, zero1),
-            None => average_gradients::<B, _>(model, &mut grads, &groups),
+            Some(zero1) => scatter_gradients(model, &mut grads, zero1),
+            None => average_gradients(model, &mut grads, &groups),
         }
         loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
         tokens *= layout.data;
     }
     let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
     let squares = match &model.pipeline {
-        None => grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref()),
+        None => grad_sum_of_squares(model, &grads, tensor_groups.as_ref()),
         Some(pipeline) => {
             // Each stage's layers are its own: their squares add up over the pipeline group.
             let mut stage = GradientsParams::new();
-            move_stage_gradients::<B, _>(model, &mut grads, &mut stage);
-            let shared = grad_sum_of_squares::<B, _>(model, &grads, tensor_groups.as_ref());
-            let local = grad_sum_of_squares::<B, _>(model, &stage, tensor_groups.as_ref())
+            move_stage_gradients(model, &mut grads, &mut stage);
+            let shared = grad_sum_of_squares(model, &grads, tensor_groups.as_ref());
+            let local = grad_sum_of_squares(model, &stage, tensor_groups.as_ref())
                 .map(|local| collective::all_reduce(local, ReduceOp::Sum, &pipeline.groups));
-            move_stage_gradients::<B, _>(model, &mut stage, &mut grads);
+            move_stage_gradients(model, &mut stage, &mut grads);
             match (shared, local) {
                 (Some(shared), Some(local)) => Some(shared + local),
                 (one, other) => one.or(other),
@@ -130,7 +131,7 @@ pub fn step_gradients<B: TrainingBackend>(
     let grad_norm = values[1].sqrt() / count as f64;
     if loss.is_finite() && grad_norm.is_finite() {
         let factor = clip_coefficient(grad_norm, clip_grad_norm) / count as f64;
-        scale_grads::<B, _>(model, &mut grads, factor);
+        scale_grads(model, &mut grads, factor);
     }
     Ok(StepGradients {
         grads,

@@ -3,7 +3,7 @@
 
 use burn_backend::{DType, Shape, TensorData};
 use burn_ir::TensorIr;
-use burn_router::{MultiBackendBridge, RouterTensor, RunnerChannel, RunnerClient};
+use burn_router::{MultiBackendBridge, RouterChannel, RouterClient, RouterTensor};
 
 use super::TrainiumClient;
 use crate::TrainiumDevice;
@@ -32,13 +32,10 @@ impl MultiBackendBridge for TrainiumBridge {
     }
 }
 
-impl RunnerChannel for TrainiumChannel {
+impl RouterChannel for TrainiumChannel {
     type Device = TrainiumDevice;
     type Bridge = TrainiumBridge;
     type Client = TrainiumClient;
-    type FloatElem = f32;
-    type IntElem = i32;
-    type BoolElem = bool;
 
     fn name(device: &TrainiumDevice) -> String {
         format!("trainium<{device}>")

@@ -1,4 +1,4 @@
-//! The runner client: captures operations into a segment and runs it on the device's executor.
+//! The router client: captures operations into a segment and runs it on the device's executor.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -6,8 +6,13 @@ use std::time::Instant;
 
 use burn_backend::{Backend, DType, DTypeUsageSet, ExecutionError, TensorData};
 use burn_flex::{Flex, FlexDevice};
-use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
-use burn_router::{RouterTensor, RunnerClient};
+use std::collections::HashMap;
+
+use burn_ir::{
+    BaseOperationIr, GraphBindings, GraphId, OperationIr, ShapeOpIr, TensorId, TensorIr,
+    TensorStatus,
+};
+use burn_router::{Graph, RouterClient, RouterTensor};
 use burn_std::future::DynFut;
 
 use super::Segment;
@@ -20,6 +25,7 @@ use crate::per_device::PerDevice;
 use crate::profile::phase;
 use crate::stats::{self, StatsCounters};
 use crate::{BackendError, TrainiumDevice};
+use burn_std::id::StreamId;
 
 /// The number of captured operations (drops aside) after which a segment is cut into a program of
 /// its own even if nothing is read (the pieces run at the next read or sync). Unless a cap is
@@ -118,14 +124,20 @@ struct ClientState {
     live: LiveTensors,
     /// An execution error not yet reported (operations are captured without a return value).
     pending_error: Option<BackendError>,
-    /// The thread that captured the last computing operation: the one whose stream the
-    /// segment follows. Reads and drops from other threads (Burn's metrics thread) must not
-    /// change where that stream is cut.
-    capturing_thread: Option<std::thread::ThreadId>,
-    /// Drops from other threads, applied once no waiting operation uses their tensors, so that
+    /// The stream (Burn's `StreamId`: a client thread, which a device server applies its
+    /// operations under) that captured the last computing operation: the one the segment
+    /// follows. Reads and drops from other streams (Burn's metrics thread) must not change
+    /// where that stream is cut.
+    capturing_stream: Option<StreamId>,
+    /// Operations of other streams captured while operations of the capturing stream wait
+    /// (Burn's metrics thread taking the mean of a step's loss in the middle of the next step):
+    /// they run after what they need of the waiting segment, as a segment of their own, so that
+    /// where another stream's operations arrive never changes the capturing stream's programs.
+    side: Segment,
+    /// Drops from other streams, applied once no waiting operation uses their tensors, so that
     /// they do not land in a program at a point that varies from step to step.
     deferred_drops: Vec<OperationIr>,
-    /// Cut points reads from other threads taught ([`CutPoints`]).
+    /// Cut points reads from other streams taught ([`CutPoints`]).
     cut_points: CutPoints,
     /// The [structure](super::cut_points::structure) of the last computing operation captured:
     /// the context of the next one's signature.
@@ -138,20 +150,23 @@ struct ClientState {
     since_mark: (usize, u64),
     /// Tensors made from host data and not yet uploaded ([`HostValues`]).
     host_values: HostValues,
-    /// The signature of the learned cut the last run ended at, when a read from another thread
+    /// The signature of the learned cut the last run ended at, when a read from another stream
     /// ran it: a cut learned a few operations after it replaces it.
     last_read_cut: Option<u64>,
+    /// Operation graphs registered by id (`RouterClient::register_and_execute_graph`), replayed
+    /// as the operations they stand for.
+    graphs: HashMap<GraphId, Graph>,
 }
 
 impl ClientState {
-    /// Whether the calling thread is not the one capturing the segment's stream.
-    fn is_other_thread(&self) -> bool {
-        self.capturing_thread
-            .is_some_and(|thread| thread != std::thread::current().id())
+    /// Whether the calling stream is not the one the segment follows.
+    fn is_other_stream(&self) -> bool {
+        self.capturing_stream
+            .is_some_and(|stream| stream != StreamId::current())
     }
 }
 
-/// The runner client of one Trainium device, shared by every tensor on it.
+/// The router client of one Trainium device, shared by every tensor on it.
 #[derive(Clone)]
 pub struct TrainiumClient {
     device: TrainiumDevice,
@@ -172,10 +187,11 @@ impl TrainiumClient {
             device: *device,
             state: Arc::new(Mutex::new(ClientState {
                 segment: Segment::default(),
+                side: Segment::default(),
                 executor,
                 live: LiveTensors::default(),
                 pending_error: None,
-                capturing_thread: None,
+                capturing_stream: None,
                 deferred_drops: Vec::new(),
                 cut_points: CutPoints::default(),
                 previous_structure: 0,
@@ -183,6 +199,7 @@ impl TrainiumClient {
                 since_mark: (0, 0),
                 host_values: HostValues::default(),
                 last_read_cut: None,
+                graphs: HashMap::new(),
             })),
             counters: stats::counters(device),
         }
@@ -197,13 +214,38 @@ impl TrainiumClient {
     /// Runs the waiting segment, if any, and reports the first unreported error.
     fn flush(&self, state: &mut ClientState) -> Result<(), BackendError> {
         state.last_read_cut = None;
-        self.run_through(state, None);
+        self.run_through(state, None, Segment::default());
+        self.run_side(state);
         state.pending_error.take().map_or(Ok(()), Err)
     }
 
+    /// Runs the other streams' waiting operations ([`ClientState::side`]) at the end of the
+    /// program that runs the waiting operations they need (cut where a read teaches), or on
+    /// their own when those already ran.
+    fn run_side(&self, state: &mut ClientState) {
+        if state.side.is_empty() {
+            return;
+        }
+        let side = &state.side;
+        let needed = state
+            .segment
+            .operations()
+            .iter()
+            .rposition(|operation| operation.outputs().any(|output| side.reads(&output.id)));
+        let side = state.side.take();
+        match needed {
+            Some(index) => self.run_prefix_through(state, index, side),
+            None => {
+                self.run_segment(state, side);
+                self.apply_deferred_drops(state);
+            }
+        }
+    }
+
     /// Runs the waiting operations up to index `last` (all of them for `None`), cut at the
-    /// marked cut points, leaves the later ones waiting, and releases what deferred drops can.
-    fn run_through(&self, state: &mut ClientState, last: Option<usize>) {
+    /// marked cut points, with the operations of `tail` at the end of the last piece; leaves the
+    /// later ones waiting, and releases what deferred drops can.
+    fn run_through(&self, state: &mut ClientState, last: Option<usize>, tail: Segment) {
         let last = match last {
             Some(last) => last,
             None if state.segment.is_empty() => {
@@ -220,10 +262,16 @@ impl TrainiumClient {
             .filter(|&mark| mark < last)
             .chain([last])
             .collect();
+        let mut tail = Some(tail);
         for cut in cuts {
             let later = state.segment.split_after(cut - done);
-            let piece = std::mem::replace(&mut state.segment, later);
+            let mut piece = std::mem::replace(&mut state.segment, later);
             done = cut + 1;
+            if cut == last
+                && let Some(tail) = tail.take()
+            {
+                piece.append(tail);
+            }
             self.run_segment(state, piece);
         }
         state.marks = state
@@ -239,12 +287,16 @@ impl TrainiumClient {
         self.apply_deferred_drops(state);
     }
 
-    /// Runs `segment` (unless it is empty), keeping its error to report.
+    /// Runs `segment` (unless it is empty), keeping its error to report. A segment of drops
+    /// alone (a client releases what it dropped after its last read) computes nothing and is
+    /// not counted as a segment run.
     fn run_segment(&self, state: &mut ClientState, segment: Segment) {
         if segment.is_empty() {
             return;
         }
-        StatsCounters::add(&self.counters.segments_run, 1);
+        if segment.computing_len() > 0 {
+            StatsCounters::add(&self.counters.segments_run, 1);
+        }
         log::debug!(
             "{}: running a segment of {} operations ({:?})",
             self.device,
@@ -256,28 +308,30 @@ impl TrainiumClient {
         }
     }
 
-    /// Runs the waiting operations up to the one a read of `tensor` from another thread needs,
-    /// cut at the marked cut points, and leaves the later ones waiting.
+    /// Runs the waiting operations through the one at `index` (which another stream's waiting
+    /// operations need), cut at the marked cut points, with the operations of `tail` at the end
+    /// of the last program; leaves the later ones waiting.
     ///
     /// The run goes on through a learned cut point at most [`NEARBY_OPERATIONS`] computing
     /// operations further (a step's loss, when its outputs are read first). Where no such point
     /// is marked, a cut point is learned and the waiting operations like it are marked too: at
     /// the [summary](Self::summary_after) computed from the needed tensor, if there is one, else
-    /// at the needed operation; if the last run, for another read from another thread, ended at
-    /// a learned cut just before it, the new point replaces that one.
-    fn run_prefix_for(
-        &self,
-        state: &mut ClientState,
-        tensor: &TensorIr,
-    ) -> Result<(), BackendError> {
-        let Some(index) = state.segment.last_needed_for_reading(tensor) else {
-            return Ok(());
-        };
+    /// at the needed operation; if the last run, for another read, ended at a learned cut just
+    /// before it, the new point replaces that one. Nothing is learned where an earlier waiting
+    /// operation has the same signature (a loop's step, read after it ran several times).
+    fn run_prefix_through(&self, state: &mut ClientState, index: usize, tail: Segment) {
         let through = match self.nearby_learned_mark(state, index) {
             Some(mark) => mark,
             None => {
                 let index = Self::summary_after(state, index).unwrap_or(index);
                 let signature = state.segment.signatures()[index];
+                if state.segment.signatures()[..index].contains(&signature) {
+                    // The same step of a loop that ran several times before the read (a chain
+                    // read at its end): a cut learned here would cut every repetition.
+                    self.run_through(state, Some(index), tail);
+                    state.last_read_cut = None;
+                    return;
+                }
                 let computing_before = state.segment.operations()[..index]
                     .iter()
                     .filter(|operation| !matches!(operation, OperationIr::Drop(_)))
@@ -295,9 +349,8 @@ impl TrainiumClient {
             }
         };
         let signature = state.segment.signatures()[through];
-        self.run_through(state, Some(through));
+        self.run_through(state, Some(through), tail);
         state.last_read_cut = Some(signature);
-        state.pending_error.take().map_or(Ok(()), Err)
     }
 
     /// The waiting operation, at most [`NEARBY_OPERATIONS`] computing operations after
@@ -410,7 +463,11 @@ impl TrainiumClient {
         }
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.deferred_drops)
             .into_iter()
-            .partition(|drop| drop.inputs().all(|input| !state.segment.touches(&input.id)));
+            .partition(|drop| {
+                drop.inputs().all(|input| {
+                    !state.segment.touches(&input.id) && !state.side.touches(&input.id)
+                })
+            });
         state.deferred_drops = waiting;
         if !ready.is_empty()
             && let Err(error) = state.executor.run(Segment::from_operations(ready))
@@ -431,7 +488,26 @@ impl TrainiumClient {
     /// Copies a tensor to the host (its first replica), running the waiting segment first if
     /// the tensor depends on it.
     pub(crate) fn read_data(&self, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+        if let Some(data) = self.read_held(tensor) {
+            return Ok(data);
+        }
         self.read_with(tensor, |executor| executor.read(tensor))
+    }
+
+    /// The value of `tensor` when it is host data not yet uploaded: read without the executor
+    /// (every replica holds it, and an executor that only compiles, such as `neuron` without a
+    /// chip, reads zeros). A last read forgets it.
+    fn read_held(&self, tensor: &TensorIr) -> Option<TensorData> {
+        let mut state = self.lock();
+        let data = match tensor.status {
+            TensorStatus::ReadWrite => state.host_values.take(&tensor.id)?,
+            _ => state.host_values.get(&tensor.id)?.clone(),
+        };
+        if tensor.status == TensorStatus::ReadWrite {
+            state.live.remove(&tensor.id);
+            self.update_live_gauge(&state);
+        }
+        Some(data)
     }
 
     /// Copies every replica of a tensor to the host, running the waiting segment first if the
@@ -451,10 +527,8 @@ impl TrainiumClient {
         })
     }
 
-    /// Reads `tensor` with `read`. A tensor that already has its value is read without running
-    /// the waiting segment: a read from another thread (Burn's metrics run in one) must not cut
-    /// the segment this thread is capturing at a point that varies from step to step, which
-    /// would make each cut a new program.
+    /// Reads `tensor` with `read`, once what it needs has run. A tensor that already has its
+    /// value is read without running anything.
     fn read_with<T>(
         &self,
         tensor: &TensorIr,
@@ -462,12 +536,18 @@ impl TrainiumClient {
     ) -> Result<T, BackendError> {
         let mut state = self.lock();
         self.upload_held(&mut state, [tensor.id]);
-        if state.segment.must_run_before_reading(tensor) {
-            if state.is_other_thread() {
-                self.run_prefix_for(&mut state, tensor)?;
-            } else {
-                self.flush(&mut state)?;
+        if state.side.must_run_before_reading(tensor) {
+            // Another stream's operations (Burn's metrics thread taking the mean of a loss) run
+            // with what they need of the capturing stream, cut where the read teaches.
+            self.run_side(&mut state);
+            if let Some(error) = state.pending_error.take() {
+                return Err(error);
             }
+        } else if state.segment.must_run_before_reading(tensor) {
+            // Burn 0.22's server reads on its runtime's threads, outside the reading stream (its
+            // `into_data` runs when the read's future is polled): a read of the capturing
+            // stream's tensors is taken for that stream's own and runs everything waiting.
+            self.flush(&mut state)?;
         } else if let Some(error) = state.pending_error.take() {
             return Err(error);
         }
@@ -492,10 +572,10 @@ impl TrainiumClient {
             self.device,
             data.len()
         );
-        let (shape, dtype) = (data[0].shape.clone(), data[0].dtype);
+        let (shape, dtype) = (data[0].shape().clone(), data[0].dtype());
         assert!(
             data.iter()
-                .all(|replica| replica.shape == shape && replica.dtype == dtype),
+                .all(|replica| *replica.shape() == shape && replica.dtype() == dtype),
             "the replicas of one tensor must share a shape and a type"
         );
         self.register_host_data(shape, dtype, |executor, id| {
@@ -521,9 +601,28 @@ impl TrainiumClient {
         drop(state);
         RouterTensor::new(id, shape, dtype, self.clone())
     }
+    /// Appends `operation` to the waiting segment with its signature, marking a cut after it
+    /// where a learned cut point or the size cap says so.
+    fn capture(&self, state: &mut ClientState, operation: OperationIr) {
+        let is_drop = matches!(operation, OperationIr::Drop(_));
+        let mut signature = 0;
+        let mut marked = false;
+        if !is_drop {
+            let structure = cut_points::structure(&operation);
+            signature = cut_points::signature(structure, state.previous_structure);
+            state.previous_structure = structure;
+            marked = self.marks_after(state, signature, computed_elements(&operation));
+        }
+        if marked {
+            let index = state.segment.len();
+            state.marks.push(index);
+            state.since_mark = (0, 0);
+        }
+        state.segment.push_signed(operation, signature);
+    }
 }
 
-impl RunnerClient for TrainiumClient {
+impl RouterClient for TrainiumClient {
     type Device = TrainiumDevice;
 
     fn register_op(&self, operation: OperationIr) {
@@ -568,38 +667,40 @@ impl RunnerClient for TrainiumClient {
             }
             self.upload_held(&mut state, operation.inputs().map(|input| input.id));
         }
-        if is_drop && state.is_other_thread() {
+        let reads_side = operation
+            .inputs()
+            .any(|input| state.side.touches(&input.id));
+        if is_drop && (state.is_other_stream() || reads_side) {
             state.deferred_drops.push(operation);
             self.apply_deferred_drops(&mut state);
             StatsCounters::add_elapsed(&self.counters.capture_micros, start);
             return;
         }
         if !is_drop {
-            state.capturing_thread = Some(std::thread::current().id());
+            if state.is_other_stream() && (state.segment.computing_len() > 0 || reads_side) {
+                state.side.push(operation);
+                StatsCounters::add_elapsed(&self.counters.capture_micros, start);
+                return;
+            }
+            if reads_side {
+                // The capturing stream uses what another stream computed: those operations
+                // join its segment here.
+                for side in state.side.take().operations().to_vec() {
+                    self.capture(&mut state, side);
+                }
+            }
+            state.capturing_stream = Some(StreamId::current());
         }
-        let mut signature = 0;
-        let mut marked = false;
-        if !is_drop {
-            let structure = cut_points::structure(&operation);
-            signature = cut_points::signature(structure, state.previous_structure);
-            state.previous_structure = structure;
-            marked = self.marks_after(&mut state, signature, computed_elements(&operation));
-        }
-        if marked {
-            let index = state.segment.len();
-            state.marks.push(index);
-            state.since_mark = (0, 0);
-        }
-        state.segment.push_signed(operation, signature);
+        self.capture(&mut state, operation);
         StatsCounters::add_elapsed(&self.counters.capture_micros, start);
         // Cuts are only marked as the size cap is reached: the segment runs (as the pieces
         // between its marks) when something is read or synced, so that where a stream is cut
-        // never depends on when another thread's reads ran part of it. It runs through its last
+        // never depends on when another stream's reads ran part of it. It runs through its last
         // mark on its own only when it grows far beyond the cap.
         if state.segment.computing_len() >= HELD_OPERATIONS_LIMIT
             && let Some(&last) = state.marks.last()
         {
-            self.run_through(&mut state, Some(last));
+            self.run_through(&mut state, Some(last), Segment::default());
         }
     }
 
@@ -621,7 +722,7 @@ impl RunnerClient for TrainiumClient {
     }
 
     fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
-        let (shape, dtype) = (data.shape.clone(), data.dtype);
+        let (shape, dtype) = (data.shape().clone(), data.dtype());
         if HostValues::holds_data_of(&data) {
             let id = next_tensor_id();
             let mut state = self.lock();
@@ -651,5 +752,84 @@ impl RunnerClient for TrainiumClient {
 
     fn dtype_usage(&self, dtype: DType) -> DTypeUsageSet {
         Flex::dtype_usage(&FlexDevice, dtype)
+    }
+
+    /// Runs the waiting segment (a step boundary, like torch-xla's `mark_step`); an error is
+    /// reported by the next read or sync.
+    fn flush(&self) {
+        let mut state = self.lock();
+        if let Err(error) = self.flush(&mut state) {
+            state.pending_error.get_or_insert(error);
+        }
+    }
+
+    fn register_and_execute_graph(
+        &self,
+        graph_id: GraphId,
+        relative_graph: Vec<OperationIr>,
+        bindings: GraphBindings,
+    ) {
+        let graph = Graph::new(relative_graph);
+        self.lock().graphs.insert(graph_id, graph.clone());
+        self.register_bound(&graph, bindings);
+    }
+
+    fn execute_graph(&self, graph_id: GraphId, bindings: GraphBindings) {
+        let graph = self.lock().graphs.get(&graph_id).cloned();
+        match graph {
+            Some(graph) => self.register_bound(&graph, bindings),
+            None => {
+                let error = BackendError::Execution {
+                    executor: "capture",
+                    reason: format!("graph {graph_id:?} was never registered"),
+                };
+                self.lock().pending_error.get_or_insert(error);
+            }
+        }
+    }
+
+    /// `new_id` becomes a second tensor with `src_id`'s value: captured as a reshape to the same
+    /// shape, which every executor computes as a copy or an alias.
+    fn register_alias(&self, new_id: TensorId, src_id: TensorId) {
+        let known = self.lock().live.get(&src_id).cloned();
+        let Some((shape, dtype)) = known else {
+            let error = BackendError::Execution {
+                executor: "capture",
+                reason: format!("alias of tensor {} which is not live", src_id.value()),
+            };
+            self.lock().pending_error.get_or_insert(error);
+            return;
+        };
+        let reshape = BaseOperationIr::Reshape(ShapeOpIr {
+            input: TensorIr {
+                id: src_id,
+                shape: shape.clone(),
+                status: TensorStatus::ReadOnly,
+                dtype,
+            },
+            out: TensorIr {
+                id: new_id,
+                shape,
+                status: TensorStatus::NotInit,
+                dtype,
+            },
+        });
+        let operation = if dtype.is_float() {
+            OperationIr::BaseFloat(reshape)
+        } else if dtype.is_bool() {
+            OperationIr::BaseBool(reshape)
+        } else {
+            OperationIr::BaseInt(reshape)
+        };
+        self.register_op(operation);
+    }
+}
+
+impl TrainiumClient {
+    /// Captures the operations of `graph` bound to one invocation.
+    fn register_bound(&self, graph: &Graph, bindings: GraphBindings) {
+        for operation in graph.bind(bindings).operations {
+            self.register_op(operation);
+        }
     }
 }

@@ -1,11 +1,12 @@
-//! Where a segment is cut when another thread reads its tensors: the cut points a training loop
-//! teaches the capture.
+//! Where a segment is cut when another stream (a client thread) computes from its tensors: the
+//! cut points a training loop teaches the capture.
 //!
-//! Burn's `Learner` reads each step's outputs and loss on its metrics thread while the training
-//! thread already captures the next step. Running the whole waiting segment for such a read would
-//! cut the step stream wherever the training thread happens to be — a new program nearly every
-//! time. Instead the read runs only the waiting operations up to the one that produced the tensor
-//! (a point of the stream that does not depend on timing), and that operation's
+//! Burn's `Learner` takes the mean of each step's loss on its metrics thread and reads it while
+//! the training thread already captures the next step. Those operations wait aside (the
+//! client's `side` segment); running them with the whole waiting segment would cut the step
+//! stream wherever the training thread happens to be — a new program nearly every time.
+//! Instead they run at the end of the waiting operations up to the one that produced what they
+//! need (a point of the stream that does not depend on timing), and that operation's
 //! [signature] is learned. Every waiting and later operation with a learned signature marks a
 //! cut: whenever the segment runs (a read, the size cap, a sync) it runs as the pieces between
 //! the marks. A read needing an operation just before a learned cut runs through that cut
@@ -61,16 +62,16 @@ pub fn structure(operation: &OperationIr) -> u64 {
     hasher.finish()
 }
 
-/// The cut points learned on one device: [signatures](signature) of operations a
-/// segment is cut after. A step's loss teaches one; its outputs, read just before the loss
-/// and a few operations earlier, teach one that the loss's then replaces, so that a step runs
-/// as one program through its loss ([`NEARBY_OPERATIONS`]).
-/// How many computing operations after the one a read from another thread needs a learned cut
+/// How many computing operations after the one a read from another stream needs a learned cut
 /// point may lie and still be where the read runs the segment through: a step's loss is
 /// computed from its outputs in a few operations, so the read of the outputs (Burn's metrics
 /// read them first) runs through the loss and one program serves both reads.
 pub const NEARBY_OPERATIONS: usize = 64;
 
+/// The cut points learned on one device: [signatures](signature) of operations a
+/// segment is cut after. A step's loss teaches one; its outputs, read just before the loss
+/// and a few operations earlier, teach one that the loss's then replaces, so that a step runs
+/// as one program through its loss ([`NEARBY_OPERATIONS`]).
 #[derive(Debug, Default)]
 pub struct CutPoints {
     signatures: HashSet<u64>,
@@ -83,7 +84,7 @@ impl CutPoints {
     }
 
     /// Learns a cut after operations of signature `signature` (`operation` is one, for the log),
-    /// where a read from another thread needed the segment cut.
+    /// where a read from another stream needed the segment cut.
     pub fn learn(&mut self, signature: u64, operation: &OperationIr) {
         if self.signatures.insert(signature) {
             log::debug!(

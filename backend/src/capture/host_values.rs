@@ -56,6 +56,11 @@ impl HostValues {
         self.values.contains_key(id)
     }
 
+    /// The data held as tensor `id`, if it is held here.
+    pub fn get(&self, id: &TensorId) -> Option<&TensorData> {
+        self.values.get(id)
+    }
+
     /// Takes tensor `id` out, if it is held here.
     pub fn take(&mut self, id: &TensorId) -> Option<TensorData> {
         self.values.remove(id)

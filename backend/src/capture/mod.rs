@@ -1,7 +1,7 @@
 //! Capture: Burn's router hands every operation to the client of its device, which buffers them
 //! into a [`Segment`] and runs the segment on the device's executor when a tensor is read or on
-//! `sync`, as the pieces between its marked cuts: where the size cap is reached, and where reads
-//! from other threads taught it (`cut_points`). Small tensors made from host data wait on the
+//! `sync`, as the pieces between its marked cuts: where the size cap is reached, and where other
+//! streams' computations taught it (`cut_points`). Small tensors made from host data wait on the
 //! host until a program uses them (`host_values`).
 
 mod channel;

@@ -78,6 +78,18 @@ impl Segment {
         })
     }
 
+    /// Whether an operation after `index` computes something (is not a drop).
+    pub fn computes_after(&self, index: usize) -> bool {
+        self.operations[index + 1..]
+            .iter()
+            .any(|operation| !matches!(operation, OperationIr::Drop(_)))
+    }
+
+    /// Whether an operation of the segment reads tensor `id`.
+    pub fn reads(&self, id: &TensorId) -> bool {
+        self.read.contains(id)
+    }
+
     /// Whether an operation of the segment produces or reads tensor `id`.
     pub fn touches(&self, id: &TensorId) -> bool {
         self.produced.contains(id) || self.read.contains(id)
@@ -92,6 +104,13 @@ impl Segment {
         let earlier_signatures = std::mem::take(&mut self.signatures);
         *self = Segment::signed(earlier, earlier_signatures);
         Segment::signed(later, later_signatures)
+    }
+
+    /// Appends the operations of `other`, with their signatures.
+    pub fn append(&mut self, other: Segment) {
+        for (operation, signature) in other.operations.into_iter().zip(other.signatures) {
+            self.push_signed(operation, signature);
+        }
     }
 
     /// A segment of `operations` with their `signatures`.

@@ -7,8 +7,12 @@ use burn_ir::{CustomOpIr, TensorIr};
 
 use super::{ReplicaGroups, SourceTargetPairs};
 
-/// The prefix of the custom operation ids of collectives.
+/// The prefix of the custom operation ids of collectives, as captured.
 const PREFIX: &str = "trainium.collective/";
+
+/// The id of the custom operation that carries a collective from a Burn device to the server of
+/// a Trainium device; the collective travels in its scalars ([`Collective::to_scalars`]).
+pub const REMOTE_OPERATION: &str = "burn_trainium.collective";
 
 /// How an all-reduce combines the replicas of a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,7 +93,28 @@ impl Collective {
             id: format!("{PREFIX}{self}"),
             inputs,
             outputs,
+            scalars: Vec::new(),
         }
+    }
+
+    /// The collective as the scalars of the custom operation that carries it to a device server
+    /// ([`REMOTE_OPERATION`]): the bytes of its text form.
+    pub fn to_scalars(&self) -> Vec<burn_ir::ScalarIr> {
+        self.to_string()
+            .bytes()
+            .map(|byte| burn_ir::ScalarIr::UInt(u64::from(byte)))
+            .collect()
+    }
+
+    /// The collective [`to_scalars`](Self::to_scalars) encoded.
+    pub fn from_scalars(scalars: &[burn_ir::ScalarIr]) -> Result<Self, String> {
+        let bytes: Vec<u8> = scalars
+            .iter()
+            .map(|scalar| u8::try_from(scalar.elem::<u64>()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| "a collective's scalars are bytes".to_string())?;
+        let text = String::from_utf8(bytes).map_err(|error| error.to_string())?;
+        Self::parse(&text).map_err(|reason| format!("collective `{text}`: {reason}"))
     }
 
     /// The collective a custom operation captures: `None` for custom operations of others, an
@@ -250,13 +275,19 @@ mod tests {
             Collective::Barrier,
         ] {
             let custom = collective.to_ir(Vec::new(), Vec::new());
-            assert_eq!(Collective::from_ir(&custom), Some(Ok(collective)));
+            assert_eq!(Collective::from_ir(&custom), Some(Ok(collective.clone())));
+            assert_eq!(
+                Collective::from_scalars(&collective.to_scalars()),
+                Ok(collective)
+            );
         }
         let other = CustomOpIr {
             id: "someone.else".into(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            scalars: Vec::new(),
         };
+        assert!(Collective::from_scalars(&[burn_ir::ScalarIr::UInt(300)]).is_err());
         assert_eq!(Collective::from_ir(&other), None);
         let broken = CustomOpIr {
             id: format!("{PREFIX}all_gather/dim=x/0,1"),

@@ -3,7 +3,7 @@
 use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::{ExecutionError, TensorData, TensorMetadata};
 use burn_ir::{OperationIr, TensorIr, TensorStatus};
-use burn_router::{RouterTensor, RunnerClient, get_client};
+use burn_router::{RouterClient, RouterTensor, get_client};
 
 use super::{Collective, CollectiveBackend};
 use crate::capture::TrainiumClient;

@@ -59,8 +59,8 @@ impl Exchange {
         let Some(like) = local.first() else {
             return Ok(local);
         };
-        let (shape, dtype) = (like.shape.clone(), like.dtype);
-        let ours: Vec<Vec<u8>> = local.iter().map(|data| data.bytes.to_vec()).collect();
+        let (shape, dtype) = (like.shape().clone(), like.dtype());
+        let ours: Vec<Vec<u8>> = local.iter().map(|data| data.bytes().to_vec()).collect();
         let every = if self.rank == 0 {
             let mut every = vec![Vec::new(); total];
             for (index, bytes) in ours.into_iter().enumerate() {
@@ -256,10 +256,10 @@ mod tests {
             let expected: Vec<TensorData> = (1..=4).map(awkward).collect();
             assert_eq!(replicas.len(), 4);
             for (found, expected) in replicas.iter().zip(&expected) {
-                assert_eq!(found.bytes.to_vec(), expected.bytes.to_vec());
+                assert_eq!(found.bytes().to_vec(), expected.bytes().to_vec());
                 assert_eq!(
-                    (&found.shape, found.dtype),
-                    (&expected.shape, expected.dtype)
+                    (&found.shape(), found.dtype()),
+                    (&expected.shape(), expected.dtype())
                 );
             }
         }

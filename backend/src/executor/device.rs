@@ -199,8 +199,8 @@ impl<T: Target> DeviceExecutor<T> {
             id,
             DeviceTensor {
                 replicas,
-                shape: data[0].shape.clone(),
-                dtype: data[0].dtype,
+                shape: data[0].shape().clone(),
+                dtype: data[0].dtype(),
             },
         );
         Ok(())

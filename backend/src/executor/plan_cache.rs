@@ -126,7 +126,7 @@ impl PlanCache {
                             };
                         }
                         let values: Vec<ScalarIr> = pack.iter().map(|entry| entry.value).collect();
-                        scalars.push(scalar_data(&values, data.dtype));
+                        scalars.push(scalar_data(&values, data.dtype()));
                     }
                     Step::Program(Box::new(LoweredProgram {
                         module: Arc::clone(&lowered.module),

@@ -542,8 +542,8 @@ impl Target for XlaTarget {
     }
 
     fn upload(&mut self, replica: usize, data: &TensorData) -> Result<Buffer, BackendError> {
-        let element = element_type(data.dtype)?;
-        let dims: Vec<i64> = data.shape.iter().map(|&d| d as i64).collect();
+        let element = element_type(data.dtype())?;
+        let dims: Vec<i64> = data.shape().iter().map(|&d| d as i64).collect();
         self.runtime
             .client
             .buffer_from_host(data.as_bytes(), element, &dims, &self.devices[replica])

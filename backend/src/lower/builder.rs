@@ -820,15 +820,22 @@ impl Builder {
 }
 
 impl Builder {
-    /// Sorts `keys` along `dimension` in descending order, stably (equal keys keep their order),
-    /// carrying `values` (of the same shape) along: the sorted keys and values.
-    pub fn sort_descending(
+    /// Sorts `keys` along `dimension` in descending (or ascending) order, stably (equal keys
+    /// keep their order), carrying `values` (of the same shape) along: the sorted keys and
+    /// values.
+    pub fn sort(
         &mut self,
         keys: &Value,
         values: &Value,
         dimension: usize,
+        descending: bool,
     ) -> (Value, Value) {
-        let comparator = self.descending_comparator(keys.element_type, values.element_type);
+        let direction = if descending {
+            Direction::Gt
+        } else {
+            Direction::Lt
+        };
+        let comparator = self.comparator(direction, keys.element_type, values.element_type);
         let id = fresh_id(&mut self.next_id);
         let mut sort = HloInstructionProto {
             name: format!("sort.{id}"),
@@ -860,8 +867,14 @@ impl Builder {
         (element(0, keys), element(1, values))
     }
 
-    /// The comparator `(key a, key b, value a, value b) -> key a > key b` of a descending sort.
-    fn descending_comparator(&mut self, key_type: PrimitiveType, value_type: PrimitiveType) -> i64 {
+    /// The comparator `(key a, key b, value a, value b) -> key a <direction> key b` of a sort
+    /// (`Gt`: descending, `Lt`: ascending).
+    fn comparator(
+        &mut self,
+        direction: Direction,
+        key_type: PrimitiveType,
+        value_type: PrimitiveType,
+    ) -> i64 {
         let types = [key_type, key_type, value_type, value_type];
         let parameters: Vec<HloInstructionProto> = types
             .iter()
@@ -895,7 +908,7 @@ impl Builder {
             &[],
             &[&a, &b],
         );
-        root.comparison_direction = Direction::Gt.name().to_string();
+        root.comparison_direction = direction.name().to_string();
         let root_id = root.id;
         let id = fresh_id(&mut self.next_id);
         let program_shape = ProgramShapeProto {
@@ -912,7 +925,7 @@ impl Builder {
         let mut instructions = parameters;
         instructions.push(root);
         self.computations.push(HloComputationProto {
-            name: format!("descending.{id}"),
+            name: format!("compare.{id}"),
             instructions,
             program_shape: Some(program_shape),
             id,

@@ -61,6 +61,15 @@ pub(crate) fn unsupported<T>(reason: impl Into<String>) -> Lowered<T> {
     Err(Failure::Unsupported(reason.into()))
 }
 
+/// The type a computation in f32 is done in: f32 for half-precision floats, else `element_type`
+/// (activations, normalisations and `hypot` round once, as the host computes them).
+pub(crate) fn compute_type(element_type: PrimitiveType) -> PrimitiveType {
+    match element_type {
+        PrimitiveType::F16 | PrimitiveType::Bf16 => PrimitiveType::F32,
+        other => other,
+    }
+}
+
 /// The XLA element type of a Burn dtype.
 pub(crate) fn element_type(dtype: DType) -> Lowered<PrimitiveType> {
     Ok(match dtype {

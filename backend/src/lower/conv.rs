@@ -13,7 +13,9 @@
 use burn_ir::{
     Conv1dOpIr, Conv1dWeightBackwardOpIr, Conv1dXBackwardOpIr, Conv2dOpIr,
     Conv2dWeightBackwardOpIr, Conv2dXBackwardOpIr, Conv3dOpIr, Conv3dWeightBackwardOpIr,
-    Conv3dXBackwardOpIr, ConvTranspose1dOpIr, ConvTranspose2dOpIr, ConvTranspose3dOpIr, TensorIr,
+    Conv3dXBackwardOpIr, ConvTranspose1dOpIr, ConvTranspose1dWeightBackwardOpIr,
+    ConvTranspose2dOpIr, ConvTranspose2dWeightBackwardOpIr, ConvTranspose3dOpIr,
+    ConvTranspose3dWeightBackwardOpIr, TensorIr, Unfold4dOpIr,
 };
 
 use super::builder::{Value, WindowAxis};
@@ -25,13 +27,36 @@ use crate::hlo::ConvolutionDimensionNumbers;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub stride: Vec<i64>,
-    pub padding: Vec<i64>,
+    /// `(before, after)` per spatial dimension (Burn 0.22 pads convolutions asymmetrically).
+    pub padding: Vec<(i64, i64)>,
     pub dilation: Vec<i64>,
     pub groups: i64,
 }
 
 fn to_i64(values: &[usize]) -> Vec<i64> {
     values.iter().map(|&value| value as i64).collect()
+}
+
+/// A convolution's padding as `(before, after)` pairs: Burn 0.22 records asymmetric pairs for
+/// convolutions and one symmetric amount for the other windowed modules.
+trait PaddingPairs {
+    fn pairs(&self) -> Vec<(i64, i64)>;
+}
+
+impl<const N: usize> PaddingPairs for [usize; N] {
+    fn pairs(&self) -> Vec<(i64, i64)> {
+        self.iter()
+            .map(|&side| (side as i64, side as i64))
+            .collect()
+    }
+}
+
+impl<const N: usize> PaddingPairs for [(usize, usize); N] {
+    fn pairs(&self) -> Vec<(i64, i64)> {
+        self.iter()
+            .map(|&(before, after)| (before as i64, after as i64))
+            .collect()
+    }
 }
 
 /// A convolution's (or transposed convolution's) operation: input, weight, bias and geometry.
@@ -50,7 +75,7 @@ macro_rules! geometry_of {
     ($options:expr) => {
         Geometry {
             stride: to_i64(&$options.stride),
-            padding: to_i64(&$options.padding),
+            padding: $options.padding.pairs(),
             dilation: to_i64(&$options.dilation),
             groups: $options.groups as i64,
         }
@@ -80,6 +105,77 @@ convolution_ir!(
     Conv1dXBackwardOpIr, Conv2dXBackwardOpIr, Conv3dXBackwardOpIr, Conv1dWeightBackwardOpIr,
     Conv2dWeightBackwardOpIr, Conv3dWeightBackwardOpIr
 );
+
+/// The weight gradient of a transposed convolution `y = x *ᵀ w` is the weight gradient of the
+/// convolution that maps `y` back to `x` with the same weight (Burn's transposed weight has the
+/// convolution's layout): its input is `y`'s gradient, its output's gradient is `x`.
+macro_rules! transposed_weight_gradient_ir {
+    ($($gradient:ty),*) => {
+        $(impl ConvolutionGradientIr for $gradient {
+            fn parts(&self) -> (&TensorIr, &TensorIr, &TensorIr, Geometry, &TensorIr) {
+                let geometry = geometry_of!(self.options);
+                (&self.output_grad, &self.weight, &self.x, geometry, &self.out)
+            }
+        })*
+    };
+}
+
+transposed_weight_gradient_ir!(
+    ConvTranspose1dWeightBackwardOpIr,
+    ConvTranspose2dWeightBackwardOpIr,
+    ConvTranspose3dWeightBackwardOpIr
+);
+
+/// `unfold4d` (im2col): every `kernel_size` window of `x` `[batch, channels, height, width]`
+/// as a column, `[batch, channels · kh · kw, windows]`, channel-major then kernel row then
+/// column. Lowered as a grouped convolution with one-hot kernels, one group per channel.
+pub(crate) fn unfold4d(cx: &mut Lowering, ir: &Unfold4dOpIr) -> Lowered {
+    let input = cx.get(&ir.x)?;
+    let [kernel_height, kernel_width] = ir.kernel_size.map(|size| size as i64);
+    let positions = kernel_height * kernel_width;
+    let channels = input.dims[1];
+    let mut ones = vec![0.0f32; (positions * positions) as usize];
+    for position in 0..positions {
+        ones[(position * positions + position) as usize] = 1.0;
+    }
+    let one_hot = cx
+        .builder
+        .constant_f32(&ones, &[positions, 1, kernel_height, kernel_width]);
+    // The same one-hot kernels for every channel: [channels · positions, 1, kh, kw].
+    let tiled = cx.builder.broadcast(
+        &one_hot,
+        &[channels, positions, 1, kernel_height, kernel_width],
+        &[1, 2, 3, 4],
+    );
+    let kernel = cx.builder.reshape(
+        &tiled,
+        &[channels * positions, 1, kernel_height, kernel_width],
+    );
+    let kernel = cx.builder.convert(&kernel, input.element_type);
+    let options = &ir.options;
+    let axes: Vec<WindowAxis> = (0..2)
+        .map(|d| WindowAxis {
+            padding_low: options.padding[d] as i64,
+            padding_high: options.padding[d] as i64,
+            window_dilation: options.dilation[d] as i64,
+            ..WindowAxis::new(kernel.dims[2 + d], options.stride[d] as i64)
+        })
+        .collect();
+    let out_dims = dims(&ir.out);
+    let windows: Vec<i64> = (0..2)
+        .map(|d| axes[d].positions(input.dims[2 + d]))
+        .collect();
+    let convolved = cx.builder.convolution(
+        &input,
+        &kernel,
+        &axes,
+        channels_first(2),
+        (channels, 1),
+        &[input.dims[0], channels * positions, windows[0], windows[1]],
+    );
+    let value = cx.builder.reshape(&convolved, &out_dims);
+    cx.set(&ir.out, value)
+}
 
 impl Geometry {
     /// The extent of the dilated kernel along spatial dimension `d`.
@@ -126,8 +222,8 @@ pub(crate) fn forward(cx: &mut Lowering, ir: &impl ConvolutionIr) -> Lowered {
     let spatial = input.rank() - 2;
     let axes: Vec<WindowAxis> = (0..spatial)
         .map(|d| WindowAxis {
-            padding_low: geometry.padding[d],
-            padding_high: geometry.padding[d],
+            padding_low: geometry.padding[d].0,
+            padding_high: geometry.padding[d].1,
             window_dilation: geometry.dilation[d],
             ..WindowAxis::new(kernel.dims[2 + d], geometry.stride[d])
         })
@@ -187,7 +283,7 @@ fn input_gradient(
             let extent = geometry.kernel_extent(d, size);
             let stride = geometry.stride[d];
             let dilated_gradient = (gradient.dims[2 + d] - 1) * stride + 1;
-            let padding_low = extent - 1 - geometry.padding[d];
+            let padding_low = extent - 1 - geometry.padding[d].0;
             WindowAxis {
                 padding_low,
                 padding_high: out_dims[2 + d] + extent - 1 - dilated_gradient - padding_low,
@@ -239,7 +335,7 @@ pub(crate) fn weight_backward(cx: &mut Lowering, ir: &impl ConvolutionGradientIr
         .map(|d| {
             let extent = geometry.kernel_extent(d, out_dims[2 + d]);
             let dilated_gradient = (gradient.dims[2 + d] - 1) * geometry.stride[d] + 1;
-            let padding = geometry.padding[d];
+            let padding = geometry.padding[d].0;
             WindowAxis {
                 padding_low: padding,
                 padding_high: dilated_gradient - input.dims[2 + d] + extent - padding - 1,

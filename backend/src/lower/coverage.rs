@@ -10,12 +10,15 @@ pub enum Coverage {
     Lowered,
     /// No lowering: the `xla` executor runs it on the host (counted in `host_fallbacks`).
     HostFallback(&'static str),
-    /// Never recorded by Burn 0.21's router, so no executor receives it (the reason says what
+    /// Never recorded by Burn 0.22's router, so no executor receives it (the reason says what
     /// Burn does instead).
     NotRecorded(&'static str),
+    /// Recorded, but refused by every executor with an error naming it (the reason says what to
+    /// use instead).
+    Refused(&'static str),
 }
 
-/// Every operation kind of `burn-ir` 0.21 and its coverage, named `Enum::Variant`.
+/// Every operation kind of `burn-ir` 0.22.1 and its coverage, named `Enum::Variant`.
 pub const COVERAGE: &[(&str, Coverage)] = &[
     (
         "OperationIr::Init",
@@ -127,13 +130,13 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     (
         "FloatOperationIr::Quantize",
         Coverage::NotRecorded(
-            "burn-router 0.21 has no quantized tensors (its quantization operations are left unimplemented)",
+            "burn-router 0.22 has no quantized tensors (its quantization operations are left unimplemented)",
         ),
     ),
     (
         "FloatOperationIr::Dequantize",
         Coverage::NotRecorded(
-            "burn-router 0.21 has no quantized tensors (its quantization operations are left unimplemented)",
+            "burn-router 0.22 has no quantized tensors (its quantization operations are left unimplemented)",
         ),
     ),
     (
@@ -215,8 +218,6 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
     ),
     ("ModuleOperationIr::Interpolate", Coverage::Lowered),
     ("ModuleOperationIr::InterpolateBackward", Coverage::Lowered),
-    ("ModuleOperationIr::Rfft", Coverage::Lowered),
-    ("ModuleOperationIr::IRfft", Coverage::Lowered),
     ("ModuleOperationIr::Attention", Coverage::Lowered),
     (
         "ModuleOperationIr::CtcLoss",
@@ -230,6 +231,86 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
             "Burn differentiates the CTC loss through the operations it is computed from",
         ),
     ),
+    // New in Burn 0.22.
+    ("ActivationOperationIr::Relu", Coverage::Lowered),
+    ("ActivationOperationIr::ReluBackward", Coverage::Lowered),
+    ("ActivationOperationIr::LeakyRelu", Coverage::Lowered),
+    ("ActivationOperationIr::PRelu", Coverage::Lowered),
+    ("ActivationOperationIr::Gelu", Coverage::Lowered),
+    ("ActivationOperationIr::GeluBackward", Coverage::Lowered),
+    ("ActivationOperationIr::Sigmoid", Coverage::Lowered),
+    ("ActivationOperationIr::SigmoidBackward", Coverage::Lowered),
+    ("ActivationOperationIr::HardSigmoid", Coverage::Lowered),
+    ("ActivationOperationIr::LogSigmoid", Coverage::Lowered),
+    (
+        "ActivationOperationIr::LogSigmoidBackward",
+        Coverage::Lowered,
+    ),
+    ("ActivationOperationIr::Softmax", Coverage::Lowered),
+    ("ActivationOperationIr::LogSoftmax", Coverage::Lowered),
+    ("ActivationOperationIr::Softmin", Coverage::Lowered),
+    ("BaseOperationIr::NotEqual", Coverage::Lowered),
+    ("BaseOperationIr::NotEqualElem", Coverage::Lowered),
+    ("BaseOperationIr::All", Coverage::Lowered),
+    ("BaseOperationIr::AllDim", Coverage::Lowered),
+    ("BaseOperationIr::Any", Coverage::Lowered),
+    ("BaseOperationIr::AnyDim", Coverage::Lowered),
+    ("BoolOperationIr::Xor", Coverage::Lowered),
+    ("FloatOperationIr::Hypot", Coverage::Lowered),
+    ("NumericOperationIr::ArgSort", Coverage::Lowered),
+    ("NumericOperationIr::ClampMax", Coverage::Lowered),
+    ("NumericOperationIr::ClampMin", Coverage::Lowered),
+    ("NumericOperationIr::Neg", Coverage::Lowered),
+    ("NumericOperationIr::Pad", Coverage::Lowered),
+    ("NumericOperationIr::Sign", Coverage::Lowered),
+    ("NumericOperationIr::Sort", Coverage::Lowered),
+    ("NumericOperationIr::SortWithIndices", Coverage::Lowered),
+    ("NumericOperationIr::SumDims", Coverage::Lowered),
+    ("NumericOperationIr::TopKWithIndices", Coverage::Lowered),
+    ("ModuleOperationIr::AdaptiveAvgPool3d", Coverage::Lowered),
+    (
+        "ModuleOperationIr::AdaptiveAvgPool3dBackward",
+        Coverage::Lowered,
+    ),
+    ("ModuleOperationIr::BatchNorm", Coverage::Lowered),
+    (
+        "ModuleOperationIr::ConvTranspose1dBiasBackward",
+        Coverage::Lowered,
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose1dWeightBackward",
+        Coverage::Lowered,
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose2dBiasBackward",
+        Coverage::Lowered,
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose2dWeightBackward",
+        Coverage::Lowered,
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose3dBiasBackward",
+        Coverage::Lowered,
+    ),
+    (
+        "ModuleOperationIr::ConvTranspose3dWeightBackward",
+        Coverage::Lowered,
+    ),
+    ("ModuleOperationIr::LayerNorm", Coverage::Lowered),
+    ("ModuleOperationIr::Unfold4d", Coverage::Lowered),
+    (
+        "DistributedOperationIr::AllReduce",
+        Coverage::Refused(
+            "Burn's all-reduce across devices (`burn::tensor::distributed`); the replicas of one Trainium device (`xla:0-3`) combine with `burn_trainium::collective`, compiled into the program",
+        ),
+    ),
+    (
+        "DistributedOperationIr::SyncCollective",
+        Coverage::Refused(
+            "Burn's all-reduce across devices (`burn::tensor::distributed`); the replicas of one Trainium device (`xla:0-3`) combine with `burn_trainium::collective`, compiled into the program",
+        ),
+    ),
 ];
 
 /// The coverage table as Markdown.
@@ -238,17 +319,20 @@ pub fn coverage_markdown() -> String {
     let lowered = count(|coverage| *coverage == Coverage::Lowered);
     let not_recorded = count(|coverage| matches!(coverage, Coverage::NotRecorded(_)));
     let fallbacks = count(|coverage| matches!(coverage, Coverage::HostFallback(_)));
+    let refused = count(|coverage| matches!(coverage, Coverage::Refused(_)));
     let mut text = format!(
         "# XLA lowering coverage\n\nGenerated from `backend/src/lower/coverage.rs` by the test \
-         `xla_coverage`; do not edit by hand.\n\n{lowered} of {} operation kinds of `burn-ir` 0.21 are lowered to HLO; \
-         {not_recorded} are never recorded by Burn 0.21's router, so no executor receives them (the \
-         table says what Burn does instead); {fallbacks} run on the host executor, one operation at a \
-         time, when they appear in a segment of the `xla` executor (counted in \
-         `Stats::host_fallbacks`, refused with `TRAINIUM_HOST_FALLBACK=error`). A lowered kind still falls back for the arguments it does not cover: `select` with indices of rank other than 1, data types other than floats, integers and booleans. Random tensors \
-         are lowered only for executors that pass random states (`LowerOptions::random_on_device`: \
-         the `xla` executor). `Rfft` and `IRfft` are lowered but unreachable from Burn's API for now: \
-         burn-router 0.21 panics (an unfinished placeholder) before recording them (the lowering is tested on \
-         hand-built operations).\n\n| Operation | Lowering |\n| --- | --- |\n",
+         `coverage` (`cargo test -p burn-trainium --test backend coverage`); do not edit by hand.\n\n\
+         {lowered} of {} operation kinds of `burn-ir` 0.22.1 are lowered to HLO; {not_recorded} \
+         are never recorded by Burn 0.22's router, so no executor receives them (the table says \
+         what Burn does instead); {fallbacks} run on the host executor, one operation at a time, \
+         when they appear in a segment of the `xla` executor (counted in \
+         `Stats::host_fallbacks`, refused with `TRAINIUM_HOST_FALLBACK=error`); {refused} are \
+         refused with an error naming them. A lowered kind still falls back for the arguments it \
+         does not cover: `select` with indices of rank other than 1, data types other than floats, \
+         integers and booleans. Random tensors are lowered only for executors that pass random \
+         states (`LowerOptions::random_on_device`: the `xla` executor).\n\n\
+         | Operation | Lowering |\n| --- | --- |\n",
         COVERAGE.len()
     );
     for (name, coverage) in COVERAGE {
@@ -256,6 +340,7 @@ pub fn coverage_markdown() -> String {
             Coverage::Lowered => "lowered".to_string(),
             Coverage::HostFallback(reason) => format!("host fallback: {reason}"),
             Coverage::NotRecorded(reason) => format!("not recorded by Burn: {reason}"),
+            Coverage::Refused(reason) => format!("refused: {reason}"),
         };
         text.push_str(&format!("| `{name}` | {status} |\n"));
     }

@@ -11,8 +11,8 @@ use super::conv;
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
 use super::{
-    attention, collective, creation, deform_conv, fft, index, matmul, pool, random, resample,
-    shape, sort,
+    activation, attention, collective, creation, deform_conv, index, matmul, norm, pad, pool,
+    random, resample, shape, sort,
 };
 
 impl Lowering {
@@ -34,6 +34,11 @@ impl Lowering {
                 unsupported("`Init` carries host data; it is registered, not lowered")
             }
             OperationIr::Custom(custom) => collective::custom(self, custom),
+            OperationIr::Activation(op) => activation::activation(self, op),
+            OperationIr::Distributed(_) => unsupported(
+                "Burn's own all-reduce across devices (`burn::tensor::distributed`); the \
+                 replicas of one Trainium device combine with `burn_trainium::collective`",
+            ),
         }
     }
 
@@ -63,6 +68,12 @@ impl Lowering {
             Op::Unfold(ir) => shape::unfold(self, ir),
             Op::ScatterNd(ir) => index::scatter_nd(self, ir),
             Op::GatherNd(ir) => index::gather_nd(self, ir),
+            Op::NotEqual(ir) => elementwise::compare(self, Direction::Ne, ir),
+            Op::NotEqualElem(ir) => elementwise::compare_scalar(self, Direction::Ne, ir),
+            Op::All(ir) => reduce::truth_all(self, true, ir),
+            Op::Any(ir) => reduce::truth_all(self, false, ir),
+            Op::AllDim(ir) => reduce::truth_dim(self, true, ir),
+            Op::AnyDim(ir) => reduce::truth_dim(self, false, ir),
         }
     }
 
@@ -115,6 +126,16 @@ impl Lowering {
             Op::CumMax(ir) => reduce::cumulative(self, Reduction::Max, ir),
             Op::ArgTopK(ir) => sort::top_k(self, ir, true),
             Op::TopK(ir) => sort::top_k(self, ir, false),
+            Op::TopKWithIndices(ir) => sort::top_k_with_indices(self, ir),
+            Op::Sort(ir) => sort::sort(self, ir, false),
+            Op::ArgSort(ir) => sort::sort(self, ir, true),
+            Op::SortWithIndices(ir) => sort::sort_with_indices(self, ir),
+            Op::SumDims(ir) => reduce::dims_kept(self, Reduction::Sum, ir),
+            Op::Neg(ir) => elementwise::unary(self, Function::Neg, ir),
+            Op::Sign(ir) => elementwise::unary(self, Function::Sign, ir),
+            Op::ClampMin(ir) => elementwise::clamp_bound(self, ir, true),
+            Op::ClampMax(ir) => elementwise::clamp_bound(self, ir, false),
+            Op::Pad(ir) => pad::pad(self, ir),
         }
     }
 
@@ -126,6 +147,7 @@ impl Lowering {
             BoolOperationIr::Not(ir) => elementwise::unary(self, Function::Not, ir),
             BoolOperationIr::And(ir) => elementwise::binary(self, Arithmetic::And, ir),
             BoolOperationIr::Or(ir) => elementwise::binary(self, Arithmetic::Or, ir),
+            BoolOperationIr::Xor(ir) => elementwise::binary(self, Arithmetic::BitXor, ir),
         }
     }
 
@@ -184,6 +206,7 @@ impl Lowering {
             Op::ArcTan(ir) => elementwise::unary(self, Function::ArcTan, ir),
             Op::ArcTanh(ir) => elementwise::unary(self, Function::ArcTanh, ir),
             Op::Cross(ir) => elementwise::cross(self, ir),
+            Op::Hypot(ir) => elementwise::hypot(self, ir),
             Op::Quantize(_) | Op::Dequantize(_) => {
                 unsupported("burn-router 0.21 never records it (it has no quantized tensors)")
             }
@@ -233,11 +256,26 @@ impl Lowering {
             Op::AdaptiveAvgPool1dBackward(ir) => resample::adaptive_avg_pool1d_backward(self, ir),
             Op::AdaptiveAvgPool2dBackward(ir) => resample::adaptive_avg_pool2d_backward(self, ir),
             Op::Interpolate(ir) => resample::interpolate(self, ir),
-            Op::Rfft(ir) => fft::rfft(self, ir),
-            Op::IRfft(ir) => fft::irfft(self, ir),
             Op::InterpolateBackward(ir) => resample::interpolate_backward(self, ir),
             Op::DeformableConv2d(ir) => deform_conv::deform_conv2d(self, ir),
             Op::DeformableConv2dBackward(ir) => deform_conv::deform_conv2d_backward(self, ir),
+            Op::LayerNorm(ir) => norm::layer_norm(self, ir),
+            Op::BatchNorm(ir) => norm::batch_norm(self, ir),
+            Op::ConvTranspose1dBiasBackward(ir) => {
+                conv::bias_backward(self, &ir.output_grad, &ir.out)
+            }
+            Op::ConvTranspose2dBiasBackward(ir) => {
+                conv::bias_backward(self, &ir.output_grad, &ir.out)
+            }
+            Op::ConvTranspose3dBiasBackward(ir) => {
+                conv::bias_backward(self, &ir.output_grad, &ir.out)
+            }
+            Op::ConvTranspose1dWeightBackward(ir) => conv::weight_backward(self, ir),
+            Op::ConvTranspose2dWeightBackward(ir) => conv::weight_backward(self, ir),
+            Op::ConvTranspose3dWeightBackward(ir) => conv::weight_backward(self, ir),
+            Op::Unfold4d(ir) => conv::unfold4d(self, ir),
+            Op::AdaptiveAvgPool3d(ir) => resample::adaptive_avg_pool3d(self, ir),
+            Op::AdaptiveAvgPool3dBackward(ir) => resample::adaptive_avg_pool3d_backward(self, ir),
             Op::CtcLoss(_) | Op::CtcLossBackward(_) => unsupported(
                 "burn-router 0.21 never records it (Burn computes the CTC loss from other operations)",
             ),

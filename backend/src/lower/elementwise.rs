@@ -7,7 +7,7 @@ use burn_ir::{BinaryOpIr, ClampOpIr, CrossOpIr, ScalarOpIr, TensorIr, UnaryOpIr}
 
 use super::OperatorRules;
 use super::builder::{Direction, Value};
-use super::context::{Lowered, Lowering, dims, element_type};
+use super::context::{Lowered, Lowering, compute_type, dims, element_type};
 use crate::hlo::PrimitiveType;
 
 /// Arithmetic on two tensors, as Burn defines it.
@@ -161,6 +161,8 @@ pub(crate) enum Function {
     ArcTanh,
     Not,
     BitNot,
+    Neg,
+    Sign,
 }
 
 /// `function(input)`.
@@ -256,6 +258,8 @@ pub(crate) fn unary(cx: &mut Lowering, function: Function, ir: &UnaryOpIr) -> Lo
             builder.binary("multiply", &log, &half)
         }
         Function::Not | Function::BitNot => builder.unary("not", &input),
+        Function::Neg => builder.unary("negate", &input),
+        Function::Sign => builder.unary("sign", &input),
     };
     cx.set(&ir.out, value)
 }
@@ -267,6 +271,47 @@ pub(crate) fn clamp(cx: &mut Lowering, ir: &ClampOpIr) -> Lowered {
     let max = cx.scalar_filled(ir.max, ir.tensor.dtype, &tensor.dims)?;
     let upper = cx.builder.binary("minimum", &tensor, &max);
     let value = cx.builder.binary("maximum", &upper, &min);
+    cx.set(&ir.out, value)
+}
+
+/// `max(tensor, bound)` (`lower` true: `clamp_min`) or `min(tensor, bound)` (`clamp_max`).
+pub(crate) fn clamp_bound(cx: &mut Lowering, ir: &ScalarOpIr, lower: bool) -> Lowered {
+    let tensor = cx.get(&ir.lhs)?;
+    let bound = cx.scalar_filled(ir.rhs, ir.lhs.dtype, &tensor.dims)?;
+    let opcode = if lower { "maximum" } else { "minimum" };
+    let value = cx.builder.binary(opcode, &tensor, &bound);
+    cx.set(&ir.out, value)
+}
+
+/// `sqrt(lhs² + rhs²)` without overflow or underflow in between, as `f32::hypot`: the larger
+/// magnitude `m` times `sqrt(1 + (s / m)²)`, `s` the smaller (0 when both are 0); half-precision
+/// floats in f32.
+pub(crate) fn hypot(cx: &mut Lowering, ir: &BinaryOpIr) -> Lowered {
+    let out_dims = dims(&ir.out);
+    let lhs = cx.get(&ir.lhs)?;
+    let rhs = cx.get(&ir.rhs)?;
+    let stored = lhs.element_type;
+    let wide = compute_type(stored);
+    let (lhs, rhs) = operands(cx, &lhs, &rhs, wide, &out_dims);
+    let builder = &mut cx.builder;
+    let lhs = builder.unary("abs", &lhs);
+    let rhs = builder.unary("abs", &rhs);
+    let larger = builder.binary("maximum", &lhs, &rhs);
+    let smaller = builder.binary("minimum", &lhs, &rhs);
+    let zero = builder.filled(wide, 0.0, &out_dims);
+    let one = builder.filled(wide, 1.0, &out_dims);
+    let both_zero = builder.compare(Direction::Eq, &larger, &zero);
+    let divisor = builder.select(&both_zero, &one, &larger);
+    let ratio = builder.binary("divide", &smaller, &divisor);
+    let square = builder.binary("multiply", &ratio, &ratio);
+    let sum = builder.binary("add", &one, &square);
+    let root = builder.unary("sqrt", &sum);
+    let value = builder.binary("multiply", &larger, &root);
+    // Infinity wins over NaN, as in `f32::hypot`.
+    let infinity = builder.filled(wide, f64::INFINITY, &out_dims);
+    let infinite = builder.compare(Direction::Eq, &larger, &infinity);
+    let value = builder.select(&infinite, &infinity, &value);
+    let value = cx.builder.convert(&value, stored);
     cx.set(&ir.out, value)
 }
 

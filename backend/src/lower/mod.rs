@@ -9,6 +9,7 @@
 //! Files follow the kinds of operations: `elementwise`, `reduce`, `shape`, `index`, `matmul`
 //! (matmul and the linear module), `attention`, `creation`.
 
+mod activation;
 mod attention;
 pub(crate) mod builder;
 mod collective;
@@ -20,11 +21,12 @@ mod deform_conv;
 mod dispatch;
 mod dump;
 mod elementwise;
-mod fft;
 mod in_place;
 mod index;
 mod kernel_call;
 mod matmul;
+mod norm;
+mod pad;
 mod pool;
 mod random;
 mod reduce;

@@ -1,7 +1,9 @@
 //! Reductions: sum, mean, product, max, min (of values or magnitudes), over all dimensions or
 //! one, and the indices of maxima and minima.
 
-use burn_ir::{DimOpIr, ReduceDimOpIr, ReduceDimWithIndicesOpIr, ReduceOpIr, TensorIr};
+use burn_ir::{
+    DimOpIr, ReduceDimOpIr, ReduceDimWithIndicesOpIr, ReduceDimsOpIr, ReduceOpIr, TensorIr,
+};
 
 use super::builder::{Combiner, Direction, Value};
 use super::context::{Lowered, Lowering, dims, element_type};
@@ -104,6 +106,54 @@ pub(crate) fn dim(cx: &mut Lowering, reduction: Reduction, ir: &ReduceDimOpIr) -
     let reduced = reduce(cx, reduction, &input, &[ir.axis]);
     let value = cx.builder.reshape(&reduced, &dims(&ir.out));
     cx.set(&ir.out, value)
+}
+
+/// A reduction over several dimensions, each kept with size 1.
+pub(crate) fn dims_kept(cx: &mut Lowering, reduction: Reduction, ir: &ReduceDimsOpIr) -> Lowered {
+    let input = cx.get(&ir.input)?;
+    let reduced = reduce(cx, reduction, &input, &ir.axes);
+    let value = cx.builder.reshape(&reduced, &dims(&ir.out));
+    cx.set(&ir.out, value)
+}
+
+/// Whether every element (`every` true) or any element of `input` along `axes` is non-zero,
+/// shaped as `out`.
+fn truth(
+    cx: &mut Lowering,
+    every: bool,
+    input: &TensorIr,
+    axes: Option<usize>,
+    out: &TensorIr,
+) -> Lowered {
+    let input = cx.get(input)?;
+    let zero = cx.builder.filled(input.element_type, 0.0, &input.dims);
+    let non_zero = cx.builder.compare(Direction::Ne, &input, &zero);
+    let counted = cx.builder.convert(&non_zero, PrimitiveType::S32);
+    let axes: Vec<usize> = match axes {
+        Some(axis) => vec![axis],
+        None => (0..counted.rank()).collect(),
+    };
+    let reduction = if every {
+        Reduction::Min
+    } else {
+        Reduction::Max
+    };
+    let reduced = reduce(cx, reduction, &counted, &axes);
+    let zero = cx.builder.filled(PrimitiveType::S32, 0.0, &reduced.dims);
+    let truth = cx.builder.compare(Direction::Ne, &reduced, &zero);
+    let truth = cx.builder.convert(&truth, element_type(out.dtype)?);
+    let value = cx.builder.reshape(&truth, &dims(out));
+    cx.set(out, value)
+}
+
+/// `all` (`every` true) or `any` over every element.
+pub(crate) fn truth_all(cx: &mut Lowering, every: bool, ir: &ReduceOpIr) -> Lowered {
+    truth(cx, every, &ir.input, None, &ir.out)
+}
+
+/// `all_dim` (`every` true) or `any_dim` along one dimension, kept with size 1.
+pub(crate) fn truth_dim(cx: &mut Lowering, every: bool, ir: &ReduceDimOpIr) -> Lowered {
+    truth(cx, every, &ir.input, Some(ir.axis), &ir.out)
 }
 
 /// The index of the first maximum (or minimum) along `axis`, and the extremum itself.

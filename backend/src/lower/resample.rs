@@ -11,8 +11,8 @@
 
 use burn_ir::{
     AdaptiveAvgPool1dBackwardOpIr, AdaptiveAvgPool1dOpIr, AdaptiveAvgPool2dBackwardOpIr,
-    AdaptiveAvgPool2dOpIr, InterpolateBackwardOpIr, InterpolateModeIr, InterpolateOpIr,
-    InterpolateOptionsIr, TensorIr,
+    AdaptiveAvgPool2dOpIr, AdaptiveAvgPool3dBackwardOpIr, AdaptiveAvgPool3dOpIr,
+    InterpolateBackwardOpIr, InterpolateModeIr, InterpolateOpIr, InterpolateOptionsIr, TensorIr,
 };
 
 use super::builder::Value;
@@ -131,6 +131,19 @@ pub(crate) fn adaptive_avg_pool2d(cx: &mut Lowering, ir: &AdaptiveAvgPool2dOpIr)
     adaptive_forward(cx, &ir.x, &ir.out)
 }
 
+/// `adaptive_avg_pool3d`.
+pub(crate) fn adaptive_avg_pool3d(cx: &mut Lowering, ir: &AdaptiveAvgPool3dOpIr) -> Lowered {
+    adaptive_forward(cx, &ir.x, &ir.out)
+}
+
+/// The gradient of `adaptive_avg_pool3d`.
+pub(crate) fn adaptive_avg_pool3d_backward(
+    cx: &mut Lowering,
+    ir: &AdaptiveAvgPool3dBackwardOpIr,
+) -> Lowered {
+    adaptive_backward(cx, &ir.x, &ir.grad, &ir.out)
+}
+
 /// The gradient of `adaptive_avg_pool1d`.
 pub(crate) fn adaptive_avg_pool1d_backward(
     cx: &mut Lowering,
@@ -161,6 +174,13 @@ fn source_coordinate(index: usize, length: usize, outputs: usize, align_corners:
 /// pass).
 fn nearest_source(index: usize, length: usize, outputs: usize) -> usize {
     (length as f64 / outputs as f64 * index as f64).floor() as usize
+}
+
+/// The source of output `index` under nearest-exact interpolation (PyTorch's `nearest-exact`):
+/// the input element whose centre is nearest the output element's centre.
+fn nearest_exact_source(index: usize, length: usize, outputs: usize) -> usize {
+    let source = ((index as f64 + 0.5) * length as f64 / outputs as f64).floor() as usize;
+    source.min(length.saturating_sub(1))
 }
 
 /// The nearest interpolation's gradient weights: Burn's backward pass finds the source with
@@ -206,6 +226,9 @@ fn interpolation_weights(
         match mode {
             InterpolateModeIr::Nearest => {
                 weights.add(output, nearest_source(output, length, outputs), 1.0);
+            }
+            InterpolateModeIr::NearestExact => {
+                weights.add(output, nearest_exact_source(output, length, outputs), 1.0);
             }
             InterpolateModeIr::Bilinear => {
                 let coordinate = if align_corners {
@@ -278,11 +301,16 @@ fn interpolation(
 /// `interpolate` (2-d, every mode).
 pub(crate) fn interpolate(cx: &mut Lowering, ir: &InterpolateOpIr) -> Lowered {
     let input = cx.get(&ir.x)?;
-    let value = if ir.options.mode == InterpolateModeIr::Nearest {
+    let nearest = match ir.options.mode {
+        InterpolateModeIr::Nearest => Some(nearest_source as fn(usize, usize, usize) -> usize),
+        InterpolateModeIr::NearestExact => Some(nearest_exact_source as _),
+        _ => None,
+    };
+    let value = if let Some(source) = nearest {
         (0..2).fold(input, |value, d| {
             let (length, outputs) = (ir.x.shape[2 + d], ir.output_size[d]);
             let sources: Vec<usize> = (0..outputs)
-                .map(|output| nearest_source(output, length, outputs))
+                .map(|output| source(output, length, outputs))
                 .collect();
             take(cx, &value, 2 + d, &sources)
         })

@@ -202,16 +202,7 @@ pub(crate) fn unfold(cx: &mut Lowering, ir: &UnfoldOpIr) -> Lowered {
     cx.set(&ir.out, value)
 }
 
-/// The permutation that moves dimension `dim` of a rank-`rank` value last.
-pub(crate) fn to_last_order(rank: usize, dim: usize) -> Vec<i64> {
-    (0..rank as i64)
-        .filter(|&d| d != dim as i64)
-        .chain([dim as i64])
-        .collect()
-}
-
-/// The permutation that moves the last dimension of a rank-`rank` value to `dim` (the inverse
-/// of [`to_last_order`]).
+/// The permutation that moves the last dimension of a rank-`rank` value to `dim`.
 pub(crate) fn last_to(rank: usize, dim: usize) -> Vec<i64> {
     let last = rank as i64 - 1;
     (0..rank as i64)

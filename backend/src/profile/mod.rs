@@ -128,9 +128,10 @@ impl Profile {
         lock(&self.recorder).summary()
     }
 
-    /// Flushes the trace, writes `summary.json` and returns the summary. Spans still open are
-    /// left out.
+    /// Waits for the devices served in this process to apply what their clients sent (their
+    /// spans close), flushes the trace, writes `summary.json` and returns the summary.
     pub fn finish(mut self) -> Result<PhaseSummary, ProfileError> {
+        crate::server::in_process::sync_served();
         if let Some(guard) = self.chrome.take() {
             guard.flush();
             drop(guard);

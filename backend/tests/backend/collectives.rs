@@ -1,6 +1,6 @@
-//! Collectives on replicated devices (`host:0-3` and `xla:0-3`, the latter also under the Neuron
-//! compiler's operator rules), against results computed with
-//! `burn-ndarray` from the per-replica inputs: every collective with groups `[[0, 1], [2, 3]]`, `[[0, 2], [1, 3]]`
+//! Collectives on replicated devices served in the process (`host:0-3` and `xla:0-3`, the latter
+//! also under the Neuron compiler's operator rules), against results computed with Flex from the
+//! per-replica inputs: every collective with groups `[[0, 1], [2, 3]]`, `[[0, 2], [1, 3]]`
 //! and `[[0, 1, 2, 3]]` in f32 and bf16 (permutes: shifts within those groups, forward and
 //! cyclic, and pairs that follow no group), and the gradients through them against the
 //! closed-form backward rules.
@@ -8,23 +8,26 @@
 //! Every test holds the replicated device it uses (`lock_device`): one of them counts the
 //! device's collectives.
 
-use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_trainium::collective::{self, Collective, ReduceOp, ReplicaGroups, SourceTargetPairs};
 use burn_trainium::lower::OperatorRules;
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, set_operator_rules, stats};
+use burn_trainium::{ExecutorKind, TrainiumDevice, set_operator_rules, stats};
 
 use super::support::{assert_close, lock_device, plugin_path};
 
 const REPLICAS: usize = 4;
 
-/// The replicated devices under test: the host reference and the `xla` executor.
-fn devices() -> [TrainiumDevice; 2] {
+/// The replicated devices under test, the host reference and the `xla` executor: each served in
+/// the process (the Burn device), with the Trainium device it serves (its statistics, settings
+/// and lock).
+fn devices() -> [(Device, TrainiumDevice); 2] {
     plugin_path();
-    [
-        TrainiumDevice::replicated(ExecutorKind::Host, REPLICAS as u16),
-        TrainiumDevice::replicated(ExecutorKind::Xla, REPLICAS as u16),
-    ]
+    [ExecutorKind::Host, ExecutorKind::Xla].map(|executor| {
+        let trainium = TrainiumDevice::replicated(executor, REPLICAS as u16);
+        let device = burn_trainium::device(&trainium.to_string()).expect("the device is served");
+        assert_eq!(collective::replica_count(&device), REPLICAS, "{trainium}");
+        (device, trainium)
+    })
 }
 
 fn group_layouts() -> [ReplicaGroups; 3] {
@@ -44,11 +47,11 @@ fn input(replica: usize, seed: usize) -> TensorData {
     TensorData::new(values, [4, 8])
 }
 
-fn reference(data: &TensorData) -> Tensor<NdArray, 2> {
-    Tensor::from_data(data.clone(), &Default::default())
+fn reference(data: &TensorData) -> Tensor<2> {
+    Tensor::from_data(data.clone(), &Device::flex())
 }
 
-/// What replica `replica` must hold after `collective` of `inputs`, computed with NdArray.
+/// What replica `replica` must hold after `collective` of `inputs`, computed with Flex.
 fn expected(collective: &Collective, inputs: &[TensorData], replica: usize) -> TensorData {
     if let Collective::Permute { pairs } = collective {
         return match pairs.source_of(replica) {
@@ -60,7 +63,7 @@ fn expected(collective: &Collective, inputs: &[TensorData], replica: usize) -> T
         return inputs[replica].clone();
     };
     let (group, rank) = groups.locate(replica).unwrap();
-    let members: Vec<Tensor<NdArray, 2>> = group.iter().map(|&m| reference(&inputs[m])).collect();
+    let members: Vec<Tensor<2>> = group.iter().map(|&m| reference(&inputs[m])).collect();
     let sum = || {
         members
             .iter()
@@ -68,7 +71,7 @@ fn expected(collective: &Collective, inputs: &[TensorData], replica: usize) -> T
             .reduce(|total, member| total + member)
             .unwrap()
     };
-    let chunk = |tensor: Tensor<NdArray, 2>, dim: usize| {
+    let chunk = |tensor: Tensor<2>, dim: usize| {
         let size = tensor.dims()[dim] / group.len();
         tensor.narrow(dim, rank * size, size)
     };
@@ -123,12 +126,12 @@ fn collectives_over(groups: &ReplicaGroups) -> Vec<Collective> {
 
 /// Runs `collective` on `device` with `inputs` cast to `dtype`; returns every replica's result.
 fn run(
-    device: &TrainiumDevice,
+    device: &Device,
     collective: &Collective,
     inputs: &[TensorData],
     dtype: DType,
 ) -> Vec<TensorData> {
-    let x: Tensor<Trainium, 2> = collective::from_replicas(inputs.to_vec(), device);
+    let x: Tensor<2> = collective::from_replicas(inputs.to_vec(), device);
     let x = x.cast(dtype);
     let y = match collective {
         Collective::AllReduce { op, groups } => collective::all_reduce(x, *op, groups),
@@ -144,7 +147,7 @@ fn run(
 /// Runs `collective` on `device` in f32 and in bf16 and compares every replica's result with
 /// [`expected`].
 fn assert_runs_as_expected(
-    device: &TrainiumDevice,
+    (device, trainium): &(Device, TrainiumDevice),
     collective: &Collective,
     inputs: &[TensorData],
 ) {
@@ -152,12 +155,12 @@ fn assert_runs_as_expected(
         let results = run(device, collective, inputs, dtype);
         assert_eq!(results.len(), REPLICAS);
         for (replica, result) in results.iter().enumerate() {
-            assert_eq!(result.dtype, dtype, "{collective} on {device}");
+            assert_eq!(result.dtype(), dtype, "{collective} on {trainium}");
             let expected = expected(collective, inputs, replica)
                 .convert_dtype(dtype)
                 .convert::<f32>();
             assert_close(
-                &format!("{collective} {dtype:?} on {device}, replica {replica}"),
+                &format!("{collective} {dtype:?} on {trainium}, replica {replica}"),
                 &expected,
                 &result.clone().convert::<f32>(),
                 tolerance,
@@ -172,11 +175,12 @@ fn assert_runs_as_expected(
 fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
     let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 1)).collect();
     let [host, xla] = devices();
-    for (device, rules) in [
+    for (served, rules) in [
         (host, None),
-        (xla, Some(OperatorRules::Xla)),
+        (xla.clone(), Some(OperatorRules::Xla)),
         (xla, Some(OperatorRules::Neuron)),
     ] {
+        let device = served.1;
         let _exclusive = lock_device(&device);
         if let Some(rules) = rules {
             set_operator_rules(&device, rules);
@@ -186,7 +190,7 @@ fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
         for groups in group_layouts() {
             for collective in collectives_over(&groups) {
                 communicating += u64::from(collective.communicates());
-                assert_runs_as_expected(&device, &collective, &inputs);
+                assert_runs_as_expected(&served, &collective, &inputs);
             }
         }
         let after = stats(&device);
@@ -209,11 +213,11 @@ fn every_collective_equals_the_result_computed_from_the_replicas_inputs() {
 #[test]
 fn permutes_with_any_pairs_deliver_each_source_to_its_target() {
     let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 4)).collect();
-    for device in devices() {
-        let _exclusive = lock_device(&device);
+    for served in devices() {
+        let _exclusive = lock_device(&served.1);
         for pairs in ["3>0,0>2,2>3,1>1", "2>0,0>1", ""] {
             let pairs = SourceTargetPairs::parse(pairs).unwrap();
-            assert_runs_as_expected(&device, &Collective::Permute { pairs }, &inputs);
+            assert_runs_as_expected(&served, &Collective::Permute { pairs }, &inputs);
         }
     }
 }
@@ -221,26 +225,25 @@ fn permutes_with_any_pairs_deliver_each_source_to_its_target() {
 #[test]
 fn the_barrier_returns_its_inputs_unchanged() {
     let inputs: Vec<TensorData> = (0..REPLICAS).map(|replica| input(replica, 2)).collect();
-    for device in devices() {
-        let _exclusive = lock_device(&device);
+    for (device, trainium) in devices() {
+        let _exclusive = lock_device(&trainium);
         let results = run(&device, &Collective::Barrier, &inputs, DType::F32);
-        assert_eq!(results, inputs, "{device}");
+        assert_eq!(results, inputs, "{trainium}");
     }
 }
-
-type Ad = Autodiff<Trainium>;
 
 /// The gradient each replica gets for its input of `apply` when the loss is the sum over replicas
 /// of `sum(apply(x_r) * weight_r)`.
 fn gradients(
-    device: &TrainiumDevice,
+    device: &Device,
     inputs: &[TensorData],
     weights: &[TensorData],
-    apply: impl FnOnce(Tensor<Ad, 2>) -> Tensor<Ad, 2>,
+    apply: impl FnOnce(Tensor<2>) -> Tensor<2>,
 ) -> Vec<TensorData> {
-    let x: Tensor<Ad, 2> = collective::from_replicas(inputs.to_vec(), device);
+    let device = device.clone().autodiff();
+    let x: Tensor<2> = collective::from_replicas(inputs.to_vec(), &device);
     let x = x.require_grad();
-    let weight: Tensor<Ad, 2> = collective::from_replicas(weights.to_vec(), device);
+    let weight: Tensor<2> = collective::from_replicas(weights.to_vec(), &device);
     let loss = (apply(x.clone()) * weight).sum();
     let grads = loss.backward();
     collective::into_replicas(x.grad(&grads).unwrap()).unwrap()
@@ -273,13 +276,14 @@ fn gradients_follow_the_backward_rules_of_tensor_parallelism() {
             .reduce(|total, member| total + member)
             .unwrap()
     };
-    for device in devices() {
-        let _exclusive = lock_device(&device);
+    for (device, trainium) in devices() {
+        let _exclusive = lock_device(&trainium);
         let check =
             |what: &str, actual: Vec<TensorData>, expected: &dyn Fn(usize) -> TensorData| {
+                assert_eq!(actual.len(), REPLICAS, "gradient of {what} on {trainium}");
                 for (replica, actual) in actual.iter().enumerate() {
                     assert_close(
-                        &format!("gradient of {what} on {device}, replica {replica}"),
+                        &format!("gradient of {what} on {trainium}, replica {replica}"),
                         &expected(replica),
                         actual,
                         1e-6,

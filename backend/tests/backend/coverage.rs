@@ -1,6 +1,6 @@
 //! The coverage table of the lowering (`docs/xla-coverage.md`) lists every operation kind of
-//! `burn-ir` 0.21 and is up to date. Regenerate it with `UPDATE_XLA_COVERAGE=1 cargo test -p
-//! burn-trainium --test xla_coverage`.
+//! `burn-ir` 0.22.1 and is up to date. Regenerate it with `UPDATE_XLA_COVERAGE=1 cargo test -p
+//! burn-trainium --test backend coverage`.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -10,8 +10,10 @@ use burn_trainium::lower::{COVERAGE, coverage_markdown};
 const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/xla-coverage.md");
 
 /// The enums of `burn-ir` whose variants are operation kinds.
-const ENUMS: [&str; 7] = [
+const ENUMS: [&str; 9] = [
     "OperationIr",
+    "ActivationOperationIr",
+    "DistributedOperationIr",
     "BaseOperationIr",
     "NumericOperationIr",
     "FloatOperationIr",
@@ -21,7 +23,7 @@ const ENUMS: [&str; 7] = [
 ];
 
 /// `OperationIr` variants that only group the enums above (or need a feature this crate leaves off).
-const GROUPS: [&str; 10] = [
+const GROUPS: [&str; 11] = [
     "BaseFloat",
     "BaseInt",
     "BaseBool",
@@ -32,9 +34,10 @@ const GROUPS: [&str; 10] = [
     "Float",
     "Module",
     "Distributed",
+    "Activation",
 ];
 
-/// The source of `burn-ir` 0.21's operations, from cargo's registry.
+/// The source of `burn-ir` 0.22.1's operations, from cargo's registry.
 fn burn_ir_operations() -> String {
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
@@ -50,11 +53,11 @@ fn burn_ir_operations() -> String {
             )
         })
         .filter_map(Result::ok)
-        .map(|index| index.path().join("burn-ir-0.21.0/src/operation.rs"))
+        .map(|index| index.path().join("burn-ir-0.22.1/src/operation.rs"))
         .find(|path| path.is_file())
         .unwrap_or_else(|| {
             panic!(
-                "burn-ir 0.21.0 is not unpacked under {}",
+                "burn-ir 0.22.1 is not unpacked under {}",
                 registry.display()
             )
         });
@@ -115,6 +118,6 @@ fn the_coverage_document_is_up_to_date() {
     let written = std::fs::read_to_string(DOC).unwrap_or_default();
     assert!(
         written == generated,
-        "{DOC} is stale: run `UPDATE_XLA_COVERAGE=1 cargo test -p burn-trainium --test xla_coverage`"
+        "{DOC} is stale: run `UPDATE_XLA_COVERAGE=1 cargo test -p burn-trainium --test backend coverage`"
     );
 }

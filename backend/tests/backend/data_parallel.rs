@@ -1,36 +1,32 @@
 //! Data parallelism with the collectives: an MLP (burn-nn `Linear` and ReLU) trained 10 steps
 //! with AdamW on 4 replicas, each on a quarter of the batch, gradients averaged by an all-reduce,
 //! ends with the parameters of one device trained on the whole batch; the repeating step
-//! compiles once. On `host` and on `xla`.
+//! compiles once. On `host` and on `xla`, each served in the process.
 
-use burn::backend::Autodiff;
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::prelude::Backend;
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice, stats};
+use burn_trainium::{ExecutorKind, TrainiumDevice, stats};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::support::{assert_close, exclusive_random, lock_device, plugin_path};
-
-type B = Autodiff<Trainium>;
 
 const STEPS: usize = 10;
 const REPLICAS: usize = 4;
 const BATCH: usize = 16;
 
 #[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    hidden: Linear<B>,
-    output: Linear<B>,
+struct Mlp {
+    hidden: Linear,
+    output: Linear,
     activation: Relu,
 }
 
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
+impl Mlp {
+    fn new(device: &Device) -> Self {
         Self {
             hidden: LinearConfig::new(8, 32).init(device),
             output: LinearConfig::new(32, 4).init(device),
@@ -38,7 +34,7 @@ impl<B: Backend> Mlp<B> {
         }
     }
 
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         self.output
             .forward(self.activation.forward(self.hidden.forward(x)))
     }
@@ -51,11 +47,9 @@ fn random(rows: usize, columns: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// `values` (`rows` × `columns`) on `device`, cut by rows into one quarter per replica when the
-/// device has replicas.
-fn batch(values: Vec<f32>, columns: usize, device: &TrainiumDevice) -> Tensor<B, 2> {
+/// `values` (`rows` × `columns`) on `device`, cut by rows into one part per replica.
+fn batch(values: Vec<f32>, columns: usize, device: &Device, replicas: usize) -> Tensor<2> {
     let rows = values.len() / columns;
-    let replicas = usize::from(device.replicas);
     let part = rows / replicas;
     let shards = values
         .chunks(part * columns)
@@ -70,26 +64,33 @@ struct AverageGradients<'a> {
     groups: ReplicaGroups,
 }
 
-impl ModuleVisitor<B> for AverageGradients<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if let Some(grad) = self.grads.remove::<Trainium, D>(param.id) {
+impl ModuleVisitor for AverageGradients<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(grad) = self.grads.remove::<D>(param.id) {
             let mean = collective::all_reduce(grad, ReduceOp::Mean, &self.groups);
             self.grads.register(param.id, mean);
         }
     }
 }
 
-/// Trains on `device` from the same initial weights; returns the loss of every step (the mean
-/// over replicas), the compiles after each step and every replica's final hidden weight.
-fn train(device: &TrainiumDevice) -> (Vec<f32>, Vec<u64>, Vec<TensorData>) {
-    B::seed(&TrainiumDevice::HOST, 7);
-    let mut model = Mlp::<B>::new(&TrainiumDevice::HOST).to_device(device);
-    let x = batch(random(BATCH, 8, 1), 8, device);
-    let y = batch(random(BATCH, 4, 2), 4, device);
-    let groups = ReplicaGroups::all(usize::from(device.replicas));
-    let mut optimizer = AdamWConfig::new()
-        .with_weight_decay(0.1)
-        .init::<B, Mlp<B>>();
+/// The programs `device` compiled or loaded from the compile cache on disk so far.
+fn new_programs(device: &TrainiumDevice) -> u64 {
+    let device_stats = stats(device);
+    device_stats.compiles + device_stats.programs_loaded
+}
+
+/// Trains `initial` on `trainium` served in the process; returns the loss of every step (the
+/// mean over replicas), the new programs after each step and every replica's final hidden weight.
+fn train(initial: &Mlp, trainium: &TrainiumDevice) -> (Vec<f32>, Vec<u64>, Vec<TensorData>) {
+    let replicas = usize::from(trainium.replicas);
+    let served = burn_trainium::device(&trainium.to_string()).expect("the device is served");
+    assert_eq!(collective::replica_count(&served), replicas, "{trainium}");
+    let device = served.autodiff();
+    let mut model = initial.clone().fork(&device);
+    let x = batch(random(BATCH, 8, 1), 8, &device, replicas);
+    let y = batch(random(BATCH, 4, 2), 4, &device, replicas);
+    let groups = ReplicaGroups::all(replicas);
+    let mut optimizer = AdamWConfig::new().with_weight_decay(0.1).init();
     let mut losses = Vec::new();
     let mut compiles = Vec::new();
     for step in 0..STEPS {
@@ -100,10 +101,10 @@ fn train(device: &TrainiumDevice) -> (Vec<f32>, Vec<u64>, Vec<TensorData>) {
             groups: groups.clone(),
         });
         let loss = collective::all_reduce(loss.inner(), ReduceOp::Mean, &groups);
-        losses.push(loss.into_scalar().elem::<f32>());
+        losses.push(loss.into_scalar::<f32>());
         let learning_rate = 1e-2 * (1.0 + step as f64 / 7.0);
         model = optimizer.step(learning_rate, model, grads);
-        compiles.push(stats(device).compiles);
+        compiles.push(new_programs(trainium));
     }
     let weight = collective::into_replicas(model.valid().hidden.weight.val()).unwrap();
     (losses, compiles, weight)
@@ -113,8 +114,22 @@ fn check(executor: ExecutorKind) {
     let single = TrainiumDevice::new(executor, 0);
     let replicated = TrainiumDevice::replicated(executor, REPLICAS as u16);
     let _exclusive = lock_device(&replicated);
-    let (expected, _, expected_weight) = train(&single);
-    let (actual, compiles, weights) = train(&replicated);
+    // The same initial weights for both: drawn once, on Flex.
+    let initial = {
+        let _random = exclusive_random();
+        let flex = Device::flex();
+        flex.seed(7);
+        let model = Mlp::new(&flex.autodiff());
+        // Parameters initialize lazily: drawn here, under the random lock, not on first use.
+        for linear in [&model.hidden, &model.output] {
+            linear.weight.val();
+            linear.bias.as_ref().map(Param::val);
+        }
+        model
+    };
+    let (expected, _, expected_weight) = train(&initial, &single);
+    let compiled_before = new_programs(&replicated);
+    let (actual, compiles, weights) = train(&initial, &replicated);
     for (step, (e, a)) in expected.iter().zip(&actual).enumerate() {
         assert!(
             (e - a).abs() <= 1e-5 * e.abs(),
@@ -137,11 +152,16 @@ fn check(executor: ExecutorKind) {
     if executor == ExecutorKind::Xla {
         // The first steps differ (no optimizer state yet); from then on every step is the same
         // program with other scalars (learning rate, bias corrections).
+        // The steps ran as programs of the device (not on the device the model was made on).
+        assert!(
+            compiles[0] > compiled_before,
+            "new programs after each step: {compiles:?}, {compiled_before} before"
+        );
         let steady = &compiles[3..];
         assert_eq!(
             steady.first(),
             steady.last(),
-            "compiles after each step: {compiles:?} (the repeating step must compile once)"
+            "new programs after each step: {compiles:?} (the repeating step must compile once)"
         );
         let after = stats(&replicated);
         assert_eq!(after.host_fallbacks, 0, "{after:?}");
@@ -149,11 +169,8 @@ fn check(executor: ExecutorKind) {
     }
 }
 
-/// One test for both executors: the initial weights come from the host's process-wide random
-/// generator, which two tests running at once would share.
 #[test]
 fn data_parallel_training_equals_one_device_on_the_whole_batch_on_host_and_xla() {
-    let _random = exclusive_random();
     check(ExecutorKind::Host);
     plugin_path();
     check(ExecutorKind::Xla);

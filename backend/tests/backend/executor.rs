@@ -1,13 +1,28 @@
 //! Behaviour of the `xla` executor beyond single operations: random tensors (host fallback),
 //! reading any live tensor, several devices on one PJRT client, buffers released when tensors
-//! die, scalar hoisting, and errors.
+//! die, scalar hoisting, and errors. The `xla` devices are served in the process
+//! (`burn_trainium::device`); their statistics are read on the `TrainiumDevice` they serve.
 
-use super::support::xla;
-use burn::prelude::Backend;
-use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use burn_trainium::{Trainium, TrainiumDevice, reset_stats, stats};
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use burn_trainium::{TrainiumDevice, reset_stats, stats};
 
-type B = Trainium;
+/// The `xla:index` device served in this process (the plugin required), and the Trainium device
+/// it serves, whose statistics the tests read.
+fn xla(index: u16) -> (Device, TrainiumDevice) {
+    let trainium = super::support::xla(index);
+    let device = burn_trainium::device(&trainium.to_string()).expect("the xla device is served");
+    (device, trainium)
+}
+
+/// `tensor`'s values as f32.
+fn floats<const D: usize>(tensor: Tensor<D>) -> Vec<f32> {
+    tensor.into_data().convert::<f32>().try_to_vec().unwrap()
+}
+
+/// `tensor`'s values as i64 (whatever the integer type the device reads back).
+fn integers<const D: usize>(tensor: Tensor<D, Int>) -> Vec<i64> {
+    tensor.into_data().convert::<i64>().try_to_vec().unwrap()
+}
 
 /// Mean and standard deviation of `values`.
 fn moments(values: &[f32]) -> (f64, f64) {
@@ -24,16 +39,10 @@ fn moments(values: &[f32]) -> (f64, f64) {
 #[test]
 fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
     let _random = super::support::exclusive_random();
-    let device = xla(1);
-    B::seed(&device, 11);
-    let draw = |distribution| {
-        let values: Vec<f32> = Tensor::<B, 2>::random([200, 100], distribution, &device)
-            .into_data()
-            .to_vec()
-            .unwrap();
-        values
-    };
-    let before = stats(&device).host_fallbacks;
+    let (device, trainium) = xla(1);
+    device.seed(11);
+    let draw = |distribution| floats(Tensor::<2>::random([200, 100], distribution, &device));
+    let before = stats(&trainium).host_fallbacks;
     let uniform = draw(Distribution::Uniform(-1.0, 3.0));
     assert!(uniform.iter().all(|value| (-1.0..3.0).contains(value)));
     let (mean, std) = moments(&uniform);
@@ -54,7 +63,7 @@ fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
     let default = draw(Distribution::Default);
     assert!(default.iter().all(|value| (0.0..1.0).contains(value)));
     assert_eq!(
-        stats(&device).host_fallbacks,
+        stats(&trainium).host_fallbacks,
         before,
         "random tensors fell back to the host"
     );
@@ -62,7 +71,7 @@ fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
     // The same program draws new numbers at every run; a seed replays them.
     let again = draw(Distribution::Default);
     assert_ne!(default, again);
-    B::seed(&device, 11);
+    device.seed(11);
     let replay: Vec<Vec<f32>> = [Distribution::Uniform(-1.0, 3.0)]
         .into_iter()
         .map(draw)
@@ -75,12 +84,12 @@ fn random_tensors_are_drawn_on_the_device_with_the_right_distribution() {
 #[test]
 fn random_integers_are_drawn_on_the_device() {
     let _random = super::support::exclusive_random();
-    let device = xla(1);
-    let before = stats(&device).host_fallbacks;
-    let whole: Vec<i32> = Tensor::<B, 2, Int>::random([100, 100], Distribution::Default, &device)
+    let (device, trainium) = xla(1);
+    let before = stats(&trainium).host_fallbacks;
+    let whole: Vec<i32> = Tensor::<2, Int>::random([100, 100], Distribution::Default, &device)
         .into_data()
         .convert::<i32>()
-        .to_vec()
+        .try_to_vec()
         .unwrap();
     let (low, high) = (whole.iter().min().unwrap(), whole.iter().max().unwrap());
     assert!(*low < -(1 << 30) && *high > 1 << 30, "{low} {high}");
@@ -89,12 +98,9 @@ fn random_integers_are_drawn_on_the_device() {
         (4_500..5_500).contains(&negative),
         "{negative} of 10000 negative"
     );
-    let normal: Vec<f32> =
-        Tensor::<B, 2, Int>::random([100, 100], Distribution::Normal(20.0, 4.0), &device)
-            .float()
-            .into_data()
-            .to_vec()
-            .unwrap();
+    let normal = floats(
+        Tensor::<2, Int>::random([100, 100], Distribution::Normal(20.0, 4.0), &device).float(),
+    );
     assert!(normal.iter().all(|value| value.fract() == 0.0));
     let (mean, std) = moments(&normal);
     // Truncation toward zero of N(20, 4) lowers the mean by about one half.
@@ -103,7 +109,7 @@ fn random_integers_are_drawn_on_the_device() {
         "{mean} {std}"
     );
     assert_eq!(
-        stats(&device).host_fallbacks,
+        stats(&trainium).host_fallbacks,
         before,
         "random integers fell back"
     );
@@ -111,73 +117,66 @@ fn random_integers_are_drawn_on_the_device() {
 
 #[test]
 fn any_live_tensor_can_be_read_between_and_after_segments() {
-    let device = xla(0);
-    let a = Tensor::<B, 1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
+    let (device, _) = xla(0);
+    let a = Tensor::<1>::from_data(TensorData::from([1.0f32, 2.0, 3.0]), &device);
     let b = a.clone() * 3.0;
     let c = b.clone() + a.clone();
     let indices = c.clone().argmax(0);
-    assert_eq!(
-        b.clone().into_data().to_vec::<f32>().unwrap(),
-        [3.0, 6.0, 9.0]
-    );
-    assert_eq!(c.into_data().to_vec::<f32>().unwrap(), [4.0, 8.0, 12.0]);
-    assert_eq!(indices.into_data().to_vec::<i32>().unwrap(), [2]);
-    let integers = Tensor::<B, 1, Int>::arange(0..5, &device) * 2;
-    assert_eq!(
-        integers.into_data().to_vec::<i32>().unwrap(),
-        [0, 2, 4, 6, 8]
-    );
-    assert_eq!(a.into_data().to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
-    assert_eq!(b.into_data().to_vec::<f32>().unwrap(), [3.0, 6.0, 9.0]);
+    assert_eq!(floats(b.clone()), [3.0, 6.0, 9.0]);
+    assert_eq!(floats(c), [4.0, 8.0, 12.0]);
+    assert_eq!(integers(indices), [2]);
+    let counted = Tensor::<1, Int>::arange(0..5, &device) * 2;
+    assert_eq!(integers(counted), [0, 2, 4, 6, 8]);
+    assert_eq!(floats(a), [1.0, 2.0, 3.0]);
+    assert_eq!(floats(b), [3.0, 6.0, 9.0]);
 }
 
 #[test]
 fn two_devices_share_one_client_and_exchange_tensors() {
-    let first = xla(0);
-    let second = xla(1);
-    let a = Tensor::<B, 2>::from_data(TensorData::from([[1.0f32, 2.0], [3.0, 4.0]]), &first);
+    let (first, _) = xla(0);
+    let (second, second_trainium) = xla(1);
+    let a = Tensor::<2>::from_data(TensorData::from([[1.0f32, 2.0], [3.0, 4.0]]), &first);
     let b = (a.clone() + 1.0).to_device(&second);
+    assert_eq!(b.device(), second);
     let product = b.clone().matmul(b) * 0.5;
     let back = product.to_device(&first) - a;
-    assert_eq!(
-        back.into_data().to_vec::<f32>().unwrap(),
-        [7.0, 8.5, 11.0, 14.5]
-    );
-    assert!(stats(&second).compiles + stats(&second).cache_hits > 0);
+    assert_eq!(floats(back), [7.0, 8.5, 11.0, 14.5]);
+    assert!(stats(&second_trainium).compiles + stats(&second_trainium).cache_hits > 0);
 }
 
 fn dropped_tensors_release_their_device_buffers() {
     // A device no other test of this file uses: the live tensor gauge is per device.
-    let device = xla(2);
-    let x = Tensor::<B, 2>::ones([8, 8], &device);
+    let (device, trainium) = xla(2);
+    let x = Tensor::<2>::ones([8, 8], &device);
+    // The client sends the drops of tensors in the stream of operations: a sync waits until the
+    // server has handled them.
     let live_before = {
         x.clone().sum().into_data();
-        stats(&device).live_tensors
+        device.sync().unwrap();
+        stats(&trainium).live_tensors
     };
+    assert!(live_before >= 1, "x is live on the device: {live_before}");
     for _ in 0..5 {
         let y = (x.clone() * 2.0).exp();
         y.sum().into_data();
     }
+    device.sync().unwrap();
     assert_eq!(
-        stats(&device).live_tensors,
+        stats(&trainium).live_tensors,
         live_before,
         "temporaries leaked on the device"
     );
 }
 
 fn changing_scalars_reuse_the_compiled_program() {
-    let device = xla(2);
-    let x = Tensor::<B, 1>::from_data(TensorData::from([1.0f32, -2.0, 4.0]), &device);
-    reset_stats(&device);
+    let (device, trainium) = xla(2);
+    let x = Tensor::<1>::from_data(TensorData::from([1.0f32, -2.0, 4.0]), &device);
+    device.sync().unwrap();
+    reset_stats(&trainium);
     let mut results = Vec::new();
     for step in 0..5 {
         let scale = 0.5 + step as f32;
-        results.push(
-            (x.clone() * scale + step as f32)
-                .into_data()
-                .to_vec::<f32>()
-                .unwrap(),
-        );
+        results.push(floats(x.clone() * scale + step as f32));
     }
     for (step, result) in results.iter().enumerate() {
         let scale = 0.5 + step as f32;
@@ -187,7 +186,7 @@ fn changing_scalars_reuse_the_compiled_program() {
             .collect();
         assert_eq!(result, &expected);
     }
-    let after = stats(&device);
+    let after = stats(&trainium);
     assert!(
         after.compiles <= 2 && after.cache_hits >= 3,
         "five scalar values reuse one program (the first run may also drop earlier tensors): {after:?}"
@@ -202,18 +201,12 @@ fn a_segment_is_lowered_again_when_an_operand_it_fixed_changes() {
     // Exponents are baked into the program (XLA's `power` with a constant), so a new exponent
     // is a new program, whatever the fingerprint says; bounds that are equal, then not, are
     // two operands with one value.
-    let device = xla(2);
+    let (device, _) = xla(2);
     let values = [0.5f32, -2.0, 3.0];
-    let x = Tensor::<B, 1>::from_data(TensorData::from(values), &device);
+    let x = Tensor::<1>::from_data(TensorData::from(values), &device);
     // Non-integer exponents (Burn turns integer ones into another operation).
     for exponent in [2.5f32, 1.5, 2.5, 0.5] {
-        let result: Vec<f32> = x
-            .clone()
-            .abs()
-            .powf_scalar(exponent)
-            .into_data()
-            .to_vec()
-            .unwrap();
+        let result = floats(x.clone().abs().powf_scalar(exponent));
         let expected: Vec<f32> = values.iter().map(|v| v.abs().powf(exponent)).collect();
         assert_eq!(result.len(), expected.len());
         for (result, expected) in result.iter().zip(&expected) {
@@ -224,7 +217,7 @@ fn a_segment_is_lowered_again_when_an_operand_it_fixed_changes() {
         }
     }
     for (low, high) in [(0.0f32, 0.0), (-1.0, 1.0), (1.0, 1.0), (-3.0, 0.5)] {
-        let result: Vec<f32> = x.clone().clamp(low, high).into_data().to_vec().unwrap();
+        let result = floats(x.clone().clamp(low, high));
         let expected: Vec<f32> = values.iter().map(|v| v.clamp(low, high)).collect();
         assert_eq!(result, expected, "clamp({low}, {high})");
     }
@@ -240,42 +233,49 @@ fn a_missing_device_index_is_a_clear_error() {
         error.contains("xla:99") && error.contains("devices"),
         "{error}"
     );
+    // Serving it is the same error.
+    let error = burn_trainium::device("xla:99").unwrap_err().to_string();
+    assert!(
+        error.contains("xla:99") && error.contains("devices"),
+        "{error}"
+    );
 }
 
 #[test]
 fn empty_boolean_and_wide_tensors_round_trip() {
-    let device = xla(0);
-    let empty = Tensor::<B, 2>::zeros([0, 3], &device) + 1.0;
-    assert_eq!(empty.into_data().shape, [0, 3].into());
+    let (device, _) = xla(0);
+    let empty = Tensor::<2>::zeros([0, 3], &device) + 1.0;
+    assert_eq!(empty.into_data().shape().to_vec(), [0, 3]);
 
-    let flags = Tensor::<B, 1, burn::tensor::Bool>::from_data(
-        TensorData::from([true, false, true]),
-        &device,
-    );
+    let flags =
+        Tensor::<1, burn::tensor::Bool>::from_data(TensorData::from([true, false, true]), &device);
     let flipped = flags.clone().bool_not();
     assert_eq!(
-        flipped.into_data().to_vec::<bool>().unwrap(),
+        flipped.into_data().try_to_vec::<bool>().unwrap(),
         [false, true, false]
     );
     assert_eq!(
-        flags.into_data().to_vec::<bool>().unwrap(),
+        flags.into_data().try_to_vec::<bool>().unwrap(),
         [true, false, true]
     );
 
-    let wide = Tensor::<B, 1, Int>::from_data(
-        TensorData::from([1i64 << 20, -3]),
+    // Beyond i32: 2^40.
+    let wide = Tensor::<1, Int>::from_data(
+        TensorData::from([1i64 << 40, -3]),
         (&device, burn::tensor::DType::I64),
     );
-    // Burn's router reads integers back as its int element (i32), so values stay in range.
-    let wide = (wide * 2 + 1).into_data().convert::<i64>();
-    assert_eq!(wide.to_vec::<i64>().unwrap(), [(1i64 << 21) + 1, -5]);
+    assert_eq!(wide.dtype(), burn::tensor::DType::I64);
+    let wide = (wide * 2 + 1).into_data();
+    assert_eq!(wide.dtype(), burn::tensor::DType::I64);
+    assert_eq!(wide.try_to_vec::<i64>().unwrap(), [(1i64 << 41) + 1, -5]);
 
-    let double = Tensor::<B, 1>::from_data(
+    let double = Tensor::<1>::from_data(
         TensorData::from([1.0f64 / 3.0, 2.0]),
         (&device, burn::tensor::DType::F64),
     );
-    let double = (double * 3.0).into_data().convert::<f64>();
-    assert_eq!(double.to_vec::<f64>().unwrap(), [1.0, 6.0]);
+    let double = (double * 3.0).into_data();
+    assert_eq!(double.dtype(), burn::tensor::DType::F64);
+    assert_eq!(double.try_to_vec::<f64>().unwrap(), [1.0, 6.0]);
 }
 
 /// An optimizer step over parameters of one shape (Adam's formulas): each new moment and
@@ -283,7 +283,7 @@ fn empty_boolean_and_wide_tensors_round_trip() {
 /// scratch copy of its inputs. Offered as anonymous donors, the compiler paired the new moments
 /// with other parameters' gradients, still to be read, and copied whole buffers.
 fn an_update_in_place_needs_no_scratch_copies_of_its_inputs() {
-    let device = xla(2);
+    let (device, trainium) = xla(2);
     let shape = [64, 128];
     let tensor_bytes = (shape[0] * shape[1] * 4) as u64;
     let value = |index: usize, seed: usize, offset: usize| {
@@ -294,13 +294,13 @@ fn an_update_in_place_needs_no_scratch_copies_of_its_inputs() {
             let data = (0..shape[0] * shape[1])
                 .map(|index| value(index, seed, offset))
                 .collect::<Vec<_>>();
-            Tensor::<B, 2>::from_data(TensorData::new(data, shape), &device)
+            Tensor::<2>::from_data(TensorData::new(data, shape), &device)
         };
         (values(0), values(1), values(2), values(3))
     };
     let parameters: Vec<_> = (0..4).map(states).collect();
-    B::sync(&device).unwrap();
-    reset_stats(&device);
+    device.sync().unwrap();
+    reset_stats(&trainium);
     let updated: Vec<_> = parameters
         .into_iter()
         .map(|(moment, gradient, second_moment, parameter)| {
@@ -310,8 +310,8 @@ fn an_update_in_place_needs_no_scratch_copies_of_its_inputs() {
             (moment, second_moment, parameter - step * 1e-3)
         })
         .collect();
-    B::sync(&device).unwrap();
-    let after = stats(&device);
+    device.sync().unwrap();
+    let after = stats(&trainium);
     assert_eq!(after.segments_run, 1, "{after:?}");
     assert!(
         after.largest_scratch_bytes < tensor_bytes,
@@ -319,7 +319,7 @@ fn an_update_in_place_needs_no_scratch_copies_of_its_inputs() {
         after.largest_scratch_bytes
     );
     let (moment, second_moment, parameter) = &updated[3];
-    let first = |tensor: &Tensor<B, 2>| tensor.clone().into_data().to_vec::<f32>().unwrap()[0];
+    let first = |tensor: &Tensor<2>| floats(tensor.clone())[0];
     let (m, g, v, p) = (
         value(0, 3, 0),
         value(0, 3, 1),
@@ -338,23 +338,20 @@ fn an_update_in_place_needs_no_scratch_copies_of_its_inputs() {
 /// the batch is one upload and one input, its arithmetic runs on the device, and the values
 /// are the same.
 fn a_batch_made_from_host_items_is_uploaded_once_by_the_program_using_it() {
-    let device = xla(2);
-    B::sync(&device).unwrap();
-    reset_stats(&device);
-    let items: Vec<Tensor<B, 2>> = (0..4)
+    let (device, trainium) = xla(2);
+    device.sync().unwrap();
+    reset_stats(&trainium);
+    let items: Vec<Tensor<2>> = (0..4)
         .map(|item| {
             let values = [item as f32, 1.0, 2.0];
-            Tensor::<B, 1>::from_floats(values, &device).reshape([1, 3])
+            Tensor::<1>::from_floats(values, &device).reshape([1, 3])
         })
         .collect();
     let batch = (Tensor::cat(items, 0) - 1.0) / 2.0;
-    let weights = Tensor::<B, 2>::ones([3, 2], &device);
+    let weights = Tensor::<2>::ones([3, 2], &device);
     let product = batch.matmul(weights);
-    assert_eq!(
-        product.into_data().to_vec::<f32>().unwrap(),
-        [0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.5, 1.5]
-    );
-    let after = stats(&device);
+    assert_eq!(floats(product), [0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.5, 1.5]);
+    let after = stats(&trainium);
     // Four reshapes and the concatenation; the subtraction and division compute on the device.
     assert_eq!(after.host_folded, 5, "{after:?}");
     assert_eq!(after.bytes_to_device, 4 * 3 * 4, "{after:?}");
@@ -373,7 +370,7 @@ fn device_statistics_on_a_device_of_their_own() {
 
 /// An operation kept on the host (`TRAINIUM_HOST_OPERATIONS`: a deformable convolution) on `xla`: with
 /// `TRAINIUM_HOST_FALLBACK=error` the read fails naming it and the setting; with `warn` (the
-/// default) it runs on the host, the host's result, counted by kind and reported in one line.
+/// default) it runs on the host, with Flex's result, counted by kind and reported in one line.
 #[test]
 fn host_fallbacks_are_refused_or_counted_by_kind() {
     use burn::tensor::module::deform_conv2d;
@@ -384,11 +381,11 @@ fn host_fallbacks_are_refused_or_counted_by_kind() {
     };
 
     // A device no other test of this binary uses: its policy is this test's own.
-    let device = xla(3);
-    let deform = |device: &TrainiumDevice| {
-        let input = Tensor::<Trainium, 4>::ones([1, 1, 4, 4], device);
-        let offset = Tensor::<Trainium, 4>::zeros([1, 18, 2, 2], device) + 0.25;
-        let weight = Tensor::<Trainium, 4>::ones([1, 1, 3, 3], device);
+    let (served, device) = xla(3);
+    let deform = |device: &Device| {
+        let input = Tensor::<4>::ones([1, 1, 4, 4], device);
+        let offset = Tensor::<4>::zeros([1, 18, 2, 2], device) + 0.25;
+        let weight = Tensor::<4>::ones([1, 1, 3, 3], device);
         let options = DeformConvOptions::new([1, 1], [0, 0], [1, 1], 1, 1);
         deform_conv2d(input, offset, weight, None, None, options).try_into_data()
     };
@@ -399,7 +396,7 @@ fn host_fallbacks_are_refused_or_counted_by_kind() {
     );
     set_host_operations(&device, &["Module::DeformableConv2d"]).unwrap();
     set_host_fallback(&device, HostFallback::Error);
-    let error = deform(&device).expect_err("no lowering, and fallbacks are errors");
+    let error = deform(&served).expect_err("no lowering, and fallbacks are errors");
     let message = error.to_string();
     assert!(
         message.contains("Module::DeformableConv2d") && message.contains("TRAINIUM_HOST_FALLBACK"),
@@ -409,8 +406,9 @@ fn host_fallbacks_are_refused_or_counted_by_kind() {
     set_host_fallback(&device, HostFallback::Warn);
     reset_stats(&device);
     assert_eq!(host_fallback_report(&device), None);
-    let on_xla = deform(&device).unwrap();
-    assert_eq!(on_xla, deform(&TrainiumDevice::HOST).unwrap());
+    let on_xla = deform(&served).unwrap();
+    // The host executor replays the operation on Flex.
+    assert_eq!(on_xla, deform(&Device::flex()).unwrap());
     assert_eq!(
         host_fallbacks_by_kind(&device),
         [("Module::DeformableConv2d".to_string(), 1)]
@@ -431,21 +429,21 @@ fn host_fallbacks_are_refused_or_counted_by_kind() {
 fn bf16_matrix_products_of_every_form_run_and_are_exact() {
     use burn::tensor::DType;
     use burn::tensor::module::linear;
-    let device = xla(0);
+    let (device, _) = xla(0);
     let integers = |shape: [usize; 4], seed: usize| {
         let count = shape.iter().product::<usize>();
         let values: Vec<f32> = (0..count)
             .map(|i| ((i * 7 + seed) % 5) as f32 - 2.0)
             .collect();
-        Tensor::<B, 4>::from_data(TensorData::new(values, shape), &device)
+        Tensor::<4>::from_data(TensorData::new(values, shape), &device)
     };
-    let bf16 = |tensor: Tensor<B, 4>| tensor.cast(DType::BF16);
-    let exact = |lhs: &Tensor<B, 4>, rhs: &Tensor<B, 4>| -> Vec<f32> {
+    let bf16 = |tensor: Tensor<4>| tensor.cast(DType::BF16);
+    let exact = |lhs: &Tensor<4>, rhs: &Tensor<4>| -> Vec<f32> {
         let [batch, heads, m, k] = lhs.dims();
         let n = rhs.dims()[3];
         let (a, b) = (
-            lhs.to_data().to_vec::<f32>().unwrap(),
-            rhs.to_data().to_vec::<f32>().unwrap(),
+            lhs.to_data().try_to_vec::<f32>().unwrap(),
+            rhs.to_data().try_to_vec::<f32>().unwrap(),
         );
         let mut out = vec![0.0; batch * heads * m * n];
         for p in 0..batch * heads {
@@ -459,9 +457,9 @@ fn bf16_matrix_products_of_every_form_run_and_are_exact() {
         }
         out
     };
-    let read = |tensor: Tensor<B, 4>| -> Vec<f32> {
+    let read = |tensor: Tensor<4>| -> Vec<f32> {
         assert_eq!(tensor.dtype(), DType::BF16);
-        tensor.cast(DType::F32).into_data().to_vec::<f32>().unwrap()
+        floats(tensor.cast(DType::F32))
     };
     let cases: [(&str, [usize; 4], [usize; 4]); 4] = [
         ("matrix", [1, 1, 8, 16], [1, 1, 16, 8]),
@@ -479,7 +477,7 @@ fn bf16_matrix_products_of_every_form_run_and_are_exact() {
         );
         // The same product with the left operand made by a transpose of data laid out the
         // other way.
-        let laid_out = Tensor::<B, 4>::from_data(lhs.clone().swap_dims(2, 3).into_data(), &device);
+        let laid_out = Tensor::<4>::from_data(lhs.clone().swap_dims(2, 3).into_data(), &device);
         let transposed = bf16(laid_out).swap_dims(2, 3);
         assert_eq!(
             read(transposed.matmul(bf16(rhs.clone()))),
@@ -488,7 +486,7 @@ fn bf16_matrix_products_of_every_form_run_and_are_exact() {
         );
         if lhs_shape[0] * lhs_shape[1] == 1 {
             // As a linear layer: x [.., in] times weight [in, out].
-            let weight: Tensor<B, 2> = bf16(rhs.clone()).flatten(0, 2);
+            let weight: Tensor<2> = bf16(rhs.clone()).flatten(0, 2);
             assert_eq!(
                 read(linear(bf16(lhs.clone()), weight, None)),
                 expected,

@@ -77,7 +77,7 @@ fn scalars_are_parameters_after_the_inputs() {
     );
     assert_eq!(program.released, [TensorId::new(10)]);
     assert_eq!(program.scalars.len(), 1);
-    assert_eq!(program.scalars[0].to_vec::<f32>().unwrap(), [0.25]);
+    assert_eq!(program.scalars[0].try_to_vec::<f32>().unwrap(), [0.25]);
     let entry = entry_computation(&program);
     let parameters = entry.program_shape.as_ref().unwrap().parameters.len();
     assert_eq!(parameters, 2, "one input, one scalar pack");

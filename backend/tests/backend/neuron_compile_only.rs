@@ -2,13 +2,14 @@
 //! lowered, compiled by the stand-in compiler of `neuron_support` into the NEFF cache, and not
 //! run. Checks the wiring of lowering, cache and statistics, and that a second executor (another
 //! process in real use) finds the programs in the cache. A replicated device compiles its
-//! collectives into the module `neuronx-cc` receives.
+//! collectives into the module `neuronx-cc` receives. The devices are served in the process
+//! (`burn_trainium::device`).
 
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_trainium::collective::{self, ReduceOp, ReplicaGroups, SourceTargetPairs};
 use burn_trainium::hlo::{HloInstructionProto, HloModuleProto};
 use burn_trainium::neuron::{INPUT_NAMES_ATTRIBUTE, OUTPUT_NAMES_ATTRIBUTE};
-use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
+use burn_trainium::{TrainiumDevice, check_device, stats};
 use prost::Message;
 
 use super::neuron_support::{
@@ -16,22 +17,34 @@ use super::neuron_support::{
     use_stand_ins_with_flash_attention,
 };
 
+/// The Burn device serving `device` in the process.
+fn served(device: &TrainiumDevice) -> Device {
+    burn_trainium::device(&device.to_string()).expect("the device is served")
+}
+
 fn small_program(device: &TrainiumDevice) -> TensorData {
-    let a = Tensor::<Trainium, 2>::from_data(
-        TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
-        device,
-    );
-    let b = Tensor::<Trainium, 2>::from_data(
+    let device = &served(device);
+    let a = Tensor::<2>::from_data(TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]), device);
+    let b = Tensor::<2>::from_data(
         TensorData::new(vec![0.5f32, -1.0, 0.25, 2.0], [2, 2]),
         device,
     );
     (a.matmul(b).exp() + 1.0).into_data()
 }
 
+/// The `neuron` settings are the process's: the tests of this file, the only ones of this binary
+/// that open `neuron` devices, take turns.
+fn exclusive_neuron_settings() -> std::sync::MutexGuard<'static, ()> {
+    static SETTINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SETTINGS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn compile_only_mode_fills_the_cache_and_reuses_it() {
+    let _settings = exclusive_neuron_settings();
     let workspace = Workspace::new("compile-only");
-    // The only test of this binary that opens `neuron` devices.
     use_stand_in_for_the_executor(&workspace);
     let device = TrainiumDevice::neuron(0);
     check_device(&device).unwrap();
@@ -71,7 +84,6 @@ fn compile_only_mode_fills_the_cache_and_reuses_it() {
     assert_eq!(other_stats.cache_hits, first.compiles);
     assert_eq!(workspace.invocations() as u64, first.compiles);
 
-    replicated_device_compiles_its_collectives(&workspace);
     bf16_products_keep_the_compilers_default_cast(&workspace);
     attention_runs_as_the_sdk_flash_kernel(&workspace);
     flash_attention_on_needs_a_working_tracer(&workspace);
@@ -82,7 +94,8 @@ fn long_attention(device: &TrainiumDevice) -> Result<TensorData, String> {
     use burn::tensor::module::attention;
     use burn::tensor::ops::AttentionModuleOptions;
 
-    let input = || Tensor::<Trainium, 4>::ones([1, 2, 1024, 64], device).cast(DType::BF16);
+    let device = &served(device);
+    let input = || Tensor::<4>::ones([1, 2, 1024, 64], device).cast(DType::BF16);
     let causal = AttentionModuleOptions {
         scale: None,
         softcap: None,
@@ -110,6 +123,12 @@ fn flash_attention_on_needs_a_working_tracer(workspace: &Workspace) {
     let message = check_device(&TrainiumDevice::neuron(5))
         .unwrap_err()
         .to_string();
+    assert!(
+        message.contains("/nonexistent/kernel-tracer") && message.contains(KERNEL_TRACER_ENV),
+        "{message}"
+    );
+    // Serving it is the same error.
+    let message = burn_trainium::device("neuron:5").unwrap_err().to_string();
     assert!(
         message.contains("/nonexistent/kernel-tracer") && message.contains(KERNEL_TRACER_ENV),
         "{message}"
@@ -172,10 +191,10 @@ fn attention_runs_as_the_sdk_flash_kernel(workspace: &Workspace) {
     use burn_trainium::neuron::{NEFF_FILE, NEURON_KERNEL_TARGET};
 
     use_stand_ins_with_flash_attention(workspace);
-    let device = TrainiumDevice::neuron(4);
+    let device = served(&TrainiumDevice::neuron(4));
     let before = cached_modules(&workspace.cache_root());
     let random = |seed| {
-        Tensor::<Trainium, 4>::random([2, 3, 1024, 64], Distribution::Default, &device)
+        Tensor::<4>::random([2, 3, 1024, 64], Distribution::Default, &device)
             .cast(DType::BF16)
             .add_scalar(seed as f32)
     };
@@ -196,7 +215,7 @@ fn attention_runs_as_the_sdk_flash_kernel(workspace: &Workspace) {
     let second = attention(query * 2.0, key, value, None, None, causal);
     // Compile-only: the program is compiled, not run; the result reads as zeros.
     let result = (first + second).into_data();
-    assert_eq!(result.shape.to_vec(), [2, 3, 1024, 64]);
+    assert_eq!(result.shape().to_vec(), [2, 3, 1024, 64]);
 
     let new_modules: Vec<_> = cached_modules(&workspace.cache_root())
         .into_iter()
@@ -279,8 +298,8 @@ fn attention_runs_as_the_sdk_flash_kernel(workspace: &Workspace) {
 
 /// A bf16 matrix product has nothing for `--auto-cast` to cast: the configured flags alone.
 fn bf16_products_keep_the_compilers_default_cast(workspace: &Workspace) {
-    let device = TrainiumDevice::neuron(3);
-    let a = Tensor::<Trainium, 2>::from_data(
+    let device = served(&TrainiumDevice::neuron(3));
+    let a = Tensor::<2>::from_data(
         TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]),
         &device,
     )
@@ -314,8 +333,15 @@ fn new_module_instructions(
 /// The collective programs of a replicated device, as `neuronx-cc` receives them: an
 /// `all-reduce` over the replica groups with a channel id, and the NEFF tensor names requested;
 /// then a pipeline step, a `collective-permute` to the next replica (which the lint accepts).
-fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
-    let device = TrainiumDevice::neuron(2).with_replicas(2);
+#[test]
+fn a_replicated_device_compiles_its_collectives() {
+    let _settings = exclusive_neuron_settings();
+    let workspace = Workspace::new("compile-only-replicas");
+    use_stand_in_for_the_executor(&workspace);
+    std::fs::create_dir_all(workspace.cache_root()).unwrap();
+    let trainium = TrainiumDevice::neuron(2).with_replicas(2);
+    let device = served(&trainium);
+    assert_eq!(collective::replica_count(&device), 2, "{trainium}");
     let per_replica = || {
         vec![
             TensorData::new(vec![1.0f32, 2.0], [2]),
@@ -323,12 +349,12 @@ fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
         ]
     };
     let before = cached_modules(&workspace.cache_root());
-    let x: Tensor<Trainium, 1> = collective::from_replicas(per_replica(), &device);
+    let x: Tensor<1> = collective::from_replicas(per_replica(), &device);
     let summed = collective::all_reduce(x * 2.0, ReduceOp::Sum, &ReplicaGroups::all(2));
     assert_eq!(collective::into_replicas(summed).unwrap().len(), 2);
-    let device_stats = stats(&device);
+    let device_stats = stats(&trainium);
     assert_eq!(device_stats.collectives, 1, "{device_stats:?}");
-    let instructions = new_module_instructions(workspace, &before);
+    let instructions = new_module_instructions(&workspace, &before);
     let all_reduce = instructions
         .iter()
         .find(|instruction| instruction.opcode == "all-reduce")
@@ -347,13 +373,13 @@ fn replicated_device_compiles_its_collectives(workspace: &Workspace) {
     assert!(named(INPUT_NAMES_ATTRIBUTE) && named(OUTPUT_NAMES_ATTRIBUTE));
 
     let before = cached_modules(&workspace.cache_root());
-    let x: Tensor<Trainium, 1> = collective::from_replicas(per_replica(), &device);
+    let x: Tensor<1> = collective::from_replicas(per_replica(), &device);
     let stages = SourceTargetPairs::shift(&ReplicaGroups::all(2), 1, false);
     let passed = collective::permute(x * 2.0, &stages);
     assert_eq!(collective::into_replicas(passed).unwrap().len(), 2);
-    let device_stats = stats(&device);
+    let device_stats = stats(&trainium);
     assert_eq!(device_stats.collectives, 2, "{device_stats:?}");
-    let instructions = new_module_instructions(workspace, &before);
+    let instructions = new_module_instructions(&workspace, &before);
     let permute = instructions
         .iter()
         .find(|instruction| instruction.opcode == "collective-permute")

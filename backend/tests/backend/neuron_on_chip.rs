@@ -1,4 +1,5 @@
-//! The `neuron` executor on a NeuronCore, compared with the host executor. These tests need a
+//! The `neuron` executor on a NeuronCore, served in the process, compared with Flex (what the host
+//! executor replays on). These tests need a
 //! Trainium instance with the Neuron SDK (runtime, driver and `neuronx-cc`) and have never run
 //! yet; on a trn1/trn2 instance:
 //!
@@ -11,32 +12,32 @@
 //! `HLAT_NEURON_FLASH_ATTENTION=on`, `flash_attention_matches_the_host` checks the SDK's flash
 //! kernel (the default `auto` falls back to HLO attention when the tracer's probe fails).
 
-use burn::backend::Autodiff;
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig, Relu};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::prelude::Backend;
+use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::activation::softmax;
-use burn::tensor::{ElementConversion, Tensor, TensorData};
-use burn_trainium::{Trainium, TrainiumDevice, check_device, stats};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_trainium::{TrainiumDevice, check_device, stats};
 use trainium_ffi::nrt::NeuronRuntime;
 
 fn assert_close(name: &str, expected: &TensorData, actual: &TensorData, tolerance: f64) {
-    assert_eq!(expected.shape, actual.shape, "{name}: shapes differ");
-    let expected: Vec<f64> = expected.clone().convert::<f64>().to_vec().unwrap();
-    let actual: Vec<f64> = actual.clone().convert::<f64>().to_vec().unwrap();
+    assert_eq!(expected.shape(), actual.shape(), "{name}: shapes differ");
+    let expected: Vec<f64> = expected.clone().convert::<f64>().try_to_vec().unwrap();
+    let actual: Vec<f64> = actual.clone().convert::<f64>().try_to_vec().unwrap();
     for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
         assert!(
             (e - a).abs() <= tolerance * (1.0 + e.abs()),
-            "{name}: element {index} is {a} on neuron, {e} on host (tolerance {tolerance})"
+            "{name}: element {index} is {a} on neuron, {e} on Flex (tolerance {tolerance})"
         );
     }
 }
 
-fn neuron() -> TrainiumDevice {
-    let device = TrainiumDevice::neuron(0);
-    check_device(&device).unwrap();
-    device
+/// `neuron:0` served in the process, and the Trainium device it serves.
+fn neuron() -> (Device, TrainiumDevice) {
+    let trainium = TrainiumDevice::neuron(0);
+    check_device(&trainium).unwrap();
+    let device = burn_trainium::device(&trainium.to_string()).expect("the device is served");
+    (device, trainium)
 }
 
 #[test]
@@ -53,15 +54,15 @@ fn the_runtime_reports_its_version_and_cores() {
     );
 }
 
-fn small_program<B: Backend>(device: &B::Device, dtype_bf16: bool) -> TensorData {
+fn small_program(device: &Device, dtype_bf16: bool) -> TensorData {
     let a: Vec<f32> = (0..64)
         .map(|i| ((i * 37 % 17) as f32 - 8.0) / 8.0)
         .collect();
     let b: Vec<f32> = (0..64)
         .map(|i| ((i * 11 % 13) as f32 - 6.0) / 6.0)
         .collect();
-    let mut a = Tensor::<B, 2>::from_data(TensorData::new(a, [8, 8]), device);
-    let mut b = Tensor::<B, 2>::from_data(TensorData::new(b, [8, 8]), device);
+    let mut a = Tensor::<2>::from_data(TensorData::new(a, [8, 8]), device);
+    let mut b = Tensor::<2>::from_data(TensorData::new(b, [8, 8]), device);
     if dtype_bf16 {
         a = a.cast(burn::tensor::DType::BF16);
         b = b.cast(burn::tensor::DType::BF16);
@@ -74,50 +75,59 @@ fn small_program<B: Backend>(device: &B::Device, dtype_bf16: bool) -> TensorData
 #[test]
 #[ignore = "needs a Trainium (trn1/trn2) instance"]
 fn a_small_program_matches_the_host() {
-    let device = neuron();
-    let expected = small_program::<Trainium>(&TrainiumDevice::HOST, false);
-    let actual = small_program::<Trainium>(&device, false);
+    let (device, trainium) = neuron();
+    let expected = small_program(&Device::flex(), false);
+    let actual = small_program(&device, false);
     assert_close("f32 program", &expected, &actual, 1e-3);
-    let expected = small_program::<Trainium>(&TrainiumDevice::HOST, true);
-    let actual = small_program::<Trainium>(&device, true);
+    let expected = small_program(&Device::flex(), true);
+    let actual = small_program(&device, true);
     assert_close("bf16 program", &expected, &actual, 3e-2);
-    assert!(stats(&device).compiles + stats(&device).cache_hits >= 2);
+    assert!(stats(&trainium).compiles + stats(&trainium).cache_hits >= 2);
 }
 
 #[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    hidden: Linear<B>,
-    output: Linear<B>,
+struct Mlp {
+    hidden: Linear,
+    output: Linear,
     activation: Relu,
 }
 
-/// Five AdamW steps of a small MLP from the same initial weights; the loss of each step.
-fn train(device: &TrainiumDevice) -> Vec<f32> {
-    type B = Autodiff<Trainium>;
-    B::seed(&TrainiumDevice::HOST, 5);
-    let host = TrainiumDevice::HOST;
-    let mut model = Mlp::<B> {
-        hidden: LinearConfig::new(8, 32).init(&host),
-        output: LinearConfig::new(32, 4).init(&host),
+/// The initial weights of every run: drawn once, on Flex, with a fixed seed.
+fn initial_mlp() -> Mlp {
+    let flex = Device::flex();
+    flex.seed(5);
+    let flex = flex.autodiff();
+    let model = Mlp {
+        hidden: LinearConfig::new(8, 32).init(&flex),
+        output: LinearConfig::new(32, 4).init(&flex),
         activation: Relu::new(),
+    };
+    // Parameters initialize lazily: drawn now.
+    for linear in [&model.hidden, &model.output] {
+        linear.weight.val();
+        linear.bias.as_ref().map(Param::val);
     }
-    .to_device(device);
+    model
+}
+
+/// Five AdamW steps of a small MLP from `initial` on `device`; the loss of each step.
+fn train(initial: &Mlp, device: &Device) -> Vec<f32> {
+    let device = device.clone().autodiff();
+    let mut model = initial.clone().fork(&device);
     let x: Vec<f32> = (0..128)
         .map(|i| ((i * 29 % 23) as f32 - 11.0) / 11.0)
         .collect();
     let y: Vec<f32> = (0..64).map(|i| ((i * 5 % 7) as f32 - 3.0) / 3.0).collect();
-    let x = Tensor::<B, 2>::from_data(TensorData::new(x, [16, 8]), device);
-    let y = Tensor::<B, 2>::from_data(TensorData::new(y, [16, 4]), device);
-    let mut optimizer = AdamWConfig::new()
-        .with_weight_decay(0.1)
-        .init::<B, Mlp<B>>();
+    let x = Tensor::<2>::from_data(TensorData::new(x, [16, 8]), &device);
+    let y = Tensor::<2>::from_data(TensorData::new(y, [16, 4]), &device);
+    let mut optimizer = AdamWConfig::new().with_weight_decay(0.1).init();
     let mut losses = Vec::new();
     for _ in 0..5 {
         let prediction = model
             .output
             .forward(model.activation.forward(model.hidden.forward(x.clone())));
         let loss = (prediction - y.clone()).powi_scalar(2).mean();
-        losses.push(loss.clone().into_scalar().elem::<f32>());
+        losses.push(loss.clone().into_scalar::<f32>());
         let gradients = GradientsParams::from_grads(loss.backward(), &model);
         model = optimizer.step(1e-2, model, gradients);
     }
@@ -127,9 +137,10 @@ fn train(device: &TrainiumDevice) -> Vec<f32> {
 #[test]
 #[ignore = "needs a Trainium (trn1/trn2) instance"]
 fn training_steps_match_the_host() {
-    let device = neuron();
-    let expected = train(&TrainiumDevice::HOST);
-    let actual = train(&device);
+    let (device, _) = neuron();
+    let initial = initial_mlp();
+    let expected = train(&initial, &Device::flex());
+    let actual = train(&initial, &device);
     assert_close(
         "losses",
         &TensorData::new(expected, [5]),
@@ -140,7 +151,7 @@ fn training_steps_match_the_host() {
 
 /// Causal attention over 1,024 positions with a given scale: on a chip whose SDK traces the flash
 /// kernel (`HLAT_NEURON_FLASH_ATTENTION=on` makes a failed trace an error), the kernel's result.
-fn long_attention<B: Backend>(device: &B::Device, bf16: bool) -> TensorData {
+fn long_attention(device: &Device, bf16: bool) -> TensorData {
     use burn::tensor::module::attention;
     use burn::tensor::ops::AttentionModuleOptions;
 
@@ -149,7 +160,7 @@ fn long_attention<B: Backend>(device: &B::Device, bf16: bool) -> TensorData {
         let values: Vec<f32> = (0..count)
             .map(|i| (((i * 7919 + salt * 104_729) % 2003) as f32 - 1001.0) / 1001.0)
             .collect();
-        let tensor = Tensor::<B, 4>::from_data(TensorData::new(values, shape), device);
+        let tensor = Tensor::<4>::from_data(TensorData::new(values, shape), device);
         if bf16 {
             tensor.cast(burn::tensor::DType::BF16)
         } else {
@@ -177,10 +188,10 @@ fn long_attention<B: Backend>(device: &B::Device, bf16: bool) -> TensorData {
 #[test]
 #[ignore = "needs a Trainium (trn1/trn2) instance with the Neuron SDK's NKI kernels"]
 fn flash_attention_matches_the_host() {
-    let device = neuron();
+    let (device, _) = neuron();
     for (bf16, tolerance) in [(false, 1e-3), (true, 3e-2)] {
-        let expected = long_attention::<Trainium>(&TrainiumDevice::HOST, bf16);
-        let actual = long_attention::<Trainium>(&device, bf16);
+        let expected = long_attention(&Device::flex(), bf16);
+        let actual = long_attention(&device, bf16);
         assert_close(
             &format!("attention (bf16: {bf16})"),
             &expected,

@@ -9,9 +9,9 @@ pub use test_support::random::exclusive_random;
 /// Asserts that two tensors hold the same shape and values within `tolerance`
 /// (absolute + relative).
 pub fn assert_close(name: &str, expected: &TensorData, actual: &TensorData, tolerance: f64) {
-    assert_eq!(expected.shape, actual.shape, "{name}: shapes differ");
-    let expected_values: Vec<f64> = expected.clone().convert::<f64>().to_vec().unwrap();
-    let actual_values: Vec<f64> = actual.clone().convert::<f64>().to_vec().unwrap();
+    assert_eq!(expected.shape(), actual.shape(), "{name}: shapes differ");
+    let expected_values: Vec<f64> = expected.clone().convert::<f64>().try_to_vec().unwrap();
+    let actual_values: Vec<f64> = actual.clone().convert::<f64>().try_to_vec().unwrap();
     for (index, (e, a)) in expected_values.iter().zip(&actual_values).enumerate() {
         let close =
             (e.is_nan() && a.is_nan()) || e == a || (e - a).abs() <= tolerance * (1.0 + e.abs());

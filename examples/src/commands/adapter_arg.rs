@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use clap::Args;
 use hlat::Hlat;
 
@@ -20,7 +20,7 @@ pub struct AdapterArg {
 
 impl AdapterArg {
     /// `model` with the adapter attached, or as it is without `--adapter`.
-    pub fn apply<B: Backend>(&self, model: Hlat<B>, device: &B::Device) -> anyhow::Result<Hlat<B>> {
+    pub fn apply(&self, model: Hlat, device: &Device) -> anyhow::Result<Hlat> {
         match &self.adapter {
             Some(dir) => hlat::hf::adapter::load_adapter(model, dir, device)
                 .map(|(_, model)| model)

@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn_trainium::Trainium;
 use burn_trainium::collective::ReplicaGroups;
 use clap::Args;
 use hlat::checkpoint::sharded::{StageLayout, save_split, save_stages};
@@ -61,14 +60,14 @@ pub struct ConvertArgs {
 
 /// Runs `hlat convert`.
 pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
-    let device = super::device_from_env()?;
+    let (_, device) = super::device_from_env()?;
     let (model, tokenizer) = match (&args.from_hf, &args.from) {
         (Some(dir), _) => {
-            let (_, model) = import_hf::<Trainium>(dir, &device, args.dtype)?;
+            let (_, model) = import_hf(dir, &device, args.dtype)?;
             (model, find_tokenizer(dir)?)
         }
         (None, Some(dir)) => {
-            let (_, model, tokenizer) = load_any::<Trainium>(dir, &device)?;
+            let (_, model, tokenizer) = load_any(dir, &device)?;
             (model, tokenizer)
         }
         (None, None) => anyhow::bail!("give --from-hf DIR or --from DIR"),

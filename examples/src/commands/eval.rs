@@ -4,9 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use burn::backend::NdArray;
-use burn::tensor::backend::Backend;
-use burn_trainium::Trainium;
+use burn::tensor::Device;
 use clap::{Args, Subcommand};
 use hlat::Hlat;
 use hlat::checkpoint::load_any;
@@ -152,25 +150,20 @@ enum Evaluation {
 
 /// Runs `evaluation` on the device `device` names.
 fn on_device(device: Option<&str>, evaluation: Evaluation) -> anyhow::Result<()> {
-    match DeviceChoice::parse(device)?.checked()? {
-        DeviceChoice::NdArray => evaluate::<NdArray>(evaluation, &Default::default()),
-        DeviceChoice::Trainium(device) => evaluate::<Trainium>(evaluation, &device),
-    }
+    let device = DeviceChoice::parse(device)?.checked()?.device()?;
+    evaluate(evaluation, &device)
 }
 
-fn load<B: Backend>(
-    dir: &Path,
-    device: &B::Device,
-) -> anyhow::Result<(Hlat<B>, Option<TextTokenizer>)> {
+fn load(dir: &Path, device: &Device) -> anyhow::Result<(Hlat, Option<TextTokenizer>)> {
     let (_, model, tokenizer) =
-        load_any::<B>(dir, device).with_context(|| format!("loading {}", dir.display()))?;
+        load_any(dir, device).with_context(|| format!("loading {}", dir.display()))?;
     Ok((model, tokenizer.map(TextTokenizer::from)))
 }
 
-fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::Result<()> {
+fn evaluate(evaluation: Evaluation, device: &Device) -> anyhow::Result<()> {
     match evaluation {
         Evaluation::Perplexity(args) => {
-            let (model, own_tokenizer) = load::<B>(&args.model, device)?;
+            let (model, own_tokenizer) = load(&args.model, device)?;
             let model = args.scoring.adapter.apply(model, device)?;
             let context = model.config().max_seq_len;
             let (rows, bytes) = match (&args.ids, &args.text, &args.shards) {
@@ -205,7 +198,7 @@ fn evaluate<B: Backend>(evaluation: Evaluation, device: &B::Device) -> anyhow::R
             }
         }
         Evaluation::Choice(args) => {
-            let (model, tokenizer) = load::<B>(&args.model, device)?;
+            let (model, tokenizer) = load(&args.model, device)?;
             let model = args.scoring.adapter.apply(model, device)?;
             let tokenizer = tokenizer.with_context(|| {
                 format!(
@@ -250,14 +243,10 @@ fn validation(args: ValidationArgs) -> anyhow::Result<()> {
         Some(spec) => DataChoice::Shards(parse_data_spec(spec)?),
         None => DataChoice::Builtin,
     };
-    let report = match DeviceChoice::parse(args.device.device.as_deref())?.checked()? {
-        DeviceChoice::NdArray => {
-            evaluate_checkpoint::<NdArray>(&model, &data, &config, args.rows, &Default::default())?
-        }
-        DeviceChoice::Trainium(device) => {
-            evaluate_checkpoint::<Trainium>(&model, &data, &config, args.rows, &device)?
-        }
-    };
+    let device = DeviceChoice::parse(args.device.device.as_deref())?
+        .checked()?
+        .device()?;
+    let report = evaluate_checkpoint(&model, &data, &config, args.rows, &device)?;
     println!(
         "rows: {}\ntokens: {}\nvalidation loss: {:.6}\nperplexity: {:.4}",
         report.rows, report.tokens, report.loss, report.perplexity

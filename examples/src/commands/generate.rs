@@ -4,7 +4,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use burn_trainium::Trainium;
 use clap::{Args, ValueEnum};
 use hlat::Tokenizer;
 use hlat::checkpoint::load_any;
@@ -71,8 +70,8 @@ pub struct GenerateArgs {
 
 /// Runs `hlat generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
-    let device = super::device_from_env()?;
-    let (config, model, tokenizer) = load_any::<Trainium>(&args.model, &device)
+    let (trainium, device) = super::device_from_env()?;
+    let (config, model, tokenizer) = load_any(&args.model, &device)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let model = args.adapter.apply(model, &device)?;
     let needs_tokenizer = || {
@@ -131,8 +130,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         }
     }
     if args.stats {
-        let stats = burn_trainium::stats(&device);
-        println!("device: {device}");
+        let stats = burn_trainium::stats(&trainium);
+        println!("device: {trainium}");
         println!("operations captured: {}", stats.operations_captured);
         println!("segments run: {}", stats.segments_run);
         println!(
@@ -154,7 +153,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             stats.programs_loaded
         );
         println!("cache hits: {}", stats.cache_hits);
-        match burn_trainium::host_fallback_report(&device) {
+        match burn_trainium::host_fallback_report(&trainium) {
             Some(report) => println!("{report}"),
             None => println!("host fallbacks: 0"),
         }

@@ -17,19 +17,29 @@ pub mod plot;
 pub mod pretrain;
 pub mod profile;
 pub mod ranges;
+pub mod serve;
 pub mod train_args;
 pub mod validation_plot;
 
 use anyhow::Context;
+use burn::tensor::Device;
 use burn_trainium::{DEVICE_ENV, TrainiumDevice};
 
-/// The Trainium device `TRAINIUM_DEVICE` names, its executor opened once: an invalid name, a
+/// The Trainium device `TRAINIUM_DEVICE` names, its executor opened once (an invalid name, a
 /// missing plugin or runtime, or an index the executor does not have is an error naming the
-/// device and what to do, before any work.
-pub fn device_from_env() -> anyhow::Result<TrainiumDevice> {
-    let device = TrainiumDevice::from_env()?;
-    burn_trainium::check_device(&device).with_context(|| format!("{DEVICE_ENV}={device}"))?;
-    Ok(device)
+/// device and what to do, before any work), and the Burn device that serves it in this process.
+/// The Trainium device is what its statistics are kept under (`burn_trainium::stats`).
+pub fn device_from_env() -> anyhow::Result<(TrainiumDevice, Device)> {
+    let trainium = TrainiumDevice::from_env()?;
+    burn_trainium::check_device(&trainium).with_context(|| format!("{DEVICE_ENV}={trainium}"))?;
+    let device = served(&trainium).with_context(|| format!("{DEVICE_ENV}={trainium}"))?;
+    Ok((trainium, device))
+}
+
+/// The Burn device that serves `trainium` in this process (`burn_trainium::device`): its
+/// executor opens, and a loopback server only this process can reach starts, on first use.
+pub fn served(trainium: &TrainiumDevice) -> anyhow::Result<Device> {
+    burn_trainium::device(&trainium.to_string()).with_context(|| format!("device {trainium}"))
 }
 
 /// `seconds` per item of `count`, in microseconds (0 when there are none): the capture and

@@ -8,17 +8,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use burn::backend::{Autodiff, NdArray};
+use burn::tensor::Device;
 use burn_trainium::distributed::Peers;
 use burn_trainium::neuron::{NeuronProcess, process_environment};
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+use burn_trainium::{ExecutorKind, TrainiumDevice};
 use clap::Args;
 use hlat_train::checkpoint_state::ProcessShare;
 use hlat_train::config::TrainConfig;
 use hlat_train::data_spec::parse_data_spec;
 use hlat_train::parallel::ProcessGroup;
 use hlat_train::pretrain::{
-    CompileTotals, DataChoice, DeviceInfo, PretrainOptions, PretrainSummary, pretrain,
+    CompileCounter, CompileTotals, DataChoice, DeviceInfo, PretrainOptions, PretrainSummary,
+    pretrain,
 };
 
 use super::train_args::TrainArgs;
@@ -274,29 +275,17 @@ pub fn train(
         DeviceChoice::Trainium(device) => Some(*device),
         DeviceChoice::NdArray => None,
     };
-    let summary = match device.checked()? {
-        DeviceChoice::NdArray => pretrain::<Autodiff<NdArray>>(
-            &options,
-            &Default::default(),
-            DeviceInfo { compiles: None },
-        )?,
-        DeviceChoice::Trainium(device) => {
-            let compiles = move || {
-                let stats = burn_trainium::stats(&device);
-                CompileTotals {
-                    programs: stats.compiles,
-                    seconds: stats.compile_seconds,
-                }
-            };
-            pretrain::<Autodiff<Trainium>>(
-                &options,
-                &device,
-                DeviceInfo {
-                    compiles: Some(Arc::new(compiles)),
-                },
-            )?
-        }
-    };
+    let compiles = trained_on.map(|device| -> CompileCounter {
+        Arc::new(move || {
+            let stats = burn_trainium::stats(&device);
+            CompileTotals {
+                programs: stats.compiles,
+                seconds: stats.compile_seconds,
+            }
+        })
+    });
+    let burn_device = device.checked()?.device()?;
+    let summary = pretrain(&options, &burn_device, DeviceInfo { compiles })?;
     if let Some(report) = trained_on
         .as_ref()
         .and_then(burn_trainium::host_fallback_report)
@@ -381,6 +370,17 @@ impl DeviceChoice {
             burn_trainium::check_device(device).with_context(|| format!("device {device}"))?;
         }
         Ok(self)
+    }
+
+    /// The Burn device of this choice: Burn's NdArray device (deprecated in Burn 0.22, kept as
+    /// the `ndarray` choice), or the Trainium device served in this process
+    /// (`burn_trainium::device`).
+    pub fn device(&self) -> anyhow::Result<Device> {
+        match self {
+            #[allow(deprecated)]
+            DeviceChoice::NdArray => Ok(Device::ndarray()),
+            DeviceChoice::Trainium(device) => super::served(device),
+        }
     }
 
     /// `ndarray`, a Trainium device name, or `None` for the device `TRAINIUM_DEVICE` names.

@@ -2,8 +2,7 @@
 //! fixture split into 2 rank files, or into 2 stages of 2 rank files, and merged back (natively
 //! and into Hugging Face format) is bit-exact.
 
-use burn::backend::NdArray;
-use burn::tensor::TensorData;
+use burn::tensor::{Device, TensorData};
 use hlat::Hlat;
 use hlat::checkpoint::files::{
     PIPELINE_PARALLEL_FILE, TENSOR_PARALLEL_FILE, rank_file, stage_file,
@@ -14,7 +13,7 @@ use super::{fixture, run, succeed};
 
 /// Every parameter's values, in visiting order, of the native checkpoint in `dir`.
 fn parameters(dir: &std::path::Path) -> Vec<TensorData> {
-    let (_, model): (_, Hlat<NdArray>) = load_native(dir, &Default::default()).unwrap();
+    let (_, model): (_, Hlat) = load_native(dir, &Device::flex()).unwrap();
     test_support::module::parameters(&model)
 }
 

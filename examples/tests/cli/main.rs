@@ -22,6 +22,7 @@ mod output_folders_cli;
 mod pretrain_cli;
 mod profile_cli;
 mod segment_cap_cli;
+mod serve_cli;
 
 use std::process::Command;
 

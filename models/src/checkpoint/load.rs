@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use tokenizers::Tokenizer;
 
 use super::error::CheckpointError;
@@ -18,10 +18,10 @@ use crate::model::Hlat;
 /// run folder (its newest checkpoint), detected by the files present. The tokenizer is
 /// `tokenizer.json` of the model folder (for a run: of the checkpoint's `model/` folder, else of
 /// the run folder), when there is one.
-pub fn load_any<B: Backend>(
+pub fn load_any(
     dir: &Path,
-    device: &B::Device,
-) -> Result<(HlatConfig, Hlat<B>, Option<Tokenizer>), CheckpointError> {
+    device: &Device,
+) -> Result<(HlatConfig, Hlat, Option<Tokenizer>), CheckpointError> {
     if RunFolder::is_run(dir) {
         let model_dir = model_folder(dir)?;
         log::info!(
@@ -75,10 +75,10 @@ pub fn folder_kind(dir: &Path) -> Option<FolderKind> {
     }
 }
 
-fn load_model_folder<B: Backend>(
+fn load_model_folder(
     dir: &Path,
-    device: &B::Device,
-) -> Result<(HlatConfig, Hlat<B>, Option<Tokenizer>), CheckpointError> {
+    device: &Device,
+) -> Result<(HlatConfig, Hlat, Option<Tokenizer>), CheckpointError> {
     let (config, model) = match folder_kind(dir) {
         Some(FolderKind::Native) => load_native(dir, device)?,
         Some(FolderKind::HuggingFace) => hf::import_hf(dir, device, WeightDtype::F32)?,

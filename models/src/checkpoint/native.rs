@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use burn_store::{BurnpackStore, ModuleSnapshot};
 use tokenizers::Tokenizer;
 
@@ -25,17 +25,13 @@ use crate::staging::Staging;
 ///
 /// Written to a temporary sibling folder and renamed into place: `dir` is either the old
 /// checkpoint or the complete new one.
-pub fn save_native<B: Backend>(
-    model: &Hlat<B>,
-    config: &HlatConfig,
-    dir: &Path,
-) -> Result<(), CheckpointError> {
+pub fn save_native(model: &Hlat, config: &HlatConfig, dir: &Path) -> Result<(), CheckpointError> {
     save_native_with_tokenizer(model, config, None, dir)
 }
 
 /// [`save_native`], also writing `tokenizer.json` when a tokenizer is given.
-pub fn save_native_with_tokenizer<B: Backend>(
-    model: &Hlat<B>,
+pub fn save_native_with_tokenizer(
+    model: &Hlat,
     config: &HlatConfig,
     tokenizer: Option<&Tokenizer>,
     dir: &Path,
@@ -55,10 +51,7 @@ pub fn save_native_with_tokenizer<B: Backend>(
 
 /// Loads a native checkpoint, whole or sharded by tensor-parallel rank (joined on the host); the
 /// weights keep the dtype they were saved with.
-pub fn load_native<B: Backend>(
-    dir: &Path,
-    device: &B::Device,
-) -> Result<(HlatConfig, Hlat<B>), CheckpointError> {
+pub fn load_native(dir: &Path, device: &Device) -> Result<(HlatConfig, Hlat), CheckpointError> {
     let config = HlatConfig::load(&dir.join(NATIVE_CONFIG_FILE))?;
     let (source, stored) = if is_sharded(dir) {
         (dir.to_path_buf(), read_joined(dir)?)
@@ -76,12 +69,11 @@ pub fn load_native<B: Backend>(
     let burnpack_error = |message: String| CheckpointError::burnpack(&source, message);
     if let Some((path, snapshot)) = stored
         .iter()
-        .find(|(_, snapshot)| !B::supports_dtype(device, snapshot.dtype))
+        .find(|(_, snapshot)| !device.supports_dtype(snapshot.dtype))
     {
         return Err(burnpack_error(format!(
-            "tensor `{path}` is {:?}, which the {} backend does not support",
-            snapshot.dtype,
-            B::name(device)
+            "tensor `{path}` is {:?}, which {device:?} does not support",
+            snapshot.dtype
         )));
     }
     // The model is built from the configuration before the weights are applied: a configuration
@@ -99,7 +91,16 @@ pub fn load_native<B: Backend>(
         )));
     }
     let mut model = Hlat::new(config.clone(), device);
-    let result = model.apply(stored.into_values().collect(), None, None, false);
+    // The parameters keep the ids of the freshly built model (as every load does): two models
+    // loaded from one checkpoint are distinct parameters.
+    let tensors = stored
+        .into_values()
+        .map(|mut tensor| {
+            tensor.param_id = None;
+            tensor
+        })
+        .collect();
+    let result = model.apply(tensors, None, None, false);
     if let Some(error) = result.errors.first() {
         return Err(burnpack_error(error.to_string()));
     }

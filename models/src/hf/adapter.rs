@@ -12,8 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 use safetensors::SafeTensors;
 use serde_json::{Value, json};
 
@@ -192,12 +191,12 @@ pub fn adapter_config_json(config: &LoraConfig, base_model: Option<&str>) -> Val
 /// The adapters of a PEFT folder for a model of `num_layers` layers, projections sized by
 /// `model` (the base the adapter applies to), in `dtype`, with their configuration. Every
 /// tensor is checked (names, shapes, dtypes) before any is used.
-pub fn read_adapter<B: Backend>(
-    model: &Hlat<B>,
+pub fn read_adapter(
+    model: &Hlat,
     dir: &Path,
     dtype: DType,
-    device: &B::Device,
-) -> Result<(LoraConfig, Vec<LayerAdapters<B>>), HfError> {
+    device: &Device,
+) -> Result<(LoraConfig, Vec<LayerAdapters>), HfError> {
     let config = read_adapter_config(dir)?;
     let file = dir.join(ADAPTER_WEIGHTS_FILE);
     let bytes = std::fs::read(&file).map_err(HfError::io(&file))?;
@@ -224,7 +223,7 @@ pub fn read_adapter<B: Backend>(
             });
         }
     }
-    let read = |name: &str, shape: &[usize]| -> Result<Tensor<B, 2>, HfError> {
+    let read = |name: &str, shape: &[usize]| -> Result<Tensor<2>, HfError> {
         let view = stored.tensor(name).map_err(|_| HfError::MissingTensor {
             file: file.clone(),
             tensor: name.to_string(),
@@ -264,11 +263,11 @@ pub fn read_adapter<B: Backend>(
 
 /// `model` (frozen) with the PEFT adapter of `dir` attached, in the dtype of the model's
 /// weights; returns the adapter's configuration too.
-pub fn load_adapter<B: Backend>(
-    model: Hlat<B>,
+pub fn load_adapter(
+    model: Hlat,
     dir: &Path,
-    device: &B::Device,
-) -> Result<(LoraConfig, Hlat<B>), HfError> {
+    device: &Device,
+) -> Result<(LoraConfig, Hlat), HfError> {
     let dtype = model.embed_tokens.weight.val().dtype();
     let (config, adapters) = read_adapter(&model, dir, dtype, device)?;
     log::info!(
@@ -289,8 +288,8 @@ pub fn load_adapter<B: Backend>(
 /// Writes the adapters of `model` (whole, not split by tensor-parallel rank) to the new or
 /// existing folder `dir` in PEFT's layout, `dtype` elements, with `config`'s
 /// `adapter_config.json`. The folder is filled under a temporary name and renamed at the end.
-pub fn save_adapter<B: Backend>(
-    model: &Hlat<B>,
+pub fn save_adapter(
+    model: &Hlat,
     config: &LoraConfig,
     base_model: Option<&str>,
     dtype: WeightDtype,
@@ -338,7 +337,7 @@ pub fn save_adapter<B: Backend>(
 }
 
 /// The `[in, out]` sizes of each adaptable projection of `model`'s configuration.
-fn projection_shapes<B: Backend>(model: &Hlat<B>) -> BTreeMap<LoraTarget, (usize, usize)> {
+fn projection_shapes(model: &Hlat) -> BTreeMap<LoraTarget, (usize, usize)> {
     let config = model.config();
     let head_dim = config.head_dim();
     let hidden = config.hidden_size;

@@ -125,7 +125,7 @@ fn typed<E: burn::tensor::Element>(
 /// `transpose` is set. Returns the bytes and the stored shape.
 pub fn encode(data: TensorData, dtype: WeightDtype, transpose: bool) -> (Vec<u8>, Vec<usize>) {
     let data = data.convert_dtype(dtype.burn());
-    let shape = data.shape.to_vec();
+    let shape = data.shape().to_vec();
     match dtype {
         WeightDtype::F32 => bytes_of::<f32>(data, &shape, transpose, |v| v.to_le_bytes().to_vec()),
         WeightDtype::BF16 => bytes_of::<bf16>(data, &shape, transpose, |v| {
@@ -169,9 +169,9 @@ mod tests {
         let values: Vec<f32> = (0..6).map(|i| i as f32 * 0.5 - 1.0).collect();
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         let data = decode(&bytes, WeightDtype::F32, &[2, 3], true);
-        assert_eq!(data.shape.to_vec(), vec![3, 2]);
+        assert_eq!(data.shape().to_vec(), vec![3, 2]);
         assert_eq!(
-            data.to_vec::<f32>().unwrap(),
+            data.try_to_vec::<f32>().unwrap(),
             vec![-1.0, 0.5, -0.5, 1.0, 0.0, 1.5]
         );
         let (back, shape) = encode(data, WeightDtype::F32, true);
@@ -183,7 +183,7 @@ mod tests {
         let bits: [u16; 3] = [0x3f80, 0xc000, 0x0001];
         let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
         let data = decode(&bytes, WeightDtype::BF16, &[3], false);
-        assert_eq!(data.to_vec::<bf16>().unwrap()[0], bf16::from_f32(1.0));
+        assert_eq!(data.try_to_vec::<bf16>().unwrap()[0], bf16::from_f32(1.0));
         assert_eq!(encode(data, WeightDtype::BF16, false).0, bytes);
     }
 }

@@ -97,12 +97,10 @@ pub enum HfError {
         /// Its dtype.
         dtype: String,
     },
-    /// The backend cannot hold weights of the requested element type.
-    #[error(
-        "the {backend} backend does not support {dtype:?} weights; import as f32 or use another backend"
-    )]
+    /// The device cannot hold weights of the requested element type.
+    #[error("{backend} does not support {dtype:?} weights; import as f32 or use another device")]
     BackendDtype {
-        /// The backend's name.
+        /// The device, as its `Debug` names it (its backend and index).
         backend: String,
         /// The requested type.
         dtype: super::WeightDtype,

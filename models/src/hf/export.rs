@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use burn::tensor::backend::Backend;
-use burn_store::{ModuleSnapshot, TensorSnapshot};
+use burn_store::burn_pack::Tensor as PackTensor;
+use burn_store::{ModuleSnapshot, bridge};
 use safetensors::tensor::{Metadata, TensorInfo};
 use serde_json::json;
 use tokenizers::Tokenizer;
@@ -49,8 +49,8 @@ impl Default for ExportOptions {
 ///
 /// The folder is filled under a temporary name and renamed at the end, so a failure leaves
 /// nothing behind; an existing `dir` is an error.
-pub fn export_hf<B: Backend>(
-    model: &Hlat<B>,
+pub fn export_hf(
+    model: &Hlat,
     dir: &Path,
     options: &ExportOptions,
     tokenizer: Option<&Tokenizer>,
@@ -62,13 +62,13 @@ pub fn export_hf<B: Backend>(
     }
     let config = model.config();
     let staging = Staging::new(dir).map_err(HfError::io(dir))?;
-    let mut snapshots: HashMap<String, TensorSnapshot> = model
+    let mut snapshots: HashMap<String, PackTensor> = model
         .collect(None, None, false)
         .into_iter()
-        .map(|snapshot| (snapshot.full_path(), snapshot))
+        .map(|snapshot| (snapshot.name.clone(), snapshot))
         .collect();
     let element_size = options.dtype.size_bytes() as u64;
-    let tensors: Vec<(TensorSpec, TensorSnapshot)> = tensor_specs(config)
+    let tensors: Vec<(TensorSpec, PackTensor)> = tensor_specs(config)
         .map(|spec| {
             let snapshot = snapshots
                 .remove(&spec.burn_path)
@@ -118,11 +118,11 @@ pub fn export_hf<B: Backend>(
 
 /// Splits the tensors, in order, into shards of at most `limit` bytes.
 fn plan_shards(
-    tensors: Vec<(TensorSpec, TensorSnapshot)>,
+    tensors: Vec<(TensorSpec, PackTensor)>,
     element_size: u64,
     limit: u64,
-) -> Vec<Vec<(TensorSpec, TensorSnapshot)>> {
-    let mut shards: Vec<Vec<(TensorSpec, TensorSnapshot)>> = vec![Vec::new()];
+) -> Vec<Vec<(TensorSpec, PackTensor)>> {
+    let mut shards: Vec<Vec<(TensorSpec, PackTensor)>> = vec![Vec::new()];
     let mut current_size = 0;
     for (spec, snapshot) in tensors {
         let size = spec.hf_shape.iter().product::<usize>() as u64 * element_size;
@@ -143,7 +143,7 @@ fn plan_shards(
 /// Writes one safetensors file, materialising one tensor at a time.
 fn write_safetensors(
     path: &Path,
-    tensors: &[(TensorSpec, TensorSnapshot)],
+    tensors: &[(TensorSpec, PackTensor)],
     dtype: WeightDtype,
 ) -> Result<(), HfError> {
     let entries: Vec<(String, Vec<usize>)> = tensors
@@ -152,7 +152,7 @@ fn write_safetensors(
         .collect();
     write_safetensors_with(path, &entries, dtype, |index| {
         let (spec, snapshot) = &tensors[index];
-        let data = snapshot.to_data().map_err(|error| HfError::Load {
+        let data = bridge::to_data(snapshot).map_err(|error| HfError::Load {
             file: path.to_path_buf(),
             tensor: spec.burn_path.clone(),
             message: error.to_string(),

@@ -1,11 +1,11 @@
 //! Import of a Hugging Face folder of the LLaMA family.
 
 use std::path::Path;
-use std::rc::Rc;
+use std::sync::Arc;
 
-use burn::module::ParamId;
-use burn::tensor::backend::Backend;
-use burn_store::{ModuleSnapshot, TensorSnapshot};
+use burn::tensor::Device;
+use burn_store::burn_pack::Tensor as PackTensor;
+use burn_store::{ModuleSnapshot, bridge};
 
 use super::config::read_hf_config;
 use super::dtype::{WeightDtype, decode};
@@ -20,19 +20,19 @@ use crate::model::Hlat;
 ///
 /// Every tensor name, shape and dtype is checked before any data is read; the data is then read
 /// tensor by tensor from the memory-mapped files straight into the model.
-pub fn import_hf<B: Backend>(
+pub fn import_hf(
     dir: &Path,
-    device: &B::Device,
+    device: &Device,
     dtype: WeightDtype,
-) -> Result<(HlatConfig, Hlat<B>), HfError> {
-    if !B::supports_dtype(device, dtype.burn()) {
+) -> Result<(HlatConfig, Hlat), HfError> {
+    if !device.supports_dtype(dtype.burn()) {
         return Err(HfError::BackendDtype {
-            backend: B::name(device),
+            backend: format!("{device:?}"),
             dtype,
         });
     }
     let config = read_hf_config(dir)?;
-    let weights = Rc::new(Weights::open(dir)?);
+    let weights = Arc::new(Weights::open(dir)?);
     let specs = check_tensors(&weights, tensor_specs(&config), config.tie_word_embeddings)?;
 
     let snapshots = specs
@@ -126,16 +126,17 @@ fn check_tensors(
     Ok(found)
 }
 
-/// A lazy snapshot that decodes, transposes and converts one stored tensor when applied.
-fn snapshot(weights: &Rc<Weights>, spec: TensorSpec, dtype: WeightDtype) -> TensorSnapshot {
+/// A lazy snapshot that decodes, transposes and converts one stored tensor when applied. It
+/// carries no parameter id: the model keeps its own (safetensors have none).
+fn snapshot(weights: &Arc<Weights>, spec: TensorSpec, dtype: WeightDtype) -> PackTensor {
     let stored = WeightDtype::from_safetensors(weights.tensors[&spec.hf_name].info.dtype)
         .expect("dtypes are checked before snapshots are built");
     let mut burn_shape = spec.hf_shape.clone();
     if spec.transposed {
         burn_shape.reverse();
     }
-    let path_stack = spec.burn_path.split('.').map(str::to_string).collect();
-    let weights = Rc::clone(weights);
+    let name = spec.burn_path.clone();
+    let weights = Arc::clone(weights);
     let read = move || {
         let data = decode(
             weights.bytes(&spec.hf_name),
@@ -145,12 +146,5 @@ fn snapshot(weights: &Rc<Weights>, spec: TensorSpec, dtype: WeightDtype) -> Tens
         );
         Ok(data.convert_dtype(dtype.burn()))
     };
-    TensorSnapshot::from_closure(
-        Rc::new(read),
-        dtype.burn(),
-        burn_shape.into(),
-        path_stack,
-        Vec::new(),
-        ParamId::new(),
-    )
+    bridge::deferred(name, dtype.burn(), burn_shape.into(), None, read)
 }

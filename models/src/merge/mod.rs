@@ -230,7 +230,7 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
                 let data = decode(bytes, dtype, &tensor.shape, false);
                 let values = data
                     .convert::<f32>()
-                    .to_vec::<f32>()
+                    .try_to_vec::<f32>()
                     .expect("converted to f32");
                 Ok(round(values.into_iter().map(f64::from), working))
             })

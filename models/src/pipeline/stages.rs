@@ -2,15 +2,14 @@
 //! layers.
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
-use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor};
-use burn_trainium::collective::{self, CollectiveBackend};
+use burn_trainium::collective;
 
 use super::PipelineParallel;
 use crate::block::DecoderLayer;
 use crate::model::Hlat;
 
-impl<B: CollectiveBackend> Hlat<B> {
+impl Hlat {
     /// This model, identical on every replica, cut into the stages of `pipeline`: each replica
     /// keeps the layers of its stage in its slots (padding slots all zeros), as new leaves that
     /// require a gradient as the parameters did. The embedding, final norm and head stay on
@@ -41,7 +40,7 @@ impl<B: CollectiveBackend> Hlat<B> {
                     }
                 }
             }
-            let candidates: Vec<Vec<Tensor<B, 1>>> = held
+            let candidates: Vec<Vec<Tensor<1>>> = held
                 .iter()
                 .map(|layer| match layer {
                     Some(layer) => flat_parameters(&self.layers[*layer]),
@@ -69,9 +68,9 @@ impl<B: CollectiveBackend> Hlat<B> {
     /// [`Hlat::into_stages`]), on every replica.
     pub fn from_stages(self, pipeline: &PipelineParallel) -> Self {
         let num_layers = self.config().num_layers;
-        let mut layers: Vec<Option<DecoderLayer<B>>> = (0..num_layers).map(|_| None).collect();
+        let mut layers: Vec<Option<DecoderLayer>> = (0..num_layers).map(|_| None).collect();
         for (slot, layer) in self.layers.iter().enumerate() {
-            let gathered: Vec<Tensor<B, 2>> = flat_parameters(layer)
+            let gathered: Vec<Tensor<2>> = flat_parameters(layer)
                 .into_iter()
                 .map(|flat| collective::all_gather(flat.unsqueeze::<2>(), 0, &pipeline.groups))
                 .collect();
@@ -97,14 +96,14 @@ impl<B: CollectiveBackend> Hlat<B> {
 /// holds `chunks.len()` chunks of `slots` slots, `chunks[v]` is true on the replicas that take
 /// chunk `v` (exactly one per replica). The chosen parameters keep their graph, so gradients
 /// reach the slots they were chosen from.
-pub(crate) fn choose_chunk<B: Backend>(
-    layers: &[DecoderLayer<B>],
-    chunks: &[Tensor<B, 1, Bool>],
-) -> Vec<DecoderLayer<B>> {
+pub(crate) fn choose_chunk(
+    layers: &[DecoderLayer],
+    chunks: &[Tensor<1, Bool>],
+) -> Vec<DecoderLayer> {
     let slots = layers.len() / chunks.len();
     (0..slots)
         .map(|slot| {
-            let candidates: Vec<Vec<Tensor<B, 1>>> = (0..chunks.len())
+            let candidates: Vec<Vec<Tensor<1>>> = (0..chunks.len())
                 .map(|chunk| flat_parameters(&layers[chunk * slots + slot]))
                 .collect();
             let values = (0..candidates[0].len())
@@ -123,10 +122,10 @@ pub(crate) fn choose_chunk<B: Backend>(
 }
 
 /// Every float parameter of `module`, flattened, in visiting order.
-fn flat_parameters<B: Backend, M: Module<B>>(module: &M) -> Vec<Tensor<B, 1>> {
-    struct Flatten<B: Backend>(Vec<Tensor<B, 1>>);
-    impl<B: Backend> ModuleVisitor<B> for Flatten<B> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+fn flat_parameters<M: Module>(module: &M) -> Vec<Tensor<1>> {
+    struct Flatten(Vec<Tensor<1>>);
+    impl ModuleVisitor for Flatten {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             self.0.push(param.val().flatten(0, D - 1));
         }
     }
@@ -146,21 +145,17 @@ enum Leaves {
 }
 
 /// `module` with its float parameters replaced, in visiting order, by `values` (flattened).
-fn replace_parameters<B: Backend, M: Module<B>>(
-    module: M,
-    values: Vec<Tensor<B, 1>>,
-    leaves: Leaves,
-) -> M {
-    struct Replace<B: Backend> {
-        values: std::vec::IntoIter<Tensor<B, 1>>,
+fn replace_parameters<M: Module>(module: M, values: Vec<Tensor<1>>, leaves: Leaves) -> M {
+    struct Replace {
+        values: std::vec::IntoIter<Tensor<1>>,
         leaves: Leaves,
     }
-    impl<B: Backend> ModuleMapper<B> for Replace<B> {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+    impl ModuleMapper for Replace {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
             let require_grad = param.val().is_require_grad();
             let shape = param.shape();
             let (id, _, mapper) = param.consume();
-            let value: Tensor<B, D> = self
+            let value: Tensor<D> = self
                 .values
                 .next()
                 .expect("one value per parameter")

@@ -3,9 +3,8 @@
 
 use burn::module::Module;
 use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
-use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 
 use super::stages::choose_chunk;
 use super::{PipelineParallel, Schedule};
@@ -15,12 +14,9 @@ use crate::parallel::Exchange;
 use crate::recompute::{ActivationCheckpointing, StagedLayers, backpropagate, collect};
 
 /// Input ids and next-token targets `[rows, seq]` of one micro-batch.
-pub type MicroBatch<B> = (Tensor<B, 2, Int>, Tensor<B, 2, Int>);
+pub type MicroBatch = (Tensor<2, Int>, Tensor<2, Int>);
 
-impl<B> Hlat<B>
-where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend> + CollectiveBackend,
-{
+impl Hlat {
     /// One optimizer step's forward and backward passes over `micro_batches` on a model cut into
     /// the stages of `pipeline` ([`Hlat::into_stages`]), run by the ticks of [`Schedule`]: the
     /// sum of the micro-batches' mean losses (the same on every replica of a pipeline group,
@@ -30,14 +26,17 @@ where
     ///
     /// Each chunk runs forward without graph; its backward pass runs it again from the input the
     /// stage kept, through the stages of `checkpointing`.
+    ///
+    /// # Panics
+    /// When the model is not on an autodiff device (`Device::autodiff`).
     pub fn pipeline_loss_and_gradients(
         &self,
-        micro_batches: &[MicroBatch<B>],
+        micro_batches: &[MicroBatch],
         ignore_id: Option<u32>,
-        exchange: &dyn Exchange<B>,
+        exchange: &dyn Exchange,
         pipeline: &PipelineParallel,
         checkpointing: ActivationCheckpointing,
-    ) -> (Tensor<B, 1>, GradientsParams) {
+    ) -> (Tensor<1>, GradientsParams) {
         let (stages, chunks) = (pipeline.stages(), pipeline.virtual_stages);
         let schedule = Schedule::new(stages, chunks, micro_batches.len());
         let slots = Schedule::ring_slots(stages, chunks);
@@ -49,10 +48,10 @@ where
         let (forward_pairs, backward_pairs) = (pipeline.forward_pairs(), pipeline.backward_pairs());
         let without_gradients = self.clone().no_grad();
 
-        let mut ring: Vec<Option<Tensor<B, 3>>> = vec![None; slots];
-        let mut received: Option<Tensor<B, 3>> = None;
-        let mut returned: Option<Tensor<B::InnerBackend, 3>> = None;
-        let mut loss_sum: Option<Tensor<B, 1>> = None;
+        let mut ring: Vec<Option<Tensor<3>>> = vec![None; slots];
+        let mut received: Option<Tensor<3>> = None;
+        let mut returned: Option<Tensor<3>> = None;
+        let mut loss_sum: Option<Tensor<1>> = None;
         let mut gradients = GradientsParams::new();
         for (tick, work) in schedule.ticks.iter().enumerate() {
             if work.has_forward() {
@@ -89,7 +88,7 @@ where
                 .iter()
                 .enumerate()
                 .filter_map(|(slot, kept)| kept.as_ref().map(|kept| (slot, kept)))
-                .fold(None, |chosen: Option<Tensor<B, 3>>, (slot, kept)| {
+                .fold(None, |chosen: Option<Tensor<3>>, (slot, kept)| {
                     Some(match chosen {
                         None => kept.clone(),
                         Some(chosen) => {
@@ -143,7 +142,7 @@ where
             let passed_back = returned.take().map(|gradient| {
                 let dtype = gradient.dtype();
                 let weight = table.value(tick, Field::Returned).cast(dtype);
-                (last.clone() * Tensor::from_inner(gradient * weight.inner().unsqueeze())).sum()
+                (last.clone() * (gradient * weight.inner().unsqueeze())).sum()
             });
             let surrogate = match (loss, passed_back) {
                 (Some(loss), Some(passed)) => loss + passed.cast(DType::F32),
@@ -168,17 +167,17 @@ where
     }
 }
 
-impl<B: CollectiveBackend> Hlat<B> {
+impl Hlat {
     /// The mean next-token loss of one batch on a model cut into the stages of `pipeline`, the
     /// same on every replica of a pipeline group: the batch passes every virtual stage in turn
     /// (inference: no overlap to gain from one batch).
     pub fn pipeline_loss(
         &self,
-        (input_ids, targets): MicroBatch<B>,
+        (input_ids, targets): MicroBatch,
         ignore_id: Option<u32>,
-        exchange: &dyn Exchange<B>,
+        exchange: &dyn Exchange,
         pipeline: &PipelineParallel,
-    ) -> Tensor<B, 1> {
+    ) -> Tensor<1> {
         let [_, seq] = input_ids.dims();
         let device = input_ids.device();
         let rotary = self.rotary(0, seq, &device);
@@ -216,16 +215,12 @@ fn stage_flags(stages: usize, stage: usize) -> Vec<f32> {
 /// A table whose row `s` of `rows` (one per stage) each replica of a pipeline group gets as its
 /// own: `rows[field][stage]`, laid out `[stage, field]`, split over the groups. Returns each
 /// replica's `[1, fields]`.
-fn per_replica<B: CollectiveBackend>(
-    rows: &[Vec<f32>],
-    groups: &ReplicaGroups,
-    device: &B::Device,
-) -> Tensor<B, 2> {
+fn per_replica(rows: &[Vec<f32>], groups: &ReplicaGroups, device: &Device) -> Tensor<2> {
     let stages = rows[0].len();
     let values: Vec<f32> = (0..stages)
         .flat_map(|stage| rows.iter().map(move |field| field[stage]))
         .collect();
-    let table = Tensor::<B, 2>::from_data(TensorData::new(values, [stages, rows.len()]), device);
+    let table = Tensor::<2>::from_data(TensorData::new(values, [stages, rows.len()]), device);
     collective::split(table, 0, groups)
 }
 
@@ -258,14 +253,14 @@ enum Phase {
 /// Each replica's own part of the schedule on the device: per tick, what its stage does, as
 /// 0/1 fields. Uploaded once per step and split over the pipeline groups, so every replica runs
 /// the same program on its own values.
-struct Table<B: Backend> {
+struct Table {
     /// `[ticks, fields]` of this replica's stage.
-    values: Tensor<B, 2>,
+    values: Tensor<2>,
     chunks: usize,
 }
 
-impl<B: CollectiveBackend> Table<B> {
-    fn new(schedule: &Schedule, groups: &ReplicaGroups, device: &B::Device) -> Self {
+impl Table {
+    fn new(schedule: &Schedule, groups: &ReplicaGroups, device: &Device) -> Self {
         let (stages, chunks) = (schedule.stages, schedule.virtual_stages);
         let slots = Schedule::ring_slots(stages, chunks);
         let fields = Self::width(chunks, slots);
@@ -297,7 +292,7 @@ impl<B: CollectiveBackend> Table<B> {
                 }
             }
         }
-        let values = per_replica::<B>(&rows, groups, device).reshape([ticks, fields]);
+        let values = per_replica(&rows, groups, device).reshape([ticks, fields]);
         Self { values, chunks }
     }
 
@@ -318,7 +313,7 @@ impl<B: CollectiveBackend> Table<B> {
     }
 
     /// This replica's value of `field` at `tick`, `[1]`.
-    fn value(&self, tick: usize, field: Field) -> Tensor<B, 1> {
+    fn value(&self, tick: usize, field: Field) -> Tensor<1> {
         let index = Self::index(self.chunks, field);
         self.values
             .clone()
@@ -327,7 +322,7 @@ impl<B: CollectiveBackend> Table<B> {
     }
 
     /// This replica's `field` at `tick` as a mask of `dims`.
-    fn mask(&self, tick: usize, field: Field, dims: [usize; 3]) -> Tensor<B, 3, Bool> {
+    fn mask(&self, tick: usize, field: Field, dims: [usize; 3]) -> Tensor<3, Bool> {
         self.value(tick, field)
             .greater_elem(0.5)
             .reshape([1, 1, 1])
@@ -335,7 +330,7 @@ impl<B: CollectiveBackend> Table<B> {
     }
 
     /// For each chunk, whether this replica runs it in `phase` of `tick`, `[1]`.
-    fn chunks(&self, tick: usize, phase: Phase) -> Vec<Tensor<B, 1, Bool>> {
+    fn chunks(&self, tick: usize, phase: Phase) -> Vec<Tensor<1, Bool>> {
         (0..self.chunks)
             .map(|chunk| {
                 let field = match phase {

@@ -1,14 +1,14 @@
 //! Blocked causal attention (`hlat::blocked_attention`) against attention computed in one piece:
 //! outputs and gradients against a closed-form f64 reference, at lengths that are and are not
-//! multiples of the block, on NdArray and on `host`; and the model's logits over a sequence long
+//! multiples of the block, on Flex and on `host`; and the model's logits over a sequence long
 //! enough to attend by blocks, in training (by blocks) and in inference (Burn's attention module).
 
-use burn::backend::{Autodiff, NdArray};
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Int, Tensor, TensorData, Tolerance};
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData, Tolerance};
 use hlat::blocked_attention::{ATTENTION_BLOCK, blocked_causal_attention};
 use hlat::{Hlat, HlatConfig};
+
+use crate::host;
 
 /// Batch, heads and head width of the attention tests.
 const BATCH: usize = 2;
@@ -68,25 +68,25 @@ fn reference(seq: usize) -> [Vec<f64>; 4] {
     outputs
 }
 
-/// The output of blocked attention in blocks of `block` on `B`, and the gradients of `Σ W∘O`.
-fn blocked<B: AutodiffBackend>(seq: usize, block: usize, device: &B::Device) -> [TensorData; 4] {
+/// The output of blocked attention in blocks of `block` on `device` (with autodiff), and the gradients of `Σ W∘O`.
+fn blocked(seq: usize, block: usize, device: &Device) -> [TensorData; 4] {
     let shape = [BATCH, HEADS, seq, HEAD_DIM];
     let [q, k, v, w] =
-        inputs(seq).map(|x| Tensor::<B, 4>::from_data(TensorData::new(x, shape), device));
+        inputs(seq).map(|x| Tensor::<4>::from_data(TensorData::new(x, shape), device));
     let [q, k, v] = [q, k, v].map(Tensor::require_grad);
     let output = blocked_causal_attention(q.clone(), k.clone(), v.clone(), block);
     let gradients = (output.clone() * w).sum().backward();
-    let gradient = |leaf: &Tensor<B, 4>| leaf.grad(&gradients).expect("a gradient").into_data();
+    let gradient = |leaf: &Tensor<4>| leaf.grad(&gradients).expect("a gradient").into_data();
     [output.into_data(), gradient(&q), gradient(&k), gradient(&v)]
 }
 
-/// Blocked attention on `B` equals the reference at lengths around blocks of 4.
-fn check_blocked_attention<B: AutodiffBackend>(device: &B::Device) {
+/// Blocked attention on `device` (with autodiff) equals the reference at lengths around blocks of 4.
+fn check_blocked_attention(device: &Device) {
     let block = 4;
     // Shorter than one block, multiples of the block, and lengths between.
     for seq in [1, 3, 4, 8, 11, 13, 16] {
         let expected = reference(seq);
-        let actual = blocked::<B>(seq, block, device);
+        let actual = blocked(seq, block, device);
         for (name, (actual, expected)) in ["output", "queries", "keys", "values"]
             .iter()
             .zip(actual.iter().zip(expected))
@@ -103,13 +103,13 @@ fn check_blocked_attention<B: AutodiffBackend>(device: &B::Device) {
 }
 
 #[test]
-fn blocked_attention_equals_attention_in_one_piece_on_ndarray() {
-    check_blocked_attention::<Autodiff<NdArray>>(&Default::default());
+fn blocked_attention_equals_attention_in_one_piece_on_flex() {
+    check_blocked_attention(&Device::flex().autodiff());
 }
 
 #[test]
 fn blocked_attention_equals_attention_in_one_piece_on_host() {
-    check_blocked_attention::<Autodiff<Trainium>>(&TrainiumDevice::HOST);
+    check_blocked_attention(&host().autodiff());
 }
 
 #[test]
@@ -119,10 +119,10 @@ fn a_sequence_longer_than_a_block_gives_the_logits_of_its_prefix() {
     let mut config = HlatConfig::preset("hlat-test").unwrap();
     let seq = 2 * ATTENTION_BLOCK + 100;
     config.max_seq_len = seq;
-    let device = Default::default();
-    let model: Hlat<NdArray> = config.init(&device);
+    let device = Device::flex();
+    let model: Hlat = config.init(&device);
     let ids: Vec<i64> = (0..seq as i64).map(|i| (i * 37 + 5) % 64).collect();
-    let ids = Tensor::<NdArray, 2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
     let long = model.forward(ids.clone());
     for prefix in [ATTENTION_BLOCK, ATTENTION_BLOCK + 1] {
         let short = model.forward(ids.clone().narrow(1, 0, prefix));
@@ -135,31 +135,30 @@ fn a_sequence_longer_than_a_block_gives_the_logits_of_its_prefix() {
 
 /// Over a long sequence the model attends by blocks when training (autodiff) and through Burn's
 /// attention module in inference: both give the same logits.
-fn inference_attention_equals_training_attention<B: AutodiffBackend>(device: &B::Device) {
-    use burn::module::AutodiffModule;
-
+/// `device` has autodiff; inference runs on it without.
+fn inference_attention_equals_training_attention(device: &Device) {
     let mut config = HlatConfig::preset("hlat-test").unwrap();
     let seq = 2 * ATTENTION_BLOCK + 100;
     config.max_seq_len = seq;
-    let model: Hlat<B> = config.init(device);
+    let model: Hlat = config.init(device);
     let ids: Vec<i64> = (0..seq as i64).map(|i| (i * 29 + 3) % 64).collect();
     let ids = TensorData::new(ids, [1, seq]);
     let training = model
-        .forward(Tensor::<B, 2, Int>::from_data(ids.clone(), device))
+        .forward(Tensor::<2, Int>::from_data(ids.clone(), device))
         .into_data();
     let inference = model
         .valid()
-        .forward(Tensor::<B::InnerBackend, 2, Int>::from_data(ids, device))
+        .forward(Tensor::<2, Int>::from_data(ids, &device.clone().inner()))
         .into_data();
     inference.assert_approx_eq::<f32>(&training, Tolerance::absolute(1e-4));
 }
 
 #[test]
-fn inference_attention_equals_training_attention_on_ndarray() {
-    inference_attention_equals_training_attention::<Autodiff<NdArray>>(&Default::default());
+fn inference_attention_equals_training_attention_on_flex() {
+    inference_attention_equals_training_attention(&Device::flex().autodiff());
 }
 
 #[test]
 fn inference_attention_equals_training_attention_on_host() {
-    inference_attention_equals_training_attention::<Autodiff<Trainium>>(&TrainiumDevice::HOST);
+    inference_attention_equals_training_attention(&host().autodiff());
 }

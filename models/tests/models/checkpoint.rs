@@ -1,16 +1,15 @@
 //! Native checkpoints and folder detection of `load_any`.
 
 use super::fixture;
-use burn::backend::NdArray;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use hlat::HlatConfig;
 use hlat::checkpoint::{CheckpointError, load_any, load_native, save_native};
 use hlat::hf::{WeightDtype, import_hf};
 
-fn logits(model: &hlat::Hlat<NdArray>) -> TensorData {
-    let ids = Tensor::<NdArray, 2, Int>::from_data(
+fn logits(model: &hlat::Hlat) -> TensorData {
+    let ids = Tensor::<2, Int>::from_data(
         TensorData::new(vec![1i64, 7, 3, 9, 12], [1, 5]),
-        &Default::default(),
+        &Device::flex(),
     );
     model.forward(ids).into_data()
 }
@@ -18,12 +17,12 @@ fn logits(model: &hlat::Hlat<NdArray>) -> TensorData {
 /// An `hlat-test` model saved as a native checkpoint in `model/` of a temporary folder.
 fn saved_test_model() -> (
     HlatConfig,
-    hlat::Hlat<NdArray>,
+    hlat::Hlat,
     tempfile::TempDir,
     std::path::PathBuf,
 ) {
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let model = config.init::<NdArray>(&Default::default());
+    let model = config.init(&Device::flex());
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("model");
     save_native(&model, &config, &dir).unwrap();
@@ -32,12 +31,12 @@ fn saved_test_model() -> (
 
 #[test]
 fn native_save_then_load_gives_the_same_model() {
-    let device = Default::default();
+    let device = Device::flex();
     let (config, model, work, dir) = saved_test_model();
     // Saving again replaces the checkpoint atomically and leaves no temporary folder.
     save_native(&model, &config, &dir).unwrap();
     assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 1);
-    let (loaded_config, loaded) = load_native::<NdArray>(&dir, &device).unwrap();
+    let (loaded_config, loaded) = load_native(&dir, &device).unwrap();
     assert_eq!(loaded_config, config);
     logits(&loaded).assert_eq(&logits(&model), true);
 }
@@ -46,13 +45,13 @@ fn native_save_then_load_gives_the_same_model() {
 /// refused before the model is built (which would allocate for the configuration).
 #[test]
 fn a_configuration_larger_than_the_weights_is_refused_before_building() {
-    let device = Default::default();
+    let device = Device::flex();
     let (config, _, _work, dir) = saved_test_model();
     let mut larger = config.clone();
     larger.hidden_size = 65536;
     larger.num_layers = 64;
     larger.save(&dir.join("config.json")).unwrap();
-    let Err(error) = load_native::<NdArray>(&dir, &device) else {
+    let Err(error) = load_native(&dir, &device) else {
         panic!("a configuration larger than the weights was loaded");
     };
     let message = error.to_string();
@@ -65,11 +64,10 @@ fn a_configuration_larger_than_the_weights_is_refused_before_building() {
 
 #[test]
 fn load_any_reads_hf_native_and_run_folders() {
-    let device = Default::default();
-    let (config, model) =
-        import_hf::<NdArray>(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
+    let device = Device::flex();
+    let (config, model) = import_hf(&fixture("hf-tiny-llama"), &device, WeightDtype::F32).unwrap();
     let (from_hf_config, from_hf, tokenizer) =
-        load_any::<NdArray>(&fixture("hf-tiny-llama"), &device).unwrap();
+        load_any(&fixture("hf-tiny-llama"), &device).unwrap();
     assert_eq!(from_hf_config, config);
     assert!(tokenizer.is_none());
     logits(&from_hf).assert_eq(&logits(&model), true);
@@ -80,7 +78,7 @@ fn load_any_reads_hf_native_and_run_folders() {
     std::fs::write(run.path().join("checkpoints/newest"), "step-00000010\n").unwrap();
     // Until its completion marker is written, the checkpoint does not count.
     assert!(matches!(
-        load_any::<NdArray>(run.path(), &device),
+        load_any(run.path(), &device),
         Err(CheckpointError::NoCompleteCheckpoint { .. })
     ));
     let marker = run
@@ -88,15 +86,15 @@ fn load_any_reads_hf_native_and_run_folders() {
         .join("checkpoints/step-00000010")
         .join(hlat::checkpoint::run_folder::COMPLETION_MARKER);
     std::fs::write(marker, "{}").unwrap();
-    let (_, from_run, _) = load_any::<NdArray>(run.path(), &device).unwrap();
+    let (_, from_run, _) = load_any(run.path(), &device).unwrap();
     logits(&from_run).assert_eq(&logits(&model), true);
 
-    let (_, from_native, _) = load_any::<NdArray>(&step, &device).unwrap();
+    let (_, from_native, _) = load_any(&step, &device).unwrap();
     logits(&from_native).assert_eq(&logits(&model), true);
 
     let empty = tempfile::tempdir().unwrap();
     assert!(matches!(
-        load_any::<NdArray>(empty.path(), &device),
+        load_any(empty.path(), &device),
         Err(CheckpointError::NotAModel { .. })
     ));
 }

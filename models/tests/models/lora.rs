@@ -5,9 +5,8 @@
 
 use std::path::Path;
 
-use burn::backend::NdArray;
 use burn::module::Param;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use hlat::Hlat;
 use hlat::generate::{GenerationOptions, Sampling, generate};
 use hlat::hf::adapter::{
@@ -19,8 +18,6 @@ use safetensors::SafeTensors;
 use serde_json::Value;
 
 use super::fixture;
-
-type B = NdArray;
 
 fn expected() -> Value {
     let path = fixture("lora-tiny-llama3/expected.json");
@@ -46,23 +43,26 @@ fn ids(value: &Value) -> Vec<i32> {
         .collect()
 }
 
-fn base() -> Hlat<B> {
-    import_hf::<B>(
+fn base() -> Hlat {
+    import_hf(
         &fixture("hf-tiny-llama3"),
-        &Default::default(),
+        &Device::flex(),
         WeightDtype::F32,
     )
     .unwrap()
     .1
 }
 
-fn logits(model: &Hlat<B>, input: &Value) -> Vec<f32> {
+fn logits(model: &Hlat, input: &Value) -> Vec<f32> {
     let rows = input.as_array().unwrap().len();
     let flat = ids(input);
     let seq = flat.len() / rows;
-    let input =
-        Tensor::<B, 2, Int>::from_data(TensorData::new(flat, [rows, seq]), &Default::default());
-    model.forward(input).into_data().to_vec::<f32>().unwrap()
+    let input = Tensor::<2, Int>::from_data(TensorData::new(flat, [rows, seq]), &Device::flex());
+    model
+        .forward(input)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap()
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -83,12 +83,8 @@ fn a_peft_adapter_gives_pefts_logits_and_greedy_continuation() {
     );
     assert!(base_diff < 1e-4, "base logits differ by {base_diff}");
 
-    let (config, adapted) = load_adapter(
-        model,
-        &fixture("lora-tiny-llama3/adapter"),
-        &Default::default(),
-    )
-    .unwrap();
+    let (config, adapted) =
+        load_adapter(model, &fixture("lora-tiny-llama3/adapter"), &Device::flex()).unwrap();
     assert_eq!((config.rank, config.alpha), (4, 8.0));
     assert_eq!(config.targets, LoraTarget::ALL.to_vec());
     let diff = max_diff(
@@ -122,7 +118,7 @@ fn merging_equals_pefts_merge_and_unload() {
     let (_, adapted) = load_adapter(
         base(),
         &fixture("lora-tiny-llama3/adapter"),
-        &Default::default(),
+        &Device::flex(),
     )
     .unwrap();
     let out = tempfile::tempdir().unwrap();
@@ -154,7 +150,7 @@ fn merging_equals_pefts_merge_and_unload() {
 
 /// The adapter of `fixtures/lora-tiny-llama3/written`: rank 2, alpha 3, on q, v and down, with
 /// values from a fixed formula.
-fn written_model() -> (LoraConfig, Hlat<B>) {
+fn written_model() -> (LoraConfig, Hlat) {
     let config = LoraConfig {
         rank: 2,
         alpha: 3.0,
@@ -168,8 +164,8 @@ fn written_model() -> (LoraConfig, Hlat<B>) {
 
 /// `model` with `config`'s adapters, A and B filled from a fixed formula (B non-zero, so the
 /// adapters change the logits).
-fn with_formula_adapters(model: Hlat<B>, config: &LoraConfig) -> Hlat<B> {
-    let device = Default::default();
+fn with_formula_adapters(model: Hlat, config: &LoraConfig) -> Hlat {
+    let device = Device::flex();
     let mut model = model.with_lora(config, &device);
     let mut counter = 0usize;
     let mut values = |dims: [usize; 2]| {
@@ -179,11 +175,11 @@ fn with_formula_adapters(model: Hlat<B>, config: &LoraConfig) -> Hlat<B> {
                 0.3 * ((i * 7 + counter * 13) as f32 * 0.37).sin()
             })
             .collect();
-        Tensor::<B, 2>::from_data(TensorData::new(data, dims), &device)
+        Tensor::<2>::from_data(TensorData::new(data, dims), &device)
     };
     for layer in &mut model.layers {
         for &target in &config.targets {
-            let lora: &mut Lora<B> = layer.lora_slot(target).as_mut().unwrap();
+            let lora: &mut Lora = layer.lora_slot(target).as_mut().unwrap();
             lora.lora_a = Param::from_tensor(values(lora.lora_a.dims()));
             lora.lora_b = Param::from_tensor(values(lora.lora_b.dims()));
         }
@@ -204,24 +200,24 @@ fn adapters_work_on_every_family() {
         targets: LoraTarget::ALL.to_vec(),
         rslora: false,
     };
-    let device = Default::default();
-    let input = Tensor::<B, 2, Int>::from_data(
+    let device = Device::flex();
+    let input = Tensor::<2, Int>::from_data(
         TensorData::new(
             (0..10).map(|i| (i * 37 + 3) % 200).collect::<Vec<i64>>(),
             [1, 10],
         ),
         &device,
     );
-    let logits_of = |model: &Hlat<B>| {
+    let logits_of = |model: &Hlat| {
         model
             .forward(input.clone())
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap()
     };
     for name in test_support::fixtures::HF_FIXTURES {
         let load = || {
-            import_hf::<B>(&fixture(name), &device, WeightDtype::F32)
+            import_hf(&fixture(name), &device, WeightDtype::F32)
                 .unwrap()
                 .1
         };
@@ -266,7 +262,7 @@ fn written_adapter_is_the_checked_in_one_peft_reads() {
 
     // Read back: the same adapters.
     let (read_config, adapters) =
-        read_adapter(&base(), &dir, burn::tensor::DType::F32, &Default::default()).unwrap();
+        read_adapter(&base(), &dir, burn::tensor::DType::F32, &Device::flex()).unwrap();
     assert_eq!(read_config, config);
     for (layer, adapters) in model.layers.iter().zip(&adapters) {
         for (target, lora) in adapters {
@@ -339,7 +335,7 @@ fn unsupported_adapters_are_refused_by_name() {
         let mut changed = config.clone();
         changed[field] = value;
         std::fs::write(dir.join(ADAPTER_CONFIG_FILE), changed.to_string()).unwrap();
-        let error = load_adapter(base(), Path::new(dir), &Default::default())
+        let error = load_adapter(base(), Path::new(dir), &Device::flex())
             .err()
             .unwrap()
             .to_string();
@@ -349,7 +345,7 @@ fn unsupported_adapters_are_refused_by_name() {
     let mut changed = config.clone();
     changed["r"] = serde_json::json!(8);
     std::fs::write(dir.join(ADAPTER_CONFIG_FILE), changed.to_string()).unwrap();
-    let error = load_adapter(base(), Path::new(dir), &Default::default())
+    let error = load_adapter(base(), Path::new(dir), &Device::flex())
         .err()
         .unwrap()
         .to_string();

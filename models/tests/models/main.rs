@@ -17,3 +17,17 @@ mod recompute;
 mod sharded_checkpoint;
 
 use test_support::fixtures::fixture;
+
+use burn::tensor::Device;
+use burn_trainium::TrainiumDevice;
+
+/// The `host` executor (one replica) served as a Burn device.
+pub fn host() -> Device {
+    trainium(TrainiumDevice::HOST)
+}
+
+/// `device` served as a Burn device (`burn_trainium::device`).
+pub fn trainium(device: TrainiumDevice) -> Device {
+    burn_trainium::device(&device.to_string())
+        .unwrap_or_else(|error| panic!("serving {device}: {error}"))
+}

@@ -2,7 +2,7 @@
 //! losses and gradients of the whole model, under each schedule.
 
 use burn::module::Module;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::collective::{ReplicaGroups, into_replicas};
 use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::parallel::Unsharded;
@@ -10,7 +10,8 @@ use hlat::pipeline::{MicroBatch, PipelineParallel};
 use hlat::recompute::ActivationCheckpointing;
 use hlat::{Hlat, HlatConfig};
 
-use crate::parallel_support::{B, assert_close, batch_of, by_path};
+use crate::parallel_support::{assert_close, batch_of, by_path};
+use crate::{host, trainium};
 
 /// `hlat-test` with `layers` layers, tied or not.
 fn config(layers: usize, tied: bool) -> HlatConfig {
@@ -22,7 +23,7 @@ fn config(layers: usize, tied: bool) -> HlatConfig {
 }
 
 /// `count` micro-batches of 2 rows of 8 tokens, each its own.
-fn micro_batches(device: &TrainiumDevice, count: usize) -> Vec<MicroBatch<B>> {
+fn micro_batches(device: &Device, count: usize) -> Vec<MicroBatch> {
     (0..count)
         .map(|index| {
             let (inputs, targets) = batch_of(device, 2 + index, 8);
@@ -32,10 +33,7 @@ fn micro_batches(device: &TrainiumDevice, count: usize) -> Vec<MicroBatch<B>> {
 }
 
 /// The summed loss and gradients by path of `micro_batches` on the whole model, one device.
-fn one_device(
-    model: &Hlat<B>,
-    micro_batches: &[MicroBatch<B>],
-) -> (f32, Vec<(String, TensorData)>) {
+fn one_device(model: &Hlat, micro_batches: &[MicroBatch]) -> (f32, Vec<(String, TensorData)>) {
     let mut total = 0.0;
     let mut sums: Vec<(String, TensorData)> = Vec::new();
     for (inputs, targets) in micro_batches {
@@ -46,7 +44,7 @@ fn one_device(
             &Unsharded,
             ActivationCheckpointing::None,
         );
-        total += loss.into_scalar();
+        total += loss.into_scalar::<f32>();
         for (index, (path, mut replicas)) in by_path(model, &grads, None).into_iter().enumerate() {
             let grad = replicas.remove(0);
             match sums.get_mut(index) {
@@ -60,13 +58,13 @@ fn one_device(
 
 fn add(a: &TensorData, b: &TensorData) -> TensorData {
     let values: Vec<f32> = a
-        .to_vec::<f32>()
+        .try_to_vec::<f32>()
         .unwrap()
         .iter()
-        .zip(b.to_vec::<f32>().unwrap())
+        .zip(b.try_to_vec::<f32>().unwrap())
         .map(|(x, y)| x + y)
         .collect();
-    TensorData::new(values, a.shape.clone())
+    TensorData::new(values, a.shape().clone())
 }
 
 /// Runs `micro_batches` through `pipeline`'s stages of `model` on `host` replicas and checks the
@@ -79,14 +77,18 @@ fn check(
     checkpointing: ActivationCheckpointing,
 ) {
     let stages = pipeline.stages();
-    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
-    let replicated = TrainiumDevice::replicated(ExecutorKind::Host, stages as u16);
+    let single = host().autodiff();
+    let replicated = trainium(TrainiumDevice::replicated(
+        ExecutorKind::Host,
+        stages as u16,
+    ))
+    .autodiff();
     // Parameters are drawn when first read: one record serves both models.
-    let record = model_config.init::<B>(&single).into_record();
-    let model: Hlat<B> = model_config.init(&single).load_record(record);
+    let record = model_config.init(&single).into_record();
+    let model: Hlat = model_config.init(&single).load_record(record);
     let (expected_loss, expected) = one_device(&model, &micro_batches(&single, count));
 
-    let whole: Hlat<B> = model_config.init(&replicated);
+    let whole: Hlat = model_config.init(&replicated);
     let whole = whole.load_record(model.clone().into_record());
     let staged = whole.into_stages(&pipeline).unwrap();
     let (loss, grads) = staged.pipeline_loss_and_gradients(
@@ -97,7 +99,7 @@ fn check(
         checkpointing,
     );
     for (replica, loss) in into_replicas(loss).unwrap().iter().enumerate() {
-        let loss = loss.to_vec::<f32>().unwrap()[0];
+        let loss = loss.try_to_vec::<f32>().unwrap()[0];
         assert!(
             (loss - expected_loss).abs() <= 1e-5 * expected_loss.abs(),
             "replica {replica}: loss {loss}, one device {expected_loss}"
@@ -116,7 +118,7 @@ fn check(
         if parts[0] == "layers" {
             let slot: usize = parts[1].parse().unwrap();
             for (stage, grad) in replicas.iter().enumerate() {
-                let zeros = TensorData::zeros::<f32, _>(grad.shape.clone());
+                let zeros = TensorData::zeros::<f32, _>(grad.shape().clone());
                 let reference = match pipeline.layer_at(stage, slot) {
                     Some(layer) => expected_by_path(&format!("layers.{layer}.{}", parts[2])),
                     None => &zeros,
@@ -180,18 +182,18 @@ fn the_interleaved_schedule_equals_one_device() {
 #[test]
 fn stages_join_back_into_the_model_and_compute_its_loss() {
     let pipeline = PipelineParallel::with_layers(groups(2), vec![3, 2], 5, 1).unwrap();
-    let replicated = TrainiumDevice::replicated(ExecutorKind::Host, 2);
-    let record = config(5, false).init::<B>(&replicated).into_record();
-    let model: Hlat<B> = config(5, false).init(&replicated).load_record(record);
+    let replicated = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2));
+    let record = config(5, false).init(&replicated).into_record();
+    let model: Hlat = config(5, false).init(&replicated).load_record(record);
     let staged = model.clone().into_stages(&pipeline).unwrap();
     assert_eq!(staged.layers.len(), 3);
     let (inputs, targets) = batch_of(&replicated, 2, 8);
     let expected: f32 = model
         .loss(inputs.clone(), targets.clone(), None)
-        .into_scalar();
+        .into_scalar::<f32>();
     let loss = staged.pipeline_loss((inputs, targets), None, &Unsharded, &pipeline);
     for value in into_replicas(loss).unwrap() {
-        let value = value.to_vec::<f32>().unwrap()[0];
+        let value = value.try_to_vec::<f32>().unwrap()[0];
         assert!(
             (value - expected).abs() <= 1e-5 * expected.abs(),
             "{value} vs {expected}"
@@ -208,18 +210,18 @@ fn stages_join_back_into_the_model_and_compute_its_loss() {
 }
 
 /// Every parameter of `model` by path, one value per replica.
-fn by_path_values(model: &Hlat<B>) -> Vec<(String, Vec<TensorData>)> {
+fn by_path_values(model: &Hlat) -> Vec<(String, Vec<TensorData>)> {
     use burn::module::{ModuleVisitor, Param};
     use hlat::parallel::ParamPath;
     struct Values(ParamPath, Vec<(String, Vec<TensorData>)>);
-    impl ModuleVisitor<B> for Values {
+    impl ModuleVisitor for Values {
         fn enter_module(&mut self, name: &str, _container_type: &str) {
             self.0.enter(name);
         }
         fn exit_module(&mut self, _name: &str, _container_type: &str) {
             self.0.exit();
         }
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             let values = into_replicas(param.val()).unwrap();
             self.1.push((self.0.names().join("."), values));
         }

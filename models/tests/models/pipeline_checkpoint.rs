@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use burn::module::{Module, ParamId};
-use burn::tensor::TensorData;
-use burn_store::{BurnpackStore, BurnpackWriter, ModuleStore, TensorSnapshot};
+use burn::module::Module;
+use burn::tensor::{Device, TensorData};
+use burn_store::burn_pack::{Tensor as PackTensor, Writer};
+use burn_store::{BurnpackStore, ModuleStore, bridge};
 use burn_trainium::collective::ReplicaGroups;
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::checkpoint::files::{PIPELINE_PARALLEL_FILE, is_sharded, stage_file};
 use hlat::checkpoint::sharded::{StageLayout, read_stages, save_stages};
 use hlat::checkpoint::{load_native, save_native};
@@ -19,6 +20,7 @@ use hlat::pipeline::PipelineParallel;
 use hlat::{Hlat, HlatConfig};
 
 use super::sharded_checkpoint::shard_tensors;
+use crate::{host, trainium};
 
 /// `hlat-test` with `layers` layers, tied or not.
 fn config(layers: usize, tied: bool) -> HlatConfig {
@@ -30,20 +32,20 @@ fn config(layers: usize, tied: bool) -> HlatConfig {
 }
 
 /// A model of `config` on `device` with its parameters drawn (the same on every replica).
-fn model(config: &HlatConfig, device: &TrainiumDevice) -> Hlat<Trainium> {
-    let model: Hlat<Trainium> = config.init(device);
+fn model(config: &HlatConfig, device: &Device) -> Hlat {
+    let model: Hlat = config.init(device);
     model.clone().load_record(model.into_record())
 }
 
 /// Every parameter's values, in visiting order.
-fn parameters(model: &Hlat<Trainium>) -> Vec<TensorData> {
+fn parameters(model: &Hlat) -> Vec<TensorData> {
     test_support::module::parameters(model)
 }
 
 /// The parameters of `whole` as one host device holds them (saved and loaded natively).
-fn on_host(whole: &Hlat<Trainium>, dir: &Path) -> Vec<TensorData> {
+fn on_host(whole: &Hlat, dir: &Path) -> Vec<TensorData> {
     save_native(whole, whole.config(), dir).unwrap();
-    let (_, model) = load_native::<Trainium>(dir, &TrainiumDevice::HOST).unwrap();
+    let (_, model) = load_native(dir, &host()).unwrap();
     parameters(&model)
 }
 
@@ -80,7 +82,7 @@ fn files(dir: &Path, stages: usize, degree: usize) -> Vec<(String, BTreeMap<Stri
 /// bit for bit; merged and split again, the same files.
 #[test]
 fn stages_write_the_host_split_and_join_back_into_the_whole_model_bit_exactly() {
-    let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 4));
     let tensor_parallel = TensorParallel {
         groups: ReplicaGroups::contiguous(4, 2).unwrap(),
         sequence_parallel: false,
@@ -132,13 +134,13 @@ fn stages_write_the_host_split_and_join_back_into_the_whole_model_bit_exactly() 
             assert_eq!(recorded, layout, "{what}");
             assert!(is_sharded(&from_replicas));
 
-            let (_, joined) = load_native::<Trainium>(&from_replicas, &TrainiumDevice::HOST)
+            let (_, joined) = load_native(&from_replicas, &host())
                 .unwrap_or_else(|error| panic!("{what}: {error}"));
             assert_eq!(parameters(&joined), expected, "{what}");
             // Merged into one native checkpoint and split again: the same files.
             let merged = folder.path().join("merged");
             save_native(&joined, joined.config(), &merged).unwrap();
-            let (_, reloaded) = load_native::<Trainium>(&merged, &TrainiumDevice::HOST).unwrap();
+            let (_, reloaded) = load_native(&merged, &host()).unwrap();
             let again = folder.path().join("again");
             save_stages(&reloaded, layout, None, &again).unwrap();
             assert_eq!(files(&again, 2, 2), written, "{what}");
@@ -147,31 +149,31 @@ fn stages_write_the_host_split_and_join_back_into_the_whole_model_bit_exactly() 
 }
 
 /// Rewrites the shard `path` with `change` applied to its snapshots.
-fn rewrite(path: &Path, change: impl Fn(Vec<TensorSnapshot>) -> Vec<TensorSnapshot>) {
-    let snapshots: Vec<TensorSnapshot> = BurnpackStore::from_file(path)
-        .get_all_snapshots()
+fn rewrite(path: &Path, change: impl Fn(Vec<PackTensor>) -> Vec<PackTensor>) {
+    let snapshots: Vec<PackTensor> = BurnpackStore::from_file(path)
+        .get_all_tensors()
         .unwrap()
         .values()
         .cloned()
         .collect();
     let damaged = path.with_extension("damaged");
-    BurnpackWriter::new(change(snapshots))
+    Writer::new(change(snapshots))
         .write_to_file(&damaged)
         .unwrap();
     std::fs::rename(&damaged, path).unwrap();
 }
 
 /// `snapshot` with every value `value`.
-fn filled(snapshot: &TensorSnapshot, value: f32) -> TensorSnapshot {
+fn filled(snapshot: &PackTensor, value: f32) -> PackTensor {
     let values = vec![value; snapshot.shape.num_elements()];
     let data = TensorData::new(values, snapshot.shape.clone());
-    let path = snapshot.path_stack.clone().unwrap();
-    TensorSnapshot::from_data(data, path, Vec::new(), ParamId::new())
+    let path = snapshot.name.clone();
+    bridge::from_data(data, path, None)
 }
 
 /// The error of loading `dir`.
 fn load_error(dir: &Path) -> String {
-    match load_native::<Trainium>(dir, &TrainiumDevice::HOST) {
+    match load_native(dir, &host()) {
         Ok(_) => panic!("{}: the damaged checkpoint loads", dir.display()),
         Err(error) => error.to_string(),
     }
@@ -183,7 +185,7 @@ fn load_error(dir: &Path) -> String {
 #[test]
 fn damaged_pipeline_checkpoints_are_errors_naming_the_file() {
     let config = config(5, true);
-    let whole = model(&config, &TrainiumDevice::HOST);
+    let whole = model(&config, &host());
     let layout = StageLayout::new(vec![vec![0, 1, 2], vec![3, 4]], 2);
     let folder = tempfile::tempdir().unwrap();
     let fresh = |name: &str| {
@@ -208,7 +210,7 @@ fn damaged_pipeline_checkpoints_are_errors_naming_the_file() {
         rewrite(&dir.join(stage_file(1, 2, rank, 2)), |snapshots| {
             snapshots
                 .iter()
-                .map(|s| match s.full_path().as_str() {
+                .map(|s| match s.name.as_str() {
                     "embed_tokens.weight" => filled(s, 0.25),
                     _ => s.clone(),
                 })
@@ -226,7 +228,7 @@ fn damaged_pipeline_checkpoints_are_errors_naming_the_file() {
     rewrite(&dir.join(&last), |snapshots| {
         snapshots
             .iter()
-            .map(|s| match s.full_path().as_str() {
+            .map(|s| match s.name.as_str() {
                 "norm.weight" => filled(s, 0.5),
                 _ => s.clone(),
             })
@@ -244,17 +246,11 @@ fn damaged_pipeline_checkpoints_are_errors_naming_the_file() {
         rewrite(&dir.join(stage_file(0, 2, rank, 2)), |mut snapshots| {
             let stray = snapshots
                 .iter()
-                .find(|s| s.full_path() == "layers.0.input_layernorm.weight")
+                .find(|s| s.name == "layers.0.input_layernorm.weight")
                 .unwrap();
-            let mut path = stray.path_stack.clone().unwrap();
-            path[1] = "3".into();
-            let data = stray.to_data().unwrap();
-            snapshots.push(TensorSnapshot::from_data(
-                data,
-                path,
-                Vec::new(),
-                ParamId::new(),
-            ));
+            let path = stray.name.replacen("layers.0.", "layers.3.", 1);
+            let data = bridge::to_data(stray).unwrap();
+            snapshots.push(bridge::from_data(data, path, None));
             snapshots
         });
     }
@@ -270,7 +266,7 @@ fn damaged_pipeline_checkpoints_are_errors_naming_the_file() {
         rewrite(&dir.join(stage_file(0, 2, rank, 2)), |snapshots| {
             snapshots
                 .into_iter()
-                .filter(|s| s.full_path() != "layers.1.mlp.up_proj.weight")
+                .filter(|s| s.name != "layers.1.mlp.up_proj.weight")
                 .collect()
         });
     }

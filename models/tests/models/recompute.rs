@@ -4,24 +4,22 @@
 //! over a sequence long enough to attend by blocks too (the attention core then recomputed one
 //! block of queries at a time in every mode).
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
+use burn::tensor::Device;
 use burn_trainium::collective::{self, ReplicaGroups};
 use burn_trainium::{ExecutorKind, TrainiumDevice};
+use hlat::HlatConfig;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::recompute::ActivationCheckpointing;
-use hlat::{Hlat, HlatConfig};
 
 use hlat::blocked_attention::ATTENTION_BLOCK;
 
-use crate::parallel_support::{B, assert_close, assert_same_gradients, batch_of, by_path};
+use crate::parallel_support::{
+    assert_close, assert_same_gradients, batch_of, by_path, materialized,
+};
+use crate::{host, trainium};
 
-fn check(
-    device: &TrainiumDevice,
-    exchange: &dyn Exchange<B>,
-    shard: Option<&TensorParallel>,
-    seq: usize,
-) {
+fn check(device: &Device, exchange: &dyn Exchange, shard: Option<&TensorParallel>, seq: usize) {
     check_config(
         HlatConfig::preset("hlat-test").unwrap(),
         device,
@@ -33,13 +31,13 @@ fn check(
 
 fn check_config(
     mut config: HlatConfig,
-    device: &TrainiumDevice,
-    exchange: &dyn Exchange<B>,
+    device: &Device,
+    exchange: &dyn Exchange,
     shard: Option<&TensorParallel>,
     seq: usize,
 ) {
     config.max_seq_len = config.max_seq_len.max(seq);
-    let model: Hlat<B> = Hlat::from_inner(config.init(device));
+    let model = materialized(&config, device);
     let model = match shard {
         Some(parallel) => model.shard(parallel),
         None => model,
@@ -68,14 +66,14 @@ fn check_config(
 
 #[test]
 fn recomputed_gradients_equal_kept_ones_on_one_device() {
-    check(&TrainiumDevice::HOST, &Unsharded, None, 8);
+    check(&host().autodiff(), &Unsharded, None, 8);
 }
 
 #[test]
 fn gradients_of_attention_by_blocks_equal_kept_ones_over_a_long_sequence() {
     // Two whole blocks and a partial one.
     check(
-        &TrainiumDevice::HOST,
+        &host().autodiff(),
         &Unsharded,
         None,
         2 * ATTENTION_BLOCK + 100,
@@ -88,12 +86,12 @@ fn gradients_of_attention_by_blocks_equal_kept_ones_over_a_long_sequence() {
 fn gradients_with_a_sliding_window_over_a_long_sequence_equal_kept_ones() {
     let seq = ATTENTION_BLOCK + 100;
     let config = crate::model::windowed_config(seq);
-    check_config(config, &TrainiumDevice::HOST, &Unsharded, None, seq);
+    check_config(config, &host().autodiff(), &Unsharded, None, seq);
 }
 
 #[test]
 fn recomputed_gradients_equal_kept_ones_under_tensor_and_sequence_parallelism() {
-    let device = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2)).autodiff();
     let parallel = TensorParallel {
         groups: ReplicaGroups::all(2),
         sequence_parallel: true,

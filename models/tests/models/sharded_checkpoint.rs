@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use burn::module::{Module, ParamId};
-use burn::tensor::TensorData;
-use burn_store::{BurnpackStore, BurnpackWriter, ModuleStore, TensorSnapshot};
+use crate::{host, trainium};
+use burn::module::Module;
+use burn::tensor::{Device, TensorData};
+use burn_store::burn_pack::{Tensor as PackTensor, Writer};
+use burn_store::{BurnpackStore, ModuleStore, bridge};
 use burn_trainium::collective::ReplicaGroups;
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::checkpoint::files::{TENSOR_PARALLEL_FILE, rank_file};
 use hlat::checkpoint::sharded::{read_ranks, save_split};
 use hlat::checkpoint::{load_native, save_native};
@@ -17,29 +19,29 @@ use hlat::parallel::TensorParallel;
 use hlat::{Hlat, HlatConfig};
 
 /// Every parameter's values, in visiting order.
-fn parameters(model: &Hlat<Trainium>) -> Vec<TensorData> {
+fn parameters(model: &Hlat) -> Vec<TensorData> {
     test_support::module::parameters(model)
 }
 
 /// A shard file's tensors (a tensor-parallel rank's, or a pipeline stage's) by path.
 pub(super) fn shard_tensors(path: &Path) -> BTreeMap<String, TensorData> {
     BurnpackStore::from_file(path)
-        .get_all_snapshots()
+        .get_all_tensors()
         .unwrap()
         .iter()
-        .map(|(name, snapshot)| (name.clone(), snapshot.to_data().unwrap()))
+        .map(|(name, snapshot)| (name.clone(), bridge::to_data(snapshot).unwrap()))
         .collect()
 }
 
-fn model(device: &TrainiumDevice) -> Hlat<Trainium> {
+fn model(device: &Device) -> Hlat {
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let model: Hlat<Trainium> = config.init(device);
+    let model: Hlat = config.init(device);
     model.clone().load_record(model.into_record())
 }
 
 #[test]
 fn a_split_checkpoint_joins_back_bit_exactly() {
-    let device = TrainiumDevice::HOST;
+    let device = host();
     let whole = model(&device);
     let folder = tempfile::tempdir().unwrap();
     let sharded = folder.path().join("tp2");
@@ -54,23 +56,23 @@ fn a_split_checkpoint_joins_back_bit_exactly() {
     let ffn = whole.config().ffn_size;
     let hidden = whole.config().hidden_size;
     assert_eq!(
-        ranks[0][up].shape.to_vec(),
+        ranks[0][up].shape().to_vec(),
         [hidden, ffn / 2],
         "column-parallel"
     );
     assert_eq!(
-        ranks[1][down].shape.to_vec(),
+        ranks[1][down].shape().to_vec(),
         [ffn / 2, hidden],
         "row-parallel"
     );
     assert_eq!(ranks[0][norm], ranks[1][norm], "replicated");
 
-    let (_, joined) = load_native::<Trainium>(&sharded, &device).unwrap();
+    let (_, joined) = load_native(&sharded, &device).unwrap();
     assert_eq!(parameters(&joined), parameters(&whole));
     // Merged into one native checkpoint and split again: the same rank files.
     let merged = folder.path().join("merged");
     save_native(&joined, joined.config(), &merged).unwrap();
-    let (_, reloaded) = load_native::<Trainium>(&merged, &device).unwrap();
+    let (_, reloaded) = load_native(&merged, &device).unwrap();
     let again = folder.path().join("again");
     save_split(&reloaded, 2, None, &again).unwrap();
     for (rank, tensors) in ranks.iter().enumerate() {
@@ -80,7 +82,7 @@ fn a_split_checkpoint_joins_back_bit_exactly() {
 
 #[test]
 fn the_ranks_of_a_sharded_model_write_the_host_split() {
-    let device = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2));
     let whole = model(&device);
     let parallel = TensorParallel {
         groups: ReplicaGroups::all(2),
@@ -107,7 +109,7 @@ fn the_ranks_of_a_sharded_model_write_the_host_split() {
 
 #[test]
 fn damaged_shards_are_errors_naming_the_file() {
-    let device = TrainiumDevice::HOST;
+    let device = host();
     let whole = model(&device);
     let folder = tempfile::tempdir().unwrap();
     let sharded = folder.path().join("tp2");
@@ -115,29 +117,24 @@ fn damaged_shards_are_errors_naming_the_file() {
 
     // A rank whose replicated tensor (the final norm's gain) disagrees with rank 0's.
     let rank1 = rank_file(1, 2);
-    let snapshots: Vec<TensorSnapshot> = BurnpackStore::from_file(sharded.join(&rank1))
-        .get_all_snapshots()
+    let snapshots: Vec<PackTensor> = BurnpackStore::from_file(sharded.join(&rank1))
+        .get_all_tensors()
         .unwrap()
         .values()
         .map(|snapshot| {
-            if snapshot.full_path() != "norm.weight" {
+            if snapshot.name != "norm.weight" {
                 return snapshot.clone();
             }
             let gain = vec![0.5f32; snapshot.shape.num_elements()];
             let data = TensorData::new(gain, snapshot.shape.clone());
-            let path = snapshot.path_stack.clone().unwrap();
-            TensorSnapshot::from_data(data, path, Vec::new(), ParamId::new())
+            let path = snapshot.name.clone();
+            bridge::from_data(data, path, None)
         })
         .collect();
     let damaged = folder.path().join("damaged.bpk");
-    BurnpackWriter::new(snapshots)
-        .write_to_file(&damaged)
-        .unwrap();
+    Writer::new(snapshots).write_to_file(&damaged).unwrap();
     std::fs::rename(&damaged, sharded.join(&rank1)).unwrap();
-    let error = load_native::<Trainium>(&sharded, &device)
-        .err()
-        .unwrap()
-        .to_string();
+    let error = load_native(&sharded, &device).err().unwrap().to_string();
     assert!(
         error.contains(&rank1) && error.contains("differs"),
         "{error}"
@@ -145,10 +142,7 @@ fn damaged_shards_are_errors_naming_the_file() {
 
     // A missing rank.
     std::fs::remove_file(sharded.join(&rank1)).unwrap();
-    let error = load_native::<Trainium>(&sharded, &device)
-        .err()
-        .unwrap()
-        .to_string();
+    let error = load_native(&sharded, &device).err().unwrap().to_string();
     assert!(
         error.contains(&rank1) && error.contains("missing"),
         "{error}"
@@ -161,33 +155,28 @@ fn damaged_shards_are_errors_naming_the_file() {
         .to_string();
     assert!(error.contains("tensor-parallel degree 3"), "{error}");
     std::fs::write(sharded.join(TENSOR_PARALLEL_FILE), "{\"degree\": 0}").unwrap();
-    let error = load_native::<Trainium>(&sharded, &device)
-        .err()
-        .unwrap()
-        .to_string();
+    let error = load_native(&sharded, &device).err().unwrap().to_string();
     assert!(error.contains("degree"), "{error}");
 }
 
 /// Rewrites the rank file `path` with the tensor `name` set to `value` everywhere.
 fn overwrite(path: &Path, name: &str, value: f32) {
-    let snapshots: Vec<TensorSnapshot> = BurnpackStore::from_file(path)
-        .get_all_snapshots()
+    let snapshots: Vec<PackTensor> = BurnpackStore::from_file(path)
+        .get_all_tensors()
         .unwrap()
         .values()
         .map(|snapshot| {
-            if snapshot.full_path() != name {
+            if snapshot.name != name {
                 return snapshot.clone();
             }
             let values = vec![value; snapshot.shape.num_elements()];
             let data = TensorData::new(values, snapshot.shape.clone());
-            let path = snapshot.path_stack.clone().unwrap();
-            TensorSnapshot::from_data(data, path, Vec::new(), ParamId::new())
+            let path = snapshot.name.clone();
+            bridge::from_data(data, path, None)
         })
         .collect();
     let damaged = path.with_extension("damaged");
-    BurnpackWriter::new(snapshots)
-        .write_to_file(&damaged)
-        .unwrap();
+    Writer::new(snapshots).write_to_file(&damaged).unwrap();
     std::fs::rename(&damaged, path).unwrap();
 }
 
@@ -197,7 +186,7 @@ fn overwrite(path: &Path, name: &str, value: f32) {
 /// head's first holder is an error naming its file.
 #[test]
 fn replicated_kv_heads_are_written_by_every_holder_and_joined_from_the_first() {
-    let device = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 4));
     let whole = model(&device);
     let config = whole.config().clone();
     assert_eq!(config.num_kv_heads, 2);
@@ -212,7 +201,7 @@ fn replicated_kv_heads_are_written_by_every_holder_and_joined_from_the_first() {
         "layers.1.self_attn.v_proj.weight",
     ] {
         assert_eq!(
-            ranks[0][name].shape.to_vec(),
+            ranks[0][name].shape().to_vec(),
             [config.hidden_size, config.head_dim()],
             "{name}: one head per rank"
         );
@@ -222,18 +211,18 @@ fn replicated_kv_heads_are_written_by_every_holder_and_joined_from_the_first() {
     }
     let query = "layers.0.self_attn.q_proj.weight";
     assert_eq!(
-        ranks[3][query].shape.to_vec(),
+        ranks[3][query].shape().to_vec(),
         [config.hidden_size, config.head_dim()],
         "one query head per rank"
     );
 
     // Loaded (on the host) as the whole model, bit for bit.
-    let host = TrainiumDevice::HOST;
-    let (_, joined) = load_native::<Trainium>(&from_host, &host).unwrap();
+    let host = host();
+    let (_, joined) = load_native(&from_host, &host).unwrap();
     let (_, expected) = {
         let merged = folder.path().join("whole");
         save_native(&whole, whole.config(), &merged).unwrap();
-        load_native::<Trainium>(&merged, &host).unwrap()
+        load_native(&merged, &host).unwrap()
     };
     assert_eq!(parameters(&joined), parameters(&expected));
 
@@ -259,10 +248,7 @@ fn replicated_kv_heads_are_written_by_every_holder_and_joined_from_the_first() {
         "layers.1.self_attn.k_proj.weight",
         0.5,
     );
-    let error = load_native::<Trainium>(&from_ranks, &host)
-        .err()
-        .unwrap()
-        .to_string();
+    let error = load_native(&from_ranks, &host).err().unwrap().to_string();
     assert!(
         error.contains(&rank3) && error.contains("KV head 1 differs from rank 2's"),
         "{error}"

@@ -18,14 +18,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use burn::tensor::backend::Backend;
 use hlat::HlatConfig;
 use hlat::hf::{ExportOptions, WeightDtype};
 use hlat_train::config::TrainConfig;
 use hlat_train::data::shard::ShardWriter;
 use hlat_train::data::{Split, TextTokenizer, TokenShard, TokenStream};
 
-use crate::support::Reference;
+use crate::support::reference;
 use mutate::{Random, mutate};
 
 /// The environment variable that sets the mutated inputs per parser.
@@ -139,11 +138,11 @@ fn text_error(error: impl ToString) -> String {
 }
 
 /// The small HLAT model the model-folder inputs hold.
-fn test_model() -> (HlatConfig, hlat::Hlat<Reference>) {
+fn test_model() -> (HlatConfig, hlat::Hlat) {
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let device = Default::default();
-    <Reference as Backend>::seed(&device, 7);
-    let model = config.init::<Reference>(&device);
+    let device = reference();
+    device.seed(7);
+    let model = config.init(&device);
     (config, model)
 }
 
@@ -162,7 +161,7 @@ fn files_written_by(
 }
 
 fn load_model_folder(dir: &Path) -> Result<(), String> {
-    hlat::checkpoint::load_any::<Reference>(dir, &Default::default())
+    hlat::checkpoint::load_any(dir, &reference())
         .map(drop)
         .map_err(text_error)
 }

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use hlat::Hlat;
 use serde::Deserialize;
 
@@ -132,13 +132,13 @@ pub struct ChoiceReport {
 }
 
 /// Evaluates `task` with `shots` few-shot examples, in batches of `batch_rows` rows.
-pub fn evaluate_choice<B: Backend>(
-    model: &Hlat<B>,
+pub fn evaluate_choice(
+    model: &Hlat,
     tokenizer: &TextTokenizer,
     task: &ChoiceTask,
     shots: usize,
     batch_rows: usize,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<ChoiceReport, TrainError> {
     let context = model.config().max_seq_len;
     let encode = |text: &str| {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use hlat::Hlat;
 
 use super::score::{ScoreRequest, log_likelihoods};
@@ -28,12 +28,12 @@ pub struct PerplexityReport {
 /// The perplexity of `model` on `rows` (each at least 2 tokens, at most the model's context),
 /// in batches of `batch_rows` rows; `bytes`, when given, is the length of the text the rows
 /// cover, for bits per byte.
-pub fn perplexity_of_rows<B: Backend>(
-    model: &Hlat<B>,
+pub fn perplexity_of_rows(
+    model: &Hlat,
     rows: &[Vec<u32>],
     bytes: Option<usize>,
     batch_rows: usize,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<PerplexityReport, TrainError> {
     if rows.is_empty() {
         return Err(TrainError::Data("no rows to evaluate".into()));

@@ -5,8 +5,7 @@
 //! them, and is left out of the sums.
 
 use burn::tensor::activation::log_softmax;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use hlat::Hlat;
 
 use crate::error::TrainError;
@@ -32,11 +31,11 @@ pub fn bucket_length(length: usize, context: usize) -> usize {
 
 /// The summed natural-log likelihood of each request's scored tokens, in order, computed in
 /// batches of `batch_rows` rows of one bucket length.
-pub fn log_likelihoods<B: Backend>(
-    model: &Hlat<B>,
+pub fn log_likelihoods(
+    model: &Hlat,
     requests: &[ScoreRequest],
     batch_rows: usize,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<Vec<f64>, TrainError> {
     let context = model.config().max_seq_len;
     let vocab = model.config().vocab_size;
@@ -91,16 +90,16 @@ pub fn log_likelihoods<B: Backend>(
                 }
             }
             let shape = [batch_rows, length];
-            let inputs = Tensor::<B, 2, Int>::from_data(TensorData::new(inputs, shape), device);
-            let targets = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, shape), device);
+            let inputs = Tensor::<2, Int>::from_data(TensorData::new(inputs, shape), device);
+            let targets = Tensor::<2, Int>::from_data(TensorData::new(targets, shape), device);
             let logits = model.forward(inputs).cast(burn::tensor::DType::F32);
             let chosen = log_softmax(logits, 2)
                 .gather(2, targets.unsqueeze_dim::<3>(2))
                 .reshape(shape);
             let values = chosen
-                .into_data()
+                .try_into_data()?
                 .convert::<f32>()
-                .to_vec::<f32>()
+                .try_to_vec::<f32>()
                 .map_err(|error| TrainError::Data(format!("reading scores: {error:?}")))?;
             for (row, &index) in chunk.iter().enumerate() {
                 let request = &requests[index];

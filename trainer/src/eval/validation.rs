@@ -2,9 +2,8 @@
 
 use std::path::Path;
 
-use burn::tensor::ElementConversion;
+use burn::tensor::Device;
 use burn::train::InferenceStep;
-use burn_trainium::collective::CollectiveBackend;
 use hlat::Hlat;
 
 use crate::config::TrainConfig;
@@ -28,12 +27,12 @@ pub struct EvalReport {
 /// Measures `model` on up to `rows` validation rows of `data`, split and cut as a run with
 /// `config` does (`seq_len`, seed and corpus budgets), in batches of `micro_batch_rows` (the
 /// last one padded to that size).
-pub fn evaluate_model<B: CollectiveBackend>(
-    model: Hlat<B>,
+pub fn evaluate_model(
+    model: Hlat,
     data: &DataChoice,
     config: &TrainConfig,
     rows: usize,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<EvalReport, TrainError> {
     let seq_len = config.seq_len;
     if seq_len > model.config().max_seq_len {
@@ -70,14 +69,14 @@ pub fn evaluate_model<B: CollectiveBackend>(
 
 /// Loads any checkpoint `hlat::checkpoint::load_any` accepts (native, Hugging Face, or a run
 /// folder) and evaluates it.
-pub fn evaluate_checkpoint<B: CollectiveBackend>(
+pub fn evaluate_checkpoint(
     dir: &Path,
     data: &DataChoice,
     config: &TrainConfig,
     rows: usize,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<EvalReport, TrainError> {
-    let (_, model, _) = hlat::checkpoint::load_any::<B>(dir, device)
+    let (_, model, _) = hlat::checkpoint::load_any(dir, device)
         .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))?;
     evaluate_model(model, data, config, rows, device)
 }
@@ -85,11 +84,11 @@ pub fn evaluate_checkpoint<B: CollectiveBackend>(
 /// Mean loss of `model` (in inference mode) over `rows`, in batches of exactly `batch_rows` rows
 /// (the last one padded, so every batch has one shape and a compiled device one program), each
 /// weighted by its target tokens; a failed read is [`TrainError::Device`].
-pub fn mean_loss<B: CollectiveBackend>(
-    model: &LanguageModel<B>,
+pub fn mean_loss(
+    model: &LanguageModel,
     rows: &[Vec<u32>],
     batch_rows: usize,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<f64, TrainError> {
     let batch_rows = batch_rows.max(1);
     let mut weighted = 0.0;
@@ -97,9 +96,10 @@ pub fn mean_loss<B: CollectiveBackend>(
     for chunk in rows.chunks(batch_rows) {
         let batch = LmBatch::padded(chunk, batch_rows, device);
         let output = InferenceStep::step(model, batch);
-        let loss: f64 = output.loss.try_into_scalar()?.elem();
-        weighted += loss * output.tokens as f64;
-        tokens += output.tokens;
+        let batch_tokens = output.tokens;
+        let loss = output.read()?.loss;
+        weighted += loss * batch_tokens as f64;
+        tokens += batch_tokens;
     }
     Ok(weighted / tokens.max(1) as f64)
 }

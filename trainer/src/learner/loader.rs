@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
-use burn::tensor::backend::Backend;
-use burn_trainium::collective::CollectiveBackend;
+use burn::data::dataset::DatasetError;
+use burn::tensor::Device;
 
 use crate::data::{DataError, RowSource, Sampler, SamplerState};
 use crate::language_model::LmBatch;
@@ -22,8 +22,8 @@ pub struct LayoutBatcher {
     pub layout: ParallelLayout,
 }
 
-impl<B: CollectiveBackend> Batcher<B, Vec<u32>, LmBatch<B>> for LayoutBatcher {
-    fn batch(&self, rows: Vec<Vec<u32>>, device: &B::Device) -> LmBatch<B> {
+impl Batcher<Vec<u32>, LmBatch> for LayoutBatcher {
+    fn batch(&self, rows: Vec<Vec<u32>>, device: &Device) -> LmBatch {
         LmBatch::for_layout(&rows, &self.layout, device)
     }
 }
@@ -37,8 +37,8 @@ pub struct RowsBatcher {
     pub rows: usize,
 }
 
-impl<B: Backend> Batcher<B, Vec<u32>, LmBatch<B>> for RowsBatcher {
-    fn batch(&self, rows: Vec<Vec<u32>>, device: &B::Device) -> LmBatch<B> {
+impl Batcher<Vec<u32>, LmBatch> for RowsBatcher {
+    fn batch(&self, rows: Vec<Vec<u32>>, device: &Device) -> LmBatch {
         LmBatch::padded(&rows, self.rows, device)
     }
 }
@@ -46,12 +46,12 @@ impl<B: Backend> Batcher<B, Vec<u32>, LmBatch<B>> for RowsBatcher {
 /// The micro-batches of one optimizer step: `rows` cut into one contiguous slice per
 /// data-parallel rank, each slice into micro-batches of `micro_batch_rows` rows; the
 /// tensor-parallel ranks of one model replica see the same rows.
-pub fn step_micro_batches<B: CollectiveBackend>(
+pub fn step_micro_batches(
     rows: &[Vec<u32>],
     micro_batch_rows: usize,
     layout: &ParallelLayout,
-    device: &B::Device,
-) -> Vec<LmBatch<B>> {
+    device: &Device,
+) -> Vec<LmBatch> {
     let slices = split_rows(rows, layout.data);
     let accumulation = slices[0].len() / micro_batch_rows;
     (0..accumulation)
@@ -70,18 +70,18 @@ pub fn step_micro_batches<B: CollectiveBackend>(
 /// that starts at `start`, each step `rows_per_step` rows cut into micro-batches (the loader's
 /// items, `accumulation` per step) by [`step_micro_batches`]. Every iteration starts again from
 /// `start`, so the sequence is the same each time; progress counts rows.
-pub struct StepLoader<B: CollectiveBackend> {
+pub struct StepLoader {
     source: Arc<dyn RowSource>,
     start: SamplerState,
     rows_per_step: usize,
     micro_batch_rows: usize,
     layout: ParallelLayout,
-    device: B::Device,
+    device: Device,
     /// The micro-batches this loader yields, counted from `start`.
     items: std::ops::Range<usize>,
 }
 
-impl<B: CollectiveBackend> Clone for StepLoader<B> {
+impl Clone for StepLoader {
     fn clone(&self) -> Self {
         Self {
             source: Arc::clone(&self.source),
@@ -95,7 +95,7 @@ impl<B: CollectiveBackend> Clone for StepLoader<B> {
     }
 }
 
-impl<B: CollectiveBackend> StepLoader<B> {
+impl StepLoader {
     /// `steps` steps of `rows_per_step` rows from `source`, sampled from `start` on; each
     /// data-parallel rank's share of a step is cut into micro-batches of `micro_batch_rows` rows.
     pub fn new(
@@ -105,7 +105,7 @@ impl<B: CollectiveBackend> StepLoader<B> {
         rows_per_step: usize,
         micro_batch_rows: usize,
         layout: ParallelLayout,
-        device: B::Device,
+        device: Device,
     ) -> Result<Self, DataError> {
         let share = layout.data * micro_batch_rows;
         if share == 0 || rows_per_step == 0 || !rows_per_step.is_multiple_of(share) {
@@ -153,8 +153,8 @@ impl<B: CollectiveBackend> StepLoader<B> {
     }
 }
 
-impl<B: CollectiveBackend> DataLoader<B, LmBatch<B>> for StepLoader<B> {
-    fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<LmBatch<B>> + 'a> {
+impl DataLoader<LmBatch> for StepLoader {
+    fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<LmBatch> + 'a> {
         let first_step = (self.items.start / self.accumulation()) as u64;
         let mut sampler = Sampler::new(Arc::clone(&self.source), self.start.seed)
             .expect("checked when the loader was made");
@@ -173,14 +173,14 @@ impl<B: CollectiveBackend> DataLoader<B, LmBatch<B>> for StepLoader<B> {
         self.items.len() * self.rows_per_item()
     }
 
-    fn to_device(&self, device: &B::Device) -> Arc<dyn DataLoader<B, LmBatch<B>>> {
+    fn to_device(&self, device: &Device) -> Arc<dyn DataLoader<LmBatch>> {
         Arc::new(Self {
             device: device.clone(),
             ..self.clone()
         })
     }
 
-    fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<B, LmBatch<B>>> {
+    fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<LmBatch>> {
         let per_item = self.rows_per_item();
         let first = self.items.start + start / per_item;
         let last = (self.items.start + end.div_ceil(per_item)).min(self.items.end);
@@ -192,19 +192,19 @@ impl<B: CollectiveBackend> DataLoader<B, LmBatch<B>> for StepLoader<B> {
 }
 
 /// Iterates a [`StepLoader`]: draws a step's rows when its first micro-batch is asked for.
-struct StepIterator<'a, B: CollectiveBackend> {
-    loader: &'a StepLoader<B>,
+struct StepIterator<'a> {
+    loader: &'a StepLoader,
     sampler: Sampler<Arc<dyn RowSource>>,
     /// Index of the next micro-batch.
     next: usize,
     /// The rest of the current step's micro-batches.
-    pending: VecDeque<LmBatch<B>>,
+    pending: VecDeque<LmBatch>,
 }
 
-impl<B: CollectiveBackend> Iterator for StepIterator<'_, B> {
-    type Item = LmBatch<B>;
+impl Iterator for StepIterator<'_> {
+    type Item = Result<LmBatch, DatasetError>;
 
-    fn next(&mut self) -> Option<LmBatch<B>> {
+    fn next(&mut self) -> Option<Result<LmBatch, DatasetError>> {
         if self.next >= self.loader.items.end {
             return None;
         }
@@ -223,16 +223,17 @@ impl<B: CollectiveBackend> Iterator for StepIterator<'_, B> {
             .collect();
         }
         self.next += 1;
-        self.pending.pop_front()
+        self.pending.pop_front().map(Ok)
     }
 }
 
-impl<B: CollectiveBackend> DataLoaderIterator<LmBatch<B>> for StepIterator<'_, B> {
+impl DataLoaderIterator<LmBatch> for StepIterator<'_> {
     fn progress(&self) -> Progress {
         let per_item = self.loader.rows_per_item();
         Progress::new(
             (self.next - self.loader.items.start) * per_item,
             self.loader.num_items(),
+            Some("rows".to_string()),
         )
     }
 }

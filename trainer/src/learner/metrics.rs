@@ -3,17 +3,18 @@
 
 use std::sync::Arc;
 
+use burn::tensor::TensorReadError;
 use burn::train::metric::state::{FormatOptions, NumericMetricState};
 use burn::train::metric::{
     Adaptor, Metric, MetricAttributes, MetricMetadata, MetricName, Numeric, NumericAttributes,
     NumericEntry, SerializedEntry,
 };
 
-use crate::language_model::LmOutputSync;
+use crate::language_model::LmOutput;
 
-impl Adaptor<LmOutputSync> for LmOutputSync {
-    fn adapt(&self) -> LmOutputSync {
-        *self
+impl Adaptor<LmOutput> for LmOutput {
+    fn adapt(&self) -> LmOutput {
+        self.clone()
     }
 }
 
@@ -29,7 +30,7 @@ impl TokenLossMetric {
     pub fn new() -> Self {
         Self {
             name: Arc::new("Loss".to_string()),
-            state: NumericMetricState::new(),
+            state: NumericMetricState::default(),
         }
     }
 }
@@ -41,14 +42,24 @@ impl Default for TokenLossMetric {
 }
 
 impl Metric for TokenLossMetric {
-    type Input = LmOutputSync;
+    type Input = LmOutput;
 
-    fn update(&mut self, item: &LmOutputSync, _metadata: &MetricMetadata) -> SerializedEntry {
-        self.state.update(
-            item.loss,
-            item.tokens,
-            FormatOptions::new(self.name()).precision(4),
-        )
+    fn update(
+        &mut self,
+        item: &LmOutput,
+        _metadata: &MetricMetadata,
+    ) -> Result<SerializedEntry, TensorReadError> {
+        let item = item.clone().read()?;
+        self.state.update(item.loss, item.tokens);
+        Ok(self
+            .state
+            .compute_update(FormatOptions::new(self.name()).precision(4)))
+    }
+
+    fn compute(&mut self) -> Result<SerializedEntry, TensorReadError> {
+        Ok(self
+            .state
+            .compute_final(FormatOptions::new(self.name()).precision(4)))
     }
 
     fn clear(&mut self) {
@@ -69,11 +80,15 @@ impl Metric for TokenLossMetric {
 }
 
 impl Numeric for TokenLossMetric {
-    fn value(&self) -> NumericEntry {
-        self.state.current_value()
+    fn value(&self) -> Option<NumericEntry> {
+        Some(self.state.current_value())
     }
 
-    fn running_value(&self) -> NumericEntry {
-        self.state.running_value()
+    fn running_value(&self) -> Option<NumericEntry> {
+        Some(self.state.running_value())
+    }
+
+    fn final_value(&self) -> NumericEntry {
+        self.state.final_value()
     }
 }

@@ -11,6 +11,7 @@ mod metrics;
 mod observer;
 mod optimizer_step;
 mod renderer;
+mod run_logs;
 mod shared_optimizer;
 mod strategy;
 
@@ -19,5 +20,6 @@ pub use metrics::TokenLossMetric;
 pub use observer::{ObservedStep, RunEnd, StepObserver};
 pub use optimizer_step::{OptimizerStep, step_seed};
 pub use renderer::ProgressRenderer;
+pub use run_logs::RunFolderLogger;
 pub use shared_optimizer::SharedOptimizer;
-pub use strategy::{HlatComponents, HlatStrategy};
+pub use strategy::HlatStrategy;

@@ -3,13 +3,12 @@
 
 use crate::error::TrainError;
 use crate::language_model::LanguageModel;
-use crate::parallel::TrainingBackend;
 use crate::progress::{StepReport, TrainingProgress};
 
 /// One finished optimizer step, as the strategy reports it.
-pub struct ObservedStep<'a, B: TrainingBackend> {
+pub struct ObservedStep<'a> {
     /// The model after the step's update.
-    pub model: &'a LanguageModel<B>,
+    pub model: &'a LanguageModel,
     /// The counters after the step.
     pub progress: TrainingProgress,
     /// What the step did.
@@ -21,9 +20,9 @@ pub struct ObservedStep<'a, B: TrainingBackend> {
 }
 
 /// How training ended.
-pub struct RunEnd<'a, B: TrainingBackend> {
+pub struct RunEnd<'a> {
     /// The model at the end.
-    pub model: &'a LanguageModel<B>,
+    pub model: &'a LanguageModel,
     /// The counters at the end.
     pub progress: TrainingProgress,
     /// The error that stopped training (too many non-finite steps in a row, or one returned by
@@ -32,10 +31,10 @@ pub struct RunEnd<'a, B: TrainingBackend> {
 }
 
 /// Told of every optimizer step and of the end of training.
-pub trait StepObserver<B: TrainingBackend>: Send + Sync {
+pub trait StepObserver: Send + Sync {
     /// After each optimizer step. An error stops training and is handed to [`StepObserver::end`].
-    fn after_step(&self, step: ObservedStep<'_, B>) -> Result<(), TrainError>;
+    fn after_step(&self, step: ObservedStep<'_>) -> Result<(), TrainError>;
 
     /// Once, when training ends for any reason.
-    fn end(&self, end: RunEnd<'_, B>);
+    fn end(&self, end: RunEnd<'_>);
 }

@@ -4,17 +4,15 @@
 //! `Learner` of their own ([`OptimizerStep::learner`]), step by step.
 
 use burn::module::Module;
-use burn::optim::Optimizer;
 use burn::train::Learner;
 
 use burn_trainium::profile::phase;
 
-use super::HlatComponents;
 use crate::config::TrainConfig;
 use crate::error::TrainError;
 use crate::language_model::{LanguageModel, LmBatch};
 use crate::optimizer::{AdamWSettings, HlatAdamW};
-use crate::parallel::{ParallelLayout, TrainingBackend};
+use crate::parallel::ParallelLayout;
 use crate::progress::{StepReport, TrainingProgress};
 use crate::schedule::{WarmupCosine, WarmupCosineScheduler};
 use crate::step_gradients::step_gradients;
@@ -50,12 +48,12 @@ impl OptimizerStep {
 
     /// A `Learner` of `model` at step 0 for this step: HLAT's AdamW with `settings` (its state
     /// partitioned under the layout's ZeRO-1) and `schedule`.
-    pub fn learner<B: TrainingBackend>(
+    pub fn learner(
         &self,
-        model: LanguageModel<B>,
+        model: LanguageModel,
         settings: AdamWSettings,
         schedule: WarmupCosine,
-    ) -> Learner<HlatComponents<B>> {
+    ) -> Learner<LanguageModel> {
         let optimizer = HlatAdamW::new(settings)
             .with_zero1(self.layout.zero1())
             .init();
@@ -70,26 +68,23 @@ impl OptimizerStep {
     /// [`TrainError::NonFinite`]; a failed read back is [`TrainError::Device`].
     ///
     /// # Panics
-    /// When `micro_batches` is empty.
-    pub fn run<B, O>(
+    /// When `micro_batches` is empty, or the learner's model is not on an autodiff device
+    /// (`Device::autodiff`).
+    pub fn run(
         &self,
-        learner: &mut Learner<HlatComponents<B, O>>,
+        learner: &mut Learner<LanguageModel>,
         progress: &mut TrainingProgress,
-        micro_batches: Vec<LmBatch<B>>,
-    ) -> Result<StepReport, TrainError>
-    where
-        B: TrainingBackend,
-        O: Optimizer<LanguageModel<B>, B> + 'static,
-    {
+        micro_batches: Vec<LmBatch>,
+    ) -> Result<StepReport, TrainError> {
         learner.lr_step();
-        let lr = learner.lr_current();
+        let lr = learner.lr_current().base();
         let model = learner.model();
         let step = progress.step + 1;
         let update = step_gradients(&model, micro_batches, &self.layout, self.clip_grad_norm)?;
         let report = progress.record(step, lr, &update, self.max_consecutive_skips)?;
         if !report.skipped {
             let _span = tracing::info_span!(phase::OPTIMIZER).entered();
-            B::seed(&model.devices()[0], step_seed(self.seed, step));
+            model.devices()[0].seed(step_seed(self.seed, step));
             learner.optimizer_step(update.grads);
         }
         Ok(report)

@@ -4,18 +4,24 @@
 use std::collections::{BTreeMap, HashMap};
 
 use burn::train::LearnerSummary;
+use burn::train::logger::{EvaluationProgressLogger, TrainingProgressLogger};
 use burn::train::metric::{MetricDefinition, MetricId};
 use burn::train::renderer::{
-    EvaluationName, EvaluationProgress, MetricState, MetricsRenderer, MetricsRendererEvaluation,
-    MetricsRendererTraining, ProgressType, TrainingProgress,
+    EvaluationName, MetricState, MetricsRenderer, MetricsRendererEvaluation,
+    MetricsRendererTraining,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A progress bar over a run's optimizer steps, with the latest value of each numeric metric
-/// (training, and validation once measured).
+/// (training, and validation once measured). Each item of a training split is one optimizer
+/// step (as [`super::HlatStrategy`] reports them).
 pub struct ProgressRenderer {
     bar: ProgressBar,
     first_step: u64,
+    /// Optimizer steps of this run so far.
+    steps: u64,
+    /// The open splits (`train`, `valid` inside it while validating), innermost last.
+    splits: Vec<String>,
     names: HashMap<MetricId, String>,
     train: BTreeMap<String, f64>,
     valid: BTreeMap<String, f64>,
@@ -38,6 +44,8 @@ impl ProgressRenderer {
         Self {
             bar,
             first_step,
+            steps: 0,
+            splits: Vec::new(),
             names: HashMap::new(),
             train: BTreeMap::new(),
             valid: BTreeMap::new(),
@@ -46,7 +54,7 @@ impl ProgressRenderer {
 
     /// Records the value of a numeric metric under its registered name.
     fn record(&self, values: &mut BTreeMap<String, f64>, state: MetricState) {
-        if let MetricState::Numeric(entry, value) = state
+        if let MetricState::Numeric(entry, Some(value)) = state
             && let Some(name) = self.names.get(&entry.metric_id)
         {
             values.insert(name.clone(), value.current());
@@ -79,17 +87,6 @@ impl MetricsRendererTraining for ProgressRenderer {
         self.valid = values;
     }
 
-    fn render_train(&mut self, item: TrainingProgress, _indicators: Vec<ProgressType>) {
-        if let Some(iteration) = item.iteration {
-            self.bar.set_position(self.first_step + iteration as u64);
-        }
-        self.bar.set_message(self.message());
-    }
-
-    fn render_valid(&mut self, _item: TrainingProgress, _indicators: Vec<ProgressType>) {
-        self.bar.set_message(self.message());
-    }
-
     fn on_train_end(
         &mut self,
         summary: Option<LearnerSummary>,
@@ -102,16 +99,63 @@ impl MetricsRendererTraining for ProgressRenderer {
     }
 }
 
+impl TrainingProgressLogger for ProgressRenderer {
+    fn start(
+        &mut self,
+        _total_epochs: usize,
+        _starting_epoch: usize,
+        _total_items: Option<usize>,
+        _label: Option<&str>,
+    ) {
+    }
+
+    fn update_epoch(&mut self, _epoch: usize) {}
+
+    fn start_split(&mut self, split: &str, _total_items: usize) {
+        self.splits.push(split.to_string());
+    }
+
+    fn update_split(&mut self, _items_processed: usize) {
+        if self.splits.last().is_some_and(|split| split == "train") {
+            self.steps += 1;
+            self.bar.set_position(self.first_step + self.steps);
+        }
+        self.bar.set_message(self.message());
+    }
+
+    fn end_split(&mut self) {
+        self.splits.pop();
+        self.bar.set_message(self.message());
+    }
+
+    fn end(&mut self) {}
+
+    fn log_event_training(&mut self, _event: String) {}
+}
+
+impl EvaluationProgressLogger for ProgressRenderer {
+    fn start_global_progress(&mut self, _total_tests: usize) {}
+
+    fn start_test(&mut self, _name: &str, _total_items: usize) {}
+
+    fn update_test_progress(&mut self, _items_processed: usize) {}
+
+    fn end_test(&mut self) {}
+
+    fn end_global_progress(&mut self) {}
+
+    fn log_event_evaluation(&mut self, _event: String) {}
+}
+
 impl MetricsRendererEvaluation for ProgressRenderer {
     fn update_test(&mut self, _name: EvaluationName, _state: MetricState) {}
-
-    fn render_test(&mut self, _item: EvaluationProgress, _indicators: Vec<ProgressType>) {}
 }
 
 impl MetricsRenderer for ProgressRenderer {
     fn manual_close(&mut self) {}
 
     fn register_metric(&mut self, definition: MetricDefinition) {
-        self.names.insert(definition.metric_id, definition.name);
+        self.names
+            .insert(definition.metric_id, definition.name.to_string());
     }
 }

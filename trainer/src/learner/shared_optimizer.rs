@@ -1,73 +1,130 @@
 //! [`SharedOptimizer`]: an optimizer whose state the code that handed it to a `Learner` can
 //! still read.
 //!
-//! burn-train 0.21's `Learner` keeps its optimizer private and offers its state only to Burn's own
-//! per-epoch checkpointer. A run that checkpoints every N steps in its own layout (optimizer state
-//! resharded across parallel layouts, next to the data sampler's position) keeps a clone of this
-//! handle and reads the state through it.
+//! burn-train's `Learner` keeps its optimizer (a Burn `ModuleOptimizer`) private and offers its
+//! state only to Burn's own per-epoch checkpointer, as host data. A run that checkpoints every N
+//! steps in its own layout (optimizer state resharded across parallel layouts on the device,
+//! next to the data sampler's position) keeps a clone of this handle and reads the state through
+//! it: the `Learner`'s optimizer ([`SharedOptimizer::module_optimizer`]) updates each parameter
+//! with HLAT's AdamW bound to that parameter, whose state lives in the shared [`HlatOptimizer`].
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use burn::module::AutodiffModule;
-use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
-use burn::tensor::backend::AutodiffBackend;
+use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
+use burn::optim::{ModuleOptimizer, Optimizer};
+use burn::tensor::{Device, Tensor};
+
+use crate::optimizer::{AdamWState, HlatAdamW, HlatOptimizer};
 
 /// An optimizer shared between a `Learner` and the code that built it: clones are handles to
 /// one optimizer and one state.
-pub struct SharedOptimizer<O> {
-    inner: Arc<Mutex<O>>,
+#[derive(Clone)]
+pub struct SharedOptimizer {
+    inner: Arc<Mutex<HlatOptimizer>>,
 }
 
-impl<O> Clone for SharedOptimizer<O> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
-    }
-}
-
-impl<O> SharedOptimizer<O> {
-    /// Shares `optimizer`.
-    pub fn new(optimizer: O) -> Self {
+impl SharedOptimizer {
+    /// Shares `optimizer` (with its state, e.g. a checkpoint's).
+    pub fn new(optimizer: HlatOptimizer) -> Self {
         Self {
             inner: Arc::new(Mutex::new(optimizer)),
         }
     }
 
     /// The optimizer, locked for the caller.
-    pub fn lock(&self) -> MutexGuard<'_, O> {
+    pub fn lock(&self) -> MutexGuard<'_, HlatOptimizer> {
         // A panic while the lock was held leaves a state that is still a valid optimizer state.
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// The optimizer to hand to a `Learner` of `module`: each float parameter of `module` is
+    /// updated by HLAT's AdamW with its state kept in this shared optimizer. A parameter that
+    /// `module` did not have panics when updated (its state would escape the checkpoints).
+    pub fn module_optimizer<M: Module>(&self, module: &M) -> ModuleOptimizer {
+        let mut ids = ParamIds(Vec::new());
+        module.visit(&mut ids);
+        ids.0.into_iter().fold(
+            ModuleOptimizer::from(UnknownParameter {
+                adamw: self.lock().adamw().clone(),
+            }),
+            |optimizer, id| {
+                optimizer.with_group(
+                    ParamGroup::from_ids(vec![id]),
+                    BoundAdamW {
+                        id,
+                        shared: self.clone(),
+                    },
+                    None,
+                )
+            },
+        )
+    }
 }
 
-impl<M, B, O> Optimizer<M, B> for SharedOptimizer<O>
-where
-    M: AutodiffModule<B>,
-    B: AutodiffBackend,
-    O: Optimizer<M, B>,
-{
-    type Record = O::Record;
+/// The ids of a module's float parameters.
+struct ParamIds(Vec<ParamId>);
 
-    fn step(&mut self, lr: f64, module: M, grads: GradientsParams) -> M {
-        self.lock().step(lr, module, grads)
+impl ModuleVisitor for ParamIds {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0.push(param.id);
+    }
+}
+
+/// HLAT's AdamW for parameter `id`, its state in the shared optimizer.
+#[derive(Clone)]
+struct BoundAdamW {
+    id: ParamId,
+    shared: SharedOptimizer,
+}
+
+impl Optimizer for BoundAdamW {
+    type State<const D: usize> = AdamWState<D>;
+
+    fn step<const D: usize>(
+        &self,
+        lr: f64,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        self.shared
+            .lock()
+            .step_param(self.id, lr, tensor, grad, state)
     }
 
-    fn step_multi(&mut self, lr: f64, module: M, grads: MultiGradientsParams) -> M {
-        self.lock().step_multi(lr, module, grads)
+    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
+        <HlatAdamW as Optimizer>::to_device(state, device)
+    }
+}
+
+/// The optimizer of the parameters [`SharedOptimizer::module_optimizer`] was not made for.
+#[derive(Clone)]
+struct UnknownParameter {
+    adamw: HlatAdamW,
+}
+
+impl Optimizer for UnknownParameter {
+    type State<const D: usize> = AdamWState<D>;
+
+    fn step<const D: usize>(
+        &self,
+        _lr: f64,
+        tensor: Tensor<D>,
+        _grad: Tensor<D>,
+        _state: Option<Self::State<D>>,
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        panic!(
+            "a parameter of shape {:?} is not one of the module the shared optimizer ({:?}) was \
+             made for (SharedOptimizer::module_optimizer): its state would be missing from the \
+             checkpoints",
+            tensor.dims(),
+            self.adamw
+        )
     }
 
-    fn to_record(&self) -> Self::Record {
-        self.lock().to_record()
-    }
-
-    fn load_record(self, record: Self::Record) -> Self {
-        {
-            let mut optimizer = self.lock();
-            *optimizer = optimizer.clone().load_record(record);
-        }
-        self
+    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
+        <HlatAdamW as Optimizer>::to_device(state, device)
     }
 }

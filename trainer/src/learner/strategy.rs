@@ -3,12 +3,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use burn::data::dataloader::Progress;
-use burn::module::{AutodiffModule, Module};
-use burn::optim::Optimizer;
-use burn::tensor::{ElementConversion, Tensor};
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
 use burn::train::{
-    EventProcessorTraining, InferenceStep, Learner, LearnerEvent, LearningComponentsMarker,
+    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent,
     SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainingComponents,
     TrainingItem, ValidLoader,
 };
@@ -17,16 +15,9 @@ use burn_trainium::profile::phase;
 
 use super::observer::{ObservedStep, RunEnd, StepObserver};
 use super::optimizer_step::OptimizerStep;
-use crate::language_model::{LanguageModel, LmOutput};
-use crate::optimizer::HlatOptimizer;
-use crate::parallel::TrainingBackend;
+use crate::error::TrainError;
+use crate::language_model::{LanguageModel, LmBatch, LmOutput};
 use crate::progress::TrainingProgress;
-use crate::schedule::WarmupCosineScheduler;
-
-/// The learning components of an HLAT run on backend `B` with optimizer `O` (HLAT's AdamW by
-/// default).
-pub type HlatComponents<B, O = HlatOptimizer<LanguageModel<B>, B>> =
-    LearningComponentsMarker<B, WarmupCosineScheduler, LanguageModel<B>, O>;
 
 /// HLAT's training recipe as a supervised learning strategy.
 ///
@@ -35,8 +26,15 @@ pub type HlatComponents<B, O = HlatOptimizer<LanguageModel<B>, B>> =
 /// learning-rate scheduler stepped once, gradients averaged over micro-batches and data-parallel
 /// replicas (or reduce-scattered under ZeRO-1), global-norm clipping, non-finite steps skipped
 /// (the run stops after too many in a row).
+///
+/// The strategy trains on its `device` with autodiff (`Device::autodiff`): it forks the
+/// learner's model there, moves the training loader there and the validation loader to the same
+/// device without autodiff. Each epoch is one training split of Burn's event processor, each
+/// validation one validation split.
 #[derive(Clone)]
-pub struct HlatStrategy<B: TrainingBackend> {
+pub struct HlatStrategy {
+    /// The device the model trains on.
+    pub device: Device,
     /// The optimizer step the strategy runs.
     pub step: OptimizerStep,
     /// The counters the run starts from: zero for a fresh run, a checkpoint's when resuming.
@@ -45,13 +43,15 @@ pub struct HlatStrategy<B: TrainingBackend> {
     /// (0: only then).
     pub validate_every: u64,
     /// Told of every optimizer step and of the end of training (metrics files, checkpoints).
-    pub observer: Option<Arc<dyn StepObserver<B>>>,
+    pub observer: Option<Arc<dyn StepObserver>>,
 }
 
-impl<B: TrainingBackend> HlatStrategy<B> {
-    /// The recipe of `step` from step 0, validating after each epoch, with no observer.
-    pub fn new(step: OptimizerStep) -> Self {
+impl HlatStrategy {
+    /// The recipe of `step` on `device` from step 0, validating after each epoch, with no
+    /// observer.
+    pub fn new(step: OptimizerStep, device: Device) -> Self {
         Self {
+            device,
             step,
             start: TrainingProgress::default(),
             validate_every: 0,
@@ -60,22 +60,34 @@ impl<B: TrainingBackend> HlatStrategy<B> {
     }
 }
 
-impl<B, O> SupervisedLearningStrategy<HlatComponents<B, O>> for HlatStrategy<B>
-where
-    B: TrainingBackend,
-    O: Optimizer<LanguageModel<B>, B> + 'static,
-{
+/// The next `count` items of a training loader (fewer at its end); a failed read is
+/// [`TrainError::Data`].
+fn take_items(
+    items: &mut dyn Iterator<Item = Result<LmBatch, burn::data::dataset::DatasetError>>,
+    count: usize,
+) -> Result<Vec<LmBatch>, TrainError> {
+    items
+        .take(count)
+        .map(|item| item.map_err(|error| TrainError::Data(error.to_string())))
+        .collect()
+}
+
+impl SupervisedLearningStrategy<LanguageModel> for HlatStrategy {
     fn fit(
         &self,
-        components: TrainingComponents<HlatComponents<B, O>>,
-        mut learner: Learner<HlatComponents<B, O>>,
-        dataloader_train: TrainLoader<HlatComponents<B, O>>,
-        dataloader_valid: ValidLoader<HlatComponents<B, O>>,
+        components: TrainingComponents<LanguageModel>,
+        mut learner: Learner<LanguageModel>,
+        dataloader_train: TrainLoader<LanguageModel>,
+        dataloader_valid: ValidLoader<LanguageModel>,
         starting_epoch: usize,
     ) -> (
-        LanguageModel<B>,
-        SupervisedTrainingEventProcessor<HlatComponents<B, O>>,
+        LanguageModel,
+        SupervisedTrainingEventProcessor<LanguageModel>,
     ) {
+        let device = self.device.clone().autodiff();
+        learner.fork(&device);
+        let dataloader_train = dataloader_train.to_device(&device);
+        let dataloader_valid = dataloader_valid.to_device(&device.clone().inner());
         let mut processor = components.event_processor;
         let mut checkpointer = components.checkpointer;
         let interrupter = components.interrupter;
@@ -83,10 +95,19 @@ where
         let mut progress = self.start;
         let mut failure = None;
         'epochs: for epoch in starting_epoch..=components.num_epochs {
-            let global = Progress::new(epoch, components.num_epochs);
+            interrupter.fail_on_error(processor.process_train(LearnerEvent::StartSplit {
+                epoch_number: epoch,
+                total_items: dataloader_train.num_items(),
+            }));
             let mut items = dataloader_train.iter();
             let mut iteration = 0;
-            let mut next: Vec<_> = items.by_ref().take(accumulation).collect();
+            let mut next = match take_items(&mut items, accumulation) {
+                Ok(next) => next,
+                Err(error) => {
+                    failure = Some(error);
+                    break 'epochs;
+                }
+            };
             let mut validated = false;
             while !next.is_empty() {
                 let step_span = tracing::info_span!(phase::STEP).entered();
@@ -102,28 +123,52 @@ where
                 };
                 let model = learner.model();
                 let item = LmOutput {
-                    loss: Tensor::<B, 1>::from_floats([report.loss as f32], &model.devices()[0]),
+                    loss: Tensor::<1>::from_floats(
+                        [report.loss as f32],
+                        &model.devices()[0].clone().inner(),
+                    ),
                     tokens: report.tokens,
                 };
                 let item = TrainingItem::new(
                     item,
                     items.progress(),
-                    global.clone(),
                     Some(iteration),
-                    Some(report.lr),
+                    Some(report.lr.into()),
                 );
-                processor.process_train(LearnerEvent::ProcessedItem(item));
+                interrupter
+                    .fail_on_error(processor.process_train(LearnerEvent::ProcessedItem(item)));
                 let seconds = started.elapsed().as_secs_f64();
 
-                next = tracing::info_span!(phase::DATA)
-                    .in_scope(|| items.by_ref().take(accumulation).collect());
+                next = match tracing::info_span!(phase::DATA)
+                    .in_scope(|| take_items(&mut items, accumulation))
+                {
+                    Ok(next) => next,
+                    Err(error) => {
+                        failure = Some(error);
+                        break 'epochs;
+                    }
+                };
                 drop(step_span);
                 let last = next.is_empty() || interrupter.should_stop();
                 validated = last
                     || (self.validate_every > 0 && report.step.is_multiple_of(self.validate_every));
-                let val_loss = validated
-                    .then(|| validate::<B, O>(&model, &dataloader_valid, &mut processor, &global))
-                    .flatten();
+                let val_loss = if validated {
+                    match validate(
+                        &model,
+                        &dataloader_valid,
+                        &mut processor,
+                        &interrupter,
+                        epoch,
+                    ) {
+                        Ok(val_loss) => val_loss,
+                        Err(error) => {
+                            failure = Some(error);
+                            break 'epochs;
+                        }
+                    }
+                } else {
+                    None
+                };
                 if let Some(observer) = &self.observer {
                     let observed = ObservedStep {
                         model: &model,
@@ -141,12 +186,21 @@ where
                     break;
                 }
             }
-            processor.process_train(LearnerEvent::EndEpoch(epoch));
+            interrupter.fail_on_error(processor.process_train(LearnerEvent::EndSplit(epoch)));
             if !validated {
                 // An epoch without steps.
-                validate::<B, O>(&learner.model(), &dataloader_valid, &mut processor, &global);
+                if let Err(error) = validate(
+                    &learner.model(),
+                    &dataloader_valid,
+                    &mut processor,
+                    &interrupter,
+                    epoch,
+                ) {
+                    failure = Some(error);
+                    break 'epochs;
+                }
             }
-            processor.process_valid(LearnerEvent::EndEpoch(epoch));
+            interrupter.fail_on_error(processor.process_train(LearnerEvent::EndEpoch(epoch)));
             if let Some(checkpointer) = &mut checkpointer {
                 checkpointer.checkpoint(&learner, epoch, &components.event_store);
             }
@@ -178,37 +232,35 @@ where
     }
 }
 
-/// Runs the validation loader on `model` in inference mode, reporting each batch to the event
-/// processor; returns the token-weighted mean loss (`None` without validation data).
-fn validate<B, O>(
-    model: &LanguageModel<B>,
-    loader: &ValidLoader<HlatComponents<B, O>>,
-    processor: &mut SupervisedTrainingEventProcessor<HlatComponents<B, O>>,
-    global: &Progress,
-) -> Option<f64>
-where
-    B: TrainingBackend,
-    O: Optimizer<LanguageModel<B>, B> + 'static,
-{
+/// Runs the validation loader on `model` in inference mode as one validation split of epoch
+/// `epoch`, reporting each batch to the event processor; returns the token-weighted mean loss
+/// (`None` without validation data). A failed read of a loss or of the loader is an error.
+fn validate(
+    model: &LanguageModel,
+    loader: &ValidLoader<LanguageModel>,
+    processor: &mut SupervisedTrainingEventProcessor<LanguageModel>,
+    interrupter: &Interrupter,
+    epoch: usize,
+) -> Result<Option<f64>, TrainError> {
     let _span = tracing::info_span!(phase::VALIDATION).entered();
     let model = model.valid();
+    interrupter.fail_on_error(processor.process_valid(LearnerEvent::StartSplit {
+        epoch_number: epoch,
+        total_items: loader.num_items(),
+    }));
     let mut items = loader.iter();
     let mut iteration = 0;
     let (mut weighted, mut tokens) = (0.0, 0);
     while let Some(batch) = items.next() {
+        let batch = batch.map_err(|error| TrainError::Data(error.to_string()))?;
         iteration += 1;
         let output = InferenceStep::step(&model, batch);
-        let loss: f64 = output.loss.clone().into_scalar().elem();
+        let loss = output.clone().read()?.loss;
         weighted += loss * output.tokens as f64;
         tokens += output.tokens;
-        let item = TrainingItem::new(
-            output,
-            items.progress(),
-            global.clone(),
-            Some(iteration),
-            None,
-        );
-        processor.process_valid(LearnerEvent::ProcessedItem(item));
+        let item = TrainingItem::new(output, items.progress(), Some(iteration), None);
+        interrupter.fail_on_error(processor.process_valid(LearnerEvent::ProcessedItem(item)));
     }
-    (tokens > 0).then(|| weighted / tokens as f64)
+    interrupter.fail_on_error(processor.process_valid(LearnerEvent::EndSplit(epoch)));
+    Ok((tokens > 0).then(|| weighted / tokens as f64))
 }

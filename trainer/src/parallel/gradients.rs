@@ -1,11 +1,10 @@
 //! Averaging gradients over data-parallel replicas: every gradient flattened into buckets, one
 //! all-reduce per bucket, then cut back into the parameters' shapes (as PyTorch DDP buckets them).
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
-use burn::tensor::backend::AutodiffBackend;
-use burn_trainium::collective::{self, CollectiveBackend, ReduceOp, ReplicaGroups};
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 use hlat::parallel::{ParamPath, PathVisitor, Placement, kv_copy_groups, visit_with_paths};
 
 use crate::clip::kv_copies_of;
@@ -15,20 +14,19 @@ pub const BUCKET_BYTES: usize = 25 * 1024 * 1024;
 
 /// Replaces every gradient of `module` by its mean over `groups`, bucketed: one all-reduce per
 /// [`BUCKET_BYTES`] of gradients.
-pub fn average_gradients<B, M>(module: &M, grads: &mut GradientsParams, groups: &ReplicaGroups)
-where
-    B: AutodiffBackend,
-    B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B>,
-{
-    let mut flatten = Flatten::<B> {
+pub fn average_gradients<M: Module>(
+    module: &M,
+    grads: &mut GradientsParams,
+    groups: &ReplicaGroups,
+) {
+    let mut flatten = Flatten {
         grads,
         buckets: Vec::new(),
         bucket_bytes: 0,
     };
     module.visit(&mut flatten);
     let buckets = flatten.buckets;
-    let mut restore = Restore::<B> {
+    let mut restore = Restore {
         grads,
         buckets: buckets
             .into_iter()
@@ -49,15 +47,15 @@ where
 }
 
 /// Takes every gradient out of `grads`, flattened, into buckets of one dtype.
-struct Flatten<'a, B: AutodiffBackend> {
+struct Flatten<'a> {
     grads: &'a mut GradientsParams,
-    buckets: Vec<Vec<Tensor<B::InnerBackend, 1>>>,
+    buckets: Vec<Vec<Tensor<1>>>,
     bucket_bytes: usize,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) else {
+impl ModuleVisitor for Flatten<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let Some(grad) = self.grads.get::<D>(param.id) else {
             return;
         };
         let bytes = grad.shape().num_elements() * grad.dtype().size();
@@ -81,22 +79,22 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
 
 /// An averaged bucket, the sizes of the gradients still to take from it, and where the next
 /// one starts.
-struct OpenBucket<B: AutodiffBackend> {
-    values: Tensor<B::InnerBackend, 1>,
+struct OpenBucket {
+    values: Tensor<1>,
     sizes: std::vec::IntoIter<usize>,
     offset: usize,
 }
 
 /// Puts the averaged buckets back, in the order [`Flatten`] took the gradients out.
-struct Restore<'a, B: AutodiffBackend> {
+struct Restore<'a> {
     grads: &'a mut GradientsParams,
-    buckets: std::vec::IntoIter<(Tensor<B::InnerBackend, 1>, Vec<usize>)>,
-    current: Option<OpenBucket<B>>,
+    buckets: std::vec::IntoIter<(Tensor<1>, Vec<usize>)>,
+    current: Option<OpenBucket>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+impl ModuleVisitor for Restore<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let Some(grad) = self.grads.remove::<D>(param.id) else {
             return;
         };
         let mut next = self
@@ -116,7 +114,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
                 .and_then(|bucket| bucket.sizes.next().map(|size| (bucket, size)));
         }
         let (bucket, size) = next.expect("a bucket holds at least one gradient");
-        let averaged: Tensor<B::InnerBackend, D> = bucket
+        let averaged: Tensor<D> = bucket
             .values
             .clone()
             .narrow(0, bucket.offset, size)
@@ -133,47 +131,38 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
 /// is held by several consecutive ranks ([`kv_copies_of`]), each of which computed the part of
 /// its gradient from its own query heads: those are summed over the ranks holding the head
 /// ([`kv_copy_groups`]), so that the copies stay the same after the optimizer step.
-pub fn reduce_replicated_gradients<B, M>(
+pub fn reduce_replicated_gradients<M: Module + 'static>(
     module: &M,
     grads: &mut GradientsParams,
     groups: &ReplicaGroups,
     sequence_parallel: bool,
-) where
-    B: AutodiffBackend,
-    B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B> + 'static,
-{
-    struct Reduce<'a, B: AutodiffBackend> {
+) {
+    struct Reduce<'a> {
         grads: &'a mut GradientsParams,
         groups: &'a ReplicaGroups,
         /// The ranks holding the same KV head, when several do.
         copy_groups: Option<ReplicaGroups>,
         sequence_parallel: bool,
-        backend: std::marker::PhantomData<B>,
     }
-    impl<B: AutodiffBackend> PathVisitor<B> for Reduce<'_, B>
-    where
-        B::InnerBackend: CollectiveBackend,
-    {
-        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+    impl PathVisitor for Reduce<'_> {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
             let groups = match (path.placement(), &self.copy_groups) {
                 (Placement::ReplicatedHeads { .. }, Some(copy_groups)) => copy_groups,
                 _ if path.partial_gradient(self.sequence_parallel) => self.groups,
                 _ => return,
             };
-            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+            if let Some(grad) = self.grads.remove::<D>(param.id) {
                 let summed = collective::all_reduce(grad, ReduceOp::Sum, groups);
                 self.grads.register(param.id, summed);
             }
         }
     }
-    let copies = kv_copies_of::<B, M>(module, groups.group_size());
-    let mut reduce = Reduce::<B> {
+    let copies = kv_copies_of(module, groups.group_size());
+    let mut reduce = Reduce {
         grads,
         groups,
         copy_groups: (copies > 1).then(|| kv_copy_groups(groups, copies)),
         sequence_parallel,
-        backend: std::marker::PhantomData,
     };
     visit_with_paths(module, ParamPath::with_kv_copies(copies), &mut reduce);
 }

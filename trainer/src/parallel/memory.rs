@@ -187,11 +187,12 @@ impl DeviceMemory {
 /// calibrated against what a replica holds after a forward pass (the device's live-bytes gauge;
 /// `tests/src/parallel_training.rs` checks the two agree). Per layer: five hidden-sized tensors
 /// of the norms and residuals (sequence-sharded under sequence parallelism), the two gathered
-/// inputs of the projections, four head-sized tensors of the local heads (queries, keys and values
-/// at the query heads, rotated, and the attention output), the scores three times in f32 (raw,
-/// masked, probabilities) with their mask, and five FFN-sized tensors of SwiGLU (gate and up
-/// projections; sigmoid, SiLU and product, which selective checkpointing recomputes). Then the
-/// final norm and the local logits in f32. Over a sequence that attends by blocks (without a
+/// inputs of the projections and two more full-sequence hidden-sized tensors, five head-sized tensors of the local heads (queries, keys and values
+/// at the query heads, rotated, and the attention output, also flattened for the output
+/// projection), the scores twice in f32 (raw and probabilities) with their mask, five FFN-sized
+/// tensors of SwiGLU (gate and up projections; sigmoid, SiLU and product, which selective
+/// checkpointing recomputes), and the broadcast forms of the norm gains, rotary tables and
+/// key/value projections. Then the final norm and the local logits in f32. Over a sequence that attends by blocks (without a
 /// cast compute copy), the scores of one block of queries instead of every layer's.
 fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> u64 {
     let tensor = layout.tensor as u64;
@@ -210,13 +211,24 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
 
     let layer_input = tokens * hidden * element / sequence_share;
     let norms = 5 * layer_input;
-    let gathered = 2 * tokens * hidden * element;
-    let attention_heads = 4 * tokens * local_heads * head_dim * element;
-    // Three f32 copies of the scores and a one-byte mask, for `queries` rows of queries.
-    let attention_core = |queries: u64| rows * local_heads * queries * seq * (3 * 4 + 1);
+    // The gathered inputs of the attention and the MLP, and two more full-sequence hidden-sized
+    // tensors Burn 0.22's autodiff keeps per layer (measured with the live-bytes gauge, not yet
+    // attributed to an operation).
+    let gathered = 4 * tokens * hidden * element;
+    let attention_heads = 5 * tokens * local_heads * head_dim * element;
+    // Two f32 copies of the scores (raw and probabilities: Burn 0.22's softmax keeps its output)
+    // and a one-byte mask, for `queries` rows of queries.
+    let attention_core = |queries: u64| rows * local_heads * queries * seq * (2 * 4 + 1);
     let mlp_projections = 2 * tokens * local_ffn * element;
     let mlp_activation = 3 * tokens * local_ffn * element;
-    let around_core = norms + gathered + attention_heads + mlp_projections + mlp_activation;
+    // Burn 0.22's autodiff keeps the broadcast forms of what a layer multiplies its activations
+    // by, which a device holds as tensors of their own: the two norm gains, the rotary tables of
+    // the queries and keys, and the key and value projections made 3-d for the batched product.
+    let local_kv_heads = (config.num_kv_heads as u64 / tensor).max(1);
+    let broadcast_views =
+        (2 * hidden + 4 * seq * head_dim + 2 * hidden * local_kv_heads * head_dim) * element;
+    let around_core =
+        norms + gathered + attention_heads + mlp_projections + mlp_activation + broadcast_views;
 
     // Over a long sequence (without a cast compute copy) no layer keeps its scores: the backward
     // pass runs the attention core again one block of queries at a time.
@@ -244,8 +256,9 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
             layers * (around_core - mlp_activation) + recomputed_core + mlp_activation
         }
     };
-    // The final norm's input and output, and the local logits in f32.
-    let head = 2 * tokens * hidden * element + tokens * (config.vocab_size as u64 / tensor) * 4;
+    // The final norm's input and output and its broadcast gain, and the local logits in f32.
+    let head =
+        (2 * tokens * hidden + hidden) * element + tokens * (config.vocab_size as u64 / tensor) * 4;
     kept_inputs + per_model + head
 }
 
@@ -371,7 +384,11 @@ mod tests {
             DeviceMemory::estimate(&config, &layout(1, 1, false), &shape).activation_bytes
         };
         let by_block = Precision::Bf16StochasticRounding;
-        assert_eq!(activations(8192, by_block), 2 * activations(4096, by_block));
+        // Linear: the broadcast weights do not depend on the sequence.
+        assert_eq!(
+            activations(16384, by_block) - activations(8192, by_block),
+            2 * (activations(8192, by_block) - activations(4096, by_block))
+        );
         // A cast compute copy keeps the plain backward pass, and every layer's scores.
         let mixed = Precision::Bf16Mixed;
         assert!(activations(8192, mixed) > 3 * activations(4096, mixed));

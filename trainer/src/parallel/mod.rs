@@ -20,27 +20,14 @@ pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients
 pub use hlat::recompute::ActivationCheckpointing;
 pub use launch::{DEFAULT_MASTER_PORT, LaunchError, Launcher, ProcessGroup, first_host};
 pub use memory::{DeviceMemory, LoraShape, PipelineShape, StepShape};
-pub(crate) use pipeline::{StateRecord, gather_stage_states, scatter_stage_states};
+pub(crate) use pipeline::{gather_stage_states, scatter_stage_states};
 pub use pipeline::{move_stage_gradients, sum_shared_gradients};
 pub use state::{Reshard, reshard_optimizer_state};
 pub use zero::{Zero1, scatter_gradients};
 
-use burn::tensor::backend::AutodiffBackend;
-use burn_trainium::collective::{CollectiveBackend, ReplicaGroups};
+use burn_trainium::collective::ReplicaGroups;
 use hlat::parallel::TensorParallel;
 use hlat::pipeline::PipelineParallel;
-
-/// A backend the trainer runs on: autodiff, with collectives on it and on its inner backend
-/// (every backend of this project: `Autodiff<Trainium>`, `Autodiff<NdArray>`, `Autodiff<Flex>`).
-pub trait TrainingBackend:
-    AutodiffBackend<InnerBackend: CollectiveBackend> + CollectiveBackend
-{
-}
-
-impl<B> TrainingBackend for B where
-    B: AutodiffBackend<InnerBackend: CollectiveBackend> + CollectiveBackend
-{
-}
 
 /// How the replicas of the training device share the work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

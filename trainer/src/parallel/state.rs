@@ -2,18 +2,15 @@
 //! the whole model's shapes for a checkpoint (so that any layout can resume from it) and split
 //! again when loaded.
 
-use burn::module::{AutodiffModule, Param};
-use burn::optim::Optimizer;
-use burn::optim::adaptor::OptimizerAdaptor;
+use burn::module::{Module, Param};
 use burn::tensor::Tensor;
-use burn::tensor::backend::AutodiffBackend;
-use burn_trainium::collective::{CollectiveBackend, ReplicaGroups};
+use burn_trainium::collective::ReplicaGroups;
 use hlat::parallel::{
     ParamPath, PathVisitor, Placement, join_parameter, split_parameter, visit_with_paths,
 };
 
 use super::{ParallelLayout, Zero1};
-use crate::optimizer::{AdamWState, HlatAdamW};
+use crate::optimizer::{AdamWState, OptimizerRecord as Record, StateRecord};
 
 /// Which way [`reshard_optimizer_state`] goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,37 +21,24 @@ pub enum Reshard {
     Split,
 }
 
-/// The record of [`crate::optimizer::HlatOptimizer`].
-pub(crate) type Record<M, B> = <OptimizerAdaptor<HlatAdamW, M, B> as Optimizer<M, B>>::Record;
-
 /// Joins or splits the moments of every parameter of `module` in `record` as `layout` shards
 /// them: over the tensor-parallel groups for split parameters, and over the data-parallel groups
 /// under ZeRO-1 (`module` holds this rank's tensor-parallel shards).
-pub fn reshard_optimizer_state<B, M>(
+pub fn reshard_optimizer_state<M: Module + 'static>(
     module: &M,
-    mut record: Record<M, B>,
+    mut record: Record,
     layout: &ParallelLayout,
     direction: Reshard,
-) -> Record<M, B>
-where
-    B: AutodiffBackend,
-    B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B> + 'static,
-{
-    struct Visitor<'a, B: AutodiffBackend<InnerBackend: CollectiveBackend>, M: AutodiffModule<B>> {
-        record: &'a mut Record<M, B>,
+) -> Record {
+    struct Visitor<'a> {
+        record: &'a mut Record,
         /// The tensor-parallel groups, when the model is split.
         tensor_groups: Option<ReplicaGroups>,
         zero1: Option<Zero1>,
         direction: Reshard,
     }
-    impl<B, M> PathVisitor<B> for Visitor<'_, B, M>
-    where
-        B: AutodiffBackend,
-        B::InnerBackend: CollectiveBackend,
-        M: AutodiffModule<B>,
-    {
-        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<B, D>>) {
+    impl PathVisitor for Visitor<'_> {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
             let tensor_split = match (&self.tensor_groups, path.placement()) {
                 (Some(_), Placement::Replicated) | (None, _) => None,
                 (Some(groups), placement) => Some((groups, placement)),
@@ -67,7 +51,7 @@ where
                 return;
             };
             let shape = param.val().shape();
-            let reshard = |mut tensor: Tensor<B::InnerBackend, D>| match self.direction {
+            let reshard = |mut tensor: Tensor<D>| match self.direction {
                 Reshard::Join => {
                     if let Some(zero1) = zero1 {
                         tensor = zero1.gather(tensor, shape.clone());
@@ -87,23 +71,20 @@ where
                     tensor
                 }
             };
-            let state: AdamWState<B::InnerBackend, D> = entry.into_state();
+            let state: AdamWState<D> = entry.into_state();
             let state = AdamWState {
                 moment1: reshard(state.moment1),
                 moment2: reshard(state.moment2),
                 time: state.time,
             };
-            self.record.insert(
-                param.id,
-                burn::optim::record::AdaptorRecord::from_state(state),
-            );
+            self.record.insert(param.id, StateRecord::from_state(state));
         }
     }
     let tensor_groups = layout.tensor_parallel().map(|parallel| parallel.groups);
     let copies = tensor_groups.as_ref().map_or(1, |groups| {
-        crate::clip::kv_copies_of::<B, M>(module, groups.group_size())
+        crate::clip::kv_copies_of(module, groups.group_size())
     });
-    let mut visitor = Visitor::<B, M> {
+    let mut visitor = Visitor {
         record: &mut record,
         tensor_groups,
         zero1: layout.zero1(),

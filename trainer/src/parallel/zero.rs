@@ -7,11 +7,10 @@
 //! owns elements `r⌈n / dp⌉ ..`. A slice keeps the parameter's rank, shaped `[1, …, 1, ⌈n / dp⌉]`,
 //! so that Burn's per-rank optimizer state and gradients can hold it.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Shape, Tensor};
-use burn_trainium::collective::{self, CollectiveBackend, ReplicaGroups};
+use burn_trainium::collective::{self, ReplicaGroups};
 
 /// The optimizer state of every parameter partitioned over the data-parallel `groups`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,30 +31,20 @@ impl Zero1 {
     }
 
     /// This rank's slice of `tensor` (`[1, …, 1, slice_len]`).
-    pub fn slice<B: CollectiveBackend, const D: usize>(
-        &self,
-        tensor: Tensor<B, D>,
-    ) -> Tensor<B, D> {
+    pub fn slice<const D: usize>(&self, tensor: Tensor<D>) -> Tensor<D> {
         let rows = self.rows(tensor);
         self.as_slice(collective::split(rows, 0, &self.groups))
     }
 
     /// This rank's slice of the mean of `tensor` over the group (a gradient's reduce-scatter).
-    pub fn scatter_mean<B: CollectiveBackend, const D: usize>(
-        &self,
-        tensor: Tensor<B, D>,
-    ) -> Tensor<B, D> {
+    pub fn scatter_mean<const D: usize>(&self, tensor: Tensor<D>) -> Tensor<D> {
         let rows = self.rows(tensor);
         let summed = collective::reduce_scatter(rows, 0, &self.groups);
         self.as_slice(summed.div_scalar(self.degree() as f64))
     }
 
     /// The whole tensor of `shape` from every rank's slice (an all-gather).
-    pub fn gather<B: CollectiveBackend, const D: usize>(
-        &self,
-        slice: Tensor<B, D>,
-        shape: Shape,
-    ) -> Tensor<B, D> {
+    pub fn gather<const D: usize>(&self, slice: Tensor<D>, shape: Shape) -> Tensor<D> {
         let elements = shape.num_elements();
         let row = slice.reshape([1, self.slice_len(elements)]);
         collective::all_gather(row, 0, &self.groups)
@@ -65,7 +54,7 @@ impl Zero1 {
     }
 
     /// `tensor` flattened, padded and cut into one row per rank: `[degree, slice_len]`.
-    fn rows<B: Backend, const D: usize>(&self, tensor: Tensor<B, D>) -> Tensor<B, 2> {
+    fn rows<const D: usize>(&self, tensor: Tensor<D>) -> Tensor<2> {
         let elements = tensor.shape().num_elements();
         let slice_len = self.slice_len(elements);
         let padding = slice_len * self.degree() - elements;
@@ -73,14 +62,14 @@ impl Zero1 {
         let flat = if padding == 0 {
             flat
         } else {
-            let zeros = Tensor::<B, 1>::zeros([padding], &flat.device()).cast(flat.dtype());
+            let zeros = Tensor::<1>::zeros([padding], &flat.device()).cast(flat.dtype());
             Tensor::cat(vec![flat, zeros], 0)
         };
         flat.reshape([self.degree(), slice_len])
     }
 
     /// A `[1, slice_len]` row in the parameter's rank.
-    fn as_slice<B: Backend, const D: usize>(&self, row: Tensor<B, 2>) -> Tensor<B, D> {
+    fn as_slice<const D: usize>(&self, row: Tensor<2>) -> Tensor<D> {
         let mut dims = [1; D];
         dims[D - 1] = row.dims()[1];
         row.reshape(dims)
@@ -89,49 +78,37 @@ impl Zero1 {
 
 /// Replaces every gradient of `module` by this rank's slice of its mean over the data-parallel
 /// group (see [`Zero1::scatter_mean`]).
-pub fn scatter_gradients<B, M>(module: &M, grads: &mut GradientsParams, zero: &Zero1)
-where
-    B: AutodiffBackend,
-    B::InnerBackend: CollectiveBackend,
-    M: AutodiffModule<B>,
-{
-    struct Scatter<'a, B: AutodiffBackend> {
+pub fn scatter_gradients<M: Module>(module: &M, grads: &mut GradientsParams, zero: &Zero1) {
+    struct Scatter<'a> {
         grads: &'a mut GradientsParams,
         zero: &'a Zero1,
-        backend: std::marker::PhantomData<B>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Scatter<'_, B>
-    where
-        B::InnerBackend: CollectiveBackend,
-    {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+    impl ModuleVisitor for Scatter<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.grads.remove::<D>(param.id) {
                 self.grads.register(param.id, self.zero.scatter_mean(grad));
             }
         }
     }
-    module.visit(&mut Scatter::<B> {
-        grads,
-        zero,
-        backend: std::marker::PhantomData,
-    });
+    module.visit(&mut Scatter { grads, zero });
 }
 
 #[cfg(test)]
 mod tests {
     use burn::tensor::TensorData;
-    use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+    use burn_trainium::{ExecutorKind, TrainiumDevice};
 
     use super::*;
 
     /// Five elements over two ranks: slices of three, the second padded with a zero.
     #[test]
     fn slices_pad_and_gather_back() {
-        let device = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+        let spec = TrainiumDevice::replicated(ExecutorKind::Host, 2).to_string();
+        let device = burn_trainium::device(&spec).unwrap();
         let zero1 = Zero1 {
             groups: ReplicaGroups::all(2),
         };
-        let tensor = Tensor::<Trainium, 1>::from_floats([1.0, 2.0, 3.0, 4.0, 5.0], &device);
+        let tensor = Tensor::<1>::from_floats([1.0, 2.0, 3.0, 4.0, 5.0], &device);
         let slice = zero1.slice(tensor.clone());
         let slices = collective::into_replicas(slice.clone()).unwrap();
         assert_eq!(slices[0], TensorData::new(vec![1f32, 2.0, 3.0], [3]));
@@ -148,7 +125,7 @@ mod tests {
             TensorData::new(vec![2f32, 4.0, 6.0], [3, 1]),
             TensorData::new(vec![4f32, 8.0, 2.0], [3, 1]),
         ];
-        let grads: Tensor<Trainium, 2> = collective::from_replicas(per_replica, &device);
+        let grads: Tensor<2> = collective::from_replicas(per_replica, &device);
         let means = collective::into_replicas(zero1.scatter_mean(grads)).unwrap();
         assert_eq!(means[0], TensorData::new(vec![3f32, 6.0], [1, 2]));
         assert_eq!(means[1], TensorData::new(vec![4f32, 0.0], [1, 2]));

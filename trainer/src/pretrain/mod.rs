@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
+use burn::tensor::Device;
 use burn::train::metric::LearningRateMetric;
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use hlat::checkpoint::run_folder::{RunFolder, rank_output};
@@ -23,11 +24,10 @@ use hlat::checkpoint::run_folder::{RunFolder, rank_output};
 use crate::checkpoint_state::{ProcessShare, read_state};
 use crate::error::TrainError;
 use crate::learner::{
-    HlatStrategy, OptimizerStep, ProgressRenderer, RowsBatcher, SharedOptimizer, StepLoader,
-    TokenLossMetric,
+    HlatStrategy, OptimizerStep, ProgressRenderer, RowsBatcher, RunFolderLogger, SharedOptimizer,
+    StepLoader, TokenLossMetric,
 };
 use crate::metrics::MetricsLog;
-use crate::parallel::TrainingBackend;
 use crate::schedule::WarmupCosineScheduler;
 
 pub use data::{DataChoice, validation_source};
@@ -127,17 +127,19 @@ fn agree_on_start(options: &PretrainOptions) -> Result<(String, Option<PathBuf>)
     })
 }
 
-/// Runs (or resumes) a pretraining job on `device`.
-pub fn pretrain<B: TrainingBackend>(
+/// Runs (or resumes) a pretraining job on `device` (with autodiff, `Device::autodiff`, whether
+/// or not `device` has it).
+pub fn pretrain(
     options: &PretrainOptions,
-    device: &B::Device,
+    device: &Device,
     info: DeviceInfo,
 ) -> Result<PretrainSummary, TrainError> {
+    let device = &device.clone().autodiff();
     let started = std::time::Instant::now();
     let config = &options.config;
     config.validate()?;
     let layout = config.layout();
-    let replicas = B::replica_count(device);
+    let replicas = burn_trainium::collective::replica_count(device);
     if replicas != layout.replicas() {
         return Err(TrainError::Mismatch(format!(
             "data_parallel = {} × tensor_parallel = {} needs a device of {} replicas; the device \
@@ -175,7 +177,7 @@ pub fn pretrain<B: TrainingBackend>(
                 .map_err(data::data_error)?,
         );
     }
-    let start = setup::start_run::<B>(
+    let start = setup::start_run(
         options,
         data.tokenizer.as_ref(),
         data.vocab_size,
@@ -186,6 +188,7 @@ pub fn pretrain<B: TrainingBackend>(
 
     let start_step = start.progress.step;
     let optimizer = SharedOptimizer::new(start.optimizer);
+    let validation_device = device.clone().inner();
     let train = StepLoader::new(
         Arc::clone(&data.train),
         start.sampler,
@@ -220,7 +223,7 @@ pub fn pretrain<B: TrainingBackend>(
             } else {
                 Vec::new()
             },
-            device: device.clone(),
+            device: validation_device.clone(),
         },
         start_step,
     ));
@@ -238,9 +241,9 @@ pub fn pretrain<B: TrainingBackend>(
         _ => Vec::new(),
     };
     let valid_rows = config.micro_batch_rows.max(1);
-    let valid = DataLoaderBuilder::<B::InnerBackend, _, _>::new(RowsBatcher { rows: valid_rows })
+    let valid = DataLoaderBuilder::new(RowsBatcher { rows: valid_rows })
         .batch_size(valid_rows)
-        .set_device(device.clone())
+        .set_device(validation_device)
         .build(InMemDataset::new(validation_rows));
 
     let step = OptimizerStep {
@@ -251,14 +254,16 @@ pub fn pretrain<B: TrainingBackend>(
         start: start.progress,
         validate_every: config.eval_every,
         observer: Some(run.clone()),
-        ..HlatStrategy::new(step)
+        ..HlatStrategy::new(step, device.clone())
     };
     let scheduler = WarmupCosineScheduler {
         schedule: start.schedule,
         step: start_step,
     };
-    let learner = Learner::new(start.model, optimizer, scheduler);
+    let module_optimizer = optimizer.module_optimizer(&start.model);
+    let learner = Learner::new(start.model, module_optimizer, scheduler);
     let training = SupervisedTraining::new(&out, Arc::new(train), valid)
+        .with_metric_logger(RunFolderLogger::new(&out))
         .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)))
         .with_application_logger(None)
         .grads_accumulation(accumulation)
@@ -271,12 +276,12 @@ pub fn pretrain<B: TrainingBackend>(
     let (training, _dashboard) = match dashboard::Dashboard::open(config.progress) {
         Some(dashboard) => {
             let renderer = dashboard.renderer(training.interrupter());
-            (training.renderer(renderer), Some(dashboard))
+            (training.renderer(Box::new(renderer)), Some(dashboard))
         }
-        None => (training.renderer(progress), None),
+        None => (training.renderer(Box::new(progress)), None),
     };
     #[cfg(not(feature = "dashboard"))]
-    let training = training.renderer(progress);
+    let training = training.renderer(Box::new(progress));
     training.launch(learner);
     run.finish()
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use burn::module::AutodiffModule;
-use burn::tensor::DType;
+use burn::module::Module;
+use burn::tensor::{DType, Device};
 use hlat::checkpoint::run_folder::{MODEL_DIR, RunFolder};
 
 use crate::checkpoint_state::{CheckpointState, ProcessShare, save_optimizer, sync, write_state};
@@ -18,8 +18,6 @@ use crate::eval::mean_loss;
 use crate::language_model::LanguageModel;
 use crate::learner::{ObservedStep, RunEnd, SharedOptimizer, StepLoader, StepObserver};
 use crate::metrics::{MetricsLog, StepMetrics};
-use crate::optimizer::HlatOptimizer;
-use crate::parallel::TrainingBackend;
 use crate::precision::cast_params;
 use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosine;
@@ -39,7 +37,7 @@ pub struct CompileTotals {
 pub type CompileCounter = Arc<dyn Fn() -> CompileTotals + Send + Sync>;
 
 /// What a run writes besides the model's updates.
-pub(super) struct RunOutputs<B: TrainingBackend> {
+pub(super) struct RunOutputs {
     /// This process's checkpoints.
     pub folder: RunFolder,
     /// The share of each checkpoint this process writes.
@@ -49,9 +47,9 @@ pub(super) struct RunOutputs<B: TrainingBackend> {
     /// The run's configuration.
     pub config: TrainConfig,
     /// The Learner's optimizer, whose state the checkpoints hold.
-    pub optimizer: SharedOptimizer<HlatOptimizer<LanguageModel<B>, B>>,
+    pub optimizer: SharedOptimizer,
     /// The training rows, for the sampler position at a checkpoint.
-    pub loader: StepLoader<B>,
+    pub loader: StepLoader,
     /// The schedule the run follows.
     pub schedule: WarmupCosine,
     /// The seed of the per-step randomness.
@@ -71,25 +69,25 @@ pub(super) struct RunOutputs<B: TrainingBackend> {
     /// Validation rows of each source of a data mixture, measured apart at every validation.
     pub source_validation: super::data::RowsBySource,
     /// The device validation batches go to.
-    pub device: B::Device,
+    pub device: Device,
 }
 
 /// The observer of a pretraining run (see the module documentation).
-pub(super) struct PretrainRun<B: TrainingBackend> {
-    state: Mutex<RunState<B>>,
+pub(super) struct PretrainRun {
+    state: Mutex<RunState>,
 }
 
-struct RunState<B: TrainingBackend> {
-    outputs: RunOutputs<B>,
+struct RunState {
+    outputs: RunOutputs,
     summary: PretrainSummary,
     /// The step of the newest checkpoint (the resumed one's at the start).
     checkpointed_step: u64,
     failure: Option<TrainError>,
 }
 
-impl<B: TrainingBackend> PretrainRun<B> {
+impl PretrainRun {
     /// A run starting at `start_step`.
-    pub fn new(outputs: RunOutputs<B>, start_step: u64) -> Self {
+    pub fn new(outputs: RunOutputs, start_step: u64) -> Self {
         let summary = PretrainSummary {
             start_step,
             end_step: start_step,
@@ -108,7 +106,7 @@ impl<B: TrainingBackend> PretrainRun<B> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, RunState<B>> {
+    fn lock(&self) -> MutexGuard<'_, RunState> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -124,12 +122,12 @@ impl<B: TrainingBackend> PretrainRun<B> {
     }
 }
 
-impl<B: TrainingBackend> RunOutputs<B> {
+impl RunOutputs {
     /// The validation perplexity of `model` on each data source, as the mixed validation is
     /// measured (batches of `micro_batch_rows` rows, the last one padded).
     fn source_perplexities(
         &self,
-        model: &LanguageModel<B>,
+        model: &LanguageModel,
     ) -> Result<BTreeMap<String, f64>, TrainError> {
         let model = model.valid();
         let mut perplexities = BTreeMap::new();
@@ -145,11 +143,11 @@ impl<B: TrainingBackend> RunOutputs<B> {
     }
 }
 
-impl<B: TrainingBackend> RunState<B> {
+impl RunState {
     /// Writes a checkpoint of `model` after `progress`.
     fn checkpoint(
         &mut self,
-        model: &LanguageModel<B>,
+        model: &LanguageModel,
         progress: TrainingProgress,
     ) -> Result<PathBuf, TrainError> {
         let outputs = &self.outputs;
@@ -209,9 +207,9 @@ impl<B: TrainingBackend> RunState<B> {
 /// others' replicas: every process then joins the stages on the device (`Hlat::from_stages`, a
 /// collective over the pipeline groups that every process must run), and rank 0 writes the
 /// joined model as a run without pipeline stages does.
-fn write_model<B: TrainingBackend>(
-    outputs: &RunOutputs<B>,
-    model: &LanguageModel<B>,
+fn write_model(
+    outputs: &RunOutputs,
+    model: &LanguageModel,
     model_dir: &Path,
 ) -> Result<(), TrainError> {
     let model_error =
@@ -223,7 +221,8 @@ fn write_model<B: TrainingBackend>(
         .map_or(1, |parallel| parallel.groups.group_size());
     let mut hlat = None;
     if let Some(pipeline) = &model.pipeline {
-        let local = B::replica_count(&outputs.device) / outputs.share.processes.max(1);
+        let local = burn_trainium::collective::replica_count(&outputs.device)
+            / outputs.share.processes.max(1);
         let replicas = hlat::checkpoint::sharded::stage_replicas(pipeline, degree);
         if replicas.iter().flatten().all(|&replica| replica < local) {
             if outputs.share.writes_model() {
@@ -259,9 +258,9 @@ fn write_model<B: TrainingBackend>(
 /// Writes the LoRA adapters of `model` (a run with `lora` set) into `dir` as a PEFT adapter
 /// folder, in f32. Under tensor parallelism the split factors are joined first (a collective
 /// every process runs); rank 0 writes.
-fn write_adapter<B: TrainingBackend>(
-    outputs: &RunOutputs<B>,
-    model: &LanguageModel<B>,
+fn write_adapter(
+    outputs: &RunOutputs,
+    model: &LanguageModel,
     dir: &Path,
 ) -> Result<(), TrainError> {
     let Some(lora) = &outputs.config.lora else {
@@ -285,8 +284,8 @@ fn write_adapter<B: TrainingBackend>(
     .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))
 }
 
-impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
-    fn after_step(&self, observed: ObservedStep<'_, B>) -> Result<(), TrainError> {
+impl StepObserver for PretrainRun {
+    fn after_step(&self, observed: ObservedStep<'_>) -> Result<(), TrainError> {
         let mut state = self.lock();
         let report = observed.report;
         let step = report.step;
@@ -338,7 +337,7 @@ impl<B: TrainingBackend> StepObserver<B> for PretrainRun<B> {
         Ok(())
     }
 
-    fn end(&self, end: RunEnd<'_, B>) {
+    fn end(&self, end: RunEnd<'_>) {
         let mut state = self.lock();
         if let Some(error) = end.failure {
             state.failure = Some(error);

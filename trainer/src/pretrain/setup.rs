@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use burn::tensor::Device;
 use hlat::checkpoint::run_folder::MODEL_DIR;
 use hlat::lora::LoraConfig;
 use hlat::{Hlat, HlatConfig};
@@ -14,7 +15,6 @@ use crate::data::{SamplerState, TextTokenizer};
 use crate::error::TrainError;
 use crate::language_model::LanguageModel;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
-use crate::parallel::TrainingBackend;
 use crate::precision::cast_params;
 use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosine;
@@ -23,11 +23,11 @@ use super::data::data_error;
 use super::{ADAPTER_DIR, PretrainOptions};
 
 /// Everything a run starts from besides its data.
-pub(super) struct RunStart<B: TrainingBackend> {
+pub(super) struct RunStart {
     /// The model, split as the run's layout says.
-    pub model: LanguageModel<B>,
+    pub model: LanguageModel,
     /// The optimizer with its state (fresh, or the checkpoint's resharded to the layout).
-    pub optimizer: HlatOptimizer<LanguageModel<B>, B>,
+    pub optimizer: HlatOptimizer,
     /// The learning-rate schedule this run follows.
     pub schedule: WarmupCosine,
     /// Step and token counters.
@@ -40,23 +40,24 @@ pub(super) struct RunStart<B: TrainingBackend> {
     pub flops_per_token: f64,
 }
 
-/// Sets the run up, resuming from `resume_from` (a complete checkpoint folder) when given.
-pub(super) fn start_run<B: TrainingBackend>(
+/// Sets the run up on `device` (an autodiff device: the run trains there), resuming from
+/// `resume_from` (a complete checkpoint folder) when given.
+pub(super) fn start_run(
     options: &PretrainOptions,
     tokenizer: Option<&TextTokenizer>,
     vocab_size: usize,
     resume_from: Option<&Path>,
-    device: &B::Device,
-) -> Result<RunStart<B>, TrainError> {
+    device: &Device,
+) -> Result<RunStart, TrainError> {
     let config = &options.config;
     let layout = config.layout();
     let resumed = resume_from.map(read_state).transpose()?;
     let hlat = match resume_from {
         Some(dir) => {
             log::info!("resuming from {}", dir.display());
-            load_model::<B>(&dir.join(MODEL_DIR), device)?
+            load_model(&dir.join(MODEL_DIR), device)?
         }
-        None => initial_model::<B>(options, tokenizer, device)?,
+        None => initial_model(options, tokenizer, device)?,
     };
     check_fit(hlat.config(), config, vocab_size)?;
     let flops_per_token = hlat.config().train_flops_per_token(config.seq_len);
@@ -125,9 +126,9 @@ pub(super) fn start_run<B: TrainingBackend>(
             .unwrap_or(config.max_steps.saturating_sub(config.warmup_steps)),
         min_ratio: config.min_lr_ratio,
     };
-    let optimizer = HlatAdamW::new(AdamWSettings::from_config(config))
-        .with_zero1(layout.zero1())
-        .init();
+    let optimizer = HlatOptimizer::new(
+        HlatAdamW::new(AdamWSettings::from_config(config)).with_zero1(layout.zero1()),
+    );
     let fresh_sampler = SamplerState {
         epoch: 0,
         position: 0,
@@ -189,15 +190,15 @@ pub(super) fn start_run<B: TrainingBackend>(
 /// initialisation, drawn from `seed`), or those of the PEFT adapter folder `adapter_dir` (a
 /// resumed checkpoint's `adapter/`, or `hlat finetune --adapter`), which must have the run's
 /// shape.
-fn attach_lora<B: TrainingBackend>(
-    hlat: Hlat<B>,
+fn attach_lora(
+    hlat: Hlat,
     lora: &LoraConfig,
     adapter_dir: Option<&Path>,
     seed: u64,
-    device: &B::Device,
-) -> Result<Hlat<B>, TrainError> {
+    device: &Device,
+) -> Result<Hlat, TrainError> {
     let Some(adapter_dir) = adapter_dir else {
-        <B as burn::tensor::backend::Backend>::seed(device, seed);
+        device.seed(seed);
         log::info!(
             "LoRA: rank {}, alpha {}, dropout {}, targets {}; the model's weights are frozen",
             lora.rank,
@@ -235,7 +236,7 @@ fn attach_lora<B: TrainingBackend>(
 }
 
 /// A native checkpoint folder's model.
-fn load_model<B: TrainingBackend>(dir: &Path, device: &B::Device) -> Result<Hlat<B>, TrainError> {
+fn load_model(dir: &Path, device: &Device) -> Result<Hlat, TrainError> {
     hlat::checkpoint::load_native(dir, device)
         .map(|(_, model)| model)
         .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))
@@ -243,14 +244,14 @@ fn load_model<B: TrainingBackend>(dir: &Path, device: &B::Device) -> Result<Hlat
 
 /// The model a fresh run starts from: `--init-from-hf`'s checkpoint, or the preset sized to the
 /// tokenizer's vocabulary and special tokens.
-fn initial_model<B: TrainingBackend>(
+fn initial_model(
     options: &PretrainOptions,
     tokenizer: Option<&TextTokenizer>,
-    device: &B::Device,
-) -> Result<Hlat<B>, TrainError> {
+    device: &Device,
+) -> Result<Hlat, TrainError> {
     if let Some(dir) = &options.init_from {
         log::info!("continual pretraining from {}", dir.display());
-        return hlat::checkpoint::load_any::<B>(dir, device)
+        return hlat::checkpoint::load_any(dir, device)
             .map(|(_, model, _)| model)
             .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())));
     }
@@ -267,7 +268,7 @@ fn initial_model<B: TrainingBackend>(
     model_config
         .validate()
         .map_err(|error| TrainError::Model(error.to_string()))?;
-    <B as burn::tensor::backend::Backend>::seed(device, options.config.seed);
+    device.seed(options.config.seed);
     Ok(model_config.init(device))
 }
 

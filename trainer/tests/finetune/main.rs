@@ -6,16 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::backend::NdArray;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use hlat::hf::{WeightDtype, import_hf, load_tokenizer};
 use hlat_train::finetune::{ChatTemplate, Message, SftExample, SftRows, SftTokenizer, bucket_len};
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use serde_json::Value;
 use test_support::fixtures::{fixture, token_ids};
 use tokenizers::Tokenizer;
-
-type B = NdArray;
 
 const EOT: u32 = 1002;
 
@@ -204,10 +201,10 @@ fn examples() -> Vec<SftExample> {
     ChatFixture::load().sft().read_file(&path).unwrap()
 }
 
-fn model() -> LanguageModel<B> {
-    let (_, hlat) = import_hf::<B>(
+fn model() -> LanguageModel {
+    let (_, hlat) = import_hf(
         &fixture("hf-tiny-llama3"),
-        &Default::default(),
+        &Device::flex(),
         WeightDtype::F32,
     )
     .unwrap();
@@ -215,19 +212,19 @@ fn model() -> LanguageModel<B> {
 }
 
 /// The masked mean cross-entropy computed on the host in f64 from the model's logits.
-fn hand_computed(model: &LanguageModel<B>, examples: &[SftExample]) -> (f64, usize) {
+fn hand_computed(model: &LanguageModel, examples: &[SftExample]) -> (f64, usize) {
     let (mut total, mut count) = (0.0f64, 0usize);
     for example in examples {
         let inputs: Vec<i32> = example.ids.iter().map(|&id| id as i32).collect();
         let seq = inputs.len();
         let logits = model
             .hlat
-            .forward(Tensor::<B, 2, Int>::from_data(
+            .forward(Tensor::<2, Int>::from_data(
                 TensorData::new(inputs, [1, seq]),
-                &Default::default(),
+                &Device::flex(),
             ))
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap();
         let vocab = logits.len() / seq;
         for position in 1..seq {
@@ -245,9 +242,9 @@ fn hand_computed(model: &LanguageModel<B>, examples: &[SftExample]) -> (f64, usi
     (total / count as f64, count)
 }
 
-fn batch_loss(model: &LanguageModel<B>, rows: &SftRows) -> f64 {
-    let batch = LmBatch::<B>::from_rows(rows.rows(), &Default::default());
-    model.loss(&batch).into_scalar() as f64
+fn batch_loss(model: &LanguageModel, rows: &SftRows) -> f64 {
+    let batch = LmBatch::from_rows(rows.rows(), &Device::flex());
+    model.loss(&batch).into_scalar::<f32>() as f64
 }
 
 #[test]

@@ -2,9 +2,7 @@
 //! computed for the fixture (`fixtures/hf-tiny-llama/expected.json`): its training loss and its
 //! logits at the first positions.
 
-use burn::backend::NdArray;
-use burn::tensor::backend::Backend;
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn::tensor::Device;
 use hlat::Hlat;
 use hlat::hf::{WeightDtype, import_hf};
 use hlat_train::data::TextTokenizer;
@@ -21,8 +19,8 @@ fn expected() -> Value {
     test_support::fixtures::expected("hf-tiny-llama")
 }
 
-fn model<B: Backend>(device: &B::Device) -> Hlat<B> {
-    import_hf::<B>(&fixture("hf-tiny-llama"), device, WeightDtype::F32)
+fn model(device: &Device) -> Hlat {
+    import_hf(&fixture("hf-tiny-llama"), device, WeightDtype::F32)
         .unwrap()
         .1
 }
@@ -40,7 +38,7 @@ fn log_probability(logits: &Value, token: u32) -> f64 {
     logits[token as usize] - maximum - total.ln()
 }
 
-fn perplexity_equals_exp_of_the_fixture_loss<B: Backend>(device: &B::Device) {
+fn perplexity_equals_exp_of_the_fixture_loss(device: &Device) {
     let expected = expected();
     let rows: Vec<Vec<u32>> = expected["train"]["batch"]
         .as_array()
@@ -52,8 +50,7 @@ fn perplexity_equals_exp_of_the_fixture_loss<B: Backend>(device: &B::Device) {
     let loss = expected["train"]["losses"][0].as_f64().unwrap();
     // Rows of 33 tokens are padded to the bucket of 64; one row per batch pads the batch too.
     for batch_rows in [1, 3] {
-        let report =
-            perplexity_of_rows(&model::<B>(device), &rows, None, batch_rows, device).unwrap();
+        let report = perplexity_of_rows(&model(device), &rows, None, batch_rows, device).unwrap();
         assert_eq!(report.tokens, 64);
         assert!(
             (report.perplexity / loss.exp() - 1.0).abs() < 1e-5,
@@ -65,13 +62,13 @@ fn perplexity_equals_exp_of_the_fixture_loss<B: Backend>(device: &B::Device) {
 }
 
 #[test]
-fn perplexity_equals_exp_of_the_fixture_loss_on_ndarray() {
-    perplexity_equals_exp_of_the_fixture_loss::<NdArray>(&Default::default());
+fn perplexity_equals_exp_of_the_fixture_loss_on_flex() {
+    perplexity_equals_exp_of_the_fixture_loss(&Device::flex());
 }
 
 #[test]
 fn perplexity_equals_exp_of_the_fixture_loss_on_host() {
-    perplexity_equals_exp_of_the_fixture_loss::<Trainium>(&TrainiumDevice::HOST);
+    perplexity_equals_exp_of_the_fixture_loss(&crate::host());
 }
 
 #[test]
@@ -79,8 +76,8 @@ fn log_likelihoods_of_prefixes_equal_the_fixture_logits() {
     let expected = expected();
     let row = token_ids(&expected["input_ids"][0]);
     let logits = &expected["logits_first_positions"][0];
-    let device = Default::default();
-    let model = model::<NdArray>(&device);
+    let device = Device::flex();
+    let model = model(&device);
     // Prefixes of 2 to 5 tokens, scored from their second token, and one scored from its third.
     let mut requests: Vec<ScoreRequest> = (2..=5)
         .map(|length| ScoreRequest {
@@ -143,8 +140,8 @@ fn multiple_choice_scores_follow_known_log_likelihoods() {
     let task = ChoiceTask::from_file(&task_path).unwrap();
     assert_eq!((task.questions.len(), task.examples.len()), (2, 1));
 
-    let device = Default::default();
-    let model = model::<NdArray>(&device);
+    let device = Device::flex();
+    let model = model(&device);
     let report = evaluate_choice(&model, &tokenizer, &task, 0, 2, &device).unwrap();
     let orders = [[0, 1, 2], [1, 2, 0]];
     let argmax = |values: &[f64]| {

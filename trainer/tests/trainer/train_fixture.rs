@@ -4,7 +4,7 @@
 //! (Llama with `attention_bias` and `mlp_bias`).
 
 use super::fixture;
-use burn::backend::{Autodiff, NdArray};
+use burn::tensor::Device;
 use hlat::hf::{WeightDtype, import_hf};
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::OptimizerStep;
@@ -13,8 +13,6 @@ use hlat_train::parallel::ParallelLayout;
 use hlat_train::schedule::WarmupCosine;
 use test_support::fixtures::{HF_FIXTURES, expected, token_ids};
 use test_support::training::Training;
-
-type B = Autodiff<NdArray>;
 
 #[test]
 fn ten_adamw_steps_match_torch() {
@@ -41,8 +39,8 @@ fn ten_adamw_steps_of(name: &str) {
         .map(|loss| loss.as_f64().unwrap())
         .collect();
 
-    let device = Default::default();
-    let (_, model) = import_hf::<B>(&fixture(name), &device, WeightDtype::F32).unwrap();
+    let device = Device::flex().autodiff();
+    let (_, model) = import_hf(&fixture(name), &device, WeightDtype::F32).unwrap();
     let settings = AdamWSettings {
         beta1: train["betas"][0].as_f64().unwrap(),
         beta2: train["betas"][1].as_f64().unwrap(),

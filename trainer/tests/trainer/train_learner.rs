@@ -6,14 +6,12 @@
 
 use std::sync::Arc;
 
-use burn::backend::{Autodiff, NdArray};
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
-use burn::module::{AutodiffModule, Module};
-use burn::tensor::TensorData;
-use burn::tensor::backend::Backend;
+use burn::module::Module;
+use burn::tensor::{Device, TensorData};
 use burn::train::{SupervisedTraining, TrainingStrategy};
-use burn_trainium::{ExecutorKind, Trainium, TrainiumDevice};
+use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::{Hlat, HlatConfig};
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::{HlatStrategy, LayoutBatcher, OptimizerStep};
@@ -22,9 +20,6 @@ use hlat_train::parallel::ParallelLayout;
 use hlat_train::schedule::WarmupCosine;
 
 use test_support::training::{EVERY_PARALLELISM, Training};
-
-/// Deterministic reductions (the host executor), so both runs agree to the bit.
-type B = Autodiff<Trainium>;
 
 const ROWS: usize = 16;
 const ACCUMULATION: usize = 2;
@@ -56,17 +51,19 @@ fn schedule() -> WarmupCosine {
 }
 
 /// Every parameter's values, in visiting order.
-fn parameters<M: Module<Q>, Q: Backend>(model: &M) -> Vec<TensorData> {
+fn parameters<M: Module>(model: &M) -> Vec<TensorData> {
     test_support::module::parameters(model)
 }
 
 /// Two optimizer steps of `ACCUMULATION` micro-batches each, run by hand and by the Learner's
 /// training loop, from the same initial model on `device` in `layout`: the trained parameters agree to
-/// the bit (joined when the model is split).
-fn check(device: &TrainiumDevice, layout: ParallelLayout) {
+/// the bit (joined when the model is split). `device` is served by the host executor:
+/// deterministic reductions, so both runs agree to the bit.
+fn check(device: TrainiumDevice, layout: ParallelLayout) {
     let _random = crate::exclusive_random();
+    let device = &crate::trainium(device).autodiff();
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let whole = LanguageModel::new(config.init::<B>(device), None);
+    let whole = LanguageModel::new(config.init(device), None);
     let whole = whole.clone().load_record(whole.into_record());
     let initial = match layout.tensor_parallel() {
         Some(parallel) => LanguageModel::sharded(whole.hlat.shard(&parallel), None, parallel),
@@ -94,15 +91,15 @@ fn check(device: &TrainiumDevice, layout: ParallelLayout) {
 
     // Burn's Learner with the HLAT strategy, over a Burn data loader of the same rows.
     let batcher = LayoutBatcher { layout };
-    let train = DataLoaderBuilder::<B, _, _>::new(batcher)
+    let train = DataLoaderBuilder::new(batcher)
         .batch_size(micro_batch_rows)
-        .set_device(*device)
+        .set_device(device.clone())
         .build(InMemDataset::new(rows.clone()));
-    let valid = DataLoaderBuilder::<Trainium, _, _>::new(batcher)
+    let valid = DataLoaderBuilder::new(batcher)
         .batch_size(micro_batch_rows)
-        .set_device(*device)
+        .set_device(device.clone().inner())
         .build(InMemDataset::new(rows[..micro_batch_rows].to_vec()));
-    let strategy = HlatStrategy::new(step);
+    let strategy = HlatStrategy::new(step, device.clone());
     let learner = step.learner(initial, settings(), schedule());
     let folder = tempfile::tempdir().unwrap();
     let result = SupervisedTraining::new(folder.path(), train, valid)
@@ -112,7 +109,7 @@ fn check(device: &TrainiumDevice, layout: ParallelLayout) {
         .num_epochs(1)
         .launch(learner);
 
-    let actual = parameters(&joined(LanguageModel::from_inner(result.model)));
+    let actual = parameters(&joined(result.model));
     assert_eq!(actual.len(), expected.len());
     for (index, (actual, expected)) in actual.iter().zip(&expected).enumerate() {
         assert_eq!(actual, expected, "{layout:?}: parameter {index}");
@@ -120,7 +117,7 @@ fn check(device: &TrainiumDevice, layout: ParallelLayout) {
 }
 
 /// The whole model of a possibly split one.
-fn joined(model: LanguageModel<B>) -> Hlat<B> {
+fn joined(model: LanguageModel) -> Hlat {
     match &model.tensor_parallel {
         Some(parallel) => model.hlat.clone().unshard(parallel),
         None => model.hlat,
@@ -129,24 +126,23 @@ fn joined(model: LanguageModel<B>) -> Hlat<B> {
 
 #[test]
 fn the_learner_with_hlat_strategy_trains_as_its_step_run_by_hand_does() {
-    check(&TrainiumDevice::HOST, ParallelLayout::SINGLE);
+    check(TrainiumDevice::HOST, ParallelLayout::SINGLE);
 }
 
 #[test]
 fn the_learner_with_hlat_strategy_trains_parallel_layouts_as_its_step_run_by_hand_does() {
     check(
-        &TrainiumDevice::replicated(ExecutorKind::Host, 4),
+        TrainiumDevice::replicated(ExecutorKind::Host, 4),
         EVERY_PARALLELISM,
     );
 }
 
 /// The first token of every row of every micro-batch a loader yields.
-fn loader_rows(
-    loader: &dyn burn::data::dataloader::DataLoader<NdArray, LmBatch<NdArray>>,
-) -> Vec<Vec<i64>> {
+fn loader_rows(loader: &dyn burn::data::dataloader::DataLoader<LmBatch>) -> Vec<Vec<i64>> {
     loader
         .iter()
         .map(|batch| {
+            let batch = batch.unwrap();
             let [rows, _] = batch.inputs.dims();
             let data = batch.inputs.into_data();
             let ids: Vec<i64> = data.iter::<i64>().collect();
@@ -168,14 +164,14 @@ fn the_step_loader_replays_the_sampler_and_slices_exactly() {
         seed: 5,
     };
     // 3 steps of 4 rows in micro-batches of 2: 6 micro-batches, drawn across epoch ends.
-    let loader = StepLoader::<NdArray>::new(
+    let loader = StepLoader::new(
         source.clone(),
         start,
         3,
         4,
         2,
         ParallelLayout::SINGLE,
-        Default::default(),
+        Device::flex(),
     )
     .unwrap();
     assert_eq!(loader.accumulation(), 2);
@@ -197,14 +193,14 @@ fn the_step_loader_replays_the_sampler_and_slices_exactly() {
         all[2..5].to_vec()
     );
     // Rows that do not divide into micro-batches are an error naming the setting.
-    let error = StepLoader::<NdArray>::new(
+    let error = StepLoader::new(
         source,
         start,
         1,
         5,
         2,
         ParallelLayout::SINGLE,
-        Default::default(),
+        Device::flex(),
     )
     .err()
     .unwrap();

@@ -1,11 +1,8 @@
 //! The bf16 precision modes train on the Trainium host executor (NdArray has no bf16): parameters
 //! keep their storage dtype and the loss falls as in f32.
 
-use burn::backend::Autodiff;
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
-use burn_trainium::{Trainium, TrainiumDevice};
 use hlat::HlatConfig;
 use hlat_train::config::TrainConfig;
 use hlat_train::language_model::{LanguageModel, LmBatch};
@@ -16,12 +13,10 @@ use hlat_train::schedule::WarmupCosine;
 
 use test_support::training::Training;
 
-type B = Autodiff<Trainium>;
-
-fn param_dtypes<M: Module<B>>(model: &M) -> Vec<DType> {
+fn param_dtypes<M: Module>(model: &M) -> Vec<DType> {
     struct Dtypes(Vec<DType>);
-    impl<Q: Backend> ModuleVisitor<Q> for Dtypes {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Q, D>>) {
+    impl ModuleVisitor for Dtypes {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             self.0.push(param.val().dtype());
         }
     }
@@ -31,9 +26,9 @@ fn param_dtypes<M: Module<B>>(model: &M) -> Vec<DType> {
 }
 
 fn losses(precision: Precision) -> (Vec<f64>, Vec<DType>) {
-    let device = TrainiumDevice::HOST;
-    B::seed(&device, 5);
-    let hlat = HlatConfig::preset("hlat-test").unwrap().init::<B>(&device);
+    let device = crate::host().autodiff();
+    device.seed(5);
+    let hlat = HlatConfig::preset("hlat-test").unwrap().init(&device);
     let hlat = cast_params(hlat, precision.param_dtype());
     let recipe = TrainConfig::default();
     let settings = AdamWSettings {

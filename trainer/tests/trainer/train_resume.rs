@@ -3,18 +3,11 @@
 
 use std::path::Path;
 
-use burn::backend::Autodiff;
-use burn_trainium::{Trainium, TrainiumDevice};
 use hlat_train::config::TrainConfig;
 use hlat_train::metrics::{METRICS_FILE, StepMetrics};
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 use hlat_train::schedule::WarmupCosine;
-
-/// The project's own backend on the host executor: its reductions run in a fixed order, so two
-/// runs of the same steps give bit-identical losses (burn-ndarray's multithreaded sums do not,
-/// on a loaded machine).
-type B = Autodiff<Trainium>;
 
 fn options(out: &Path, max_steps: u64) -> PretrainOptions {
     PretrainOptions {
@@ -49,8 +42,9 @@ fn run(out: &Path, max_steps: u64) -> Vec<f64> {
 }
 
 fn run_with(options: PretrainOptions) -> Vec<f64> {
-    let device = TrainiumDevice::HOST;
-    pretrain::<B>(&options, &device, DeviceInfo { compiles: None })
+    // The project's own device, the host executor: its reductions run in a fixed order, so two
+    // runs of the same steps give bit-identical losses.
+    pretrain(&options, &crate::host(), DeviceInfo { compiles: None })
         .unwrap()
         .losses
 }

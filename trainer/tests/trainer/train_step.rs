@@ -1,11 +1,9 @@
 //! HLAT's optimizer step ([`hlat_train::learner::OptimizerStep`]): gradient accumulation and
 //! non-finite skipping.
 
-use burn::backend::Autodiff;
 use burn::module::{Module, ModuleMapper, Param};
-use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn::tensor::{Device, Tensor};
+use burn_trainium::TrainiumDevice;
 use hlat::HlatConfig;
 use hlat_train::config::TrainConfig;
 use hlat_train::error::TrainError;
@@ -16,13 +14,15 @@ use hlat_train::schedule::WarmupCosine;
 
 use test_support::training::Training;
 
-/// The project's own backend on the host executor: deterministic reductions, so the only
-/// difference between one batch and its micro-batches is the order of the sums.
-type B = Autodiff<Trainium>;
+/// The project's own device, the host executor, with autodiff: deterministic reductions, so the
+/// only difference between one batch and its micro-batches is the order of the sums.
+fn device() -> Device {
+    crate::host().autodiff()
+}
 
 /// The recipe's optimizer step at a constant learning rate, stopping after
 /// `max_consecutive_skips` non-finite steps in a row.
-fn constant_lr_training(model: LanguageModel<B>, max_consecutive_skips: u32) -> Training<B> {
+fn constant_lr_training(model: LanguageModel, max_consecutive_skips: u32) -> Training {
     let recipe = TrainConfig::default();
     // A large ε keeps Adam's first step smooth in the gradient: with 1e-8, a parameter whose
     // gradient is nearly zero moves by up to ±lr depending on rounding noise in the gradient (the
@@ -39,11 +39,11 @@ fn constant_lr_training(model: LanguageModel<B>, max_consecutive_skips: u32) -> 
     Training::new(model, settings, WarmupCosine::constant(1e-2), step)
 }
 
-fn tiny_model() -> LanguageModel<B> {
-    let device = TrainiumDevice::HOST;
-    B::seed(&device, 11);
+fn tiny_model() -> LanguageModel {
+    let device = device();
+    device.seed(11);
     let config = HlatConfig::preset("hlat-test").unwrap();
-    LanguageModel::new(config.init::<B>(&device), None)
+    LanguageModel::new(config.init(&device), None)
 }
 
 fn rows() -> Vec<Vec<u32>> {
@@ -52,17 +52,17 @@ fn rows() -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn flat_params(model: &LanguageModel<B>) -> Vec<f32> {
+fn flat_params(model: &LanguageModel) -> Vec<f32> {
     let mut values = Vec::new();
     struct Collect<'a>(&'a mut Vec<f32>);
-    impl<B: Backend> burn::module::ModuleVisitor<B> for Collect<'_> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+    impl burn::module::ModuleVisitor for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             self.0.extend(
                 param
                     .val()
                     .into_data()
                     .convert::<f32>()
-                    .to_vec::<f32>()
+                    .try_to_vec::<f32>()
                     .unwrap(),
             );
         }
@@ -74,7 +74,7 @@ fn flat_params(model: &LanguageModel<B>) -> Vec<f32> {
 #[test]
 fn accumulated_micro_batches_equal_one_batch() {
     let _random = crate::exclusive_random();
-    let device = TrainiumDevice::HOST;
+    let device = device();
     let rows = rows();
     let model = tiny_model();
     // Parameters initialise lazily: read them once so both clones hold the same values.
@@ -119,19 +119,21 @@ fn accumulated_micro_batches_equal_one_batch() {
     );
 }
 
-/// Multiplies every parameter by NaN.
+/// Multiplies every parameter by NaN; the products are parameters of their own (leaves of the
+/// autodiff graph, as an optimizer step leaves them), not results of the multiplication, whose
+/// graph the first backward pass would consume.
 struct Poison;
 
-impl<B: Backend> ModuleMapper<B> for Poison {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        param.map(|tensor| tensor.mul_scalar(f32::NAN))
+impl ModuleMapper for Poison {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        param.map(|tensor| tensor.mul_scalar(f32::NAN).detach().require_grad())
     }
 }
 
 #[test]
 fn non_finite_steps_are_skipped_then_stop_the_run() {
     let _random = crate::exclusive_random();
-    let device = TrainiumDevice::HOST;
+    let device = device();
     let rows = rows();
     let mut training = constant_lr_training(tiny_model().map(&mut Poison), 3);
     for step in 1..=2 {
@@ -166,16 +168,16 @@ fn non_finite_steps_are_skipped_then_stop_the_run() {
 fn padding_rows_change_neither_loss_nor_gradients() {
     let _random = crate::exclusive_random();
     let model = tiny_model();
-    let device = TrainiumDevice::HOST;
+    let device = device();
     let rows = rows();
-    let plain = LmBatch::<B>::from_rows(&rows, &device);
-    let padded = LmBatch::<B>::padded(&rows, 5, &device);
+    let plain = LmBatch::from_rows(&rows, &device);
+    let padded = LmBatch::padded(&rows, 5, &device);
     assert_eq!(padded.inputs.dims(), [5, 16]);
     assert_eq!(padded.tokens(), plain.tokens());
 
-    let gradients = |batch: &LmBatch<B>| {
+    let gradients = |batch: &LmBatch| {
         let loss = model.loss(batch);
-        let value: f32 = loss.clone().into_scalar();
+        let value: f32 = loss.clone().into_scalar::<f32>();
         let gradients = loss.backward();
         let head = model
             .hlat
@@ -185,7 +187,7 @@ fn padding_rows_change_neither_loss_nor_gradients() {
             .weight
             .grad(&gradients)
             .unwrap();
-        (value, head.into_data().to_vec::<f32>().unwrap())
+        (value, head.into_data().try_to_vec::<f32>().unwrap())
     };
     let (plain_loss, plain_gradient) = gradients(&plain);
     let (padded_loss, padded_gradient) = gradients(&padded);
@@ -207,10 +209,11 @@ fn padding_rows_change_neither_loss_nor_gradients() {
 #[test]
 fn a_token_outside_the_vocabulary_is_an_error_of_the_step() {
     let _random = crate::exclusive_random();
-    let device = TrainiumDevice::new(burn_trainium::ExecutorKind::Host, 5);
-    B::seed(&device, 11);
+    let device =
+        crate::trainium(TrainiumDevice::new(burn_trainium::ExecutorKind::Host, 5)).autodiff();
+    device.seed(11);
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let mut training = constant_lr_training(LanguageModel::new(config.init::<B>(&device), None), 3);
+    let mut training = constant_lr_training(LanguageModel::new(config.init(&device), None), 3);
     training
         .train(vec![LmBatch::from_rows(&rows(), &device)])
         .unwrap();

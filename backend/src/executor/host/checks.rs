@@ -8,23 +8,22 @@
 //! semantics (gathers clamp, scatters drop), so callers check indices that come from data, such
 //! as token ids, on the host before the program (see `hlat`'s vocabulary checks).
 
+use super::Runner;
 use burn_backend::TensorData;
-use burn_flex::Flex;
 use burn_ir::{
     BaseOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorIr,
 };
-use burn_router::Runner;
 
 use super::{failure, read, readable};
 use crate::BackendError;
 
 /// Checks `operation`'s index and divisor inputs on every replica's runner.
 pub(super) fn check_operation(
-    runners: &[Runner<Flex>],
+    runners: &mut [Runner],
     operation: &OperationIr,
 ) -> Result<(), BackendError> {
     if let Some((name, tensor, dim, indices)) = indexed(operation) {
-        for runner in runners {
+        for runner in runners.iter_mut() {
             check_indices(name, tensor, dim, &read(runner, &readable(indices))?)?;
         }
         return Ok(());
@@ -32,7 +31,7 @@ pub(super) fn check_operation(
     match operation {
         OperationIr::NumericInt(_, numeric) => match numeric {
             NumericOperationIr::Div(binary) | NumericOperationIr::Rem(binary) => {
-                for runner in runners {
+                for runner in runners.iter_mut() {
                     let divisor = read(runner, &readable(&binary.rhs))?;
                     if divisor.iter::<i64>().any(|value| value == 0) {
                         return Err(division_by_zero(numeric));

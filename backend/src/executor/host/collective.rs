@@ -5,10 +5,9 @@
 //! Reductions are computed in f64 and rounded once to the tensor's type (the lowering reduces
 //! 16-bit floats in f32, so both round a sum once); gathers and splits move bytes.
 
+use super::Runner;
 use burn_backend::TensorData;
-use burn_flex::Flex;
 use burn_ir::TensorIr;
-use burn_router::Runner;
 
 use super::{failure, read};
 use crate::BackendError;
@@ -18,7 +17,7 @@ use crate::distributed::ReplicaSpan;
 /// Runs `collective` over the replicas: `inputs` (as captured, so a last use frees them) are
 /// read from every runner of this process, `outputs` registered on every runner.
 pub(super) fn run(
-    runners: &[Runner<Flex>],
+    runners: &mut [Runner],
     span: &ReplicaSpan,
     collective: &Collective,
     inputs: &[TensorIr],
@@ -30,7 +29,7 @@ pub(super) fn run(
         .map_err(|error| failure(format!("{collective}: {error}")))?;
     for (input, output) in inputs.iter().zip(outputs) {
         let local = runners
-            .iter()
+            .iter_mut()
             .map(|runner| read(runner, input))
             .collect::<Result<Vec<_>, _>>()?;
         let data = span.gather(local).map_err(failure)?;
@@ -66,7 +65,7 @@ pub(super) fn run(
                 })
                 .collect(),
         };
-        for (runner, result) in runners.iter().zip(results) {
+        for (runner, result) in runners.iter_mut().zip(results) {
             runner.register_tensor_data_id(output.id, result);
         }
     }
@@ -95,7 +94,7 @@ fn per_group(
 
 /// The elementwise sum, mean or maximum of `members` (of one shape and type).
 fn reduce(members: &[TensorData], op: ReduceOp) -> Result<TensorData, BackendError> {
-    let dtype = members[0].dtype;
+    let dtype = members[0].dtype();
     if !dtype.is_float() {
         return Err(BackendError::Unsupported {
             executor: "host",
@@ -104,7 +103,7 @@ fn reduce(members: &[TensorData], op: ReduceOp) -> Result<TensorData, BackendErr
     }
     let values: Vec<Vec<f64>> = members
         .iter()
-        .map(|member| member.clone().convert::<f64>().into_vec::<f64>())
+        .map(|member| member.clone().convert::<f64>().try_into_vec::<f64>())
         .collect::<Result<_, _>>()
         .map_err(|error| failure(format!("{error:?}")))?;
     let combined: Vec<f64> = (0..values[0].len())
@@ -117,18 +116,18 @@ fn reduce(members: &[TensorData], op: ReduceOp) -> Result<TensorData, BackendErr
             }
         })
         .collect();
-    Ok(TensorData::new(combined, members[0].shape.clone()).convert_dtype(dtype))
+    Ok(TensorData::new(combined, members[0].shape().clone()).convert_dtype(dtype))
 }
 
 /// Zeros of the shape and type of `data`.
 fn zeros_like(data: &TensorData) -> TensorData {
     let bytes = vec![0u8; data.as_bytes().len()];
-    TensorData::from_bytes_vec(bytes, data.shape.clone(), data.dtype)
+    TensorData::from_bytes_vec(bytes, data.shape().clone(), data.dtype())
 }
 
 /// `(rows, row bytes)` of a row-major tensor cut before dimension `dim`.
 fn rows(data: &TensorData, dim: usize) -> (usize, usize) {
-    let outer: usize = data.shape[..dim].iter().product();
+    let outer: usize = data.shape()[..dim].iter().product();
     let bytes = data.as_bytes().len();
     (outer, bytes.checked_div(outer).unwrap_or(0))
 }
@@ -142,9 +141,9 @@ fn concatenate(members: &[TensorData], dim: usize) -> TensorData {
             bytes.extend_from_slice(&member.as_bytes()[index * row..(index + 1) * row]);
         }
     }
-    let mut shape = members[0].shape.clone();
+    let mut shape = members[0].shape().clone();
     shape[dim] *= members.len();
-    TensorData::from_bytes_vec(bytes, shape, members[0].dtype)
+    TensorData::from_bytes_vec(bytes, shape, members[0].dtype())
 }
 
 /// Chunk `rank` of `count` along `dim`.
@@ -156,9 +155,9 @@ fn chunk(data: &TensorData, dim: usize, rank: usize, count: usize) -> TensorData
         let start = index * row + rank * part;
         bytes.extend_from_slice(&data.as_bytes()[start..start + part]);
     }
-    let mut shape = data.shape.clone();
+    let mut shape = data.shape().clone();
     shape[dim] /= count;
-    TensorData::from_bytes_vec(bytes, shape, data.dtype)
+    TensorData::from_bytes_vec(bytes, shape, data.dtype())
 }
 
 #[cfg(test)]
@@ -174,14 +173,14 @@ mod tests {
         let a = data(&[1.0, 2.0, 3.0, 4.0], [2, 2]);
         let b = data(&[5.0, 6.0, 7.0, 8.0], [2, 2]);
         let columns = concatenate(&[a.clone(), b.clone()], 1);
-        assert_eq!(columns.shape.as_slice(), [2, 4]);
+        assert_eq!(columns.shape().as_slice(), [2, 4]);
         assert_eq!(
-            columns.to_vec::<f32>().unwrap(),
+            columns.try_to_vec::<f32>().unwrap(),
             [1.0, 2.0, 5.0, 6.0, 3.0, 4.0, 7.0, 8.0]
         );
         assert_eq!(chunk(&columns, 1, 1, 2), b);
         let rows = concatenate(&[a.clone(), b], 0);
-        assert_eq!(rows.shape.as_slice(), [4, 2]);
+        assert_eq!(rows.shape().as_slice(), [4, 2]);
         assert_eq!(chunk(&rows, 0, 0, 2), a);
     }
 
@@ -189,11 +188,11 @@ mod tests {
     fn reductions_round_once_to_the_tensor_type() {
         let members = [data(&[1.0, -2.0], [1, 2]), data(&[3.0, 5.0], [1, 2])];
         let sum = reduce(&members, ReduceOp::Sum).unwrap();
-        assert_eq!(sum.to_vec::<f32>().unwrap(), [4.0, 3.0]);
+        assert_eq!(sum.try_to_vec::<f32>().unwrap(), [4.0, 3.0]);
         let mean = reduce(&members, ReduceOp::Mean).unwrap();
-        assert_eq!(mean.to_vec::<f32>().unwrap(), [2.0, 1.5]);
+        assert_eq!(mean.try_to_vec::<f32>().unwrap(), [2.0, 1.5]);
         let max = reduce(&members, ReduceOp::Max).unwrap();
-        assert_eq!(max.to_vec::<f32>().unwrap(), [3.0, 5.0]);
+        assert_eq!(max.try_to_vec::<f32>().unwrap(), [3.0, 5.0]);
         let ints = [TensorData::new(vec![1i32], [1])];
         assert!(reduce(&ints, ReduceOp::Sum).is_err());
     }

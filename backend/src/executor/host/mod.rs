@@ -1,5 +1,5 @@
-//! The `host` executor: replays segments on `burn-flex` through Burn's own router runner, one
-//! runner per replica of this process. Collectives combine the replicas' data in process (and
+//! The `host` executor: replays segments on `burn-flex` through Burn's own IR interpreter, one
+//! interpreter per replica of this process. Collectives combine the replicas' data in process (and
 //! with the other processes' replicas when the device spans processes, see
 //! [`crate::distributed`]); random tensors are drawn once and given to every replica, as a
 //! compiled program does.
@@ -18,7 +18,10 @@ use burn_ir::{
     BaseOperationIr, CastOpIr, FloatOperationIr, NumericOperationIr, OperationIr, TensorId,
     TensorIr, TensorStatus,
 };
-use burn_router::{Runner, RunnerClient};
+use burn_router::TensorInterpreter;
+
+/// The interpreter of one replica: Burn's IR replayed on `burn-flex`.
+pub(crate) type Runner = TensorInterpreter<Flex>;
 
 use super::Executor;
 use crate::capture::Segment;
@@ -29,7 +32,7 @@ use crate::{BackendError, panic_message};
 /// Replays captured operations one by one on the embedded CPU backend, once per replica.
 pub(crate) struct HostExecutor {
     /// The runners of this process's replicas.
-    replicas: Vec<Runner<Flex>>,
+    replicas: Vec<Runner>,
     /// Which replicas of the device those are.
     span: ReplicaSpan,
     /// Why the runners can no longer be used: a panic inside a `burn-flex` kernel poisons a
@@ -74,14 +77,14 @@ impl HostExecutor {
     fn guarded<T>(
         &mut self,
         what: impl FnOnce() -> String,
-        work: impl FnOnce(&[Runner<Flex>]) -> Result<T, BackendError>,
+        work: impl FnOnce(&mut [Runner]) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
         if let Some(reason) = &self.broken {
             return Err(failure(format!(
                 "the host device is unusable after an earlier failure: {reason}"
             )));
         }
-        match catch_unwind(AssertUnwindSafe(|| work(&self.replicas))) {
+        match catch_unwind(AssertUnwindSafe(|| work(&mut self.replicas))) {
             Ok(result) => result,
             Err(payload) => {
                 let reason = format!("{} panicked: {}", what(), panic_message(payload.as_ref()));
@@ -109,7 +112,7 @@ impl HostExecutor {
             || format!("reading tensor {:?}", tensor.id),
             |runners| {
                 runners
-                    .iter()
+                    .iter_mut()
                     .take(count)
                     .map(|runner| read(runner, tensor))
                     .collect()
@@ -137,6 +140,12 @@ impl HostExecutor {
     fn run_operation(&mut self, operation: &OperationIr) -> Result<(), BackendError> {
         let describe = || format!("{operation:?}").chars().take(200).collect();
         match operation {
+            OperationIr::Distributed(_) => Err(BackendError::Unsupported {
+                executor: "host",
+                what: "Burn's all-reduce across devices (`burn::tensor::distributed`); the \
+                       replicas of one Trainium device combine with `burn_trainium::collective`"
+                    .to_string(),
+            }),
             OperationIr::Custom(custom) => {
                 let collective = Collective::from_ir(custom)
                     .ok_or_else(|| BackendError::Unsupported {
@@ -149,14 +158,17 @@ impl HostExecutor {
                     collective::run(runners, &span, &collective, &custom.inputs, &custom.outputs)
                 })
             }
-            OperationIr::BaseInt(BaseOperationIr::Cast(cast)) => self
-                .guarded(describe, |runners| {
-                    runners.iter().try_for_each(|runner| cast_int(runner, cast))
-                }),
+            OperationIr::BaseInt(BaseOperationIr::Cast(cast)) => {
+                self.guarded(describe, |runners| {
+                    runners
+                        .iter_mut()
+                        .try_for_each(|runner| cast_int(runner, cast))
+                })
+            }
             OperationIr::NumericFloat(_, NumericOperationIr::ArgTopK(ir))
             | OperationIr::NumericInt(_, NumericOperationIr::ArgTopK(ir)) => {
                 self.guarded(describe, |runners| {
-                    runners.iter().try_for_each(|runner| {
+                    runners.iter_mut().try_for_each(|runner| {
                         let input = read(runner, &readable(&ir.input))?;
                         register(runner, ir.out.id, top_k::arg_top_k(input, ir))?;
                         drop_if_consumed(runner, &ir.input);
@@ -168,8 +180,8 @@ impl HostExecutor {
                 self.guarded(describe, |runners| {
                     runners[0].register_op(operation.clone());
                     for output in operation.outputs() {
-                        let data = read(&runners[0], &readable(output))?;
-                        for runner in &runners[1..] {
+                        let data = read(&mut runners[0], &readable(output))?;
+                        for runner in &mut runners[1..] {
                             runner.register_tensor_data_id(output.id, data.clone());
                         }
                     }
@@ -179,7 +191,7 @@ impl HostExecutor {
             _ => self.guarded(describe, |runners| {
                 checks::check_operation(runners, operation)?;
                 let replacement = widen::widened(operation);
-                for runner in runners {
+                for runner in runners.iter_mut() {
                     match &replacement {
                         Some(operations) => operations
                             .iter()
@@ -209,27 +221,15 @@ fn readable(tensor: &TensorIr) -> TensorIr {
     }
 }
 
-/// Registers `data` under `id` in `runner`. burn-router 0.21's runner keeps only float, signed
-/// and bool data (`DType::is_int` is false for unsigned types, and it would drop such data
-/// silently), so unsigned data is an error here.
-fn register(runner: &Runner<Flex>, id: TensorId, data: TensorData) -> Result<(), BackendError> {
-    if data.dtype.is_uint() {
-        return Err(BackendError::Unsupported {
-            executor: "host",
-            what: format!(
-                "tensors of dtype {:?} (burn-router 0.21's runner holds no unsigned data; use a \
-                 signed type, or the `xla` executor)",
-                data.dtype
-            ),
-        });
-    }
+/// Registers `data` under `id` in `runner`.
+fn register(runner: &mut Runner, id: TensorId, data: TensorData) -> Result<(), BackendError> {
     runner.register_tensor_data_id(id, data);
     Ok(())
 }
 
-/// An integer cast, which burn-router 0.21's runner leaves unimplemented: the input read,
+/// An integer cast, which burn-router's interpreter leaves unimplemented: the input read,
 /// converted on the host and registered as the output.
-fn cast_int(runner: &Runner<Flex>, cast: &CastOpIr) -> Result<(), BackendError> {
+fn cast_int(runner: &mut Runner, cast: &CastOpIr) -> Result<(), BackendError> {
     let data = read(runner, &readable(&cast.input))?;
     register(runner, cast.out.id, data.convert_dtype(cast.out.dtype))?;
     drop_if_consumed(runner, &cast.input);
@@ -237,14 +237,14 @@ fn cast_int(runner: &Runner<Flex>, cast: &CastOpIr) -> Result<(), BackendError> 
 }
 
 /// Frees `input` in `runner` when the operation that read it was its last use.
-fn drop_if_consumed(runner: &Runner<Flex>, input: &TensorIr) {
+fn drop_if_consumed(runner: &mut Runner, input: &TensorIr) {
     if input.status == TensorStatus::ReadWrite {
         runner.register_op(OperationIr::Drop(input.clone()));
     }
 }
 
 /// Reads one tensor of one runner.
-fn read(runner: &Runner<Flex>, tensor: &TensorIr) -> Result<TensorData, BackendError> {
+fn read(runner: &mut Runner, tensor: &TensorIr) -> Result<TensorData, BackendError> {
     burn_backend::read_sync(runner.read_tensor_async(tensor.clone())).map_err(failure)
 }
 
@@ -253,7 +253,7 @@ impl Executor for HostExecutor {
         self.guarded(
             || format!("registering tensor {id:?}"),
             |runners| {
-                for runner in runners {
+                for runner in runners.iter_mut() {
                     register(runner, id, data.clone())?;
                 }
                 Ok(())
@@ -270,7 +270,7 @@ impl Executor for HostExecutor {
         self.guarded(
             || format!("registering tensor {id:?}"),
             |runners| {
-                for (runner, data) in runners.iter().zip(data) {
+                for (runner, data) in runners.iter_mut().zip(data) {
                     register(runner, id, data)?;
                 }
                 Ok(())

@@ -8,7 +8,7 @@ use burn_ir::ReduceDimOpIr;
 /// The positions of the largest `k` (the output's size along the axis) elements of `input`
 /// along `ir.axis`, in descending order of value, as the output's dtype.
 pub(super) fn arg_top_k(input: TensorData, ir: &ReduceDimOpIr) -> TensorData {
-    let values: Vec<f64> = input.convert::<f64>().into_vec().unwrap_or_default();
+    let values: Vec<f64> = input.convert::<f64>().try_into_vec().unwrap_or_default();
     let shape = &ir.input.shape;
     let length = shape[ir.axis];
     let k = ir.out.shape[ir.axis];

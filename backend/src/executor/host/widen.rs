@@ -1,10 +1,13 @@
-//! Scatter sums and products of bf16 or f16 values in f32 on the host, as the `xla` lowering
-//! and every reduction do: `burn-flex` accumulates them in the narrow type, where an accumulator
+//! Scatter sums and products (and embedding gradients) of bf16 or f16 values in f32 on the
+//! host, as the `xla` lowering and every reduction do: `burn-flex` accumulates them in the narrow type, where an accumulator
 //! stops growing once an update falls below its rounding step (300 ones add up to 256 in bf16).
 
 use burn_backend::DType;
 use burn_backend::tensor::IndexingUpdateOp;
-use burn_ir::{BaseOperationIr, CastOpIr, OperationIr, TensorIr, TensorStatus};
+use burn_ir::{
+    BaseOperationIr, CastOpIr, EmbeddingBackwardOpIr, ModuleOperationIr, OperationIr, TensorIr,
+    TensorStatus,
+};
 
 use crate::capture::next_tensor_id;
 
@@ -12,6 +15,9 @@ use crate::capture::next_tensor_id;
 /// multiplies bf16/f16 values: both float inputs cast to f32, the operation in f32, the result
 /// cast back into the original output. `None` for every other operation.
 pub(super) fn widened(operation: &OperationIr) -> Option<Vec<OperationIr>> {
+    if let OperationIr::Module(ModuleOperationIr::EmbeddingBackward(op)) = operation {
+        return widened_embedding_backward(op);
+    }
     let OperationIr::BaseFloat(base) = operation else {
         return None;
     };
@@ -48,6 +54,34 @@ pub(super) fn widened(operation: &OperationIr) -> Option<Vec<OperationIr>> {
         cast_tensor,
         cast_value,
         OperationIr::BaseFloat(wide),
+        OperationIr::BaseFloat(BaseOperationIr::Cast(narrow)),
+    ])
+}
+
+/// The gradient of an embedding (recorded whole since Burn 0.22, a scatter-add of the output's
+/// gradient into the table's rows) in f32 when its table is bf16 or f16.
+fn widened_embedding_backward(op: &EmbeddingBackwardOpIr) -> Option<Vec<OperationIr>> {
+    if !matches!(op.out.dtype, DType::BF16 | DType::F16) {
+        return None;
+    }
+    let mut wide = op.clone();
+    let (wide_weights, cast_weights) = to_f32(&op.weights);
+    let (wide_grad, cast_grad) = to_f32(&op.out_grad);
+    wide.weights = wide_weights;
+    wide.out_grad = wide_grad;
+    wide.out.id = next_tensor_id();
+    wide.out.dtype = DType::F32;
+    let narrow = CastOpIr {
+        input: TensorIr {
+            status: TensorStatus::ReadWrite,
+            ..wide.out.clone()
+        },
+        out: op.out.clone(),
+    };
+    Some(vec![
+        cast_weights,
+        cast_grad,
+        OperationIr::Module(ModuleOperationIr::EmbeddingBackward(wide)),
         OperationIr::BaseFloat(BaseOperationIr::Cast(narrow)),
     ])
 }

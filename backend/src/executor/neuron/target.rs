@@ -464,7 +464,7 @@ impl Target for NeuronCores {
     }
 
     fn upload(&mut self, replica: usize, data: &TensorData) -> Result<NeuronBuffer, BackendError> {
-        let size = byte_size(&data.shape, data.dtype)?;
+        let size = byte_size(data.shape(), data.dtype())?;
         let Some(cores) = &self.cores else {
             return Ok(NeuronBuffer::Stub);
         };
@@ -472,8 +472,8 @@ impl Target for NeuronCores {
         if bytes.len() != size {
             return Err(failure(format!(
                 "host data of {:?} {:?} holds {} bytes, expected {size}",
-                data.shape,
-                data.dtype,
+                data.shape(),
+                data.dtype(),
                 bytes.len()
             )));
         }

@@ -6,10 +6,8 @@ use std::process::Command;
 use std::str::FromStr;
 
 use anyhow::{Context, bail};
-use burn::backend::NdArray;
-use burn::module::Module;
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
-use burn::tensor::backend::Backend;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Bool, Device, Int, Tensor};
 use burn_trainium::TrainiumDevice;
 use serde::de::DeserializeOwned;
 
@@ -52,10 +50,16 @@ impl BackendName {
     /// What the backend is, for reports.
     pub fn description(self) -> &'static str {
         match self {
-            BackendName::TrainiumHost => "burn 0.21 Trainium, host executor (burn-flex)",
-            BackendName::TrainiumXla => "burn 0.21 Trainium, xla executor (TRAINIUM_PJRT_PLUGIN)",
-            BackendName::NdArray => "burn-ndarray 0.21 (default features: simd, multi-threads)",
-            BackendName::Flex => "burn-flex 0.21 (default features)",
+            BackendName::TrainiumHost => {
+                "burn 0.22 Trainium, host executor (burn-flex), served in process"
+            }
+            BackendName::TrainiumXla => {
+                "burn 0.22 Trainium, xla executor (TRAINIUM_PJRT_PLUGIN), served in process"
+            }
+            BackendName::NdArray => {
+                "burn-ndarray 0.22 (deprecated; default features: simd, multi-threads)"
+            }
+            BackendName::Flex => "burn-flex 0.22 (default features)",
         }
     }
 
@@ -66,6 +70,88 @@ impl BackendName {
             BackendName::TrainiumXla => "xla",
             BackendName::NdArray => "ndarray",
             BackendName::Flex => "flex",
+        }
+    }
+}
+
+impl BackendName {
+    /// The device this backend measures on, standing for `replicas` replicas (only Trainium's
+    /// devices stand for more than one): a Trainium device is served in this process, its
+    /// executor opened (the `xla` plugin found) first.
+    pub fn device(self, replicas: u16) -> anyhow::Result<BenchDevice> {
+        let single = |name: &str| {
+            anyhow::ensure!(
+                replicas == 1,
+                "{replicas} replicas: {name} is a single device (use host or xla)"
+            );
+            Ok(())
+        };
+        match self {
+            BackendName::TrainiumHost => {
+                BenchDevice::trainium(TrainiumDevice::HOST.with_replicas(replicas))
+            }
+            BackendName::TrainiumXla => {
+                BenchDevice::trainium(xla_device()?.with_replicas(replicas))
+            }
+            BackendName::NdArray => {
+                single("ndarray")?;
+                #[allow(deprecated)]
+                let device = Device::ndarray();
+                Ok(BenchDevice {
+                    device,
+                    trainium: None,
+                })
+            }
+            BackendName::Flex => {
+                single("flex")?;
+                Ok(BenchDevice {
+                    device: Device::flex(),
+                    trainium: None,
+                })
+            }
+        }
+    }
+}
+
+/// The device a benchmark measures on: the Burn device, and the Trainium device whose
+/// statistics (compiles, segments, host fallbacks) it reports, when it is one.
+#[derive(Clone)]
+pub struct BenchDevice {
+    /// Where the benchmark's tensors live.
+    pub device: Device,
+    /// The Trainium device serving `device`, if any.
+    pub trainium: Option<TrainiumDevice>,
+}
+
+impl BenchDevice {
+    /// `trainium`, checked and served in this process.
+    pub fn trainium(trainium: TrainiumDevice) -> anyhow::Result<Self> {
+        burn_trainium::check_device(&trainium).with_context(|| format!("device {trainium}"))?;
+        Ok(Self {
+            device: crate::commands::served(&trainium)?,
+            trainium: Some(trainium),
+        })
+    }
+
+    /// Trainium statistics, for counters other backends lack (zeros elsewhere).
+    pub fn stats(&self) -> burn_trainium::Stats {
+        self.trainium
+            .as_ref()
+            .map(burn_trainium::stats)
+            .unwrap_or_default()
+    }
+
+    /// Waits until the device has run everything queued on it.
+    pub fn sync(&self) -> anyhow::Result<()> {
+        self.device.sync().context("synchronising the device")
+    }
+
+    /// Says on stderr which operations ran on the host, by kind, when any did.
+    pub fn report_host_fallbacks(&self) {
+        if let Some(trainium) = &self.trainium
+            && let Some(report) = burn_trainium::host_fallback_report(trainium)
+        {
+            eprintln!("{trainium}: {report}");
         }
     }
 }
@@ -258,15 +344,6 @@ fn remove_flag(arguments: &mut Vec<String>, flag: &str) {
     *arguments = kept;
 }
 
-/// Says on stderr which operations of `device` ran on the host, by kind, when any did.
-pub fn report_host_fallbacks<Device: 'static>(device: &Device) {
-    if let Some(trainium) = as_trainium(device)
-        && let Some(report) = burn_trainium::host_fallback_report(trainium)
-    {
-        eprintln!("{trainium}: {report}");
-    }
-}
-
 /// The `xla` device a benchmark measures, its executor opened (the plugin found) first.
 pub fn xla_device() -> anyhow::Result<TrainiumDevice> {
     let device = TrainiumDevice::xla(0);
@@ -274,30 +351,43 @@ pub fn xla_device() -> anyhow::Result<TrainiumDevice> {
     Ok(device)
 }
 
-/// `device` as a Trainium device, when it is one.
-pub fn as_trainium<Device: 'static>(device: &Device) -> Option<&TrainiumDevice> {
-    (device as &dyn std::any::Any).downcast_ref::<TrainiumDevice>()
+/// `reference` moved to `device` (a parameter that requires a gradient still does, a leaf of
+/// `device`'s autodiff graph): every backend then measures the same model, drawn once on
+/// [`reference_device`] from a fixed seed (`xla` draws random numbers on the device, so its own
+/// initialisation differs).
+pub fn same_weights<M: Module>(reference: M, device: &Device) -> M {
+    // Burn initialises parameters lazily, and one not initialised yet would be drawn on the
+    // device it moves to: draw every one on the reference device first.
+    reference.visit(&mut Initialise);
+    reference.fork(device)
 }
 
-/// Trainium statistics when `device` is a Trainium device, for counters other backends lack.
-pub fn trainium_stats<Device: 'static>(device: &Device) -> Option<burn_trainium::Stats> {
-    as_trainium(device).map(burn_trainium::stats)
+/// Initialises every parameter it visits (`Param::val` draws a lazy one).
+struct Initialise;
+
+impl ModuleVisitor for Initialise {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        drop(param.val());
+    }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
+        drop(param.val());
+    }
+
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
+        drop(param.val());
+    }
 }
 
-/// `target` holding the weights of `reference`, a module of the same kind drawn on `NdArray`:
-/// every backend then measures the same model (`xla` draws random numbers on the device, so its
-/// own initialisation differs).
-pub fn same_weights<B: Backend, M: Module<B>>(
-    reference: impl Module<NdArray>,
-    target: M,
-    device: &B::Device,
-) -> anyhow::Result<M> {
-    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let weights = recorder
-        .record(reference.into_record(), ())
-        .context("serialising the reference weights")?;
-    let record = recorder
-        .load(weights, device)
-        .context("loading the reference weights")?;
-    Ok(target.load_record(record))
+/// The device the reference weights of [`same_weights`] are drawn on for `target`: Flex,
+/// seeded with `seed`, with autodiff when `target` has it (a module keeps its parameters'
+/// autodiff context when it moves).
+pub fn reference_device(seed: u64, target: &Device) -> Device {
+    let device = if target.is_autodiff() {
+        Device::flex().autodiff()
+    } else {
+        Device::flex()
+    };
+    device.seed(seed);
+    device
 }

@@ -6,14 +6,14 @@
 
 use std::path::PathBuf;
 
-use burn::backend::NdArray;
 use burn::optim::AdamConfig;
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use clap::Args;
 use hlat::vision::{SmallCnn, generated_batch};
 use serde::{Deserialize, Serialize};
 
-use super::backends::{self, emit_result, same_weights, worker_backend};
+use super::backends::{
+    self, BenchDevice, emit_result, reference_device, same_weights, worker_backend,
+};
 use super::peers;
 use super::report;
 use super::training_loop::{
@@ -105,27 +105,19 @@ pub fn run(args: CnnBenchArgs) -> anyhow::Result<()> {
 impl LoopBenchmark for CnnBenchArgs {
     type Timing = LoopTiming;
 
-    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
-    where
-        B::Device: 'static,
-    {
+    fn time(&self, bench: &BenchDevice) -> anyhow::Result<LoopTiming> {
         let args = self;
-        // The same initial weights on every backend: drawn on NdArray, moved as data.
-        let cpu = Default::default();
-        <NdArray as Backend>::seed(&cpu, 7);
-        let model = same_weights(
-            SmallCnn::<NdArray>::new(&cpu),
-            SmallCnn::<B>::new(&device),
-            &device,
-        )?;
-        let (images, labels) = generated_batch::<B>(args.batch, IMAGES_SEED, &device);
-        let optimizer = AdamConfig::new().init::<B, SmallCnn<B>>();
+        let device = &bench.device;
+        // The same initial weights on every backend: drawn on Flex, moved to the device.
+        let model = same_weights(SmallCnn::new(&reference_device(7, device)), device);
+        let (images, labels) = generated_batch(args.batch, IMAGES_SEED, device);
+        let optimizer = AdamConfig::new().init();
         let steps = Steps {
             warmup: args.warmup,
             timed: args.steps,
             learning_rate: LEARNING_RATE,
         };
-        time_training(&device, model, optimizer, steps, |model| {
+        time_training(bench, model, optimizer, steps, |model| {
             model.loss(images.clone(), labels.clone())
         })
     }

@@ -5,17 +5,15 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::backend::{Flex, NdArray};
-use burn::tensor::backend::Backend;
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn::tensor::Device;
 use clap::Args;
 use hlat::generate::{GenerationOptions, Sampling, generate};
 use hlat::{Hlat, HlatConfig};
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, Comparison, emit_result, median, peak_resident_bytes, same_weights,
-    trainium_stats, worker_backend,
+    self, BackendName, BenchDevice, Comparison, emit_result, median, peak_resident_bytes,
+    reference_device, same_weights, worker_backend,
 };
 use super::peers::{self, GenerationRun};
 use super::report;
@@ -193,40 +191,26 @@ fn measure_backend(
     config: &HlatConfig,
     args: &GenerateBenchArgs,
 ) -> anyhow::Result<GenerateMeasurement> {
-    match backend {
-        BackendName::TrainiumHost => {
-            measure::<Trainium>(backend, TrainiumDevice::HOST, config, args)
-        }
-        BackendName::TrainiumXla => {
-            measure::<Trainium>(backend, backends::xla_device()?, config, args)
-        }
-        BackendName::NdArray => measure::<NdArray>(backend, Default::default(), config, args),
-        BackendName::Flex => measure::<Flex>(backend, Default::default(), config, args),
-    }
+    measure(backend, backend.device(1)?, config, args)
 }
 
-/// The model every backend generates with: drawn once on `NdArray` from a fixed seed (see
+/// The model every backend generates with: drawn once on Flex from a fixed seed (see
 /// [`same_weights`]), so greedy decoding can be compared token by token.
-fn shared_model<B: Backend>(config: &HlatConfig, device: &B::Device) -> anyhow::Result<Hlat<B>> {
-    let cpu = Default::default();
-    <NdArray as Backend>::seed(&cpu, 7);
-    let reference = config.try_init::<NdArray>(&cpu)?;
-    same_weights(reference, config.try_init::<B>(device)?, device)
+fn shared_model(config: &HlatConfig, device: &Device) -> anyhow::Result<Hlat> {
+    let reference = config.try_init(&reference_device(7, device))?;
+    Ok(same_weights(reference, device))
 }
 
-fn measure<B: Backend>(
+fn measure(
     backend: BackendName,
-    device: B::Device,
+    bench: BenchDevice,
     config: &HlatConfig,
     args: &GenerateBenchArgs,
-) -> anyhow::Result<GenerateMeasurement>
-where
-    B::Device: 'static,
-{
-    let model = shared_model::<B>(config, &device)?;
+) -> anyhow::Result<GenerateMeasurement> {
+    let model = shared_model(config, &bench.device)?;
     // The weights are uploaded now: on a lazy backend they would otherwise join the first
     // prompt pass.
-    B::sync(&device)?;
+    bench.sync()?;
     let prompt = prompt(config, args.prompt_len);
     let options = GenerationOptions {
         max_new_tokens: args.new_tokens,
@@ -234,13 +218,13 @@ where
         seed: 0,
         stop_ids: Vec::new(),
     };
-    let start_stats = trainium_stats(&device).unwrap_or_default();
+    let start_stats = bench.stats();
     let mut timed_stats = start_stats;
     let (mut prefill, mut decode) = (Vec::new(), Vec::new());
     let mut tokens = Vec::new();
     for run in 0..args.warmup + args.runs {
         if run == args.warmup {
-            timed_stats = trainium_stats(&device).unwrap_or_default();
+            timed_stats = bench.stats();
         }
         // Each token is chosen from logits read back to the host: the times below include the
         // work of the lazy backends.
@@ -254,8 +238,8 @@ where
             decode.push((last - first).as_secs_f64() / (arrivals.len() - 1) as f64);
         }
     }
-    let end = trainium_stats(&device).unwrap_or_default();
-    backends::report_host_fallbacks(&device);
+    let end = bench.stats();
+    bench.report_host_fallbacks();
     let prefill_seconds = median(&prefill);
     let decode_seconds_per_token = median(&decode);
     Ok(GenerateMeasurement {

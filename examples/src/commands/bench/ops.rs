@@ -4,11 +4,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use burn::backend::{Flex, NdArray};
 use burn::tensor::activation::softmax;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Distribution, FloatDType, IntDType, Tensor};
-use burn_trainium::{Trainium, TrainiumDevice};
+use burn::tensor::{Bool, Device, DeviceConfig, Distribution, FloatDType, IntDType, Tensor};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
@@ -154,27 +151,18 @@ pub fn run(args: OpsBenchArgs) -> anyhow::Result<()> {
 }
 
 fn measure_backend(backend: BackendName, args: &OpsBenchArgs) -> anyhow::Result<BackendOps> {
-    match backend {
-        BackendName::TrainiumHost => measure_all::<Trainium>(backend, TrainiumDevice::HOST, args),
-        BackendName::TrainiumXla => measure_all::<Trainium>(backend, backends::xla_device()?, args),
-        BackendName::NdArray => measure_all::<NdArray>(backend, Default::default(), args),
-        BackendName::Flex => measure_all::<Flex>(backend, Default::default(), args),
-    }
+    measure_all(backend, backend.device(1)?.device, args)
 }
 
 /// Times `operation` and returns the median over `repeats` runs (after two untimed ones, where
 /// compiles happen). Each timed region ends once the device has finished: the result is kept
 /// alive across the sync, so a lazy backend computes it inside the region.
-fn time<B: Backend, T>(
-    device: &B::Device,
-    repeats: u64,
-    mut operation: impl FnMut() -> T,
-) -> anyhow::Result<f64> {
+fn time<T>(device: &Device, repeats: u64, mut operation: impl FnMut() -> T) -> anyhow::Result<f64> {
     let mut samples = Vec::new();
     for run in 0..2 + repeats {
         let start = Instant::now();
         let result = operation();
-        B::sync(device)?;
+        device.sync().context("synchronising the device")?;
         let seconds = start.elapsed().as_secs_f64();
         drop(result);
         if run >= 2 {
@@ -184,17 +172,23 @@ fn time<B: Backend, T>(
     Ok(median(&samples))
 }
 
-fn measure_all<B: Backend>(
+fn measure_all(
     backend: BackendName,
-    device: B::Device,
+    mut device: Device,
     args: &OpsBenchArgs,
 ) -> anyhow::Result<BackendOps> {
     let config = load_config(&args.preset)?;
     let precision = parse_precision(&args.precision)?;
-    burn::tensor::set_default_dtypes::<B>(&device, precision, IntDType::I32).map_err(|error| {
-        anyhow::anyhow!("{backend} cannot run in {}: {error:?}", args.precision)
-    })?;
-    let first_probe = peak::probe::<B>(&device)?;
+    device
+        .configure(
+            DeviceConfig::default()
+                .float_dtype(precision)
+                .int_dtype(IntDType::I32),
+        )
+        .map_err(|error| {
+            anyhow::anyhow!("{backend} cannot run in {}: {error:?}", args.precision)
+        })?;
+    let first_probe = peak::probe(&device)?;
     let element_bytes = if args.precision == "bf16" { 2.0 } else { 4.0 };
     let (batch, seq_len) = (args.batch as usize, args.seq_len as usize);
     let tokens = batch * seq_len;
@@ -202,7 +196,7 @@ fn measure_all<B: Backend>(
     let heads = config.num_heads;
     let head_dim = hidden / heads;
     let random =
-        |shape: Vec<usize>| Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        |shape: Vec<usize>| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &device);
     let mut results = Vec::new();
     let mut record = |operation: String, seconds: f64, amount: f64, unit: &str| {
         results.push(OpMeasurement {
@@ -220,7 +214,7 @@ fn measure_all<B: Backend>(
         ("lm head", vocab),
     ] {
         let (activations, weight) = (random(vec![tokens, hidden]), random(vec![hidden, n]));
-        let seconds = time::<B, _>(&device, args.repeats, || {
+        let seconds = time(&device, args.repeats, || {
             activations.clone().matmul(weight.clone())
         })?;
         record(
@@ -231,12 +225,12 @@ fn measure_all<B: Backend>(
         );
     }
 
-    let scores = Tensor::<B, 3>::random(
+    let scores = Tensor::<3>::random(
         [batch * heads, seq_len, seq_len],
         Distribution::Normal(0.0, 1.0),
         &device,
     );
-    let seconds = time::<B, _>(&device, args.repeats, || softmax(scores.clone(), 2))?;
+    let seconds = time(&device, args.repeats, || softmax(scores.clone(), 2))?;
     let scores_bytes = 2.0 * (batch * heads * seq_len * seq_len) as f64 * element_bytes;
     record(
         format!("softmax [{}x{}x{}]", batch * heads, seq_len, seq_len),
@@ -246,8 +240,8 @@ fn measure_all<B: Backend>(
     );
 
     let activations = random(vec![tokens, hidden]);
-    let weight = Tensor::<B, 1>::ones([hidden], &device);
-    let seconds = time::<B, _>(&device, args.repeats, || {
+    let weight = Tensor::<1>::ones([hidden], &device);
+    let seconds = time(&device, args.repeats, || {
         let x = activations.clone();
         let scale = (x.clone().powf_scalar(2.0).mean_dim(1) + config.rms_norm_eps)
             .sqrt()
@@ -263,12 +257,12 @@ fn measure_all<B: Backend>(
 
     let shape = [batch, heads, seq_len, head_dim];
     let (query, key, value) = (
-        Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
-        Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
-        Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
+        Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
+        Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
+        Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device),
     );
-    let causal = Tensor::<B, 2, Bool>::triu_mask([seq_len, seq_len], 1, &device).unsqueeze::<4>();
-    let seconds = time::<B, _>(&device, args.repeats, || {
+    let causal = Tensor::<2, Bool>::triu_mask([seq_len, seq_len], 1, &device).unsqueeze::<4>();
+    let seconds = time(&device, args.repeats, || {
         let scores = query.clone().matmul(key.clone().swap_dims(2, 3)) / (head_dim as f64).sqrt();
         softmax(scores.mask_fill(causal.clone(), f32::NEG_INFINITY), 3).matmul(value.clone())
     })?;
@@ -282,7 +276,7 @@ fn measure_all<B: Backend>(
         attention_flops,
         "GFLOP/s",
     );
-    let last_probe = peak::probe::<B>(&device)?;
+    let last_probe = peak::probe(&device)?;
     let matmul_peak = if last_probe.flops_per_second > first_probe.flops_per_second {
         last_probe
     } else {

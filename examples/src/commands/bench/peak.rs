@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Distribution, Tensor};
+use anyhow::Context;
+use burn::tensor::{DType, Device, Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// Square f32 matmul sizes of the probe (compute bound on a CPU; the largest takes ~17 GFLOP).
@@ -24,22 +24,22 @@ pub struct PeakProbe {
 /// Times `[n x n] x [n x n]` f32 matmuls on `device` and returns the best rate. Each timed
 /// region ends once the device has finished (the result is kept alive across the sync, so a
 /// lazy backend computes it inside the region).
-pub fn probe<B: Backend>(device: &B::Device) -> anyhow::Result<PeakProbe> {
+pub fn probe(device: &Device) -> anyhow::Result<PeakProbe> {
     let mut best = PeakProbe {
         flops_per_second: 0.0,
         size: 0,
     };
     for size in SIZES {
         let random = || {
-            Tensor::<B, 2>::random([size, size], Distribution::Normal(0.0, 1.0), device)
+            Tensor::<2>::random([size, size], Distribution::Normal(0.0, 1.0), device)
                 .cast(DType::F32)
         };
         let (a, b) = (random(), random());
-        B::sync(device)?;
+        device.sync().context("synchronising the device")?;
         for repeat in 0..=REPEATS {
             let start = Instant::now();
             let product = a.clone().matmul(b.clone());
-            B::sync(device)?;
+            device.sync().context("synchronising the device")?;
             let seconds = start.elapsed().as_secs_f64();
             drop(product);
             // The first run compiles on `xla`: untimed.

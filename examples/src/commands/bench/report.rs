@@ -28,7 +28,7 @@ pub fn build_description() -> String {
         "release profile"
     };
     format!(
-        "hlat {} built in the {profile}, Burn 0.21.0",
+        "hlat {} built in the {profile}, Burn 0.22.1",
         env!("CARGO_PKG_VERSION")
     )
 }

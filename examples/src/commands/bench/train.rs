@@ -3,8 +3,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::backend::{Autodiff, Flex, NdArray};
-use burn_trainium::{MAX_REPLICAS, Stats, Trainium, TrainiumDevice};
+use burn_trainium::{MAX_REPLICAS, Stats};
 use clap::Args;
 use hlat::HlatConfig;
 use hlat::pipeline::{PipelineParallel, PipelineSchedule, bubble_fraction};
@@ -13,7 +12,6 @@ use hlat_train::config::TrainConfig;
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::OptimizerStep;
 use hlat_train::optimizer::AdamWSettings;
-use hlat_train::parallel::TrainingBackend;
 use hlat_train::precision::cast_params;
 use hlat_train::progress::TrainingProgress;
 use hlat_train::schedule::WarmupCosine;
@@ -21,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::backends::{
     self, BackendName, Comparison, emit_result, median, peak_resident_bytes, reset_peak_resident,
-    resident_bytes, trainium_stats, worker_backend,
+    resident_bytes, worker_backend,
 };
 use super::peak::{self, Peak, PeakProbe};
 use super::peers::{self, Framework, PeerAllocator, PeerStep};
@@ -606,38 +604,10 @@ fn measure_backend(
         );
         Ok(())
     };
-    match backend {
-        BackendName::TrainiumHost => {
-            let first = TrainiumDevice::HOST;
-            let device = first.with_replicas(replicas);
-            measure::<Autodiff<Trainium>>(backend, device, first, config, args)
-        }
-        BackendName::TrainiumXla => {
-            let first = backends::xla_device()?;
-            let device = first.with_replicas(replicas);
-            measure::<Autodiff<Trainium>>(backend, device, first, config, args)
-        }
-        BackendName::NdArray => {
-            single("ndarray")?;
-            measure::<Autodiff<NdArray>>(
-                backend,
-                Default::default(),
-                Default::default(),
-                config,
-                args,
-            )
-        }
-        BackendName::Flex => {
-            single("flex")?;
-            measure::<Autodiff<Flex>>(
-                backend,
-                Default::default(),
-                Default::default(),
-                config,
-                args,
-            )
-        }
+    if matches!(backend, BackendName::NdArray | BackendName::Flex) {
+        single(backend.name())?;
     }
+    measure(backend, replicas, config, args)
 }
 
 /// A preset name or a config JSON file.
@@ -687,20 +657,17 @@ struct Row {
     final_loss: f64,
 }
 
-/// Measures the training step on `device` (`probe_device`: where the matmul peak is measured),
+/// Measures the training step on `backend`'s device of `replicas` replicas (the matmul peak is
+/// measured on its first replica alone),
 /// one row per micro-batch count, through `hlat pretrain`'s optimizer step. One Learner runs
 /// every row: each round of steps takes each row once, starting one row further each round, so
 /// that the rows share the machine's state (load, clocks, caches) as evenly as they can.
-fn measure<B: TrainingBackend>(
+fn measure(
     backend: BackendName,
-    device: B::Device,
-    probe_device: B::Device,
+    replicas: u16,
     config: &HlatConfig,
     args: &TrainBenchArgs,
-) -> anyhow::Result<Vec<TrainMeasurement>>
-where
-    B::Device: 'static,
-{
+) -> anyhow::Result<Vec<TrainMeasurement>> {
     let counts = args.micro_batch_counts();
     let (seq_len, batch) = (args.seq_len(), args.batch());
     let recipe = args.recipe(seq_len, batch, counts[0])?;
@@ -708,10 +675,13 @@ where
     let layout = recipe.layout();
     let matmul_peak = match args.peak_flops {
         Some(_) => None,
-        None => Some(peak::probe::<B::InnerBackend>(&probe_device)?),
+        None => Some(peak::probe(&backend.device(1)?.device)?),
     };
-    B::seed(&device, 7);
-    let model = cast_params(config.try_init::<B>(&device)?, precision.param_dtype());
+    let mut bench = backend.device(replicas)?;
+    bench.device = bench.device.autodiff();
+    let device = &bench.device;
+    device.seed(7);
+    let model = cast_params(config.try_init(device)?, precision.param_dtype());
     // The model split as `hlat pretrain` splits it (trainer/src/pretrain/setup.rs).
     let model = LanguageModel::new(model, precision.compute_cast());
     let pipeline = pipeline_stages(config, &recipe)?;
@@ -759,12 +729,12 @@ where
         .collect();
     let upload = |rows: &[Vec<u32>]| {
         if layout.replicas() == 1 {
-            LmBatch::from_rows(rows, &device)
+            LmBatch::from_rows(rows, device)
         } else {
-            LmBatch::for_layout(rows, &layout, &device)
+            LmBatch::for_layout(rows, &layout, device)
         }
     };
-    B::sync(&device)?;
+    bench.sync()?;
     let resident_at_start_bytes = resident_bytes().unwrap_or(0);
     let peak_before_start = peak_resident_bytes().unwrap_or(0);
     if let Err(error) = reset_peak_resident() {
@@ -775,14 +745,14 @@ where
         for offset in 0..rows.len() {
             let index = (round + offset) % rows.len();
             let row = &mut rows[index];
-            let before = trainium_stats(&device).unwrap_or_default();
+            let before = bench.stats();
             let start = Instant::now();
             let micro_batches = row.rows.chunks(batch).map(&upload).collect();
             // The step reads the loss and gradient norm back; the sync runs the update too.
             let report = step.run(&mut learner, &mut progress, micro_batches)?;
-            B::sync(&device)?;
+            bench.sync()?;
             let seconds = start.elapsed().as_secs_f64();
-            let after = trainium_stats(&device).unwrap_or_default();
+            let after = bench.stats();
             row.final_loss = report.loss;
             if round < args.warmup {
                 row.warmup.add(&before, &after);
@@ -793,7 +763,7 @@ where
         }
     }
     let peak_since_start = peak_resident_bytes().unwrap_or(0);
-    backends::report_host_fallbacks(&device);
+    bench.report_host_fallbacks();
     Ok(rows
         .into_iter()
         .zip(bubbles)

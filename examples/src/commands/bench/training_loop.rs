@@ -4,18 +4,12 @@
 
 use std::time::Instant;
 
-use burn::module::AutodiffModule;
-use burn::optim::{GradientsParams, Optimizer};
+use burn::module::Module;
+use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
-use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-use burn::backend::{Autodiff, Flex, NdArray};
-use burn_trainium::{Trainium, TrainiumDevice};
-
-use super::backends::{
-    self, BackendName, median, peak_resident_bytes, report_host_fallbacks, trainium_stats,
-};
+use super::backends::{BackendName, BenchDevice, median, peak_resident_bytes};
 
 /// What the loop measured.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -54,28 +48,23 @@ pub struct LoopMeasurement<T = LoopTiming> {
     pub version: String,
 }
 
-/// A training-loop benchmark, timed on any autodiff backend.
+/// A training-loop benchmark, timed on any device with autodiff.
 pub trait LoopBenchmark {
     /// What one run of the loop measures.
     type Timing;
 
-    /// Times the loop on `device`.
-    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<Self::Timing>
-    where
-        B::Device: 'static;
+    /// Times the loop on `device` (its Burn device has autodiff).
+    fn time(&self, device: &BenchDevice) -> anyhow::Result<Self::Timing>;
 }
 
-/// Measures `benchmark` on `backend` (Trainium's executors, NdArray or Flex, under autodiff).
+/// Measures `benchmark` on `backend` (Trainium's executors, NdArray or Flex, with autodiff).
 pub fn measure_on<L: LoopBenchmark>(
     backend: BackendName,
     benchmark: &L,
 ) -> anyhow::Result<LoopMeasurement<L::Timing>> {
-    let timing = match backend {
-        BackendName::TrainiumHost => benchmark.time::<Autodiff<Trainium>>(TrainiumDevice::HOST),
-        BackendName::TrainiumXla => benchmark.time::<Autodiff<Trainium>>(backends::xla_device()?),
-        BackendName::NdArray => benchmark.time::<Autodiff<NdArray>>(Default::default()),
-        BackendName::Flex => benchmark.time::<Autodiff<Flex>>(Default::default()),
-    }?;
+    let mut device = backend.device(1)?;
+    device.device = device.device.autodiff();
+    let timing = benchmark.time(&device)?;
     Ok(LoopMeasurement {
         backend: backend.name().to_string(),
         timing,
@@ -96,28 +85,22 @@ pub struct Steps {
 }
 
 /// Trains `model` with `optimizer` on `loss` for `steps` and times it.
-pub fn time_training<B, M, O>(
-    device: &B::Device,
+pub fn time_training<M: Module>(
+    device: &BenchDevice,
     mut model: M,
-    mut optimizer: O,
+    mut optimizer: ModuleOptimizer,
     steps: Steps,
-    loss_of: impl Fn(&M) -> Tensor<B, 1>,
-) -> anyhow::Result<LoopTiming>
-where
-    B: AutodiffBackend,
-    B::Device: 'static,
-    M: AutodiffModule<B>,
-    O: Optimizer<M, B>,
-{
-    B::sync(device)?;
-    let start = trainium_stats(device).unwrap_or_default();
+    loss_of: impl Fn(&M) -> Tensor<1>,
+) -> anyhow::Result<LoopTiming> {
+    device.sync()?;
+    let start = device.stats();
     let mut after_first = start;
     let mut timed_start = start;
     let mut timing = LoopTiming::default();
     let mut step_seconds = Vec::new();
     for step in 0..1 + steps.warmup + steps.timed {
         if step == 1 + steps.warmup {
-            timed_start = trainium_stats(device).unwrap_or_default();
+            timed_start = device.stats();
         }
         let clock = Instant::now();
         let loss = loss_of(&model);
@@ -127,18 +110,18 @@ where
         timing.final_loss = loss
             .into_data()
             .convert::<f64>()
-            .into_vec::<f64>()
+            .try_into_vec::<f64>()
             .map_err(|error| anyhow::anyhow!("reading the loss: {error:?}"))?[0];
-        B::sync(device)?;
+        device.sync()?;
         let seconds = clock.elapsed().as_secs_f64();
         if step == 0 {
             timing.first_step_seconds = seconds;
-            after_first = trainium_stats(device).unwrap_or_default();
+            after_first = device.stats();
         } else if step > steps.warmup {
             step_seconds.push(seconds);
         }
     }
-    let end = trainium_stats(device).unwrap_or_default();
+    let end = device.stats();
     timing.median_step_seconds = median(&step_seconds);
     timing.first_step_compiles = after_first.compiles - start.compiles;
     timing.later_compiles = end.compiles - after_first.compiles;
@@ -146,6 +129,6 @@ where
     timing.operations_per_step =
         (end.operations_captured - timed_start.operations_captured) / steps.timed as u64;
     timing.host_fallbacks = end.host_fallbacks - start.host_fallbacks;
-    report_host_fallbacks(device);
+    device.report_host_fallbacks();
     Ok(timing)
 }

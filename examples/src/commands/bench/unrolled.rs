@@ -6,17 +6,17 @@
 
 use std::path::PathBuf;
 
-use burn::backend::NdArray;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig, Lstm, LstmConfig};
 use burn::optim::AdamConfig;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use clap::Args;
 use hlat::rng::SplitMix64;
 use serde::{Deserialize, Serialize};
 
-use super::backends::{self, emit_result, same_weights, worker_backend};
+use super::backends::{
+    self, BenchDevice, emit_result, reference_device, same_weights, worker_backend,
+};
 use super::report;
 use super::training_loop::{
     LoopBenchmark, LoopMeasurement, LoopTiming, Steps, measure_on, time_training,
@@ -80,13 +80,13 @@ pub struct UnrolledParameters {
 
 /// The recurrent network: an LSTM over the sequence and a linear head on its last state.
 #[derive(Module, Debug)]
-struct Recurrent<B: Backend> {
-    lstm: Lstm<B>,
-    head: Linear<B>,
+struct Recurrent {
+    lstm: Lstm,
+    head: Linear,
 }
 
-impl<B: Backend> Recurrent<B> {
-    fn new(hidden: usize, device: &B::Device) -> Self {
+impl Recurrent {
+    fn new(hidden: usize, device: &Device) -> Self {
         Self {
             lstm: LstmConfig::new(FEATURES, hidden, true).init(device),
             head: LinearConfig::new(hidden, 1).init(device),
@@ -94,7 +94,7 @@ impl<B: Backend> Recurrent<B> {
     }
 
     /// `inputs` [batch, seq, features] to one prediction per sequence, [batch, 1].
-    fn forward(&self, inputs: Tensor<B, 3>) -> Tensor<B, 2> {
+    fn forward(&self, inputs: Tensor<3>) -> Tensor<2> {
         let (_, state) = self.lstm.forward(inputs, None);
         self.head.forward(state.hidden)
     }
@@ -128,41 +128,33 @@ fn values(count: usize, seed: u64) -> Vec<f32> {
 impl LoopBenchmark for UnrolledBenchArgs {
     type Timing = LoopTiming;
 
-    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LoopTiming>
-    where
-        B::Device: 'static,
-    {
+    fn time(&self, bench: &BenchDevice) -> anyhow::Result<LoopTiming> {
         let args = self;
-        if let (Some(cap), Some(trainium)) = (args.segment_cap, backends::as_trainium(&device)) {
+        let device = &bench.device;
+        if let (Some(cap), Some(trainium)) = (args.segment_cap, &bench.trainium) {
             burn_trainium::set_segment_cap(trainium, cap);
         }
-        // The same initial weights on every backend: drawn on NdArray, moved as data.
-        let cpu = Default::default();
-        <NdArray as Backend>::seed(&cpu, 7);
-        let reference = Recurrent::<NdArray>::new(args.hidden, &cpu);
-        let model = same_weights(
-            reference,
-            Recurrent::<B>::new(args.hidden, &device),
-            &device,
-        )?;
-        let inputs = Tensor::<B, 3>::from_data(
+        // The same initial weights on every backend: drawn on Flex, moved to the device.
+        let reference = Recurrent::new(args.hidden, &reference_device(7, device));
+        let model = same_weights(reference, device);
+        let inputs = Tensor::<3>::from_data(
             TensorData::new(
                 values(args.batch * args.seq_len * FEATURES, 1),
                 [args.batch, args.seq_len, FEATURES],
             ),
-            &device,
+            device,
         );
-        let targets = Tensor::<B, 2>::from_data(
+        let targets = Tensor::<2>::from_data(
             TensorData::new(values(args.batch, 2), [args.batch, 1]),
-            &device,
+            device,
         );
-        let optimizer = AdamConfig::new().init::<B, Recurrent<B>>();
+        let optimizer = AdamConfig::new().init();
         let steps = Steps {
             warmup: args.warmup,
             timed: args.steps,
             learning_rate: 1e-3,
         };
-        time_training(&device, model, optimizer, steps, |model| {
+        time_training(bench, model, optimizer, steps, |model| {
             (model.forward(inputs.clone()) - targets.clone())
                 .powi_scalar(2)
                 .mean()

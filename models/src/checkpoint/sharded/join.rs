@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::TensorData;
-use burn_store::TensorSnapshot;
+use burn_store::bridge;
+use burn_store::burn_pack::Tensor as PackTensor;
 
 use super::layout::{ShardLayout, StageLayout, layer_of};
 use super::slices::{join_data, rank_snapshot};
@@ -19,13 +20,13 @@ use crate::config::HlatConfig;
 use crate::parallel::{Placement, kv_copies, placement_with};
 
 /// A rank file read: its path and its tensors by name.
-type ShardFile = (PathBuf, BTreeMap<String, TensorSnapshot>);
+type ShardFile = (PathBuf, BTreeMap<String, PackTensor>);
 
 /// The whole model's tensors of a sharded checkpoint (by tensor-parallel rank, pipeline stage or
 /// both), joined on the host, by parameter path. Replicated parameters must agree on every rank,
 /// the copies of a KV head on every rank holding it, a tied embedding in the first and last
 /// stages; each stage's files must hold exactly its layers and shared tensors.
-pub fn read_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, CheckpointError> {
+pub fn read_joined(dir: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
     if is_pipelined(dir) {
         return read_stages_joined(dir);
     }
@@ -52,7 +53,7 @@ pub fn read_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, Check
 }
 
 /// [`read_joined`] of a checkpoint cut into pipeline stages.
-fn read_stages_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, CheckpointError> {
+fn read_stages_joined(dir: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
     let layout_path = dir.join(PIPELINE_PARALLEL_FILE);
     let layout: StageLayout = read_layout(&layout_path)?;
     let config = HlatConfig::load(&dir.join(NATIVE_CONFIG_FILE))?;
@@ -62,7 +63,7 @@ fn read_stages_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, Ch
     let degree = layout.tensor_parallel;
     let copies = kv_copies(config.num_kv_heads, degree);
     let tied = config.tie_word_embeddings;
-    let mut whole: BTreeMap<String, TensorSnapshot> = BTreeMap::new();
+    let mut whole: BTreeMap<String, PackTensor> = BTreeMap::new();
     // Where each tensor of `whole` came from, and the parameter names of the first layer seen
     // (every layer has the same).
     let mut sources: BTreeMap<String, PathBuf> = BTreeMap::new();
@@ -139,8 +140,8 @@ fn read_stages_joined(dir: &Path) -> Result<BTreeMap<String, TensorSnapshot>, Ch
         for (name, snapshot) in joined {
             if let Some(earlier) = sources.get(&name) {
                 // A tied embedding, in the first and the last stage: the same bytes.
-                let data = |snapshot: &TensorSnapshot, path: &Path| {
-                    snapshot.to_data().map_err(|error| {
+                let data = |snapshot: &PackTensor, path: &Path| {
+                    bridge::to_data(snapshot).map_err(|error| {
                         CheckpointError::burnpack(path, format!("`{name}`: {error}"))
                     })
                 };
@@ -181,7 +182,7 @@ fn join_ranks(
     dir: &Path,
     copies: usize,
     ranks: &[ShardFile],
-) -> Result<BTreeMap<String, TensorSnapshot>, CheckpointError> {
+) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
     let (first_path, first) = &ranks[0];
     let mut joined = BTreeMap::new();
     for (name, snapshot) in first {
@@ -194,7 +195,7 @@ fn join_ranks(
                     format!("has no tensor `{name}` ({} has it)", first_path.display()),
                 )
             })?;
-            let data = part.to_data().map_err(|error| {
+            let data = bridge::to_data(part).map_err(|error| {
                 CheckpointError::burnpack(rank_path, format!("`{name}`: {error}"))
             })?;
             parts.push(data);

@@ -5,8 +5,9 @@ use std::path::Path;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Tensor, TensorData};
-use burn_store::TensorSnapshot;
-use burn_trainium::collective::{self, CollectiveBackend};
+use burn_store::bridge;
+use burn_store::burn_pack::Tensor as PackTensor;
+use burn_trainium::collective;
 
 use super::layout::StageLayout;
 use super::write::{FolderLayout, RankShards};
@@ -21,11 +22,7 @@ use crate::pipeline::PipelineParallel;
 /// tensor. Only this process's replicas are read, nothing moves between processes: on a device
 /// spanning the processes of a job, the process holding replicas `0..degree` (rank 0, as
 /// tensor-parallel groups stay inside a process) reads alone.
-pub fn read_ranks<B: CollectiveBackend>(
-    model: &Hlat<B>,
-    degree: usize,
-    dir: &Path,
-) -> Result<RankShards, CheckpointError> {
+pub fn read_ranks(model: &Hlat, degree: usize, dir: &Path) -> Result<RankShards, CheckpointError> {
     let mut reader = ReplicaReader::new(Plan::Tensor { degree }, degree);
     model.visit(&mut reader);
     match reader.failure {
@@ -61,8 +58,8 @@ pub fn stage_replicas(pipeline: &PipelineParallel, degree: usize) -> Vec<Vec<usi
 /// left out) and the shared tensors the stage uses. Only this process's replicas are read: every
 /// stage's must be among them, so on a device spanning the processes of a job (whose later
 /// stages sit in other processes) this is an error.
-pub fn read_stages<B: CollectiveBackend>(
-    model: &Hlat<B>,
+pub fn read_stages(
+    model: &Hlat,
     pipeline: &PipelineParallel,
     degree: usize,
     dir: &Path,
@@ -159,7 +156,7 @@ struct ReplicaReader {
     plan: Plan,
     count: usize,
     path: ParamPath,
-    files: Vec<Vec<TensorSnapshot>>,
+    files: Vec<Vec<PackTensor>>,
     failure: Option<String>,
 }
 
@@ -179,7 +176,7 @@ impl ReplicaReader {
     }
 }
 
-impl<B: CollectiveBackend> ModuleVisitor<B> for ReplicaReader {
+impl ModuleVisitor for ReplicaReader {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.enter(name);
     }
@@ -188,7 +185,7 @@ impl<B: CollectiveBackend> ModuleVisitor<B> for ReplicaReader {
         self.path.exit();
     }
 
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if self.failure.is_some() {
             return;
         }
@@ -214,7 +211,7 @@ impl<B: CollectiveBackend> ModuleVisitor<B> for ReplicaReader {
             let data = replicas[replica]
                 .take()
                 .expect("each replica's value goes to one file");
-            let snapshot = TensorSnapshot::from_data(data, names, Vec::new(), param.id);
+            let snapshot = bridge::from_data(data, names.join("."), Some(param.id.val()));
             self.files[file].push(snapshot);
         }
     }

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use burn::tensor::TensorData;
-use burn_store::TensorSnapshot;
+use burn_store::bridge;
+use burn_store::burn_pack::Tensor as PackTensor;
 
 use crate::checkpoint::error::CheckpointError;
 use crate::parallel::{Placement, placement_with};
@@ -12,13 +13,13 @@ use crate::parallel::{Placement, placement_with};
 /// `snapshot`'s data cut for the `degree` tensor-parallel ranks (in rank order), as
 /// `parallel::placement` places it when each KV head is held by `copies` ranks.
 pub(super) fn split_for_ranks(
-    snapshot: &TensorSnapshot,
+    snapshot: &PackTensor,
     degree: usize,
     copies: usize,
     dir: &Path,
 ) -> Result<Vec<TensorData>, CheckpointError> {
     let path = snapshot_path(snapshot);
-    let data = snapshot.to_data().map_err(|error| {
+    let data = bridge::to_data(snapshot).map_err(|error| {
         CheckpointError::burnpack(dir, format!("`{}`: {error}", path.join(".")))
     })?;
     Ok(match placement_with(&path, copies) {
@@ -33,29 +34,20 @@ pub(super) fn split_for_ranks(
 }
 
 /// The parameter path of a snapshot (`layers.0.mlp.up_proj.weight` as its names).
-fn snapshot_path(snapshot: &TensorSnapshot) -> Vec<String> {
-    snapshot
-        .full_path()
-        .split('.')
-        .map(str::to_string)
-        .collect()
+fn snapshot_path(snapshot: &PackTensor) -> Vec<String> {
+    snapshot.name.split('.').map(str::to_string).collect()
 }
 
-/// A snapshot with the path and id of `like` holding `data`.
-pub(super) fn rank_snapshot(like: &TensorSnapshot, data: TensorData) -> TensorSnapshot {
-    TensorSnapshot::from_data(
-        data,
-        snapshot_path(like),
-        like.container_stack.clone().unwrap_or_default(),
-        like.tensor_id.unwrap_or_default(),
-    )
+/// A snapshot with the name and parameter id of `like` holding `data`.
+pub(super) fn rank_snapshot(like: &PackTensor, data: TensorData) -> PackTensor {
+    bridge::from_data(data, like.name.clone(), like.param_id)
 }
 
 /// `data` cut into `degree` equal contiguous slices along `dim` (the caller checked that the
 /// dimension divides).
 fn split_data(data: &TensorData, dim: usize, degree: usize) -> Vec<TensorData> {
-    let shape = data.shape.to_vec();
-    let element = data.dtype.size();
+    let shape = data.shape().to_vec();
+    let element = data.dtype().size();
     let outer: usize = shape[..dim].iter().product();
     let inner: usize = shape[dim + 1..].iter().product::<usize>() * element;
     let slice = shape[dim] / degree * inner;
@@ -69,7 +61,7 @@ fn split_data(data: &TensorData, dim: usize, degree: usize) -> Vec<TensorData> {
             }
             let mut part_shape = shape.clone();
             part_shape[dim] /= degree;
-            TensorData::from_bytes_vec(part, part_shape, data.dtype)
+            TensorData::from_bytes_vec(part, part_shape, data.dtype())
         })
         .collect()
 }
@@ -77,7 +69,7 @@ fn split_data(data: &TensorData, dim: usize, degree: usize) -> Vec<TensorData> {
 /// The slices `parts` put back together along `dim`.
 pub(super) fn join_data(parts: &[TensorData], dim: usize) -> Result<TensorData, String> {
     let first = &parts[0];
-    let shape = first.shape.to_vec();
+    let shape = first.shape().to_vec();
     if dim >= shape.len() {
         return Err(format!(
             "has {} dimensions, not a dimension {dim}",
@@ -86,17 +78,17 @@ pub(super) fn join_data(parts: &[TensorData], dim: usize) -> Result<TensorData, 
     }
     if let Some(part) = parts
         .iter()
-        .find(|part| part.shape != first.shape || part.dtype != first.dtype)
+        .find(|part| part.shape() != first.shape() || part.dtype() != first.dtype())
     {
         return Err(format!(
             "rank slices differ: {:?} {:?} and {:?} {:?}",
             shape,
-            first.dtype,
-            part.shape.to_vec(),
-            part.dtype
+            first.dtype(),
+            part.shape().to_vec(),
+            part.dtype()
         ));
     }
-    let element = first.dtype.size();
+    let element = first.dtype().size();
     let outer: usize = shape[..dim].iter().product();
     let slice = shape[dim..].iter().product::<usize>() * element;
     let mut bytes = Vec::with_capacity(slice * outer * parts.len());
@@ -107,5 +99,5 @@ pub(super) fn join_data(parts: &[TensorData], dim: usize) -> Result<TensorData, 
     }
     let mut whole = shape;
     whole[dim] *= parts.len();
-    Ok(TensorData::from_bytes_vec(bytes, whole, first.dtype))
+    Ok(TensorData::from_bytes_vec(bytes, whole, first.dtype()))
 }

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use burn::tensor::backend::Backend;
-use burn_store::{BurnpackWriter, ModuleSnapshot, TensorSnapshot};
+use burn_store::ModuleSnapshot;
+use burn_store::burn_pack::{Tensor as PackTensor, Writer};
 use tokenizers::Tokenizer;
 
 use super::layout::{ShardLayout, StageLayout};
@@ -21,8 +21,8 @@ use crate::parallel::{check_degree, kv_copies};
 use crate::staging::Staging;
 
 /// Saves a whole model as a checkpoint of `degree` rank shards, split on the host.
-pub fn save_split<B: Backend>(
-    model: &Hlat<B>,
+pub fn save_split(
+    model: &Hlat,
     degree: usize,
     tokenizer: Option<&Tokenizer>,
     dir: &Path,
@@ -30,7 +30,7 @@ pub fn save_split<B: Backend>(
     check_degree(model.config(), degree)
         .map_err(|reason| CheckpointError::burnpack(dir, reason))?;
     let copies = kv_copies(model.config().num_kv_heads, degree);
-    let mut ranks: Vec<Vec<TensorSnapshot>> = vec![Vec::new(); degree];
+    let mut ranks: Vec<Vec<PackTensor>> = vec![Vec::new(); degree];
     for snapshot in model.collect(None, None, false) {
         let parts = split_for_ranks(&snapshot, degree, copies, dir)?;
         for (rank, part) in parts.into_iter().enumerate() {
@@ -42,8 +42,8 @@ pub fn save_split<B: Backend>(
 
 /// Saves a whole model as a checkpoint cut into the pipeline stages `layout` gives (each split
 /// by tensor-parallel rank), on the host.
-pub fn save_stages<B: Backend>(
-    model: &Hlat<B>,
+pub fn save_stages(
+    model: &Hlat,
     layout: StageLayout,
     tokenizer: Option<&Tokenizer>,
     dir: &Path,
@@ -54,10 +54,10 @@ pub fn save_stages<B: Backend>(
         .map_err(|reason| CheckpointError::burnpack(dir, reason))?;
     let degree = layout.tensor_parallel;
     let copies = kv_copies(config.num_kv_heads, degree);
-    let mut files: Vec<Vec<TensorSnapshot>> = vec![Vec::new(); layout.stages * degree];
+    let mut files: Vec<Vec<PackTensor>> = vec![Vec::new(); layout.stages * degree];
     for snapshot in model.collect(None, None, false) {
         let parts = split_for_ranks(&snapshot, degree, copies, dir)?;
-        for stage in layout.holders(&snapshot.full_path(), config.tie_word_embeddings) {
+        for stage in layout.holders(&snapshot.name, config.tie_word_embeddings) {
             for (rank, part) in parts.iter().enumerate() {
                 files[stage * degree + rank].push(rank_snapshot(&snapshot, part.clone()));
             }
@@ -82,11 +82,11 @@ pub(super) enum FolderLayout {
 pub struct RankShards {
     pub(super) layout: FolderLayout,
     /// One per file: rank `r`'s (tensor parallel), or stage `s` rank `r`'s at `s × degree + r`.
-    pub(super) files: Vec<Vec<TensorSnapshot>>,
+    pub(super) files: Vec<Vec<PackTensor>>,
 }
 
 impl RankShards {
-    pub(super) fn tensor_parallel(ranks: Vec<Vec<TensorSnapshot>>) -> Self {
+    pub(super) fn tensor_parallel(ranks: Vec<Vec<PackTensor>>) -> Self {
         Self {
             layout: FolderLayout::Tensor(ShardLayout {
                 degree: ranks.len(),
@@ -132,7 +132,7 @@ impl RankShards {
         std::fs::write(&layout_path, layout).map_err(CheckpointError::io(&layout_path))?;
         for (name, snapshots) in names.iter().zip(self.files) {
             let path = staging.path().join(name);
-            BurnpackWriter::new(snapshots)
+            Writer::new(snapshots)
                 .write_to_file(&path)
                 .map_err(|error| CheckpointError::burnpack(&path, error.to_string()))?;
         }

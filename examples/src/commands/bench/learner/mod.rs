@@ -19,20 +19,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use burn::backend::NdArray;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::Dataset;
-use burn::module::{AutodiffModule, Module};
 use burn::optim::AdamConfig;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::Device;
 use burn::train::metric::{AccuracyMetric, LossMetric};
-use burn::train::{InferenceStep, Learner, SupervisedTraining, TrainStep};
+use burn::train::{InferenceStep, Learner, LearnerModel, SupervisedTraining, TrainStep};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use super::backends::{
-    self, BackendName, emit_result, same_weights, trainium_stats, worker_backend,
+    self, BackendName, BenchDevice, emit_result, reference_device, same_weights, worker_backend,
 };
 use super::report;
 use super::training_loop::{LoopBenchmark, LoopMeasurement, measure_on};
@@ -45,7 +43,7 @@ use tasks::{ImageBatcher, ImageClassifier, SequenceBatcher, SequenceRegressor};
 const DATA_SEED: u64 = 42;
 /// The seed of the loaders' shuffling.
 const SHUFFLE_SEED: u64 = 5;
-/// The seed of the initial weights (drawn on NdArray and copied to every backend).
+/// The seed of the initial weights (drawn on Flex and copied to every backend).
 const WEIGHTS_SEED: u64 = 7;
 /// Adam's learning rate.
 const LEARNING_RATE: f64 = 1e-3;
@@ -310,43 +308,31 @@ pub fn table(report: &LearnerReport) -> String {
 impl LoopBenchmark for LearnerBenchArgs {
     type Timing = LearnerTiming;
 
-    fn time<B: AutodiffBackend>(&self, device: B::Device) -> anyhow::Result<LearnerTiming>
-    where
-        B::Device: 'static,
-    {
+    fn time(&self, device: &BenchDevice) -> anyhow::Result<LearnerTiming> {
         let [task] = self.tasks[..] else {
             anyhow::bail!("a worker runs exactly one task");
         };
-        let cpu = Default::default();
-        <NdArray as Backend>::seed(&cpu, WEIGHTS_SEED);
+        let reference = reference_device(WEIGHTS_SEED, &device.device);
         match task {
             Task::Recurrent => {
-                let model = same_weights(
-                    SequenceRegressor::<NdArray>::new(&cpu),
-                    SequenceRegressor::<B>::new(&device),
-                    &device,
-                )?;
+                let model = same_weights(SequenceRegressor::new(&reference), &device.device);
                 let datasets = (
                     tasks::sequences(self.train_items, DATA_SEED),
                     tasks::sequences(self.valid_items, DATA_SEED + 1),
                 );
-                self.train(model, SequenceBatcher, datasets, &device, |training| {
+                self.train(model, SequenceBatcher, datasets, device, |training| {
                     training
                         .metric_train_numeric(LossMetric::new())
                         .metric_valid_numeric(LossMetric::new())
                 })
             }
             Task::Cnn => {
-                let model = same_weights(
-                    ImageClassifier::<NdArray>::new(&cpu),
-                    ImageClassifier::<B>::new(&device),
-                    &device,
-                )?;
+                let model = same_weights(ImageClassifier::new(&reference), &device.device);
                 let datasets = (
                     tasks::images(self.train_items, DATA_SEED),
                     tasks::images(self.valid_items, DATA_SEED + 1),
                 );
-                self.train(model, ImageBatcher, datasets, &device, |training| {
+                self.train(model, ImageBatcher, datasets, device, |training| {
                     training
                         .metric_train_numeric(LossMetric::new())
                         .metric_valid_numeric(LossMetric::new())
@@ -358,38 +344,25 @@ impl LoopBenchmark for LearnerBenchArgs {
     }
 }
 
-/// The supervised training of a model `M` with Adam on backend `B`.
-type Training<B, M> = SupervisedTraining<
-    burn::train::LearningComponentsMarker<
-        B,
-        f64,
-        M,
-        burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, M, B>,
-    >,
->;
-
 impl LearnerBenchArgs {
-    /// Trains `model` on the `(training, validation)` datasets through burn-train's `Learner`,
-    /// with the metrics `metrics` registers, and measures the run.
-    fn train<B, M, I, Bt>(
+    /// Trains `model` on the `(training, validation)` datasets through burn-train's `Learner`
+    /// with Adam, with the metrics `metrics` registers, and measures the run. Training batches
+    /// are made on `device` (with autodiff), validation batches on it without autodiff.
+    fn train<M, I, Bt>(
         &self,
         model: M,
         batcher: Bt,
         (train_items, valid_items): (impl Dataset<I> + 'static, impl Dataset<I> + 'static),
-        device: &B::Device,
-        metrics: impl FnOnce(Training<B, M>) -> Training<B, M>,
+        device: &BenchDevice,
+        metrics: impl FnOnce(SupervisedTraining<M>) -> SupervisedTraining<M>,
     ) -> anyhow::Result<LearnerTiming>
     where
-        B: AutodiffBackend,
-        B::Device: 'static,
-        M: TrainStep<Input: Clone + std::fmt::Debug>
-            + AutodiffModule<B>
-            + core::fmt::Display
-            + 'static,
-        M::InnerModule: InferenceStep<Input: Clone + std::fmt::Debug>,
+        M: LearnerModel,
+        <M as TrainStep>::Input: Clone + std::fmt::Debug,
+        <M as InferenceStep>::Input: Clone + std::fmt::Debug,
         I: Send + Sync + Clone + std::fmt::Debug + 'static,
-        Bt: Batcher<B, I, M::Input>
-            + Batcher<B::InnerBackend, I, <M::InnerModule as InferenceStep>::Input>
+        Bt: Batcher<I, <M as TrainStep>::Input>
+            + Batcher<I, <M as InferenceStep>::Input>
             + Clone
             + 'static,
     {
@@ -399,25 +372,33 @@ impl LearnerBenchArgs {
             valid_iterations: iterations(valid_items.len()),
             ..LearnerTiming::default()
         };
-        let train = self.loader::<B, _, _>(batcher.clone(), train_items, device.clone());
-        let valid = self.loader::<B::InnerBackend, _, _>(batcher, valid_items, device.clone());
+        let train = self.loader::<_, <M as TrainStep>::Input>(
+            batcher.clone(),
+            train_items,
+            device.device.clone(),
+        );
+        let valid = self.loader::<_, <M as InferenceStep>::Input>(
+            batcher,
+            valid_items,
+            device.device.clone().inner(),
+        );
         let folder = tempfile::tempdir().context("creating the run's folder")?;
         let (recorder, recorded) = MetricRecorder::new();
         let training = metrics(SupervisedTraining::new(folder.path(), train, valid))
             .with_application_logger(None)
             .num_epochs(self.epochs)
-            .renderer(recorder);
+            .renderer(Box::new(recorder));
         let learner = Learner::new(model, AdamConfig::new().init(), LEARNING_RATE);
 
-        B::sync(device)?;
-        let start = trainium_stats(device).unwrap_or_default();
+        device.sync()?;
+        let start = device.stats();
         let clock = Instant::now();
         let result = training.launch(learner);
         // Every update has run once the trained weights are read.
         drop(result.model.into_record());
-        B::sync(device)?;
+        device.sync()?;
         timing.seconds = clock.elapsed().as_secs_f64();
-        let end = trainium_stats(device).unwrap_or_default();
+        let end = device.stats();
 
         timing.segments = end.segments_run - start.segments_run;
         timing.segments_reused = end.segments_reused - start.segments_reused;
@@ -430,7 +411,7 @@ impl LearnerBenchArgs {
         timing.bytes_to_host = end.bytes_to_host - start.bytes_to_host;
         timing.host_fallbacks = end.host_fallbacks - start.host_fallbacks;
         timing.host_folded = end.host_folded - start.host_folded;
-        backends::report_host_fallbacks(device);
+        device.report_host_fallbacks();
         timing.loss = recorded
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -441,12 +422,12 @@ impl LearnerBenchArgs {
 
     /// A data loader as Burn's examples build one: batches of `--batch`, shuffled with a fixed
     /// seed, made on `--loader-workers` threads, on `device`.
-    fn loader<B: Backend, I, O>(
+    fn loader<I, O>(
         &self,
-        batcher: impl Batcher<B, I, O> + 'static,
+        batcher: impl Batcher<I, O> + 'static,
         items: impl Dataset<I> + 'static,
-        device: B::Device,
-    ) -> Arc<dyn DataLoader<B, O>>
+        device: Device,
+    ) -> Arc<dyn DataLoader<O>>
     where
         I: Send + Sync + Clone + std::fmt::Debug + 'static,
         O: Send + Clone + std::fmt::Debug + 'static,

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use burn::train::metric::{MetricDefinition, MetricId};
+use burn::train::logger::{EvaluationProgressLogger, TrainingProgressLogger};
+use burn::train::metric::{MetricDefinition, MetricId, NumericEntry};
 use burn::train::renderer::{
-    EvaluationName, EvaluationProgress, MetricState, MetricsRenderer, MetricsRendererEvaluation,
-    MetricsRendererTraining, ProgressType, TrainingProgress,
+    EvaluationName, MetricState, MetricsRenderer, MetricsRendererEvaluation,
+    MetricsRendererTraining,
 };
 use serde::{Deserialize, Serialize};
 
@@ -39,9 +40,13 @@ impl MetricRecorder {
     }
 
     fn record(&self, state: MetricState, valid: bool) {
-        let MetricState::Numeric(entry, value) = state else {
+        // An epoch's `Final` value repeats its items' values aggregated: one value per item.
+        let MetricState::Numeric(entry, Some(value)) = state else {
             return;
         };
+        if matches!(value, NumericEntry::Final(_)) {
+            return;
+        }
         let Some(name) = self.names.get(&entry.metric_id) else {
             return;
         };
@@ -68,10 +73,6 @@ impl MetricsRendererTraining for MetricRecorder {
         self.record(state, true);
     }
 
-    fn render_train(&mut self, _item: TrainingProgress, _indicators: Vec<ProgressType>) {}
-
-    fn render_valid(&mut self, _item: TrainingProgress, _indicators: Vec<ProgressType>) {}
-
     fn on_train_end(
         &mut self,
         _summary: Option<burn::train::LearnerSummary>,
@@ -82,14 +83,50 @@ impl MetricsRendererTraining for MetricRecorder {
 
 impl MetricsRendererEvaluation for MetricRecorder {
     fn update_test(&mut self, _name: EvaluationName, _state: MetricState) {}
+}
 
-    fn render_test(&mut self, _item: EvaluationProgress, _indicators: Vec<ProgressType>) {}
+impl TrainingProgressLogger for MetricRecorder {
+    fn start(
+        &mut self,
+        _total_epochs: usize,
+        _starting_epoch: usize,
+        _total_items: Option<usize>,
+        _label: Option<&str>,
+    ) {
+    }
+
+    fn update_epoch(&mut self, _epoch: usize) {}
+
+    fn start_split(&mut self, _split: &str, _total_items: usize) {}
+
+    fn update_split(&mut self, _items_processed: usize) {}
+
+    fn end_split(&mut self) {}
+
+    fn end(&mut self) {}
+
+    fn log_event_training(&mut self, _event: String) {}
+}
+
+impl EvaluationProgressLogger for MetricRecorder {
+    fn start_global_progress(&mut self, _total_tests: usize) {}
+
+    fn start_test(&mut self, _name: &str, _total_items: usize) {}
+
+    fn update_test_progress(&mut self, _items_processed: usize) {}
+
+    fn end_test(&mut self) {}
+
+    fn end_global_progress(&mut self) {}
+
+    fn log_event_evaluation(&mut self, _event: String) {}
 }
 
 impl MetricsRenderer for MetricRecorder {
     fn manual_close(&mut self) {}
 
     fn register_metric(&mut self, definition: MetricDefinition) {
-        self.names.insert(definition.metric_id, definition.name);
+        self.names
+            .insert(definition.metric_id, definition.name.as_ref().clone());
     }
 }

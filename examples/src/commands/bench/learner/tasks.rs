@@ -14,8 +14,7 @@ use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig, Lstm, LstmConfig};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOutput, TrainStep};
 use hlat::rng::SplitMix64;
 use hlat::vision::{IMAGE_SIZE, SmallCnn, generated_images};
@@ -61,28 +60,28 @@ pub fn sequences(count: usize, seed: u64) -> InMemDataset<SequenceItem> {
 
 /// A batch of sequences: `[batch, SEQUENCE_LENGTH, 1]` and the targets `[batch, 1]`.
 #[derive(Debug, Clone)]
-pub struct SequenceBatch<B: Backend> {
+pub struct SequenceBatch {
     /// The sequences, one feature per step.
-    pub sequences: Tensor<B, 3>,
+    pub sequences: Tensor<3>,
     /// The value after each sequence.
-    pub targets: Tensor<B, 2>,
+    pub targets: Tensor<2>,
 }
 
 /// Batches sequences as `modern-lstm` does: a tensor per item, stacked.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SequenceBatcher;
 
-impl<B: Backend> Batcher<B, SequenceItem, SequenceBatch<B>> for SequenceBatcher {
-    fn batch(&self, items: Vec<SequenceItem>, device: &B::Device) -> SequenceBatch<B> {
+impl Batcher<SequenceItem, SequenceBatch> for SequenceBatcher {
+    fn batch(&self, items: Vec<SequenceItem>, device: &Device) -> SequenceBatch {
         let sequences = items
             .iter()
             .map(|item| {
-                Tensor::<B, 1>::from_floats(item.sequence.as_slice(), device).unsqueeze_dim::<2>(1)
+                Tensor::<1>::from_floats(item.sequence.as_slice(), device).unsqueeze_dim::<2>(1)
             })
             .collect();
         let targets = items
             .iter()
-            .map(|item| Tensor::<B, 1>::from_floats([item.target], device))
+            .map(|item| Tensor::<1>::from_floats([item.target], device))
             .collect();
         SequenceBatch {
             sequences: Tensor::stack(sequences, 0),
@@ -93,14 +92,14 @@ impl<B: Backend> Batcher<B, SequenceItem, SequenceBatch<B>> for SequenceBatcher 
 
 /// The recurrent model: an LSTM over the sequence, a linear head on its last hidden state.
 #[derive(Module, Debug)]
-pub struct SequenceRegressor<B: Backend> {
-    lstm: Lstm<B>,
-    head: Linear<B>,
+pub struct SequenceRegressor {
+    lstm: Lstm,
+    head: Linear,
 }
 
-impl<B: Backend> SequenceRegressor<B> {
+impl SequenceRegressor {
     /// A model with Burn's default initialisation on `device`.
-    pub fn new(device: &B::Device) -> Self {
+    pub fn new(device: &Device) -> Self {
         Self {
             lstm: LstmConfig::new(1, HIDDEN, true).init(device),
             head: LinearConfig::new(HIDDEN, 1).init(device),
@@ -108,7 +107,7 @@ impl<B: Backend> SequenceRegressor<B> {
     }
 
     /// The prediction for each sequence and the mean squared error against the targets.
-    pub fn forward_regression(&self, batch: SequenceBatch<B>) -> RegressionOutput<B> {
+    pub fn forward_regression(&self, batch: SequenceBatch) -> RegressionOutput {
         let (_, state) = self.lstm.forward(batch.sequences, None);
         let output = self.head.forward(state.hidden);
         let loss = MseLoss::new().forward(output.clone(), batch.targets.clone(), Reduction::Mean);
@@ -116,21 +115,21 @@ impl<B: Backend> SequenceRegressor<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for SequenceRegressor<B> {
-    type Input = SequenceBatch<B>;
-    type Output = RegressionOutput<B>;
+impl TrainStep for SequenceRegressor {
+    type Input = SequenceBatch;
+    type Output = RegressionOutput;
 
-    fn step(&self, batch: SequenceBatch<B>) -> TrainOutput<RegressionOutput<B>> {
+    fn step(&self, batch: SequenceBatch) -> TrainOutput<RegressionOutput> {
         let item = self.forward_regression(batch);
         TrainOutput::new(self, item.loss.backward(), item)
     }
 }
 
-impl<B: Backend> InferenceStep for SequenceRegressor<B> {
-    type Input = SequenceBatch<B>;
-    type Output = RegressionOutput<B>;
+impl InferenceStep for SequenceRegressor {
+    type Input = SequenceBatch;
+    type Output = RegressionOutput;
 
-    fn step(&self, batch: SequenceBatch<B>) -> RegressionOutput<B> {
+    fn step(&self, batch: SequenceBatch) -> RegressionOutput {
         self.forward_regression(batch)
     }
 }
@@ -160,11 +159,11 @@ pub fn images(count: usize, seed: u64) -> InMemDataset<ImageItem> {
 
 /// A batch of images `[batch, 1, 28, 28]` and their classes `[batch]`.
 #[derive(Debug, Clone)]
-pub struct ImageBatch<B: Backend> {
+pub struct ImageBatch {
     /// The images, normalised.
-    pub images: Tensor<B, 4>,
+    pub images: Tensor<4>,
     /// Their classes.
-    pub labels: Tensor<B, 1, Int>,
+    pub labels: Tensor<1, Int>,
 }
 
 /// The mean and standard deviation the MNIST example normalises with.
@@ -175,13 +174,13 @@ const NORMALISATION: (f64, f64) = (0.1307, 0.3081);
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ImageBatcher;
 
-impl<B: Backend> Batcher<B, ImageItem, ImageBatch<B>> for ImageBatcher {
-    fn batch(&self, items: Vec<ImageItem>, device: &B::Device) -> ImageBatch<B> {
+impl Batcher<ImageItem, ImageBatch> for ImageBatcher {
+    fn batch(&self, items: Vec<ImageItem>, device: &Device) -> ImageBatch {
         let (mean, deviation) = NORMALISATION;
         let images = items
             .iter()
             .map(|item| {
-                let image = Tensor::<B, 2>::from_data(
+                let image = Tensor::<2>::from_data(
                     TensorData::new(item.pixels.clone(), [IMAGE_SIZE, IMAGE_SIZE]),
                     device,
                 );
@@ -190,7 +189,7 @@ impl<B: Backend> Batcher<B, ImageItem, ImageBatch<B>> for ImageBatcher {
             .collect();
         let labels = items
             .iter()
-            .map(|item| Tensor::<B, 1, Int>::from_data(TensorData::from([item.label]), device))
+            .map(|item| Tensor::<1, Int>::from_data(TensorData::from([item.label]), device))
             .collect();
         ImageBatch {
             images: Tensor::cat(images, 0),
@@ -201,20 +200,20 @@ impl<B: Backend> Batcher<B, ImageItem, ImageBatch<B>> for ImageBatcher {
 
 /// The CNN task's model: [`SmallCnn`] with burn-train's steps.
 #[derive(Module, Debug)]
-pub struct ImageClassifier<B: Backend> {
-    network: SmallCnn<B>,
+pub struct ImageClassifier {
+    network: SmallCnn,
 }
 
-impl<B: Backend> ImageClassifier<B> {
+impl ImageClassifier {
     /// A model with Burn's default initialisation on `device`.
-    pub fn new(device: &B::Device) -> Self {
+    pub fn new(device: &Device) -> Self {
         Self {
             network: SmallCnn::new(device),
         }
     }
 
     /// The logits of each image and the mean cross-entropy against the labels.
-    pub fn forward_classification(&self, batch: ImageBatch<B>) -> ClassificationOutput<B> {
+    pub fn forward_classification(&self, batch: ImageBatch) -> ClassificationOutput {
         let logits = self.network.forward(batch.images);
         let loss = burn::nn::loss::CrossEntropyLossConfig::new()
             .init(&logits.device())
@@ -223,21 +222,21 @@ impl<B: Backend> ImageClassifier<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for ImageClassifier<B> {
-    type Input = ImageBatch<B>;
-    type Output = ClassificationOutput<B>;
+impl TrainStep for ImageClassifier {
+    type Input = ImageBatch;
+    type Output = ClassificationOutput;
 
-    fn step(&self, batch: ImageBatch<B>) -> TrainOutput<ClassificationOutput<B>> {
+    fn step(&self, batch: ImageBatch) -> TrainOutput<ClassificationOutput> {
         let item = self.forward_classification(batch);
         TrainOutput::new(self, item.loss.backward(), item)
     }
 }
 
-impl<B: Backend> InferenceStep for ImageClassifier<B> {
-    type Input = ImageBatch<B>;
-    type Output = ClassificationOutput<B>;
+impl InferenceStep for ImageClassifier {
+    type Input = ImageBatch;
+    type Output = ClassificationOutput;
 
-    fn step(&self, batch: ImageBatch<B>) -> ClassificationOutput<B> {
+    fn step(&self, batch: ImageBatch) -> ClassificationOutput {
         self.forward_classification(batch)
     }
 }

@@ -1,0 +1,116 @@
+//! A Trainium device served inside the calling process: `burn_trainium::device("xla:0")`.
+//!
+//! Burn 0.22 has no in-process transport for its remote target, so each device gets a
+//! `BackendServer` on a loopback WebSocket: the listener is bound to `127.0.0.1:0` before the
+//! device is returned (no port race), the server runs on a Tokio runtime of its own in a
+//! background thread for the life of the process ([`super::BoundServer::serve_in_background`]),
+//! and it opens sessions only for clients that present this process's random token.
+//! `BackendServer::serve` is not used: it takes over Ctrl+C and SIGTERM, which a library must
+//! not do.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::{Mutex, OnceLock};
+
+use burn_tensor::Device;
+use burn_tensor::remote::RemoteHost;
+
+use super::Access;
+use crate::{BackendError, TrainiumDevice};
+
+/// A device served in this process: its address, and the client device that first reached it.
+#[derive(Clone)]
+struct Served {
+    url: String,
+    client: Option<Device>,
+}
+
+/// The devices served in this process, by the device they serve.
+static SERVED: OnceLock<Mutex<HashMap<TrainiumDevice, Served>>> = OnceLock::new();
+
+/// The token every in-process server checks: random, drawn once per process.
+fn process_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let bytes: [u8; 32] = rand::random();
+        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    })
+}
+
+/// The Burn device served by the project's executors in this process: `spec` is a device string
+/// as `TRAINIUM_DEVICE` takes it (`host`, `xla:0`, `xla:0-3` for four replicas, `neuron:0`, ...).
+///
+/// The first call for a device opens its executor and starts its server; later calls return
+/// another handle on the same server. Train with `device.autodiff()`.
+///
+/// ```no_run
+/// let device = burn_trainium::device("xla:0")?;
+/// let x = burn_tensor::Tensor::<2>::ones([2, 3], &device);
+/// # Ok::<(), burn_trainium::BackendError>(())
+/// ```
+pub fn device(spec: &str) -> Result<Device, BackendError> {
+    let trainium: TrainiumDevice = spec.parse()?;
+    let url = serve_in_process(trainium)?;
+    let host = RemoteHost::websocket(&url).with_credential(process_token());
+    let device = Device::remote_options(&host)
+        .init()
+        .map_err(|error| BackendError::Server {
+            device: trainium.to_string(),
+            reason: format!("connecting to {url}: {error}"),
+        })?;
+    if let Some(served) = lock_served().get_mut(&trainium) {
+        served.client.get_or_insert_with(|| device.clone());
+    }
+    Ok(device)
+}
+
+/// Waits until every device served in this process has applied what its clients sent so far
+/// (a profile is finished only once no operation is still being captured).
+pub(crate) fn sync_served() {
+    let clients: Vec<(TrainiumDevice, Device)> = lock_served()
+        .iter()
+        .filter_map(|(trainium, served)| Some((*trainium, served.client.clone()?)))
+        .collect();
+    for (trainium, client) in clients {
+        if let Err(error) = client.sync() {
+            log::warn!("{trainium}: waiting for the served device failed: {error}");
+        }
+    }
+}
+
+fn lock_served() -> std::sync::MutexGuard<'static, HashMap<TrainiumDevice, Served>> {
+    SERVED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// [`device`] of the device `TRAINIUM_DEVICE` names (`host:0` when unset).
+pub fn device_from_env() -> Result<Device, BackendError> {
+    let trainium = TrainiumDevice::from_env()?;
+    device(&trainium.to_string())
+}
+
+/// The address of the server of `device` in this process, started on first use.
+fn serve_in_process(device: TrainiumDevice) -> Result<String, BackendError> {
+    let mut served = lock_served();
+    if let Some(existing) = served.get(&device) {
+        return Ok(existing.url.clone());
+    }
+    let options = super::ServeOptions {
+        devices: vec![device],
+        listen: (Ipv4Addr::LOCALHOST, 0).into(),
+        access: Access::Token(process_token().to_string()),
+    };
+    let address = super::standalone::bind(&options)?.serve_in_background()?;
+    log::debug!("serving {device} in process on {address}");
+    let url = format!("ws://{address}");
+    served.insert(
+        device,
+        Served {
+            url: url.clone(),
+            client: None,
+        },
+    );
+    Ok(url)
+}

@@ -1,0 +1,203 @@
+//! Trainium devices served to other processes and machines (`hlat serve`).
+
+use std::net::{SocketAddr, TcpListener};
+
+use burn_remote::server::{BackendServer, WebSocketTransport};
+
+use super::Access;
+use crate::{BackendError, Trainium, TrainiumDevice};
+
+/// What [`bind`] serves, where, and to whom.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The devices, in the order clients pick them by index
+    /// (`RemoteOptions::device_index`).
+    pub devices: Vec<TrainiumDevice>,
+    /// The address to listen on (port 0: one the system picks).
+    pub listen: SocketAddr,
+    /// Who may open sessions.
+    pub access: Access,
+}
+
+impl ServeOptions {
+    /// The served devices, as a comma-separated list.
+    fn described(&self) -> String {
+        self.devices
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Devices bound to their listening address, not serving yet.
+pub struct BoundServer {
+    server: BackendServer<Trainium>,
+    listener: TcpListener,
+    address: SocketAddr,
+    described: String,
+}
+
+/// Checks `options` (a non-loopback address needs a shared secret; every device's executor must
+/// open) and binds the listening address.
+pub fn bind(options: &ServeOptions) -> Result<BoundServer, BackendError> {
+    let failed = |reason: String| BackendError::Server {
+        device: options.described(),
+        reason,
+    };
+    if options.devices.is_empty() {
+        return Err(failed("no device to serve".to_string()));
+    }
+    options.access.check(&options.listen)?;
+    for device in &options.devices {
+        crate::check_device(device)?;
+    }
+    let listener = TcpListener::bind(options.listen)
+        .map_err(|error| failed(format!("binding {}: {error}", options.listen)))?;
+    let address = listener
+        .local_addr()
+        .map_err(|error| failed(format!("reading the bound address: {error}")))?;
+    let server = super::custom_ops::with_collectives(BackendServer::<Trainium>::new(
+        options.devices.iter().copied(),
+    ))
+    .with_authorizer(options.access.authorizer()?);
+    Ok(BoundServer {
+        server,
+        listener,
+        address,
+        described: options.described(),
+    })
+}
+
+impl BoundServer {
+    /// The address clients reach (`ws://` it).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves until Ctrl+C or SIGTERM, blocking the calling thread.
+    pub fn serve(self) -> Result<(), BackendError> {
+        log::info!("serving {} on ws://{}", self.described, self.address);
+        let described = self.described;
+        self.server
+            .serve(WebSocketTransport::from_listener(self.listener))
+            .map_err(|error| BackendError::Server {
+                device: described,
+                reason: error.to_string(),
+            })
+    }
+
+    /// Serves on a Tokio runtime of its own in a background thread, for the life of the process
+    /// (what tests and in-process tools use).
+    pub fn serve_in_background(self) -> Result<SocketAddr, BackendError> {
+        let address = self.address;
+        let described = self.described.clone();
+        let failed = |reason: String| BackendError::Server {
+            device: described.clone(),
+            reason,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("trainium-server-{}", self.described))
+            .enable_all()
+            .build()
+            .map_err(|error| failed(format!("starting its runtime: {error}")))?;
+        let serving = self
+            .server
+            .serve_async(WebSocketTransport::from_listener(self.listener));
+        let name = self.described.clone();
+        std::thread::Builder::new()
+            .name(format!("trainium-server-{name}"))
+            .spawn(move || {
+                if let Err(error) = runtime.block_on(serving) {
+                    log::error!("the server of {name} stopped: {error}");
+                }
+            })
+            .map_err(|error| failed(format!("starting its thread: {error}")))?;
+        Ok(address)
+    }
+}
+
+/// Serves `options.devices` until Ctrl+C or SIGTERM, blocking the calling thread ([`bind`],
+/// then [`BoundServer::serve`]).
+pub fn serve(options: &ServeOptions) -> Result<(), BackendError> {
+    bind(options)?.serve()
+}
+
+#[cfg(test)]
+mod tests {
+    use burn_tensor::remote::RemoteHost;
+    use burn_tensor::{Device, Tensor};
+
+    use super::*;
+
+    fn options(listen: &str, access: Access) -> ServeOptions {
+        ServeOptions {
+            devices: vec![TrainiumDevice::HOST],
+            listen: listen.parse().unwrap(),
+            access,
+        }
+    }
+
+    fn connect(address: SocketAddr, credential: Option<&str>) -> Result<Device, String> {
+        let mut host = RemoteHost::websocket(&format!("ws://{address}"));
+        if let Some(credential) = credential {
+            host = host.with_credential(credential);
+        }
+        Device::remote_options(&host)
+            .init()
+            .map_err(|error| error.to_string())
+    }
+
+    /// `device` computes: ones plus one, read back.
+    fn computes(device: &Device) -> bool {
+        let twos = Tensor::<1>::ones([3], device).add_scalar(1.0);
+        twos.into_data().try_to_vec::<f32>().ok() == Some(vec![2.0; 3])
+    }
+
+    #[test]
+    fn a_non_loopback_address_needs_a_shared_secret() {
+        let error = bind(&options("0.0.0.0:0", Access::Loopback))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            error.contains("0.0.0.0:0") && error.contains("--token-file"),
+            "{error}"
+        );
+        let error = bind(&options("127.0.0.1:0", Access::Token(String::new())))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains("empty"), "{error}");
+    }
+
+    #[test]
+    fn only_clients_with_the_secret_get_in() {
+        let server = bind(&options("127.0.0.1:0", Access::Token("s3cret".to_string()))).unwrap();
+        let address = server.serve_in_background().unwrap();
+        let device = connect(address, Some("s3cret")).expect("the right secret connects");
+        assert!(computes(&device));
+        for wrong in [None, Some("guess")] {
+            let refused = connect(address, wrong).and_then(|device| {
+                // A refusal may only show on first use.
+                std::panic::catch_unwind(|| computes(&device))
+                    .map_err(|_| "refused on first use".to_string())
+            });
+            assert!(
+                !matches!(refused, Ok(true)),
+                "a client with {wrong:?} computed on a server that wants a secret"
+            );
+        }
+    }
+
+    #[test]
+    fn a_loopback_server_serves_loopback_clients_without_a_secret() {
+        let address = bind(&options("127.0.0.1:0", Access::Loopback))
+            .unwrap()
+            .serve_in_background()
+            .unwrap();
+        let device = connect(address, None).expect("a loopback client connects");
+        assert!(computes(&device));
+    }
+}

@@ -1,0 +1,465 @@
+//! A Burn 0.22 program, written as Burn's book writes one, trains on the Trainium device that
+//! `burn_trainium::device` serves in the process, with the losses Flex gives.
+
+use burn::module::{Module, Param};
+use burn::nn::{Linear, Relu};
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{Device, Tensor, TensorData};
+use burn_trainium::{TrainiumDevice, stats};
+
+/// A two-layer perceptron.
+#[derive(Module, Debug)]
+struct Mlp {
+    first: Linear,
+    activation: Relu,
+    second: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        self.second
+            .forward(self.activation.forward(self.first.forward(x)))
+    }
+}
+
+/// `count` reproducible values in [-1, 1) (a linear congruential generator), so every device
+/// starts from the same weights and data.
+fn values(seed: u64, count: usize) -> Vec<f32> {
+    let mut state = seed;
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn linear(seed: u64, inputs: usize, outputs: usize, device: &Device) -> Linear {
+    let weight = TensorData::new(values(seed, inputs * outputs), [inputs, outputs]);
+    let bias = TensorData::new(values(seed + 1, outputs), [outputs]);
+    Linear {
+        weight: Param::from_tensor(Tensor::from_data(weight, device).mul_scalar(0.3)),
+        bias: Some(Param::from_tensor(
+            Tensor::from_data(bias, device).mul_scalar(0.1),
+        )),
+    }
+}
+
+/// The loss of each of `steps` Adam steps of the perceptron on `device` (with autodiff).
+fn losses(device: Device, steps: usize) -> Vec<f32> {
+    let device = device.autodiff();
+    let mut model = Mlp {
+        first: linear(1, 8, 16, &device),
+        activation: Relu::new(),
+        second: linear(3, 16, 4, &device),
+    };
+    let inputs = Tensor::<2>::from_data(TensorData::new(values(5, 32 * 8), [32, 8]), &device);
+    let targets = Tensor::<2>::from_data(TensorData::new(values(6, 32 * 4), [32, 4]), &device);
+    let mut optimizer = AdamConfig::new().init();
+    (0..steps)
+        .map(|_| {
+            let error = model.forward(inputs.clone()) - targets.clone();
+            let loss = (error.clone() * error).mean();
+            let value = loss.clone().into_scalar::<f32>();
+            let gradients = GradientsParams::from_grads(loss.backward(), &model);
+            model = optimizer.step(1e-2, model.clone(), gradients);
+            value
+        })
+        .collect()
+}
+
+fn assert_close(expected: &[f32], actual: &[f32], tolerance: f32, what: &str) {
+    assert_eq!(expected.len(), actual.len());
+    for (step, (e, a)) in expected.iter().zip(actual).enumerate() {
+        assert!(
+            (e - a).abs() <= tolerance * e.abs().max(1.0),
+            "{what}, step {step}: {a} where Flex gives {e} (all: {actual:?} against {expected:?})"
+        );
+    }
+}
+
+#[test]
+fn a_burn_program_trains_on_the_host_device_as_on_flex() {
+    let reference = losses(Device::flex(), 6);
+    assert!(
+        reference[5] < reference[0],
+        "Flex's loss fell: {reference:?}"
+    );
+    let device = burn_trainium::device("host").expect("the host device is served");
+    assert_close(&reference, &losses(device, 6), 1e-5, "host");
+}
+
+#[test]
+fn a_burn_program_trains_on_the_xla_device_as_on_flex() {
+    test_support::plugin::plugin_path();
+    let reference = losses(Device::flex(), 6);
+    let device = burn_trainium::device("xla:0").expect("the xla device is served");
+    let before = stats(&TrainiumDevice::xla(0));
+    assert_close(&reference, &losses(device, 6), 1e-4, "xla");
+    let after = stats(&TrainiumDevice::xla(0));
+    // The steps ran as compiled programs, every operation lowered.
+    assert!(
+        after.operations_captured > before.operations_captured + 100,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.segments_run > before.segments_run, "{after:?}");
+    assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
+    assert_eq!(
+        burn_trainium::host_fallbacks_by_kind(&TrainiumDevice::xla(0)),
+        Vec::<(String, u64)>::new()
+    );
+}
+
+#[test]
+fn a_bad_device_string_is_an_error_naming_it() {
+    let error = burn_trainium::device("tpu:0").unwrap_err().to_string();
+    assert!(error.contains("tpu:0"), "{error}");
+}
+
+mod collectives {
+    use burn::tensor::{Device, Tensor, TensorData};
+    use burn_trainium::collective::{self, ReduceOp, ReplicaGroups, SourceTargetPairs};
+
+    fn replicas(values: &[[f32; 2]]) -> Vec<TensorData> {
+        values.iter().map(|row| TensorData::from(*row)).collect()
+    }
+
+    fn read(tensor: Tensor<1>) -> Vec<Vec<f32>> {
+        collective::into_replicas(tensor)
+            .expect("the replicas are read")
+            .into_iter()
+            .map(|data| data.try_to_vec::<f32>().expect("f32 data"))
+            .collect()
+    }
+
+    /// Every collective on the two replicas of `spec`, against closed-form values.
+    fn check(spec: &str) {
+        let device = burn_trainium::device(spec).expect("the device is served");
+        assert_eq!(collective::replica_count(&device), 2, "{spec}");
+        let both = ReplicaGroups::contiguous(2, 2).unwrap();
+        let x: Tensor<1> = collective::from_replicas(replicas(&[[1.0, 2.0], [3.0, 5.0]]), &device);
+        assert_eq!(
+            read(x.clone()),
+            vec![vec![1.0, 2.0], vec![3.0, 5.0]],
+            "{spec}"
+        );
+        assert_eq!(
+            read(collective::all_reduce(x.clone(), ReduceOp::Sum, &both)),
+            vec![vec![4.0, 7.0]; 2],
+            "{spec}: all-reduce"
+        );
+        assert_eq!(
+            read(collective::all_gather(x.clone(), 0, &both)),
+            vec![vec![1.0, 2.0, 3.0, 5.0]; 2],
+            "{spec}: all-gather"
+        );
+        assert_eq!(
+            read(collective::reduce_scatter(x.clone(), 0, &both)),
+            vec![vec![4.0], vec![7.0]],
+            "{spec}: reduce-scatter"
+        );
+        let pairs = SourceTargetPairs::new(vec![(0, 1)]).unwrap();
+        assert_eq!(
+            read(collective::permute(x.clone(), &pairs)),
+            vec![vec![0.0, 0.0], vec![1.0, 2.0]],
+            "{spec}: permute"
+        );
+        // A barrier over tensors of two dtypes returns each unchanged, in its dtype.
+        let fenced = collective::optimization_barrier(vec![
+            x.clone(),
+            x.clone().cast(burn::tensor::DType::BF16),
+            x.clone().mul_scalar(2.0),
+        ]);
+        assert_eq!(fenced[1].dtype(), burn::tensor::DType::BF16, "{spec}");
+        let as_f32 = |tensor: Tensor<1>| tensor.cast(burn::tensor::DType::F32);
+        assert_eq!(
+            read(as_f32(fenced[1].clone())),
+            read(x.clone()),
+            "{spec}: barrier"
+        );
+        assert_eq!(
+            read(fenced[2].clone()),
+            vec![vec![2.0, 4.0], vec![6.0, 10.0]],
+            "{spec}: barrier"
+        );
+        // Under autodiff: the gradient of an all-gather is a reduce-scatter of the output's
+        // gradient, here the sum over both replicas of a weight of 1, 2, 3, 4 per element.
+        let tracked_device = device.clone().autodiff();
+        let x: Tensor<1> =
+            collective::from_replicas(replicas(&[[1.0, 2.0], [3.0, 5.0]]), &tracked_device)
+                .require_grad();
+        let weights = Tensor::<1>::from_data([1.0, 2.0, 3.0, 4.0], &tracked_device);
+        let gathered = collective::all_gather(x.clone(), 0, &both);
+        let loss = (gathered * weights).sum();
+        let gradients = loss.backward();
+        let gradient = x.grad(&gradients).expect("x has a gradient");
+        assert_eq!(
+            read(gradient),
+            vec![vec![2.0, 4.0], vec![6.0, 8.0]],
+            "{spec}: the all-gather's gradient"
+        );
+    }
+
+    #[test]
+    fn collectives_run_on_the_replicas_of_a_served_host_device() {
+        check("host:0-1");
+    }
+
+    #[test]
+    fn collectives_run_on_the_replicas_of_a_served_xla_device() {
+        test_support::plugin::plugin_path();
+        check("xla:0-1");
+    }
+
+    #[test]
+    fn collectives_are_identities_on_a_device_of_one_replica() {
+        let device = Device::flex();
+        let one = ReplicaGroups::contiguous(1, 1).unwrap();
+        let x = Tensor::<1>::from_data([1.0, 2.0], &device);
+        assert_eq!(collective::replica_count(&device), 1);
+        let reduced = collective::all_reduce(x.clone(), ReduceOp::Sum, &one);
+        assert_eq!(
+            reduced.into_data().try_to_vec::<f32>().unwrap(),
+            vec![1.0, 2.0]
+        );
+        let fenced = collective::optimization_barrier(vec![
+            x.clone(),
+            x.clone().cast(burn::tensor::DType::BF16),
+            x.clone() * 2.0,
+        ]);
+        assert_eq!(fenced[1].dtype(), burn::tensor::DType::BF16);
+        assert_eq!(
+            fenced[1]
+                .clone()
+                .cast(burn::tensor::DType::F32)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap(),
+            vec![1.0, 2.0]
+        );
+        assert_eq!(
+            fenced[2].clone().into_data().try_to_vec::<f32>().unwrap(),
+            vec![2.0, 4.0]
+        );
+    }
+}
+
+mod operations_new_in_burn_022 {
+    use burn::tensor::activation;
+    use burn::tensor::ops::PadMode;
+    use burn::tensor::{Device, Int, Tensor, TensorData};
+    use burn_trainium::TrainiumDevice;
+
+    use super::values;
+
+    /// What `compute` returns on `device`: every result as f32 data.
+    type Results = Vec<(&'static str, TensorData)>;
+
+    fn input(device: &Device) -> Tensor<2> {
+        Tensor::from_data(TensorData::new(values(11, 4 * 6), [4, 6]), device).mul_scalar(3.0)
+    }
+
+    fn float(name: &'static str, tensor: Tensor<2>) -> (&'static str, TensorData) {
+        (name, tensor.into_data())
+    }
+
+    fn int(name: &'static str, tensor: Tensor<2, Int>) -> (&'static str, TensorData) {
+        (name, tensor.float().into_data())
+    }
+
+    /// Every operation kind Burn 0.22 records that 0.21 did not, forward and (through autodiff)
+    /// backward.
+    fn compute(device: &Device) -> Results {
+        let x = input(device);
+        let y = x.clone().flip([1]).add_scalar(0.25);
+        let alpha = Tensor::<1>::from_data([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], device);
+        let mut results = vec![
+            float("relu", activation::relu(x.clone())),
+            float("leaky_relu", activation::leaky_relu(x.clone(), 0.1)),
+            float("prelu", activation::prelu(x.clone(), alpha)),
+            float("gelu", activation::gelu(x.clone())),
+            float("sigmoid", activation::sigmoid(x.clone())),
+            float(
+                "hard_sigmoid",
+                activation::hard_sigmoid(x.clone(), 0.2, 0.5),
+            ),
+            float("log_sigmoid", activation::log_sigmoid(x.clone())),
+            float("softmax", activation::softmax(x.clone(), 1)),
+            float("log_softmax", activation::log_softmax(x.clone(), 1)),
+            float("softmin", activation::softmin(x.clone(), 0)),
+            float("neg", x.clone().neg()),
+            float("sign", x.clone().sign()),
+            float("clamp_min", x.clone().clamp_min(-0.5)),
+            float("clamp_max", x.clone().clamp_max(0.5)),
+            float("hypot", x.clone().hypot(y.clone())),
+            float("sum_dims", x.clone().sum_dims(&[0, 1])),
+            float("sort", x.clone().sort(1)),
+            int("argsort", x.clone().argsort(0)),
+            float("not_equal", x.clone().not_equal(y.clone()).float()),
+            float(
+                "xor",
+                x.clone()
+                    .greater_elem(0.0)
+                    .bool_xor(y.clone().greater_elem(0.0))
+                    .float(),
+            ),
+            float("any_dim", x.clone().greater_elem(2.0).any_dim(1).float()),
+            float("all_dim", x.clone().greater_elem(-2.9).all_dim(0).float()),
+            float(
+                "pad_constant",
+                x.clone().pad([(1, 2), (0, 1)], PadMode::Constant(7.0)),
+            ),
+            float(
+                "pad_reflect",
+                x.clone().pad([(1, 2), (2, 1)], PadMode::Reflect),
+            ),
+            float("pad_edge", x.clone().pad([(2, 0), (1, 3)], PadMode::Edge)),
+        ];
+        let (top, top_indices) = x.clone().topk_with_indices(3, 1);
+        results.push(float("topk", top));
+        results.push(int("topk_indices", top_indices));
+        let (sorted, sorted_indices) = x.clone().sort_with_indices(0);
+        results.push(float("sort_with_indices", sorted));
+        results.push(int("sort_indices", sorted_indices));
+        results.push((
+            "all",
+            x.clone().greater_elem(-10.0).all().float().into_data(),
+        ));
+        results.push((
+            "any",
+            x.clone().greater_elem(10.0).any().float().into_data(),
+        ));
+
+        // The backward operations: gradients of a weighted sum through each activation.
+        let tracked = device.clone().autodiff();
+        let weights = input(&tracked).flip([0]);
+        type Activation = fn(Tensor<2>) -> Tensor<2>;
+        let backward: [(&'static str, Activation); 4] = [
+            ("relu_backward", activation::relu),
+            ("gelu_backward", activation::gelu),
+            ("sigmoid_backward", activation::sigmoid),
+            ("log_sigmoid_backward", activation::log_sigmoid),
+        ];
+        for (name, function) in backward {
+            let x = input(&tracked).require_grad();
+            let gradients = (function(x.clone()) * weights.clone()).sum().backward();
+            results.push((name, x.grad(&gradients).expect("a gradient").into_data()));
+        }
+        results.extend(modules(device));
+        results
+    }
+
+    fn tensor<const D: usize>(seed: u64, shape: [usize; D], device: &Device) -> Tensor<D> {
+        let count = shape.iter().product();
+        Tensor::from_data(TensorData::new(values(seed, count), shape), device)
+    }
+
+    /// The module operations Burn 0.22 records whole, forward and (through autodiff) backward.
+    fn modules(device: &Device) -> Results {
+        use burn::tensor::module::{
+            adaptive_avg_pool3d, batch_norm, conv_transpose2d, layer_norm, unfold4d,
+        };
+        use burn::tensor::ops::{ConvTransposeOptions, UnfoldOptions};
+
+        let image = tensor(21, [2, 3, 5, 6], device);
+        let features = tensor(22, [4, 6], device);
+        let gamma = tensor(23, [6], device).add_scalar(1.0);
+        let beta = tensor(24, [6], device);
+        let channel = |seed| tensor(seed, [3], device);
+        let mut results = vec![
+            (
+                "layer_norm",
+                layer_norm(features.clone(), gamma.clone(), Some(beta), 1e-5).into_data(),
+            ),
+            (
+                "layer_norm_without_beta",
+                layer_norm(features, gamma, None, 1e-5).into_data(),
+            ),
+            (
+                "batch_norm",
+                batch_norm(
+                    image.clone(),
+                    channel(25),
+                    channel(26),
+                    channel(27),
+                    channel(28).abs().add_scalar(0.5),
+                    1e-5,
+                )
+                .into_data(),
+            ),
+            (
+                "unfold4d",
+                unfold4d(
+                    image.clone(),
+                    [2, 3],
+                    UnfoldOptions::new([1, 1], [1, 0], [1, 1]),
+                )
+                .into_data(),
+            ),
+            (
+                "unfold4d_strided",
+                unfold4d(
+                    image.clone(),
+                    [3, 2],
+                    UnfoldOptions::new([2, 1], [0, 1], [1, 2]),
+                )
+                .into_data(),
+            ),
+        ];
+        let tracked = device.clone().autodiff();
+        let volume = tensor(29, [2, 2, 5, 4, 6], &tracked).require_grad();
+        let pooled = adaptive_avg_pool3d(volume.clone(), [3, 2, 4]);
+        let weights = tensor(30, [2, 2, 3, 2, 4], &tracked);
+        let gradients = (pooled.clone() * weights).sum().backward();
+        results.push(("adaptive_avg_pool3d", pooled.into_data()));
+        results.push((
+            "adaptive_avg_pool3d_backward",
+            volume.grad(&gradients).expect("a gradient").into_data(),
+        ));
+        let x = tensor(31, [2, 4, 3, 3], &tracked).require_grad();
+        let weight = tensor(32, [4, 2, 3, 3], &tracked).require_grad();
+        let bias = tensor(33, [2], &tracked).require_grad();
+        let options = ConvTransposeOptions::new([2, 2], [1, 1], [1, 1], [1, 1], 1);
+        let y = conv_transpose2d(x.clone(), weight.clone(), Some(bias.clone()), options);
+        let weights = tensor(34, y.dims(), &tracked);
+        let gradients = (y.clone() * weights).sum().backward();
+        results.push(("conv_transpose2d", y.into_data()));
+        for (name, parameter) in [
+            ("conv_transpose2d_x_gradient", x.grad(&gradients)),
+            ("conv_transpose2d_weight_gradient", weight.grad(&gradients)),
+        ] {
+            results.push((name, parameter.expect("a gradient").into_data()));
+        }
+        results.push((
+            "conv_transpose2d_bias_gradient",
+            bias.grad(&gradients).expect("a gradient").into_data(),
+        ));
+        results
+    }
+
+    #[test]
+    fn lower_on_xla_as_flex_computes_them() {
+        test_support::plugin::plugin_path();
+        let expected = compute(&Device::flex());
+        let device = burn_trainium::device("xla:2").expect("the xla device is served");
+        let actual = compute(&device);
+        for ((name, expected), (_, actual)) in expected.iter().zip(&actual) {
+            let expected = expected.try_to_vec::<f32>().unwrap();
+            let actual = actual.clone().convert::<f32>().try_to_vec::<f32>().unwrap();
+            assert_eq!(expected.len(), actual.len(), "{name}");
+            for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
+                assert!(
+                    (e - a).abs() <= 1e-5 * e.abs().max(1.0),
+                    "{name}[{index}]: {a} on xla, {e} on Flex"
+                );
+            }
+        }
+        assert_eq!(
+            burn_trainium::host_fallbacks_by_kind(&TrainiumDevice::xla(2)),
+            Vec::<(String, u64)>::new(),
+            "every operation ran compiled"
+        );
+    }
+}
