@@ -50,7 +50,7 @@ pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
 pub use error::{BackendError, panic_message};
 pub use executor::neuron;
 pub use executor::write_atomically;
-pub use server::{device, device_from_env};
+pub use server::{device, device_from_env, flex_device};
 /// The `xla` executor's persistent compile cache, for tools that list and prune it.
 pub mod xla_cache {
     pub use crate::executor::{

@@ -259,7 +259,18 @@ pub(crate) fn unary(cx: &mut Lowering, function: Function, ir: &UnaryOpIr) -> Lo
         }
         Function::Not | Function::BitNot => builder.unary("not", &input),
         Function::Neg => builder.unary("negate", &input),
-        Function::Sign => builder.unary("sign", &input),
+        Function::Sign => {
+            // HLO's `sign` keeps the sign of a zero (-0 gives -0); Burn's sign of any zero is +0.
+            // Integers have one zero, and `sign` alone is theirs.
+            let sign = builder.unary("sign", &input);
+            if ir.input.dtype.is_float() {
+                let zero = builder.filled(input.element_type, 0.0, &input.dims);
+                let is_zero = builder.compare(Direction::Eq, &input, &zero);
+                builder.select(&is_zero, &zero, &sign)
+            } else {
+                sign
+            }
+        }
     };
     cx.set(&ir.out, value)
 }

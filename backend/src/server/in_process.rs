@@ -114,3 +114,35 @@ fn serve_in_process(device: TrainiumDevice) -> Result<String, BackendError> {
     );
     Ok(url)
 }
+
+/// Burn's own Flex served in this process the way [`device`] serves a Trainium device (a
+/// `BackendServer` on a loopback WebSocket, open to this process's token): the reference a
+/// benchmark measures the route's own cost against (`hlat bench route`).
+pub fn flex_device() -> Result<Device, BackendError> {
+    static URL: Mutex<Option<String>> = Mutex::new(None);
+    let failed = |reason: String| BackendError::Server {
+        device: "flex".to_string(),
+        reason,
+    };
+    let mut served = URL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let url = match served.as_ref() {
+        Some(url) => url.clone(),
+        None => {
+            let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .map_err(|error| failed(format!("binding a loopback port: {error}")))?;
+            let address = listener
+                .local_addr()
+                .map_err(|error| failed(format!("reading the bound address: {error}")))?;
+            let server =
+                burn_remote::server::BackendServer::<burn_flex::Flex>::new([burn_flex::FlexDevice])
+                    .with_authorizer(Access::Token(process_token().to_string()).authorizer()?);
+            super::standalone::run_in_background(server, listener, "flex")?;
+            served.insert(format!("ws://{address}")).clone()
+        }
+    };
+    drop(served);
+    let host = RemoteHost::websocket(&url).with_credential(process_token());
+    Device::remote_options(&host)
+        .init()
+        .map_err(|error| failed(format!("connecting to {url}: {error}")))
+}

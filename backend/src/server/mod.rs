@@ -19,5 +19,5 @@ pub(crate) mod in_process;
 mod standalone;
 
 pub use access::Access;
-pub use in_process::{device, device_from_env};
+pub use in_process::{device, device_from_env, flex_device};
 pub use standalone::{BoundServer, ServeOptions, bind, serve};

@@ -2,6 +2,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 
+use burn_ir::BackendIr;
 use burn_remote::server::{BackendServer, WebSocketTransport};
 
 use super::Access;
@@ -91,31 +92,39 @@ impl BoundServer {
     /// (what tests and in-process tools use).
     pub fn serve_in_background(self) -> Result<SocketAddr, BackendError> {
         let address = self.address;
-        let described = self.described.clone();
-        let failed = |reason: String| BackendError::Server {
-            device: described.clone(),
-            reason,
-        };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name(format!("trainium-server-{}", self.described))
-            .enable_all()
-            .build()
-            .map_err(|error| failed(format!("starting its runtime: {error}")))?;
-        let serving = self
-            .server
-            .serve_async(WebSocketTransport::from_listener(self.listener));
-        let name = self.described.clone();
-        std::thread::Builder::new()
-            .name(format!("trainium-server-{name}"))
-            .spawn(move || {
-                if let Err(error) = runtime.block_on(serving) {
-                    log::error!("the server of {name} stopped: {error}");
-                }
-            })
-            .map_err(|error| failed(format!("starting its thread: {error}")))?;
+        run_in_background(self.server, self.listener, &self.described)?;
         Ok(address)
     }
+}
+
+/// Runs `server` on `listener` for the life of the process: on a Tokio runtime of its own, in a
+/// background thread named after `described` (the devices it serves).
+pub(crate) fn run_in_background<B: BackendIr>(
+    server: BackendServer<B>,
+    listener: TcpListener,
+    described: &str,
+) -> Result<(), BackendError> {
+    let failed = |reason: String| BackendError::Server {
+        device: described.to_string(),
+        reason,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(format!("trainium-server-{described}"))
+        .enable_all()
+        .build()
+        .map_err(|error| failed(format!("starting its runtime: {error}")))?;
+    let serving = server.serve_async(WebSocketTransport::from_listener(listener));
+    let name = described.to_string();
+    std::thread::Builder::new()
+        .name(format!("trainium-server-{name}"))
+        .spawn(move || {
+            if let Err(error) = runtime.block_on(serving) {
+                log::error!("the server of {name} stopped: {error}");
+            }
+        })
+        .map_err(|error| failed(format!("starting its thread: {error}")))?;
+    Ok(())
 }
 
 /// Serves `options.devices` until Ctrl+C or SIGTERM, blocking the calling thread ([`bind`],

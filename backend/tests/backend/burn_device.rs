@@ -112,6 +112,26 @@ fn a_burn_program_trains_on_the_xla_device_as_on_flex() {
     );
 }
 
+/// Burn's sign of either zero is +0 (HLO's `sign` keeps a zero's sign), and of NaN is NaN.
+#[test]
+fn the_sign_of_a_negative_zero_is_a_positive_zero_on_xla() {
+    test_support::plugin::plugin_path();
+    let device = burn_trainium::device("xla:0").expect("the xla device is served");
+    let values = [-0.0f32, 0.0, -2.5, 3.0, f32::NAN];
+    let signs: Vec<f32> = Tensor::<1>::from_data(TensorData::from(values), &device)
+        .sign()
+        .into_data()
+        .try_to_vec()
+        .unwrap();
+    let bits: Vec<u32> = signs[..4].iter().map(|sign| sign.to_bits()).collect();
+    assert_eq!(
+        bits,
+        [0.0f32, 0.0, -1.0, 1.0].map(f32::to_bits),
+        "{signs:?}"
+    );
+    assert!(signs[4].is_nan(), "{signs:?}");
+}
+
 #[test]
 fn a_bad_device_string_is_an_error_naming_it() {
     let error = burn_trainium::device("tpu:0").unwrap_err().to_string();

@@ -522,3 +522,61 @@ fn bench_train_runs_the_pytorch_peer_on_the_gpu_eager_and_compiled() {
         "{table}"
     );
 }
+
+/// `hlat bench route` measures Flex, Flex behind Burn's remote route and the Trainium devices in
+/// one run: every device in the order asked, each overhead its own figure less Flex's, and an
+/// unknown device refused by name.
+#[test]
+fn bench_route_reports_each_device_beside_flex() {
+    require_plugin();
+    let folder = tempfile::tempdir().unwrap();
+    let devices = ["flex", "remote-flex", "host", "xla"];
+    let (table, report) = bench(
+        &[
+            "route",
+            "--devices",
+            &devices.join(","),
+            "--operations",
+            "200",
+            "--reads",
+            "10",
+            "--repeats",
+            "1",
+        ],
+        "route.json",
+        folder.path(),
+    );
+    let measured = report["devices"].as_array().unwrap();
+    let names: Vec<&str> = measured
+        .iter()
+        .map(|device| device["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, devices, "{report}");
+    let flex = &measured[0];
+    for device in measured {
+        for (value, overhead, of_flex) in [
+            ("micros_per_operation", "operation_overhead_micros", flex),
+            ("micros_per_read", "read_overhead_micros", flex),
+        ] {
+            let value_micros = device[value].as_f64().unwrap();
+            assert!(value_micros > 0.0, "{report}");
+            let expected = value_micros - of_flex[value].as_f64().unwrap();
+            assert!(
+                (device[overhead].as_f64().unwrap() - expected).abs() < 1e-9,
+                "{report}"
+            );
+        }
+        assert!(
+            table.contains(&format!("| {} |", device["device"].as_str().unwrap())),
+            "{table}"
+        );
+    }
+
+    let refused = hlat(&["bench", "route", "--devices", "flex,tpu"], folder.path());
+    assert_eq!(refused.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("`tpu`") && message.contains("--devices"),
+        "{message}"
+    );
+}

@@ -20,6 +20,7 @@ mod ops;
 mod peak;
 mod peers;
 mod report;
+mod route;
 mod train;
 mod training_loop;
 mod unrolled;
@@ -51,6 +52,9 @@ enum BenchCommand {
     /// accuracy metrics, validation every epoch) for a small recurrent model and a small CNN:
     /// cold and warm wall time, segments and transfers per iteration, compiles, host fallbacks.
     Learner(learner::LearnerBenchArgs),
+    /// What Burn 0.22's remote route costs: microseconds per operation and per read on Flex,
+    /// on Flex behind the route, and on the Trainium devices, side by side.
+    Route(route::RouteBenchArgs),
     /// `hlat data ingest` against Hugging Face `tokenizers` on the same documents: MB/s,
     /// tokens/s and peak memory, and peak memory at a multiple of the corpus.
     Ingest(ingest::IngestBenchArgs),
@@ -68,6 +72,7 @@ impl BenchCommand {
             BenchCommand::Unrolled(args) => vec![(&args.json, "--json")],
             BenchCommand::Cnn(args) => vec![(&args.json, "--json")],
             BenchCommand::Learner(args) => vec![(&args.json, "--json")],
+            BenchCommand::Route(args) => vec![(&args.json, "--json")],
             BenchCommand::Ingest(args) => args
                 .json
                 .iter()
@@ -96,6 +101,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Generate(args) => generate::run(args),
         BenchCommand::Unrolled(args) => unrolled::run(args),
         BenchCommand::Cnn(args) => cnn::run(args),
+        BenchCommand::Route(args) => route::run(args),
         BenchCommand::Ingest(args) => ingest::run(args),
         BenchCommand::Learner(args) => learner::run(args),
     }
