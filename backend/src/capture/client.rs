@@ -131,8 +131,9 @@ struct ClientState {
     capturing_stream: Option<StreamId>,
     /// Operations of other streams captured while operations of the capturing stream wait
     /// (Burn's metrics thread taking the mean of a step's loss in the middle of the next step):
-    /// they run after what they need of the waiting segment, as a segment of their own, so that
-    /// where another stream's operations arrive never changes the capturing stream's programs.
+    /// they run at the end of the program that computes what they need of the waiting segment,
+    /// so that where another stream's operations arrive never changes the capturing stream's
+    /// programs.
     side: Segment,
     /// Drops from other streams, applied once no waiting operation uses their tensors, so that
     /// they do not land in a program at a point that varies from step to step.
@@ -685,7 +686,7 @@ impl RouterClient for TrainiumClient {
             if reads_side {
                 // The capturing stream uses what another stream computed: those operations
                 // join its segment here.
-                for side in state.side.take().operations().to_vec() {
+                for side in state.side.take().into_operations() {
                     self.capture(&mut state, side);
                 }
             }

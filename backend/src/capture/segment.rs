@@ -141,6 +141,11 @@ impl Segment {
         &self.operations
     }
 
+    /// The captured operations in capture order, by value.
+    pub fn into_operations(self) -> Vec<OperationIr> {
+        self.operations
+    }
+
     /// How many operations are waiting.
     pub fn len(&self) -> usize {
         self.operations.len()

@@ -51,13 +51,7 @@ fn process_token() -> &'static str {
 pub fn device(spec: &str) -> Result<Device, BackendError> {
     let trainium: TrainiumDevice = spec.parse()?;
     let url = serve_in_process(trainium)?;
-    let host = RemoteHost::websocket(&url).with_credential(process_token());
-    let device = Device::remote_options(&host)
-        .init()
-        .map_err(|error| BackendError::Server {
-            device: trainium.to_string(),
-            reason: format!("connecting to {url}: {error}"),
-        })?;
+    let device = connect(&url, &trainium.to_string())?;
     if let Some(served) = lock_served().get_mut(&trainium) {
         served.client.get_or_insert_with(|| device.clone());
     }
@@ -141,8 +135,17 @@ pub fn flex_device() -> Result<Device, BackendError> {
         }
     };
     drop(served);
-    let host = RemoteHost::websocket(&url).with_credential(process_token());
+    connect(&url, "flex")
+}
+
+/// The Burn device reaching the in-process server at `url` with this process's token;
+/// `described` names the served device in an error.
+fn connect(url: &str, described: &str) -> Result<Device, BackendError> {
+    let host = RemoteHost::websocket(url).with_credential(process_token());
     Device::remote_options(&host)
         .init()
-        .map_err(|error| failed(format!("connecting to {url}: {error}")))
+        .map_err(|error| BackendError::Server {
+            device: described.to_string(),
+            reason: format!("connecting to {url}: {error}"),
+        })
 }
