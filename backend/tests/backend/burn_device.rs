@@ -456,6 +456,35 @@ mod operations_new_in_burn_022 {
             "conv_transpose2d_bias_gradient",
             bias.grad(&gradients).expect("a gradient").into_data(),
         ));
+        results.extend(grid_samples(device));
+        results
+    }
+
+    /// `grid_sample_2d` in every mode, padding and corner alignment, on a grid reaching past
+    /// the input's edges (so each padding mode decides some samples).
+    fn grid_samples(device: &Device) -> Results {
+        use burn::tensor::ops::{GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
+
+        let image = tensor(35, [2, 3, 4, 5], device);
+        let grid = tensor(36, [2, 3, 6, 2], device).mul_scalar(1.4);
+        let mut results = Vec::new();
+        for mode in [InterpolateMode::Bilinear, InterpolateMode::Nearest] {
+            for padding in [
+                GridSamplePaddingMode::Zeros,
+                GridSamplePaddingMode::Border,
+                GridSamplePaddingMode::Reflection,
+            ] {
+                for align_corners in [false, true] {
+                    let name = format!("grid_sample_2d {mode:?} {padding:?} align {align_corners}");
+                    let options = GridSampleOptions::new(mode.clone())
+                        .with_padding_mode(padding.clone())
+                        .with_align_corners(align_corners);
+                    let sampled = image.clone().grid_sample_2d(grid.clone(), options);
+                    // Names are 'static like the other results'; a test leaks these twelve.
+                    results.push((&*Box::leak(name.into_boxed_str()), sampled.into_data()));
+                }
+            }
+        }
         results
     }
 
