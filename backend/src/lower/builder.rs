@@ -868,7 +868,7 @@ impl Builder {
     }
 
     /// The comparator `(key a, key b, value a, value b) -> key a <direction> key b` of a sort
-    /// (`Gt`: descending, `Lt`: ascending).
+    /// (`Gt`: descending, `Lt`: ascending), floats in IEEE's total order.
     fn comparator(
         &mut self,
         direction: Direction,
@@ -909,6 +909,14 @@ impl Builder {
             &[&a, &b],
         );
         root.comparison_direction = direction.name().to_string();
+        if matches!(
+            key_type,
+            PrimitiveType::F16 | PrimitiveType::Bf16 | PrimitiveType::F32 | PrimitiveType::F64
+        ) {
+            // IEEE's total order, as Burn's reference sorts (`f32::total_cmp`): -NaN < -∞ < … <
+            // -0 < +0 < … < +∞ < NaN, so NaN sorts last ascending and first descending.
+            root.comparison_type = "TOTALORDER".to_string();
+        }
         let root_id = root.id;
         let id = fresh_id(&mut self.next_id);
         let program_shape = ProgramShapeProto {
