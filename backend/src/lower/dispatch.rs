@@ -11,8 +11,8 @@ use super::conv;
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
 use super::{
-    activation, attention, collective, creation, deform_conv, grid_sample, index, matmul, norm,
-    pad, pool, random, resample, shape, sort,
+    activation, attention, collective, creation, deform_conv, fft, grid_sample, index, matmul,
+    norm, pad, pool, random, resample, shape, sort,
 };
 
 impl Lowering {
@@ -33,6 +33,7 @@ impl Lowering {
             OperationIr::Init(_) => {
                 unsupported("`Init` carries host data; it is registered, not lowered")
             }
+            OperationIr::Custom(custom) if fft::is_fft(custom) => fft::fft(self, custom),
             OperationIr::Custom(custom) => collective::custom(self, custom),
             OperationIr::Activation(op) => activation::activation(self, op),
             OperationIr::Distributed(_) => unsupported(

@@ -413,6 +413,27 @@ mod operations_new_in_burn_022 {
         ]
     }
 
+    /// Every result of `actual` (computed on `device`) equals Flex's within 1e-5 (relative
+    /// above 1), NaN where Flex has NaN.
+    fn assert_same(expected: &Results, actual: &Results, device: &str) {
+        assert_eq!(expected.len(), actual.len());
+        for ((name, expected), (_, actual)) in expected.iter().zip(actual) {
+            assert_eq!(expected.shape(), actual.shape(), "{name} on {device}");
+            let expected = expected
+                .clone()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .unwrap();
+            let actual = actual.clone().convert::<f32>().try_to_vec::<f32>().unwrap();
+            for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
+                assert!(
+                    (e.is_nan() && a.is_nan()) || (e - a).abs() <= 1e-5 * e.abs().max(1.0),
+                    "{name}[{index}]: {a} on {device}, {e} on Flex"
+                );
+            }
+        }
+    }
+
     fn tensor<const D: usize>(seed: u64, shape: [usize; D], device: &Device) -> Tensor<D> {
         let count = shape.iter().product();
         Tensor::from_data(TensorData::new(values(seed, count), shape), device)
@@ -530,6 +551,37 @@ mod operations_new_in_burn_022 {
         results
     }
 
+    /// burn-signal's real FFTs (custom operations on a remote device) along either dimension,
+    /// with the signal cut or padded to a length, and back.
+    fn ffts(device: &Device) -> Results {
+        let signal = tensor(37, [3, 8], device);
+        let mut results = Vec::new();
+        for (name, dim, length) in [
+            ("rfft", 1, None),
+            ("rfft_padded", 1, Some(16)),
+            ("rfft_cut", 1, Some(4)),
+            ("rfft_dim0", 0, Some(4)),
+        ] {
+            let (real, imaginary) = burn_signal::rfft(signal.clone(), dim, length);
+            let back = burn_signal::irfft(real.clone(), imaginary.clone(), dim, length);
+            results.push((name, real.into_data()));
+            results.push((name, imaginary.into_data()));
+            results.push((name, back.into_data()));
+        }
+        results
+    }
+
+    /// The FFTs compile on `xla` and run on `host`, as Flex computes them.
+    #[test]
+    fn ffts_run_on_the_trainium_devices_as_on_flex() {
+        test_support::plugin::plugin_path();
+        let expected = ffts(&Device::flex());
+        for spec in ["host:1", "xla:1"] {
+            let device = burn_trainium::device(spec).expect("the device is served");
+            assert_same(&expected, &ffts(&device), spec);
+        }
+    }
+
     /// An extremum over an empty axis is an error, as Burn's reference panics there, and the
     /// device goes on.
     #[test]
@@ -574,18 +626,7 @@ mod operations_new_in_burn_022 {
         test_support::plugin::plugin_path();
         let expected = compute(&Device::flex());
         let device = burn_trainium::device("xla:2").expect("the xla device is served");
-        let actual = compute(&device);
-        for ((name, expected), (_, actual)) in expected.iter().zip(&actual) {
-            let expected = expected.try_to_vec::<f32>().unwrap();
-            let actual = actual.clone().convert::<f32>().try_to_vec::<f32>().unwrap();
-            assert_eq!(expected.len(), actual.len(), "{name}");
-            for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
-                assert!(
-                    (e.is_nan() && a.is_nan()) || (e - a).abs() <= 1e-5 * e.abs().max(1.0),
-                    "{name}[{index}]: {a} on xla, {e} on Flex"
-                );
-            }
-        }
+        assert_same(&expected, &compute(&device), "xla");
         assert_eq!(
             burn_trainium::host_fallbacks_by_kind(&TrainiumDevice::xla(2)),
             Vec::<(String, u64)>::new(),
