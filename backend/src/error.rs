@@ -47,6 +47,15 @@ pub enum BackendError {
         /// What is not supported.
         what: String,
     },
+    /// A tensor has no value because the segment that computes it failed (or computed it from
+    /// one that did): the first failure, once for every tensor it left without a value.
+    #[error("tensor {tensor} has no value: an operation it depends on failed: {cause}")]
+    NotComputed {
+        /// The tensor read or used.
+        tensor: String,
+        /// The failure that left it without a value.
+        cause: String,
+    },
     /// The server that makes a Trainium device a Burn device could not start or be reached.
     #[error("the Burn device server of `{device}`: {reason}")]
     Server {

@@ -124,6 +124,10 @@ struct ClientState {
     live: LiveTensors,
     /// An execution error not yet reported (operations are captured without a return value).
     pending_error: Option<BackendError>,
+    /// Tensors left without a value by a failed segment, with the failure: a read of one, or a
+    /// segment using one, reports that failure rather than a missing tensor. Forgotten when the
+    /// tensor is dropped.
+    failed: HashMap<TensorId, String>,
     /// The stream (Burn's `StreamId`: a client thread, which a device server applies its
     /// operations under) that captured the last computing operation: the one the segment
     /// follows. Reads and drops from other streams (Burn's metrics thread) must not change
@@ -192,6 +196,7 @@ impl TrainiumClient {
                 executor,
                 live: LiveTensors::default(),
                 pending_error: None,
+                failed: HashMap::new(),
                 capturing_stream: None,
                 deferred_drops: Vec::new(),
                 cut_points: CutPoints::default(),
@@ -288,7 +293,10 @@ impl TrainiumClient {
         self.apply_deferred_drops(state);
     }
 
-    /// Runs `segment` (unless it is empty), keeping its error to report. A segment of drops
+    /// Runs `segment` (unless it is empty). When it fails, every tensor it should have made is
+    /// marked failed with the reason, reported by the reads of those tensors (and of what is
+    /// computed from them); a failure that leaves no tensor is kept for the next read or sync.
+    /// A segment of drops
     /// alone (a client releases what it dropped after its last read) computes nothing and is
     /// not counted as a segment run.
     fn run_segment(&self, state: &mut ClientState, segment: Segment) {
@@ -304,8 +312,32 @@ impl TrainiumClient {
             segment.len(),
             stats::stats(&self.device)
         );
+        let mut outputs = Vec::new();
+        let mut cause = None;
+        for operation in segment.operations() {
+            if let OperationIr::Drop(tensor) = operation {
+                state.failed.remove(&tensor.id);
+                continue;
+            }
+            outputs.extend(operation.outputs().map(|tensor| tensor.id));
+            if cause.is_none() && !state.failed.is_empty() {
+                cause = operation
+                    .inputs()
+                    .find_map(|tensor| state.failed.get(&tensor.id).cloned());
+            }
+        }
         if let Err(error) = state.executor.run(segment) {
-            state.pending_error.get_or_insert(error);
+            if outputs.is_empty() {
+                state.pending_error.get_or_insert(error);
+                return;
+            }
+            // The failure is reported by reads of what the segment left without a value (never
+            // to another client's read or sync); a segment that used a failed tensor fails for
+            // that tensor's reason.
+            let cause = cause.unwrap_or_else(|| error.to_string());
+            for id in outputs {
+                state.failed.insert(id, cause.clone());
+            }
         }
     }
 
@@ -552,7 +584,23 @@ impl TrainiumClient {
         } else if let Some(error) = state.pending_error.take() {
             return Err(error);
         }
-        let data = read(state.executor.as_mut())?;
+        let data = match read(state.executor.as_mut()) {
+            Ok(data) => data,
+            Err(error) => {
+                let cause = if tensor.status == TensorStatus::ReadWrite {
+                    state.failed.remove(&tensor.id)
+                } else {
+                    state.failed.get(&tensor.id).cloned()
+                };
+                return Err(match cause {
+                    Some(cause) => BackendError::NotComputed {
+                        tensor: tensor.id.to_string(),
+                        cause,
+                    },
+                    None => error,
+                });
+            }
+        };
         if tensor.status == TensorStatus::ReadWrite {
             state.live.remove(&tensor.id);
             self.update_live_gauge(&state);

@@ -868,7 +868,7 @@ impl Builder {
     }
 
     /// The comparator `(key a, key b, value a, value b) -> key a <direction> key b` of a sort
-    /// (`Gt`: descending, `Lt`: ascending).
+    /// (`Gt`: descending, `Lt`: ascending), floats in IEEE's total order.
     fn comparator(
         &mut self,
         direction: Direction,
@@ -909,6 +909,14 @@ impl Builder {
             &[&a, &b],
         );
         root.comparison_direction = direction.name().to_string();
+        if matches!(
+            key_type,
+            PrimitiveType::F16 | PrimitiveType::Bf16 | PrimitiveType::F32 | PrimitiveType::F64
+        ) {
+            // IEEE's total order, as Burn's reference sorts (`f32::total_cmp`): -NaN < -∞ < … <
+            // -0 < +0 < … < +∞ < NaN, so NaN sorts last ascending and first descending.
+            root.comparison_type = "TOTALORDER".to_string();
+        }
         let root_id = root.id;
         let id = fresh_id(&mut self.next_id);
         let program_shape = ProgramShapeProto {
@@ -1116,5 +1124,50 @@ impl Builder {
                 self.push(element)
             })
             .collect()
+    }
+}
+
+/// The kind of an `fft` instruction (`xla.FftType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FftKind {
+    /// Real input to the one-sided complex spectrum.
+    Real = 2,
+    /// The one-sided complex spectrum to real output.
+    InverseReal = 3,
+}
+
+impl Builder {
+    /// A discrete Fourier transform of the last dimension of `operand` (of length `length` in
+    /// the transform's time domain); the result has `element_type` and `dims`.
+    pub fn fft(
+        &mut self,
+        operand: &Value,
+        kind: FftKind,
+        length: i64,
+        element_type: PrimitiveType,
+        dims: &[i64],
+    ) -> Value {
+        let mut instruction = self.op("fft", element_type, dims, &[operand]);
+        instruction.fft_type = kind as i32;
+        instruction.fft_length = vec![length];
+        self.push(instruction)
+    }
+
+    /// The real (`imaginary` false) or imaginary part of a complex `operand`, as f32.
+    pub fn complex_part(&mut self, operand: &Value, imaginary: bool) -> Value {
+        let opcode = if imaginary { "imag" } else { "real" };
+        let instruction = self.op(opcode, PrimitiveType::F32, &operand.dims, &[operand]);
+        self.push(instruction)
+    }
+
+    /// The complex numbers `real + i·imaginary` (f32 parts of one shape).
+    pub fn complex(&mut self, real: &Value, imaginary: &Value) -> Value {
+        let instruction = self.op(
+            "complex",
+            PrimitiveType::C64,
+            &real.dims,
+            &[real, imaginary],
+        );
+        self.push(instruction)
     }
 }

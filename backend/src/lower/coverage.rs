@@ -139,12 +139,7 @@ pub const COVERAGE: &[(&str, Coverage)] = &[
             "burn-router 0.22 has no quantized tensors (its quantization operations are left unimplemented)",
         ),
     ),
-    (
-        "FloatOperationIr::GridSample2d",
-        Coverage::NotRecorded(
-            "Burn computes grid sampling from gathers and arithmetic, which are lowered",
-        ),
-    ),
+    ("FloatOperationIr::GridSample2d", Coverage::Lowered),
     ("FloatOperationIr::Powf", Coverage::Lowered),
     ("IntOperationIr::IntoFloat", Coverage::Lowered),
     ("IntOperationIr::BitwiseAnd", Coverage::Lowered),

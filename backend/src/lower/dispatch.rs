@@ -11,8 +11,8 @@ use super::conv;
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
 use super::{
-    activation, attention, collective, creation, deform_conv, index, matmul, norm, pad, pool,
-    random, resample, shape, sort,
+    activation, attention, collective, creation, deform_conv, fft, grid_sample, index, matmul,
+    norm, pad, pool, random, resample, shape, sort,
 };
 
 impl Lowering {
@@ -33,6 +33,7 @@ impl Lowering {
             OperationIr::Init(_) => {
                 unsupported("`Init` carries host data; it is registered, not lowered")
             }
+            OperationIr::Custom(custom) if fft::is_fft(custom) => fft::fft(self, custom),
             OperationIr::Custom(custom) => collective::custom(self, custom),
             OperationIr::Activation(op) => activation::activation(self, op),
             OperationIr::Distributed(_) => unsupported(
@@ -208,11 +209,9 @@ impl Lowering {
             Op::Cross(ir) => elementwise::cross(self, ir),
             Op::Hypot(ir) => elementwise::hypot(self, ir),
             Op::Quantize(_) | Op::Dequantize(_) => {
-                unsupported("burn-router 0.21 never records it (it has no quantized tensors)")
+                unsupported("burn-router 0.22 never records it (it has no quantized tensors)")
             }
-            Op::GridSample2d(_) => unsupported(
-                "burn-router 0.21 never records it (Burn computes grid sampling from gathers)",
-            ),
+            Op::GridSample2d(ir) => grid_sample::grid_sample_2d(self, ir),
         }
     }
 

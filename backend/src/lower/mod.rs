@@ -21,6 +21,8 @@ mod deform_conv;
 mod dispatch;
 mod dump;
 mod elementwise;
+pub mod fft;
+mod grid_sample;
 mod in_place;
 mod index;
 mod kernel_call;

@@ -249,7 +249,7 @@ fn maximum_with_indices(
     let index_type = element_type(out_indices.dtype)?;
     let taps = patches(cx, &input, f64::NEG_INFINITY, pooling, &out_dims);
     let tap_axis = out_dims.len();
-    let (tap, maxima) = arg_extremum(cx, &taps, tap_axis, true, index_type);
+    let (tap, maxima) = arg_extremum(cx, &taps, tap_axis, true, index_type)?;
     // Each input element's index in its plane, windowed like the values.
     let mut flat = cx.builder.filled(index_type, 0.0, &input.dims);
     let mut plane_stride = 1;

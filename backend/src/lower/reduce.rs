@@ -6,7 +6,7 @@ use burn_ir::{
 };
 
 use super::builder::{Combiner, Direction, Value};
-use super::context::{Lowered, Lowering, dims, element_type};
+use super::context::{Failure, Lowered, Lowering, dims, element_type};
 use crate::hlo::PrimitiveType;
 
 /// What a reduction computes.
@@ -91,29 +91,100 @@ pub(crate) fn reduce(
     }
 }
 
+impl Reduction {
+    /// Whether the reduction picks an element (a maximum or a minimum): it has no value over no
+    /// elements, and a NaN among the elements is the result.
+    fn is_extremum(self) -> bool {
+        matches!(self, Reduction::Max | Reduction::Min | Reduction::MaxAbs)
+    }
+}
+
+/// Whether `element_type` is a floating-point type (one that holds NaN).
+fn is_float(element_type: PrimitiveType) -> bool {
+    matches!(
+        element_type,
+        PrimitiveType::F16 | PrimitiveType::Bf16 | PrimitiveType::F32 | PrimitiveType::F64
+    )
+}
+
+/// An error for an extremum over an axis of `input` that holds no elements (Burn's reference
+/// panics there; a program reports it instead).
+fn refuse_empty_axes(reduction: Reduction, input: &Value, axes: &[usize]) -> Lowered {
+    match axes.iter().find(|&&axis| input.dims[axis] == 0) {
+        Some(axis) => Err(Failure::Invalid(format!(
+            "{reduction:?} over axis {axis} of a tensor of shape {:?}: the axis is empty, and an \
+             extremum of no elements is undefined",
+            input.dims
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Whether any element of `input` along `axes` is NaN (the reduced shape), or `None` for types
+/// without NaN. Computed as the maximum of 0/1 flags: Neuron reduces only by minimum, maximum,
+/// sum and product.
+fn holds_nan(cx: &mut Lowering, input: &Value, axes: &[usize]) -> Option<Value> {
+    if !is_float(input.element_type) {
+        return None;
+    }
+    let builder = &mut cx.builder;
+    let nan = builder.compare(Direction::Ne, input, input);
+    let flags = builder.convert(&nan, PrimitiveType::S32);
+    let any = builder.reduce(&flags, 0.0, axes, Combiner::Maximum);
+    let zero = builder.filled(PrimitiveType::S32, 0.0, &any.dims.clone());
+    Some(builder.compare(Direction::Ne, &any, &zero))
+}
+
+/// `value` with NaN wherever `nan` holds (`value` unchanged without a predicate).
+fn nan_where(cx: &mut Lowering, nan: Option<&Value>, value: Value) -> Value {
+    match nan {
+        Some(nan) => {
+            let not_a_number = cx.builder.filled(value.element_type, f64::NAN, &value.dims);
+            cx.builder.select(nan, &not_a_number, &value)
+        }
+        None => value,
+    }
+}
+
+/// Reduces `axes` of `input` as Burn's reduction operations do: an extremum of an empty axis
+/// is an error and one of elements holding NaN is NaN (XLA's CPU compiler drops NaN from
+/// `maximum` and `minimum` by default, so it is propagated explicitly). [`reduce`] is the bare
+/// reduction for callers whose arithmetic propagates NaN anyway (the softmax).
+fn reduce_op(
+    cx: &mut Lowering,
+    reduction: Reduction,
+    input: &Value,
+    axes: &[usize],
+) -> Lowered<Value> {
+    if !reduction.is_extremum() {
+        return Ok(reduce(cx, reduction, input, axes));
+    }
+    refuse_empty_axes(reduction, input, axes)?;
+    let extremum = reduce(cx, reduction, input, axes);
+    let nan = holds_nan(cx, input, axes);
+    Ok(nan_where(cx, nan.as_ref(), extremum))
+}
+
 /// A reduction over every dimension (the result has shape `[1]`).
 pub(crate) fn all(cx: &mut Lowering, reduction: Reduction, ir: &ReduceOpIr) -> Lowered {
     let input = cx.get(&ir.input)?;
     let axes: Vec<usize> = (0..input.rank()).collect();
-    let reduced = reduce(cx, reduction, &input, &axes);
-    let value = cx.builder.reshape(&reduced, &dims(&ir.out));
-    cx.set(&ir.out, value)
+    let reduced = reduce_op(cx, reduction, &input, &axes)?;
+    set_reshaped(cx, &ir.out, &reduced)
 }
 
 /// A reduction over one dimension, kept with size 1.
 pub(crate) fn dim(cx: &mut Lowering, reduction: Reduction, ir: &ReduceDimOpIr) -> Lowered {
     let input = cx.get(&ir.input)?;
-    let reduced = reduce(cx, reduction, &input, &[ir.axis]);
-    let value = cx.builder.reshape(&reduced, &dims(&ir.out));
-    cx.set(&ir.out, value)
+    let reduced = reduce_op(cx, reduction, &input, &[ir.axis])?;
+    set_reshaped(cx, &ir.out, &reduced)
 }
 
 /// A reduction over several dimensions, each kept with size 1.
 pub(crate) fn dims_kept(cx: &mut Lowering, reduction: Reduction, ir: &ReduceDimsOpIr) -> Lowered {
     let input = cx.get(&ir.input)?;
-    let reduced = reduce(cx, reduction, &input, &ir.axes);
-    let value = cx.builder.reshape(&reduced, &dims(&ir.out));
-    cx.set(&ir.out, value)
+    let reduced = reduce_op(cx, reduction, &input, &ir.axes)?;
+    set_reshaped(cx, &ir.out, &reduced)
 }
 
 /// Whether every element (`every` true) or any element of `input` along `axes` is non-zero,
@@ -133,12 +204,13 @@ fn truth(
         Some(axis) => vec![axis],
         None => (0..counted.rank()).collect(),
     };
-    let reduction = if every {
-        Reduction::Min
+    // `all` is the minimum of 0/1 flags starting from 1 (true), `any` the maximum starting from
+    // 0 (false): what each is over no elements.
+    let reduced = if every {
+        cx.builder.reduce(&counted, 1.0, &axes, Combiner::Minimum)
     } else {
-        Reduction::Max
+        cx.builder.reduce(&counted, 0.0, &axes, Combiner::Maximum)
     };
-    let reduced = reduce(cx, reduction, &counted, &axes);
     let zero = cx.builder.filled(PrimitiveType::S32, 0.0, &reduced.dims);
     let truth = cx.builder.compare(Direction::Ne, &reduced, &zero);
     let truth = cx.builder.convert(&truth, element_type(out.dtype)?);
@@ -156,57 +228,53 @@ pub(crate) fn truth_dim(cx: &mut Lowering, every: bool, ir: &ReduceDimOpIr) -> L
     truth(cx, every, &ir.input, Some(ir.axis), &ir.out)
 }
 
-/// The index of the first maximum (or minimum) along `axis`, and the extremum itself.
+/// The index of the first maximum (or minimum) along `axis`, and the extremum itself: in a row
+/// holding NaN, the first NaN and NaN. An empty axis is an error.
 pub(crate) fn arg_extremum(
     cx: &mut Lowering,
     input: &Value,
     axis: usize,
     maximum: bool,
     index_type: PrimitiveType,
-) -> (Value, Value) {
+) -> Lowered<(Value, Value)> {
     let reduction = if maximum {
         Reduction::Max
     } else {
         Reduction::Min
     };
+    refuse_empty_axes(reduction, input, &[axis])?;
     let extremum = reduce(cx, reduction, input, &[axis]);
-    let builder = &mut cx.builder;
+    let row_has_nan = holds_nan(cx, input, &[axis]);
     let mapping: Vec<i64> = (0..input.rank())
         .filter(|&d| d != axis)
         .map(|d| d as i64)
         .collect();
-    let stretched = builder.broadcast(&extremum, &input.dims, &mapping);
-    let equal = builder.compare(Direction::Eq, input, &stretched);
-    let hit = if matches!(
-        input.element_type,
-        PrimitiveType::F16 | PrimitiveType::Bf16 | PrimitiveType::F32 | PrimitiveType::F64
-    ) {
+    let stretched = cx.builder.broadcast(&extremum, &input.dims, &mapping);
+    let equal = cx.builder.compare(Direction::Eq, input, &stretched);
+    let hit = match &row_has_nan {
         // A row holding NaN has its first NaN as extremum (NumPy's and PyTorch's rule, and the
         // host executor's): NaN equals nothing, so `equal` alone finds no position there.
-        let nan = builder.compare(Direction::Ne, input, input);
-        // Whether any is NaN, as the maximum of 0/1 (Neuron reduces only by min, max, add,
-        // multiply).
-        let flags = builder.convert(&nan, PrimitiveType::S32);
-        let any = builder.reduce(&flags, 0.0, &[axis], Combiner::Maximum);
-        let zero = builder.filled(PrimitiveType::S32, 0.0, &any.dims.clone());
-        let row_has_nan = builder.compare(Direction::Ne, &any, &zero);
-        let row_has_nan = builder.broadcast(&row_has_nan, &input.dims, &mapping);
-        builder.select(&row_has_nan, &nan, &equal)
-    } else {
-        equal
+        Some(row_has_nan) => {
+            let nan = cx.builder.compare(Direction::Ne, input, input);
+            let row_has_nan = cx.builder.broadcast(row_has_nan, &input.dims, &mapping);
+            cx.builder.select(&row_has_nan, &nan, &equal)
+        }
+        None => equal,
     };
+    let extremum = nan_where(cx, row_has_nan.as_ref(), extremum);
+    let builder = &mut cx.builder;
     let positions = builder.iota(index_type, &input.dims, axis);
     let beyond = builder.filled(index_type, input.dims[axis] as f64, &input.dims);
     let candidates = builder.select(&hit, &positions, &beyond);
     let index = builder.reduce(&candidates, highest(index_type), &[axis], Combiner::Minimum);
-    (index, extremum)
+    Ok((index, extremum))
 }
 
 /// `argmax` / `argmin` along an axis, kept with size 1: the first extremum, the first NaN in a
 /// row that holds one.
 pub(crate) fn arg(cx: &mut Lowering, maximum: bool, ir: &ReduceDimOpIr) -> Lowered {
     let input = cx.get(&ir.input)?;
-    let (index, _) = arg_extremum(cx, &input, ir.axis, maximum, element_type(ir.out.dtype)?);
+    let (index, _) = arg_extremum(cx, &input, ir.axis, maximum, element_type(ir.out.dtype)?)?;
     let value = cx.builder.reshape(&index, &dims(&ir.out));
     cx.set(&ir.out, value)
 }
@@ -224,7 +292,7 @@ pub(crate) fn with_indices(
         ir.dim,
         maximum,
         element_type(ir.out_indices.dtype)?,
-    );
+    )?;
     set_reshaped(cx, &ir.out, &extremum)?;
     set_reshaped(cx, &ir.out_indices, &index)
 }
@@ -255,5 +323,18 @@ pub(crate) fn cumulative(cx: &mut Lowering, reduction: Reduction, ir: &DimOpIr) 
         }
     };
     let value = cx.builder.cumulative(&wide, init, ir.axis, combiner);
+    let value = if reduction.is_extremum() && is_float(element_type) {
+        // From the first NaN on, the running extremum is NaN (Burn's reference).
+        let nan = cx.builder.compare(Direction::Ne, &wide, &wide);
+        let flags = cx.builder.convert(&nan, PrimitiveType::S32);
+        let seen = cx
+            .builder
+            .cumulative(&flags, 0.0, ir.axis, Combiner::Maximum);
+        let zero = cx.builder.filled(PrimitiveType::S32, 0.0, &seen.dims);
+        let seen = cx.builder.compare(Direction::Ne, &seen, &zero);
+        nan_where(cx, Some(&seen), value)
+    } else {
+        value
+    };
     cx.set(&ir.out, value)
 }

@@ -1,33 +1,71 @@
 //! The custom operations a Trainium device server answers: the collectives and the replica data
-//! that `burn_trainium::collective` sends from a Burn device ([`crate::collective`]).
+//! that `burn_trainium::collective` sends from a Burn device ([`crate::collective`]), and
+//! burn-signal's FFTs (`signal::rfft`, `signal::irfft`), which the executors compute.
 //!
 //! A malformed operation panics in its handler, which ends that client's session with the
 //! message; the server and the other sessions go on.
 
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::{DType, TensorData, TensorMetadata};
-use burn_ir::{CustomOpIr, HandleContainer};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr, TensorStatus};
 use burn_remote::server::BackendServer;
+use burn_router::{RouterClient, RouterTensor};
 
 use crate::collective::{
     Collective, CollectiveBackend, REMOTE_OPERATION, REPLICA_LAYOUT, REPLICAS_IN, REPLICAS_OUT,
 };
 use crate::distributed::ReplicaSpan;
+use crate::lower::fft::{IRFFT, RFFT};
 use crate::{Trainium, TrainiumDevice};
 
 type Handles = HandleContainer<<Trainium as burn_ir::BackendIr>::Handle>;
 
-/// `server` answering the custom operations of [`crate::collective`].
-pub(crate) fn with_collectives(server: BackendServer<Trainium>) -> BackendServer<Trainium> {
+/// `server` answering the custom operations of [`crate::collective`] and burn-signal's FFTs.
+pub(crate) fn with_custom_ops(server: BackendServer<Trainium>) -> BackendServer<Trainium> {
     server
         .with_custom_op(REMOTE_OPERATION, collective)
         .with_custom_op(REPLICAS_IN, replicas_in)
         .with_custom_op(REPLICAS_OUT, replicas_out)
         .with_custom_op(REPLICA_LAYOUT, replica_layout)
+        .with_custom_op(RFFT, captured)
+        .with_custom_op(IRFFT, captured)
+}
+
+/// A custom operation the executors compute themselves (burn-signal's FFTs): captured as it
+/// came, on new tensors of the device, like any other operation of the stream.
+fn captured(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) {
+    let arity = if ir.id == RFFT { (1, 2) } else { (2, 1) };
+    arity_of(ir, arity.0, arity.1);
+    let inputs: Vec<_> = ir
+        .inputs
+        .iter()
+        .map(|input| handles.get_float_tensor::<Trainium>(input))
+        .collect();
+    let client = inputs[0].client.clone();
+    let outputs: Vec<TensorIr> = ir
+        .outputs
+        .iter()
+        .map(|output| TensorIr {
+            id: client.create_empty_handle(),
+            shape: output.shape.clone(),
+            status: TensorStatus::NotInit,
+            dtype: output.dtype,
+        })
+        .collect();
+    let operation = CustomOpIr {
+        id: ir.id.clone(),
+        inputs: inputs.into_iter().map(RouterTensor::into_ir).collect(),
+        outputs,
+        scalars: ir.scalars.clone(),
+    };
+    let results = client.register(OperationIr::Custom(operation));
+    for (output, result) in ir.outputs.iter().zip(results) {
+        handles.register_float_tensor::<Trainium>(&output.id, result);
+    }
 }
 
 /// Checks that `ir` has `inputs` inputs and `outputs` outputs.
-fn arity(ir: &CustomOpIr, inputs: usize, outputs: usize) {
+fn arity_of(ir: &CustomOpIr, inputs: usize, outputs: usize) {
     assert!(
         ir.inputs.len() == inputs && ir.outputs.len() == outputs,
         "`{}` takes {inputs} input(s) and {outputs} output(s), {} and {} were sent",
@@ -38,7 +76,7 @@ fn arity(ir: &CustomOpIr, inputs: usize, outputs: usize) {
 }
 
 fn collective(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) {
-    arity(ir, 1, 1);
+    arity_of(ir, 1, 1);
     let collective = Collective::from_scalars(&ir.scalars)
         .unwrap_or_else(|reason| panic!("`{}`: {reason}", ir.id));
     let input = handles.get_float_tensor::<Trainium>(&ir.inputs[0]);
@@ -47,7 +85,7 @@ fn collective(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) 
 }
 
 fn replicas_in(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) {
-    arity(ir, 1, 1);
+    arity_of(ir, 1, 1);
     let flat = handles.get_float_tensor::<Trainium>(&ir.inputs[0]);
     let data = burn_backend::read_sync(Trainium::float_into_data(flat))
         .unwrap_or_else(|error| panic!("`{}`: reading the replicas' data: {error}", ir.id));
@@ -72,7 +110,7 @@ fn replicas_in(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) 
 }
 
 fn replicas_out(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) {
-    arity(ir, 1, 1);
+    arity_of(ir, 1, 1);
     let count = ir
         .scalars
         .first()
@@ -96,7 +134,7 @@ fn replicas_out(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice)
 }
 
 fn replica_layout(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) {
-    arity(ir, 0, 1);
+    arity_of(ir, 0, 1);
     let span = ReplicaSpan::of(device)
         .unwrap_or_else(|error| panic!("`{}`: the replicas of {device}: {error}", ir.id));
     let layout = TensorData::new(

@@ -58,7 +58,7 @@ pub fn bind(options: &ServeOptions) -> Result<BoundServer, BackendError> {
     let address = listener
         .local_addr()
         .map_err(|error| failed(format!("reading the bound address: {error}")))?;
-    let server = super::custom_ops::with_collectives(BackendServer::<Trainium>::new(
+    let server = super::custom_ops::with_custom_ops(BackendServer::<Trainium>::new(
         options.devices.iter().copied(),
     ))
     .with_authorizer(options.access.authorizer()?);

@@ -368,7 +368,70 @@ mod operations_new_in_burn_022 {
             results.push((name, x.grad(&gradients).expect("a gradient").into_data()));
         }
         results.extend(modules(device));
+        results.extend(nan_and_empty(device));
         results
+    }
+
+    /// Extrema, running extrema and sorts of rows holding NaN (and both zeros), and `any`/`all`
+    /// over no elements.
+    fn nan_and_empty(device: &Device) -> Results {
+        let nan = f32::NAN;
+        let rows = TensorData::from([
+            [1.5, nan, -2.0, 4.0, nan],
+            [nan, 3.0, 0.5, -1.0, 2.0],
+            [0.0, -0.0, 7.0, -7.5, 1.0],
+        ]);
+        let x = Tensor::<2>::from_data(rows, device);
+        let (max, max_at) = x.clone().max_dim_with_indices(1);
+        let (min, min_at) = x.clone().min_dim_with_indices(0);
+        let (sorted, order) = x.clone().sort_descending_with_indices(1);
+        let empty = Tensor::<2>::empty([3, 0], device);
+        let row = |tensor: Tensor<1>| tensor.reshape([1, -1]);
+        vec![
+            float("max", row(x.clone().max())),
+            float("min", row(x.clone().min())),
+            float("max_abs", row(x.clone().max_abs())),
+            float("max_dim", x.clone().max_dim(1)),
+            float("min_dim", x.clone().min_dim(0)),
+            float("max_abs_dim", x.clone().max_abs_dim(1)),
+            float("max_dim_with_indices", max),
+            int("max_dim_indices", max_at),
+            float("min_dim_with_indices", min),
+            int("min_dim_indices", min_at),
+            int("argmax_nan", x.clone().argmax(1)),
+            int("argmin_nan", x.clone().argmin(0)),
+            float("cummax", x.clone().cummax(1)),
+            float("cummin", x.clone().cummin(0)),
+            float("sort_nan", x.clone().sort(1)),
+            int("argsort_zeros", x.clone().argsort(1)),
+            float("sort_descending_nan", sorted),
+            int("sort_descending_indices", order),
+            float("any_empty", row(empty.clone().any().float())),
+            float("all_empty", row(empty.clone().all().float())),
+            float("any_dim_empty", empty.clone().any_dim(1).float()),
+            float("all_dim_empty", empty.all_dim(1).float()),
+        ]
+    }
+
+    /// Every result of `actual` (computed on `device`) equals Flex's within 1e-5 (relative
+    /// above 1), NaN where Flex has NaN.
+    fn assert_same(expected: &Results, actual: &Results, device: &str) {
+        assert_eq!(expected.len(), actual.len());
+        for ((name, expected), (_, actual)) in expected.iter().zip(actual) {
+            assert_eq!(expected.shape(), actual.shape(), "{name} on {device}");
+            let expected = expected
+                .clone()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .unwrap();
+            let actual = actual.clone().convert::<f32>().try_to_vec::<f32>().unwrap();
+            for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
+                assert!(
+                    (e.is_nan() && a.is_nan()) || (e - a).abs() <= 1e-5 * e.abs().max(1.0),
+                    "{name}[{index}]: {a} on {device}, {e} on Flex"
+                );
+            }
+        }
     }
 
     fn tensor<const D: usize>(seed: u64, shape: [usize; D], device: &Device) -> Tensor<D> {
@@ -456,7 +519,106 @@ mod operations_new_in_burn_022 {
             "conv_transpose2d_bias_gradient",
             bias.grad(&gradients).expect("a gradient").into_data(),
         ));
+        results.extend(grid_samples(device));
         results
+    }
+
+    /// `grid_sample_2d` in every mode, padding and corner alignment, on a grid reaching past
+    /// the input's edges (so each padding mode decides some samples).
+    fn grid_samples(device: &Device) -> Results {
+        use burn::tensor::ops::{GridSampleOptions, GridSamplePaddingMode, InterpolateMode};
+
+        let image = tensor(35, [2, 3, 4, 5], device);
+        let grid = tensor(36, [2, 3, 6, 2], device).mul_scalar(1.4);
+        let mut results = Vec::new();
+        for mode in [InterpolateMode::Bilinear, InterpolateMode::Nearest] {
+            for padding in [
+                GridSamplePaddingMode::Zeros,
+                GridSamplePaddingMode::Border,
+                GridSamplePaddingMode::Reflection,
+            ] {
+                for align_corners in [false, true] {
+                    let name = format!("grid_sample_2d {mode:?} {padding:?} align {align_corners}");
+                    let options = GridSampleOptions::new(mode.clone())
+                        .with_padding_mode(padding)
+                        .with_align_corners(align_corners);
+                    let sampled = image.clone().grid_sample_2d(grid.clone(), options);
+                    // Names are 'static like the other results'; a test leaks these twelve.
+                    results.push((&*Box::leak(name.into_boxed_str()), sampled.into_data()));
+                }
+            }
+        }
+        results
+    }
+
+    /// burn-signal's real FFTs (custom operations on a remote device) along either dimension,
+    /// with the signal cut or padded to a length, and back.
+    fn ffts(device: &Device) -> Results {
+        let signal = tensor(37, [3, 8], device);
+        let mut results = Vec::new();
+        for (name, dim, length) in [
+            ("rfft", 1, None),
+            ("rfft_padded", 1, Some(16)),
+            ("rfft_cut", 1, Some(4)),
+            ("rfft_dim0", 0, Some(4)),
+        ] {
+            let (real, imaginary) = burn_signal::rfft(signal.clone(), dim, length);
+            let back = burn_signal::irfft(real.clone(), imaginary.clone(), dim, length);
+            results.push((name, real.into_data()));
+            results.push((name, imaginary.into_data()));
+            results.push((name, back.into_data()));
+        }
+        results
+    }
+
+    /// The FFTs compile on `xla` and run on `host`, as Flex computes them.
+    #[test]
+    fn ffts_run_on_the_trainium_devices_as_on_flex() {
+        test_support::plugin::plugin_path();
+        let expected = ffts(&Device::flex());
+        for spec in ["host:1", "xla:1"] {
+            let device = burn_trainium::device(spec).expect("the device is served");
+            assert_same(&expected, &ffts(&device), spec);
+        }
+    }
+
+    /// An extremum over an empty axis is an error, as Burn's reference panics there, and the
+    /// device goes on.
+    #[test]
+    fn an_extremum_of_an_empty_axis_is_an_error_on_xla() {
+        test_support::plugin::plugin_path();
+        let device = burn_trainium::device("xla:2").expect("the xla device is served");
+        let empty = || Tensor::<2>::empty([3, 0], &device);
+        type Attempt<'a> = Box<dyn Fn() -> Tensor<2> + 'a>;
+        let attempts: [(&str, Attempt); 5] = [
+            ("max", Box::new(|| empty().max().reshape([1, 1]))),
+            ("min_dim", Box::new(|| empty().min_dim(1))),
+            (
+                "Max",
+                Box::new(|| Tensor::<2>::empty([0, 0], &device).max_dim(1)),
+            ),
+            ("argmax", Box::new(|| empty().argmax(1).float())),
+            ("max_abs_dim", Box::new(|| empty().max_abs_dim(1))),
+        ];
+        // Each is read on its own, so each error is its own operation's.
+        for (name, attempt) in attempts {
+            let error = attempt()
+                .try_into_data()
+                .expect_err(&format!("{name} of an empty axis is refused"));
+            let message = format!("{error:?}");
+            assert!(message.contains("empty"), "{name}: {message}");
+        }
+        // What a failed segment left without a value reports that failure when used later.
+        let failed = empty().max();
+        let later = failed.clone().add_scalar(1.0);
+        let first = failed.try_into_data().expect_err("refused");
+        let second = later.try_into_data().expect_err("refused too");
+        assert!(format!("{first:?}").contains("empty"), "{first:?}");
+        assert!(format!("{second:?}").contains("empty"), "{second:?}");
+        let sum: f32 = Tensor::<1>::from_data([1.0, 2.0], &device)
+            .sum()
+            .into_scalar();
+        assert_eq!(sum, 3.0);
     }
 
     #[test]
@@ -464,18 +626,7 @@ mod operations_new_in_burn_022 {
         test_support::plugin::plugin_path();
         let expected = compute(&Device::flex());
         let device = burn_trainium::device("xla:2").expect("the xla device is served");
-        let actual = compute(&device);
-        for ((name, expected), (_, actual)) in expected.iter().zip(&actual) {
-            let expected = expected.try_to_vec::<f32>().unwrap();
-            let actual = actual.clone().convert::<f32>().try_to_vec::<f32>().unwrap();
-            assert_eq!(expected.len(), actual.len(), "{name}");
-            for (index, (e, a)) in expected.iter().zip(&actual).enumerate() {
-                assert!(
-                    (e - a).abs() <= 1e-5 * e.abs().max(1.0),
-                    "{name}[{index}]: {a} on xla, {e} on Flex"
-                );
-            }
-        }
+        assert_same(&expected, &compute(&device), "xla");
         assert_eq!(
             burn_trainium::host_fallbacks_by_kind(&TrainiumDevice::xla(2)),
             Vec::<(String, u64)>::new(),

@@ -15,9 +15,13 @@ const SIZE: [&str; 6] = [
     "16",
 ];
 
-/// Runs `hlat bench learner` for `epochs` on `backends` (both tasks) with `--profile profile`,
-/// and returns its JSON report and the folder it ran in.
-fn bench_learner(epochs: &str, backends: &str) -> (serde_json::Value, tempfile::TempDir) {
+/// Runs `hlat bench learner` for `epochs` on `backends` (both tasks) with the `loops` and
+/// `--profile profile`, and returns its JSON report and the folder it ran in.
+fn bench_learner(
+    epochs: &str,
+    backends: &str,
+    loops: &str,
+) -> (serde_json::Value, tempfile::TempDir) {
     let folder = tempfile::tempdir().unwrap();
     let output = super::hlat()
         .args([
@@ -28,7 +32,14 @@ fn bench_learner(epochs: &str, backends: &str) -> (serde_json::Value, tempfile::
             "--baseline",
             "xla",
         ])
-        .args(["--epochs", epochs, "--json", "learner.json"])
+        .args([
+            "--epochs",
+            epochs,
+            "--json",
+            "learner.json",
+            "--loops",
+            loops,
+        ])
         .args(["--profile", "profile"])
         .args(SIZE)
         .current_dir(folder.path())
@@ -69,7 +80,7 @@ fn worker_phases(
         .collect()
 }
 
-/// The result of `task` on `backend` in `report`.
+/// The result of `task` on `backend` in `report` (one loop per report).
 fn result<'a>(report: &'a serde_json::Value, task: &str, backend: &str) -> &'a serde_json::Value {
     report["results"]
         .as_array()
@@ -91,7 +102,7 @@ fn losses(run: &serde_json::Value) -> Vec<f64> {
 #[test]
 fn a_learner_loop_runs_a_fixed_number_of_segments_and_trains_as_ndarray_does() {
     require_plugin();
-    let (report, folder) = bench_learner("2", "xla,ndarray");
+    let (report, folder) = bench_learner("2", "xla,ndarray", "learner");
     // (task, segments a batch, programs compiled cold for 2 epochs). Every batch, training or
     // validation, runs as one program through its loss, whatever the timing of the metrics
     // thread, whose mean of the loss joins that program; the CNN's accuracy metric reads after
@@ -142,6 +153,39 @@ fn a_learner_loop_runs_a_fixed_number_of_segments_and_trains_as_ndarray_does() {
             assert!(
                 (measured - reference).abs() <= 1e-4 * reference.abs().max(1.0),
                 "{task}: {measured} against NdArray's {reference}"
+            );
+        }
+    }
+}
+
+/// Burn's examples' own loop, written by hand (each batch's loss read before `backward`, a
+/// validation pass on `model.valid()`), compiles few programs cold — six at these sizes (full
+/// and partial batches, with and without the update before them, training and validation),
+/// where each would be a `neuronx-cc` compile of minutes on Neuron — none warm, and trains as
+/// Flex does.
+#[test]
+fn a_loop_written_as_burns_examples_write_it_compiles_a_few_programs_and_trains_as_flex_does() {
+    require_plugin();
+    let (report, _folder) = bench_learner("2", "xla,flex", "written");
+    for task in ["recurrent", "cnn"] {
+        let xla = result(&report, task, "xla");
+        assert_eq!(xla["training_loop"], "written", "{xla}");
+        let warm = &xla["warm"];
+        assert_eq!(xla["cold"]["compiles"], 6, "{xla}");
+        assert_eq!(warm["compiles"], 0, "{xla}");
+        assert_eq!(warm["host_fallbacks"], 0, "{xla}");
+        let iterations =
+            warm["train_iterations"].as_u64().unwrap() + warm["valid_iterations"].as_u64().unwrap();
+        assert_eq!(iterations, 2 * 5);
+        // One program a batch: the read of each loss runs the step up to it.
+        assert_eq!(warm["segments"].as_u64(), Some(iterations), "{xla}");
+        let reference = losses(&result(&report, task, "flex")["warm"]);
+        let measured = losses(warm);
+        assert_eq!(measured.len(), iterations as usize, "{xla}");
+        for (measured, reference) in measured.iter().zip(&reference) {
+            assert!(
+                (measured - reference).abs() <= 1e-4 * reference.abs().max(1.0),
+                "{task}: {measured} against Flex's {reference}"
             );
         }
     }

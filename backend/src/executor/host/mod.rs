@@ -6,6 +6,7 @@
 
 mod checks;
 mod collective;
+mod fft;
 mod top_k;
 mod widen;
 
@@ -64,7 +65,7 @@ impl HostExecutor {
     pub fn new(span: ReplicaSpan) -> Self {
         Self {
             replicas: (0..span.local.max(1))
-                .map(|_| Runner::new(FlexDevice))
+                .map(|_| Runner::with_custom_ops(FlexDevice, fft::registry()))
                 .collect(),
             span,
             broken: None,
@@ -146,6 +147,22 @@ impl HostExecutor {
                        replicas of one Trainium device combine with `burn_trainium::collective`"
                     .to_string(),
             }),
+            OperationIr::Custom(custom) if crate::lower::fft::is_fft(custom) => {
+                self.guarded(describe, |runners| {
+                    runners
+                        .iter_mut()
+                        .for_each(|runner| runner.register_op(operation.clone()));
+                    Ok(())
+                })
+            }
+            OperationIr::Custom(custom) if crate::lower::fft::is_fft(custom) => {
+                self.guarded(describe, |runners| {
+                    runners
+                        .iter_mut()
+                        .for_each(|runner| runner.register_op(operation.clone()));
+                    Ok(())
+                })
+            }
             OperationIr::Custom(custom) => {
                 let collective = Collective::from_ir(custom)
                     .ok_or_else(|| BackendError::Unsupported {

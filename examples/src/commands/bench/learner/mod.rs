@@ -22,7 +22,8 @@ use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::Dataset;
-use burn::optim::AdamConfig;
+use burn::module::Module;
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::Device;
 use burn::train::metric::{AccuracyMetric, LossMetric};
 use burn::train::{InferenceStep, Learner, LearnerModel, SupervisedTraining, TrainStep};
@@ -37,7 +38,7 @@ use super::training_loop::{LoopBenchmark, LoopMeasurement, measure_on};
 use crate::commands::ranges::at_least_one;
 use recorder::MetricRecorder;
 pub use recorder::MetricValues;
-use tasks::{ImageBatcher, ImageClassifier, SequenceBatcher, SequenceRegressor};
+use tasks::{BatchLoss, ImageBatcher, ImageClassifier, SequenceBatcher, SequenceRegressor};
 
 /// The seed of the training items (validation items use the next one).
 const DATA_SEED: u64 = 42;
@@ -58,6 +59,20 @@ pub enum Task {
     Cnn,
 }
 
+/// How a task's training loop is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainingLoop {
+    /// burn-train's `Learner` with `SupervisedTraining` and its metrics thread.
+    #[default]
+    Learner,
+    /// The loop Burn's examples write by hand (`modern-lstm`'s `training.rs`, the
+    /// `custom-training-loop` example): each batch's loss read with `into_scalar` before
+    /// `backward`, the optimizer stepped by hand, then a validation pass on `model.valid()`
+    /// reading every loss.
+    Written,
+}
+
 /// Arguments of `hlat bench learner`.
 #[derive(Args, Clone)]
 pub struct LearnerBenchArgs {
@@ -70,6 +85,10 @@ pub struct LearnerBenchArgs {
     /// Tasks to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "recurrent,cnn")]
     pub tasks: Vec<Task>,
+    /// Training loops to run each task with, comma-separated: learner (burn-train's), written
+    /// (by hand, as Burn's examples write it).
+    #[arg(long, value_delimiter = ',', default_value = "learner,written")]
+    pub loops: Vec<TrainingLoop>,
     /// Epochs of each run (each ends with a validation pass).
     #[arg(long, default_value_t = 2, value_parser = at_least_one::<usize>())]
     pub epochs: usize,
@@ -126,7 +145,8 @@ pub struct LearnerTiming {
     pub host_fallbacks: u64,
     /// Operations that only moved host data before its upload (a batcher's stacking).
     pub host_folded: u64,
-    /// The loss of every item, as Burn's `LossMetric` reported it.
+    /// The loss of every item, as Burn's `LossMetric` reported it (the `learner` loop) or as
+    /// the loop read it (the `written` loop).
     pub loss: MetricValues,
 }
 
@@ -142,6 +162,9 @@ impl LearnerTiming {
 pub struct LearnerResult {
     /// The task.
     pub task: Task,
+    /// How its training loop is written.
+    #[serde(default)]
+    pub training_loop: TrainingLoop,
     /// The backend.
     pub backend: String,
     /// What the backend is.
@@ -184,12 +207,23 @@ pub fn run(args: LearnerBenchArgs) -> anyhow::Result<()> {
     }
     let mut results = Vec::new();
     let mut failures = Vec::new();
-    for &task in &args.tasks {
+    for (&task, &training_loop) in args.tasks.iter().flat_map(|task| {
+        args.loops
+            .iter()
+            .map(move |training_loop| (task, training_loop))
+    }) {
         let task_name = task_name(task);
+        let loop_name = value_name(training_loop);
         let cache = tempfile::tempdir().context("creating a compile cache folder")?;
-        let overrides = [("--tasks", task_name.to_string())];
+        let overrides = [
+            ("--tasks", task_name.clone()),
+            ("--loops", loop_name.clone()),
+        ];
         let environment = [(burn_trainium::XLA_CACHE_ENV, cache.path())];
-        let what = format!("the {task_name} task");
+        let what = match training_loop {
+            TrainingLoop::Learner => format!("the {task_name} task"),
+            TrainingLoop::Written => format!("the {task_name} task's written loop"),
+        };
         let (cold, cold_failures) = backends::measure_each_with::<LoopMeasurement<LearnerTiming>>(
             &args.backends,
             &overrides,
@@ -208,7 +242,10 @@ pub fn run(args: LearnerBenchArgs) -> anyhow::Result<()> {
             None => (Vec::new(), Vec::new()),
         };
         for failure in cold_failures.into_iter().chain(warm_failures) {
-            failures.push((format!("{task_name} on {}", failure.0), failure.1));
+            failures.push((
+                format!("{task_name} ({loop_name} loop) on {}", failure.0),
+                failure.1,
+            ));
         }
         for cold in cold {
             let warm = warm.iter().find(|warm| warm.backend == cold.backend);
@@ -219,6 +256,7 @@ pub fn run(args: LearnerBenchArgs) -> anyhow::Result<()> {
             let warm = warm.unwrap_or(&cold);
             results.push(LearnerResult {
                 task,
+                training_loop,
                 backend: cold.backend.clone(),
                 version: cold.version.clone(),
                 cold: cold.timing.clone(),
@@ -257,8 +295,14 @@ fn cached_backends(list: &str) -> anyhow::Result<Option<String>> {
 
 /// The name of `task` on the command line (its `ValueEnum` name).
 fn task_name(task: Task) -> String {
-    task.to_possible_value()
-        .expect("every task is a value of --tasks")
+    value_name(task)
+}
+
+/// The name of `value` on the command line.
+fn value_name(value: impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .expect("every variant is a value of its flag")
         .get_name()
         .to_string()
 }
@@ -267,14 +311,18 @@ fn task_name(task: Task) -> String {
 pub fn table(report: &LearnerReport) -> String {
     use std::fmt::Write;
     let mut table = String::from(
-        "| task | backend | cold s | compiles cold | warm s | warm vs baseline | segments/iteration | KiB to device/iteration | host fallbacks | last train loss | last valid loss |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| task | loop | backend | cold s | compiles cold | warm s | warm vs baseline | segments/iteration | KiB to device/iteration | host fallbacks | last train loss | last valid loss |\n\
+         | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for result in &report.results {
         let baseline = report
             .results
             .iter()
-            .find(|other| other.task == result.task && other.backend == report.baseline)
+            .find(|other| {
+                other.task == result.task
+                    && other.training_loop == result.training_loop
+                    && other.backend == report.baseline
+            })
             .map(|other| other.warm.seconds);
         let ratio = baseline.map_or_else(
             || "n/a".to_string(),
@@ -285,8 +333,9 @@ pub fn table(report: &LearnerReport) -> String {
         let last = |values: &[f64]| values.last().copied().unwrap_or(f64::NAN);
         let _ = writeln!(
             table,
-            "| {} | {} | {:.2} | {} | {:.2} | {} | {:.2} | {:.1} | {} | {:.6} | {:.6} |",
+            "| {} | {} | {} | {:.2} | {} | {:.2} | {} | {:.2} | {:.1} | {} | {:.6} | {:.6} |",
             task_name(result.task),
+            value_name(result.training_loop),
             result.backend,
             result.cold.seconds,
             result.cold.compiles,
@@ -309,36 +358,50 @@ impl LoopBenchmark for LearnerBenchArgs {
     type Timing = LearnerTiming;
 
     fn time(&self, device: &BenchDevice) -> anyhow::Result<LearnerTiming> {
-        let [task] = self.tasks[..] else {
-            anyhow::bail!("a worker runs exactly one task");
+        let ([task], [training_loop]) = (&self.tasks[..], &self.loops[..]) else {
+            anyhow::bail!("a worker runs exactly one task with one loop");
         };
         let reference = reference_device(WEIGHTS_SEED, &device.device);
-        match task {
-            Task::Recurrent => {
+        match (task, training_loop) {
+            (Task::Recurrent, training_loop) => {
                 let model = same_weights(SequenceRegressor::new(&reference), &device.device);
                 let datasets = (
                     tasks::sequences(self.train_items, DATA_SEED),
                     tasks::sequences(self.valid_items, DATA_SEED + 1),
                 );
-                self.train(model, SequenceBatcher, datasets, device, |training| {
-                    training
-                        .metric_train_numeric(LossMetric::new())
-                        .metric_valid_numeric(LossMetric::new())
-                })
+                match training_loop {
+                    TrainingLoop::Learner => {
+                        self.train(model, SequenceBatcher, datasets, device, |training| {
+                            training
+                                .metric_train_numeric(LossMetric::new())
+                                .metric_valid_numeric(LossMetric::new())
+                        })
+                    }
+                    TrainingLoop::Written => {
+                        self.train_written(model, SequenceBatcher, datasets, device)
+                    }
+                }
             }
-            Task::Cnn => {
+            (Task::Cnn, training_loop) => {
                 let model = same_weights(ImageClassifier::new(&reference), &device.device);
                 let datasets = (
                     tasks::images(self.train_items, DATA_SEED),
                     tasks::images(self.valid_items, DATA_SEED + 1),
                 );
-                self.train(model, ImageBatcher, datasets, device, |training| {
-                    training
-                        .metric_train_numeric(LossMetric::new())
-                        .metric_valid_numeric(LossMetric::new())
-                        .metric_train_numeric(AccuracyMetric::new())
-                        .metric_valid_numeric(AccuracyMetric::new())
-                })
+                match training_loop {
+                    TrainingLoop::Learner => {
+                        self.train(model, ImageBatcher, datasets, device, |training| {
+                            training
+                                .metric_train_numeric(LossMetric::new())
+                                .metric_valid_numeric(LossMetric::new())
+                                .metric_train_numeric(AccuracyMetric::new())
+                                .metric_valid_numeric(AccuracyMetric::new())
+                        })
+                    }
+                    TrainingLoop::Written => {
+                        self.train_written(model, ImageBatcher, datasets, device)
+                    }
+                }
             }
         }
     }
@@ -389,29 +452,12 @@ impl LearnerBenchArgs {
             .num_epochs(self.epochs)
             .renderer(Box::new(recorder));
         let learner = Learner::new(model, AdamConfig::new().init(), LEARNING_RATE);
-
-        device.sync()?;
-        let start = device.stats();
-        let clock = Instant::now();
-        let result = training.launch(learner);
-        // Every update has run once the trained weights are read.
-        drop(result.model.into_record());
-        device.sync()?;
-        timing.seconds = clock.elapsed().as_secs_f64();
-        let end = device.stats();
-
-        timing.segments = end.segments_run - start.segments_run;
-        timing.segments_reused = end.segments_reused - start.segments_reused;
-        timing.prepare_seconds = end.prepare_seconds - start.prepare_seconds;
-        timing.operations = end.operations_captured - start.operations_captured;
-        timing.compiles = end.compiles - start.compiles;
-        timing.programs_loaded = end.programs_loaded - start.programs_loaded;
-        timing.compile_seconds = end.compile_seconds - start.compile_seconds;
-        timing.bytes_to_device = end.bytes_to_device - start.bytes_to_device;
-        timing.bytes_to_host = end.bytes_to_host - start.bytes_to_host;
-        timing.host_fallbacks = end.host_fallbacks - start.host_fallbacks;
-        timing.host_folded = end.host_folded - start.host_folded;
-        device.report_host_fallbacks();
+        measured(device, &mut timing, || {
+            let result = training.launch(learner);
+            // Every update has run once the trained weights are read.
+            drop(result.model.into_record());
+            Ok(())
+        })?;
         timing.loss = recorded
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -420,8 +466,57 @@ impl LearnerBenchArgs {
         Ok(timing)
     }
 
-    /// A data loader as Burn's examples build one: batches of `--batch`, shuffled with a fixed
-    /// seed, made on `--loader-workers` threads, on `device`.
+    /// Trains `model` as Burn's examples write the loop by hand (modern-lstm's `training.rs`):
+    /// each batch's loss read with `into_scalar` before `backward`, Adam stepped by hand, and a
+    /// validation pass on `model.valid()` every epoch reading each loss. One change from
+    /// modern-lstm: its validation loader has no `set_device`, so its batches land on Burn's
+    /// default device, which is not the model's on any device but Flex (docs/burn-0.22.md);
+    /// here both loaders are given the device.
+    fn train_written<M, I, B>(
+        &self,
+        mut model: M,
+        batcher: impl Batcher<I, B> + Clone + 'static,
+        (train_items, valid_items): (impl Dataset<I> + 'static, impl Dataset<I> + 'static),
+        device: &BenchDevice,
+    ) -> anyhow::Result<LearnerTiming>
+    where
+        M: Module + BatchLoss<B>,
+        I: Send + Sync + Clone + std::fmt::Debug + 'static,
+        B: Send + Clone + std::fmt::Debug + 'static,
+    {
+        let iterations = |items: usize| items.div_ceil(self.batch) as u64 * self.epochs as u64;
+        let mut timing = LearnerTiming {
+            train_iterations: iterations(train_items.len()),
+            valid_iterations: iterations(valid_items.len()),
+            ..LearnerTiming::default()
+        };
+        let train = self.loader(batcher.clone(), train_items, device.device.clone());
+        let valid = self.loader(batcher, valid_items, device.device.clone().inner());
+        let mut optimizer = AdamConfig::new().init();
+        let mut losses = MetricValues::default();
+        measured(device, &mut timing, || {
+            for _ in 0..self.epochs {
+                for batch in train.iter() {
+                    let batch = batch.map_err(|error| anyhow::anyhow!("a batch: {error:?}"))?;
+                    let loss = model.batch_loss(batch);
+                    losses.train.push(loss.clone().into_scalar::<f32>() as f64);
+                    let gradients = GradientsParams::from_grads(loss.backward(), &model);
+                    model = optimizer.step(LEARNING_RATE, model.clone(), gradients);
+                }
+                let valid_model = model.valid();
+                for batch in valid.iter() {
+                    let batch = batch.map_err(|error| anyhow::anyhow!("a batch: {error:?}"))?;
+                    let loss = valid_model.batch_loss(batch);
+                    losses.valid.push(loss.into_scalar::<f32>() as f64);
+                }
+            }
+            drop(model.clone().into_record());
+            Ok(())
+        })?;
+        timing.loss = losses;
+        Ok(timing)
+    }
+
     fn loader<I, O>(
         &self,
         batcher: impl Batcher<I, O> + 'static,
@@ -447,3 +542,32 @@ impl LearnerBenchArgs {
 
 /// The name Burn's `LossMetric` registers under.
 const LOSS_METRIC: &str = "Loss";
+
+/// Runs `run` on `device` between syncs and fills `timing` with its seconds and what the
+/// device's statistics counted meanwhile.
+fn measured(
+    device: &BenchDevice,
+    timing: &mut LearnerTiming,
+    run: impl FnOnce() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    device.sync()?;
+    let start = device.stats();
+    let clock = Instant::now();
+    run()?;
+    device.sync()?;
+    timing.seconds = clock.elapsed().as_secs_f64();
+    let end = device.stats();
+    timing.segments = end.segments_run - start.segments_run;
+    timing.segments_reused = end.segments_reused - start.segments_reused;
+    timing.prepare_seconds = end.prepare_seconds - start.prepare_seconds;
+    timing.operations = end.operations_captured - start.operations_captured;
+    timing.compiles = end.compiles - start.compiles;
+    timing.programs_loaded = end.programs_loaded - start.programs_loaded;
+    timing.compile_seconds = end.compile_seconds - start.compile_seconds;
+    timing.bytes_to_device = end.bytes_to_device - start.bytes_to_device;
+    timing.bytes_to_host = end.bytes_to_host - start.bytes_to_host;
+    timing.host_fallbacks = end.host_fallbacks - start.host_fallbacks;
+    timing.host_folded = end.host_folded - start.host_folded;
+    device.report_host_fallbacks();
+    Ok(())
+}

@@ -91,6 +91,12 @@ impl Batcher<SequenceItem, SequenceBatch> for SequenceBatcher {
 }
 
 /// The recurrent model: an LSTM over the sequence, a linear head on its last hidden state.
+/// The loss of a batch, as a loop written by hand computes it.
+pub trait BatchLoss<B> {
+    /// The batch's mean loss.
+    fn batch_loss(&self, batch: B) -> Tensor<1>;
+}
+
 #[derive(Module, Debug)]
 pub struct SequenceRegressor {
     lstm: Lstm,
@@ -112,6 +118,12 @@ impl SequenceRegressor {
         let output = self.head.forward(state.hidden);
         let loss = MseLoss::new().forward(output.clone(), batch.targets.clone(), Reduction::Mean);
         RegressionOutput::new(loss, output, batch.targets)
+    }
+}
+
+impl BatchLoss<SequenceBatch> for SequenceRegressor {
+    fn batch_loss(&self, batch: SequenceBatch) -> Tensor<1> {
+        self.forward_regression(batch).loss
     }
 }
 
@@ -219,6 +231,12 @@ impl ImageClassifier {
             .init(&logits.device())
             .forward(logits.clone(), batch.labels.clone());
         ClassificationOutput::new(loss, logits, batch.labels)
+    }
+}
+
+impl BatchLoss<ImageBatch> for ImageClassifier {
+    fn batch_loss(&self, batch: ImageBatch) -> Tensor<1> {
+        self.forward_classification(batch).loss
     }
 }
 
