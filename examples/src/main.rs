@@ -77,14 +77,19 @@ fn main() {
             )
         };
     }
-    // Burn 0.22's server dependencies turn on tracing's `log` feature: without a tracing
-    // subscriber (`--profile` installs one), every span would also be logged at `info`.
+    // The in-process device servers' start (Burn's WebSocket server logs its loopback port at
+    // `info`) is an implementation detail; `hlat serve` prints its own address.
     env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or("info,tracing::span=warn"),
+        env_logger::Env::default().default_filter_or("info,burn_communication=warn"),
     )
     .init();
     log::debug!("allocator: {allocator}");
     let cli = Cli::parse();
+    if cli.profile.is_none() {
+        // Burn 0.22's server dependencies turn on tracing's `log` feature: without a tracing
+        // subscriber, every span would also be logged at `info`.
+        burn_trainium::profile::record_nothing();
+    }
     let profile = match cli
         .profile
         .as_deref()

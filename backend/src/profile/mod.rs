@@ -98,6 +98,14 @@ pub const TRACE_FILE: &str = "trace.json";
 /// The per-phase summary [`Profile::finish`] writes next to it.
 pub const SUMMARY_FILE: &str = "summary.json";
 
+/// Records no span, for a process that takes no profile: once a subscriber is installed,
+/// tracing no longer writes each span as a log record too (its `log` fallback, which Burn 0.22's
+/// server dependencies turn on, logged every compile as "compile; cached=false" at `info`).
+/// Does nothing if a subscriber is installed already; [`start`] cannot follow it.
+pub fn record_nothing() {
+    let _ = tracing::subscriber::set_global_default(tracing::subscriber::NoSubscriber::default());
+}
+
 /// Starts recording every span of this process into `folder` (created if needed): the trace is
 /// `folder/trace.json`, the summary `folder/summary.json` (written by [`Profile::finish`]).
 pub fn start(folder: &Path) -> Result<Profile, ProfileError> {

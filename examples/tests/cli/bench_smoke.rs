@@ -526,6 +526,25 @@ fn bench_train_runs_the_pytorch_peer_on_the_gpu_eager_and_compiled() {
 /// `hlat bench route` measures Flex, Flex behind Burn's remote route and the Trainium devices in
 /// one run: every device in the order asked, each overhead its own figure less Flex's, and an
 /// unknown device refused by name.
+/// A command that compiles programs on in-process devices logs neither each compile's span
+/// (tracing's `log` fallback) nor the in-process servers' ports.
+#[test]
+fn compiles_and_in_process_servers_stay_out_of_the_log() {
+    require_plugin();
+    let folder = tempfile::tempdir().unwrap();
+    let output = super::hlat()
+        .args(["bench", "route", "--devices", "xla", "--operations", "20"])
+        .args(["--reads", "2", "--repeats", "1", "--json", "route.json"])
+        .current_dir(folder.path())
+        .output()
+        .expect("running hlat");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for noise in ["compile; cached", "Server started"] {
+        assert!(!stderr.contains(noise), "{stderr}");
+    }
+}
+
 #[test]
 fn bench_route_reports_each_device_beside_flex() {
     require_plugin();

@@ -155,14 +155,6 @@ impl HostExecutor {
                     Ok(())
                 })
             }
-            OperationIr::Custom(custom) if crate::lower::fft::is_fft(custom) => {
-                self.guarded(describe, |runners| {
-                    runners
-                        .iter_mut()
-                        .for_each(|runner| runner.register_op(operation.clone()));
-                    Ok(())
-                })
-            }
             OperationIr::Custom(custom) => {
                 let collective = Collective::from_ir(custom)
                     .ok_or_else(|| BackendError::Unsupported {

@@ -362,52 +362,79 @@ impl LoopBenchmark for LearnerBenchArgs {
             anyhow::bail!("a worker runs exactly one task with one loop");
         };
         let reference = reference_device(WEIGHTS_SEED, &device.device);
-        match (task, training_loop) {
-            (Task::Recurrent, training_loop) => {
+        match task {
+            Task::Recurrent => {
                 let model = same_weights(SequenceRegressor::new(&reference), &device.device);
                 let datasets = (
                     tasks::sequences(self.train_items, DATA_SEED),
                     tasks::sequences(self.valid_items, DATA_SEED + 1),
                 );
-                match training_loop {
-                    TrainingLoop::Learner => {
-                        self.train(model, SequenceBatcher, datasets, device, |training| {
-                            training
-                                .metric_train_numeric(LossMetric::new())
-                                .metric_valid_numeric(LossMetric::new())
-                        })
-                    }
-                    TrainingLoop::Written => {
-                        self.train_written(model, SequenceBatcher, datasets, device)
-                    }
-                }
+                self.run_loop(
+                    *training_loop,
+                    model,
+                    SequenceBatcher,
+                    datasets,
+                    device,
+                    |training| {
+                        training
+                            .metric_train_numeric(LossMetric::new())
+                            .metric_valid_numeric(LossMetric::new())
+                    },
+                )
             }
-            (Task::Cnn, training_loop) => {
+            Task::Cnn => {
                 let model = same_weights(ImageClassifier::new(&reference), &device.device);
                 let datasets = (
                     tasks::images(self.train_items, DATA_SEED),
                     tasks::images(self.valid_items, DATA_SEED + 1),
                 );
-                match training_loop {
-                    TrainingLoop::Learner => {
-                        self.train(model, ImageBatcher, datasets, device, |training| {
-                            training
-                                .metric_train_numeric(LossMetric::new())
-                                .metric_valid_numeric(LossMetric::new())
-                                .metric_train_numeric(AccuracyMetric::new())
-                                .metric_valid_numeric(AccuracyMetric::new())
-                        })
-                    }
-                    TrainingLoop::Written => {
-                        self.train_written(model, ImageBatcher, datasets, device)
-                    }
-                }
+                self.run_loop(
+                    *training_loop,
+                    model,
+                    ImageBatcher,
+                    datasets,
+                    device,
+                    |training| {
+                        training
+                            .metric_train_numeric(LossMetric::new())
+                            .metric_valid_numeric(LossMetric::new())
+                            .metric_train_numeric(AccuracyMetric::new())
+                            .metric_valid_numeric(AccuracyMetric::new())
+                    },
+                )
             }
         }
     }
 }
 
 impl LearnerBenchArgs {
+    /// Trains `model` with `training_loop`: [`Self::train`] with the metrics `metrics`
+    /// registers, or [`Self::train_written`].
+    fn run_loop<M, I, Bt>(
+        &self,
+        training_loop: TrainingLoop,
+        model: M,
+        batcher: Bt,
+        datasets: (impl Dataset<I> + 'static, impl Dataset<I> + 'static),
+        device: &BenchDevice,
+        metrics: impl FnOnce(SupervisedTraining<M>) -> SupervisedTraining<M>,
+    ) -> anyhow::Result<LearnerTiming>
+    where
+        M: LearnerModel + BatchLoss<<M as TrainStep>::Input>,
+        <M as TrainStep>::Input: Clone + std::fmt::Debug,
+        <M as InferenceStep>::Input: Clone + std::fmt::Debug,
+        I: Send + Sync + Clone + std::fmt::Debug + 'static,
+        Bt: Batcher<I, <M as TrainStep>::Input>
+            + Batcher<I, <M as InferenceStep>::Input>
+            + Clone
+            + 'static,
+    {
+        match training_loop {
+            TrainingLoop::Learner => self.train(model, batcher, datasets, device, metrics),
+            TrainingLoop::Written => self.train_written(model, batcher, datasets, device),
+        }
+    }
+
     /// Trains `model` on the `(training, validation)` datasets through burn-train's `Learner`
     /// with Adam, with the metrics `metrics` registers, and measures the run. Training batches
     /// are made on `device` (with autodiff), validation batches on it without autodiff.
