@@ -407,7 +407,32 @@ impl LoopBenchmark for LearnerBenchArgs {
     }
 }
 
+/// A batcher of a task's training and validation batches from items `I`, for a model `M`.
+trait TaskBatcher<I, M: LearnerModel>:
+    Batcher<I, <M as TrainStep>::Input> + Batcher<I, <M as InferenceStep>::Input> + Clone + 'static
+{
+}
+
+impl<I, M: LearnerModel, T> TaskBatcher<I, M> for T where
+    T: Batcher<I, <M as TrainStep>::Input>
+        + Batcher<I, <M as InferenceStep>::Input>
+        + Clone
+        + 'static
+{
+}
+
 impl LearnerBenchArgs {
+    /// A run's timing before it starts: the batches of `train_items` and `valid_items` items
+    /// over every epoch.
+    fn timing_of(&self, train_items: usize, valid_items: usize) -> LearnerTiming {
+        let iterations = |items: usize| items.div_ceil(self.batch) as u64 * self.epochs as u64;
+        LearnerTiming {
+            train_iterations: iterations(train_items),
+            valid_iterations: iterations(valid_items),
+            ..LearnerTiming::default()
+        }
+    }
+
     /// Trains `model` with `training_loop`: [`Self::train`] with the metrics `metrics`
     /// registers, or [`Self::train_written`].
     fn run_loop<M, I, Bt>(
@@ -424,10 +449,7 @@ impl LearnerBenchArgs {
         <M as TrainStep>::Input: Clone + std::fmt::Debug,
         <M as InferenceStep>::Input: Clone + std::fmt::Debug,
         I: Send + Sync + Clone + std::fmt::Debug + 'static,
-        Bt: Batcher<I, <M as TrainStep>::Input>
-            + Batcher<I, <M as InferenceStep>::Input>
-            + Clone
-            + 'static,
+        Bt: TaskBatcher<I, M>,
     {
         match training_loop {
             TrainingLoop::Learner => self.train(model, batcher, datasets, device, metrics),
@@ -451,17 +473,9 @@ impl LearnerBenchArgs {
         <M as TrainStep>::Input: Clone + std::fmt::Debug,
         <M as InferenceStep>::Input: Clone + std::fmt::Debug,
         I: Send + Sync + Clone + std::fmt::Debug + 'static,
-        Bt: Batcher<I, <M as TrainStep>::Input>
-            + Batcher<I, <M as InferenceStep>::Input>
-            + Clone
-            + 'static,
+        Bt: TaskBatcher<I, M>,
     {
-        let iterations = |items: usize| items.div_ceil(self.batch) as u64 * self.epochs as u64;
-        let mut timing = LearnerTiming {
-            train_iterations: iterations(train_items.len()),
-            valid_iterations: iterations(valid_items.len()),
-            ..LearnerTiming::default()
-        };
+        let mut timing = self.timing_of(train_items.len(), valid_items.len());
         let train = self.loader::<_, <M as TrainStep>::Input>(
             batcher.clone(),
             train_items,
@@ -511,12 +525,7 @@ impl LearnerBenchArgs {
         I: Send + Sync + Clone + std::fmt::Debug + 'static,
         B: Send + Clone + std::fmt::Debug + 'static,
     {
-        let iterations = |items: usize| items.div_ceil(self.batch) as u64 * self.epochs as u64;
-        let mut timing = LearnerTiming {
-            train_iterations: iterations(train_items.len()),
-            valid_iterations: iterations(valid_items.len()),
-            ..LearnerTiming::default()
-        };
+        let mut timing = self.timing_of(train_items.len(), valid_items.len());
         let train = self.loader(batcher.clone(), train_items, device.device.clone());
         let valid = self.loader(batcher, valid_items, device.device.clone().inner());
         let mut optimizer = AdamConfig::new().init();
