@@ -583,11 +583,17 @@ mod operations_new_in_burn_022 {
     }
 
     /// An extremum over an empty axis is an error, as Burn's reference panics there, and the
-    /// device goes on.
+    /// device goes on (a panic inside a `host` kernel would leave that device unusable).
     #[test]
-    fn an_extremum_of_an_empty_axis_is_an_error_on_xla() {
+    fn an_extremum_of_an_empty_axis_is_an_error_and_the_device_goes_on() {
         test_support::plugin::plugin_path();
-        let device = burn_trainium::device("xla:2").expect("the xla device is served");
+        for spec in ["host:1", "xla:2"] {
+            extrema_of_empty_axes_are_refused(spec);
+        }
+    }
+
+    fn extrema_of_empty_axes_are_refused(spec: &str) {
+        let device = burn_trainium::device(spec).expect("the device is served");
         let empty = || Tensor::<2>::empty([3, 0], &device);
         type Attempt<'a> = Box<dyn Fn() -> Tensor<2> + 'a>;
         let attempts: [(&str, Attempt); 5] = [
@@ -606,7 +612,7 @@ mod operations_new_in_burn_022 {
                 .try_into_data()
                 .expect_err(&format!("{name} of an empty axis is refused"));
             let message = format!("{error:?}");
-            assert!(message.contains("empty"), "{name}: {message}");
+            assert!(message.contains("empty"), "{name} on {spec}: {message}");
         }
         // What a failed segment left without a value reports that failure when used later.
         let failed = empty().max();

@@ -28,6 +28,9 @@ pub(super) fn check_operation(
         }
         return Ok(());
     }
+    if let Some(error) = empty_extremum(operation) {
+        return Err(error);
+    }
     match operation {
         OperationIr::NumericInt(_, numeric) => match numeric {
             NumericOperationIr::Div(binary) | NumericOperationIr::Rem(binary) => {
@@ -49,6 +52,46 @@ pub(super) fn check_operation(
         },
         _ => Ok(()),
     }
+}
+
+/// An error for an extremum (a maximum, a minimum or their position) over an axis that holds
+/// no elements, which burn-flex's kernels panic on; the `xla` lowering refuses it the same way.
+fn empty_extremum(operation: &OperationIr) -> Option<BackendError> {
+    let (OperationIr::NumericFloat(_, numeric) | OperationIr::NumericInt(_, numeric)) = operation
+    else {
+        return None;
+    };
+    let (shape, axis) = match numeric {
+        NumericOperationIr::Max(op)
+        | NumericOperationIr::Min(op)
+        | NumericOperationIr::MaxAbs(op) => {
+            let shape = &op.input.shape;
+            (shape, (0..shape.len()).find(|&axis| shape[axis] == 0)?)
+        }
+        NumericOperationIr::MaxDim(op)
+        | NumericOperationIr::MinDim(op)
+        | NumericOperationIr::MaxAbsDim(op)
+        | NumericOperationIr::ArgMax(op)
+        | NumericOperationIr::ArgMin(op) => (&op.input.shape, op.axis),
+        NumericOperationIr::MaxDimWithIndices(op) | NumericOperationIr::MinDimWithIndices(op) => {
+            (&op.tensor.shape, op.dim)
+        }
+        _ => return None,
+    };
+    (shape[axis] == 0).then(|| {
+        failure(format!(
+            "{} over axis {axis} of a tensor of shape {:?}: the axis is empty, and an \
+             extremum of no elements is undefined",
+            numeric_name(numeric),
+            shape.as_slice()
+        ))
+    })
+}
+
+/// The variant name of a numeric operation (`MaxDim`, `ArgMin`, ...).
+fn numeric_name(numeric: &NumericOperationIr) -> String {
+    let debug = format!("{numeric:?}");
+    debug[..debug.find('(').unwrap_or(debug.len())].to_string()
 }
 
 /// The operation's name, indexed tensor, dimension and indices, for the operations that index.
