@@ -50,6 +50,7 @@ pub(crate) use context::scalar_data;
 pub use coverage::{COVERAGE, Coverage, coverage_markdown};
 pub use dump::{DUMP_DIR_ENV, dump_module, dump_module_to};
 pub use kernel_call::{KERNEL_REQUEST_TARGET, KernelRequest, KernelTensor};
+pub(crate) use reduce::empty_extremum_axis;
 
 use context::Lowering;
 

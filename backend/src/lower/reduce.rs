@@ -110,14 +110,25 @@ fn is_float(element_type: PrimitiveType) -> bool {
 /// An error for an extremum over an axis of `input` that holds no elements (Burn's reference
 /// panics there; a program reports it instead).
 fn refuse_empty_axes(reduction: Reduction, input: &Value, axes: &[usize]) -> Lowered {
-    match axes.iter().find(|&&axis| input.dims[axis] == 0) {
-        Some(axis) => Err(Failure::Invalid(format!(
-            "{reduction:?} over axis {axis} of a tensor of shape {:?}: the axis is empty, and an \
-             extremum of no elements is undefined",
-            input.dims
-        ))),
+    let shape: Vec<usize> = input.dims.iter().map(|&size| size as usize).collect();
+    match empty_extremum_axis(reduction, &shape, axes) {
+        Some(reason) => Err(Failure::Invalid(reason)),
         None => Ok(()),
     }
+}
+
+/// Why an extremum (`what`) over `axes` of a tensor of `shape` is refused, if one of the axes is
+/// empty; the `host` executor refuses it with the same words before burn-flex's kernels panic.
+pub(crate) fn empty_extremum_axis(
+    what: impl std::fmt::Debug,
+    shape: &[usize],
+    axes: &[usize],
+) -> Option<String> {
+    let axis = axes.iter().find(|&&axis| shape[axis] == 0)?;
+    Some(format!(
+        "{what:?} over axis {axis} of a tensor of shape {shape:?}: the axis is empty, and an \
+         extremum of no elements is undefined"
+    ))
 }
 
 /// Whether any element of `input` along `axes` is NaN (the reduced shape), or `None` for types

@@ -34,8 +34,8 @@ pub(crate) fn with_custom_ops(server: BackendServer<Trainium>) -> BackendServer<
 /// A custom operation the executors compute themselves (burn-signal's FFTs): captured as it
 /// came, on new tensors of the device, like any other operation of the stream.
 fn captured(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) {
-    let arity = if ir.id == RFFT { (1, 2) } else { (2, 1) };
-    arity_of(ir, arity.0, arity.1);
+    let (inputs, outputs) = if ir.id == RFFT { (1, 2) } else { (2, 1) };
+    arity(ir, inputs, outputs);
     let inputs: Vec<_> = ir
         .inputs
         .iter()
@@ -65,7 +65,7 @@ fn captured(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) {
 }
 
 /// Checks that `ir` has `inputs` inputs and `outputs` outputs.
-fn arity_of(ir: &CustomOpIr, inputs: usize, outputs: usize) {
+fn arity(ir: &CustomOpIr, inputs: usize, outputs: usize) {
     assert!(
         ir.inputs.len() == inputs && ir.outputs.len() == outputs,
         "`{}` takes {inputs} input(s) and {outputs} output(s), {} and {} were sent",
@@ -76,7 +76,7 @@ fn arity_of(ir: &CustomOpIr, inputs: usize, outputs: usize) {
 }
 
 fn collective(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) {
-    arity_of(ir, 1, 1);
+    arity(ir, 1, 1);
     let collective = Collective::from_scalars(&ir.scalars)
         .unwrap_or_else(|reason| panic!("`{}`: {reason}", ir.id));
     let input = handles.get_float_tensor::<Trainium>(&ir.inputs[0]);
@@ -85,7 +85,7 @@ fn collective(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) 
 }
 
 fn replicas_in(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) {
-    arity_of(ir, 1, 1);
+    arity(ir, 1, 1);
     let flat = handles.get_float_tensor::<Trainium>(&ir.inputs[0]);
     let data = burn_backend::read_sync(Trainium::float_into_data(flat))
         .unwrap_or_else(|error| panic!("`{}`: reading the replicas' data: {error}", ir.id));
@@ -110,7 +110,7 @@ fn replicas_in(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) 
 }
 
 fn replicas_out(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) {
-    arity_of(ir, 1, 1);
+    arity(ir, 1, 1);
     let count = ir
         .scalars
         .first()
@@ -134,7 +134,7 @@ fn replicas_out(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice)
 }
 
 fn replica_layout(handles: &mut Handles, ir: &CustomOpIr, device: &TrainiumDevice) {
-    arity_of(ir, 0, 1);
+    arity(ir, 0, 1);
     let span = ReplicaSpan::of(device)
         .unwrap_or_else(|error| panic!("`{}`: the replicas of {device}: {error}", ir.id));
     let layout = TensorData::new(

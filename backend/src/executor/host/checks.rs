@@ -16,6 +16,7 @@ use burn_ir::{
 
 use super::{failure, read, readable};
 use crate::BackendError;
+use crate::lower::empty_extremum_axis;
 
 /// Checks `operation`'s index and divisor inputs on every replica's runner.
 pub(super) fn check_operation(
@@ -61,37 +62,39 @@ fn empty_extremum(operation: &OperationIr) -> Option<BackendError> {
     else {
         return None;
     };
-    let (shape, axis) = match numeric {
+    // The axes reduced: every one (`None`) or one.
+    let (shape, axis): (&[usize], Option<usize>) = match numeric {
         NumericOperationIr::Max(op)
         | NumericOperationIr::Min(op)
-        | NumericOperationIr::MaxAbs(op) => {
-            let shape = &op.input.shape;
-            (shape, (0..shape.len()).find(|&axis| shape[axis] == 0)?)
-        }
+        | NumericOperationIr::MaxAbs(op) => (&op.input.shape, None),
         NumericOperationIr::MaxDim(op)
         | NumericOperationIr::MinDim(op)
         | NumericOperationIr::MaxAbsDim(op)
         | NumericOperationIr::ArgMax(op)
-        | NumericOperationIr::ArgMin(op) => (&op.input.shape, op.axis),
+        | NumericOperationIr::ArgMin(op) => (&op.input.shape, Some(op.axis)),
         NumericOperationIr::MaxDimWithIndices(op) | NumericOperationIr::MinDimWithIndices(op) => {
-            (&op.tensor.shape, op.dim)
+            (&op.tensor.shape, Some(op.dim))
         }
         _ => return None,
     };
-    (shape[axis] == 0).then(|| {
-        failure(format!(
-            "{} over axis {axis} of a tensor of shape {:?}: the axis is empty, and an \
-             extremum of no elements is undefined",
-            numeric_name(numeric),
-            shape.as_slice()
-        ))
-    })
+    if shape.iter().all(|&size| size > 0) {
+        return None;
+    }
+    let axes: Vec<usize> = match axis {
+        Some(axis) => vec![axis],
+        None => (0..shape.len()).collect(),
+    };
+    empty_extremum_axis(VariantName(numeric), shape, &axes).map(failure)
 }
 
-/// The variant name of a numeric operation (`MaxDim`, `ArgMin`, ...).
-fn numeric_name(numeric: &NumericOperationIr) -> String {
-    let debug = format!("{numeric:?}");
-    debug[..debug.find('(').unwrap_or(debug.len())].to_string()
+/// Debug-formats as the variant name of a numeric operation (`MaxDim`, `ArgMin`, ...).
+struct VariantName<'a>(&'a NumericOperationIr);
+
+impl std::fmt::Debug for VariantName<'_> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let debug = format!("{:?}", self.0);
+        formatter.write_str(&debug[..debug.find('(').unwrap_or(debug.len())])
+    }
 }
 
 /// The operation's name, indexed tensor, dimension and indices, for the operations that index.

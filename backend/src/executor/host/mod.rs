@@ -147,15 +147,9 @@ impl HostExecutor {
                        replicas of one Trainium device combine with `burn_trainium::collective`"
                     .to_string(),
             }),
-            OperationIr::Custom(custom) if crate::lower::fft::is_fft(custom) => {
-                self.guarded(describe, |runners| {
-                    runners
-                        .iter_mut()
-                        .for_each(|runner| runner.register_op(operation.clone()));
-                    Ok(())
-                })
-            }
-            OperationIr::Custom(custom) => {
+            // burn-signal's FFTs are answered by the runners' own registry (`fft`), as any
+            // other operation is below.
+            OperationIr::Custom(custom) if !crate::lower::fft::is_fft(custom) => {
                 let collective = Collective::from_ir(custom)
                     .ok_or_else(|| BackendError::Unsupported {
                         executor: "host",
