@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::family::ModelFamily;
 use crate::model::Hlat;
+use crate::moe::MoeConfig;
 use crate::rotary::{Llama3Scaling, RopeScaling};
 
 /// Errors of configuration lookup, validation and (de)serialization.
@@ -112,6 +113,10 @@ pub struct HlatConfig {
     /// `use_sliding_window`); `None`: every earlier position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window: Option<SlidingWindow>,
+    /// The mixture of experts of the sparse layers (Mixtral, Qwen2-MoE, Qwen3-MoE); `None`: every
+    /// layer is dense.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeConfig>,
 }
 
 /// Sliding-window attention: a query sees the `size` positions ending at its own (transformers'
@@ -308,6 +313,7 @@ impl HlatConfig {
             mlp_bias: false,
             qk_norm: false,
             sliding_window: None,
+            moe: None,
         }
     }
 
@@ -408,6 +414,11 @@ impl HlatConfig {
             return invalid("sliding_window", "0".into(), "must be at least 1");
         }
         if let Err((field, value, reason)) = self.rope_scaling.check() {
+            return invalid(field, value, &reason);
+        }
+        if let Some(Err((field, value, reason))) =
+            self.moe.as_ref().map(|moe| moe.check(self.num_layers))
+        {
             return invalid(field, value, &reason);
         }
         if let Err((field, reason)) = self.family.check(self) {

@@ -1,0 +1,205 @@
+//! Mixture-of-experts feed-forward layers (Mixtral, Qwen2-MoE, Qwen3-MoE): [`MoeConfig`], the
+//! router's top-k choice and [`SparseMoe`], computed dropless with static shapes.
+
+use burn::module::Module;
+use burn::nn::Linear;
+use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::config::HlatConfig;
+use crate::linear::projection;
+use crate::mlp::Mlp;
+use crate::parallel::Exchange;
+
+/// The mixture of experts of a decoder's sparse layers, as transformers' Mixtral, Qwen2-MoE and
+/// Qwen3-MoE configurations state it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoeConfig {
+    /// Experts of each sparse layer (`num_local_experts`, `num_experts`).
+    pub num_experts: usize,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub experts_per_token: usize,
+    /// Inner width of one expert's SwiGLU network (`moe_intermediate_size`; Mixtral's
+    /// `intermediate_size`).
+    pub expert_ffn_size: usize,
+    /// Whether the chosen experts' probabilities are divided by their sum (`norm_topk_prob`;
+    /// Mixtral always does).
+    pub normalize_top_k: bool,
+    /// Inner width of the expert every token also goes through, scaled by a sigmoid gate
+    /// (Qwen2-MoE's `shared_expert_intermediate_size`); `None`: no shared expert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_expert_ffn_size: Option<usize>,
+    /// Every `sparse_step`-th layer is sparse (`decoder_sparse_step`: layer `i` when
+    /// `(i + 1) % sparse_step == 0`), the others dense.
+    #[serde(default = "one")]
+    pub sparse_step: usize,
+    /// Layers that stay dense whatever `sparse_step` says (`mlp_only_layers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dense_layers: Vec<usize>,
+    /// Weight of the load-balancing loss added to the training loss (`router_aux_loss_coef`).
+    pub router_aux_loss_coef: f64,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl MoeConfig {
+    /// Whether decoder layer `layer` is a mixture (transformers' rule: not in `dense_layers`, and
+    /// `(layer + 1) % sparse_step == 0`).
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        !self.dense_layers.contains(&layer) && (layer + 1).is_multiple_of(self.sparse_step.max(1))
+    }
+
+    /// Checks the sizes: `Err((field, value, reason))` names the first field a model cannot be
+    /// built with.
+    pub(crate) fn check(&self, num_layers: usize) -> Result<(), (&'static str, String, String)> {
+        let invalid = |field: &'static str, value: usize, reason: String| {
+            Err((field, value.to_string(), reason))
+        };
+        if self.num_experts == 0 {
+            return invalid("num_experts", 0, "must be at least 1".into());
+        }
+        if self.experts_per_token == 0 || self.experts_per_token > self.num_experts {
+            return invalid(
+                "experts_per_token",
+                self.experts_per_token,
+                format!("must be between 1 and num_experts ({})", self.num_experts),
+            );
+        }
+        if self.expert_ffn_size == 0 {
+            return invalid("expert_ffn_size", 0, "must be at least 1".into());
+        }
+        if self.shared_expert_ffn_size == Some(0) {
+            return invalid("shared_expert_ffn_size", 0, "must be at least 1".into());
+        }
+        if self.sparse_step == 0 {
+            return invalid("sparse_step", 0, "must be at least 1".into());
+        }
+        if let Some(&layer) = self.dense_layers.iter().find(|&&layer| layer >= num_layers) {
+            return invalid(
+                "dense_layers",
+                layer,
+                format!("is not a layer of the model's {num_layers}"),
+            );
+        }
+        if !(self.router_aux_loss_coef.is_finite() && self.router_aux_loss_coef >= 0.0) {
+            return Err((
+                "router_aux_loss_coef",
+                self.router_aux_loss_coef.to_string(),
+                "must be a finite number, zero or more".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A sparse feed-forward layer: a router (`hidden -> experts`, no bias) picks each token's
+/// `experts_per_token` experts by softmax probability; the token's output is the chosen experts'
+/// SwiGLU outputs weighted by those probabilities (renormalised when the family says so), plus a
+/// shared expert scaled by `sigmoid(shared_expert_gate(x))` where the family has one (Qwen2-MoE).
+///
+/// Computed dropless with static shapes: every expert runs on every token and the weights of the
+/// experts a token did not choose are zero, so the program is the same whatever the routing
+/// (`experts / experts_per_token` times the FLOPs of routed computation).
+#[derive(Module, Debug)]
+pub struct SparseMoe {
+    /// The router `hidden -> num_experts` (transformers' `gate`).
+    pub router: Linear,
+    /// The experts, each a SwiGLU network of width `expert_ffn_size`.
+    pub experts: Vec<Mlp>,
+    /// The expert every token goes through (Qwen2-MoE's `shared_expert`).
+    pub shared_expert: Option<Mlp>,
+    /// The shared expert's gate `hidden -> 1` (Qwen2-MoE's `shared_expert_gate`).
+    pub shared_expert_gate: Option<Linear>,
+    /// Experts each token is routed to.
+    pub experts_per_token: usize,
+    /// Whether the chosen probabilities are renormalised to sum to one.
+    #[module(skip)]
+    pub normalize_top_k: bool,
+}
+
+impl SparseMoe {
+    /// A freshly initialised mixture of `moe`'s sizes.
+    pub fn new(config: &HlatConfig, moe: &MoeConfig, device: &Device) -> Self {
+        let hidden = config.hidden_size;
+        Self {
+            router: projection(config, hidden, moe.num_experts, false, device),
+            experts: (0..moe.num_experts)
+                .map(|_| Mlp::with_width(config, moe.expert_ffn_size, device))
+                .collect(),
+            shared_expert: moe
+                .shared_expert_ffn_size
+                .map(|width| Mlp::with_width(config, width, device)),
+            shared_expert_gate: moe
+                .shared_expert_ffn_size
+                .map(|_| projection(config, hidden, 1, false, device)),
+            experts_per_token: moe.experts_per_token,
+            normalize_top_k: moe.normalize_top_k,
+        }
+    }
+
+    /// Applies the mixture to `[batch, seq, hidden]`; returns the output and the router's logits
+    /// `[batch · seq, num_experts]` (what the load-balancing loss is computed from).
+    pub fn forward(&self, x: Tensor<3>, exchange: &dyn Exchange) -> (Tensor<3>, Tensor<2>) {
+        let [batch, seq, hidden] = x.dims();
+        let tokens = x.clone().reshape([batch * seq, hidden]);
+        let logits = self.router.forward(tokens.clone());
+        let probabilities = softmax(logits.clone(), 1);
+        let weights = routing_weights(probabilities, self.experts_per_token, self.normalize_top_k);
+        let mut output: Option<Tensor<3>> = None;
+        for (index, expert) in self.experts.iter().enumerate() {
+            let weight = weights.clone().narrow(1, index, 1).reshape([batch, seq, 1]);
+            let contribution = expert.forward(x.clone(), exchange) * weight;
+            output = Some(match output {
+                Some(sum) => sum + contribution,
+                None => contribution,
+            });
+        }
+        let mut output = output.expect("a mixture has at least one expert");
+        if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
+            let scale = sigmoid(gate.forward(tokens)).reshape([batch, seq, 1]);
+            output = output + shared.forward(x, exchange) * scale;
+        }
+        (output, logits)
+    }
+}
+
+/// The routing weights `[tokens, experts]` of softmax `probabilities`: each row keeps its `k`
+/// largest probabilities (divided by their sum when `normalize`) and is zero elsewhere. Ties go
+/// to the lower expert index.
+pub fn routing_weights(probabilities: Tensor<2>, k: usize, normalize: bool) -> Tensor<2> {
+    let chosen = top_k_mask(probabilities.clone(), k);
+    let kept = probabilities.mask_fill(chosen.bool_not(), 0.0);
+    if normalize {
+        let sum = kept.clone().sum_dim(1);
+        kept / sum
+    } else {
+        kept
+    }
+}
+
+/// Which `k` entries of each row of `probabilities` (values in `[0, 1]`) are its largest, as a
+/// mask: `k` rounds of the row's first maximum, each taken out before the next. Static shapes,
+/// argmax and comparisons only, so every device runs it in one program.
+pub fn top_k_mask(probabilities: Tensor<2>, k: usize) -> Tensor<2, Bool> {
+    let [tokens, experts] = probabilities.dims();
+    let device = probabilities.device();
+    let columns = Tensor::<1, Int>::arange(0..experts as i64, &device)
+        .reshape([1, experts])
+        .expand([tokens, experts]);
+    let mut remaining = probabilities;
+    let mut chosen: Option<Tensor<2, Bool>> = None;
+    for _ in 0..k {
+        let best = remaining.clone().argmax(1).expand([tokens, experts]);
+        let pick = columns.clone().equal(best);
+        // Below every probability: a taken entry is never the maximum again.
+        remaining = remaining.mask_fill(pick.clone(), -1.0);
+        chosen = Some(match chosen {
+            Some(chosen) => chosen.bool_or(pick),
+            None => pick,
+        });
+    }
+    chosen.expect("a token is routed to at least one expert")
+}
