@@ -49,12 +49,25 @@ impl DecoderLayer {
         context: Context<'_>,
         exchange: &dyn Exchange,
     ) -> Tensor<3> {
+        self.forward_routed(x, rotary, context, exchange).0
+    }
+
+    /// [`DecoderLayer::forward`], with the router's logits `[batch · seq, experts]` of a
+    /// mixture-of-experts layer.
+    pub fn forward_routed(
+        &self,
+        x: Tensor<3>,
+        rotary: &RotaryTables,
+        context: Context<'_>,
+        exchange: &dyn Exchange,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
         let normed = exchange.enter(self.input_layernorm.forward(x.clone()));
         let (queries, keys, values) = self.self_attn.project(normed, rotary);
         let attended = self.self_attn.attend(queries, keys, values, context);
         let x = x + self.self_attn.output(attended, exchange);
         let normed = exchange.enter(self.post_attention_layernorm.forward(x.clone()));
-        x + self.feed_forward(normed, exchange).0
+        let (transformed, router_logits) = self.feed_forward(normed, exchange);
+        (x + transformed, router_logits)
     }
 
     /// The layer's feed-forward network (dense or a mixture) applied to the normed `x`, with the

@@ -4,7 +4,7 @@
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, softmax};
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Bool, DType, Device, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::config::HlatConfig;
@@ -202,4 +202,106 @@ pub fn top_k_mask(probabilities: Tensor<2>, k: usize) -> Tensor<2, Bool> {
         });
     }
     chosen.expect("a token is routed to at least one expert")
+}
+
+/// The load-balancing loss of a step's routers, as transformers' `load_balancing_loss_func`
+/// computes it without an attention mask (Switch Transformer, eqs. 4–6): over every router's
+/// rows together, the fraction of top-`k` choices each expert received times its mean routing
+/// probability, summed over the experts and multiplied by their number. Only the probabilities
+/// take gradients (the choices are counts). `None` when there is no router.
+pub fn load_balancing_loss(router_logits: &[Tensor<2>], k: usize) -> Option<Tensor<1>> {
+    let [_, experts] = router_logits.first()?.dims();
+    let mut rows = 0usize;
+    let mut choices: Option<Tensor<2>> = None;
+    let mut probabilities: Option<Tensor<2>> = None;
+    for logits in router_logits {
+        rows += logits.dims()[0];
+        let probability = softmax(logits.clone().cast(DType::F32), 1);
+        let chosen = top_k_mask(probability.clone().detach(), k)
+            .float()
+            .cast(DType::F32)
+            .sum_dim(0);
+        let summed = probability.sum_dim(0);
+        choices = Some(choices.map_or(chosen.clone(), |total| total + chosen));
+        probabilities = Some(probabilities.map_or(summed.clone(), |total| total + summed));
+    }
+    let rows = rows as f64;
+    let fraction = choices?.div_scalar(rows);
+    let mean_probability = probabilities?.div_scalar(rows);
+    Some((fraction * mean_probability).sum().mul_scalar(experts as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::TensorData;
+
+    use super::*;
+
+    fn matrix(values: Vec<f32>, rows: usize) -> Tensor<2> {
+        let columns = values.len() / rows;
+        Tensor::from_data(TensorData::new(values, [rows, columns]), &Device::flex())
+    }
+
+    fn values(tensor: Tensor<2>) -> Vec<f32> {
+        tensor.into_data().try_to_vec::<f32>().unwrap()
+    }
+
+    #[test]
+    fn routing_keeps_the_k_largest_and_breaks_ties_towards_the_lower_expert() {
+        let probabilities = matrix(vec![0.1, 0.4, 0.2, 0.3, 0.25, 0.25, 0.25, 0.25], 2);
+        let kept = values(routing_weights(probabilities.clone(), 2, false));
+        assert_eq!(kept, vec![0.0, 0.4, 0.0, 0.3, 0.25, 0.25, 0.0, 0.0]);
+        let normalized = values(routing_weights(probabilities, 2, true));
+        let expected = [0.0, 0.4 / 0.7, 0.0, 0.3 / 0.7, 0.5, 0.5, 0.0, 0.0];
+        for (found, expected) in normalized.iter().zip(expected) {
+            assert!((found - expected).abs() < 1e-6, "{normalized:?}");
+        }
+    }
+
+    #[test]
+    fn sparse_layers_follow_transformers_rule() {
+        let moe = MoeConfig {
+            num_experts: 4,
+            experts_per_token: 2,
+            expert_ffn_size: 8,
+            normalize_top_k: false,
+            shared_expert_ffn_size: None,
+            sparse_step: 2,
+            dense_layers: vec![3],
+            router_aux_loss_coef: 0.01,
+        };
+        let sparse: Vec<usize> = (0..6).filter(|&layer| moe.is_sparse(layer)).collect();
+        assert_eq!(sparse, vec![1, 5]);
+        assert_eq!(moe.check(6), Ok(()));
+        let too_many = MoeConfig {
+            experts_per_token: 5,
+            ..moe.clone()
+        };
+        assert_eq!(too_many.check(6).unwrap_err().0, "experts_per_token");
+        assert_eq!(moe.check(3).unwrap_err().0, "dense_layers");
+    }
+
+    /// Uniform logits: every probability is 1/E and each row chooses k experts, so the loss is
+    /// `E · Σ_e (count_e / rows) · (1 / E) = k`, whatever the rows and layers.
+    #[test]
+    fn the_load_balancing_loss_of_uniform_routers_is_k() {
+        let layers = [matrix(vec![0.0; 3 * 4], 3), matrix(vec![1.5; 5 * 4], 5)];
+        let loss = load_balancing_loss(&layers, 2).unwrap();
+        let loss = loss.into_data().try_to_vec::<f32>().unwrap()[0];
+        assert!((loss - 2.0).abs() < 1e-6, "{loss}");
+        assert!(load_balancing_loss(&[], 2).is_none());
+    }
+
+    /// One row routed to experts 0 and 1 of 3 with probabilities p: the loss is
+    /// `3 · (p0 + p1) / 1`.
+    #[test]
+    fn the_load_balancing_loss_follows_the_closed_form() {
+        let logits = [1.0f32, 0.5, -1.0];
+        let total: f32 = logits.iter().map(|x| x.exp()).sum();
+        let p: Vec<f32> = logits.iter().map(|x| x.exp() / total).collect();
+        let loss = load_balancing_loss(&[matrix(logits.to_vec(), 1)], 2).unwrap();
+        let loss = loss.into_data().try_to_vec::<f32>().unwrap()[0];
+        let expected = 3.0 * (p[0] + p[1]);
+        assert!((loss - expected).abs() < 1e-6, "{loss} vs {expected}");
+    }
 }
