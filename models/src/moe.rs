@@ -228,7 +228,11 @@ pub fn load_balancing_loss(router_logits: &[Tensor<2>], k: usize) -> Option<Tens
     let rows = rows as f64;
     let fraction = choices?.div_scalar(rows);
     let mean_probability = probabilities?.div_scalar(rows);
-    Some((fraction * mean_probability).sum().mul_scalar(experts as f64))
+    Some(
+        (fraction * mean_probability)
+            .sum()
+            .mul_scalar(experts as f64),
+    )
 }
 
 #[cfg(test)]
