@@ -120,6 +120,27 @@ fn fixture_logits_and_greedy_continuation_on_trainium_host() {
     }
 }
 
+/// The mixtures of experts on the compiled `xla` device, with no host fallback: the routing
+/// (softmax, the top-k rounds of argmax, the masked weights) and every expert run in the program.
+#[test]
+fn mixtures_of_experts_give_transformers_logits_and_tokens_on_xla() {
+    // A device of this test's own, so that refusing host fallbacks touches no other test.
+    let xla = test_support::plugin::xla(2);
+    burn_trainium::set_host_fallback(&xla, burn_trainium::HostFallback::Error);
+    let device = crate::trainium(xla);
+    let before = burn_trainium::stats(&xla).host_fallbacks;
+    for name in HF_FIXTURES
+        .iter()
+        .filter(|name| name.contains("moe") || name.contains("mixtral"))
+    {
+        check_fixture(name, &device);
+    }
+    device.sync().expect("the device syncs");
+    let stats = burn_trainium::stats(&xla);
+    assert_eq!(stats.host_fallbacks, before);
+    assert!(stats.segments_run > 0, "the models ran on {xla}");
+}
+
 fn parameters(model: &Hlat) -> HashMap<String, TensorData> {
     model
         .collect(None, None, false)
