@@ -69,6 +69,8 @@ pub struct LmOutput {
     pub loss: Tensor<1>,
     /// Target tokens in the batch.
     pub tokens: usize,
+    /// A mixture of experts' load-balancing loss (unweighted) in training, `[1]`.
+    pub load_balancing: Option<Tensor<1>>,
 }
 
 /// [`LmOutput`] read back to the host.
@@ -303,7 +305,11 @@ impl TrainStep for LanguageModel {
             let (loss, grads, tokens) = self.pipeline_step(pipeline, vec![batch]);
             return TrainOutput {
                 grads,
-                item: LmOutput { loss, tokens },
+                item: LmOutput {
+                    loss,
+                    tokens,
+                    load_balancing: None,
+                },
             };
         }
         let seq = batch.inputs.dims()[1];
@@ -325,14 +331,19 @@ impl TrainStep for LanguageModel {
             let loss = loss.cast(DType::F32);
             return TrainOutput {
                 grads,
-                item: LmOutput { loss, tokens },
+                item: LmOutput {
+                    loss,
+                    tokens,
+                    load_balancing: None,
+                },
             };
         }
-        let (loss, _) = self.objective(&batch);
+        let (loss, load_balancing) = self.objective(&batch);
         let grads = loss.backward();
         let output = LmOutput {
             loss: loss.detach(),
             tokens: batch.tokens(),
+            load_balancing: load_balancing.map(|balance| balance.detach()),
         };
         TrainOutput::new(self, grads, output)
     }
@@ -346,6 +357,7 @@ impl InferenceStep for LanguageModel {
         LmOutput {
             loss: self.loss(&batch),
             tokens: batch.tokens(),
+            load_balancing: None,
         }
     }
 }
@@ -368,6 +380,7 @@ impl ItemLazy for LmOutput {
         Ok(Self {
             loss: self.loss.without_autodiff(),
             tokens: self.tokens,
+            load_balancing: self.load_balancing.map(Tensor::without_autodiff),
         })
     }
 }

@@ -129,6 +129,16 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
             ]
             .concat(),
         );
+        let metrics =
+            std::fs::read_to_string(std::path::Path::new(&run).join("metrics.jsonl")).unwrap();
+        for line in metrics.lines() {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            let balance = record
+                .get("load_balancing_loss")
+                .and_then(|value| value.as_f64());
+            assert_eq!(balance.is_some(), mixture, "{name}: {line}");
+            assert!(balance.is_none_or(|balance| balance > 0.0 && balance.is_finite()));
+        }
         if mixture {
             for (flag, setting) in [
                 (["--tp", "2"], "tensor_parallel"),
