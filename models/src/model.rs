@@ -63,6 +63,19 @@ impl Hlat {
         &self.config
     }
 
+    /// The model with every mixture-of-experts layer routing under `capacity_factor`
+    /// ([`crate::SparseMoe::capacity_factor`]; `None`: dropless). A dense model is unchanged.
+    pub fn with_moe_capacity_factor(mut self, capacity_factor: Option<f64>) -> Self {
+        for moe in self
+            .layers
+            .iter_mut()
+            .filter_map(|layer| layer.moe.as_mut())
+        {
+            moe.capacity_factor = capacity_factor;
+        }
+        self
+    }
+
     /// The same model with other decoder layers (a pipeline stage's slots, or the whole model
     /// joined from them).
     pub(crate) fn with_layers(self, layers: Vec<DecoderLayer>) -> Self {

@@ -4,7 +4,7 @@
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, softmax};
-use burn::tensor::{Bool, DType, Device, Int, Tensor};
+use burn::tensor::{Bool, DType, Device, IndexingUpdateOp, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::config::HlatConfig;
@@ -118,6 +118,10 @@ pub struct SparseMoe {
     /// Whether the chosen probabilities are renormalised to sum to one.
     #[module(skip)]
     pub normalize_top_k: bool,
+    /// Tokens each expert takes, as a multiple of its even share (`tokens · k / experts`); the
+    /// assignments past it are dropped as GShard drops them. `None`: dropless.
+    #[module(skip)]
+    pub capacity_factor: Option<f64>,
 }
 
 impl SparseMoe {
@@ -137,7 +141,15 @@ impl SparseMoe {
                 .map(|_| projection(config, hidden, 1, false, device)),
             experts_per_token: moe.experts_per_token,
             normalize_top_k: moe.normalize_top_k,
+            capacity_factor: None,
         }
+    }
+
+    /// Each expert's capacity for `tokens` tokens under `capacity_factor`: `ceil(factor · tokens
+    /// · k / experts)`, at least 1 and at most `tokens`.
+    pub fn capacity(&self, tokens: usize, capacity_factor: f64) -> usize {
+        let share = tokens as f64 * self.experts_per_token as f64 / self.experts.len() as f64;
+        ((capacity_factor * share).ceil() as usize).clamp(1, tokens)
     }
 
     /// Applies the mixture to `[batch, seq, hidden]`; returns the output and the router's logits
@@ -147,7 +159,30 @@ impl SparseMoe {
         let tokens = x.clone().reshape([batch * seq, hidden]);
         let logits = self.router.forward(tokens.clone());
         let probabilities = softmax(logits.clone(), 1);
-        let weights = routing_weights(probabilities, self.experts_per_token, self.normalize_top_k);
+        let picks = top_k_picks(probabilities.clone(), self.experts_per_token);
+        let weights = routing_weights_of(probabilities, &picks, self.normalize_top_k);
+        let mut output = match self.capacity_factor {
+            None => self.dropless(x.clone(), weights, exchange),
+            Some(factor) => {
+                let capacity = self.capacity(batch * seq, factor);
+                let output =
+                    self.with_capacity(tokens.clone(), weights, &picks, capacity, exchange);
+                output.reshape([batch, seq, hidden])
+            }
+        };
+        if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
+            let scale = sigmoid(gate.forward(tokens)).reshape([batch, seq, 1]);
+            output = output + shared.forward(x, exchange) * scale;
+        }
+        (output, logits)
+    }
+}
+
+impl SparseMoe {
+    /// Every expert on every token `x` `[batch, seq, hidden]`, weighted by `weights`
+    /// `[tokens, experts]` (zero where a token did not choose the expert).
+    pub fn dropless(&self, x: Tensor<3>, weights: Tensor<2>, exchange: &dyn Exchange) -> Tensor<3> {
+        let [batch, seq, _] = x.dims();
         let mut output: Option<Tensor<3>> = None;
         for (index, expert) in self.experts.iter().enumerate() {
             let weight = weights.clone().narrow(1, index, 1).reshape([batch, seq, 1]);
@@ -157,20 +192,116 @@ impl SparseMoe {
                 None => contribution,
             });
         }
-        let mut output = output.expect("a mixture has at least one expert");
-        if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
-            let scale = sigmoid(gate.forward(tokens)).reshape([batch, seq, 1]);
-            output = output + shared.forward(x, exchange) * scale;
-        }
-        (output, logits)
+        output.expect("a mixture has at least one expert")
     }
+
+    /// Each expert on at most `capacity` of the `tokens` `[tokens, hidden]` routed to it, as
+    /// GShard dispatches them: an expert's slots go first to the tokens that chose it first, in
+    /// token order, then to those that chose it second, and so on; an assignment past the
+    /// capacity is dropped (the token keeps its other experts, and its residual). The tokens are
+    /// gathered into `[capacity, hidden]` per expert and the weighted outputs added back at
+    /// their rows: static shapes, `capacity / tokens` of the dropless expert FLOPs.
+    pub fn with_capacity(
+        &self,
+        tokens: Tensor<2>,
+        weights: Tensor<2>,
+        picks: &[Tensor<2, Bool>],
+        capacity: usize,
+        exchange: &dyn Exchange,
+    ) -> Tensor<2> {
+        let [count, hidden] = tokens.dims();
+        let device = tokens.device();
+        let (slots, kept) = dispatch_slots(picks, capacity);
+        let weights = weights.mask_fill(kept.clone().bool_not(), 0.0);
+        // Row `count` of the padded tokens is zeros: the empty slots read it, and what they add
+        // back lands there, outside the output.
+        let padded = Tensor::cat(vec![tokens, Tensor::zeros([1, hidden], &device)], 0);
+        let padded_weights = Tensor::cat(
+            vec![weights, Tensor::zeros([1, self.experts.len()], &device)],
+            0,
+        );
+        let mut output = padded.zeros_like();
+        for (index, expert) in self.experts.iter().enumerate() {
+            let rows = slots.clone().narrow(0, index, 1).reshape([capacity]);
+            let gathered = padded.clone().select(0, rows.clone());
+            let outputs = expert
+                .forward(gathered.reshape([1, capacity, hidden]), exchange)
+                .reshape([capacity, hidden]);
+            let weight = padded_weights
+                .clone()
+                .select(0, rows.clone())
+                .narrow(1, index, 1);
+            output = output.select_assign(0, rows, outputs * weight, IndexingUpdateOp::Add);
+        }
+        output.narrow(0, 0, count)
+    }
+}
+
+/// Where each expert's slots come from: `[experts, capacity]` token rows (`tokens` for an empty
+/// slot), and which assignments `[tokens, experts]` fit. `picks` are the router's rounds (the
+/// first choices, then the second, ...); slots are filled round by round in token order.
+pub fn dispatch_slots(
+    picks: &[Tensor<2, Bool>],
+    capacity: usize,
+) -> (Tensor<2, Int>, Tensor<2, Bool>) {
+    let [count, experts] = picks[0].dims();
+    let device = picks[0].device();
+    let mut taken: Tensor<2> = Tensor::zeros([1, experts], &device);
+    let mut kept: Option<Tensor<2, Bool>> = None;
+    let mut slot: Tensor<2> = Tensor::zeros([count, experts], &device);
+    for pick in picks {
+        let chosen = pick.clone().float().cast(DType::F32);
+        // The slot of each assignment of this round: the expert's slots taken by earlier rounds
+        // plus the earlier tokens of this round.
+        let position = chosen.clone().cumsum(0) - 1.0 + taken.clone();
+        let fits = pick
+            .clone()
+            .bool_and(position.clone().lower_elem(capacity as f64));
+        slot = slot + position * chosen.clone();
+        taken = taken + chosen.sum_dim(0);
+        kept = Some(match kept {
+            Some(kept) => kept.bool_or(fits),
+            None => fits,
+        });
+    }
+    let kept = kept.expect("a token is routed to at least one expert");
+    // Kept assignments write their token's row at their slot; the rest go to a spare column
+    // `capacity`, cut off below. Every slot starts at `count` (the padding row).
+    let rows = Tensor::<1, Int>::arange(0..count as i64, &device)
+        .reshape([count, 1])
+        .expand([count, experts]);
+    let columns = slot
+        .int()
+        .mask_fill(kept.clone().bool_not(), capacity as i64)
+        .transpose();
+    let values = (rows - count as i64)
+        .mask_fill(kept.clone().bool_not(), 0)
+        .transpose();
+    let slots = Tensor::<2, Int>::full([experts, capacity + 1], count as i64, &device)
+        .scatter(1, columns, values, IndexingUpdateOp::Add)
+        .narrow(1, 0, capacity);
+    (slots, kept)
 }
 
 /// The routing weights `[tokens, experts]` of softmax `probabilities`: each row keeps its `k`
 /// largest probabilities (divided by their sum when `normalize`) and is zero elsewhere. Ties go
 /// to the lower expert index.
 pub fn routing_weights(probabilities: Tensor<2>, k: usize, normalize: bool) -> Tensor<2> {
-    let chosen = top_k_mask(probabilities.clone(), k);
+    let picks = top_k_picks(probabilities.clone(), k);
+    routing_weights_of(probabilities, &picks, normalize)
+}
+
+/// [`routing_weights`] of the router's rounds `picks` ([`top_k_picks`]).
+fn routing_weights_of(
+    probabilities: Tensor<2>,
+    picks: &[Tensor<2, Bool>],
+    normalize: bool,
+) -> Tensor<2> {
+    let chosen = picks
+        .iter()
+        .cloned()
+        .reduce(|chosen, pick| chosen.bool_or(pick))
+        .expect("a token is routed to at least one expert");
     let kept = probabilities.mask_fill(chosen.bool_not(), 0.0);
     if normalize {
         let sum = kept.clone().sum_dim(1);
@@ -181,27 +312,33 @@ pub fn routing_weights(probabilities: Tensor<2>, k: usize, normalize: bool) -> T
 }
 
 /// Which `k` entries of each row of `probabilities` (values in `[0, 1]`) are its largest, as a
-/// mask: `k` rounds of the row's first maximum, each taken out before the next. Static shapes,
-/// argmax and comparisons only, so every device runs it in one program.
+/// mask ([`top_k_picks`] together).
 pub fn top_k_mask(probabilities: Tensor<2>, k: usize) -> Tensor<2, Bool> {
+    top_k_picks(probabilities, k)
+        .into_iter()
+        .reduce(|chosen, pick| chosen.bool_or(pick))
+        .expect("a token is routed to at least one expert")
+}
+
+/// The `k` rounds of a row's first maximum, each taken out before the next: round `r` marks each
+/// row's `r`-th largest entry of `probabilities` (values in `[0, 1]`; ties to the lower index).
+/// Static shapes, argmax and comparisons only, so every device runs it in one program.
+pub fn top_k_picks(probabilities: Tensor<2>, k: usize) -> Vec<Tensor<2, Bool>> {
     let [tokens, experts] = probabilities.dims();
     let device = probabilities.device();
     let columns = Tensor::<1, Int>::arange(0..experts as i64, &device)
         .reshape([1, experts])
         .expand([tokens, experts]);
     let mut remaining = probabilities;
-    let mut chosen: Option<Tensor<2, Bool>> = None;
-    for _ in 0..k {
-        let best = remaining.clone().argmax(1).expand([tokens, experts]);
-        let pick = columns.clone().equal(best);
-        // Below every probability: a taken entry is never the maximum again.
-        remaining = remaining.mask_fill(pick.clone(), -1.0);
-        chosen = Some(match chosen {
-            Some(chosen) => chosen.bool_or(pick),
-            None => pick,
-        });
-    }
-    chosen.expect("a token is routed to at least one expert")
+    (0..k)
+        .map(|_| {
+            let best = remaining.clone().argmax(1).expand([tokens, experts]);
+            let pick = columns.clone().equal(best);
+            // Below every probability: a taken entry is never the maximum again.
+            remaining = remaining.clone().mask_fill(pick.clone(), -1.0);
+            pick
+        })
+        .collect()
 }
 
 /// The load-balancing loss of a step's routers, as transformers' `load_balancing_loss_func`
@@ -240,6 +377,7 @@ mod tests {
     use burn::tensor::TensorData;
 
     use super::*;
+    use crate::parallel::Unsharded;
 
     fn matrix(values: Vec<f32>, rows: usize) -> Tensor<2> {
         let columns = values.len() / rows;
@@ -283,6 +421,95 @@ mod tests {
         };
         assert_eq!(too_many.check(6).unwrap_err().0, "experts_per_token");
         assert_eq!(moe.check(3).unwrap_err().0, "dense_layers");
+    }
+
+    /// The capacity path equals the dropless one with the dropped assignments' weights zeroed,
+    /// where which assignments are dropped is worked out here by GShard's rule (slots filled
+    /// round by round, in token order, up to the capacity), and equals it outright when nothing
+    /// is dropped. Its gradients reach the router and the experts.
+    #[test]
+    fn the_capacity_factor_drops_as_gshard_does() {
+        let device = Device::flex().autodiff();
+        let config = HlatConfig {
+            init_std: 0.5,
+            ..HlatConfig::preset("hlat-test").unwrap()
+        };
+        let moe = MoeConfig {
+            num_experts: 4,
+            experts_per_token: 2,
+            expert_ffn_size: 8,
+            normalize_top_k: true,
+            shared_expert_ffn_size: None,
+            sparse_step: 1,
+            dense_layers: Vec::new(),
+            router_aux_loss_coef: 0.0,
+        };
+        let mut layer = SparseMoe::new(&config, &moe, &device);
+        let (count, hidden) = (10, config.hidden_size);
+        let values: Vec<f32> = (0..count * hidden)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 1.5)
+            .collect();
+        let x = Tensor::<3>::from_data(TensorData::new(values, [1, count, hidden]), &device);
+        let tokens = x.clone().reshape([count, hidden]);
+        let probabilities = softmax(layer.router.forward(tokens.clone()), 1);
+        let picks = top_k_picks(probabilities.clone(), 2);
+        let weights = routing_weights_of(probabilities, &picks, true);
+        let read = |tensor: Tensor<2>| tensor.into_data().try_to_vec::<f32>().unwrap();
+        let dropless = read(
+            layer
+                .dropless(x.clone(), weights.clone(), &Unsharded)
+                .reshape([count, hidden]),
+        );
+
+        // Nothing dropped: the same output.
+        layer.capacity_factor = Some(4.0);
+        assert_eq!(layer.capacity(count, 4.0), count);
+        let (whole, _) = layer.forward(x.clone(), &Unsharded);
+        for (a, b) in read(whole.reshape([count, hidden])).iter().zip(&dropless) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+
+        // Capacity 3 of an even share of 5: GShard's rule by hand.
+        let capacity = layer.capacity(count, 0.5);
+        assert_eq!(capacity, 3);
+        let rounds: Vec<Vec<bool>> = picks
+            .iter()
+            .map(|pick| pick.clone().into_data().iter::<bool>().collect())
+            .collect();
+        let mut taken = [0usize; 4];
+        let mut kept = vec![false; count * 4];
+        for round in &rounds {
+            for token in 0..count {
+                for expert in 0..4 {
+                    if round[token * 4 + expert] {
+                        kept[token * 4 + expert] = taken[expert] < capacity;
+                        taken[expert] += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            taken.iter().any(|&routed| routed > capacity),
+            "{taken:?}: nothing dropped"
+        );
+        let kept = Tensor::<2, Bool>::from_data(TensorData::new(kept, [count, 4]), &device);
+        let expected = read(
+            layer
+                .dropless(
+                    x.clone(),
+                    weights.clone().mask_fill(kept.bool_not(), 0.0),
+                    &Unsharded,
+                )
+                .reshape([count, hidden]),
+        );
+        let output = layer.with_capacity(tokens, weights, &picks, capacity, &Unsharded);
+        let found = read(output.clone());
+        for (index, (a, b)) in found.iter().zip(&expected).enumerate() {
+            assert!((a - b).abs() < 1e-5, "element {index}: {a} vs {b}");
+        }
+        let gradients = output.sum().backward();
+        assert!(layer.router.weight.grad(&gradients).is_some());
+        assert!(layer.experts[0].gate_proj.weight.grad(&gradients).is_some());
     }
 
     /// Uniform logits: every probability is 1/E and each row chooses k experts, so the loss is

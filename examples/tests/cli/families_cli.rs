@@ -139,6 +139,42 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
             assert_eq!(balance.is_some(), mixture, "{name}: {line}");
             assert!(balance.is_none_or(|balance| balance > 0.0 && balance.is_finite()));
         }
+        // The capacity factor: GShard's dropping on the compiled device for a mixture, refused
+        // by name for a dense model.
+        let capacity_run = text(&format!("{name}-capacity"));
+        let domain = text("domain");
+        let capacity = [
+            &[
+                "pretrain",
+                "--init-from-hf",
+                base,
+                "--data",
+                &domain,
+                "--out",
+                &capacity_run,
+                "--max-steps",
+                "2",
+                "--moe-capacity-factor",
+                "0.5",
+                "--device",
+                "xla",
+            ][..],
+            &short_steps(),
+        ]
+        .concat();
+        if mixture {
+            super::require_plugin();
+            succeed(&capacity);
+            let metrics =
+                std::fs::read_to_string(std::path::Path::new(&capacity_run).join("metrics.jsonl"))
+                    .unwrap();
+            assert_eq!(metrics.lines().count(), 2, "{name}: {metrics}");
+        } else if name == "hf-tiny-llama3" {
+            let output = super::run(&capacity);
+            let refused = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{refused}");
+            assert!(refused.contains("moe_capacity_factor"), "{refused}");
+        }
         if mixture {
             for (flag, setting) in [
                 (["--tp", "2"], "tensor_parallel"),

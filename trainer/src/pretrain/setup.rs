@@ -90,6 +90,7 @@ pub(super) fn start_run(
         None => hlat,
     };
     refuse_unsupported_mixture(hlat.config(), config)?;
+    let hlat = hlat.with_moe_capacity_factor(config.moe_capacity_factor);
     let hlat = cast_params(hlat, config.precision.param_dtype());
     let model = match layout.tensor_parallel() {
         Some(parallel) => {
@@ -302,7 +303,13 @@ fn check_fit(
 /// models and are accepted.
 fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
     if model.moe.is_none() {
-        return Ok(());
+        return match config.moe_capacity_factor {
+            Some(_) => Err(TrainError::Mismatch(format!(
+                "moe_capacity_factor: the {} model is dense (no mixture of experts to route)",
+                model.family
+            ))),
+            None => Ok(()),
+        };
     }
     let refuse = |setting: &str, what: &str| {
         Err(TrainError::Mismatch(format!(
