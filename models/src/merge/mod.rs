@@ -245,7 +245,7 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
                 Ok(round(values.into_iter().map(f64::from), working))
             })
             .collect::<Result<Vec<_>, MergeError>>()?;
-        let merged = combine(config.method, tensor, &values).map_err(|message| {
+        let merged = combine(config.method, tensor, &values, working).map_err(|message| {
             FileError::invalid(&config.path, format!("tensor `{}`: {message}", tensor.name))
         })?;
         let merged = round(merged.into_iter(), working);
