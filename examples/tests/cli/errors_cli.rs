@@ -305,9 +305,9 @@ fn bad_family_configurations_are_refused_naming_file_field_and_value() {
         (
             "moe",
             |c| {
-                c.insert("model_type".into(), "mixtral".into());
+                c.insert("num_local_experts".into(), 8.into());
             },
-            &["model_type", "\"mixtral\""],
+            &["`num_local_experts` = 8", "mixtral"],
         ),
         (
             "sliding-pattern",

@@ -345,6 +345,17 @@ impl FieldReader<'_> {
                 ));
             }
         }
+        // Routers of other kinds (DeepSeek's sigmoid scores, grouped top-k) are other models.
+        for (field, expected) in [("scoring_func", "softmax"), ("topk_method", "greedy")] {
+            if let Some(value) = self.get(field)
+                && value.as_str() != Some(expected)
+            {
+                return Err(self.unsupported(
+                    field,
+                    format!("the router takes a softmax and a plain top-k (`{expected}`)"),
+                ));
+            }
+        }
         if let Some(noise) = self.get("router_jitter_noise")
             && noise.as_f64() != Some(0.0)
         {
