@@ -118,6 +118,7 @@ pub fn combine(
                 required_base(),
                 &models,
                 shared("select_topk").number(),
+                working,
             ))
         }
         MergeMethod::Passthrough => {

@@ -47,6 +47,17 @@ pub fn stream_seed(seed: u64, stream: usize) -> u64 {
     seed ^ (stream as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// The sign mergekit's `sum` election gives an element whose models hold `values` (in the
+/// merge's dtype): their sum, taken in f32 in model order as torch sums a short axis (a bf16 sum
+/// accumulates in f32 too), at least zero elects plus.
+pub(super) fn elected_sign(values: impl Iterator<Item = f32>) -> f64 {
+    if values.sum::<f32>() >= 0.0 {
+        1.0
+    } else {
+        -1.0
+    }
+}
+
 /// `base + λ · mix(wᵢ · sparsified(θᵢ − base))`, the mix as `merge` says. Differences are taken
 /// in f32, as mergekit takes them, so that magnitudes rank alike.
 pub fn task_arithmetic(
@@ -92,10 +103,7 @@ pub fn task_arithmetic(
     Ok((0..base.len())
         .map(|index| {
             let (mut mixed, divisor) = if merge.options.sign_consensus {
-                // Summed in f32 in model order, as torch sums a short axis (a bf16 sum
-                // accumulates in f32 too): only its sign counts.
-                let total: f32 = election.iter().map(|terms| terms[index]).sum();
-                let elected = if total >= 0.0 { 1.0 } else { -1.0 };
+                let elected = elected_sign(election.iter().map(|terms| terms[index]));
                 let (mut mixed, mut divisor) = (0.0, 0.0);
                 for (delta, model) in weighted.iter().zip(models) {
                     let value = delta[index];
