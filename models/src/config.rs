@@ -169,6 +169,7 @@ const PRESET_NAMES: &[&str] = &[
     "qwen2.5-0.5b",
     "mixtral-8x7b",
     "qwen3-30b-a3b",
+    "bench-tiny-moe",
 ];
 
 /// The presets of published checkpoints' architectures (see [`HlatConfig::preset`]), as their
@@ -247,6 +248,22 @@ fn published_preset(name: &str) -> Option<HlatConfig> {
             }),
             ..base
         },
+        // bench-tiny's sizes as a Mixtral: 8 experts of bench-tiny's FFN, 2 per token.
+        "bench-tiny-moe" => HlatConfig {
+            moe: Some(MoeConfig {
+                num_experts: 8,
+                experts_per_token: 2,
+                expert_ffn_size: 688,
+                normalize_top_k: true,
+                shared_expert_ffn_size: None,
+                sparse_step: 1,
+                dense_layers: Vec::new(),
+                router_aux_loss_coef: 0.02,
+            }),
+            family: ModelFamily::Mixtral,
+            init_std: 0.021,
+            ..HlatConfig::hlat(32000, 256, 4, (4, 4), 688, 256)
+        },
         "qwen3-30b-a3b" => HlatConfig {
             family: ModelFamily::Qwen3Moe,
             vocab_size: 151936,
@@ -305,6 +322,8 @@ impl HlatConfig {
     /// - `qwen3-30b-a3b`: Qwen3-30B-A3B (vocab 151936, hidden 2048, 48 layers, 32 / 4 heads of
     ///   128, q/k norms, 128 experts of FFN 768 with 8 per token renormalised, context 40960;
     ///   30.5 B parameters, 3.3 B active).
+    /// - `bench-tiny-moe`: `bench-tiny` as a Mixtral (8 experts of FFN 688, 2 per token), the
+    ///   benchmark of mixtures against transformers' own Mixtral module.
     pub fn preset(name: &str) -> Result<HlatConfig, ConfigError> {
         if let Some(config) = published_preset(name) {
             return Ok(config);

@@ -20,7 +20,7 @@ use hlat_train::precision::Precision;
 pub struct InfoArgs {
     /// A preset name (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`, `bench-tiny`,
     /// `llama-3.1-8b`, `llama-3.2-1b`, `mistral-7b`, `qwen2.5-0.5b`, `mixtral-8x7b`,
-    /// `qwen3-30b-a3b`), an HLAT or
+    /// `qwen3-30b-a3b`, `bench-tiny-moe`), an HLAT or
     /// Hugging Face `config.json`, or a model folder (native checkpoint or Hugging Face).
     pub model: String,
     /// Data-parallel degree of the layout whose memory is estimated.
