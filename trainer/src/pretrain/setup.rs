@@ -334,7 +334,8 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
     {
         return refuse(
             "lora targets",
-            "adapters on MLP projections (gate, up, down)",
+            "adapters on MLP projections (gate, up, down; adapt the attention with \
+             --lora-targets q,k,v,o)",
         );
     }
     Ok(())
