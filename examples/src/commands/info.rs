@@ -60,6 +60,10 @@ pub struct InfoArgs {
     /// The projections the adapters adapt, among q, k, v, o, gate, up, down [default: all].
     #[arg(long, value_name = "q,k,...", requires = "lora_rank")]
     pub lora_targets: Option<String>,
+    /// A mixture of experts' capacity factor (as `hlat pretrain --moe-capacity-factor`): its
+    /// experts' activations over their slots instead of every token.
+    #[arg(long, value_name = "F", value_parser = super::ranges::positive)]
+    pub moe_capacity_factor: Option<f64>,
     /// Memory of one device in GiB (default: a trn1 NeuronCore's 16 GiB).
     #[arg(long, value_name = "GIB", default_value_t = 16.0, value_parser = super::ranges::positive)]
     pub device_memory: f64,
@@ -142,6 +146,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         checkpointing: args.activation_checkpointing,
         pipeline,
         lora,
+        moe_capacity_factor: args.moe_capacity_factor,
     };
     let memory = DeviceMemory::estimate(config, &layout, &shape);
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
