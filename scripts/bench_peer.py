@@ -265,13 +265,38 @@ def time_steps(step, warmup, steps):
 
 
 def llama(config, args):
-    """`LlamaForCausalLM` of the config, f32, eager attention, seeded; `--threads` applied."""
+    """`LlamaForCausalLM` of the config (`MixtralForCausalLM` when it is a Mixtral mixture of
+    experts), f32, eager attention, seeded; `--threads` applied."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(SEED)
+    moe = config.get("moe")
+    if moe is not None:
+        if config.get("family") != "mixtral":
+            fail(f"the peer builds Mixtral mixtures, not {config.get('family')}")
+        hf_config = MixtralConfig(
+            vocab_size=config["vocab_size"],
+            hidden_size=config["hidden_size"],
+            intermediate_size=moe["expert_ffn_size"],
+            num_hidden_layers=config["num_layers"],
+            num_attention_heads=config["num_heads"],
+            num_key_value_heads=config["num_kv_heads"],
+            max_position_embeddings=config["max_seq_len"],
+            rms_norm_eps=config["rms_norm_eps"],
+            rope_theta=config["rope_theta"],
+            initializer_range=config["init_std"],
+            num_local_experts=moe["num_experts"],
+            num_experts_per_tok=moe["experts_per_token"],
+            router_aux_loss_coef=moe["router_aux_loss_coef"],
+            sliding_window=None,
+            tie_word_embeddings=False,
+            attention_dropout=0.0,
+            attn_implementation="eager" if getattr(args, "device", "cpu") == "cpu" else "sdpa",
+        )
+        return MixtralForCausalLM(hf_config).float()
     hf_config = LlamaConfig(
         vocab_size=config["vocab_size"],
         hidden_size=config["hidden_size"],
@@ -311,10 +336,17 @@ def run_pytorch(config, args):
     bf16 = args.precision == "bf16-mixed"
     resident_at_start = resident_bytes()
 
+    # A mixture trains on the cross-entropy plus its weighted load-balancing loss, as hlat does.
+    moe = config.get("moe")
+
     def step():
         with torch.autocast(device_type=args.device, dtype=torch.bfloat16, enabled=bf16):
-            logits = forward(input_ids=inputs, use_cache=False).logits
+            output = forward(input_ids=inputs, use_cache=False,
+                             **({"output_router_logits": True} if moe else {}))
+        logits = output.logits
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets)
+        if moe:
+            loss = loss + moe["router_aux_loss_coef"] * output.aux_loss.float()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, CLIP_NORM)

@@ -6,6 +6,7 @@ use burn::tensor::{Device, Tensor};
 use crate::attention::{Attention, Context};
 use crate::config::HlatConfig;
 use crate::mlp::Mlp;
+use crate::moe::SparseMoe;
 use crate::norm::RmsNorm;
 use crate::parallel::Exchange;
 use crate::rotary::RotaryTables;
@@ -15,8 +16,10 @@ use crate::rotary::RotaryTables;
 pub struct DecoderLayer {
     /// Causal self-attention.
     pub self_attn: Attention,
-    /// SwiGLU feed-forward network.
-    pub mlp: Mlp,
+    /// SwiGLU feed-forward network (`None` in a mixture-of-experts layer).
+    pub mlp: Option<Mlp>,
+    /// Mixture of experts (`None` in a dense layer).
+    pub moe: Option<SparseMoe>,
     /// Norm before attention.
     pub input_layernorm: RmsNorm,
     /// Norm before the feed-forward network.
@@ -26,9 +29,11 @@ pub struct DecoderLayer {
 impl DecoderLayer {
     /// A freshly initialised block, decoder layer `layer` of `config`.
     pub fn new(config: &HlatConfig, layer: usize, device: &Device) -> Self {
+        let mixture = config.moe.as_ref().filter(|moe| moe.is_sparse(layer));
         Self {
             self_attn: Attention::new(config, layer, device),
-            mlp: Mlp::new(config, device),
+            mlp: mixture.is_none().then(|| Mlp::new(config, device)),
+            moe: mixture.map(|moe| SparseMoe::new(config, moe, device)),
             input_layernorm: RmsNorm::new(config.hidden_size, config.rms_norm_eps, device),
             post_attention_layernorm: RmsNorm::new(config.hidden_size, config.rms_norm_eps, device),
         }
@@ -44,12 +49,57 @@ impl DecoderLayer {
         context: Context<'_>,
         exchange: &dyn Exchange,
     ) -> Tensor<3> {
+        self.forward_routed(x, rotary, context, exchange).0
+    }
+
+    /// [`DecoderLayer::forward`], with the router's logits `[batch · seq, experts]` of a
+    /// mixture-of-experts layer.
+    pub fn forward_routed(
+        &self,
+        x: Tensor<3>,
+        rotary: &RotaryTables,
+        context: Context<'_>,
+        exchange: &dyn Exchange,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
         let normed = exchange.enter(self.input_layernorm.forward(x.clone()));
         let (queries, keys, values) = self.self_attn.project(normed, rotary);
         let attended = self.self_attn.attend(queries, keys, values, context);
         let x = x + self.self_attn.output(attended, exchange);
         let normed = exchange.enter(self.post_attention_layernorm.forward(x.clone()));
-        let transformed = self.mlp.forward(normed, exchange);
-        x + transformed
+        let (transformed, router_logits) = self.feed_forward(normed, exchange);
+        (x + transformed, router_logits)
+    }
+
+    /// The layer's feed-forward network (dense or a mixture) applied to the normed `x`, with the
+    /// router's logits of a mixture.
+    pub fn feed_forward(
+        &self,
+        x: Tensor<3>,
+        exchange: &dyn Exchange,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        match (&self.moe, &self.mlp) {
+            (Some(moe), _) => {
+                let (output, router_logits) = moe.forward(x, exchange);
+                (output, Some(router_logits))
+            }
+            (None, Some(mlp)) => (mlp.forward(x, exchange), None),
+            (None, None) => panic!("a decoder layer has neither an MLP nor a mixture of experts"),
+        }
+    }
+
+    /// The dense feed-forward network, for the code that works on its projections (LoRA,
+    /// activation checkpointing); an error naming the layer in a mixture-of-experts layer.
+    pub fn dense_mlp(&self) -> Result<&Mlp, MixtureLayer> {
+        self.mlp.as_ref().ok_or(MixtureLayer)
+    }
+
+    /// [`DecoderLayer::dense_mlp`], mutable.
+    pub fn dense_mlp_mut(&mut self) -> Result<&mut Mlp, MixtureLayer> {
+        self.mlp.as_mut().ok_or(MixtureLayer)
     }
 }
+
+/// A dense feed-forward network was asked of a mixture-of-experts layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a mixture-of-experts layer has no dense MLP (its experts are `moe.experts.N`)")]
+pub struct MixtureLayer;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::family::ModelFamily;
 use crate::model::Hlat;
+use crate::moe::MoeConfig;
 use crate::rotary::{Llama3Scaling, RopeScaling};
 
 /// Errors of configuration lookup, validation and (de)serialization.
@@ -112,6 +113,10 @@ pub struct HlatConfig {
     /// `use_sliding_window`); `None`: every earlier position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window: Option<SlidingWindow>,
+    /// The mixture of experts of the sparse layers (Mixtral, Qwen2-MoE, Qwen3-MoE); `None`: every
+    /// layer is dense.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeConfig>,
 }
 
 /// Sliding-window attention: a query sees the `size` positions ending at its own (transformers'
@@ -162,6 +167,9 @@ const PRESET_NAMES: &[&str] = &[
     "llama-3.2-1b",
     "mistral-7b",
     "qwen2.5-0.5b",
+    "mixtral-8x7b",
+    "qwen3-30b-a3b",
+    "bench-tiny-moe",
 ];
 
 /// The presets of published checkpoints' architectures (see [`HlatConfig::preset`]), as their
@@ -223,6 +231,66 @@ fn published_preset(name: &str) -> Option<HlatConfig> {
             eos_token_id: 151643,
             ..base
         },
+        "mixtral-8x7b" => HlatConfig {
+            family: ModelFamily::Mixtral,
+            max_seq_len: 32768,
+            vocab_size: 32000,
+            rope_theta: 1e6,
+            moe: Some(MoeConfig {
+                num_experts: 8,
+                experts_per_token: 2,
+                expert_ffn_size: 14336,
+                normalize_top_k: true,
+                shared_expert_ffn_size: None,
+                sparse_step: 1,
+                dense_layers: Vec::new(),
+                router_aux_loss_coef: 0.02,
+            }),
+            ..base
+        },
+        // bench-tiny's sizes as a Mixtral: 8 experts of bench-tiny's FFN, 2 per token.
+        "bench-tiny-moe" => HlatConfig {
+            moe: Some(MoeConfig {
+                num_experts: 8,
+                experts_per_token: 2,
+                expert_ffn_size: 688,
+                normalize_top_k: true,
+                shared_expert_ffn_size: None,
+                sparse_step: 1,
+                dense_layers: Vec::new(),
+                router_aux_loss_coef: 0.02,
+            }),
+            family: ModelFamily::Mixtral,
+            init_std: 0.021,
+            ..HlatConfig::hlat(32000, 256, 4, (4, 4), 688, 256)
+        },
+        "qwen3-30b-a3b" => HlatConfig {
+            family: ModelFamily::Qwen3Moe,
+            vocab_size: 151936,
+            hidden_size: 2048,
+            num_layers: 48,
+            num_heads: 32,
+            num_kv_heads: 4,
+            explicit_head_dim: Some(128),
+            ffn_size: 6144,
+            max_seq_len: 40960,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1e6,
+            qk_norm: true,
+            bos_token_id: 151643,
+            eos_token_id: 151645,
+            moe: Some(MoeConfig {
+                num_experts: 128,
+                experts_per_token: 8,
+                expert_ffn_size: 768,
+                normalize_top_k: true,
+                shared_expert_ffn_size: None,
+                sparse_step: 1,
+                dense_layers: Vec::new(),
+                router_aux_loss_coef: 0.001,
+            }),
+            ..base
+        },
         _ => return None,
     };
     Some(config)
@@ -249,6 +317,13 @@ impl HlatConfig {
     ///   14336, RoPE θ 1e6, context 32768, no sliding window).
     /// - `qwen2.5-0.5b`: Qwen2.5 0.5B (vocab 151936, hidden 896, 24 layers, 14 / 2 heads, FFN
     ///   4864, q/k/v biases, tied embeddings, RoPE θ 1e6, context 32768).
+    /// - `mixtral-8x7b`: Mixtral 8x7B (Mistral 7B's attention, every layer 8 experts of FFN
+    ///   14336 with 2 per token, RoPE θ 1e6, context 32768; 46.7 B parameters, 12.9 B active).
+    /// - `qwen3-30b-a3b`: Qwen3-30B-A3B (vocab 151936, hidden 2048, 48 layers, 32 / 4 heads of
+    ///   128, q/k norms, 128 experts of FFN 768 with 8 per token renormalised, context 40960;
+    ///   30.5 B parameters, 3.3 B active).
+    /// - `bench-tiny-moe`: `bench-tiny` as a Mixtral (8 experts of FFN 688, 2 per token), the
+    ///   benchmark of mixtures against transformers' own Mixtral module.
     pub fn preset(name: &str) -> Result<HlatConfig, ConfigError> {
         if let Some(config) = published_preset(name) {
             return Ok(config);
@@ -308,6 +383,7 @@ impl HlatConfig {
             mlp_bias: false,
             qk_norm: false,
             sliding_window: None,
+            moe: None,
         }
     }
 
@@ -410,6 +486,11 @@ impl HlatConfig {
         if let Err((field, value, reason)) = self.rope_scaling.check() {
             return invalid(field, value, &reason);
         }
+        if let Some(Err((field, value, reason))) =
+            self.moe.as_ref().map(|moe| moe.check(self.num_layers))
+        {
+            return invalid(field, value, &reason);
+        }
         if let Err((field, reason)) = self.family.check(self) {
             return invalid(field, self.family.to_string(), &reason);
         }
@@ -470,13 +551,30 @@ impl HlatConfig {
             .fold(0u64, u64::saturating_add)
     }
 
+    /// Parameters a token goes through: [`HlatConfig::num_params`] less, in each mixture-of-experts
+    /// layer, the experts it is not routed to (`num_experts - experts_per_token` of them); a
+    /// shared expert is always active. Equal to the total for a dense model.
+    pub fn num_active_params(&self) -> u64 {
+        let Some(moe) = &self.moe else {
+            return self.num_params();
+        };
+        let expert = 3 * self.hidden_size as u64 * moe.expert_ffn_size as u64;
+        let idle = (moe.num_experts - moe.experts_per_token) as u64 * expert;
+        let sparse_layers = (0..self.num_layers)
+            .filter(|&layer| moe.is_sparse(layer))
+            .count() as u64;
+        self.num_params()
+            .saturating_sub(idle.saturating_mul(sparse_layers))
+    }
+
     /// Training FLOPs per token for sequences of `seq_len` tokens (forward + backward), as in
     /// PaLM's MFU accounting (Chowdhery et al. 2022, appendix B):
     ///
     /// `6·N + 12·L·H·T`
     ///
     /// where `N` is the number of parameters that take part in matrix multiplications (all of
-    /// [`HlatConfig::num_params`] except the input embedding table, which is a lookup), `L` the
+    /// [`HlatConfig::num_active_params`] except the input embedding table, which is a lookup: a
+    /// mixture of experts counts the experts a token is routed to, as its model FLOPs), `L` the
     /// number of layers, `H` the width of the query heads (the hidden size, unless the checkpoint
     /// gives another head width) and `T = seq_len`; the second term counts the
     /// attention score and weighted-value products (`2·2·H·T` per layer forward, times 3 for
@@ -488,7 +586,7 @@ impl HlatConfig {
         } else {
             (self.vocab_size * self.hidden_size) as u64
         };
-        let matmul_params = (self.num_params() - lookup) as f64;
+        let matmul_params = (self.num_active_params() - lookup) as f64;
         // The attention products span the query heads' width (the hidden size unless the
         // checkpoint gives a head width of its own).
         let width = (self.num_heads * self.head_dim()) as f64;
@@ -551,10 +649,30 @@ mod tests {
             ("llama-3.2-1b", 1_235_814_400),
             ("mistral-7b", 7_248_023_552),
             ("qwen2.5-0.5b", 494_032_768),
+            ("mixtral-8x7b", 46_702_792_704),
+            ("qwen3-30b-a3b", 30_532_122_624),
         ];
         for (name, count) in counts {
             assert_eq!(
                 HlatConfig::preset(name).unwrap().num_params(),
+                count,
+                "{name}"
+            );
+        }
+    }
+
+    /// transformers' totals less the experts a token is not routed to (its
+    /// `named_parameters()` under `experts`, times `1 - k / E`), and dense models' totals.
+    #[test]
+    fn active_parameter_counts_of_the_mixtures() {
+        let counts = [
+            ("mixtral-8x7b", 12_879_925_248),
+            ("qwen3-30b-a3b", 3_353_032_704),
+            ("mistral-7b", 7_248_023_552),
+        ];
+        for (name, count) in counts {
+            assert_eq!(
+                HlatConfig::preset(name).unwrap().num_active_params(),
                 count,
                 "{name}"
             );

@@ -10,7 +10,7 @@ use crate::config::HlatConfig;
 /// A LLaMA-family checkpoint type (transformers' `model_type`). The families share one decoder;
 /// each fixes which of [`HlatConfig`]'s variations its `config.json` can express.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ModelFamily {
     /// `LlamaForCausalLM`: Llama 2 and 3.x, HLAT, TinyLlama, SmolLM. Biases on every attention
     /// projection (`attention_bias`) or every MLP projection (`mlp_bias`).
@@ -22,15 +22,27 @@ pub enum ModelFamily {
     Qwen2,
     /// `Qwen3ForCausalLM`: per-head RMSNorm on queries and keys, an explicit head width.
     Qwen3,
+    /// `MixtralForCausalLM`: Mistral's attention, every layer a mixture of experts whose chosen
+    /// probabilities are renormalised.
+    Mixtral,
+    /// `Qwen2MoeForCausalLM` (Qwen1.5-MoE, Qwen2-MoE): Qwen2's attention, mixtures with a shared
+    /// expert behind a sigmoid gate, dense layers where `mlp_only_layers` or
+    /// `decoder_sparse_step` say.
+    Qwen2Moe,
+    /// `Qwen3MoeForCausalLM` (Qwen3-30B-A3B, 235B-A22B): Qwen3's attention and mixtures.
+    Qwen3Moe,
 }
 
 impl ModelFamily {
     /// Every family, in the order the README lists them.
-    pub const ALL: [ModelFamily; 4] = [
+    pub const ALL: [ModelFamily; 7] = [
         ModelFamily::Llama,
         ModelFamily::Mistral,
         ModelFamily::Qwen2,
         ModelFamily::Qwen3,
+        ModelFamily::Mixtral,
+        ModelFamily::Qwen2Moe,
+        ModelFamily::Qwen3Moe,
     ];
 
     /// transformers' `model_type`.
@@ -40,6 +52,9 @@ impl ModelFamily {
             ModelFamily::Mistral => "mistral",
             ModelFamily::Qwen2 => "qwen2",
             ModelFamily::Qwen3 => "qwen3",
+            ModelFamily::Mixtral => "mixtral",
+            ModelFamily::Qwen2Moe => "qwen2_moe",
+            ModelFamily::Qwen3Moe => "qwen3_moe",
         }
     }
 
@@ -50,7 +65,25 @@ impl ModelFamily {
             ModelFamily::Mistral => "MistralForCausalLM",
             ModelFamily::Qwen2 => "Qwen2ForCausalLM",
             ModelFamily::Qwen3 => "Qwen3ForCausalLM",
+            ModelFamily::Mixtral => "MixtralForCausalLM",
+            ModelFamily::Qwen2Moe => "Qwen2MoeForCausalLM",
+            ModelFamily::Qwen3Moe => "Qwen3MoeForCausalLM",
         }
+    }
+
+    /// The dense family whose attention and norms this family shares (itself when dense).
+    pub fn attention_family(self) -> ModelFamily {
+        match self {
+            ModelFamily::Mixtral => ModelFamily::Mistral,
+            ModelFamily::Qwen2Moe => ModelFamily::Qwen2,
+            ModelFamily::Qwen3Moe => ModelFamily::Qwen3,
+            dense => dense,
+        }
+    }
+
+    /// Whether the family's models are mixtures of experts.
+    pub fn is_mixture(self) -> bool {
+        self.attention_family() != self
     }
 
     /// Whether this is [`ModelFamily::Llama`] (the default, left out of native configurations).
@@ -64,8 +97,36 @@ impl ModelFamily {
         let refuse = |field: &'static str, what: &str| {
             Err((field, format!("a {self} model cannot have {what}")))
         };
+        match (&config.moe, self.is_mixture()) {
+            (None, true) => return refuse("moe", "dense layers only (it is a mixture of experts)"),
+            (Some(_), false) => return refuse("moe", "a mixture of experts"),
+            (Some(moe), true) => {
+                if self != ModelFamily::Qwen2Moe && moe.shared_expert_ffn_size.is_some() {
+                    return refuse("shared_expert_ffn_size", "a shared expert");
+                }
+                if self == ModelFamily::Qwen2Moe && moe.shared_expert_ffn_size.is_none() {
+                    return refuse("shared_expert_ffn_size", "mixtures without a shared expert");
+                }
+                if self == ModelFamily::Mixtral && !moe.normalize_top_k {
+                    return refuse("normalize_top_k", "unnormalised routing weights");
+                }
+                if self == ModelFamily::Mixtral
+                    && (moe.sparse_step != 1 || !moe.dense_layers.is_empty())
+                {
+                    return refuse("dense_layers", "dense layers");
+                }
+            }
+            (None, false) => {}
+        }
+        if config.mlp_bias && self.is_mixture() {
+            return refuse("mlp_bias", "MLP biases");
+        }
+        let family = self.attention_family();
+        let refuse = |field: &'static str, what: &str| {
+            Err((field, format!("a {self} model cannot have {what}")))
+        };
         let biased_attention = config.qkv_bias || config.o_proj_bias;
-        match self {
+        match family {
             ModelFamily::Llama | ModelFamily::Qwen3 if config.qkv_bias != config.o_proj_bias => {
                 refuse(
                     "qkv_bias",
@@ -90,10 +151,14 @@ impl ModelFamily {
                     "full-attention layers before its sliding ones",
                 )
             }
-            ModelFamily::Qwen2 if !config.qkv_bias || config.o_proj_bias => refuse(
-                "qkv_bias",
-                "other biases than on the query, key and value projections",
-            ),
+            ModelFamily::Qwen2
+                if (!config.qkv_bias && self == ModelFamily::Qwen2) || config.o_proj_bias =>
+            {
+                refuse(
+                    "qkv_bias",
+                    "other biases than on the query, key and value projections",
+                )
+            }
             ModelFamily::Qwen2 | ModelFamily::Qwen3 if config.mlp_bias => {
                 refuse("mlp_bias", "MLP biases")
             }

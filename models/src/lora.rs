@@ -262,6 +262,8 @@ impl Hlat {
     /// The model with its weights frozen (no gradients, so no optimizer state) and fresh
     /// adapters on `config.targets` of every layer (PEFT's initialisation, see [`Lora::new`]);
     /// existing adapters are replaced.
+    /// A mixture-of-experts layer has no dense MLP: its MLP targets are left out (its experts
+    /// take no adapters; `hlat finetune` refuses them by name).
     pub fn with_lora(self, config: &LoraConfig, device: &Device) -> Self {
         let model_config = self.config().clone();
         let head_dim = model_config.head_dim();
@@ -279,7 +281,9 @@ impl Hlat {
                     LoraTarget::Gate | LoraTarget::Up => (hidden, ffn),
                     LoraTarget::Down => (ffn, hidden),
                 };
-                *layer.lora_slot(target) = Some(Lora::new(config, d_input, d_output, device));
+                if let Some(slot) = layer.lora_slot(target) {
+                    *slot = Some(Lora::new(config, d_input, d_output, device));
+                }
             }
         }
         model
@@ -298,7 +302,9 @@ impl Hlat {
         let mut model = self.without_lora().no_grad();
         for (layer, adapters) in model.layers.iter_mut().zip(adapters) {
             for (target, adapter) in adapters {
-                *layer.lora_slot(target) = Some(adapter);
+                if let Some(slot) = layer.lora_slot(target) {
+                    *slot = Some(adapter);
+                }
             }
         }
         model
@@ -316,7 +322,9 @@ impl Hlat {
     pub fn without_lora(mut self) -> Self {
         for layer in &mut self.layers {
             for target in LoraTarget::ALL {
-                *layer.lora_slot(target) = None;
+                if let Some(slot) = layer.lora_slot(target) {
+                    *slot = None;
+                }
             }
         }
         self
@@ -341,10 +349,12 @@ impl Hlat {
     pub fn merge_lora(mut self) -> Self {
         for layer in &mut self.layers {
             for target in LoraTarget::ALL {
-                let Some(lora) = layer.lora_slot(target).take() else {
+                let Some(lora) = layer.lora_slot(target).and_then(Option::take) else {
                     continue;
                 };
-                let linear = layer.projection_mut(target);
+                let linear = layer
+                    .projection_mut(target)
+                    .expect("an adapter's projection exists");
                 // The same id and training state (`Param::map`), a new leaf.
                 linear.weight = linear.weight.clone().map(|weight| {
                     let delta = lora.weight_delta().cast(weight.dtype());
@@ -358,6 +368,13 @@ impl Hlat {
 }
 
 impl crate::DecoderLayer {
+    /// Whether the layer has the projection `target` (a mixture-of-experts layer has no dense
+    /// MLP projections).
+    pub fn has_projection(&self, target: LoraTarget) -> bool {
+        self.mlp.is_some()
+            || !matches!(target, LoraTarget::Gate | LoraTarget::Up | LoraTarget::Down)
+    }
+
     /// The adapter on `target`, if any.
     pub fn lora(&self, target: LoraTarget) -> Option<&Lora> {
         match target {
@@ -365,36 +382,37 @@ impl crate::DecoderLayer {
             LoraTarget::K => self.self_attn.k_lora.as_ref(),
             LoraTarget::V => self.self_attn.v_lora.as_ref(),
             LoraTarget::O => self.self_attn.o_lora.as_ref(),
-            LoraTarget::Gate => self.mlp.gate_lora.as_ref(),
-            LoraTarget::Up => self.mlp.up_lora.as_ref(),
-            LoraTarget::Down => self.mlp.down_lora.as_ref(),
+            LoraTarget::Gate => self.mlp.as_ref()?.gate_lora.as_ref(),
+            LoraTarget::Up => self.mlp.as_ref()?.up_lora.as_ref(),
+            LoraTarget::Down => self.mlp.as_ref()?.down_lora.as_ref(),
         }
     }
 
-    /// The slot of the adapter on `target`.
-    pub fn lora_slot(&mut self, target: LoraTarget) -> &mut Option<Lora> {
-        match target {
+    /// The slot of the adapter on `target`; `None` for an MLP target of a mixture-of-experts
+    /// layer, which has no dense projections.
+    pub fn lora_slot(&mut self, target: LoraTarget) -> Option<&mut Option<Lora>> {
+        Some(match target {
             LoraTarget::Q => &mut self.self_attn.q_lora,
             LoraTarget::K => &mut self.self_attn.k_lora,
             LoraTarget::V => &mut self.self_attn.v_lora,
             LoraTarget::O => &mut self.self_attn.o_lora,
-            LoraTarget::Gate => &mut self.mlp.gate_lora,
-            LoraTarget::Up => &mut self.mlp.up_lora,
-            LoraTarget::Down => &mut self.mlp.down_lora,
-        }
+            LoraTarget::Gate => &mut self.mlp.as_mut()?.gate_lora,
+            LoraTarget::Up => &mut self.mlp.as_mut()?.up_lora,
+            LoraTarget::Down => &mut self.mlp.as_mut()?.down_lora,
+        })
     }
 
-    /// The projection `target` adapts.
-    pub fn projection_mut(&mut self, target: LoraTarget) -> &mut Linear {
-        match target {
+    /// The projection `target` adapts (`None` as for [`Self::lora_slot`]).
+    pub fn projection_mut(&mut self, target: LoraTarget) -> Option<&mut Linear> {
+        Some(match target {
             LoraTarget::Q => &mut self.self_attn.q_proj,
             LoraTarget::K => &mut self.self_attn.k_proj,
             LoraTarget::V => &mut self.self_attn.v_proj,
             LoraTarget::O => &mut self.self_attn.o_proj,
-            LoraTarget::Gate => &mut self.mlp.gate_proj,
-            LoraTarget::Up => &mut self.mlp.up_proj,
-            LoraTarget::Down => &mut self.mlp.down_proj,
-        }
+            LoraTarget::Gate => &mut self.mlp.as_mut()?.gate_proj,
+            LoraTarget::Up => &mut self.mlp.as_mut()?.up_proj,
+            LoraTarget::Down => &mut self.mlp.as_mut()?.down_proj,
+        })
     }
 }
 
@@ -438,7 +456,7 @@ mod tests {
         let mut adapted = adapted;
         for layer in &mut adapted.layers {
             for target in LoraTarget::ALL {
-                let lora = layer.lora_slot(target).as_mut().unwrap();
+                let lora = layer.lora_slot(target).unwrap().as_mut().unwrap();
                 let dims = lora.lora_b.dims();
                 lora.lora_b = Param::from_tensor(Tensor::random(
                     dims,

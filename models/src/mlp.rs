@@ -28,9 +28,14 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    /// A freshly initialised feed-forward network.
+    /// A freshly initialised feed-forward network of the configuration's `ffn_size`.
     pub fn new(config: &HlatConfig, device: &Device) -> Self {
-        let (hidden, ffn, bias) = (config.hidden_size, config.ffn_size, config.mlp_bias);
+        Self::with_width(config, config.ffn_size, device)
+    }
+
+    /// A freshly initialised feed-forward network of inner width `ffn` (an expert's).
+    pub fn with_width(config: &HlatConfig, ffn: usize, device: &Device) -> Self {
+        let (hidden, bias) = (config.hidden_size, config.mlp_bias);
         Self {
             gate_proj: projection(config, hidden, ffn, bias, device),
             up_proj: projection(config, hidden, ffn, bias, device),

@@ -63,6 +63,19 @@ impl Hlat {
         &self.config
     }
 
+    /// The model with every mixture-of-experts layer routing under `capacity_factor`
+    /// ([`crate::SparseMoe::capacity_factor`]; `None`: dropless). A dense model is unchanged.
+    pub fn with_moe_capacity_factor(mut self, capacity_factor: Option<f64>) -> Self {
+        for moe in self
+            .layers
+            .iter_mut()
+            .filter_map(|layer| layer.moe.as_mut())
+        {
+            moe.capacity_factor = capacity_factor;
+        }
+        self
+    }
+
     /// The same model with other decoder layers (a pipeline stage's slots, or the whole model
     /// joined from them).
     pub(crate) fn with_layers(self, layers: Vec<DecoderLayer>) -> Self {
@@ -77,14 +90,14 @@ impl Hlat {
     /// Logits for `input_ids` on a model split by `exchange`: each rank's slice of the vocabulary
     /// `[batch, seq, vocab / degree]`, for the full sequence.
     pub fn forward_with(&self, input_ids: Tensor<2, Int>, exchange: &dyn Exchange) -> Tensor<3> {
-        let hidden = self.run_layers(input_ids, None, exchange);
+        let hidden = self.run_layers(input_ids, None, exchange).0;
         self.head(hidden, exchange)
     }
 
     /// Logits `[batch, seq, vocab]` for `input_ids` that continue the positions in `cache`, which
     /// is extended with them.
     pub fn forward_cached(&self, input_ids: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<3> {
-        let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
+        let hidden = self.run_layers(input_ids, Some(cache), &Unsharded).0;
         self.head(hidden, &Unsharded)
     }
 
@@ -105,7 +118,7 @@ impl Hlat {
         position: usize,
     ) -> Tensor<2> {
         let device = input_ids.device();
-        let hidden = self.run_layers(input_ids, Some(cache), &Unsharded);
+        let hidden = self.run_layers(input_ids, Some(cache), &Unsharded).0;
         let [batch, _, _] = hidden.dims();
         let index = TensorData::new(vec![position as i32], [1]);
         let index = Tensor::<1, Int>::from_data(index, &device);
@@ -138,6 +151,34 @@ impl Hlat {
     ) -> Tensor<1> {
         let logits = self.forward_with(input_ids, exchange);
         loss_from_logits(logits, targets, ignore_id, exchange)
+    }
+
+    /// The training objective of a batch: [`Hlat::loss_with`]'s cross-entropy plus, for a
+    /// mixture of experts, `router_aux_loss_coef` times the load-balancing loss of its routers
+    /// ([`crate::moe::load_balancing_loss`], as transformers adds it with
+    /// `output_router_logits`). Returns the objective and the load-balancing loss (`None` for a
+    /// dense model).
+    pub fn objective_with(
+        &self,
+        input_ids: Tensor<2, Int>,
+        targets: Tensor<2, Int>,
+        ignore_id: Option<u32>,
+        exchange: &dyn Exchange,
+    ) -> (Tensor<1>, Option<Tensor<1>>) {
+        let (hidden, router_logits) = self.run_layers(input_ids, None, exchange);
+        let logits = self.head(hidden, exchange);
+        let cross_entropy = loss_from_logits(logits, targets, ignore_id, exchange);
+        let balance = self.config.moe.as_ref().and_then(|moe| {
+            crate::moe::load_balancing_loss(&router_logits, moe.experts_per_token)
+                .map(|balance| (balance, moe.router_aux_loss_coef))
+        });
+        match balance {
+            Some((balance, coefficient)) => (
+                cross_entropy + balance.clone().mul_scalar(coefficient),
+                Some(balance),
+            ),
+            None => (cross_entropy, None),
+        }
     }
 
     /// Token embeddings of `input_ids`; with a split vocabulary each rank looks up the ids of
@@ -177,19 +218,21 @@ impl Hlat {
     }
 
     /// The output of the last layer `[batch, seq, hidden]` (this rank's slice of the sequence
-    /// under sequence parallelism), through `cache` when given.
+    /// under sequence parallelism), through `cache` when given, and the router logits of the
+    /// mixture-of-experts layers in order.
     fn run_layers(
         &self,
         input_ids: Tensor<2, Int>,
         mut cache: Option<&mut KvCache>,
         exchange: &dyn Exchange,
-    ) -> Tensor<3> {
+    ) -> (Tensor<3>, Vec<Tensor<2>>) {
         let [_, seq] = input_ids.dims();
         let device = input_ids.device();
         let start = cache.as_ref().map_or(0, |cache| cache.len());
         let rotary = self.rotary(start, seq, &device);
         let write = cache.as_ref().map(|cache| cache.write_for(seq, &device));
         let mut x = self.embed(input_ids, exchange);
+        let mut router_logits = Vec::new();
         for (index, layer) in self.layers.iter().enumerate() {
             let context = match (cache.as_deref_mut(), &write) {
                 (Some(cache), Some(write)) => Context::Cached {
@@ -199,12 +242,14 @@ impl Hlat {
                 },
                 _ => Context::Full,
             };
-            x = layer.forward(x, &rotary, context, exchange);
+            let (output, routed) = layer.forward_routed(x, &rotary, context, exchange);
+            x = output;
+            router_logits.extend(routed);
         }
         if let Some(cache) = cache {
             cache.advance(seq);
         }
-        x
+        (x, router_logits)
     }
 }
 

@@ -425,6 +425,12 @@ pub fn check_degree(config: &crate::HlatConfig, degree: usize) -> Result<(), Str
     if degree == 0 {
         return Err("the tensor-parallel degree must be at least 1".into());
     }
+    if config.moe.is_some() && degree > 1 {
+        return Err(format!(
+            "a mixture-of-experts model ({}) is not split by tensor parallelism yet",
+            config.family
+        ));
+    }
     divides("num_heads", config.num_heads)?;
     let kv = config.num_kv_heads;
     if !kv.is_multiple_of(degree) && !degree.is_multiple_of(kv) {

@@ -335,7 +335,10 @@ fn mix_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
         let [x, output] = take(inputs);
         let h = x + layer.self_attn.output(output, exchange);
         let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
-        let (gate, up) = layer.mlp.gate_up(normed);
+        let (gate, up) = layer
+            .dense_mlp()
+            .expect("activation checkpointing is refused for mixtures of experts")
+            .gate_up(normed);
         vec![h, gate, up]
     })
 }
@@ -353,7 +356,9 @@ fn activate_stage<'a>() -> Run<'a> {
 fn down_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
     Box::new(move |model, inputs| {
         let [h, activation] = take(inputs);
-        let mlp = &model.layers[index].mlp;
+        let mlp = model.layers[index]
+            .dense_mlp()
+            .expect("activation checkpointing is refused for mixtures of experts");
         vec![h + mlp.down(activation, exchange)]
     })
 }

@@ -6,13 +6,16 @@ use std::path::PathBuf;
 /// every family: Llama 2-style, Llama 3.2-style (tied, `llama3` RoPE), Qwen2 (q/k/v biases,
 /// tied), Qwen3 (q/k norms, wider heads, YaRN), Mistral (a sliding window shorter than the
 /// inputs), Llama with every bias and linear RoPE.
-pub const HF_FIXTURES: [&str; 6] = [
+pub const HF_FIXTURES: [&str; 9] = [
     "hf-tiny-llama",
     "hf-tiny-llama3",
     "hf-tiny-qwen2",
     "hf-tiny-qwen3",
     "hf-tiny-mistral",
     "hf-tiny-llama-bias",
+    "hf-tiny-mixtral",
+    "hf-tiny-qwen2-moe",
+    "hf-tiny-qwen3-moe",
 ];
 
 /// A file or folder of the repository's `fixtures/`.

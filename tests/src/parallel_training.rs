@@ -492,6 +492,7 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
         checkpointing: ActivationCheckpointing::None,
         pipeline: None,
         lora: None,
+        moe_capacity_factor: None,
     };
     let estimate = DeviceMemory::estimate(&config, &layout, &shape);
     for (what, held, estimated) in [

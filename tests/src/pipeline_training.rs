@@ -220,7 +220,14 @@ fn train_step_on_stages_equals_one_device() {
     let gradient = |model: &LanguageModel, grads: &burn::optim::GradientsParams, slot: usize| {
         let embedding = grads.get::<2>(model.hlat.embed_tokens.weight.id).unwrap();
         let layer = grads
-            .get::<2>(model.hlat.layers[slot].mlp.down_proj.weight.id)
+            .get::<2>(
+                model.hlat.layers[slot]
+                    .dense_mlp()
+                    .unwrap()
+                    .down_proj
+                    .weight
+                    .id,
+            )
             .unwrap();
         (
             into_replicas(embedding).unwrap(),

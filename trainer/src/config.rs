@@ -99,6 +99,11 @@ pub struct TrainConfig {
     /// LoRA adapters (`hlat finetune --lora-rank`): the model's weights frozen, adapters of this
     /// shape trained on its projections; `None` trains every weight.
     pub lora: Option<hlat::lora::LoraConfig>,
+    /// A mixture of experts' capacity factor: each expert takes at most this multiple of its
+    /// even share of the tokens (`tokens · k / experts`), the assignments past it dropped as
+    /// GShard drops them, for `capacity / tokens` of the dropless expert FLOPs; `None` routes
+    /// dropless (every token to its experts, exactly as transformers computes it).
+    pub moe_capacity_factor: Option<f64>,
 }
 
 impl Default for TrainConfig {
@@ -138,6 +143,7 @@ impl Default for TrainConfig {
             peak_flops: None,
             progress: true,
             lora: None,
+            moe_capacity_factor: None,
         }
     }
 }
@@ -259,6 +265,14 @@ impl TrainConfig {
             return invalid(
                 "sequence_parallel",
                 "needs a tensor-parallel degree above 1".into(),
+            );
+        }
+        if let Some(factor) = self.moe_capacity_factor
+            && !(factor.is_finite() && factor > 0.0)
+        {
+            return invalid(
+                "moe_capacity_factor",
+                format!("{factor} is not a finite positive number"),
             );
         }
         if self.zero1 && self.data_parallel == 1 {

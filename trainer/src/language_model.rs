@@ -64,10 +64,13 @@ pub struct LmBatch {
 /// The loss of one batch, still on the device until read ([`LmOutput::read`]).
 #[derive(Debug, Clone)]
 pub struct LmOutput {
-    /// Mean next-token cross-entropy, `[1]`.
+    /// Mean next-token cross-entropy, `[1]`; in training, a mixture of experts' objective adds
+    /// its weighted load-balancing loss ([`LanguageModel::objective`]).
     pub loss: Tensor<1>,
     /// Target tokens in the batch.
     pub tokens: usize,
+    /// A mixture of experts' load-balancing loss (unweighted) in training, `[1]`.
+    pub load_balancing: Option<Tensor<1>>,
 }
 
 /// [`LmOutput`] read back to the host.
@@ -138,6 +141,31 @@ impl LanguageModel {
                 .loss_with(inputs, targets, batch.ignore_id, exchange),
         };
         loss.cast(DType::F32)
+    }
+
+    /// The training objective of a batch, as f32: [`LanguageModel::loss`] plus a mixture of
+    /// experts' weighted load-balancing loss (`Hlat::objective_with`), and that load-balancing
+    /// loss (`None` for a dense model).
+    pub fn objective(&self, batch: &LmBatch) -> (Tensor<1>, Option<Tensor<1>>) {
+        if self.hlat.config().moe.is_none() || self.pipeline.is_some() {
+            return (self.loss(batch), None);
+        }
+        let inputs = batch.inputs.clone();
+        let targets = batch.targets.clone();
+        let exchange = self.exchange();
+        let (objective, balance) = match self.compute_cast {
+            Some(dtype) => {
+                let model = self.hlat.clone().map(&mut CastParams { dtype });
+                model.objective_with(inputs, targets, batch.ignore_id, exchange)
+            }
+            None => self
+                .hlat
+                .objective_with(inputs, targets, batch.ignore_id, exchange),
+        };
+        (
+            objective.cast(DType::F32),
+            balance.map(|balance| balance.cast(DType::F32)),
+        )
     }
 }
 
@@ -277,12 +305,20 @@ impl TrainStep for LanguageModel {
             let (loss, grads, tokens) = self.pipeline_step(pipeline, vec![batch]);
             return TrainOutput {
                 grads,
-                item: LmOutput { loss, tokens },
+                item: LmOutput {
+                    loss,
+                    tokens,
+                    load_balancing: None,
+                },
             };
         }
         let seq = batch.inputs.dims()[1];
-        let staged = self.checkpointing != ActivationCheckpointing::None
-            || (attends_by_block(seq) && self.compute_cast.is_none());
+        // The stages are those of dense layers: a mixture of experts takes the plain backward
+        // pass (activation checkpointing is refused for it when the run is set up).
+        let dense = self.hlat.config().moe.is_none();
+        let staged = dense
+            && (self.checkpointing != ActivationCheckpointing::None
+                || (attends_by_block(seq) && self.compute_cast.is_none()));
         if staged {
             let tokens = batch.tokens();
             let (loss, grads) = self.hlat.loss_and_gradients(
@@ -295,14 +331,19 @@ impl TrainStep for LanguageModel {
             let loss = loss.cast(DType::F32);
             return TrainOutput {
                 grads,
-                item: LmOutput { loss, tokens },
+                item: LmOutput {
+                    loss,
+                    tokens,
+                    load_balancing: None,
+                },
             };
         }
-        let loss = self.loss(&batch);
+        let (loss, load_balancing) = self.objective(&batch);
         let grads = loss.backward();
         let output = LmOutput {
             loss: loss.detach(),
             tokens: batch.tokens(),
+            load_balancing: load_balancing.map(|balance| balance.detach()),
         };
         TrainOutput::new(self, grads, output)
     }
@@ -316,6 +357,7 @@ impl InferenceStep for LanguageModel {
         LmOutput {
             loss: self.loss(&batch),
             tokens: batch.tokens(),
+            load_balancing: None,
         }
     }
 }
@@ -338,6 +380,7 @@ impl ItemLazy for LmOutput {
         Ok(Self {
             loss: self.loss.without_autodiff(),
             tokens: self.tokens,
+            load_balancing: self.load_balancing.map(Tensor::without_autodiff),
         })
     }
 }

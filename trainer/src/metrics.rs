@@ -16,8 +16,12 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub struct StepMetrics {
     /// Optimizer step (1-based).
     pub step: u64,
-    /// Mean training loss of the step.
+    /// Mean training loss of the step (a mixture of experts' objective: the cross-entropy plus
+    /// its weighted load-balancing loss).
     pub loss: f64,
+    /// A mixture of experts' load-balancing loss, unweighted (transformers' `aux_loss`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancing_loss: Option<f64>,
     /// `exp(loss)`.
     pub perplexity: f64,
     /// Learning rate of the step.

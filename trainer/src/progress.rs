@@ -21,6 +21,8 @@ pub struct StepReport {
     pub tokens: usize,
     /// The update was skipped because the loss or the gradient was not finite.
     pub skipped: bool,
+    /// A mixture of experts' mean load-balancing loss (unweighted; `loss` holds it weighted).
+    pub load_balancing_loss: Option<f64>,
 }
 
 /// Counters that a checkpoint carries besides the model and the optimizer.
@@ -51,6 +53,7 @@ impl TrainingProgress {
             loss,
             grad_norm,
             tokens,
+            load_balancing_loss,
             ..
         } = *update;
         self.step = step;
@@ -78,6 +81,7 @@ impl TrainingProgress {
             grad_norm,
             tokens,
             skipped: !finite,
+            load_balancing_loss,
         })
     }
 }

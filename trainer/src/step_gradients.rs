@@ -32,6 +32,8 @@ pub struct StepGradients {
     pub grad_norm: f64,
     /// Target tokens in the step (over every data-parallel replica).
     pub tokens: usize,
+    /// A mixture of experts' mean load-balancing loss (unweighted; `loss` holds it weighted).
+    pub load_balancing_loss: Option<f64>,
 }
 
 impl StepGradients {
@@ -42,26 +44,31 @@ impl StepGradients {
 }
 
 /// The gradients of `micro_batches` run one after the other through `model`'s `TrainStep`,
-/// summed, with the sum of their losses and their target tokens.
+/// summed, with the sum of their losses (and of a mixture's load-balancing losses) and their
+/// target tokens.
 fn accumulate(
     model: &LanguageModel,
     micro_batches: Vec<LmBatch>,
-) -> (GradientsParams, Tensor<1>, usize) {
+) -> (GradientsParams, Tensor<1>, Option<Tensor<1>>, usize) {
     let mut accumulator = GradientsAccumulator::new();
     let mut loss_sum: Option<Tensor<1>> = None;
+    let mut balance_sum: Option<Tensor<1>> = None;
     let mut tokens = 0;
+    let add = |sum: Option<Tensor<1>>, value: Tensor<1>| match sum {
+        Some(sum) => sum + value,
+        None => value,
+    };
     for batch in micro_batches {
         let output = model.step(batch);
         accumulator.accumulate(model, output.grads);
         tokens += output.item.tokens;
-        let loss = output.item.loss.inner();
-        loss_sum = Some(match loss_sum {
-            Some(sum) => sum + loss,
-            None => loss,
-        });
+        loss_sum = Some(add(loss_sum, output.item.loss.inner()));
+        if let Some(balance) = output.item.load_balancing {
+            balance_sum = Some(add(balance_sum, balance.inner()));
+        }
     }
     let loss_sum = loss_sum.expect("at least one micro-batch");
-    (accumulator.grads(), loss_sum, tokens)
+    (accumulator.grads(), loss_sum, balance_sum, tokens)
 }
 
 /// The forward and backward passes of `micro_batches` on `model`, their gradients combined over
@@ -81,10 +88,10 @@ pub fn step_gradients(
 ) -> Result<StepGradients, TrainError> {
     assert!(!micro_batches.is_empty(), "an optimizer step needs a batch");
     let count = micro_batches.len();
-    let (mut grads, mut loss_sum, mut tokens) = match &model.pipeline {
+    let (mut grads, mut loss_sum, mut balance_sum, mut tokens) = match &model.pipeline {
         Some(pipeline) => {
             let (loss_sum, grads, tokens) = model.pipeline_step(pipeline, micro_batches);
-            (grads, loss_sum.inner(), tokens)
+            (grads, loss_sum.inner(), None, tokens)
         }
         None => accumulate(model, micro_batches),
     };
@@ -100,6 +107,8 @@ pub fn step_gradients(
             None => average_gradients(model, &mut grads, &groups),
         }
         loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
+        balance_sum =
+            balance_sum.map(|balance| collective::all_reduce(balance, ReduceOp::Mean, &groups));
         tokens *= layout.data;
     }
     let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
@@ -124,8 +133,17 @@ pub fn step_gradients(
         // Each data-parallel rank holds a slice of every gradient: the norm stays global.
         squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
     }
-    // One read back per step: the summed loss and the summed squared gradient.
-    let values = Tensor::cat(vec![loss_sum, squares], 0).try_into_data()?;
+    // One read back per step: the summed loss, the summed squared gradient and a mixture's
+    // summed load-balancing loss.
+    let balanced = balance_sum.is_some();
+    let values = Tensor::cat(
+        std::iter::once(loss_sum)
+            .chain(std::iter::once(squares))
+            .chain(balance_sum)
+            .collect(),
+        0,
+    )
+    .try_into_data()?;
     let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();
     let loss = values[0] / count as f64;
     let grad_norm = values[1].sqrt() / count as f64;
@@ -138,5 +156,6 @@ pub fn step_gradients(
         loss,
         grad_norm,
         tokens,
+        load_balancing_loss: balanced.then(|| values[2] / count as f64),
     })
 }

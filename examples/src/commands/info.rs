@@ -19,7 +19,8 @@ use hlat_train::precision::Precision;
 #[derive(Args)]
 pub struct InfoArgs {
     /// A preset name (`hlat-7b`, `hlat-70b`, `hlat-tiny`, `hlat-test`, `bench-tiny`,
-    /// `llama-3.1-8b`, `llama-3.2-1b`, `mistral-7b`, `qwen2.5-0.5b`), an HLAT or
+    /// `llama-3.1-8b`, `llama-3.2-1b`, `mistral-7b`, `qwen2.5-0.5b`, `mixtral-8x7b`,
+    /// `qwen3-30b-a3b`, `bench-tiny-moe`), an HLAT or
     /// Hugging Face `config.json`, or a model folder (native checkpoint or Hugging Face).
     pub model: String,
     /// Data-parallel degree of the layout whose memory is estimated.
@@ -59,6 +60,10 @@ pub struct InfoArgs {
     /// The projections the adapters adapt, among q, k, v, o, gate, up, down [default: all].
     #[arg(long, value_name = "q,k,...", requires = "lora_rank")]
     pub lora_targets: Option<String>,
+    /// A mixture of experts' capacity factor (as `hlat pretrain --moe-capacity-factor`): its
+    /// experts' activations over their slots instead of every token.
+    #[arg(long, value_name = "F", value_parser = super::ranges::positive)]
+    pub moe_capacity_factor: Option<f64>,
     /// Memory of one device in GiB (default: a trn1 NeuronCore's 16 GiB).
     #[arg(long, value_name = "GIB", default_value_t = 16.0, value_parser = super::ranges::positive)]
     pub device_memory: f64,
@@ -141,6 +146,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         checkpointing: args.activation_checkpointing,
         pipeline,
         lora,
+        moe_capacity_factor: args.moe_capacity_factor,
     };
     let memory = DeviceMemory::estimate(config, &layout, &shape);
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
@@ -328,7 +334,9 @@ fn describe(config: &HlatConfig) -> String {
         ("bos_token_id", config.bos_token_id.to_string()),
         ("eos_token_id", config.eos_token_id.to_string()),
         ("pad_token_id", pad),
+        ("experts", experts(config)),
         ("parameters", config.num_params().to_string()),
+        ("active_parameters", config.num_active_params().to_string()),
         (
             "train_flops_per_token",
             format!(
@@ -342,6 +350,32 @@ fn describe(config: &HlatConfig) -> String {
         .iter()
         .map(|(key, value)| format!("{key}: {value}\n"))
         .collect()
+}
+
+/// A mixture of experts as `E experts, k per token, ...`; `none` for a dense model.
+fn experts(config: &HlatConfig) -> String {
+    let Some(moe) = &config.moe else {
+        return "none".into();
+    };
+    let sparse = (0..config.num_layers)
+        .filter(|&layer| moe.is_sparse(layer))
+        .count();
+    let shared = moe.shared_expert_ffn_size.map_or(String::new(), |width| {
+        format!(", a shared expert of FFN {width}")
+    });
+    format!(
+        "{} of FFN {}, {} per token{}{shared}, in {sparse} of {} layers, router_aux_loss_coef {}",
+        moe.num_experts,
+        moe.expert_ffn_size,
+        moe.experts_per_token,
+        if moe.normalize_top_k {
+            " (renormalised)"
+        } else {
+            ""
+        },
+        config.num_layers,
+        moe.router_aux_loss_coef
+    )
 }
 
 /// RoPE scaling as `type (field value, ...)`.
@@ -374,6 +408,14 @@ mod tests {
         assert!(source.starts_with("Hugging Face folder"), "{source}");
         assert!(describe(&config).contains("\nparameters: 230208\n"));
         assert!(resolve("hlat-13b").is_err());
+        let (_, config) = resolve("qwen3-30b-a3b").unwrap();
+        let described = describe(&config);
+        assert!(described.contains("\nparameters: 30532122624\nactive_parameters: 3353032704\n"));
+        assert!(
+            described.contains(
+                "\nexperts: 128 of FFN 768, 8 per token (renormalised), in 48 of 48 layers"
+            )
+        );
     }
 
     /// The published presets print their exact parameter counts and what sets their family

@@ -66,6 +66,10 @@ pub struct TrainArgs {
     /// each replica updates its slice, parameters all-gathered).
     #[arg(long)]
     pub zero1: bool,
+    /// A mixture of experts' capacity factor: each expert takes at most F times its even share
+    /// of the tokens, the rest dropped as GShard drops them (faster; default: dropless, exact).
+    #[arg(long, value_name = "F", value_parser = super::ranges::positive)]
+    pub moe_capacity_factor: Option<f64>,
     /// What the backward pass recomputes instead of keeping: none, full (each layer from its
     /// input) or selective (the attention core and the MLP activation).
     #[arg(long, value_name = "MODE")]
@@ -142,6 +146,9 @@ impl TrainArgs {
         }
         if self.zero1 {
             config.zero1 = true;
+        }
+        if let Some(factor) = self.moe_capacity_factor {
+            config.moe_capacity_factor = Some(factor);
         }
         if let Some(mode) = self.activation_checkpointing {
             config.activation_checkpointing = mode;

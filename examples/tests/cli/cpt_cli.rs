@@ -31,6 +31,19 @@ pub(super) fn corpus(folder: &Path, document: &[u32], repeats: usize) {
 /// Merges `base` and `other` half and half (mergekit's `linear`, a YAML written to `config`)
 /// into `out`; returns `out`.
 pub(super) fn merge_halves(base: &str, other: &str, config: &Path, out: &str) -> String {
+    succeed(&[
+        "merge",
+        "--config",
+        &merge_config(base, other, config),
+        "--out",
+        out,
+    ]);
+    out.to_string()
+}
+
+/// Writes to `config` the mergekit configuration of a linear merge of `base` and `other`, half
+/// each; returns its path.
+pub(super) fn merge_config(base: &str, other: &str, config: &Path) -> String {
     std::fs::write(
         config,
         format!(
@@ -38,8 +51,7 @@ pub(super) fn merge_halves(base: &str, other: &str, config: &Path, out: &str) ->
         ),
     )
     .unwrap();
-    succeed(&["merge", "--config", config.to_str().unwrap(), "--out", out]);
-    out.to_string()
+    config.to_str().unwrap().to_string()
 }
 
 /// The perplexity line of `hlat eval perplexity`.

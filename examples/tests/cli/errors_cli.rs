@@ -53,6 +53,25 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         },
         Case {
             environment: &[],
+            arguments: pretrain_one_step(&["--moe-capacity-factor", "1"]),
+            names: &["moe_capacity_factor", "dense"],
+        },
+        Case {
+            environment: &[],
+            arguments: vec![
+                "bench",
+                "train",
+                "--preset",
+                "hlat-test",
+                "--backends",
+                "flex",
+                "--moe-capacity-factor",
+                "1",
+            ],
+            names: &["--moe-capacity-factor", "dense"],
+        },
+        Case {
+            environment: &[],
             arguments: pretrain_one_step(&["--pp", "2", "--pp-layers", "3,3"]),
             names: &["--pp-layers", "6"],
         },
@@ -305,9 +324,9 @@ fn bad_family_configurations_are_refused_naming_file_field_and_value() {
         (
             "moe",
             |c| {
-                c.insert("model_type".into(), "mixtral".into());
+                c.insert("num_local_experts".into(), 8.into());
             },
-            &["model_type", "\"mixtral\""],
+            &["`num_local_experts` = 8", "mixtral"],
         ),
         (
             "sliding-pattern",

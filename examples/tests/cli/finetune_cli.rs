@@ -16,12 +16,18 @@ use super::{fixture, run, succeed};
 /// A model folder: the tiny Llama 3's weights with the chat fixture's tokenizer (its 1005 ids fit
 /// the model's 1024).
 fn base_model(dir: &Path) -> PathBuf {
+    base_model_of(dir, "hf-tiny-llama3")
+}
+
+/// A model folder: the weights of fixture `weights` (a vocabulary of 1024) with the chat
+/// fixture's tokenizer.
+fn base_model_of(dir: &Path, weights: &str) -> PathBuf {
     let base = dir.join("base");
     std::fs::create_dir_all(&base).unwrap();
     for (folder, file) in [
-        ("hf-tiny-llama3", "config.json"),
-        ("hf-tiny-llama3", "generation_config.json"),
-        ("hf-tiny-llama3", "model.safetensors"),
+        (weights, "config.json"),
+        (weights, "generation_config.json"),
+        (weights, "model.safetensors"),
         ("chat-llama3", "tokenizer.json"),
         ("chat-llama3", "tokenizer_config.json"),
     ] {
@@ -242,4 +248,40 @@ fn fine_tuning_continues_a_peft_adapter() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--adapter"), "{stderr}");
+}
+
+/// A mixture of experts (Qwen3-MoE) fine-tunes whole and with LoRA on its attention projections
+/// (a PEFT adapter written); adapters on its MLP projections are refused naming the setting.
+#[test]
+fn a_mixture_of_experts_fine_tunes_whole_and_with_attention_adapters() {
+    let work = tempfile::tempdir().unwrap();
+    let base = base_model_of(work.path(), "hf-tiny-qwen3-moe");
+    let data = work.path().join("data.jsonl");
+    records(&data);
+    let steps = ["--max-steps", "3", "--lr", "1e-2", "--no-progress"];
+    let whole = work.path().join("whole");
+    succeed(&as_strs(&finetune(&base, &data, &whole, &steps)));
+    let whole_losses = losses(&whole);
+    assert_eq!(whole_losses.len(), 3);
+    assert!(whole_losses[2] < whole_losses[0], "{whole_losses:?}");
+
+    let adapted = work.path().join("adapted");
+    let lora = [&steps[..], &["--lora-rank", "4", "--lora-targets", "q,v"]].concat();
+    succeed(&as_strs(&finetune(&base, &data, &adapted, &lora)));
+    let config = read_adapter_config(&adapted.join("adapter")).unwrap();
+    assert_eq!(config.targets, vec![LoraTarget::Q, LoraTarget::V]);
+
+    let refused = work.path().join("refused");
+    let experts = [
+        &steps[..],
+        &["--lora-rank", "4", "--lora-targets", "q,gate"],
+    ]
+    .concat();
+    let output = run(&as_strs(&finetune(&base, &data, &refused, &experts)));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("lora targets") && stderr.contains("mixture-of-experts"),
+        "{stderr}"
+    );
 }

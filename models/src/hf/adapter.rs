@@ -206,8 +206,12 @@ pub fn read_adapter(
     })?;
     let shapes = projection_shapes(model);
     let mut expected = BTreeMap::new();
-    for layer in 0..model.layers.len() {
-        for &target in &config.targets {
+    for (layer, decoder_layer) in model.layers.iter().enumerate() {
+        for &target in config
+            .targets
+            .iter()
+            .filter(|&&t| decoder_layer.has_projection(t))
+        {
             let (d_input, d_output) = shapes[&target];
             let a = peft_tensor_name(layer, target, "lora_A");
             let b = peft_tensor_name(layer, target, "lora_B");
@@ -247,9 +251,13 @@ pub fn read_adapter(
         Ok(Tensor::from_data(data, device))
     };
     let mut adapters = Vec::with_capacity(model.layers.len());
-    for layer in 0..model.layers.len() {
+    for (layer, decoder_layer) in model.layers.iter().enumerate() {
         let mut layer_adapters = Vec::new();
-        for &target in &config.targets {
+        for &target in config
+            .targets
+            .iter()
+            .filter(|&&t| decoder_layer.has_projection(t))
+        {
             let a_name = peft_tensor_name(layer, target, "lora_A");
             let b_name = peft_tensor_name(layer, target, "lora_B");
             let a = read(&a_name, &expected[&a_name])?;
@@ -298,7 +306,7 @@ pub fn save_adapter(
     let staging = Staging::new(dir).map_err(HfError::io(dir))?;
     let mut tensors: Vec<(String, TensorData)> = Vec::new();
     for (index, layer) in model.layers.iter().enumerate() {
-        for &target in &config.targets {
+        for &target in config.targets.iter().filter(|&&t| layer.has_projection(t)) {
             let lora = layer.lora(target).ok_or_else(|| HfError::MissingTensor {
                 file: dir.to_path_buf(),
                 tensor: peft_tensor_name(index, target, "lora_A"),

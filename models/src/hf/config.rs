@@ -9,6 +9,7 @@ use super::dtype::WeightDtype;
 use super::error::HfError;
 use crate::config::{ConfigError, HlatConfig, SlidingWindow};
 use crate::family::ModelFamily;
+use crate::moe::MoeConfig;
 use crate::rotary::{Llama3Scaling, RopeScaling, YarnScaling};
 
 /// The `config.json` file name.
@@ -46,7 +47,7 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
         fields,
     };
     let family = reader.family()?;
-    reader.check_supported()?;
+    reader.check_supported(family)?;
 
     let hidden_size = reader.usize("hidden_size", 4096)?;
     let num_heads = reader.usize("num_attention_heads", 32)?;
@@ -65,10 +66,15 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
         .filter(|&width| num_heads == 0 || width.checked_mul(num_heads) != Some(hidden_size));
     let attention_bias = reader.bool("attention_bias", false)?;
     let (qkv_bias, o_proj_bias) = match family {
-        ModelFamily::Llama | ModelFamily::Qwen3 => (attention_bias, attention_bias),
+        ModelFamily::Llama | ModelFamily::Qwen3 | ModelFamily::Qwen3Moe => {
+            (attention_bias, attention_bias)
+        }
         ModelFamily::Qwen2 => (true, false),
-        ModelFamily::Mistral => (false, false),
+        // transformers 5 made Qwen2-MoE's query/key/value biases a setting (`qkv_bias`).
+        ModelFamily::Qwen2Moe => (reader.bool("qkv_bias", true)?, false),
+        ModelFamily::Mistral | ModelFamily::Mixtral => (false, false),
     };
+    let ffn_size = reader.usize("intermediate_size", 11008)?;
     let (rope_theta, rope_scaling) = reader.rope(max_seq_len)?;
     let config = HlatConfig {
         vocab_size: reader.usize("vocab_size", 32000)?,
@@ -76,7 +82,7 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
         num_layers,
         num_heads,
         num_kv_heads,
-        ffn_size: reader.usize("intermediate_size", 11008)?,
+        ffn_size,
         max_seq_len,
         rms_norm_eps: reader.f64("rms_norm_eps", 1e-6)?,
         rope_theta,
@@ -91,8 +97,9 @@ pub fn read_hf_config_file(path: &Path) -> Result<HlatConfig, HfError> {
         qkv_bias,
         o_proj_bias,
         mlp_bias: family == ModelFamily::Llama && reader.bool("mlp_bias", false)?,
-        qk_norm: family == ModelFamily::Qwen3,
+        qk_norm: family.attention_family() == ModelFamily::Qwen3,
         sliding_window: reader.sliding_window(family, num_layers)?,
+        moe: reader.moe(family, ffn_size)?,
     };
     config.validate().map_err(|source| HfError::InvalidConfig {
         path: path.clone(),
@@ -115,6 +122,13 @@ fn hf_field_name(field: &'static str) -> &'static str {
         "max_seq_len" => "max_position_embeddings",
         "init_std" => "initializer_range",
         "qkv_bias" | "o_proj_bias" => "attention_bias",
+        "num_experts" => "num_experts",
+        "experts_per_token" => "num_experts_per_tok",
+        "expert_ffn_size" => "moe_intermediate_size",
+        "shared_expert_ffn_size" => "shared_expert_intermediate_size",
+        "normalize_top_k" => "norm_topk_prob",
+        "sparse_step" => "decoder_sparse_step",
+        "dense_layers" => "mlp_only_layers",
         "factor"
         | "low_freq_factor"
         | "high_freq_factor"
@@ -174,8 +188,10 @@ pub fn hf_config_json(config: &HlatConfig, dtype: WeightDtype) -> Value {
             "mlp_bias": config.mlp_bias,
             "pretraining_tp": 1,
         }),
-        ModelFamily::Mistral => json!({"sliding_window": window.map(|window| window.size)}),
-        ModelFamily::Qwen2 | ModelFamily::Qwen3 => {
+        ModelFamily::Mistral | ModelFamily::Mixtral => {
+            json!({"sliding_window": window.map(|window| window.size)})
+        }
+        ModelFamily::Qwen2 | ModelFamily::Qwen3 | ModelFamily::Qwen2Moe | ModelFamily::Qwen3Moe => {
             let mut fields = json!({
                 "use_sliding_window": window.is_some(),
                 "sliding_window": window.map(|window| window.size),
@@ -188,15 +204,75 @@ pub fn hf_config_json(config: &HlatConfig, dtype: WeightDtype) -> Value {
                     })
                     .collect::<Vec<_>>(),
             });
-            if family == ModelFamily::Qwen3 {
-                fields["attention_bias"] = json!(config.qkv_bias);
+            match family {
+                ModelFamily::Qwen3 | ModelFamily::Qwen3Moe => {
+                    fields["attention_bias"] = json!(config.qkv_bias);
+                }
+                ModelFamily::Qwen2Moe => {
+                    fields["qkv_bias"] = json!(config.qkv_bias);
+                    // Qwen2MoeConfig stores 0 when no layer slides.
+                    fields["sliding_window"] = json!(window.map_or(0, |window| window.size));
+                }
+                _ => {}
             }
             fields
         }
     };
     let object = json.as_object_mut().expect("a JSON object");
     object.extend(family_fields.as_object().expect("a JSON object").clone());
+    if let Some(moe) = &config.moe {
+        object.extend(
+            moe_fields(family, moe)
+                .as_object()
+                .expect("a JSON object")
+                .clone(),
+        );
+    }
+    if family == ModelFamily::Mixtral {
+        // MixtralConfig keeps `head_dim` null unless a checkpoint gives one.
+        object.insert("head_dim".into(), json!(config.explicit_head_dim));
+    }
     json
+}
+
+/// The `config.json` fields of a mixture of experts, as the family's configuration class names
+/// them.
+fn moe_fields(family: ModelFamily, moe: &MoeConfig) -> Value {
+    let mut fields = json!({
+        "num_experts_per_tok": moe.experts_per_token,
+        "router_aux_loss_coef": moe.router_aux_loss_coef,
+        "output_router_logits": false,
+    });
+    let extra = match family {
+        ModelFamily::Mixtral => json!({
+            "num_local_experts": moe.num_experts,
+            "intermediate_size": moe.expert_ffn_size,
+            "router_jitter_noise": 0.0,
+        }),
+        _ => {
+            let mut extra = json!({
+                "num_experts": moe.num_experts,
+                "moe_intermediate_size": moe.expert_ffn_size,
+                "norm_topk_prob": moe.normalize_top_k,
+                "decoder_sparse_step": moe.sparse_step,
+                "mlp_only_layers": moe.dense_layers,
+            });
+            if let Some(width) = moe.shared_expert_ffn_size {
+                extra["shared_expert_intermediate_size"] = json!(width);
+            }
+            if family == ModelFamily::Qwen3Moe {
+                // transformers 5 saves Qwen3-MoE's count under this name; published files use
+                // `num_experts`, which it maps to it.
+                extra["num_local_experts"] = json!(moe.num_experts);
+            }
+            extra
+        }
+    };
+    fields
+        .as_object_mut()
+        .expect("a JSON object")
+        .extend(extra.as_object().expect("a JSON object").clone());
+    fields
 }
 
 /// The `generation_config.json` matching [`hf_config_json`].
@@ -240,7 +316,7 @@ impl FieldReader<'_> {
     }
 
     /// Rejects the features of the families' configurations the decoder does not implement.
-    fn check_supported(&self) -> Result<(), HfError> {
+    fn check_supported(&self, family: ModelFamily) -> Result<(), HfError> {
         if let Some(act) = self.get("hidden_act")
             && act != "silu"
         {
@@ -255,16 +331,92 @@ impl FieldReader<'_> {
             ));
         }
         for field in ["num_experts", "num_local_experts"] {
-            if self
-                .get(field)
-                .is_some_and(|count| count.as_u64() != Some(0))
+            if !family.is_mixture()
+                && self
+                    .get(field)
+                    .is_some_and(|count| count.as_u64() != Some(0))
             {
-                return Err(
-                    self.unsupported(field, "mixture-of-experts models are not supported".into())
-                );
+                return Err(self.unsupported(
+                    field,
+                    format!(
+                        "a `{family}` model is dense; mixtures of experts are read as `mixtral`, \
+                         `qwen2_moe` or `qwen3_moe`"
+                    ),
+                ));
             }
         }
+        // Routers of other kinds (DeepSeek's sigmoid scores, grouped top-k) are other models.
+        for (field, expected) in [("scoring_func", "softmax"), ("topk_method", "greedy")] {
+            if let Some(value) = self.get(field)
+                && value.as_str() != Some(expected)
+            {
+                return Err(self.unsupported(
+                    field,
+                    format!("the router takes a softmax and a plain top-k (`{expected}`)"),
+                ));
+            }
+        }
+        if let Some(noise) = self.get("router_jitter_noise")
+            && noise.as_f64() != Some(0.0)
+        {
+            return Err(self.unsupported(
+                "router_jitter_noise",
+                "the router takes its inputs as they are (0.0)".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// The mixture of experts of a `mixtral`, `qwen2_moe` or `qwen3_moe` configuration (each
+    /// absent key takes the family's configuration class default); `None` for a dense family.
+    /// `ffn_size` is `intermediate_size`: Mixtral's experts' width.
+    fn moe(&self, family: ModelFamily, ffn_size: usize) -> Result<Option<MoeConfig>, HfError> {
+        let (experts, per_token, width, normalize, shared) = match family {
+            ModelFamily::Mixtral => (8, 2, ffn_size, true, None),
+            ModelFamily::Qwen2Moe => (60, 4, 1408, false, Some(5632)),
+            ModelFamily::Qwen3Moe => (128, 8, 768, false, None),
+            _ => return Ok(None),
+        };
+        // transformers 5 saves Qwen3-MoE's count as `num_local_experts`, older versions and the
+        // published files as `num_experts`.
+        let experts = match (
+            self.optional_usize("num_experts")?,
+            self.optional_usize("num_local_experts")?,
+        ) {
+            (Some(count), _) | (None, Some(count)) => count,
+            (None, None) => experts,
+        };
+        let dense_layers = match self.get("mlp_only_layers") {
+            None => Vec::new(),
+            Some(Value::Array(layers)) => layers
+                .iter()
+                .map(|layer| layer.as_u64().map(|layer| layer as usize))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| self.invalid_type("mlp_only_layers", "a list of layer indices"))?,
+            Some(_) => return Err(self.invalid_type("mlp_only_layers", "a list")),
+        };
+        let mixtral = family == ModelFamily::Mixtral;
+        Ok(Some(MoeConfig {
+            num_experts: experts,
+            experts_per_token: self.usize("num_experts_per_tok", per_token)?,
+            expert_ffn_size: if mixtral {
+                width
+            } else {
+                self.usize("moe_intermediate_size", width)?
+            },
+            normalize_top_k: mixtral || self.bool("norm_topk_prob", normalize)?,
+            shared_expert_ffn_size: match shared {
+                Some(width) => Some(self.usize("shared_expert_intermediate_size", width)?),
+                None => None,
+            },
+            sparse_step: if mixtral {
+                1
+            } else {
+                self.usize("decoder_sparse_step", 1)?
+            },
+            dense_layers,
+            router_aux_loss_coef: self.f64("router_aux_loss_coef", 0.001)?,
+        }))
     }
 
     /// RoPE theta and scaling, from `rope_parameters` (transformers 5) or the top-level
@@ -367,14 +519,27 @@ impl FieldReader<'_> {
         family: ModelFamily,
         layers: usize,
     ) -> Result<Option<SlidingWindow>, HfError> {
+        if family == ModelFamily::Qwen2Moe && self.bool("use_sliding_window", false)? {
+            return Err(self.unsupported(
+                "use_sliding_window",
+                "Qwen2-MoE's windows (every other layer below `max_window_layers`) are not \
+                 supported"
+                    .into(),
+            ));
+        }
         let slides = match family {
             ModelFamily::Llama => false,
-            ModelFamily::Mistral => true,
-            ModelFamily::Qwen2 | ModelFamily::Qwen3 => self.bool("use_sliding_window", false)?,
+            ModelFamily::Mistral | ModelFamily::Mixtral => true,
+            ModelFamily::Qwen2
+            | ModelFamily::Qwen3
+            | ModelFamily::Qwen2Moe
+            | ModelFamily::Qwen3Moe => self.bool("use_sliding_window", false)?,
         };
-        // A null window is none (every layer attends fully), an absent one transformers' 4096.
+        // A null window is none (every layer attends fully), an absent one transformers' default
+        // (Mistral's 4096, Mixtral's none).
         let size = match self.fields.get("sliding_window") {
             _ if !slides => None,
+            None if family == ModelFamily::Mixtral => None,
             None => Some(4096),
             Some(_) => self.optional_usize("sliding_window")?,
         };
@@ -382,7 +547,7 @@ impl FieldReader<'_> {
             return Ok(None);
         };
         let first_layer = match family {
-            ModelFamily::Mistral => 0,
+            ModelFamily::Mistral | ModelFamily::Mixtral => 0,
             _ => self.usize("max_window_layers", 28)?,
         };
         let first_layer = match self.get("layer_types") {

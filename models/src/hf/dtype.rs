@@ -18,6 +18,16 @@ pub enum WeightDtype {
 }
 
 impl WeightDtype {
+    /// `value` rounded to this type (to nearest, ties to even), as a torch operation on it rounds
+    /// its f32 result.
+    pub fn round(self, value: f32) -> f32 {
+        match self {
+            WeightDtype::F32 => value,
+            WeightDtype::BF16 => bf16::from_f32(value).to_f32(),
+            WeightDtype::F16 => f16::from_f32(value).to_f32(),
+        }
+    }
+
     /// The Burn dtype.
     pub fn burn(self) -> DType {
         match self {

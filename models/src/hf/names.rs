@@ -2,6 +2,7 @@
 //! that share its names), and their Burn paths.
 
 use crate::config::HlatConfig;
+use crate::family::ModelFamily;
 
 /// One weight: its Hugging Face name and shape, its Burn path, and whether the stored matrix is
 /// the transpose of Burn's (torch `Linear` is `[out, in]`, Burn's `[in, out]`).
@@ -66,7 +67,6 @@ fn layer_specs(config: &HlatConfig, layer: usize) -> Vec<TensorSpec> {
     let head_dim = config.head_dim();
     let kv_width = config.num_kv_heads * head_dim;
     let q_width = config.num_heads * head_dim;
-    let ffn = config.ffn_size;
     let prefix = format!("layers.{layer}");
     let projection = |module: &str, out: usize, input: usize, bias: bool| {
         let path = format!("{prefix}.{module}");
@@ -107,10 +107,94 @@ fn layer_specs(config: &HlatConfig, layer: usize) -> Vec<TensorSpec> {
             format!("{prefix}.post_attention_layernorm.weight"),
             hidden,
         )))
-        .chain(projection("mlp.gate_proj", ffn, hidden, config.mlp_bias))
-        .chain(projection("mlp.up_proj", ffn, hidden, config.mlp_bias))
-        .chain(projection("mlp.down_proj", hidden, ffn, config.mlp_bias))
+        .chain(feed_forward_specs(config, layer))
         .collect()
+}
+
+/// The weights of layer `layer`'s feed-forward network: the dense SwiGLU projections, or a
+/// mixture's router, experts and shared expert under the family's names (Mixtral's
+/// `block_sparse_moe.experts.N.w1/w2/w3`, Qwen's `mlp.experts.N.{gate,up,down}_proj`).
+fn feed_forward_specs(config: &HlatConfig, layer: usize) -> Vec<TensorSpec> {
+    let hidden = config.hidden_size;
+    let prefix = format!("layers.{layer}");
+    let Some(moe) = config.moe.as_ref().filter(|moe| moe.is_sparse(layer)) else {
+        let ffn = config.ffn_size;
+        let bias = config.mlp_bias;
+        return ["gate_proj", "up_proj", "down_proj"]
+            .into_iter()
+            .flat_map(|name| {
+                let path = format!("{prefix}.mlp.{name}");
+                let (out, input) = if name == "down_proj" {
+                    (hidden, ffn)
+                } else {
+                    (ffn, hidden)
+                };
+                let bias = bias.then(|| vector(format!("{path}.bias"), out));
+                std::iter::once(linear(format!("{path}.weight"), out, input)).chain(bias)
+            })
+            .collect();
+    };
+    let mixtral = config.family == ModelFamily::Mixtral;
+    let block = if mixtral { "block_sparse_moe" } else { "mlp" };
+    let hf = |name: String| format!("model.{prefix}.{block}.{name}");
+    let burn = |name: String| format!("{prefix}.moe.{name}");
+    let mut specs = vec![renamed(
+        hf("gate.weight".into()),
+        burn("router.weight".into()),
+        [moe.num_experts, hidden],
+    )];
+    // (Burn's name, Mixtral's name, whether it is the down projection)
+    let projections = [
+        ("gate_proj", "w1", false),
+        ("up_proj", "w3", false),
+        ("down_proj", "w2", true),
+    ];
+    let swiglu = |hf_module: &dyn Fn(&str, &str) -> String, burn_module: &str, width: usize| {
+        projections.map(|(name, mixtral_name, down)| {
+            let shape = if down {
+                [hidden, width]
+            } else {
+                [width, hidden]
+            };
+            renamed(
+                hf_module(name, mixtral_name),
+                burn(format!("{burn_module}.{name}.weight")),
+                shape,
+            )
+        })
+    };
+    for expert in 0..moe.num_experts {
+        let hf_name = |name: &str, mixtral_name: &str| {
+            let name = if mixtral { mixtral_name } else { name };
+            hf(format!("experts.{expert}.{name}.weight"))
+        };
+        specs.extend(swiglu(
+            &hf_name,
+            &format!("experts.{expert}"),
+            moe.expert_ffn_size,
+        ));
+    }
+    if let Some(width) = moe.shared_expert_ffn_size {
+        let hf_name = |name: &str, _: &str| hf(format!("shared_expert.{name}.weight"));
+        specs.extend(swiglu(&hf_name, "shared_expert", width));
+        specs.push(renamed(
+            hf("shared_expert_gate.weight".into()),
+            burn("shared_expert_gate.weight".into()),
+            [1, hidden],
+        ));
+    }
+    specs
+}
+
+/// A projection stored `[out, input]` under `hf_name`, whose Burn path `burn_path` is not the
+/// Hugging Face name without `model.` (a mixture's tensors).
+fn renamed(hf_name: String, burn_path: String, shape: [usize; 2]) -> TensorSpec {
+    TensorSpec {
+        hf_name,
+        burn_path,
+        hf_shape: shape.to_vec(),
+        transposed: true,
+    }
 }
 
 /// Buffers older transformers versions saved that carry no weights (recomputed from the config).

@@ -8,13 +8,15 @@ use super::nearswap::nearswap;
 use super::plan::{PlannedInput, PlannedTensor};
 use super::sce::sce;
 use super::task_arithmetic::{TaskArithmetic, TaskVector, task_arithmetic};
+use crate::hf::WeightDtype;
 
-/// The merged values of `tensor`, whose inputs hold `values` (in the order of its inputs). An
-/// error says why these values cannot be merged.
+/// The merged values of `tensor`, whose inputs hold `values` (in the order of its inputs) of
+/// the merge's dtype `working`. An error says why these values cannot be merged.
 pub fn combine(
     method: MergeMethod,
     tensor: &PlannedTensor,
     values: &[Vec<f32>],
+    working: WeightDtype,
 ) -> Result<Vec<f64>, String> {
     let shared = |name: &str| tensor.shared[name];
     let own = |input: &PlannedInput, name: &str| input.parameters[name].number();
@@ -45,7 +47,12 @@ pub fn combine(
             &widen(others[0].1),
         )),
         MergeMethod::Nearswap => Ok(nearswap(shared("t").number(), required_base(), others[0].1)),
-        MergeMethod::ArceeFusion => Ok(arcee_fusion(required_base(), others[0].1, &tensor.shape)),
+        MergeMethod::ArceeFusion => Ok(arcee_fusion(
+            required_base(),
+            others[0].1,
+            &tensor.shape,
+            working,
+        )),
         MergeMethod::Nuslerp => {
             let (first, second) = (own(others[0].0, "weight"), own(others[1].0, "weight"));
             let total = first + second;
@@ -111,6 +118,7 @@ pub fn combine(
                 required_base(),
                 &models,
                 shared("select_topk").number(),
+                working,
             ))
         }
         MergeMethod::Passthrough => {
@@ -140,6 +148,7 @@ pub fn combine(
                 rescale: shared("rescale").flag(),
                 lambda: shared("lambda").number(),
                 seed: tensor_seed(&tensor.name),
+                working,
             };
             task_arithmetic(required_base(), &tensor.shape, &models, merge)
         }

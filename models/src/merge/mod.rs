@@ -76,6 +76,16 @@ pub enum MergeError {
         /// The other's.
         found: usize,
     },
+    /// A model's architecture is one mergekit does not merge, so neither does `hlat merge`.
+    #[error("{}: mergekit has no definition of {architecture} ({reason}); hlat merges what mergekit merges", model.display())]
+    UnsupportedArchitecture {
+        /// The model folder.
+        model: PathBuf,
+        /// transformers' class of the model.
+        architecture: &'static str,
+        /// Why it cannot be merged as mergekit would.
+        reason: &'static str,
+    },
     /// A model lacks a tensor another source of the same output tensor has.
     #[error("{}: tensor `{tensor}` is {}", model.display(), if *missing { "missing" } else { "not in the other models" })]
     Tensor {
@@ -235,7 +245,7 @@ pub fn merge(config: &MergeConfig, out: &Path) -> Result<MergeSummary, MergeErro
                 Ok(round(values.into_iter().map(f64::from), working))
             })
             .collect::<Result<Vec<_>, MergeError>>()?;
-        let merged = combine(config.method, tensor, &values).map_err(|message| {
+        let merged = combine(config.method, tensor, &values, working).map_err(|message| {
             FileError::invalid(&config.path, format!("tensor `{}`: {message}", tensor.name))
         })?;
         let merged = round(merged.into_iter(), working);
@@ -298,13 +308,29 @@ fn round(values: impl Iterator<Item = f64>, dtype: WeightDtype) -> Vec<f32> {
 /// layers).
 fn check_architectures(inputs: &[Input]) -> Result<(), MergeError> {
     let reference = &inputs[0];
+    for input in inputs {
+        if input.config.family == crate::ModelFamily::Qwen2Moe {
+            return Err(MergeError::UnsupportedArchitecture {
+                model: input.folder.clone().into(),
+                architecture: input.config.family.architecture(),
+                reason: "its architectures cover Mixtral and Qwen3-MoE, not Qwen2-MoE's shared \
+                         expert",
+            });
+        }
+    }
     let sizes = |model: &HlatConfig| {
+        let moe = model.moe.as_ref();
         [
             ("vocab_size", model.vocab_size),
             ("hidden_size", model.hidden_size),
             ("num_attention_heads", model.num_heads),
             ("num_key_value_heads", model.num_kv_heads),
             ("intermediate_size", model.ffn_size),
+            ("num_experts", moe.map_or(0, |moe| moe.num_experts)),
+            (
+                "moe_intermediate_size",
+                moe.map_or(0, |moe| moe.expert_ffn_size),
+            ),
         ]
     };
     for input in &inputs[1..] {

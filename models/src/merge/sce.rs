@@ -2,9 +2,14 @@
 //! calculate each model's weight from the energy of its differences, erase the differences
 //! against the elected sign.
 
+use super::task_arithmetic::elected_sign;
+use crate::hf::WeightDtype;
+
 /// SCE of `models` around `base`, keeping the `select_topk` fraction of elements of largest
-/// variance across the models (of those that vary at all).
-pub fn sce(base: &[f32], models: &[&[f32]], select_topk: f64) -> Vec<f64> {
+/// variance across the models (of those that vary at all). What selects and erases elements
+/// (the differences, their variance, the kept count, the sign election) is computed as mergekit
+/// computes it in the merge's dtype `working`; the weights and the mix in f64.
+pub fn sce(base: &[f32], models: &[&[f32]], select_topk: f64, working: WeightDtype) -> Vec<f64> {
     if models.is_empty() {
         return base.iter().map(|&v| f64::from(v)).collect();
     }
@@ -15,22 +20,26 @@ pub fn sce(base: &[f32], models: &[&[f32]], select_topk: f64) -> Vec<f64> {
             model
                 .iter()
                 .zip(base)
-                .map(|(&m, &b)| f64::from(m - b))
+                .map(|(&m, &b)| f64::from(working.round(m - b)))
                 .collect()
         })
         .collect();
     if select_topk < 1.0 {
         let mut selected = vec![select_topk > 0.0; length];
         if select_topk > 0.0 {
-            let count = deltas.len() as f64;
-            let variance: Vec<f64> = (0..length)
+            // torch.var(unbiased=False) on the merge's dtype: mean, then mean square deviation.
+            let count = deltas.len() as f32;
+            let variance: Vec<f32> = (0..length)
                 .map(|i| {
-                    let mean = deltas.iter().map(|d| d[i]).sum::<f64>() / count;
-                    deltas.iter().map(|d| (d[i] - mean).powi(2)).sum::<f64>() / count
+                    let mean =
+                        working.round(deltas.iter().map(|d| d[i] as f32).sum::<f32>() / count);
+                    let squares: f32 = deltas.iter().map(|d| (d[i] as f32 - mean).powi(2)).sum();
+                    working.round(squares / count)
                 })
                 .collect();
             let varying = variance.iter().filter(|v| **v != 0.0).count();
-            let kept = (varying as f64 * select_topk) as usize;
+            // `int(count_nonzero(var) * select_topk)`: a float32 product.
+            let kept = (varying as f32 * select_topk as f32) as usize;
             let mut order: Vec<usize> = (0..length).collect();
             order.sort_by(|&a, &b| variance[b].total_cmp(&variance[a]));
             selected = vec![false; length];
@@ -56,11 +65,7 @@ pub fn sce(base: &[f32], models: &[&[f32]], select_topk: f64) -> Vec<f64> {
     };
     (0..length)
         .map(|i| {
-            let elected = if deltas.iter().map(|d| d[i]).sum::<f64>() >= 0.0 {
-                1.0
-            } else {
-                -1.0
-            };
+            let elected = elected_sign(deltas.iter().map(|d| d[i] as f32));
             let (mut mixed, mut divisor) = (0.0, 0.0);
             for (delta, weight) in deltas.iter().zip(&weights) {
                 if delta[i] != 0.0 && delta[i].signum() == elected {

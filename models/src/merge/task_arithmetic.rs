@@ -6,6 +6,7 @@ use rand::rngs::StdRng;
 
 use super::method::TaskArithmeticOptions;
 use super::sparsify::{SparsifyOptions, sparsify};
+use crate::hf::WeightDtype;
 
 /// One model's contribution: its values and parameters for the tensor.
 #[derive(Debug, Clone)]
@@ -36,11 +37,25 @@ pub struct TaskArithmetic {
     /// The seed of the random sparsifications; model `i` draws from `seed ^ i·φ` (see
     /// [`stream_seed`]).
     pub seed: u64,
+    /// The merge's dtype: the sign election sums the weighted differences in it, as mergekit
+    /// does, so that a sum near zero elects the sign mergekit elects.
+    pub working: WeightDtype,
 }
 
 /// The seed model number `stream` draws from, for a tensor seeded `seed`.
 pub fn stream_seed(seed: u64, stream: usize) -> u64 {
     seed ^ (stream as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The sign mergekit's `sum` election gives an element whose models hold `values` (in the
+/// merge's dtype): their sum, taken in f32 in model order as torch sums a short axis (a bf16 sum
+/// accumulates in f32 too), at least zero elects plus.
+pub(super) fn elected_sign(values: impl Iterator<Item = f32>) -> f64 {
+    if values.sum::<f32>() >= 0.0 {
+        1.0
+    } else {
+        -1.0
+    }
 }
 
 /// `base + λ · mix(wᵢ · sparsified(θᵢ − base))`, the mix as `merge` says. Differences are taken
@@ -52,6 +67,9 @@ pub fn task_arithmetic(
     merge: TaskArithmetic,
 ) -> Result<Vec<f64>, String> {
     let mut weighted = Vec::with_capacity(models.len());
+    // The weighted differences as mergekit holds them (in the merge's dtype), for the election.
+    let mut election: Vec<Vec<f32>> = Vec::with_capacity(models.len());
+    let working = merge.working;
     for (number, model) in models.iter().enumerate() {
         let mut delta: Vec<f64> = model
             .values
@@ -70,14 +88,22 @@ pub fn task_arithmetic(
             let mut random = StdRng::seed_from_u64(stream_seed(merge.seed, number));
             sparsify(&mut delta, shape, options, &mut random)?;
         }
+        if merge.options.sign_consensus {
+            let weight = working.round(model.weight as f32);
+            election.push(
+                delta
+                    .iter()
+                    .map(|&d| working.round(working.round(d as f32) * weight))
+                    .collect(),
+            );
+        }
         delta.iter_mut().for_each(|d| *d *= model.weight);
         weighted.push(delta);
     }
     Ok((0..base.len())
         .map(|index| {
             let (mut mixed, divisor) = if merge.options.sign_consensus {
-                let total: f64 = weighted.iter().map(|delta| delta[index]).sum();
-                let elected = if total >= 0.0 { 1.0 } else { -1.0 };
+                let elected = elected_sign(election.iter().map(|terms| terms[index]));
                 let (mut mixed, mut divisor) = (0.0, 0.0);
                 for (delta, model) in weighted.iter().zip(models) {
                     let value = delta[index];
@@ -115,6 +141,68 @@ mod tests {
         }
     }
 
+    /// Weighted differences summing to nearly zero
+    /// (`fixtures/mergekit/ties-sign-election.json`, mergekit's own election): held in the
+    /// merge's dtype, the sum elects the sign mergekit elects, where a float64 sum elects the
+    /// other. With one model kept and `normalize`, the merge is that model's difference.
+    #[test]
+    fn the_sign_election_is_mergekits_near_zero() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/mergekit/ties-sign-election.json"
+        );
+        let cases: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(cases.len(), 2);
+        for case in cases {
+            let numbers = |key: &str| -> Vec<f64> {
+                case[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|value| value.as_f64().unwrap())
+                    .collect()
+            };
+            let (deltas, weights) = (numbers("deltas"), numbers("weights"));
+            let mask: Vec<bool> = case["mask"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kept| kept.as_bool().unwrap())
+                .collect();
+            let working = match case["dtype"].as_str().unwrap() {
+                "float32" => WeightDtype::F32,
+                _ => WeightDtype::BF16,
+            };
+            let values: Vec<[f32; 1]> = deltas.iter().map(|&d| [d as f32]).collect();
+            let models: Vec<TaskVector<'_>> = values
+                .iter()
+                .zip(&weights)
+                .map(|(values, &weight)| TaskVector {
+                    weight,
+                    ..vector(values)
+                })
+                .collect();
+            let merge = TaskArithmetic {
+                options: MergeMethod::Ties.task_arithmetic().unwrap(),
+                normalize: true,
+                rescale: false,
+                lambda: 1.0,
+                seed: 0,
+                working,
+            };
+            let merged = task_arithmetic(&[0.0], &[1], &models, merge).unwrap()[0];
+            let kept = mask.iter().position(|&kept| kept).unwrap();
+            assert_eq!(mask.iter().filter(|&&kept| kept).count(), 1);
+            assert!(
+                (merged - deltas[kept]).abs() < 1e-6,
+                "{}: merged {merged}, mergekit keeps model {kept} ({})",
+                case["dtype"],
+                deltas[kept]
+            );
+        }
+    }
+
     #[test]
     fn sign_election_drops_the_minority_and_divides_by_the_weights_that_agree() {
         let base = [0.0f32, 0.0];
@@ -125,6 +213,7 @@ mod tests {
             rescale: false,
             lambda: 1.0,
             seed: 0,
+            working: WeightDtype::F32,
         };
         // Element 0: 1 − 3 < 0 elects minus, only the second counts; element 1: both agree.
         assert_eq!(

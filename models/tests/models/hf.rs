@@ -120,6 +120,27 @@ fn fixture_logits_and_greedy_continuation_on_trainium_host() {
     }
 }
 
+/// The mixtures of experts on the compiled `xla` device, with no host fallback: the routing
+/// (softmax, the top-k rounds of argmax, the masked weights) and every expert run in the program.
+#[test]
+fn mixtures_of_experts_give_transformers_logits_and_tokens_on_xla() {
+    // A device of this test's own, so that refusing host fallbacks touches no other test.
+    let xla = test_support::plugin::xla(2);
+    burn_trainium::set_host_fallback(&xla, burn_trainium::HostFallback::Error);
+    let device = crate::trainium(xla);
+    let before = burn_trainium::stats(&xla).host_fallbacks;
+    for name in HF_FIXTURES
+        .iter()
+        .filter(|name| name.contains("moe") || name.contains("mixtral"))
+    {
+        check_fixture(name, &device);
+    }
+    device.sync().expect("the device syncs");
+    let stats = burn_trainium::stats(&xla);
+    assert_eq!(stats.host_fallbacks, before);
+    assert!(stats.segments_run > 0, "the models ran on {xla}");
+}
+
 fn parameters(model: &Hlat) -> HashMap<String, TensorData> {
     model
         .collect(None, None, false)
@@ -404,6 +425,53 @@ fn import_error(dir: &Path) -> HfError {
     match import_hf(dir, &Device::flex(), WeightDtype::F32) {
         Ok(_) => panic!("importing {} should fail", dir.display()),
         Err(error) => error,
+    }
+}
+
+/// Mixture-of-experts configurations the decoder cannot build or does not implement: each error
+/// names the file and the `config.json` field.
+#[test]
+fn bad_mixture_configurations_name_the_field() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, &str, Edit); 7] = [
+        ("hf-tiny-mixtral", "num_experts_per_tok", |c| {
+            c["num_experts_per_tok"] = 9.into()
+        }),
+        ("hf-tiny-mixtral", "router_jitter_noise", |c| {
+            c["router_jitter_noise"] = 0.1.into()
+        }),
+        ("hf-tiny-qwen3-moe", "scoring_func", |c| {
+            c["scoring_func"] = "sigmoid".into()
+        }),
+        ("hf-tiny-qwen3-moe", "decoder_sparse_step", |c| {
+            c["decoder_sparse_step"] = 0.into()
+        }),
+        ("hf-tiny-qwen2-moe", "mlp_only_layers", |c| {
+            c["mlp_only_layers"] = serde_json::json!([5])
+        }),
+        ("hf-tiny-qwen2-moe", "use_sliding_window", |c| {
+            c["use_sliding_window"] = true.into()
+        }),
+        ("hf-tiny-llama", "num_experts", |c| {
+            c["num_experts"] = 8.into()
+        }),
+    ];
+    for (name, field, edit) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config: Value = serde_json::from_str(
+            &std::fs::read_to_string(fixture(name).join("config.json")).unwrap(),
+        )
+        .unwrap();
+        edit(&mut config);
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        let error = hlat::hf::read_hf_config(dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!("`{field}`")) || error.contains(&format!("{field}:")),
+            "{name} {field}: {error}"
+        );
+        assert!(error.contains("config.json"), "{name} {field}: {error}");
     }
 }
 

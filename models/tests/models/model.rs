@@ -185,7 +185,8 @@ fn initialisation_follows_hlat() {
     let model = config.init(&Device::flex());
     assert_eq!(model.num_params() as u64, config.num_params());
     let weights = model.layers[0]
-        .mlp
+        .dense_mlp()
+        .unwrap()
         .gate_proj
         .weight
         .val()

@@ -128,6 +128,7 @@ impl SupervisedLearningStrategy<LanguageModel> for HlatStrategy {
                         &model.devices()[0].clone().inner(),
                     ),
                     tokens: report.tokens,
+                    load_balancing: None,
                 };
                 let item = TrainingItem::new(
                     item,

@@ -12,7 +12,7 @@ use super::ParallelLayout;
 use crate::precision::Precision;
 
 /// The shape of one training step on one device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepShape {
     /// Tokens per row.
     pub seq_len: usize,
@@ -26,6 +26,8 @@ pub struct StepShape {
     pub pipeline: Option<PipelineShape>,
     /// LoRA adapters on frozen weights, when the step trains those alone.
     pub lora: Option<LoraShape>,
+    /// A mixture of experts' capacity factor (`--moe-capacity-factor`); `None`: dropless.
+    pub moe_capacity_factor: Option<f64>,
 }
 
 /// LoRA adapters as memory sees them: their rank and the projections they adapt.
@@ -219,8 +221,46 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
     // Two f32 copies of the scores (raw and probabilities: Burn 0.22's softmax keeps its output)
     // and a one-byte mask, for `queries` rows of queries.
     let attention_core = |queries: u64| rows * local_heads * queries * seq * (2 * 4 + 1);
-    let mlp_projections = 2 * tokens * local_ffn * element;
-    let mlp_activation = 3 * tokens * local_ffn * element;
+    let (mlp_projections, mlp_activation) = match &config.moe {
+        None => (
+            2 * tokens * local_ffn * element,
+            3 * tokens * local_ffn * element,
+        ),
+        // A mixture routed dropless runs every expert on every token (under a capacity factor,
+        // on its slots): each expert's five FFN-sized tensors and its weighted output, the
+        // router's logits and probabilities in f32, averaged with the dense layers (not
+        // calibrated against the live-bytes gauge).
+        Some(moe) => {
+            let layers = config.num_layers.max(1) as u64;
+            let sparse = (0..config.num_layers)
+                .filter(|&layer| moe.is_sparse(layer))
+                .count() as u64;
+            let experts = moe.num_experts as u64;
+            // The rows each expert runs on.
+            let routed = match shape.moe_capacity_factor {
+                None => tokens,
+                Some(factor) => {
+                    let share = tokens as f64 * moe.experts_per_token as f64 / experts as f64;
+                    ((factor * share).ceil() as u64).clamp(1, tokens)
+                }
+            };
+            let expert_ffn = moe.expert_ffn_size as u64
+                + moe.shared_expert_ffn_size.map_or(0, |width| width as u64) / experts;
+            let sparse_projections =
+                experts * (2 * routed * expert_ffn + routed * hidden) * element
+                    + 2 * tokens * experts * 4;
+            let sparse_activation = 3 * experts * routed * expert_ffn * element;
+            let dense_projections = 2 * tokens * local_ffn * element;
+            let dense_activation = 3 * tokens * local_ffn * element;
+            let mean = |sparse_bytes: u64, dense_bytes: u64| {
+                (sparse * sparse_bytes + (layers - sparse) * dense_bytes) / layers
+            };
+            (
+                mean(sparse_projections, dense_projections),
+                mean(sparse_activation, dense_activation),
+            )
+        }
+    };
     // Burn 0.22's autodiff keeps the broadcast forms of what a layer multiplies its activations
     // by, which a device holds as tensors of their own: the two norm gains, the rotary tables of
     // the queries and keys, and the key and value projections made 3-d for the batched product.
@@ -276,6 +316,40 @@ mod tests {
         }
     }
 
+    /// A mixture routed dropless keeps every expert's activations over every token; a capacity
+    /// factor of 1 over `k / experts` of them: the FFN part shrinks by `experts / k`.
+    #[test]
+    fn a_capacity_factor_shrinks_a_mixtures_activations() {
+        let config = HlatConfig::preset("mixtral-8x7b").unwrap();
+        let dense = HlatConfig {
+            moe: None,
+            family: hlat::ModelFamily::Mistral,
+            ..config.clone()
+        };
+        let mut shape = shape(ActivationCheckpointing::None);
+        let bytes = |config: &HlatConfig, shape: &StepShape| {
+            DeviceMemory::estimate(config, &layout(1, 1, false), shape).activation_bytes
+        };
+        let dropless = bytes(&config, &shape);
+        shape.moe_capacity_factor = Some(1.0);
+        let capacity = bytes(&config, &shape);
+        let dense = bytes(&dense, &shape);
+        assert!(
+            dropless > capacity && capacity > dense,
+            "{dropless} {capacity} {dense}"
+        );
+        // Mixtral's experts have the dense FFN's width: at capacity 1 the 8 experts run on a
+        // quarter of the tokens each, twice the dense FFN's rows in all.
+        let tokens = (shape.seq_len * shape.micro_batch_rows) as u64;
+        let (ffn, hidden, element) = (14336u64, 4096u64, 2u64);
+        let per_layer = |rows: u64| 8 * (5 * rows * ffn + rows * hidden) * element;
+        let layers = 32;
+        assert_eq!(
+            dropless - capacity,
+            layers * (per_layer(tokens) - per_layer(tokens / 4))
+        );
+    }
+
     fn shape(checkpointing: ActivationCheckpointing) -> StepShape {
         StepShape {
             seq_len: 4096,
@@ -284,6 +358,7 @@ mod tests {
             checkpointing,
             pipeline: None,
             lora: None,
+            moe_capacity_factor: None,
         }
     }
 
@@ -380,6 +455,7 @@ mod tests {
                 checkpointing: ActivationCheckpointing::None,
                 pipeline: None,
                 lora: None,
+                moe_capacity_factor: None,
             };
             DeviceMemory::estimate(&config, &layout(1, 1, false), &shape).activation_bytes
         };

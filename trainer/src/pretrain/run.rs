@@ -301,6 +301,7 @@ impl StepObserver for PretrainRun {
         let metrics = StepMetrics {
             step,
             loss: report.loss,
+            load_balancing_loss: report.load_balancing_loss,
             perplexity: report.loss.exp(),
             lr: report.lr,
             grad_norm: report.grad_norm,

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use hlat::checkpoint::run_folder::MODEL_DIR;
-use hlat::lora::LoraConfig;
+use hlat::lora::{LoraConfig, LoraTarget};
+use hlat::recompute::ActivationCheckpointing;
 use hlat::{Hlat, HlatConfig};
 
 use crate::checkpoint_state::{load_optimizer, read_state};
@@ -88,6 +89,8 @@ pub(super) fn start_run(
         }
         None => hlat,
     };
+    refuse_unsupported_mixture(hlat.config(), config)?;
+    let hlat = hlat.with_moe_capacity_factor(config.moe_capacity_factor);
     let hlat = cast_params(hlat, config.precision.param_dtype());
     let model = match layout.tensor_parallel() {
         Some(parallel) => {
@@ -289,6 +292,51 @@ fn check_fit(
             "the data uses a vocabulary of {data_vocab} tokens, the model has {}",
             model.vocab_size
         )));
+    }
+    Ok(())
+}
+
+/// What a mixture-of-experts model does not train with yet, refused by the setting's name
+/// before anything runs: splitting its layers (tensor and pipeline parallelism, which split
+/// dense layers), activation checkpointing (its stages are a dense layer's), and LoRA on MLP
+/// projections (its experts take no adapters). Data parallelism and ZeRO-1 replicate whole
+/// models and are accepted.
+fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
+    if model.moe.is_none() {
+        return match config.moe_capacity_factor {
+            Some(_) => Err(TrainError::Mismatch(format!(
+                "moe_capacity_factor: the {} model is dense (no mixture of experts to route)",
+                model.family
+            ))),
+            None => Ok(()),
+        };
+    }
+    let refuse = |setting: &str, what: &str| {
+        Err(TrainError::Mismatch(format!(
+            "{setting}: a mixture-of-experts model ({}) cannot be trained with {what} yet",
+            model.family
+        )))
+    };
+    if config.tensor_parallel > 1 {
+        return refuse("tensor_parallel", "tensor parallelism");
+    }
+    if config.pipeline_parallel > 1 {
+        return refuse("pipeline_parallel", "pipeline parallelism");
+    }
+    if config.activation_checkpointing != ActivationCheckpointing::None {
+        return refuse("activation_checkpointing", "activation checkpointing");
+    }
+    if let Some(lora) = &config.lora
+        && lora
+            .targets
+            .iter()
+            .any(|target| matches!(target, LoraTarget::Gate | LoraTarget::Up | LoraTarget::Down))
+    {
+        return refuse(
+            "lora targets",
+            "adapters on MLP projections (gate, up, down; adapt the attention with \
+             --lora-targets q,k,v,o)",
+        );
     }
     Ok(())
 }

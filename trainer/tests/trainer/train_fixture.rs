@@ -32,13 +32,25 @@ fn ten_adamw_steps_of(name: &str) {
         .iter()
         .map(token_ids)
         .collect();
-    let losses: Vec<f64> = train["losses"]
+    // A mixture of experts trains on the cross-entropy plus its weighted load-balancing loss,
+    // which the fixture records as transformers computes it.
+    let objective = expected.get("train_with_aux").unwrap_or(train);
+    let losses: Vec<f64> = objective["losses"]
         .as_array()
         .unwrap()
         .iter()
         .map(|loss| loss.as_f64().unwrap())
         .collect();
 
+    // transformers' unweighted load-balancing loss of each step (mixtures only).
+    let balance: Option<Vec<f64>> = expected.get("train_with_aux").map(|aux| {
+        aux["aux_loss"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|loss| loss.as_f64().unwrap())
+            .collect()
+    });
     let device = Device::flex().autodiff();
     let (_, model) = import_hf(&fixture(name), &device, WeightDtype::F32).unwrap();
     let settings = AdamWSettings {
@@ -68,5 +80,19 @@ fn ten_adamw_steps_of(name: &str) {
             step + 1,
             report.loss
         );
+        let logged = report.load_balancing_loss;
+        match &balance {
+            Some(balance) => {
+                let logged = logged.expect("a mixture logs its load-balancing loss");
+                let relative = (logged - balance[step]).abs() / balance[step];
+                assert!(
+                    relative < 1e-3,
+                    "{name} step {}: load-balancing loss {logged} vs torch {}",
+                    step + 1,
+                    balance[step]
+                );
+            }
+            None => assert_eq!(logged, None, "{name}"),
+        }
     }
 }

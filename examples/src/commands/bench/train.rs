@@ -97,6 +97,10 @@ pub struct TrainBenchArgs {
     /// command's output folder (a training run, a model) refused.
     #[arg(long, default_value = "bench-train.json")]
     pub json: PathBuf,
+    /// A mixture of experts' capacity factor in the measured step (as `hlat pretrain
+    /// --moe-capacity-factor`); default: dropless.
+    #[arg(long, value_name = "F", value_parser = crate::commands::ranges::positive)]
+    pub moe_capacity_factor: Option<f64>,
     /// Also write a Markdown report (and a PNG plot beside it) to this path, replaced as
     /// `--json` is.
     #[arg(long)]
@@ -346,6 +350,11 @@ pub struct TrainReport {
 /// Runs `hlat bench train`.
 pub fn run(args: TrainBenchArgs) -> anyhow::Result<()> {
     let mut config = load_config(&args.comparison.preset)?;
+    anyhow::ensure!(
+        args.moe_capacity_factor.is_none() || config.moe.is_some(),
+        "--moe-capacity-factor: the {} model is dense (no mixture of experts to route)",
+        config.family
+    );
     let longest = args.seq_len.iter().max().copied().unwrap_or(1) as usize;
     config.max_seq_len = config.max_seq_len.max(longest);
     if args.worker {
@@ -681,7 +690,10 @@ fn measure(
     bench.device = bench.device.autodiff();
     let device = &bench.device;
     device.seed(7);
-    let model = cast_params(config.try_init(device)?, precision.param_dtype());
+    let model = config
+        .try_init(device)?
+        .with_moe_capacity_factor(args.moe_capacity_factor);
+    let model = cast_params(model, precision.param_dtype());
     // The model split as `hlat pretrain` splits it (trainer/src/pretrain/setup.rs).
     let model = LanguageModel::new(model, precision.compute_cast());
     let pipeline = pipeline_stages(config, &recipe)?;
