@@ -273,34 +273,10 @@ def llama(config, args):
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(SEED)
-    moe = config.get("moe")
-    if moe is not None:
-        if config.get("family") != "mixtral":
-            fail(f"the peer builds Mixtral mixtures, not {config.get('family')}")
-        hf_config = MixtralConfig(
-            vocab_size=config["vocab_size"],
-            hidden_size=config["hidden_size"],
-            intermediate_size=moe["expert_ffn_size"],
-            num_hidden_layers=config["num_layers"],
-            num_attention_heads=config["num_heads"],
-            num_key_value_heads=config["num_kv_heads"],
-            max_position_embeddings=config["max_seq_len"],
-            rms_norm_eps=config["rms_norm_eps"],
-            rope_theta=config["rope_theta"],
-            initializer_range=config["init_std"],
-            num_local_experts=moe["num_experts"],
-            num_experts_per_tok=moe["experts_per_token"],
-            router_aux_loss_coef=moe["router_aux_loss_coef"],
-            sliding_window=None,
-            tie_word_embeddings=False,
-            attention_dropout=0.0,
-            attn_implementation="eager" if getattr(args, "device", "cpu") == "cpu" else "sdpa",
-        )
-        return MixtralForCausalLM(hf_config).float()
-    hf_config = LlamaConfig(
+    # What the dense decoder and the Mixtral share.
+    shared = dict(
         vocab_size=config["vocab_size"],
         hidden_size=config["hidden_size"],
-        intermediate_size=config["ffn_size"],
         num_hidden_layers=config["num_layers"],
         num_attention_heads=config["num_heads"],
         num_key_value_heads=config["num_kv_heads"],
@@ -309,10 +285,27 @@ def llama(config, args):
         rope_theta=config["rope_theta"],
         initializer_range=config["init_std"],
         tie_word_embeddings=False,
-        attention_bias=False,
-        mlp_bias=False,
         attention_dropout=0.0,
         attn_implementation="eager" if getattr(args, "device", "cpu") == "cpu" else "sdpa",
+    )
+    moe = config.get("moe")
+    if moe is not None:
+        if config.get("family") != "mixtral":
+            fail(f"the peer builds Mixtral mixtures, not {config.get('family')}")
+        hf_config = MixtralConfig(
+            intermediate_size=moe["expert_ffn_size"],
+            num_local_experts=moe["num_experts"],
+            num_experts_per_tok=moe["experts_per_token"],
+            router_aux_loss_coef=moe["router_aux_loss_coef"],
+            sliding_window=None,
+            **shared,
+        )
+        return MixtralForCausalLM(hf_config).float()
+    hf_config = LlamaConfig(
+        intermediate_size=config["ffn_size"],
+        attention_bias=False,
+        mlp_bias=False,
+        **shared,
     )
     return LlamaForCausalLM(hf_config).float()
 

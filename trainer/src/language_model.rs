@@ -131,15 +131,8 @@ impl LanguageModel {
                 .pipeline_loss((inputs, targets), batch.ignore_id, exchange, pipeline)
                 .cast(DType::F32);
         }
-        let loss = match self.compute_cast {
-            Some(dtype) => {
-                let model = self.hlat.clone().map(&mut CastParams { dtype });
-                model.loss_with(inputs, targets, batch.ignore_id, exchange)
-            }
-            None => self
-                .hlat
-                .loss_with(inputs, targets, batch.ignore_id, exchange),
-        };
+        let loss = self
+            .in_compute_dtype(|model| model.loss_with(inputs, targets, batch.ignore_id, exchange));
         loss.cast(DType::F32)
     }
 
@@ -153,19 +146,22 @@ impl LanguageModel {
         let inputs = batch.inputs.clone();
         let targets = batch.targets.clone();
         let exchange = self.exchange();
-        let (objective, balance) = match self.compute_cast {
-            Some(dtype) => {
-                let model = self.hlat.clone().map(&mut CastParams { dtype });
-                model.objective_with(inputs, targets, batch.ignore_id, exchange)
-            }
-            None => self
-                .hlat
-                .objective_with(inputs, targets, batch.ignore_id, exchange),
-        };
+        let (objective, balance) = self.in_compute_dtype(|model| {
+            model.objective_with(inputs, targets, batch.ignore_id, exchange)
+        });
         (
             objective.cast(DType::F32),
             balance.map(|balance| balance.cast(DType::F32)),
         )
+    }
+
+    /// `run` on the model in its compute dtype: a cast copy under mixed precision, else the
+    /// model itself.
+    fn in_compute_dtype<T>(&self, run: impl FnOnce(&Hlat) -> T) -> T {
+        match self.compute_cast {
+            Some(dtype) => run(&self.hlat.clone().map(&mut CastParams { dtype })),
+            None => run(&self.hlat),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! train with yet refused by name.
 
 use super::cpt_cli::{corpus, merge_config, merge_halves, perplexity};
-use super::{fixture, short_steps, succeed};
+use super::{as_strs, fixture, short_steps, succeed};
 
 #[test]
 fn every_family_generates_evaluates_converts_trains_and_merges() {
@@ -108,27 +108,27 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
 
         let run = text(&format!("{name}-run"));
         let device = if tensor == "2" { "host:0-1" } else { "host" };
-        succeed(
-            &[
-                &[
-                    "pretrain",
-                    "--init-from-hf",
-                    base,
-                    "--data",
-                    &text("domain"),
-                    "--out",
-                    &run,
-                    "--max-steps",
-                    "2",
-                    "--tp",
-                    tensor,
-                    "--device",
-                    device,
-                ][..],
-                &short_steps(),
+        // `hlat pretrain` from the checkpoint on the domain corpus into `out`, then `extra`.
+        let pretrain = |out: &str, steps: &str, extra: &[&str]| -> Vec<String> {
+            [
+                "pretrain",
+                "--init-from-hf",
+                base,
+                "--data",
+                &text("domain"),
             ]
-            .concat(),
-        );
+            .into_iter()
+            .chain(["--out", out, "--max-steps", steps])
+            .chain(extra.iter().copied())
+            .chain(short_steps())
+            .map(str::to_string)
+            .collect()
+        };
+        succeed(&as_strs(&pretrain(
+            &run,
+            "2",
+            &["--tp", tensor, "--device", device],
+        )));
         let metrics =
             std::fs::read_to_string(std::path::Path::new(&run).join("metrics.jsonl")).unwrap();
         for line in metrics.lines() {
@@ -142,26 +142,12 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
         // The capacity factor: GShard's dropping on the compiled device for a mixture, refused
         // by name for a dense model.
         let capacity_run = text(&format!("{name}-capacity"));
-        let domain = text("domain");
-        let capacity = [
-            &[
-                "pretrain",
-                "--init-from-hf",
-                base,
-                "--data",
-                &domain,
-                "--out",
-                &capacity_run,
-                "--max-steps",
-                "2",
-                "--moe-capacity-factor",
-                "0.5",
-                "--device",
-                "xla",
-            ][..],
-            &short_steps(),
-        ]
-        .concat();
+        let capacity = pretrain(
+            &capacity_run,
+            "2",
+            &["--moe-capacity-factor", "0.5", "--device", "xla"],
+        );
+        let capacity = as_strs(&capacity);
         if mixture {
             super::require_plugin();
             succeed(&capacity);
@@ -183,25 +169,9 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
                     "activation_checkpointing",
                 ),
             ] {
-                let output = super::run(
-                    &[
-                        &[
-                            "pretrain",
-                            "--init-from-hf",
-                            base,
-                            "--data",
-                            &text("domain"),
-                            "--out",
-                            &text(&format!("{name}-refused")),
-                            "--max-steps",
-                            "1",
-                            "--device",
-                            device,
-                        ][..],
-                        &flag[..],
-                    ]
-                    .concat(),
-                );
+                let refused_run = text(&format!("{name}-refused"));
+                let extra = [&flag[..], &["--device", device]].concat();
+                let output = super::run(&as_strs(&pretrain(&refused_run, "1", &extra)));
                 let refused = String::from_utf8_lossy(&output.stderr);
                 assert_eq!(output.status.code(), Some(2), "{name} {flag:?}: {refused}");
                 assert!(

@@ -11,7 +11,7 @@ use hlat::hf::adapter::{ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, read_adapter_
 use hlat::lora::LoraTarget;
 use hlat_train::metrics::StepMetrics;
 
-use super::{fixture, run, succeed};
+use super::{as_strs, fixture, run, succeed};
 
 /// A model folder: the tiny Llama 3's weights with the chat fixture's tokenizer (its 1005 ids fit
 /// the model's 1024).
@@ -82,11 +82,6 @@ fn finetune(base: &Path, data: &Path, out: &Path, extra: &[&str]) -> Vec<String>
         .chain(["--device", "host"].into_iter().map(str::to_string))
         .chain(extra.iter().map(|flag| flag.to_string()))
         .collect()
-}
-
-/// `arguments` as `run` and `succeed` take them.
-fn as_strs(arguments: &[String]) -> Vec<&str> {
-    arguments.iter().map(String::as_str).collect()
 }
 
 fn losses(out: &Path) -> Vec<f64> {

@@ -43,6 +43,11 @@ fn run(arguments: &[&str]) -> std::process::Output {
     hlat().args(arguments).output().expect("running hlat")
 }
 
+/// `arguments` as [`run`] and [`succeed`] take them.
+fn as_strs(arguments: &[String]) -> Vec<&str> {
+    arguments.iter().map(String::as_str).collect()
+}
+
 /// Runs `hlat` with `arguments`, which must succeed; returns its standard output.
 fn succeed(arguments: &[&str]) -> String {
     succeeded(arguments, run(arguments))

@@ -82,6 +82,7 @@ fn round(value: f32, dtype: WeightDtype) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::merge::fixture_cases::{cases, dtype, list};
 
     /// Importances placed at the threshold (`fixtures/mergekit/arcee-fusion-thresholds.json`,
     /// made by mergekit's own `DynamicThresholdFusion`): in float32 and in bfloat16, one case
@@ -89,33 +90,13 @@ mod tests {
     /// one mergekit drops. The mask must be mergekit's, element for element.
     #[test]
     fn the_mask_is_mergekits_at_the_threshold() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fixtures/mergekit/arcee-fusion-thresholds.json"
-        );
-        let cases: Vec<serde_json::Value> =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let cases = cases("arcee-fusion-thresholds.json");
         assert_eq!(cases.len(), 4);
         for case in cases {
-            let dtype = match case["dtype"].as_str().unwrap() {
-                "float32" => WeightDtype::F32,
-                "bfloat16" => WeightDtype::BF16,
-                other => panic!("dtype {other}"),
-            };
-            let importance: Vec<f32> = case["importance"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|value| value.as_f64().unwrap() as f32)
-                .collect();
-            let expected: Vec<bool> = case["mask"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|kept| kept.as_bool().unwrap())
-                .collect();
+            let importance = list(&case, "importance", |v| v.as_f64().map(|v| v as f32));
+            let expected = list(&case, "mask", serde_json::Value::as_bool);
             assert_eq!(
-                fusion_mask(&importance, dtype),
+                fusion_mask(&importance, dtype(&case)),
                 expected,
                 "{}",
                 case["what"]

@@ -351,3 +351,36 @@ fn check_architectures(inputs: &[Input]) -> Result<(), MergeError> {
     }
     Ok(())
 }
+
+/// What the merge methods' tests read from `fixtures/mergekit/`.
+#[cfg(test)]
+pub(crate) mod fixture_cases {
+    use serde_json::Value;
+
+    use crate::hf::WeightDtype;
+
+    /// The cases of `fixtures/mergekit/NAME` (a JSON list).
+    pub fn cases(name: &str) -> Vec<Value> {
+        let path = format!("{}/../fixtures/mergekit/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// The case's merge dtype (`dtype`: torch's name).
+    pub fn dtype(case: &Value) -> WeightDtype {
+        match case["dtype"].as_str().unwrap() {
+            "float32" => WeightDtype::F32,
+            "bfloat16" => WeightDtype::BF16,
+            other => panic!("dtype {other}"),
+        }
+    }
+
+    /// The case's list `key`, each entry read by `read`.
+    pub fn list<T>(case: &Value, key: &str, read: impl Fn(&Value) -> Option<T>) -> Vec<T> {
+        case[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|value| read(value).unwrap())
+            .collect()
+    }
+}

@@ -130,6 +130,7 @@ pub fn task_arithmetic(
 mod tests {
     use super::*;
     use crate::merge::MergeMethod;
+    use crate::merge::fixture_cases::{cases, dtype, list};
 
     fn vector(values: &[f32]) -> TaskVector<'_> {
         TaskVector {
@@ -147,33 +148,12 @@ mod tests {
     /// other. With one model kept and `normalize`, the merge is that model's difference.
     #[test]
     fn the_sign_election_is_mergekits_near_zero() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fixtures/mergekit/ties-sign-election.json"
-        );
-        let cases: Vec<serde_json::Value> =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let cases = cases("ties-sign-election.json");
         assert_eq!(cases.len(), 2);
         for case in cases {
-            let numbers = |key: &str| -> Vec<f64> {
-                case[key]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|value| value.as_f64().unwrap())
-                    .collect()
-            };
-            let (deltas, weights) = (numbers("deltas"), numbers("weights"));
-            let mask: Vec<bool> = case["mask"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|kept| kept.as_bool().unwrap())
-                .collect();
-            let working = match case["dtype"].as_str().unwrap() {
-                "float32" => WeightDtype::F32,
-                _ => WeightDtype::BF16,
-            };
+            let deltas = list(&case, "deltas", serde_json::Value::as_f64);
+            let weights = list(&case, "weights", serde_json::Value::as_f64);
+            let mask = list(&case, "mask", serde_json::Value::as_bool);
             let values: Vec<[f32; 1]> = deltas.iter().map(|&d| [d as f32]).collect();
             let models: Vec<TaskVector<'_>> = values
                 .iter()
@@ -183,15 +163,7 @@ mod tests {
                     ..vector(values)
                 })
                 .collect();
-            let merge = TaskArithmetic {
-                options: MergeMethod::Ties.task_arithmetic().unwrap(),
-                normalize: true,
-                rescale: false,
-                lambda: 1.0,
-                seed: 0,
-                working,
-            };
-            let merged = task_arithmetic(&[0.0], &[1], &models, merge).unwrap()[0];
+            let merged = task_arithmetic(&[0.0], &[1], &models, ties(dtype(&case))).unwrap()[0];
             let kept = mask.iter().position(|&kept| kept).unwrap();
             assert_eq!(mask.iter().filter(|&&kept| kept).count(), 1);
             assert!(
@@ -203,18 +175,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn sign_election_drops_the_minority_and_divides_by_the_weights_that_agree() {
-        let base = [0.0f32, 0.0];
-        let models = [vector(&[1.0, 2.0]), vector(&[-3.0, 4.0])];
-        let merge = TaskArithmetic {
+    /// TIES, normalised, λ 1, merged in `working`.
+    fn ties(working: WeightDtype) -> TaskArithmetic {
+        TaskArithmetic {
             options: MergeMethod::Ties.task_arithmetic().unwrap(),
             normalize: true,
             rescale: false,
             lambda: 1.0,
             seed: 0,
-            working: WeightDtype::F32,
-        };
+            working,
+        }
+    }
+
+    #[test]
+    fn sign_election_drops_the_minority_and_divides_by_the_weights_that_agree() {
+        let base = [0.0f32, 0.0];
+        let models = [vector(&[1.0, 2.0]), vector(&[-3.0, 4.0])];
+        let merge = ties(WeightDtype::F32);
         // Element 0: 1 − 3 < 0 elects minus, only the second counts; element 1: both agree.
         assert_eq!(
             task_arithmetic(&base, &[2], &models, merge).unwrap(),
