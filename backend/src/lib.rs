@@ -43,8 +43,8 @@ mod stats;
 mod test_operations;
 
 pub use capture::{
-    DEFAULT_SEGMENT_CAP, SEGMENT_CAP_ENV, Segment, SegmentBoundary, TrainiumChannel, check_device,
-    set_segment_cap,
+    DEFAULT_SEGMENT_CAP, MAX_TENSOR_BYTES_ENV, SEGMENT_CAP_ENV, Segment, SegmentBoundary,
+    TrainiumChannel, check_device, set_max_client_bytes, set_max_tensor_bytes, set_segment_cap,
 };
 pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
 pub use error::{BackendError, panic_message};

@@ -18,6 +18,7 @@
 //! - `parallel_training`: the pretraining job on replicated devices against one device;
 //! - `pipeline_training`: the same with the layers cut into pipeline stages;
 //! - `segments`: how the lazy client cuts and runs segments;
+//! - `served_clients`: client processes of one served device: killed, and many at once;
 //! - `repository`: no tracked file refers to a path outside the repository.
 
 #[cfg(test)]
@@ -50,5 +51,7 @@ mod pipeline_training;
 mod repository;
 #[cfg(test)]
 mod segments;
+#[cfg(test)]
+mod served_clients;
 #[cfg(test)]
 mod support;

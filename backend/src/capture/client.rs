@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use burn_backend::{Backend, DType, DTypeUsageSet, ExecutionError, TensorData};
 use burn_flex::{Flex, FlexDevice};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use burn_ir::{
     BaseOperationIr, GraphBindings, GraphId, OperationIr, ShapeOpIr, TensorId, TensorIr,
@@ -18,7 +18,7 @@ use burn_std::future::DynFut;
 use super::Segment;
 use super::cut_points::{self, CutPoints, NEARBY_OPERATIONS};
 use super::host_values::HostValues;
-use super::live::LiveTensors;
+use super::live::{self, LiveTensors};
 use super::segment::computed_elements;
 use crate::executor::{self, Executor};
 use crate::per_device::PerDevice;
@@ -111,6 +111,7 @@ pub fn check_device(device: &TrainiumDevice) -> Result<(), BackendError> {
 /// Opens the executor of `device` once the settings its client reads are known to be valid.
 fn open_executor(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendError> {
     segment_cap_from_env()?;
+    super::limits::limit_from_env()?;
     crate::executor::host_fallback_from_env()?;
     crate::executor::host_operations_from_env()?;
     executor::open(device)
@@ -128,6 +129,9 @@ struct ClientState {
     /// segment using one, reports that failure rather than a missing tensor. Forgotten when the
     /// tensor is dropped.
     failed: HashMap<TensorId, String>,
+    /// Tensors whose operation was refused before it ran (above the device's largest tensor,
+    /// [`super::limits`]): never made, their reason in `failed`.
+    refused: HashSet<TensorId>,
     /// The stream (Burn's `StreamId`: a client thread, which a device server applies its
     /// operations under) that captured the last computing operation: the one the segment
     /// follows. Reads and drops from other streams (Burn's metrics thread) must not change
@@ -197,6 +201,7 @@ impl TrainiumClient {
                 live: LiveTensors::default(),
                 pending_error: None,
                 failed: HashMap::new(),
+                refused: HashSet::new(),
                 capturing_stream: None,
                 deferred_drops: Vec::new(),
                 cut_points: CutPoints::default(),
@@ -568,6 +573,12 @@ impl TrainiumClient {
         read: impl FnOnce(&mut dyn Executor) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
         let mut state = self.lock();
+        if let Some(cause) = state.refusal_of(tensor) {
+            return Err(BackendError::NotComputed {
+                tensor: tensor.id.to_string(),
+                cause,
+            });
+        }
         self.upload_held(&mut state, [tensor.id]);
         if state.side.must_run_before_reading(tensor) {
             // Another stream's operations (Burn's metrics thread taking the mean of a loss) run
@@ -671,6 +682,102 @@ impl TrainiumClient {
     }
 }
 
+impl TrainiumClient {
+    /// Whether `operation` is refused: it makes a tensor above the device's limits
+    /// ([`super::limits`]), or it uses one a refused operation was to make. Its outputs are
+    /// then never made: reading one reports why. The drop of a refused tensor is consumed here.
+    fn refuse(&self, state: &mut ClientState, operation: &OperationIr, is_drop: bool) -> bool {
+        if is_drop {
+            let Some(input) = operation.inputs().next() else {
+                return false;
+            };
+            let refused = state.refused.remove(&input.id);
+            if refused {
+                state.failed.remove(&input.id);
+            }
+            return refused;
+        }
+        let cause = operation
+            .inputs()
+            .find(|input| state.refused.contains(&input.id))
+            .and_then(|input| state.failed.get(&input.id).cloned())
+            .or_else(|| {
+                operation
+                    .outputs()
+                    .find_map(|output| super::limits::tensor_refusal(&self.device, output))
+            })
+            .or_else(|| self.client_refusal(state, operation));
+        let Some(cause) = cause else {
+            return false;
+        };
+        log::warn!("{cause}");
+        for output in operation.outputs() {
+            state.refuse(output.id, &cause);
+        }
+        true
+    }
+
+    /// Why `operation` would take its client above the most one client may hold, if it would:
+    /// its outputs' bytes, less those of the client's inputs it consumes.
+    fn client_refusal(&self, state: &ClientState, operation: &OperationIr) -> Option<String> {
+        let client = live::current_client();
+        let made: u64 = operation
+            .outputs()
+            .map(|output| {
+                super::limits::tensor_bytes(&output.shape, output.dtype).unwrap_or(u64::MAX)
+            })
+            .fold(0, u64::saturating_add);
+        let consumed: u64 = operation
+            .inputs()
+            .filter(|input| input.status == TensorStatus::ReadWrite)
+            .map(|input| state.live.bytes_held_by(&input.id, client))
+            .sum();
+        super::limits::client_refusal(
+            &self.device,
+            state.live.client_bytes(client),
+            made.saturating_sub(consumed),
+        )
+    }
+}
+
+impl TrainiumClient {
+    /// Why data of `shape` and `dtype` the client uploads is not kept, if it is not: above the
+    /// device's largest tensor, or the most its client may hold.
+    fn upload_refusal(&self, shape: &burn_backend::Shape, dtype: DType) -> Option<String> {
+        let output = TensorIr {
+            id: TensorId::new(0),
+            shape: shape.clone(),
+            status: TensorStatus::NotInit,
+            dtype,
+        };
+        super::limits::tensor_refusal(&self.device, &output).or_else(|| {
+            let held = self.lock().live.client_bytes(live::current_client());
+            let bytes = super::limits::tensor_bytes(shape, dtype).unwrap_or(u64::MAX);
+            super::limits::client_refusal(&self.device, held, bytes)
+        })
+    }
+}
+
+impl ClientState {
+    /// Records that tensor `id` is never made, and why.
+    fn refuse(&mut self, id: TensorId, cause: &str) {
+        self.refused.insert(id);
+        self.failed.insert(id, cause.to_string());
+    }
+
+    /// Why `tensor` was refused, if it was; a last read forgets it.
+    fn refusal_of(&mut self, tensor: &TensorIr) -> Option<String> {
+        if !self.refused.contains(&tensor.id) {
+            return None;
+        }
+        if tensor.status == TensorStatus::ReadWrite {
+            self.refused.remove(&tensor.id);
+            return self.failed.remove(&tensor.id);
+        }
+        self.failed.get(&tensor.id).cloned()
+    }
+}
+
 impl RouterClient for TrainiumClient {
     type Device = TrainiumDevice;
 
@@ -684,6 +791,10 @@ impl RouterClient for TrainiumClient {
         }
         let mut state = self.lock();
         let is_drop = matches!(operation, OperationIr::Drop(_));
+        if self.refuse(&mut state, &operation, is_drop) {
+            StatsCounters::add_elapsed(&self.counters.capture_micros, start);
+            return;
+        }
         for input in operation.inputs() {
             if is_drop || input.status == TensorStatus::ReadWrite {
                 state.live.remove(&input.id);
@@ -772,6 +883,12 @@ impl RouterClient for TrainiumClient {
 
     fn register_tensor_data(&self, data: TensorData) -> RouterTensor<Self> {
         let (shape, dtype) = (data.shape().clone(), data.dtype());
+        if let Some(cause) = self.upload_refusal(&shape, dtype) {
+            log::warn!("{cause}");
+            let id = next_tensor_id();
+            self.lock().refuse(id, &cause);
+            return RouterTensor::new(id, shape, dtype, self.clone());
+        }
         if HostValues::holds_data_of(&data) {
             let id = next_tensor_id();
             let mut state = self.lock();
@@ -840,7 +957,7 @@ impl RouterClient for TrainiumClient {
     /// `new_id` becomes a second tensor with `src_id`'s value: captured as a reshape to the same
     /// shape, which every executor computes as a copy or an alias.
     fn register_alias(&self, new_id: TensorId, src_id: TensorId) {
-        let known = self.lock().live.get(&src_id).cloned();
+        let known = self.lock().live.get(&src_id);
         let Some((shape, dtype)) = known else {
             let error = BackendError::Execution {
                 executor: "capture",

@@ -9,6 +9,7 @@ mod client;
 mod cut_points;
 mod fingerprint;
 mod host_values;
+mod limits;
 mod live;
 mod segment;
 
@@ -18,4 +19,5 @@ pub use client::{
     DEFAULT_SEGMENT_CAP, SEGMENT_CAP_ENV, TrainiumClient, check_device, set_segment_cap,
 };
 pub use fingerprint::{Fingerprint, FingerprintedSegment};
+pub use limits::{MAX_TENSOR_BYTES_ENV, set_max_client_bytes, set_max_tensor_bytes};
 pub use segment::{Segment, SegmentBoundary};

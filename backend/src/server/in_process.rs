@@ -95,6 +95,8 @@ fn serve_in_process(device: TrainiumDevice) -> Result<String, BackendError> {
         devices: vec![device],
         listen: (Ipv4Addr::LOCALHOST, 0).into(),
         access: Access::Token(process_token().to_string()),
+        max_tensor_bytes: None,
+        max_client_bytes: None,
     };
     let address = super::standalone::bind(&options)?.serve_in_background()?;
     log::debug!("serving {device} in process on {address}");

@@ -18,6 +18,13 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// Who may open sessions.
     pub access: Access,
+    /// The largest tensor, in bytes, a client may make on a served device
+    /// ([`crate::set_max_tensor_bytes`]); `None`: `TRAINIUM_MAX_TENSOR_BYTES`, else the
+    /// machine's physical memory.
+    pub max_tensor_bytes: Option<u64>,
+    /// The most bytes of live tensors one session may hold on a served device
+    /// ([`crate::set_max_client_bytes`]); `None`: no limit but the device's.
+    pub max_client_bytes: Option<u64>,
 }
 
 impl ServeOptions {
@@ -52,6 +59,12 @@ pub fn bind(options: &ServeOptions) -> Result<BoundServer, BackendError> {
     options.access.check(&options.listen)?;
     for device in &options.devices {
         crate::check_device(device)?;
+        if let Some(bytes) = options.max_tensor_bytes {
+            crate::set_max_tensor_bytes(device, bytes);
+        }
+        if let Some(bytes) = options.max_client_bytes {
+            crate::set_max_client_bytes(device, bytes);
+        }
     }
     let listener = TcpListener::bind(options.listen)
         .map_err(|error| failed(format!("binding {}: {error}", options.listen)))?;
@@ -145,6 +158,8 @@ mod tests {
             devices: vec![TrainiumDevice::HOST],
             listen: listen.parse().unwrap(),
             access,
+            max_tensor_bytes: None,
+            max_client_bytes: None,
         }
     }
 
@@ -198,6 +213,72 @@ mod tests {
                 "a client with {wrong:?} computed on a server that wants a secret"
             );
         }
+    }
+
+    /// `count` tensors of 32 × 32 f32 (4 KiB each) on `device`, computed and kept.
+    fn hold(device: &Device, count: usize) -> Vec<Tensor<2>> {
+        (0..count)
+            .map(|value| Tensor::<2>::full([32, 32], value as f32, device))
+            .collect()
+    }
+
+    /// The error of reading `tensor`, which must fail.
+    fn read_error(tensor: Tensor<2>) -> String {
+        tensor
+            .try_into_data()
+            .expect_err("the read is refused")
+            .to_string()
+    }
+
+    #[test]
+    fn a_client_above_the_limits_is_refused_by_size_and_the_server_goes_on() {
+        let mut options = options("127.0.0.1:0", Access::Loopback);
+        options.devices = vec![TrainiumDevice::new(crate::ExecutorKind::Host, 7)];
+        options.max_tensor_bytes = Some(4096);
+        options.max_client_bytes = Some(4 * 4096);
+        let address = bind(&options).unwrap().serve_in_background().unwrap();
+        let client = connect(address, None).unwrap();
+
+        let error = read_error(Tensor::<2>::zeros([32, 33], &client));
+        assert!(
+            error.contains("[32, 33]")
+                && error.contains("4224 bytes")
+                && error.contains("4096 bytes"),
+            "{error}"
+        );
+        let absurd = read_error(Tensor::<2>::zeros([1 << 20, 1 << 20], &client).add_scalar(1.0));
+        assert!(absurd.contains("4096 bytes"), "{absurd}");
+
+        let held = hold(&client, 4);
+        let error = read_error(Tensor::<2>::ones([32, 32], &client));
+        assert!(
+            error.contains("16384 bytes") && error.contains("--max-client-bytes"),
+            "{error}"
+        );
+        // Another session (Burn keeps one per address and credential in a process).
+        let other = Device::remote_options(&RemoteHost::websocket(&format!(
+            "ws://localhost:{}",
+            address.port()
+        )))
+        .init()
+        .unwrap();
+        let others = hold(&other, 4);
+        for (value, tensor) in others.into_iter().enumerate() {
+            assert_eq!(
+                tensor.into_data().try_to_vec::<f32>().unwrap(),
+                vec![value as f32; 1024]
+            );
+        }
+        drop(held);
+        assert_eq!(
+            hold(&client, 4)[3]
+                .clone()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap(),
+            vec![3.0; 1024],
+            "what a client frees it may take again"
+        );
     }
 
     #[test]

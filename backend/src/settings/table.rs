@@ -147,6 +147,20 @@ pub const SEGMENT_CAP: Variable = Variable {
     user_facing: true,
 };
 
+/// `TRAINIUM_MAX_TENSOR_BYTES`: the largest tensor an operation may make on a device.
+pub const MAX_TENSOR_BYTES: Variable = Variable {
+    name: "TRAINIUM_MAX_TENSOR_BYTES",
+    meaning: "the largest tensor, in bytes, an operation may make on a device: an operation \
+              asking for more is refused before anything is allocated, and reading its result \
+              is an error naming the size and the limit",
+    default: "the machine's physical memory",
+    parser: "a positive integer, read once; blank is unset; a bad value or non-UTF-8 is an \
+             error naming the variable and the value",
+    reader: Reader::Backend,
+    set_by_backend: false,
+    user_facing: true,
+};
+
 /// `TRAINIUM_DUMP_DIR`: where lowered modules are written.
 pub const DUMP_DIR: Variable = Variable {
     name: "TRAINIUM_DUMP_DIR",
@@ -389,6 +403,7 @@ pub const VARIABLES: &[Variable] = &[
     HOST_FALLBACK,
     HOST_OPERATIONS,
     SEGMENT_CAP,
+    MAX_TENSOR_BYTES,
     DUMP_DIR,
     JOIN_TIMEOUT,
     EXCHANGE_TIMEOUT,

@@ -30,6 +30,16 @@ pub struct ServeArgs {
     /// it, only clients on this machine's loopback are let in.
     #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
+    /// The largest tensor, in bytes, a client may make: an operation asking for more is refused
+    /// before anything is allocated, and the client's read of it names the size and the limit
+    /// [default: TRAINIUM_MAX_TENSOR_BYTES, else this machine's physical memory].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tensor_bytes: Option<u64>,
+    /// The most bytes of live tensors one client session may hold on a device: an operation
+    /// that would take it above is refused before anything is allocated, and the client's
+    /// read of it names what it holds and the limit [default: no limit but the device's].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_client_bytes: Option<u64>,
 }
 
 /// Runs `hlat serve`: prints the address clients reach (`ws://ADDRESS:PORT`) on standard output
@@ -44,6 +54,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         devices,
         listen: args.listen,
         access,
+        max_tensor_bytes: args.max_tensor_bytes,
+        max_client_bytes: args.max_client_bytes,
     };
     let server = burn_trainium::server::bind(&options)
         .with_context(|| format!("hlat serve --listen {}", args.listen))?;

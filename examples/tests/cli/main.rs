@@ -14,6 +14,7 @@ mod device_check_cli;
 mod errors_cli;
 mod families_cli;
 mod finetune_cli;
+mod full_disk_cli;
 mod help_cli;
 mod learner_bench;
 mod merge_cli;

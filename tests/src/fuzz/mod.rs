@@ -1,6 +1,6 @@
 //! Mutation fuzzing of every parser that reads a user's file: Hugging Face `config.json`,
 //! safetensors weights, `tokenizer.json`, token shards, native checkpoint folders and TOML run
-//! configurations. Each starts from a valid input, which must load, then feeds mutated copies
+//! configurations; and of what a served device reads from the network (`server.rs`). Each starts from a valid input, which must load, then feeds mutated copies
 //! (see `mutate.rs`) and requires of every one: an `Ok` or an error, never a panic; no hang (the
 //! whole run of a parser has a time limit); no allocation beyond a small multiple of the input's
 //! size (the test binary's allocator refuses it, see `allocation.rs`).
@@ -11,6 +11,7 @@
 
 mod allocation;
 mod mutate;
+mod server;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;

@@ -1,0 +1,157 @@
+//! Running out of space in the middle of writing loses nothing: a checkpoint or an export whose
+//! write fails stops `hlat` with an error naming the file, leaves every file written before as it
+//! was (the previous checkpoint loadable), and the next run resumes from that checkpoint with the
+//! losses of a run never interrupted.
+//!
+//! The failure is injected with a file-size limit on the `hlat` process (`RLIMIT_FSIZE`, its
+//! SIGXFSZ ignored): a write past it fails with EFBIG where a full disk fails it with ENOSPC,
+//! through the same paths, on any machine and without a file system of its own.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use test_support::files::snapshot;
+
+use super::{NO_VARIABLES, hlat, short_steps, succeed_in};
+
+/// `hlat ARGUMENTS` run in `folder`, unable to write any file past `limit` bytes.
+fn run_with_file_limit(folder: &Path, arguments: &[&str], limit: u64) -> Output {
+    let mut command = hlat();
+    command
+        .current_dir(folder)
+        .args(arguments)
+        .env_remove(burn_trainium::DEVICE_ENV);
+    // SAFETY: between fork and exec the closure only calls async-signal-safe functions
+    // (`signal`, `setrlimit`) and builds no Rust values that allocate.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let bounded = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &bounded) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    command.output().expect("running hlat")
+}
+
+/// Asserts that `output` is a failure whose message names a file under `folder` and the
+/// write's error; returns the message.
+fn failed_naming_a_file_in(output: &Output, folder: &str) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !output.status.success(),
+        "the write past the limit succeeded"
+    );
+    assert!(
+        stderr.contains(folder) && stderr.contains("File too large"),
+        "no file of {folder} and its error in: {stderr}"
+    );
+    stderr
+}
+
+/// The size of the largest file of a snapshot.
+fn largest(files: &std::collections::BTreeMap<PathBuf, Vec<u8>>) -> u64 {
+    files
+        .values()
+        .map(|bytes| bytes.len() as u64)
+        .max()
+        .unwrap()
+}
+
+/// `hlat pretrain` of a short `hlat-test` run into `out`, to `max_steps`, checkpointing every 2.
+fn pretrain_flags<'a>(out: &'a str, max_steps: &'a str) -> Vec<&'a str> {
+    let run = [
+        "pretrain",
+        "--device",
+        "host",
+        "--preset",
+        "hlat-test",
+        "--max-steps",
+        max_steps,
+        "--checkpoint-every",
+        "2",
+        "--out",
+        out,
+    ];
+    [&run[..], &short_steps()].concat()
+}
+
+/// The loss of every step in a run folder's `metrics.jsonl`.
+fn losses(run: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_checkpoint_out_of_space_keeps_the_previous_one_and_the_run_resumes_from_it() {
+    let folder = tempfile::tempdir().unwrap();
+    let work = folder.path();
+    succeed_in(work, &pretrain_flags("run", "2"), NO_VARIABLES);
+    let run = work.join("run");
+    let before = snapshot(&run);
+    let checkpoint = |files: &std::collections::BTreeMap<PathBuf, Vec<u8>>| {
+        files
+            .iter()
+            .filter(|(path, _)| path.starts_with("checkpoints"))
+            .map(|(path, bytes)| (path.clone(), bytes.clone()))
+            .collect::<Vec<_>>()
+    };
+
+    // Steps 3 and 4 train; the checkpoint of step 4 cannot be written.
+    let output = run_with_file_limit(work, &pretrain_flags("run", "4"), largest(&before) / 2);
+    failed_naming_a_file_in(&output, "run/checkpoints");
+    let after = snapshot(&run);
+    assert_eq!(
+        checkpoint(&after),
+        checkpoint(&before),
+        "the checkpoint of step 2 changed, or one of step 4 was published"
+    );
+
+    let resumed = succeed_in(work, &pretrain_flags("run", "4"), NO_VARIABLES);
+    assert!(resumed.contains("trained steps 3..4"), "{resumed}");
+    succeed_in(work, &pretrain_flags("whole", "4"), NO_VARIABLES);
+    assert_eq!(losses(&run), losses(&work.join("whole")));
+}
+
+#[test]
+fn an_export_out_of_space_names_the_file_and_keeps_an_earlier_export() {
+    let folder = tempfile::tempdir().unwrap();
+    let work = folder.path();
+    let model = test_support::fixtures::fixture("hf-tiny-llama");
+    let model = model.to_str().unwrap();
+    succeed_in(
+        work,
+        &["convert", "--from-hf", model, "--to-hf", "export"],
+        NO_VARIABLES,
+    );
+    let exported = snapshot(&work.join("export"));
+
+    // Another export: the write fails naming its file, and no half-written model is left in
+    // place.
+    let output = run_with_file_limit(
+        work,
+        &["convert", "--from-hf", model, "--to-hf", "second"],
+        largest(&exported) / 2,
+    );
+    failed_naming_a_file_in(&output, "second");
+    assert!(
+        !work.join("second/model.safetensors").exists(),
+        "a partial model.safetensors was left in place"
+    );
+    // The earlier export beside it stays whole.
+    assert_eq!(snapshot(&work.join("export")), exported);
+}
