@@ -98,7 +98,7 @@ fn main() {
     {
         Ok(profile) => profile,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_text(&error));
             std::process::exit(ERROR_STATUS);
         }
     };
@@ -121,7 +121,52 @@ fn main() {
         None => result,
     };
     if let Err(error) = result {
-        eprintln!("error: {error:#}");
+        eprintln!("error: {}", error_text(&error));
         std::process::exit(ERROR_STATUS);
+    }
+}
+
+/// `error` and its causes joined by ": ", each cause once: an error whose message already holds
+/// its cause's text (`{path}: {source}`) does not repeat it.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_its_errors_message_is_not_repeated() {
+        /// A write error whose message holds its cause, as `{path}: {source}` errors do.
+        #[derive(Debug)]
+        struct Write(std::io::Error);
+        impl std::fmt::Display for Write {
+            fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(formatter, "model.safetensors: {}", self.0)
+            }
+        }
+        impl std::error::Error for Write {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::other("File too large");
+        let error = anyhow::Error::new(Write(io)).context("exporting to out");
+        assert_eq!(
+            error_text(&error),
+            "exporting to out: model.safetensors: File too large"
+        );
     }
 }

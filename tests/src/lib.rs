@@ -18,7 +18,7 @@
 //! - `parallel_training`: the pretraining job on replicated devices against one device;
 //! - `pipeline_training`: the same with the layers cut into pipeline stages;
 //! - `segments`: how the lazy client cuts and runs segments;
-//! - `served_clients`: client processes of one served device: killed, and many at once;
+//! - `served_clients`: a client process of a served device killed in the middle of its steps;
 //! - `repository`: no tracked file refers to a path outside the repository.
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! Running out of space in the middle of writing loses nothing: a checkpoint or an export whose
-//! write fails stops `hlat` with an error naming the file, leaves every file written before as it
-//! was (the previous checkpoint loadable), and the next run resumes from that checkpoint with the
-//! losses of a run never interrupted.
+//! Running out of space in the middle of writing loses nothing: a checkpoint, an export, a merge
+//! or an ingest whose write fails stops `hlat` with an error naming the file, leaves every file
+//! written before as it was (the previous checkpoint loadable), and the same command succeeds
+//! once there is room again (a training run resumes from its checkpoint with the losses of a run
+//! never interrupted).
 //!
 //! The failure is injected with a file-size limit on the `hlat` process (`RLIMIT_FSIZE`, its
 //! SIGXFSZ ignored): a write past it fails with EFBIG where a full disk fails it with ENOSPC,
@@ -13,7 +14,7 @@ use std::process::Output;
 
 use test_support::files::snapshot;
 
-use super::{NO_VARIABLES, hlat, short_steps, succeed_in};
+use super::{NO_VARIABLES, as_strs, fixture, hlat, short_steps, succeed_in};
 
 /// `hlat ARGUMENTS` run in `folder`, unable to write any file past `limit` bytes.
 fn run_with_file_limit(folder: &Path, arguments: &[&str], limit: u64) -> Output {
@@ -127,31 +128,82 @@ fn a_checkpoint_out_of_space_keeps_the_previous_one_and_the_run_resumes_from_it(
     assert_eq!(losses(&run), losses(&work.join("whole")));
 }
 
-#[test]
-fn an_export_out_of_space_names_the_file_and_keeps_an_earlier_export() {
-    let folder = tempfile::tempdir().unwrap();
-    let work = folder.path();
-    let model = test_support::fixtures::fixture("hf-tiny-llama");
-    let model = model.to_str().unwrap();
-    succeed_in(
-        work,
-        &["convert", "--from-hf", model, "--to-hf", "export"],
-        NO_VARIABLES,
-    );
-    let exported = snapshot(&work.join("export"));
-
-    // Another export: the write fails naming its file, and no half-written model is left in
-    // place.
-    let output = run_with_file_limit(
-        work,
-        &["convert", "--from-hf", model, "--to-hf", "second"],
-        largest(&exported) / 2,
-    );
+/// `hlat ARGUMENTS(out)` run from `current_dir` into `WORK/first`, which must succeed; then into
+/// `WORK/second` unable to write a file past half the largest of `first`: it must fail naming
+/// `second`, leave `first` as it was, and the same command without the limit must then succeed
+/// into `second`, with the files of `first`.
+fn out_of_space_loses_nothing(
+    current_dir: &Path,
+    work: &Path,
+    arguments: impl Fn(&str) -> Vec<String>,
+) {
+    let run = |out: &str| arguments(work.join(out).to_str().unwrap());
+    succeed_in(current_dir, &as_strs(&run("first")), NO_VARIABLES);
+    let first = snapshot(&work.join("first"));
+    let output = run_with_file_limit(current_dir, &as_strs(&run("second")), largest(&first) / 2);
     failed_naming_a_file_in(&output, "second");
-    assert!(
-        !work.join("second/model.safetensors").exists(),
-        "a partial model.safetensors was left in place"
+    assert_eq!(
+        snapshot(&work.join("first")),
+        first,
+        "the earlier output changed"
     );
-    // The earlier export beside it stays whole.
-    assert_eq!(snapshot(&work.join("export")), exported);
+    succeed_in(current_dir, &as_strs(&run("second")), NO_VARIABLES);
+    assert_eq!(
+        snapshot(&work.join("second")),
+        first,
+        "the output made after the failure differs from one made without it"
+    );
+}
+
+#[test]
+fn an_export_out_of_space_names_the_file_and_loses_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    let model = fixture("hf-tiny-llama");
+    out_of_space_loses_nothing(folder.path(), folder.path(), |out| {
+        let model = model.to_str().unwrap();
+        ["convert", "--from-hf", model, "--to-hf", out]
+            .map(String::from)
+            .to_vec()
+    });
+}
+
+#[test]
+fn a_merge_out_of_space_names_the_file_and_loses_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    out_of_space_loses_nothing(&fixture("mergekit"), folder.path(), |out| {
+        ["merge", "--config", "configs/linear.yaml", "--out", out]
+            .map(String::from)
+            .to_vec()
+    });
+}
+
+#[test]
+fn an_ingest_out_of_space_names_the_file_and_loses_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    let corpus = folder.path().join("corpus.jsonl");
+    let documents: String = (0..400)
+        .map(|index| {
+            format!(
+                "{{\"text\": \"document {index}: the cat sat on mat {}.\"}}\n",
+                index % 13
+            )
+        })
+        .collect();
+    std::fs::write(&corpus, documents).unwrap();
+    let tokenizer = fixture("chat-llama3/tokenizer.json");
+    out_of_space_loses_nothing(folder.path(), folder.path(), |out| {
+        let (tokenizer, corpus) = (tokenizer.to_str().unwrap(), corpus.to_str().unwrap());
+        [
+            "data",
+            "ingest",
+            "--tokenizer",
+            tokenizer,
+            "--input",
+            corpus,
+            "--out",
+            out,
+        ]
+        .map(String::from)
+        .to_vec()
+    });
 }

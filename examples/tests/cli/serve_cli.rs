@@ -327,3 +327,89 @@ fn serve_on_every_address_with_a_token_file_serves_clients_with_the_secret() {
     assert_refused(&url, 0, None);
     assert_computes(&server, &url, 0, Some("s3cret-token"));
 }
+
+#[test]
+fn serve_refuses_a_tensor_or_a_client_above_its_limits_by_size() {
+    let server = Server::start(&[
+        "--device",
+        "host:5",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-tensor-bytes",
+        "4096",
+        "--max-client-bytes",
+        "8192",
+    ]);
+    let device = connect(&server.url, 0, None).unwrap();
+    let read_error = |tensor: Tensor<2>| {
+        tensor
+            .try_into_data()
+            .expect_err("the read is refused")
+            .to_string()
+    };
+    let too_large = read_error(Tensor::<2>::zeros([32, 33], &device));
+    assert!(
+        too_large.contains("4224 bytes") && too_large.contains("4096 bytes"),
+        "{too_large}"
+    );
+    let held = [
+        Tensor::<2>::ones([32, 32], &device),
+        Tensor::<2>::ones([32, 32], &device),
+    ];
+    let over = read_error(Tensor::<2>::ones([32, 32], &device));
+    assert!(
+        over.contains("8192 bytes") && over.contains("--max-client-bytes"),
+        "{over}"
+    );
+    drop(held);
+    assert_eq!(compute(&device), EXPECTED, "{}", server.errors());
+    for flag in ["--max-tensor-bytes", "--max-client-bytes"] {
+        let stderr = refused(&[flag, "0"]);
+        assert!(stderr.contains(flag), "{stderr}");
+    }
+}
+
+#[test]
+fn bench_serve_clients_train_at_once_as_one_alone_and_leave_nothing_behind() {
+    let folder = tempfile::tempdir().unwrap();
+    let json = folder.path().join("bench-serve.json");
+    let output = hlat()
+        .args([
+            "bench",
+            "serve",
+            "--clients",
+            "1,8",
+            "--steps",
+            "200",
+            "--json",
+        ])
+        .arg(&json)
+        .env_remove(burn_trainium::DEVICE_ENV)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let measured = report["measurements"].as_array().unwrap();
+    let (alone, eight) = (&measured[0], &measured[1]);
+    assert_eq!(
+        (alone["clients"].as_u64(), eight["clients"].as_u64()),
+        (Some(1), Some(8))
+    );
+    for measurement in measured {
+        assert_eq!(measurement["losses_equal_to_reference"], true, "{report}");
+        assert_eq!(
+            measurement["live_bytes_after"], measurement["live_bytes_before"],
+            "{report}"
+        );
+        assert!(measurement["steps_per_second"].as_f64().unwrap() > 0.0);
+    }
+    let peak = |measurement: &serde_json::Value| measurement["peak_live_bytes"].as_u64().unwrap();
+    assert!(
+        peak(alone) > 0 && peak(eight) <= 8 * peak(alone),
+        "8 clients held more than 8 times one alone: {report}"
+    );
+}

@@ -589,15 +589,15 @@ impl<'a> Run<'a> {
         write_state_file(&self.config.out_dir, &state)
     }
 
-    /// Commits both splits, saves the tokenizer and removes the state.
+    /// Saves the tokenizer, commits both splits and removes the state.
     fn finish(
         self,
         tokenizer: &TextTokenizer,
         tokenizer_json: &str,
     ) -> Result<IngestSummary, DataError> {
         let Run {
-            train,
-            validation,
+            mut train,
+            mut validation,
             mut summary,
             config,
             started,
@@ -618,16 +618,23 @@ impl<'a> Run<'a> {
                 summary.skipped_duplicates
             )));
         }
+        // The tokenizer first, each file whole or not at all: should a write fail (a full
+        // disk), the shards are not committed yet and the same command resumes from the state.
+        let tokenizer_files = [(TOKENIZER_FILE, Some(tokenizer_json))]
+            .into_iter()
+            .chain([(TOKENIZER_CONFIG_FILE, tokenizer.config_json())]);
+        for (name, text) in tokenizer_files {
+            if let Some(text) = text {
+                let path = config.out_dir.join(name);
+                if let Err(error) = burn_trainium::write_atomically(&path, text.as_bytes()) {
+                    train.keep_unfinished();
+                    validation.keep_unfinished();
+                    return Err(DataError::io(&path, error));
+                }
+            }
+        }
         summary.train_shards = train.commit()?;
         summary.validation_shards = validation.commit()?;
-        let tokenizer_path = config.out_dir.join(TOKENIZER_FILE);
-        fs::write(&tokenizer_path, tokenizer_json)
-            .map_err(|error| DataError::io(&tokenizer_path, error))?;
-        if let Some(config_json) = tokenizer.config_json() {
-            let config_path = config.out_dir.join(TOKENIZER_CONFIG_FILE);
-            fs::write(&config_path, config_json)
-                .map_err(|error| DataError::io(&config_path, error))?;
-        }
         remove_state(&config.out_dir);
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
         let documents = summary.train_documents + summary.validation_documents;

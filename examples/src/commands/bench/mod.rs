@@ -21,6 +21,7 @@ mod peak;
 mod peers;
 mod report;
 mod route;
+mod serve;
 mod train;
 mod training_loop;
 mod unrolled;
@@ -55,6 +56,9 @@ enum BenchCommand {
     /// What Burn 0.22's remote route costs: microseconds per operation and per read on Flex,
     /// on Flex behind the route, and on the Trainium devices, side by side.
     Route(route::RouteBenchArgs),
+    /// One device server under N client processes at once (as `hlat serve` runs it): steps per
+    /// second, step latency, each client's losses against one alone, the server's live bytes.
+    Serve(serve::ServeBenchArgs),
     /// `hlat data ingest` against Hugging Face `tokenizers` on the same documents: MB/s,
     /// tokens/s and peak memory, and peak memory at a multiple of the corpus.
     Ingest(ingest::IngestBenchArgs),
@@ -73,6 +77,7 @@ impl BenchCommand {
             BenchCommand::Cnn(args) => vec![(&args.json, "--json")],
             BenchCommand::Learner(args) => vec![(&args.json, "--json")],
             BenchCommand::Route(args) => vec![(&args.json, "--json")],
+            BenchCommand::Serve(args) => vec![(&args.json, "--json")],
             BenchCommand::Ingest(args) => args
                 .json
                 .iter()
@@ -102,6 +107,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Unrolled(args) => unrolled::run(args),
         BenchCommand::Cnn(args) => cnn::run(args),
         BenchCommand::Route(args) => route::run(args),
+        BenchCommand::Serve(args) => serve::run(args),
         BenchCommand::Ingest(args) => ingest::run(args),
         BenchCommand::Learner(args) => learner::run(args),
     }
