@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, TensorData};
 use hlat::hf::adapter::{ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, read_adapter_config};
 use hlat::lora::LoraTarget;
-use hlat_train::metrics::StepMetrics;
 
-use super::{as_strs, fixture, run, succeed};
+use super::{as_strs, fixture, losses, run, succeed};
 
 /// A model folder: the tiny Llama 3's weights with the chat fixture's tokenizer (its 1005 ids fit
 /// the model's 1024).
@@ -81,14 +80,6 @@ fn finetune(base: &Path, data: &Path, out: &Path, extra: &[&str]) -> Vec<String>
         ])
         .chain(["--device", "host"].into_iter().map(str::to_string))
         .chain(extra.iter().map(|flag| flag.to_string()))
-        .collect()
-}
-
-fn losses(out: &Path) -> Vec<f64> {
-    std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<StepMetrics>(line).unwrap().loss)
         .collect()
 }
 

@@ -14,7 +14,7 @@ use std::process::Output;
 
 use test_support::files::snapshot;
 
-use super::{NO_VARIABLES, as_strs, fixture, hlat, short_steps, succeed_in};
+use super::{NO_VARIABLES, as_strs, fixture, hlat, losses, run_flags, succeed_in};
 
 /// `hlat ARGUMENTS` run in `folder`, unable to write any file past `limit` bytes.
 fn run_with_file_limit(folder: &Path, arguments: &[&str], limit: u64) -> Output {
@@ -66,35 +66,13 @@ fn largest(files: &std::collections::BTreeMap<PathBuf, Vec<u8>>) -> u64 {
         .unwrap()
 }
 
-/// `hlat pretrain` of a short `hlat-test` run into `out`, to `max_steps`, checkpointing every 2.
+/// `hlat pretrain` of a short run into `out`, to `max_steps` ([`run_flags`]).
 fn pretrain_flags<'a>(out: &'a str, max_steps: &'a str) -> Vec<&'a str> {
-    let run = [
-        "pretrain",
-        "--device",
-        "host",
-        "--preset",
-        "hlat-test",
-        "--max-steps",
-        max_steps,
-        "--checkpoint-every",
-        "2",
-        "--out",
-        out,
-    ];
-    [&run[..], &short_steps()].concat()
-}
-
-/// The loss of every step in a run folder's `metrics.jsonl`.
-fn losses(run: &Path) -> Vec<f64> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            serde_json::from_str::<serde_json::Value>(line).unwrap()["loss"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect()
+    [
+        &run_flags("pretrain", "host", max_steps)[..],
+        &["--out", out],
+    ]
+    .concat()
 }
 
 #[test]

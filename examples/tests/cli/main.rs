@@ -120,3 +120,35 @@ fn short_steps() -> Vec<&'static str> {
     ]
     .concat()
 }
+
+/// `hlat COMMAND` of a short `hlat-test` run of `max_steps` steps on `device`: a checkpoint
+/// every 2 steps, one kept (so a stray checkpoint would delete the run's own).
+fn run_flags<'a>(command: &'a str, device: &'a str, max_steps: &'a str) -> Vec<&'a str> {
+    let run = [
+        command,
+        "--device",
+        device,
+        "--preset",
+        "hlat-test",
+        "--max-steps",
+        max_steps,
+        "--checkpoint-every",
+        "2",
+        "--keep-checkpoints",
+        "1",
+    ];
+    [&run[..], &short_steps()].concat()
+}
+
+/// The loss of every step in a run folder's `metrics.jsonl`.
+fn losses(run: &std::path::Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<hlat_train::metrics::StepMetrics>(line)
+                .unwrap()
+                .loss
+        })
+        .collect()
+}

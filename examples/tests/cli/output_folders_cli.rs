@@ -8,7 +8,7 @@ use std::process::Output;
 
 use test_support::files::snapshot;
 
-use super::{NO_VARIABLES, fixture, run_in, short_steps, succeed_in};
+use super::{NO_VARIABLES, fixture, losses, run_flags, run_in, succeed_in};
 
 /// Asserts that `output` is an error (exit 2) naming every one of `names`.
 fn refused(output: Output, names: &[&str]) {
@@ -17,38 +17,6 @@ fn refused(output: Output, names: &[&str]) {
     for name in names {
         assert!(stderr.contains(name), "no `{name}` in: {stderr}");
     }
-}
-
-/// `hlat COMMAND` of a short `hlat-test` run of `max_steps` steps on `device`: a checkpoint
-/// every 2 steps, one kept (so a stray checkpoint would delete the run's own).
-fn run_flags<'a>(command: &'a str, device: &'a str, max_steps: &'a str) -> Vec<&'a str> {
-    let run = [
-        command,
-        "--device",
-        device,
-        "--preset",
-        "hlat-test",
-        "--max-steps",
-        max_steps,
-        "--checkpoint-every",
-        "2",
-        "--keep-checkpoints",
-        "1",
-    ];
-    [&run[..], &short_steps()].concat()
-}
-
-/// The loss of every step in a run folder's `metrics.jsonl`.
-fn losses(run: &Path) -> Vec<f64> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            serde_json::from_str::<serde_json::Value>(line).unwrap()["loss"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect()
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use burn::tensor::remote::RemoteHost;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{hlat, require_plugin};
+use super::{hlat, require_plugin, succeeded};
 
 /// How long a server may take to print its address, and a refused client to be refused.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -373,25 +373,23 @@ fn serve_refuses_a_tensor_or_a_client_above_its_limits_by_size() {
 fn bench_serve_clients_train_at_once_as_one_alone_and_leave_nothing_behind() {
     let folder = tempfile::tempdir().unwrap();
     let json = folder.path().join("bench-serve.json");
+    let json_text = json.to_str().unwrap();
+    let arguments = [
+        "bench",
+        "serve",
+        "--clients",
+        "1,8",
+        "--steps",
+        "200",
+        "--json",
+        json_text,
+    ];
     let output = hlat()
-        .args([
-            "bench",
-            "serve",
-            "--clients",
-            "1,8",
-            "--steps",
-            "200",
-            "--json",
-        ])
-        .arg(&json)
+        .args(arguments)
         .env_remove(burn_trainium::DEVICE_ENV)
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    succeeded(&arguments, output);
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let measured = report["measurements"].as_array().unwrap();
     let (alone, eight) = (&measured[0], &measured[1]);
