@@ -4,42 +4,55 @@
 //! once there is room again (a training run resumes from its checkpoint with the losses of a run
 //! never interrupted).
 //!
-//! The failure is injected with a file-size limit on the `hlat` process (`RLIMIT_FSIZE`, its
-//! SIGXFSZ ignored): a write past it fails with EFBIG where a full disk fails it with ENOSPC,
-//! through the same paths, on any machine and without a file system of its own.
+//! The full disk is injected into the `hlat` process alone: a small library preloaded into it
+//! (`full_disk/no_space.c`, built with the C compiler Rust links with) makes every write to a
+//! regular file fail with ENOSPC once the process has written a given number of bytes, on any
+//! machine and without a file system of its own.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::OnceLock;
 
 use test_support::files::snapshot;
 
 use super::{NO_VARIABLES, as_strs, fixture, hlat, losses, run_flags, succeed_in};
 
-/// `hlat ARGUMENTS` run in `folder`, unable to write any file past `limit` bytes.
-fn run_with_file_limit(folder: &Path, arguments: &[&str], limit: u64) -> Output {
-    let mut command = hlat();
-    command
+/// The preloaded library, built once per test run.
+fn no_space_library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let folder = tempfile::tempdir().unwrap().keep();
+        let source = folder.join("no_space.c");
+        std::fs::write(&source, include_str!("full_disk/no_space.c")).unwrap();
+        let library = folder.join("no_space.so");
+        let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+        let built = std::process::Command::new(&compiler)
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .arg("-ldl")
+            .output()
+            .unwrap_or_else(|error| panic!("running the C compiler `{compiler}`: {error}"));
+        assert!(
+            built.status.success(),
+            "building {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&built.stderr)
+        );
+        library
+    })
+}
+
+/// `hlat ARGUMENTS` run in `folder` on a disk that is full after `space` bytes.
+fn run_with_disk_space(folder: &Path, arguments: &[&str], space: u64) -> Output {
+    hlat()
         .current_dir(folder)
         .args(arguments)
-        .env_remove(burn_trainium::DEVICE_ENV);
-    // SAFETY: between fork and exec the closure only calls async-signal-safe functions
-    // (`signal`, `setrlimit`) and builds no Rust values that allocate.
-    unsafe {
-        command.pre_exec(move || {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let bounded = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &bounded) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
-    command.output().expect("running hlat")
+        .env_remove(burn_trainium::DEVICE_ENV)
+        .env("LD_PRELOAD", no_space_library())
+        .env("HLAT_TEST_DISK_BYTES", space.to_string())
+        .output()
+        .expect("running hlat")
 }
 
 /// Asserts that `output` is a failure whose message names a file under `folder` and the
@@ -51,19 +64,15 @@ fn failed_naming_a_file_in(output: &Output, folder: &str) -> String {
         "the write past the limit succeeded"
     );
     assert!(
-        stderr.contains(folder) && stderr.contains("File too large"),
+        stderr.contains(folder) && stderr.contains("No space left on device"),
         "no file of {folder} and its error in: {stderr}"
     );
     stderr
 }
 
-/// The size of the largest file of a snapshot.
-fn largest(files: &std::collections::BTreeMap<PathBuf, Vec<u8>>) -> u64 {
-    files
-        .values()
-        .map(|bytes| bytes.len() as u64)
-        .max()
-        .unwrap()
+/// The bytes of the files of a snapshot.
+fn total(files: &std::collections::BTreeMap<PathBuf, Vec<u8>>) -> u64 {
+    files.values().map(|bytes| bytes.len() as u64).sum()
 }
 
 /// `hlat pretrain` of a short run into `out`, to `max_steps` ([`run_flags`]).
@@ -91,7 +100,7 @@ fn a_checkpoint_out_of_space_keeps_the_previous_one_and_the_run_resumes_from_it(
     };
 
     // Steps 3 and 4 train; the checkpoint of step 4 cannot be written.
-    let output = run_with_file_limit(work, &pretrain_flags("run", "4"), largest(&before) / 2);
+    let output = run_with_disk_space(work, &pretrain_flags("run", "4"), total(&before) / 4);
     failed_naming_a_file_in(&output, "run/checkpoints");
     let after = snapshot(&run);
     assert_eq!(
@@ -107,7 +116,7 @@ fn a_checkpoint_out_of_space_keeps_the_previous_one_and_the_run_resumes_from_it(
 }
 
 /// `hlat ARGUMENTS(out)` run from `current_dir` into `WORK/first`, which must succeed; then into
-/// `WORK/second` unable to write a file past half the largest of `first`: it must fail naming
+/// `WORK/second` with room for half the bytes of `first`: it must fail naming
 /// `second`, leave `first` as it was, and the same command without the limit must then succeed
 /// into `second`, with the files of `first`.
 fn out_of_space_loses_nothing(
@@ -118,7 +127,7 @@ fn out_of_space_loses_nothing(
     let run = |out: &str| arguments(work.join(out).to_str().unwrap());
     succeed_in(current_dir, &as_strs(&run("first")), NO_VARIABLES);
     let first = snapshot(&work.join("first"));
-    let output = run_with_file_limit(current_dir, &as_strs(&run("second")), largest(&first) / 2);
+    let output = run_with_disk_space(current_dir, &as_strs(&run("second")), total(&first) / 2);
     failed_naming_a_file_in(&output, "second");
     assert_eq!(
         snapshot(&work.join("first")),
