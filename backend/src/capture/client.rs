@@ -792,7 +792,26 @@ impl RouterClient for TrainiumClient {
         let mut state = self.lock();
         let is_drop = matches!(operation, OperationIr::Drop(_));
         if self.refuse(&mut state, &operation, is_drop) {
+            // What the refused operation consumed is freed, as its drop (which never comes)
+            // would free it.
+            let consumed: Vec<TensorIr> = operation
+                .inputs()
+                .filter(|input| !is_drop && input.status == TensorStatus::ReadWrite)
+                .filter(|input| {
+                    // A refused tensor consumed here was never made: only forgotten.
+                    let refused = state.refused.remove(&input.id);
+                    if refused {
+                        state.failed.remove(&input.id);
+                    }
+                    !refused
+                })
+                .cloned()
+                .collect();
+            drop(state);
             StatsCounters::add_elapsed(&self.counters.capture_micros, start);
+            for tensor in consumed {
+                self.register_op(OperationIr::Drop(tensor));
+            }
             return;
         }
         for input in operation.inputs() {

@@ -282,6 +282,25 @@ mod tests {
     }
 
     #[test]
+    fn what_a_refused_operation_consumes_is_freed() {
+        let device = TrainiumDevice::new(crate::ExecutorKind::Host, 8);
+        let mut options = options("127.0.0.1:0", Access::Loopback);
+        options.devices = vec![device];
+        options.max_tensor_bytes = Some(4096);
+        let address = bind(&options).unwrap().serve_in_background().unwrap();
+        let client = connect(address, None).unwrap();
+        client.sync().unwrap();
+        let before = crate::stats(&device).live_bytes;
+        let row = Tensor::<2>::ones([1, 1024], &client);
+        let column = Tensor::<2>::ones([1024, 1], &client);
+        // 4 MiB: refused, and both inputs consumed by it.
+        let error = read_error(row + column);
+        assert!(error.contains("4194304 bytes"), "{error}");
+        client.sync().unwrap();
+        assert_eq!(crate::stats(&device).live_bytes, before);
+    }
+
+    #[test]
     fn a_loopback_server_serves_loopback_clients_without_a_secret() {
         let address = bind(&options("127.0.0.1:0", Access::Loopback))
             .unwrap()
