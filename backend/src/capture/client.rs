@@ -688,23 +688,19 @@ impl TrainiumClient {
     /// then never made: reading one reports why. The drop of a refused tensor is consumed here.
     fn refuse(&self, state: &mut ClientState, operation: &OperationIr, is_drop: bool) -> bool {
         if is_drop {
-            let Some(input) = operation.inputs().next() else {
-                return false;
-            };
-            let refused = state.refused.remove(&input.id);
-            if refused {
-                state.failed.remove(&input.id);
-            }
-            return refused;
+            return operation
+                .inputs()
+                .next()
+                .is_some_and(|input| state.forget_refused(&input.id).is_some());
         }
         let cause = operation
             .inputs()
             .find(|input| state.refused.contains(&input.id))
             .and_then(|input| state.failed.get(&input.id).cloned())
             .or_else(|| {
-                operation
-                    .outputs()
-                    .find_map(|output| super::limits::tensor_refusal(&self.device, output))
+                operation.outputs().find_map(|output| {
+                    super::limits::tensor_refusal(&self.device, &output.shape, output.dtype)
+                })
             })
             .or_else(|| self.client_refusal(state, operation));
         let Some(cause) = cause else {
@@ -744,13 +740,7 @@ impl TrainiumClient {
     /// Why data of `shape` and `dtype` the client uploads is not kept, if it is not: above the
     /// device's largest tensor, or the most its client may hold.
     fn upload_refusal(&self, shape: &burn_backend::Shape, dtype: DType) -> Option<String> {
-        let output = TensorIr {
-            id: TensorId::new(0),
-            shape: shape.clone(),
-            status: TensorStatus::NotInit,
-            dtype,
-        };
-        super::limits::tensor_refusal(&self.device, &output).or_else(|| {
+        super::limits::tensor_refusal(&self.device, shape, dtype).or_else(|| {
             let held = self.lock().live.client_bytes(live::current_client());
             let bytes = super::limits::tensor_bytes(shape, dtype).unwrap_or(u64::MAX);
             super::limits::client_refusal(&self.device, held, bytes)
@@ -767,14 +757,21 @@ impl ClientState {
 
     /// Why `tensor` was refused, if it was; a last read forgets it.
     fn refusal_of(&mut self, tensor: &TensorIr) -> Option<String> {
+        if tensor.status == TensorStatus::ReadWrite {
+            return self.forget_refused(&tensor.id);
+        }
         if !self.refused.contains(&tensor.id) {
             return None;
         }
-        if tensor.status == TensorStatus::ReadWrite {
-            self.refused.remove(&tensor.id);
-            return self.failed.remove(&tensor.id);
-        }
         self.failed.get(&tensor.id).cloned()
+    }
+
+    /// Forgets refused tensor `id` (dropped, consumed or read for the last time): why it was
+    /// refused, if it was.
+    fn forget_refused(&mut self, id: &TensorId) -> Option<String> {
+        self.refused
+            .remove(id)
+            .then(|| self.failed.remove(id).unwrap_or_default())
     }
 }
 
@@ -797,14 +794,8 @@ impl RouterClient for TrainiumClient {
             let consumed: Vec<TensorIr> = operation
                 .inputs()
                 .filter(|input| !is_drop && input.status == TensorStatus::ReadWrite)
-                .filter(|input| {
-                    // A refused tensor consumed here was never made: only forgotten.
-                    let refused = state.refused.remove(&input.id);
-                    if refused {
-                        state.failed.remove(&input.id);
-                    }
-                    !refused
-                })
+                // A refused tensor consumed here was never made: only forgotten.
+                .filter(|input| state.forget_refused(&input.id).is_none())
                 .cloned()
                 .collect();
             drop(state);

@@ -10,7 +10,6 @@
 use std::sync::OnceLock;
 
 use burn_backend::DType;
-use burn_ir::TensorIr;
 
 use crate::per_device::PerDevice;
 use crate::{BackendError, TrainiumDevice};
@@ -57,17 +56,21 @@ pub(crate) fn tensor_bytes(shape: &[usize], dtype: DType) -> Option<u64> {
     })
 }
 
-/// Why an operation making `output` is refused on `device` (its bytes above the device's
-/// largest tensor), if it is.
-pub(crate) fn tensor_refusal(device: &TrainiumDevice, output: &TensorIr) -> Option<String> {
+/// Why making a tensor of `shape` and `dtype` is refused on `device` (its bytes above the
+/// device's largest tensor), if it is.
+pub(crate) fn tensor_refusal(
+    device: &TrainiumDevice,
+    shape: &[usize],
+    dtype: DType,
+) -> Option<String> {
     let limit = max_tensor_bytes(device);
-    match tensor_bytes(&output.shape, output.dtype) {
+    match tensor_bytes(shape, dtype) {
         Some(bytes) if bytes <= limit => None,
         bytes => Some(format!(
             "{device}: a tensor of shape {:?} ({:?}, {}) is above the largest a tensor may be \
              here, {limit} bytes ({MAX_TENSOR_BYTES_ENV}); nothing was allocated",
-            output.shape.as_slice(),
-            output.dtype,
+            shape,
+            dtype,
             bytes.map_or("more than 2^64 bytes".to_string(), |bytes| format!(
                 "{bytes} bytes"
             )),
@@ -135,34 +138,19 @@ fn physical_memory() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use burn_backend::DType;
-    use burn_ir::{TensorId, TensorStatus};
-
     use super::*;
-
-    fn tensor(shape: Vec<usize>, dtype: DType) -> TensorIr {
-        TensorIr {
-            id: TensorId::new(0),
-            shape: shape.into(),
-            status: TensorStatus::NotInit,
-            dtype,
-        }
-    }
 
     #[test]
     fn a_tensor_above_the_limit_is_refused_with_its_size_and_the_limit() {
         let device = TrainiumDevice::new(crate::ExecutorKind::Host, 9);
         set_max_tensor_bytes(&device, 4096);
-        assert_eq!(
-            tensor_refusal(&device, &tensor(vec![32, 32], DType::F32)),
-            None
-        );
-        let refused = tensor_refusal(&device, &tensor(vec![32, 33], DType::F32)).unwrap();
+        assert_eq!(tensor_refusal(&device, &[32, 32], DType::F32), None);
+        let refused = tensor_refusal(&device, &[32, 33], DType::F32).unwrap();
         assert!(
             refused.contains("4224 bytes") && refused.contains("4096 bytes"),
             "{refused}"
         );
-        let absurd = tensor_refusal(&device, &tensor(vec![1 << 40, 1 << 40], DType::F32)).unwrap();
+        let absurd = tensor_refusal(&device, &[1 << 40, 1 << 40], DType::F32).unwrap();
         assert!(absurd.contains("more than 2^64 bytes"), "{absurd}");
         assert!(physical_memory() > 1 << 20);
     }
