@@ -1064,6 +1064,33 @@ impl Builder {
         self.push(instruction)
     }
 
+    /// An `all-to-all` of `operand` over `groups`, cut and joined along `dimension`.
+    ///
+    /// Without a channel id or global device ids, for the reason [`Self::collective_permute`]
+    /// gives: XLA reads an all-to-all's groups as partition ids when it has a channel id, and as
+    /// replica ids without one.
+    pub fn all_to_all(
+        &mut self,
+        operand: &Value,
+        groups: &[Vec<usize>],
+        dimension: usize,
+    ) -> Value {
+        let mut instruction = self.op(
+            "all-to-all",
+            operand.element_type,
+            &operand.dims,
+            &[operand],
+        );
+        instruction.replica_groups = groups
+            .iter()
+            .map(|group| ReplicaGroup {
+                replica_ids: group.iter().map(|&replica| replica as i64).collect(),
+            })
+            .collect();
+        instruction.dimensions = vec![dimension as i64];
+        self.push(instruction)
+    }
+
     /// A `collective-permute` of `operand`: each `(source, target)` pair sends the source
     /// replica's operand to the target replica; a replica that is no target gets zeros.
     ///
