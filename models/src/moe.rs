@@ -8,6 +8,7 @@ use burn::tensor::{Bool, DType, Device, IndexingUpdateOp, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::config::HlatConfig;
+use crate::expert_parallel::ExpertParallel;
 use crate::linear::projection;
 use crate::mlp::Mlp;
 use crate::parallel::Exchange;
@@ -122,6 +123,10 @@ pub struct SparseMoe {
     /// assignments past it are dropped as GShard drops them. `None`: dropless.
     #[module(skip)]
     pub capacity_factor: Option<f64>,
+    /// The groups this layer's experts are split over ([`SparseMoe::split_experts`]): `experts`
+    /// holds this rank's. `None`: every expert is here.
+    #[module(skip)]
+    pub expert_parallel: Option<ExpertParallel>,
 }
 
 impl SparseMoe {
@@ -142,13 +147,14 @@ impl SparseMoe {
             experts_per_token: moe.experts_per_token,
             normalize_top_k: moe.normalize_top_k,
             capacity_factor: None,
+            expert_parallel: None,
         }
     }
 
     /// Each expert's capacity for `tokens` tokens under `capacity_factor`: `ceil(factor · tokens
     /// · k / experts)`, at least 1 and at most `tokens`.
     pub fn capacity(&self, tokens: usize, capacity_factor: f64) -> usize {
-        let share = tokens as f64 * self.experts_per_token as f64 / self.experts.len() as f64;
+        let share = tokens as f64 * self.experts_per_token as f64 / self.num_experts() as f64;
         ((capacity_factor * share).ceil() as usize).clamp(1, tokens)
     }
 
@@ -161,12 +167,20 @@ impl SparseMoe {
         let probabilities = softmax(logits.clone(), 1);
         let picks = top_k_picks(probabilities.clone(), self.experts_per_token);
         let weights = routing_weights_of(probabilities, &picks, self.normalize_top_k);
-        let mut output = match self.capacity_factor {
-            None => self.dropless(x.clone(), weights, exchange),
-            Some(factor) => {
+        let mut output = match (self.capacity_factor, &self.expert_parallel) {
+            (None, None) => self.dropless(x.clone(), weights, exchange),
+            (None, Some(parallel)) => {
+                self.dropless_expert_parallel(x.clone(), weights, parallel, exchange)
+            }
+            (Some(factor), parallel) => {
                 let capacity = self.capacity(batch * seq, factor);
-                let output =
-                    self.with_capacity(tokens.clone(), weights, &picks, capacity, exchange);
+                let tokens = tokens.clone();
+                let output = match parallel {
+                    None => self.with_capacity(tokens, weights, &picks, capacity, exchange),
+                    Some(parallel) => self.with_capacity_expert_parallel(
+                        tokens, weights, &picks, capacity, parallel, exchange,
+                    ),
+                };
                 output.reshape([batch, seq, hidden])
             }
         };
@@ -179,6 +193,15 @@ impl SparseMoe {
 }
 
 impl SparseMoe {
+    /// The experts of the whole mixture (those of every rank under expert parallelism).
+    pub fn num_experts(&self) -> usize {
+        self.experts.len()
+            * self
+                .expert_parallel
+                .as_ref()
+                .map_or(1, ExpertParallel::degree)
+    }
+
     /// Every expert on every token `x` `[batch, seq, hidden]`, weighted by `weights`
     /// `[tokens, experts]` (zero where a token did not choose the expert).
     pub fn dropless(&self, x: Tensor<3>, weights: Tensor<2>, exchange: &dyn Exchange) -> Tensor<3> {
