@@ -310,3 +310,40 @@ fn gather_param<const D: usize>(
         })
         .collect()
 }
+
+impl crate::Hlat {
+    /// Splits the experts of every sparse layer over `parallel`'s groups
+    /// ([`SparseMoe::split_experts`]); a dense model is unchanged.
+    pub fn split_experts(mut self, parallel: &ExpertParallel) -> Self {
+        for layer in &mut self.layers {
+            layer.moe = layer.moe.take().map(|moe| moe.split_experts(parallel));
+        }
+        self
+    }
+
+    /// Every sparse layer's whole set of experts on every rank again
+    /// ([`SparseMoe::join_experts`]).
+    pub fn join_experts(mut self) -> Self {
+        for layer in &mut self.layers {
+            layer.moe = layer.moe.take().map(SparseMoe::join_experts);
+        }
+        self
+    }
+
+    /// The groups the experts are split over, when they are.
+    pub fn expert_parallel(&self) -> Option<&ExpertParallel> {
+        self.layers
+            .iter()
+            .find_map(|layer| layer.moe.as_ref()?.expert_parallel.as_ref())
+    }
+}
+
+/// Where a parameter path (`layers.3.moe.experts.5.gate_proj.weight`, as
+/// [`crate::parallel::ParamPath`] names it) names an expert: the index of the expert's number in
+/// `names`, and the number. `None` for every other parameter (the router, a shared expert).
+pub fn expert_of(names: &[String]) -> Option<(usize, usize)> {
+    names
+        .windows(3)
+        .position(|window| window[0] == "moe" && window[1] == "experts")
+        .and_then(|at| Some((at + 2, names[at + 2].parse().ok()?)))
+}

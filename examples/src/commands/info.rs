@@ -110,6 +110,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     args.pipeline.apply(&mut pipeline_config);
     let layout = ParallelLayout {
         data: args.dp,
+        expert: 1,
         tensor: args.tp,
         pipeline: pipeline_config.pipeline_parallel,
         sequence_parallel: args.sequence_parallel,

@@ -309,6 +309,7 @@ mod tests {
     fn layout(data: usize, tensor: usize, zero1: bool) -> ParallelLayout {
         ParallelLayout {
             data,
+            expert: 1,
             tensor,
             pipeline: 1,
             sequence_parallel: tensor > 1,
