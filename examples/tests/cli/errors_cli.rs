@@ -74,6 +74,16 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         },
         Case {
             environment: &[],
+            arguments: vec!["info", "mixtral-8x7b", "--dp", "6", "--ep", "3"],
+            names: &["--ep 3", "8 experts"],
+        },
+        Case {
+            environment: &[],
+            arguments: vec!["info", "hlat-tiny", "--dp", "2", "--ep", "2"],
+            names: &["--ep 2", "dense"],
+        },
+        Case {
+            environment: &[],
             arguments: pretrain_one_step(&["--ep", "2"]),
             names: &["expert_parallel", "2", "data_parallel (1)"],
         },
