@@ -163,7 +163,7 @@ impl SparseMoe {
                         .narrow(1, slot, 1)
                         .reshape([1, degree * capacity, hidden]);
                 expert
-                    .forward(inputs, exchange)
+                    .partial(inputs, exchange)
                     .reshape([degree, 1, capacity, hidden])
             })
             .collect();

@@ -167,7 +167,9 @@ impl SparseMoe {
         let probabilities = softmax(logits.clone(), 1);
         let picks = top_k_picks(probabilities.clone(), self.experts_per_token);
         let weights = routing_weights_of(probabilities, &picks, self.normalize_top_k);
-        let mut output = match (self.capacity_factor, &self.expert_parallel) {
+        // The experts' partial products under tensor parallelism, weighted and summed over the
+        // group once (Megatron's MoE layer does the same).
+        let mut partial = match (self.capacity_factor, &self.expert_parallel) {
             (None, None) => self.dropless(x.clone(), weights, exchange),
             (None, Some(parallel)) => {
                 self.dropless_expert_parallel(x.clone(), weights, parallel, exchange)
@@ -186,9 +188,9 @@ impl SparseMoe {
         };
         if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
             let scale = sigmoid(gate.forward(tokens)).reshape([batch, seq, 1]);
-            output = output + shared.forward(x, exchange) * scale;
+            partial = partial + shared.partial(x, exchange) * scale;
         }
-        (output, logits)
+        (exchange.exit(partial), logits)
     }
 }
 
@@ -203,13 +205,14 @@ impl SparseMoe {
     }
 
     /// Every expert on every token `x` `[batch, seq, hidden]`, weighted by `weights`
-    /// `[tokens, experts]` (zero where a token did not choose the expert).
+    /// `[tokens, experts]` (zero where a token did not choose the expert): under tensor
+    /// parallelism, this rank's partial product ([`Mlp::partial`]).
     pub fn dropless(&self, x: Tensor<3>, weights: Tensor<2>, exchange: &dyn Exchange) -> Tensor<3> {
         let [batch, seq, _] = x.dims();
         let mut output: Option<Tensor<3>> = None;
         for (index, expert) in self.experts.iter().enumerate() {
             let weight = weights.clone().narrow(1, index, 1).reshape([batch, seq, 1]);
-            let contribution = expert.forward(x.clone(), exchange) * weight;
+            let contribution = expert.partial(x.clone(), exchange) * weight;
             output = Some(match output {
                 Some(sum) => sum + contribution,
                 None => contribution,
@@ -223,7 +226,8 @@ impl SparseMoe {
     /// token order, then to those that chose it second, and so on; an assignment past the
     /// capacity is dropped (the token keeps its other experts, and its residual). The tokens are
     /// gathered into `[capacity, hidden]` per expert and the weighted outputs added back at
-    /// their rows: static shapes, `capacity / tokens` of the dropless expert FLOPs.
+    /// their rows: static shapes, `capacity / tokens` of the dropless expert FLOPs. Under tensor
+    /// parallelism, this rank's partial product.
     pub fn with_capacity(
         &self,
         tokens: Tensor<2>,
@@ -248,7 +252,7 @@ impl SparseMoe {
             let rows = slots.clone().narrow(0, index, 1).reshape([capacity]);
             let gathered = padded.clone().select(0, rows.clone());
             let outputs = expert
-                .forward(gathered.reshape([1, capacity, hidden]), exchange)
+                .partial(gathered.reshape([1, capacity, hidden]), exchange)
                 .reshape([capacity, hidden]);
             let weight = padded_weights
                 .clone()

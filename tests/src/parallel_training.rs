@@ -337,8 +337,8 @@ fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
 }
 
 /// Expert parallelism of a tiny Mixtral (`--dp 2 --ep 2`, and `--dp 4 --ep 2`: two pairs of
-/// expert ranks, their experts' gradients averaged between the pairs), dropless, against one
-/// device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
+/// expert ranks, their experts' gradients averaged between the pairs), tensor parallelism of
+/// its experts (`--tp 2`) and both (`--dp 2 --ep 2 --tp 2`), dropless, against one device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
 /// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
 /// Megatron and transformers under DDP compute it), expert parallelism equals the same data
 /// parallelism without it.
@@ -365,6 +365,16 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
         1e-5,
         "ep 2 against dp 2 with load balancing",
     );
+    // Tensor parallelism keeps each micro-batch whole: with the load-balancing loss too, it is
+    // one device's run.
+    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
+    let expected = run_from(&single, ONE_DEVICE, Some(&mixtral));
+    let tensor_pairs = Layout {
+        tensor: 2,
+        ..ONE_DEVICE
+    };
+    let actual = run_from(&pairs, tensor_pairs, Some(&mixtral));
+    assert_same_run(&expected, &actual, 1e-4, "tp 2 with load balancing");
     for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
         if executor == ExecutorKind::Xla {
             xla();
@@ -374,10 +384,11 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
             ONE_DEVICE,
             Some(&unbalanced),
         );
-        for (data, expert) in [(2, 2), (4, 2)] {
+        for (data, expert, tensor) in [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)] {
             let layout = Layout {
                 data,
                 expert,
+                tensor,
                 ..ONE_DEVICE
             };
             let device = TrainiumDevice::replicated(executor, layout.replicas());
@@ -387,8 +398,9 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
     }
 }
 
-/// A run of experts split over 2 ranks checkpoints the whole set of experts and their optimizer
-/// state: one device resumes from it, and it resumes from one device's, as an uninterrupted run.
+/// A run of experts split over 2 ranks (alone, and with tensor parallelism) checkpoints the whole
+/// set of experts and their optimizer state: one device resumes from it, and it resumes from one
+/// device's, as an uninterrupted run.
 #[test]
 fn checkpoints_resume_across_expert_parallel_layouts() {
     let _random = crate::support::exclusive_random();
@@ -399,9 +411,18 @@ fn checkpoints_resume_across_expert_parallel_layouts() {
         expert: 2,
         ..ONE_DEVICE
     };
+    // Experts split 2 ways and each expert's projections 2 ways: one model file per tensor-parallel
+    // rank, each with every expert.
+    let quads = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let expert_tensor_quads = Layout {
+        tensor: 2,
+        ..expert_pairs
+    };
     let orders = [
         ((&pairs, expert_pairs), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&pairs, expert_pairs)),
+        ((&quads, expert_tensor_quads), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&quads, expert_tensor_quads)),
     ];
     let folder = tempfile::tempdir().unwrap();
     let unbalanced = tiny_mixtral_without_balancing(folder.path());

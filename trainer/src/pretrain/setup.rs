@@ -329,10 +329,10 @@ fn split_experts(
 }
 
 /// What a mixture-of-experts model does not train with yet, refused by the setting's name
-/// before anything runs: splitting its layers (tensor and pipeline parallelism, which split
-/// dense layers), activation checkpointing (its stages are a dense layer's), and LoRA on MLP
-/// projections (its experts take no adapters). Data parallelism and ZeRO-1 replicate whole
-/// models and are accepted.
+/// before anything runs: sequence and pipeline parallelism (which slice or cut dense layers),
+/// activation checkpointing (its stages are a dense layer's), and LoRA on MLP projections (its
+/// experts take no adapters); and expert parallelism of a dense model or of experts it does
+/// not divide. Data, tensor and expert parallelism and ZeRO-1 are accepted.
 fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
     let Some(moe) = &model.moe else {
         if config.expert_parallel > 1 {
@@ -362,8 +362,8 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
             model.family
         )))
     };
-    if config.tensor_parallel > 1 {
-        return refuse("tensor_parallel", "tensor parallelism");
+    if config.sequence_parallel {
+        return refuse("sequence_parallel", "sequence parallelism");
     }
     if config.pipeline_parallel > 1 {
         return refuse("pipeline_parallel", "pipeline parallelism");
