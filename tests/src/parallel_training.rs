@@ -144,6 +144,32 @@ pub(crate) fn run_until(
     .unwrap()
 }
 
+/// On `host` and on `xla`, each of `layouts` run from `start` (else a fresh `hlat-test`) on a
+/// replicated device equals one device's run within 1e-4; `after` sees each layout's device and
+/// its statistics before the run.
+pub(crate) fn assert_layouts_run_as_one_device(
+    layouts: &[Layout],
+    start: Option<&Path>,
+    after: impl Fn(&Layout, &TrainiumDevice, &burn_trainium::Stats),
+) {
+    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
+        if executor == ExecutorKind::Xla {
+            xla();
+        }
+        let expected = run_from(&TrainiumDevice::new(executor, 0), ONE_DEVICE, start);
+        for layout in layouts {
+            let device = TrainiumDevice::replicated(executor, layout.replicas());
+            let served = trainium(device);
+            served.sync().unwrap();
+            let before = stats(&device);
+            let actual = run_from(&device, *layout, start);
+            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
+            served.sync().unwrap();
+            after(layout, &device, &before);
+        }
+    }
+}
+
 /// Losses and gradient norms step by step within `relative` of one device's.
 pub(crate) fn assert_same_run(
     expected: &PretrainSummary,
@@ -255,17 +281,7 @@ fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
         },
     ];
     assert_eq!(HlatConfig::preset("hlat-test").unwrap().num_kv_heads, 2);
-    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
-        if executor == ExecutorKind::Xla {
-            xla();
-        }
-        let expected = run(&TrainiumDevice::new(executor, 0), ONE_DEVICE);
-        for layout in layouts {
-            let device = TrainiumDevice::replicated(executor, layout.replicas());
-            let actual = run(&device, layout);
-            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
-        }
-    }
+    assert_layouts_run_as_one_device(&layouts, None, |_, _, _| {});
 }
 
 /// A tensor-parallel run checkpoints one model file per rank, any other run the whole model; any
@@ -375,27 +391,20 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
     };
     let actual = run_from(&pairs, tensor_pairs, Some(&mixtral));
     assert_same_run(&expected, &actual, 1e-4, "tp 2 with load balancing");
-    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
-        if executor == ExecutorKind::Xla {
-            xla();
+    let layouts =
+        [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)].map(|(data, expert, tensor)| Layout {
+            data,
+            expert,
+            tensor,
+            ..ONE_DEVICE
+        });
+    assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |layout, device, before| {
+        if device.executor == ExecutorKind::Xla && layout.expert > 1 {
+            let after = stats(device);
+            assert!(after.collectives > before.collectives, "{after:?}");
+            assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
         }
-        let expected = run_from(
-            &TrainiumDevice::new(executor, 0),
-            ONE_DEVICE,
-            Some(&unbalanced),
-        );
-        for (data, expert, tensor) in [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)] {
-            let layout = Layout {
-                data,
-                expert,
-                tensor,
-                ..ONE_DEVICE
-            };
-            let device = TrainiumDevice::replicated(executor, layout.replicas());
-            let actual = run_from(&device, layout, Some(&unbalanced));
-            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
-        }
-    }
+    });
 }
 
 /// A run of experts split over 2 ranks (alone, and with tensor parallelism) checkpoints the whole

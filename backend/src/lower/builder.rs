@@ -1048,12 +1048,7 @@ impl Builder {
         self.last_channel += 1;
         instruction.channel_id = self.last_channel;
         instruction.use_global_device_ids = true;
-        instruction.replica_groups = groups
-            .iter()
-            .map(|group| ReplicaGroup {
-                replica_ids: group.iter().map(|&replica| replica as i64).collect(),
-            })
-            .collect();
+        instruction.replica_groups = replica_groups(groups);
         if let Some(combiner) = combiner {
             instruction.called_computation_ids =
                 vec![self.combiner(combiner, operand.element_type)];
@@ -1081,12 +1076,7 @@ impl Builder {
             &operand.dims,
             &[operand],
         );
-        instruction.replica_groups = groups
-            .iter()
-            .map(|group| ReplicaGroup {
-                replica_ids: group.iter().map(|&replica| replica as i64).collect(),
-            })
-            .collect();
+        instruction.replica_groups = replica_groups(groups);
         instruction.dimensions = vec![dimension as i64];
         self.push(instruction)
     }
@@ -1197,4 +1187,14 @@ impl Builder {
         );
         self.push(instruction)
     }
+}
+
+/// `groups` of replica indices as HLO's replica groups.
+fn replica_groups(groups: &[Vec<usize>]) -> Vec<ReplicaGroup> {
+    groups
+        .iter()
+        .map(|group| ReplicaGroup {
+            replica_ids: group.iter().map(|&replica| replica as i64).collect(),
+        })
+        .collect()
 }

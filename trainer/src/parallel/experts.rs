@@ -28,20 +28,7 @@ pub fn move_expert_gradients<M: Module>(
     from: &mut GradientsParams,
     to: &mut GradientsParams,
 ) {
-    struct Move<'a> {
-        from: &'a mut GradientsParams,
-        to: &'a mut GradientsParams,
-    }
-    impl PathVisitor for Move<'_> {
-        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
-            if expert_of(path.names()).is_some()
-                && let Some(grad) = self.from.remove::<D>(param.id)
-            {
-                self.to.register(param.id, grad);
-            }
-        }
-    }
-    visit_with_paths(module, ParamPath::default(), &mut Move { from, to });
+    super::gradients::move_gradients_where(module, from, to, |names| expert_of(names).is_some());
 }
 
 /// Averages `grads` over `layout`'s data-parallel groups, the experts' as expert parallelism
