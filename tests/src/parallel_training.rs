@@ -170,6 +170,15 @@ pub(crate) fn assert_layouts_run_as_one_device(
     }
 }
 
+/// On `xla`, the run since `before` ran collectives inside its programs and nothing on the host.
+pub(crate) fn exchanged_in_the_programs(device: &TrainiumDevice, before: &burn_trainium::Stats) {
+    if device.executor == ExecutorKind::Xla {
+        let after = stats(device);
+        assert!(after.collectives > before.collectives, "{after:?}");
+        assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
+    }
+}
+
 /// Losses and gradient norms step by step within `relative` of one device's.
 pub(crate) fn assert_same_run(
     expected: &PretrainSummary,
@@ -398,12 +407,8 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
             tensor,
             ..ONE_DEVICE
         });
-    assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |layout, device, before| {
-        if device.executor == ExecutorKind::Xla && layout.expert > 1 {
-            let after = stats(device);
-            assert!(after.collectives > before.collectives, "{after:?}");
-            assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
-        }
+    assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |_, device, before| {
+        exchanged_in_the_programs(device, before);
     });
 }
 
