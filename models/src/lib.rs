@@ -35,6 +35,7 @@ pub mod blocked_attention;
 mod cache;
 pub mod checkpoint;
 mod config;
+pub mod expert_parallel;
 mod family;
 mod file_error;
 pub mod generate;

@@ -39,19 +39,24 @@ pub fn normal_init(config: &HlatConfig) -> Initializer {
 /// sequence under sequence parallelism), and the bias, held whole by every rank, is added once
 /// after the sum, as Megatron's `RowParallelLinear` adds it. A LoRA adapter's update (`A` split
 /// by input features like the weight, `B` whole) is a partial product too, summed with it.
+/// This rank's partial product of a row-parallel layer ([`row_parallel`] before the sum over
+/// the group and the bias), its LoRA update included.
+pub fn row_parallel_partial(linear: &Linear, lora: Option<&Lora>, x: Tensor<3>) -> Tensor<3> {
+    match lora {
+        Some(lora) => {
+            burn::tensor::module::linear(x.clone(), linear.weight.val(), None) + lora.delta(x)
+        }
+        None => burn::tensor::module::linear(x, linear.weight.val(), None),
+    }
+}
+
 pub fn row_parallel(
     linear: &Linear,
     lora: Option<&Lora>,
     x: Tensor<3>,
     exchange: &dyn Exchange,
 ) -> Tensor<3> {
-    let partial = match lora {
-        Some(lora) => {
-            burn::tensor::module::linear(x.clone(), linear.weight.val(), None) + lora.delta(x)
-        }
-        None => burn::tensor::module::linear(x, linear.weight.val(), None),
-    };
-    let summed = exchange.exit(partial);
+    let summed = exchange.exit(row_parallel_partial(linear, lora, x));
     match &linear.bias {
         Some(bias) => summed + bias.val().unsqueeze(),
         None => summed,

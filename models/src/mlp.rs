@@ -6,7 +6,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::{Device, Tensor};
 
 use crate::config::HlatConfig;
-use crate::linear::{projection, row_parallel};
+use crate::linear::{projection, row_parallel, row_parallel_partial};
 use crate::lora::{Lora, project};
 use crate::parallel::Exchange;
 
@@ -51,6 +51,23 @@ impl Mlp {
     pub fn forward(&self, x: Tensor<3>, exchange: &dyn Exchange) -> Tensor<3> {
         let (gate, up) = self.gate_up(x);
         self.down(Self::activate(gate, up), exchange)
+    }
+
+    /// The network's output before the row-parallel sum over `exchange`'s group: this rank's
+    /// partial product (a mixture weights its experts' partials and sums the group once). With
+    /// one rank there is nothing to sum and the down projection's bias is added; a mixture with
+    /// biases is not split ([`crate::parallel::check_degree`]).
+    pub fn partial(&self, x: Tensor<3>, exchange: &dyn Exchange) -> Tensor<3> {
+        let (gate, up) = self.gate_up(x);
+        let partial = row_parallel_partial(
+            &self.down_proj,
+            self.down_lora.as_ref(),
+            Self::activate(gate, up),
+        );
+        match (&self.down_proj.bias, exchange.degree()) {
+            (Some(bias), 1) => partial + bias.val().unsqueeze(),
+            _ => partial,
+        }
     }
 
     /// The gate and up projections of `x` (with their adapters).

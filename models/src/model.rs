@@ -173,10 +173,19 @@ impl Hlat {
                 .map(|balance| (balance, moe.router_aux_loss_coef))
         });
         match balance {
-            Some((balance, coefficient)) => (
-                cross_entropy + balance.clone().mul_scalar(coefficient),
-                Some(balance),
-            ),
+            Some((balance, coefficient)) => {
+                // Every tensor-parallel rank computes the same load-balancing loss, and its
+                // gradient reaches parameters and inputs whose gradients the group sums (the
+                // router's, the layer input's): each rank passes on its share.
+                let share = match exchange.degree() {
+                    1 => balance.clone(),
+                    degree => {
+                        let part = balance.clone().div_scalar(degree as f64);
+                        part.clone() + (balance.clone() - part).detach()
+                    }
+                };
+                (cross_entropy + share.mul_scalar(coefficient), Some(balance))
+            }
             None => (cross_entropy, None),
         }
     }

@@ -8,6 +8,7 @@ use burn::tensor::{Bool, DType, Device, IndexingUpdateOp, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::config::HlatConfig;
+use crate::expert_parallel::ExpertParallel;
 use crate::linear::projection;
 use crate::mlp::Mlp;
 use crate::parallel::Exchange;
@@ -122,6 +123,10 @@ pub struct SparseMoe {
     /// assignments past it are dropped as GShard drops them. `None`: dropless.
     #[module(skip)]
     pub capacity_factor: Option<f64>,
+    /// The groups this layer's experts are split over ([`SparseMoe::split_experts`]): `experts`
+    /// holds this rank's. `None`: every expert is here.
+    #[module(skip)]
+    pub expert_parallel: Option<ExpertParallel>,
 }
 
 impl SparseMoe {
@@ -142,13 +147,14 @@ impl SparseMoe {
             experts_per_token: moe.experts_per_token,
             normalize_top_k: moe.normalize_top_k,
             capacity_factor: None,
+            expert_parallel: None,
         }
     }
 
     /// Each expert's capacity for `tokens` tokens under `capacity_factor`: `ceil(factor · tokens
     /// · k / experts)`, at least 1 and at most `tokens`.
     pub fn capacity(&self, tokens: usize, capacity_factor: f64) -> usize {
-        let share = tokens as f64 * self.experts_per_token as f64 / self.experts.len() as f64;
+        let share = tokens as f64 * self.experts_per_token as f64 / self.num_experts() as f64;
         ((capacity_factor * share).ceil() as usize).clamp(1, tokens)
     }
 
@@ -161,32 +167,52 @@ impl SparseMoe {
         let probabilities = softmax(logits.clone(), 1);
         let picks = top_k_picks(probabilities.clone(), self.experts_per_token);
         let weights = routing_weights_of(probabilities, &picks, self.normalize_top_k);
-        let mut output = match self.capacity_factor {
-            None => self.dropless(x.clone(), weights, exchange),
-            Some(factor) => {
+        // The experts' partial products under tensor parallelism, weighted and summed over the
+        // group once (Megatron's MoE layer does the same).
+        let mut partial = match (self.capacity_factor, &self.expert_parallel) {
+            (None, None) => self.dropless(x.clone(), weights, exchange),
+            (None, Some(parallel)) => {
+                self.dropless_expert_parallel(x.clone(), weights, parallel, exchange)
+            }
+            (Some(factor), parallel) => {
                 let capacity = self.capacity(batch * seq, factor);
-                let output =
-                    self.with_capacity(tokens.clone(), weights, &picks, capacity, exchange);
+                let tokens = tokens.clone();
+                let output = match parallel {
+                    None => self.with_capacity(tokens, weights, &picks, capacity, exchange),
+                    Some(parallel) => self.with_capacity_expert_parallel(
+                        tokens, weights, &picks, capacity, parallel, exchange,
+                    ),
+                };
                 output.reshape([batch, seq, hidden])
             }
         };
         if let (Some(shared), Some(gate)) = (&self.shared_expert, &self.shared_expert_gate) {
             let scale = sigmoid(gate.forward(tokens)).reshape([batch, seq, 1]);
-            output = output + shared.forward(x, exchange) * scale;
+            partial = partial + shared.partial(x, exchange) * scale;
         }
-        (output, logits)
+        (exchange.exit(partial), logits)
     }
 }
 
 impl SparseMoe {
+    /// The experts of the whole mixture (those of every rank under expert parallelism).
+    pub fn num_experts(&self) -> usize {
+        self.experts.len()
+            * self
+                .expert_parallel
+                .as_ref()
+                .map_or(1, ExpertParallel::degree)
+    }
+
     /// Every expert on every token `x` `[batch, seq, hidden]`, weighted by `weights`
-    /// `[tokens, experts]` (zero where a token did not choose the expert).
+    /// `[tokens, experts]` (zero where a token did not choose the expert): under tensor
+    /// parallelism, this rank's partial product ([`Mlp::partial`]).
     pub fn dropless(&self, x: Tensor<3>, weights: Tensor<2>, exchange: &dyn Exchange) -> Tensor<3> {
         let [batch, seq, _] = x.dims();
         let mut output: Option<Tensor<3>> = None;
         for (index, expert) in self.experts.iter().enumerate() {
             let weight = weights.clone().narrow(1, index, 1).reshape([batch, seq, 1]);
-            let contribution = expert.forward(x.clone(), exchange) * weight;
+            let contribution = expert.partial(x.clone(), exchange) * weight;
             output = Some(match output {
                 Some(sum) => sum + contribution,
                 None => contribution,
@@ -200,7 +226,8 @@ impl SparseMoe {
     /// token order, then to those that chose it second, and so on; an assignment past the
     /// capacity is dropped (the token keeps its other experts, and its residual). The tokens are
     /// gathered into `[capacity, hidden]` per expert and the weighted outputs added back at
-    /// their rows: static shapes, `capacity / tokens` of the dropless expert FLOPs.
+    /// their rows: static shapes, `capacity / tokens` of the dropless expert FLOPs. Under tensor
+    /// parallelism, this rank's partial product.
     pub fn with_capacity(
         &self,
         tokens: Tensor<2>,
@@ -225,7 +252,7 @@ impl SparseMoe {
             let rows = slots.clone().narrow(0, index, 1).reshape([capacity]);
             let gathered = padded.clone().select(0, rows.clone());
             let outputs = expert
-                .forward(gathered.reshape([1, capacity, hidden]), exchange)
+                .partial(gathered.reshape([1, capacity, hidden]), exchange)
                 .reshape([capacity, hidden]);
             let weight = padded_weights
                 .clone()

@@ -283,8 +283,14 @@ pub fn partial_gradient(path: &[String], sequence_parallel: bool) -> bool {
     let module = path.iter().rev().nth(1).map(String::as_str);
     let parameter = path.last().map(String::as_str);
     let adapter = matches!(parameter, Some("lora_a" | "lora_b"));
+    // A mixture's router and shared-expert gate weigh the experts' partial products, summed
+    // over the group once after the weighting: each rank's gradient is a part.
+    let weighs_partials = matches!(module, Some("router" | "shared_expert_gate"));
     placement(path) == Placement::Replicated
-        && (sequence_parallel || adapter || matches!(module, Some("q_norm" | "k_norm")))
+        && (sequence_parallel
+            || adapter
+            || weighs_partials
+            || matches!(module, Some("q_norm" | "k_norm")))
 }
 
 /// The module path a visitor or mapper is at.
@@ -425,11 +431,17 @@ pub fn check_degree(config: &crate::HlatConfig, degree: usize) -> Result<(), Str
     if degree == 0 {
         return Err("the tensor-parallel degree must be at least 1".into());
     }
-    if config.moe.is_some() && degree > 1 {
-        return Err(format!(
-            "a mixture-of-experts model ({}) is not split by tensor parallelism yet",
-            config.family
-        ));
+    if let Some(moe) = config.moe.as_ref().filter(|_| degree > 1) {
+        if config.mlp_bias {
+            return Err(format!(
+                "a mixture of experts with MLP biases ({}) is not split by tensor parallelism",
+                config.family
+            ));
+        }
+        divides("expert_ffn_size", moe.expert_ffn_size)?;
+        if let Some(width) = moe.shared_expert_ffn_size {
+            divides("shared_expert_ffn_size", width)?;
+        }
     }
     divides("num_heads", config.num_heads)?;
     let kv = config.num_kv_heads;
@@ -551,6 +563,16 @@ mod tests {
             &path("layers.0.self_attn.q_proj.bias"),
             true
         ));
+        // A mixture's router and shared-expert gate weigh partial products.
+        assert!(partial_gradient(&path("layers.0.moe.router.weight"), false));
+        assert!(partial_gradient(
+            &path("layers.0.moe.shared_expert_gate.weight"),
+            false
+        ));
+        assert_eq!(
+            placement(&path("layers.0.moe.experts.3.down_proj.weight")),
+            Placement::Split(0)
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use hlat_train::schedule::WarmupCosine;
 /// with every kind of parallelism of one pipeline stage.
 pub const EVERY_PARALLELISM: ParallelLayout = ParallelLayout {
     data: 2,
+    expert: 1,
     tensor: 2,
     pipeline: 1,
     sequence_parallel: true,

@@ -128,9 +128,10 @@ fn train(name: &str, executor: ExecutorKind, layout: ParallelLayout) -> Vec<(f64
 /// Tied embeddings (Llama 3.2-style: one weight, both gradients summed, the head
 /// vocabulary-parallel with the embedding), q/k/v biases split with their heads and tied
 /// embeddings (Qwen2), per-head q/k norms whose gradients are summed over the group (Qwen3), and
-/// the output and MLP biases added once after the row-parallel sums (Llama with every bias):
-/// each trains under tensor parallelism as on one device, within 1e-4 (the split sums add in
-/// another order).
+/// the output and MLP biases added once after the row-parallel sums (Llama with every bias), and
+/// the mixtures of experts (Mixtral, Qwen2-MoE's shared expert, Qwen3-MoE's sparse steps): each
+/// trains under tensor parallelism as on one device, within 1e-4 (the split sums add in another
+/// order).
 #[test]
 fn families_train_under_tensor_parallelism_as_on_one_device() {
     let _random = crate::support::exclusive_random();
@@ -153,6 +154,12 @@ fn families_train_under_tensor_parallelism_as_on_one_device() {
         ("hf-tiny-qwen2", ExecutorKind::Host, vec![dp2_tp2]),
         ("hf-tiny-qwen3", ExecutorKind::Host, vec![tp2, tp2_sp]),
         ("hf-tiny-llama-bias", ExecutorKind::Host, vec![tp2, tp2_sp]),
+        // Mixtures: each expert's projections split, their partial products weighted and summed
+        // once, the router's and the shared expert gate's gradients summed over the group, the
+        // load-balancing loss counted once.
+        ("hf-tiny-mixtral", ExecutorKind::Xla, vec![tp2]),
+        ("hf-tiny-qwen2-moe", ExecutorKind::Host, vec![tp2]),
+        ("hf-tiny-qwen3-moe", ExecutorKind::Host, vec![tp2]),
     ];
     for (name, executor, layouts) in cases {
         if executor == ExecutorKind::Xla {

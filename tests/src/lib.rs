@@ -15,6 +15,7 @@
 //! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
 //!   them, use only operators of the Neuron compiler's published list;
 //! - `lora_training`: LoRA adapters of a frozen base under data and tensor parallelism;
+//! - `expert_parallel`: a mixture's experts split over replicas against the whole layer;
 //! - `parallel_training`: the pretraining job on replicated devices against one device;
 //! - `pipeline_training`: the same with the layers cut into pipeline stages;
 //! - `segments`: how the lazy client cuts and runs segments;
@@ -29,6 +30,8 @@ mod cnn_training;
 mod differential;
 #[cfg(test)]
 mod evaluation;
+#[cfg(test)]
+mod expert_parallel;
 #[cfg(test)]
 mod families;
 #[cfg(test)]

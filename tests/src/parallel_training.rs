@@ -34,6 +34,8 @@ pub(crate) const STEPS: u64 = 10;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Layout {
     pub data: usize,
+    /// Of the data-parallel replicas, those a mixture's experts are split over.
+    pub expert: usize,
     pub tensor: usize,
     /// Pipeline stages, and chunks per stage (the interleaved schedule above 1).
     pub pipeline: usize,
@@ -47,6 +49,7 @@ pub(crate) struct Layout {
 
 pub(crate) const ONE_DEVICE: Layout = Layout {
     data: 1,
+    expert: 1,
     tensor: 1,
     pipeline: 1,
     virtual_stages: 1,
@@ -99,6 +102,7 @@ pub(crate) fn run_until(
             batch_tokens: 16 * 8,
             micro_batch_rows: 8 / (2 * layout.data),
             data_parallel: layout.data,
+            expert_parallel: layout.expert,
             tensor_parallel: layout.tensor,
             pipeline_parallel: layout.pipeline,
             virtual_stages: layout.virtual_stages,
@@ -138,6 +142,41 @@ pub(crate) fn run_until(
         },
     )
     .unwrap()
+}
+
+/// On `host` and on `xla`, each of `layouts` run from `start` (else a fresh `hlat-test`) on a
+/// replicated device equals one device's run within 1e-4; `after` sees each layout's device and
+/// its statistics before the run.
+pub(crate) fn assert_layouts_run_as_one_device(
+    layouts: &[Layout],
+    start: Option<&Path>,
+    after: impl Fn(&Layout, &TrainiumDevice, &burn_trainium::Stats),
+) {
+    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
+        if executor == ExecutorKind::Xla {
+            xla();
+        }
+        let expected = run_from(&TrainiumDevice::new(executor, 0), ONE_DEVICE, start);
+        for layout in layouts {
+            let device = TrainiumDevice::replicated(executor, layout.replicas());
+            let served = trainium(device);
+            served.sync().unwrap();
+            let before = stats(&device);
+            let actual = run_from(&device, *layout, start);
+            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
+            served.sync().unwrap();
+            after(layout, &device, &before);
+        }
+    }
+}
+
+/// On `xla`, the run since `before` ran collectives inside its programs and nothing on the host.
+pub(crate) fn exchanged_in_the_programs(device: &TrainiumDevice, before: &burn_trainium::Stats) {
+    if device.executor == ExecutorKind::Xla {
+        let after = stats(device);
+        assert!(after.collectives > before.collectives, "{after:?}");
+        assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
+    }
 }
 
 /// Losses and gradient norms step by step within `relative` of one device's.
@@ -251,17 +290,7 @@ fn parallel_layouts_pretrain_as_one_device_on_host_and_xla() {
         },
     ];
     assert_eq!(HlatConfig::preset("hlat-test").unwrap().num_kv_heads, 2);
-    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
-        if executor == ExecutorKind::Xla {
-            xla();
-        }
-        let expected = run(&TrainiumDevice::new(executor, 0), ONE_DEVICE);
-        for layout in layouts {
-            let device = TrainiumDevice::replicated(executor, layout.replicas());
-            let actual = run(&device, layout);
-            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
-        }
-    }
+    assert_layouts_run_as_one_device(&layouts, None, |_, _, _| {});
 }
 
 /// A tensor-parallel run checkpoints one model file per rank, any other run the whole model; any
@@ -304,6 +333,114 @@ fn checkpoints_resume_across_tensor_parallel_layouts() {
         ((&single, ONE_DEVICE), (&quads, tensor_quads)),
     ];
     assert_resumes_as_one_device(&orders, None, |_, _| {});
+}
+
+/// The tiny Mixtral transformers made (4 experts, 2 a token, 2 layers).
+fn tiny_mixtral() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/hf-tiny-mixtral")
+}
+
+/// [`tiny_mixtral`] without its load-balancing loss (`router_aux_loss_coef` 0), copied into
+/// `folder`: the load-balancing loss of each replica's micro-batch is not linear in the
+/// batch, so with it no data-parallel run equals one device.
+fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
+    let source = tiny_mixtral();
+    let copy = folder.join("hf-tiny-mixtral");
+    std::fs::create_dir_all(&copy).unwrap();
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+    }
+    let config = std::fs::read_to_string(source.join("config.json")).unwrap();
+    let edited = config.replace(
+        "\"router_aux_loss_coef\": 0.02",
+        "\"router_aux_loss_coef\": 0.0",
+    );
+    assert_ne!(edited, config, "the fixture's coefficient moved");
+    std::fs::write(copy.join("config.json"), edited).unwrap();
+    copy
+}
+
+/// Expert parallelism of a tiny Mixtral (`--dp 2 --ep 2`, and `--dp 4 --ep 2`: two pairs of
+/// expert ranks, their experts' gradients averaged between the pairs), tensor parallelism of
+/// its experts (`--tp 2`) and both (`--dp 2 --ep 2 --tp 2`), dropless, against one device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
+/// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
+/// Megatron and transformers under DDP compute it), expert parallelism equals the same data
+/// parallelism without it.
+#[test]
+fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
+    let _random = crate::support::exclusive_random();
+    let folder = tempfile::tempdir().unwrap();
+    let unbalanced = tiny_mixtral_without_balancing(folder.path());
+    let mixtral = tiny_mixtral();
+    let data_pairs = Layout {
+        data: 2,
+        ..ONE_DEVICE
+    };
+    let pairs = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let expected = run_from(&pairs, data_pairs, Some(&mixtral));
+    let expert_pairs = Layout {
+        expert: 2,
+        ..data_pairs
+    };
+    let actual = run_from(&pairs, expert_pairs, Some(&mixtral));
+    assert_same_run(
+        &expected,
+        &actual,
+        1e-5,
+        "ep 2 against dp 2 with load balancing",
+    );
+    // Tensor parallelism keeps each micro-batch whole: with the load-balancing loss too, it is
+    // one device's run.
+    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
+    let expected = run_from(&single, ONE_DEVICE, Some(&mixtral));
+    let tensor_pairs = Layout {
+        tensor: 2,
+        ..ONE_DEVICE
+    };
+    let actual = run_from(&pairs, tensor_pairs, Some(&mixtral));
+    assert_same_run(&expected, &actual, 1e-4, "tp 2 with load balancing");
+    let layouts =
+        [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)].map(|(data, expert, tensor)| Layout {
+            data,
+            expert,
+            tensor,
+            ..ONE_DEVICE
+        });
+    assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |_, device, before| {
+        exchanged_in_the_programs(device, before);
+    });
+}
+
+/// A run of experts split over 2 ranks (alone, and with tensor parallelism) checkpoints the whole
+/// set of experts and their optimizer state: one device resumes from it, and it resumes from one
+/// device's, as an uninterrupted run.
+#[test]
+fn checkpoints_resume_across_expert_parallel_layouts() {
+    let _random = crate::support::exclusive_random();
+    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
+    let pairs = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let expert_pairs = Layout {
+        data: 2,
+        expert: 2,
+        ..ONE_DEVICE
+    };
+    // Experts split 2 ways and each expert's projections 2 ways: one model file per tensor-parallel
+    // rank, each with every expert.
+    let quads = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let expert_tensor_quads = Layout {
+        tensor: 2,
+        ..expert_pairs
+    };
+    let orders = [
+        ((&pairs, expert_pairs), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&pairs, expert_pairs)),
+        ((&quads, expert_tensor_quads), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&quads, expert_tensor_quads)),
+    ];
+    let folder = tempfile::tempdir().unwrap();
+    let unbalanced = tiny_mixtral_without_balancing(folder.path());
+    assert_resumes_as_one_device(&orders, Some(&unbalanced), |_, _| {});
 }
 
 /// A device and the layout of a run on it.

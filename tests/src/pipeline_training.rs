@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use burn_trainium::{ExecutorKind, TrainiumDevice, stats};
+use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::HlatConfig;
 use hlat_train::parallel::ActivationCheckpointing;
 
@@ -12,9 +12,10 @@ use hlat::checkpoint::files::{PIPELINE_PARALLEL_FILE, stage_file};
 use hlat::checkpoint::sharded::StageLayout;
 
 use crate::parallel_training::{
-    Layout, ONE_DEVICE, assert_resumes_as_one_device, assert_same_run, run_from,
+    Layout, ONE_DEVICE, assert_layouts_run_as_one_device, assert_resumes_as_one_device,
+    exchanged_in_the_programs,
 };
-use crate::support::{trainium, xla};
+use crate::support::trainium;
 
 /// `hlat-test` with 4 layers, saved as a native checkpoint in `dir` (the runs start from it),
 /// over the 512 tokens of the built-in corpus's tokenizer.
@@ -69,31 +70,10 @@ fn pipelined_pretraining_equals_one_device_on_host_and_xla() {
             ..two_stages
         },
     ];
-    for executor in [ExecutorKind::Host, ExecutorKind::Xla] {
-        if executor == ExecutorKind::Xla {
-            xla();
-        }
-        let expected = run_from(
-            &TrainiumDevice::new(executor, 0),
-            ONE_DEVICE,
-            Some(start.path()),
-        );
-        for layout in layouts {
-            let device = TrainiumDevice::replicated(executor, layout.replicas());
-            let served = trainium(device);
-            served.sync().unwrap();
-            let before = stats(&device);
-            let actual = run_from(&device, layout, Some(start.path()));
-            assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?} on {device}"));
-            if executor == ExecutorKind::Xla {
-                // Stages pass activations inside the programs, nothing through the host.
-                served.sync().unwrap();
-                let after = stats(&device);
-                assert!(after.collectives > before.collectives, "{after:?}");
-                assert_eq!(after.host_fallbacks, before.host_fallbacks, "{after:?}");
-            }
-        }
-    }
+    // Stages pass activations inside the programs, nothing through the host.
+    assert_layouts_run_as_one_device(&layouts, Some(start.path()), |_, device, before| {
+        exchanged_in_the_programs(device, before);
+    });
 }
 
 /// Checkpoints of pipelined runs hold one model file per stage × tensor rank, read from the

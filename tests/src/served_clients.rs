@@ -21,13 +21,11 @@ const FREE_LIMIT: Duration = Duration::from_secs(30);
 
 /// A server of `device` on loopback.
 fn serve(device: TrainiumDevice) -> SocketAddr {
-    let options = ServeOptions {
-        devices: vec![device],
-        listen: "127.0.0.1:0".parse().unwrap(),
-        access: Access::Loopback,
-        max_tensor_bytes: None,
-        max_client_bytes: None,
-    };
+    let options = ServeOptions::new(
+        vec![device],
+        "127.0.0.1:0".parse().unwrap(),
+        Access::Loopback,
+    );
     burn_trainium::server::bind(&options)
         .unwrap()
         .serve_in_background()

@@ -242,7 +242,7 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
     Ok(state)
 }
 
-/// Saves `share` of the optimizer state of `module`'s parameters into a checkpoint folder,
+/// Saves `share` of the optimizer state `record` of `module`'s parameters into a checkpoint folder,
 /// joined into the whole model's shapes when `layout` splits the model or the state. Parameter
 /// ids differ between processes, so the state is keyed by the parameter's position in the
 /// module. The state is joined one layer at a time (`param_groups`) and read to the host
@@ -250,7 +250,7 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
 /// calls this at the same point (the joins run collectives).
 pub fn save_optimizer<M: Module + 'static>(
     dir: &Path,
-    optimizer: &HlatOptimizer,
+    mut record: OptimizerRecord,
     module: &M,
     layout: &ParallelLayout,
     pipeline: Option<&PipelineParallel>,
@@ -261,7 +261,6 @@ pub fn save_optimizer<M: Module + 'static>(
         path: path.clone(),
         message,
     };
-    let mut record = optimizer.to_record();
     let mut items: HashMap<usize, StateItem> = HashMap::new();
     let positions = pipeline.map(|pipeline| StagePositions::new(module, pipeline));
     for group in param_groups(module) {

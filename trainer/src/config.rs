@@ -55,6 +55,10 @@ pub struct TrainConfig {
     /// Data-parallel degree: model replicas that each take their slice of the global batch and
     /// average their gradients with one bucketed all-reduce per step.
     pub data_parallel: usize,
+    /// Expert-parallel degree: the data-parallel replicas a mixture's experts are split over
+    /// (NeuronX Distributed's layout: expert-parallel ranks are data-parallel ranks, so it must
+    /// divide `data_parallel`); tokens reach their experts by all-to-all in the step's program.
+    pub expert_parallel: usize,
     /// Tensor-parallel degree: the device replicas that split one model replica's weights
     /// (Megatron's column- and row-parallel layers, vocabulary-parallel embedding and loss). The
     /// device has `data_parallel * tensor_parallel` replicas.
@@ -125,6 +129,7 @@ impl Default for TrainConfig {
             batch_tokens: 4 * 1024 * 1024,
             micro_batch_rows: 1,
             data_parallel: 1,
+            expert_parallel: 1,
             tensor_parallel: 1,
             pipeline_parallel: 1,
             pipeline_layers: None,
@@ -200,6 +205,7 @@ impl TrainConfig {
     pub fn layout(&self) -> crate::parallel::ParallelLayout {
         crate::parallel::ParallelLayout {
             data: self.data_parallel,
+            expert: self.expert_parallel,
             tensor: self.tensor_parallel,
             pipeline: self.pipeline_parallel,
             sequence_parallel: self.sequence_parallel,
@@ -236,6 +242,21 @@ impl TrainConfig {
         }
         if self.tensor_parallel == 0 {
             return invalid("tensor_parallel", "must be positive".into());
+        }
+        if self.expert_parallel == 0 || !self.data_parallel.is_multiple_of(self.expert_parallel) {
+            return invalid(
+                "expert_parallel",
+                format!(
+                    "{} must divide data_parallel ({}): expert-parallel ranks are data-parallel                      ranks",
+                    self.expert_parallel, self.data_parallel
+                ),
+            );
+        }
+        if self.expert_parallel > 1 && self.zero1 {
+            return invalid(
+                "expert_parallel",
+                "cannot be combined with zero1 yet".into(),
+            );
         }
         if self.pipeline_parallel == 0 {
             return invalid("pipeline_parallel", "must be positive".into());

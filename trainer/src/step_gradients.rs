@@ -104,6 +104,9 @@ pub fn step_gradients(
         let groups = layout.data_groups();
         match &zero1 {
             Some(zero1) => scatter_gradients(model, &mut grads, zero1),
+            None if layout.expert > 1 => {
+                crate::parallel::average_gradients_with_experts(model, &mut grads, layout)
+            }
             None => average_gradients(model, &mut grads, &groups),
         }
         loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
@@ -113,6 +116,19 @@ pub fn step_gradients(
     }
     let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
     let squares = match &model.pipeline {
+        None if layout.expert > 1 => {
+            // Each rank holds other experts: their squares add up over the expert groups.
+            let mut experts = GradientsParams::new();
+            crate::parallel::move_expert_gradients(model, &mut grads, &mut experts);
+            let shared = grad_sum_of_squares(model, &grads, tensor_groups.as_ref());
+            let local = grad_sum_of_squares(model, &experts, tensor_groups.as_ref())
+                .map(|local| crate::parallel::expert_square_sum(local, layout));
+            crate::parallel::move_expert_gradients(model, &mut experts, &mut grads);
+            match (shared, local) {
+                (Some(shared), Some(local)) => Some(shared + local),
+                (one, other) => one.or(other),
+            }
+        }
         None => grad_sum_of_squares(model, &grads, tensor_groups.as_ref()),
         Some(pipeline) => {
             // Each stage's layers are its own: their squares add up over the pipeline group.

@@ -9,7 +9,7 @@ mod client;
 mod cut_points;
 mod fingerprint;
 mod host_values;
-mod limits;
+pub(crate) mod limits;
 mod live;
 mod segment;
 

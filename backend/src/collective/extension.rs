@@ -186,6 +186,8 @@ fn gradient_rule<B: Backend>(
                 groups: groups.clone(),
             })
         }
+        // Chunk `j` of member `i` lands as chunk `i` of member `j`: the same exchange undoes it.
+        Collective::AllToAll { .. } => GradientRule::Collective(collective.clone()),
         Collective::Permute { pairs } => GradientRule::Collective(Collective::Permute {
             pairs: pairs.reversed(),
         }),

@@ -3,18 +3,18 @@
 //! A replicated Trainium device (`xla:0-3`, [`crate::TrainiumDevice::replicated`]) runs each
 //! captured segment once on every replica; its tensors hold one buffer per replica. The
 //! operations here combine those buffers, as the collectives of NeuronX Distributed and
-//! torch-xla do: [`all_reduce`], [`all_gather`], [`reduce_scatter`], [`split`] (keep this
+//! torch-xla do: [`all_reduce`], [`all_gather`], [`reduce_scatter`], [`all_to_all`], [`split`] (keep this
 //! replica's chunk) and [`optimization_barrier`], over [`ReplicaGroups`] such as `[[0, 1], [2, 3]]`,
 //! and [`permute`] over [`SourceTargetPairs`] such as `0>1,1>2` (pipeline stages passing
 //! activations on). On Trainium they are captured as operations of the segment, lowered to the
-//! HLO collectives (`all-reduce`, `all-gather`, `reduce-scatter`, `collective-permute`,
+//! HLO collectives (`all-reduce`, `all-gather`, `reduce-scatter`, `all-to-all`, `collective-permute`,
 //! `opt-barrier`) compiled into the program, and run in process on the `host` executor, the
 //! reference.
 //!
 //! They are functions of Burn's `Tensor<D>`: on a Trainium device (served in the process by
 //! [`crate::device`] or by `hlat serve`) they travel as custom operations of the stream
 //! ([`CollectiveExtension`], with the backward rules of tensor parallelism: all-reduce ↔
-//! identity, all-gather ↔ reduce-scatter, split ↔ all-gather, permute ↔ permute with the pairs
+//! identity, all-gather ↔ reduce-scatter, split ↔ all-gather, all-to-all ↔ all-to-all, permute ↔ permute with the pairs
 //! reversed, and [`copy_to_group`] whose gradient is all-reduced); on any other device every
 //! group has one member and the collectives are identities (a permute that sends the one replica
 //! nothing gives zeros), so that models written with them run anywhere.
@@ -45,8 +45,9 @@ pub use groups::{GroupsError, ReplicaGroups};
 pub use operation::{Collective, REMOTE_OPERATION, ReduceOp};
 pub use pairs::SourceTargetPairs;
 pub use tensor::{
-    all_gather, all_reduce, copy_to_group, from_replicas, int_from_replicas, into_local_replicas,
-    into_replicas, optimization_barrier, permute, reduce_scatter, replica_count, split,
+    all_gather, all_reduce, all_to_all, copy_to_group, from_replicas, int_from_replicas,
+    into_local_replicas, into_replicas, optimization_barrier, permute, reduce_scatter,
+    replica_count, split,
 };
 
 use burn_backend::tensor::{FloatTensor, IntTensor};

@@ -67,6 +67,15 @@ pub enum Collective {
         /// The groups.
         groups: ReplicaGroups,
     },
+    /// Each replica cuts its input along `dim` into one chunk per member of its group and sends
+    /// chunk `j` to the group's `j`-th member; it gets the chunks sent to it joined along `dim`,
+    /// in group order (same shape): the token exchange of expert parallelism. Its own inverse.
+    AllToAll {
+        /// The dimension cut and joined.
+        dim: usize,
+        /// The groups.
+        groups: ReplicaGroups,
+    },
     /// Each replica keeps the chunk of its position in its group along `dim` (no
     /// communication: the inverse of an all-gather).
     Split {
@@ -154,6 +163,10 @@ impl Collective {
                 dim: dim(field("dim")?)?,
                 groups: ReplicaGroups::parse(&field("groups")?)?,
             },
+            "all_to_all" => Collective::AllToAll {
+                dim: dim(field("dim")?)?,
+                groups: ReplicaGroups::parse(&field("groups")?)?,
+            },
             "split" => Collective::Split {
                 dim: dim(field("dim")?)?,
                 groups: ReplicaGroups::parse(&field("groups")?)?,
@@ -173,6 +186,7 @@ impl Collective {
             Collective::AllReduce { groups, .. }
             | Collective::AllGather { groups, .. }
             | Collective::ReduceScatter { groups, .. }
+            | Collective::AllToAll { groups, .. }
             | Collective::Split { groups, .. } => Some(groups),
             Collective::Permute { .. } | Collective::Barrier => None,
         }
@@ -203,7 +217,9 @@ impl Collective {
                 let size = out.get_mut(*dim).ok_or_else(|| rank_error(*dim, shape))?;
                 *size *= groups.group_size();
             }
-            Collective::ReduceScatter { dim, groups } | Collective::Split { dim, groups } => {
+            Collective::ReduceScatter { dim, groups }
+            | Collective::Split { dim, groups }
+            | Collective::AllToAll { dim, groups } => {
                 let size = out.get_mut(*dim).ok_or_else(|| rank_error(*dim, shape))?;
                 if *size % groups.group_size() != 0 {
                     return Err(format!(
@@ -211,7 +227,9 @@ impl Collective {
                         groups.group_size()
                     ));
                 }
-                *size /= groups.group_size();
+                if !matches!(self, Collective::AllToAll { .. }) {
+                    *size /= groups.group_size();
+                }
             }
         }
         Ok(out)
@@ -234,6 +252,9 @@ impl fmt::Display for Collective {
             }
             Collective::ReduceScatter { dim, groups } => {
                 write!(formatter, "reduce_scatter/dim={dim}/{groups}")
+            }
+            Collective::AllToAll { dim, groups } => {
+                write!(formatter, "all_to_all/dim={dim}/{groups}")
             }
             Collective::Split { dim, groups } => write!(formatter, "split/dim={dim}/{groups}"),
             Collective::Permute { pairs } => write!(formatter, "permute/{pairs}"),
@@ -265,6 +286,10 @@ mod tests {
             Collective::Split {
                 dim: 2,
                 groups: ReplicaGroups::all(4),
+            },
+            Collective::AllToAll {
+                dim: 1,
+                groups: groups.clone(),
             },
             Collective::Permute {
                 pairs: SourceTargetPairs::shift(&groups, 1, true),
@@ -304,6 +329,12 @@ mod tests {
             groups: groups.clone(),
         };
         assert_eq!(gather.output_shape(&[3, 5]).unwrap(), [3, 10]);
+        let exchange = Collective::AllToAll {
+            dim: 1,
+            groups: groups.clone(),
+        };
+        assert_eq!(exchange.output_shape(&[3, 4]).unwrap(), [3, 4]);
+        assert!(exchange.output_shape(&[3, 5]).is_err());
         let scatter = Collective::ReduceScatter { dim: 0, groups };
         assert_eq!(scatter.output_shape(&[4, 5]).unwrap(), [2, 5]);
         assert!(scatter.output_shape(&[3, 5]).is_err());

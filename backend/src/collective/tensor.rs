@@ -152,6 +152,19 @@ pub fn reduce_scatter<const D: usize>(
     run_one(Collective::ReduceScatter { dim, groups }, tensor)
 }
 
+/// Each replica cuts `tensor` along `dim` into one chunk per member of its group and sends chunk
+/// `j` to the group's `j`-th member; it gets the chunks sent to it, joined along `dim` in group
+/// order (the shape is unchanged): the token exchange of expert parallelism. Its gradient is the
+/// same exchange.
+pub fn all_to_all<const D: usize>(
+    tensor: Tensor<D>,
+    dim: usize,
+    groups: &ReplicaGroups,
+) -> Tensor<D> {
+    let groups = groups.clone();
+    run_one(Collective::AllToAll { dim, groups }, tensor)
+}
+
 /// Each replica keeps the chunk along `dim` of its position in its group.
 pub fn split<const D: usize>(tensor: Tensor<D>, dim: usize, groups: &ReplicaGroups) -> Tensor<D> {
     let groups = groups.clone();

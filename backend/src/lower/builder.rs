@@ -1048,12 +1048,7 @@ impl Builder {
         self.last_channel += 1;
         instruction.channel_id = self.last_channel;
         instruction.use_global_device_ids = true;
-        instruction.replica_groups = groups
-            .iter()
-            .map(|group| ReplicaGroup {
-                replica_ids: group.iter().map(|&replica| replica as i64).collect(),
-            })
-            .collect();
+        instruction.replica_groups = replica_groups(groups);
         if let Some(combiner) = combiner {
             instruction.called_computation_ids =
                 vec![self.combiner(combiner, operand.element_type)];
@@ -1061,6 +1056,28 @@ impl Builder {
         if let Some(dimension) = dimension {
             instruction.dimensions = vec![dimension as i64];
         }
+        self.push(instruction)
+    }
+
+    /// An `all-to-all` of `operand` over `groups`, cut and joined along `dimension`.
+    ///
+    /// Without a channel id or global device ids, for the reason [`Self::collective_permute`]
+    /// gives: XLA reads an all-to-all's groups as partition ids when it has a channel id, and as
+    /// replica ids without one.
+    pub fn all_to_all(
+        &mut self,
+        operand: &Value,
+        groups: &[Vec<usize>],
+        dimension: usize,
+    ) -> Value {
+        let mut instruction = self.op(
+            "all-to-all",
+            operand.element_type,
+            &operand.dims,
+            &[operand],
+        );
+        instruction.replica_groups = replica_groups(groups);
+        instruction.dimensions = vec![dimension as i64];
         self.push(instruction)
     }
 
@@ -1170,4 +1187,14 @@ impl Builder {
         );
         self.push(instruction)
     }
+}
+
+/// `groups` of replica indices as HLO's replica groups.
+fn replica_groups(groups: &[Vec<usize>]) -> Vec<ReplicaGroup> {
+    groups
+        .iter()
+        .map(|group| ReplicaGroup {
+            replica_ids: group.iter().map(|&replica| replica as i64).collect(),
+        })
+        .collect()
 }

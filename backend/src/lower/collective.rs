@@ -1,5 +1,5 @@
 //! Collectives (captured as custom operations, see [`crate::collective`]) lowered to the HLO
-//! collectives `all-reduce`, `all-gather`, `reduce-scatter`, `collective-permute` (the permute,
+//! collectives `all-reduce`, `all-gather`, `reduce-scatter`, `all-to-all`, `collective-permute` (the permute,
 //! its pairs as replica ids: without a channel id), to a `dynamic-slice` at the replica's
 //! position (split), and to `opt-barrier`.
 //!
@@ -58,6 +58,10 @@ pub(crate) fn custom(lowering: &mut Lowering, custom: &CustomOpIr) -> Lowered {
                     &dims(output),
                 );
                 lowering.builder.convert(&scattered, value.element_type)
+            }
+            // HLO's array all-to-all: cut and joined along its one split dimension.
+            Collective::AllToAll { dim, groups } => {
+                lowering.builder.all_to_all(&value, groups.groups(), *dim)
             }
             Collective::Split { dim, groups } => split(lowering, &value, *dim, groups, output),
             Collective::Permute { pairs } => {

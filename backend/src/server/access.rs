@@ -1,9 +1,11 @@
 //! Who may open a session on a served device.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use burn_remote::server::{AuthorizationRequest, ClientId, PeerAuthorizer, TokenAuthorizer};
 
+use super::gate::Peers;
 use crate::BackendError;
 
 /// Who a device server lets in.
@@ -36,8 +38,12 @@ impl Access {
     }
 
     /// The authorizer a `BackendServer` checks every session with; refusals are logged with the
-    /// peer's address.
-    pub(crate) fn authorizer(&self) -> Result<impl PeerAuthorizer + use<>, BackendError> {
+    /// peer's address. Behind a gate, the peer is the client the gate's connection carries (in
+    /// `gated`), and a session that did not come through the gate is refused.
+    pub(crate) fn authorizer(
+        &self,
+        gated: Option<Arc<Peers>>,
+    ) -> Result<impl PeerAuthorizer + use<>, BackendError> {
         let token = match self {
             Access::Loopback => None,
             Access::Token(token) => {
@@ -50,22 +56,30 @@ impl Access {
             }
         };
         Ok(move |request: AuthorizationRequest<'_>| {
-            let verdict = match &token {
+            let client = match (&gated, request.client) {
+                (None, client) => Ok(client),
+                (Some(peers), ClientId::WebSocket(upstream)) => peers
+                    .client_of(&upstream)
+                    .map(ClientId::WebSocket)
+                    .ok_or_else(|| format!("{upstream} did not come through the server's gate")),
+                (Some(_), other) => Err(format!("{other} did not come through the server's gate")),
+            };
+            let verdict = client.clone().and_then(|client| match &token {
                 Some(token) => token.authorize(AuthorizationRequest {
-                    client: request.client,
+                    client,
                     device_index: request.device_index,
                     credential: request.credential,
                 }),
-                None => match request.client {
+                None => match client {
                     ClientId::WebSocket(address) if address.ip().is_loopback() => Ok(()),
                     other => Err(format!("{other} is not on this machine's loopback")),
                 },
-            };
+            });
             if let Err(reason) = &verdict {
+                let client = client.map_or_else(|_| request.client.to_string(), |c| c.to_string());
                 log::warn!(
-                    "refused a session on device {} from {}: {reason}",
+                    "refused a session on device {} from {client}: {reason}",
                     request.device_index,
-                    request.client
                 );
             }
             verdict

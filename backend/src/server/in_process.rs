@@ -91,14 +91,13 @@ fn serve_in_process(device: TrainiumDevice) -> Result<String, BackendError> {
     if let Some(existing) = served.get(&device) {
         return Ok(existing.url.clone());
     }
-    let options = super::ServeOptions {
-        devices: vec![device],
-        listen: (Ipv4Addr::LOCALHOST, 0).into(),
-        access: Access::Token(process_token().to_string()),
-        max_tensor_bytes: None,
-        max_client_bytes: None,
-    };
-    let address = super::standalone::bind(&options)?.serve_in_background()?;
+    let options = super::ServeOptions::new(
+        vec![device],
+        (Ipv4Addr::LOCALHOST, 0).into(),
+        Access::Token(process_token().to_string()),
+    );
+    // Open only to this process's token: no gate, and no hop through one.
+    let address = super::standalone::bind_with(&options, false)?.serve_in_background()?;
     log::debug!("serving {device} in process on {address}");
     let url = format!("ws://{address}");
     served.insert(
@@ -131,7 +130,7 @@ pub fn flex_device() -> Result<Device, BackendError> {
                 .map_err(|error| failed(format!("reading the bound address: {error}")))?;
             let server =
                 burn_remote::server::BackendServer::<burn_flex::Flex>::new([burn_flex::FlexDevice])
-                    .with_authorizer(Access::Token(process_token().to_string()).authorizer()?);
+                    .with_authorizer(Access::Token(process_token().to_string()).authorizer(None)?);
             super::standalone::run_in_background(server, listener, "flex")?;
             served.insert(format!("ws://{address}")).clone()
         }

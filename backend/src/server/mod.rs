@@ -15,9 +15,12 @@
 
 mod access;
 mod custom_ops;
+mod frames;
+mod gate;
 pub(crate) mod in_process;
 mod standalone;
 
 pub use access::Access;
+pub use gate::DEFAULT_MAX_CONNECTIONS;
 pub use in_process::{device, device_from_env, flex_device};
 pub use standalone::{BoundServer, ServeOptions, bind, serve};

@@ -6,6 +6,7 @@ use burn_ir::BackendIr;
 use burn_remote::server::{BackendServer, WebSocketTransport};
 
 use super::Access;
+use super::gate::{self, GateLimits, Peers};
 use crate::{BackendError, Trainium, TrainiumDevice};
 
 /// What [`bind`] serves, where, and to whom.
@@ -25,9 +26,27 @@ pub struct ServeOptions {
     /// The most bytes of live tensors one session may hold on a served device
     /// ([`crate::set_max_client_bytes`]); `None`: no limit but the device's.
     pub max_client_bytes: Option<u64>,
+    /// The most client connections open at once; `None`: [`gate::DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: Option<usize>,
+    /// The largest message a client may send, in bytes; `None`: the largest tensor allowed on a
+    /// served device with 4 MiB to spare, at most Burn's own 1 GiB.
+    pub max_message_bytes: Option<u64>,
 }
 
 impl ServeOptions {
+    /// Serving `devices` on `listen` to whom `access` lets in, with the default limits.
+    pub fn new(devices: Vec<TrainiumDevice>, listen: SocketAddr, access: Access) -> Self {
+        Self {
+            devices,
+            listen,
+            access,
+            max_tensor_bytes: None,
+            max_client_bytes: None,
+            max_connections: None,
+            max_message_bytes: None,
+        }
+    }
+
     /// The served devices, as a comma-separated list.
     fn described(&self) -> String {
         self.devices
@@ -41,14 +60,24 @@ impl ServeOptions {
 /// Devices bound to their listening address, not serving yet.
 pub struct BoundServer {
     server: BackendServer<Trainium>,
+    /// Where Burn's server listens: a loopback port of its own behind the gate, or the address
+    /// clients reach.
     listener: TcpListener,
+    /// The address clients reach and the limits of the gate there, if the server has one.
+    gate: Option<(TcpListener, GateLimits, std::sync::Arc<Peers>)>,
     address: SocketAddr,
     described: String,
 }
 
 /// Checks `options` (a non-loopback address needs a shared secret; every device's executor must
-/// open) and binds the listening address.
+/// open) and binds the listening address, with a gate there bounding connections and messages
+/// (`gate`).
 pub fn bind(options: &ServeOptions) -> Result<BoundServer, BackendError> {
+    bind_with(options, true)
+}
+
+/// [`bind`], with the gate or without it (a server in this process, open only to its token).
+pub(crate) fn bind_with(options: &ServeOptions, gated: bool) -> Result<BoundServer, BackendError> {
     let failed = |reason: String| BackendError::Server {
         device: options.described(),
         reason,
@@ -66,21 +95,59 @@ pub fn bind(options: &ServeOptions) -> Result<BoundServer, BackendError> {
             crate::set_max_client_bytes(device, bytes);
         }
     }
-    let listener = TcpListener::bind(options.listen)
-        .map_err(|error| failed(format!("binding {}: {error}", options.listen)))?;
-    let address = listener
-        .local_addr()
-        .map_err(|error| failed(format!("reading the bound address: {error}")))?;
+    let bind_at = |listen: SocketAddr| {
+        let listener = TcpListener::bind(listen)
+            .map_err(|error| failed(format!("binding {listen}: {error}")))?;
+        let address = listener
+            .local_addr()
+            .map_err(|error| failed(format!("reading the bound address: {error}")))?;
+        Ok::<_, BackendError>((listener, address))
+    };
+    let (public, address) = bind_at(options.listen)?;
+    let (listener, gate) = if gated {
+        let (own, _) = bind_at((std::net::Ipv4Addr::LOCALHOST, 0).into())?;
+        let limits = gate_limits(options);
+        log::debug!("gate of {}: {limits:?}", options.described());
+        (
+            own,
+            Some((public, limits, std::sync::Arc::<Peers>::default())),
+        )
+    } else {
+        (public, None)
+    };
+    let peers = gate.as_ref().map(|(_, _, peers)| peers.clone());
     let server = super::custom_ops::with_custom_ops(BackendServer::<Trainium>::new(
         options.devices.iter().copied(),
     ))
-    .with_authorizer(options.access.authorizer()?);
+    .with_authorizer(options.access.authorizer(peers)?);
     Ok(BoundServer {
         server,
         listener,
+        gate,
         address,
         described: options.described(),
     })
+}
+
+/// The gate's limits for `options`, once the devices' tensor limits are set.
+fn gate_limits(options: &ServeOptions) -> GateLimits {
+    let largest_tensor = options
+        .devices
+        .iter()
+        .map(crate::capture::limits::max_tensor_bytes)
+        .max()
+        .unwrap_or(0);
+    let max_message_bytes = options.max_message_bytes.unwrap_or_else(|| {
+        largest_tensor
+            .saturating_add(gate::MESSAGE_ENVELOPE_BYTES)
+            .min(gate::BURN_MAX_MESSAGE_BYTES)
+    });
+    GateLimits::new(
+        options
+            .max_connections
+            .unwrap_or(gate::DEFAULT_MAX_CONNECTIONS),
+        max_message_bytes,
+    )
 }
 
 impl BoundServer {
@@ -89,10 +156,28 @@ impl BoundServer {
         self.address
     }
 
+    /// Where Burn's server itself listens (behind the gate, if there is one).
+    #[cfg(test)]
+    pub(crate) fn own_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener")
+    }
+
+    /// This server, its gate closing connections that send no handshake within `timeout`.
+    #[cfg(test)]
+    pub(crate) fn with_handshake_timeout(mut self, timeout: std::time::Duration) -> Self {
+        if let Some((_, limits, _)) = &mut self.gate {
+            limits.handshake_timeout = timeout;
+        }
+        self
+    }
+
     /// Serves until Ctrl+C or SIGTERM, blocking the calling thread.
     pub fn serve(self) -> Result<(), BackendError> {
         log::info!("serving {} on ws://{}", self.described, self.address);
         let described = self.described;
+        if let Some(gate) = self.gate {
+            open_gate(gate, &self.listener, &described)?;
+        }
         self.server
             .serve(WebSocketTransport::from_listener(self.listener))
             .map_err(|error| BackendError::Server {
@@ -105,9 +190,37 @@ impl BoundServer {
     /// (what tests and in-process tools use).
     pub fn serve_in_background(self) -> Result<SocketAddr, BackendError> {
         let address = self.address;
+        if let Some(gate) = self.gate {
+            open_gate(gate, &self.listener, &self.described)?;
+        }
         run_in_background(self.server, self.listener, &self.described)?;
         Ok(address)
     }
+}
+
+/// Runs the gate `(public, limits, peers)` in front of Burn's server on `own`, in the
+/// background for the life of the process.
+fn open_gate(
+    (public, limits, peers): (TcpListener, GateLimits, std::sync::Arc<Peers>),
+    own: &TcpListener,
+    described: &str,
+) -> Result<(), BackendError> {
+    let failed = |reason: String| BackendError::Server {
+        device: described.to_string(),
+        reason,
+    };
+    let upstream = own
+        .local_addr()
+        .map_err(|error| failed(format!("reading the server's own address: {error}")))?;
+    let name = format!("trainium-gate-{described}");
+    spawn_runtime(&name, described, async move {
+        let public = public
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(public))
+            .map_err(|error| format!("listening: {error}"))?;
+        gate::run(public, upstream, limits, peers).await;
+        Ok(())
+    })
 }
 
 /// Runs `server` on `listener` for the life of the process: on a Tokio runtime of its own, in a
@@ -117,23 +230,36 @@ pub(crate) fn run_in_background<B: BackendIr>(
     listener: TcpListener,
     described: &str,
 ) -> Result<(), BackendError> {
+    let serving = server.serve_async(WebSocketTransport::from_listener(listener));
+    let name = format!("trainium-server-{described}");
+    spawn_runtime(&name, described, async move {
+        serving.await.map_err(|error| error.to_string())
+    })
+}
+
+/// Runs `task` on a one-worker Tokio runtime in a thread called `name`, logging why it stopped
+/// if it fails; `described` names the served devices in an error.
+fn spawn_runtime(
+    name: &str,
+    described: &str,
+    task: impl Future<Output = Result<(), String>> + Send + 'static,
+) -> Result<(), BackendError> {
     let failed = |reason: String| BackendError::Server {
         device: described.to_string(),
         reason,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .thread_name(format!("trainium-server-{described}"))
+        .thread_name(name)
         .enable_all()
         .build()
         .map_err(|error| failed(format!("starting its runtime: {error}")))?;
-    let serving = server.serve_async(WebSocketTransport::from_listener(listener));
-    let name = described.to_string();
+    let thread = name.to_string();
     std::thread::Builder::new()
-        .name(format!("trainium-server-{name}"))
+        .name(name.to_string())
         .spawn(move || {
-            if let Err(error) = runtime.block_on(serving) {
-                log::error!("the server of {name} stopped: {error}");
+            if let Err(error) = runtime.block_on(task) {
+                log::error!("{thread} stopped: {error}");
             }
         })
         .map_err(|error| failed(format!("starting its thread: {error}")))?;
@@ -154,13 +280,7 @@ mod tests {
     use super::*;
 
     fn options(listen: &str, access: Access) -> ServeOptions {
-        ServeOptions {
-            devices: vec![TrainiumDevice::HOST],
-            listen: listen.parse().unwrap(),
-            access,
-            max_tensor_bytes: None,
-            max_client_bytes: None,
-        }
+        ServeOptions::new(vec![TrainiumDevice::HOST], listen.parse().unwrap(), access)
     }
 
     fn connect(address: SocketAddr, credential: Option<&str>) -> Result<Device, String> {

@@ -88,6 +88,13 @@ fn expected(collective: &Collective, inputs: &[TensorData], replica: usize) -> T
         Collective::AllGather { dim, .. } => Tensor::cat(members.clone(), *dim),
         Collective::ReduceScatter { dim, .. } => chunk(sum(), *dim),
         Collective::Split { dim, .. } => chunk(members[rank].clone(), *dim),
+        Collective::AllToAll { dim, .. } => Tensor::cat(
+            members
+                .iter()
+                .map(|member| chunk(member.clone(), *dim))
+                .collect(),
+            *dim,
+        ),
         Collective::Permute { .. } | Collective::Barrier => {
             unreachable!("the permute and the barrier have no groups")
         }
@@ -110,6 +117,10 @@ fn collectives_over(groups: &ReplicaGroups) -> Vec<Collective> {
             groups: groups.clone(),
         });
         all.push(Collective::ReduceScatter {
+            dim,
+            groups: groups.clone(),
+        });
+        all.push(Collective::AllToAll {
             dim,
             groups: groups.clone(),
         });
@@ -138,6 +149,7 @@ fn run(
         Collective::AllGather { dim, groups } => collective::all_gather(x, *dim, groups),
         Collective::ReduceScatter { dim, groups } => collective::reduce_scatter(x, *dim, groups),
         Collective::Split { dim, groups } => collective::split(x, *dim, groups),
+        Collective::AllToAll { dim, groups } => collective::all_to_all(x, *dim, groups),
         Collective::Permute { pairs } => collective::permute(x, pairs),
         Collective::Barrier => collective::optimization_barrier(vec![x]).remove(0),
     };
@@ -323,6 +335,19 @@ fn gradients_follow_the_backward_rules_of_tensor_parallelism() {
             collective::split(x, 0, &groups)
         });
         check("split", split, &all_gathered);
+        // All-to-all: the same exchange of the gradient (along columns here): replica `r` gets
+        // its rank's chunk of every member's weight.
+        let exchanged = gradients(&device, &inputs, &same_shape, |x| {
+            collective::all_to_all(x, 1, &groups)
+        });
+        check("all-to-all", exchanged, &|r| {
+            let (group, rank) = groups.locate(r).unwrap();
+            let chunks = group
+                .iter()
+                .map(|&m| reference(&same_shape[m]).narrow(1, rank * 4, 4))
+                .collect();
+            Tensor::cat(chunks, 1).into_data()
+        });
         // Copy to the group: the identity forward, an all-reduce of the gradient.
         let copy = gradients(&device, &inputs, &same_shape, |x| {
             collective::copy_to_group(x, &groups)

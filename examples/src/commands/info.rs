@@ -29,6 +29,9 @@ pub struct InfoArgs {
     /// Tensor-parallel degree.
     #[arg(long, value_name = "M", default_value_t = 1, value_parser = super::ranges::at_least_one::<usize>())]
     pub tp: usize,
+    /// Expert-parallel degree of a mixture: its experts split over N of the --dp replicas.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = super::ranges::at_least_one::<usize>())]
+    pub ep: usize,
     /// Pipeline parallelism (`--pp N`, `--pp-layers`, `--pp-schedule`, `--virtual-stages`).
     #[command(flatten)]
     pub pipeline: super::pipeline_args::PipelineArgs,
@@ -97,6 +100,24 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         "--sequence-parallel needs --tp above 1"
     );
     anyhow::ensure!(!args.zero1 || args.dp > 1, "--zero1 needs --dp above 1");
+    anyhow::ensure!(
+        args.dp.is_multiple_of(args.ep),
+        "--ep {} does not divide --dp {}: expert-parallel ranks are data-parallel ranks",
+        args.ep,
+        args.dp
+    );
+    if args.ep > 1 {
+        let experts = config.moe.as_ref().map(|moe| moe.num_experts);
+        anyhow::ensure!(
+            experts.is_some_and(|experts| experts.is_multiple_of(args.ep)),
+            "--ep {}: {}",
+            args.ep,
+            match experts {
+                Some(experts) => format!("the model's {experts} experts do not divide by it"),
+                None => format!("the {} model is dense (no experts to split)", config.family),
+            }
+        );
+    }
     hlat::parallel::check_degree(config, args.tp)
         .map_err(|reason| anyhow::anyhow!("--tp: {reason}"))?;
     let seq_len = args.seq_len.unwrap_or(config.max_seq_len);
@@ -110,6 +131,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     args.pipeline.apply(&mut pipeline_config);
     let layout = ParallelLayout {
         data: args.dp,
+        expert: args.ep,
         tensor: args.tp,
         pipeline: pipeline_config.pipeline_parallel,
         sequence_parallel: args.sequence_parallel,
@@ -164,7 +186,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         args.activation_checkpointing
     ));
     Ok(format!(
-        "layout: dp {} x tp {} x pp {} ({} devices), {}\n\
+        "layout: dp {}{} x tp {} x pp {} ({} devices), {}\n\
          {pipeline_text}\
          parameters per device: {}\n\
          {}\
@@ -172,6 +194,10 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
          {:.2} GiB, activations {:.2} GiB (estimate: {} x {} tokens per micro-batch)\n\
          total per device: {:.2} GiB of {budget} GiB: {}\n",
         layout.data,
+        match layout.expert {
+            1 => String::new(),
+            expert => format!(" (experts split over {expert})"),
+        },
         layout.tensor,
         layout.pipeline,
         layout.replicas(),

@@ -40,6 +40,17 @@ pub struct ServeArgs {
     /// read of it names what it holds and the limit [default: no limit but the device's].
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_client_bytes: Option<u64>,
+    /// The most client connections open at once: one more is answered `503 Service
+    /// Unavailable` naming the limit, and a connection that has not sent its handshake within
+    /// 10 s is closed [default: 64].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
+    /// The largest message a client may send, in bytes: a larger one ends its connection with a
+    /// close frame naming the size and the limit, before the server buffers it. What the server
+    /// may buffer for clients is at most --max-connections × this [default: the largest tensor
+    /// allowed (--max-tensor-bytes) plus 4 MiB, at most 1 GiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    max_message_bytes: Option<u64>,
 }
 
 /// Runs `hlat serve`: prints the address clients reach (`ws://ADDRESS:PORT`) on standard output
@@ -51,11 +62,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => Access::Loopback,
     };
     let options = ServeOptions {
-        devices,
-        listen: args.listen,
-        access,
         max_tensor_bytes: args.max_tensor_bytes,
         max_client_bytes: args.max_client_bytes,
+        max_connections: args.max_connections.map(|count| count as usize),
+        max_message_bytes: args.max_message_bytes,
+        ..ServeOptions::new(devices, args.listen, access)
     };
     let server = burn_trainium::server::bind(&options)
         .with_context(|| format!("hlat serve --listen {}", args.listen))?;

@@ -50,6 +50,11 @@ pub struct TrainArgs {
     /// --micro-batch-rows, each replica's micro-batch is 1/N of the configured micro-batch.
     #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     pub dp: Option<usize>,
+    /// Expert-parallel degree of a mixture of experts: its experts split over N of the --dp
+    /// replicas (N divides --dp, as NeuronX Distributed lays expert parallelism out), each
+    /// routing its own tokens, which reach their experts by all-to-all in the step's program.
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
+    pub ep: Option<usize>,
     /// Tensor-parallel degree: each model replica's weights split over M replicas (column- and
     /// row-parallel projections, vocabulary-parallel embedding and loss); with --dp N the device
     /// has N × M replicas.
@@ -136,6 +141,9 @@ impl TrainArgs {
                 config.micro_batch_rows /= v;
             }
             config.data_parallel = v;
+        }
+        if let Some(v) = self.ep {
+            config.expert_parallel = v;
         }
         if let Some(v) = self.tp {
             config.tensor_parallel = v;

@@ -11,6 +11,8 @@ struct Case {
 }
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/hf-tiny-llama");
+/// A mixture of 4 experts, 2 a token.
+const MIXTRAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/hf-tiny-mixtral");
 
 const NO_PLUGIN: (&str, Option<&str>) = (PLUGIN_ENV, None);
 /// No plugin where `scripts/install-xla-cpu` would have put one.
@@ -69,6 +71,44 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
                 "1",
             ],
             names: &["--moe-capacity-factor", "dense"],
+        },
+        Case {
+            environment: &[],
+            arguments: vec!["info", "mixtral-8x7b", "--dp", "6", "--ep", "3"],
+            names: &["--ep 3", "8 experts"],
+        },
+        Case {
+            environment: &[],
+            arguments: vec!["info", "hlat-tiny", "--dp", "2", "--ep", "2"],
+            names: &["--ep 2", "dense"],
+        },
+        Case {
+            environment: &[],
+            arguments: pretrain_one_step(&["--ep", "2"]),
+            names: &["expert_parallel", "2", "data_parallel (1)"],
+        },
+        Case {
+            environment: &[],
+            arguments: pretrain_one_step(&["--device", "host:0-1", "--dp", "2", "--ep", "2"]),
+            names: &["expert_parallel", "dense"],
+        },
+        Case {
+            environment: &[],
+            arguments: pretrain_one_step(&[
+                "--init-from-hf",
+                MIXTRAL,
+                "--device",
+                "host:0-2",
+                "--dp",
+                "3",
+                "--ep",
+                "3",
+                "--micro-batch-rows",
+                "1",
+                "--batch-tokens",
+                "384",
+            ]),
+            names: &["expert_parallel", "4 experts", "3"],
         },
         Case {
             environment: &[],

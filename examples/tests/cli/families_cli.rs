@@ -74,14 +74,9 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
             "{name}: perplexity {measured}, transformers {torch}"
         );
 
-        // Mistral's single key/value head does not split two ways; mixtures of experts are not
-        // split by tensor parallelism (refused by name, below).
+        // Mistral's single key/value head does not split two ways.
         let mixture = name.contains("moe") || name.contains("mixtral");
-        let tensor = if name == "hf-tiny-mistral" || mixture {
-            "1"
-        } else {
-            "2"
-        };
+        let tensor = if name == "hf-tiny-mistral" { "1" } else { "2" };
         let (native, direct, through) = (
             text(&format!("{name}-native")),
             text(&format!("{name}-direct")),
@@ -163,14 +158,17 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
         }
         if mixture {
             for (flag, setting) in [
-                (["--tp", "2"], "tensor_parallel"),
                 (
-                    ["--activation-checkpointing", "full"],
+                    &["--tp", "2", "--sequence-parallel", "--device", "host:0-1"][..],
+                    "sequence_parallel",
+                ),
+                (
+                    &["--activation-checkpointing", "full", "--device", "host"][..],
                     "activation_checkpointing",
                 ),
             ] {
                 let refused_run = text(&format!("{name}-refused"));
-                let extra = [&flag[..], &["--device", device]].concat();
+                let extra = flag.to_vec();
                 let output = super::run(&as_strs(&pretrain(&refused_run, "1", &extra)));
                 let refused = String::from_utf8_lossy(&output.stderr);
                 assert_eq!(output.status.code(), Some(2), "{name} {flag:?}: {refused}");

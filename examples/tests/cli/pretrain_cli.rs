@@ -203,6 +203,27 @@ fn info_sizes_hlat_7b_in_the_papers_layout() {
     assert!(whole.contains("of 16 GiB: does not fit"), "{whole}");
 }
 
+/// Mixtral 8x7B with its experts split over 8 data-parallel ranks: each device holds the
+/// attention, the routers, the embedding and the head, and one expert of each layer's eight
+/// (32 layers × 3 projections of 4,096 × 14,336 each).
+#[test]
+fn info_sizes_mixtral_with_its_experts_split() {
+    let expert = 3 * 4096 * 14_336u64;
+    let experts = 32 * 8 * expert;
+    let per_device = 46_702_792_704 - experts + experts / 8;
+    let text = succeed(&["info", "mixtral-8x7b", "--dp", "8", "--ep", "8"]);
+    assert!(
+        text.contains(&format!("\nparameters per device: {per_device}\n"))
+            && text.contains("dp 8 (experts split over 8)"),
+        "{text}"
+    );
+    let whole = succeed(&["info", "mixtral-8x7b", "--dp", "8"]);
+    assert!(
+        whole.contains("\nparameters per device: 46702792704\n"),
+        "{whole}"
+    );
+}
+
 /// HLAT-70B as it was trained (TP 32 × PP 8, KV heads replicated 4 ways): the parameters one
 /// device holds, counted by hand from the configuration, and the schedule's bubble.
 #[test]

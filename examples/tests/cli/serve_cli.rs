@@ -363,10 +363,89 @@ fn serve_refuses_a_tensor_or_a_client_above_its_limits_by_size() {
     );
     drop(held);
     assert_eq!(compute(&device), EXPECTED, "{}", server.errors());
-    for flag in ["--max-tensor-bytes", "--max-client-bytes"] {
+    for flag in [
+        "--max-tensor-bytes",
+        "--max-client-bytes",
+        "--max-connections",
+        "--max-message-bytes",
+    ] {
         let stderr = refused(&[flag, "0"]);
         assert!(stderr.contains(flag), "{stderr}");
     }
+}
+
+/// A raw WebSocket handshake with `hlat serve` on `port`: the socket, or the HTTP status and body
+/// it was refused with.
+fn raw_session(port: u16) -> Result<tungstenite::WebSocket<std::net::TcpStream>, (u16, String)> {
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    match tungstenite::client(format!("ws://127.0.0.1:{port}/session"), stream) {
+        Ok((socket, _)) => Ok(socket),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => Err((
+            response.status().as_u16(),
+            String::from_utf8_lossy(response.body().as_deref().unwrap_or(&[])).into_owned(),
+        )),
+        Err(other) => panic!("handshake with hlat serve: {other}"),
+    }
+}
+
+#[test]
+fn serve_bounds_its_connections_and_the_messages_of_each() {
+    let server = Server::start(&[
+        "--device",
+        "host:6",
+        "--listen",
+        "127.0.0.1:0",
+        "--max-connections",
+        "2",
+        "--max-message-bytes",
+        "65536",
+    ]);
+    let port = server.port();
+    let mut first = raw_session(port).expect("a first connection");
+    let second = raw_session(port).expect("a second connection");
+    let (status, body) = raw_session(port).expect_err("a third connection is refused");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("2 connections") && body.contains("--max-connections"),
+        "{body}"
+    );
+
+    first
+        .send(tungstenite::Message::binary(vec![0u8; 70_000]))
+        .unwrap();
+    let reason = loop {
+        match first.read() {
+            Ok(tungstenite::Message::Close(Some(frame))) => break frame.reason.to_string(),
+            Ok(_) => continue,
+            Err(error) => panic!(
+                "no close frame: {error}
+{}",
+                server.errors()
+            ),
+        }
+    };
+    assert!(
+        reason.contains("70000 bytes") && reason.contains("65536 bytes"),
+        "{reason}"
+    );
+    drop((first, second));
+    // The slots come back (once the gate has seen both connections end), and a Burn client
+    // computes within the limits.
+    let device = (0..600)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            connect(&server.url, 0, None).ok()
+        })
+        .unwrap_or_else(|| panic!("no slot came back:\n{}", server.errors()));
+    assert_eq!(compute(&device), EXPECTED, "{}", server.errors());
+    let errors = server.errors();
+    assert!(
+        errors.contains("refused a connection from 127.0.0.1")
+            && errors.contains("closed the connection of 127.0.0.1")
+            && errors.contains("70000 bytes"),
+        "{errors}"
+    );
 }
 
 #[test]

@@ -34,11 +34,13 @@ const FREE_LIMIT: Duration = Duration::from_secs(30);
 /// A server of [`DEVICE`] on loopback, with limits small enough that no input allocates much.
 fn serve() -> SocketAddr {
     let options = ServeOptions {
-        devices: vec![DEVICE],
-        listen: "127.0.0.1:0".parse().unwrap(),
-        access: Access::Loopback,
         max_tensor_bytes: Some(16 << 20),
         max_client_bytes: Some(64 << 20),
+        ..ServeOptions::new(
+            vec![DEVICE],
+            "127.0.0.1:0".parse().unwrap(),
+            Access::Loopback,
+        )
     };
     burn_trainium::server::bind(&options)
         .unwrap()

@@ -166,3 +166,32 @@ pub fn reduce_replicated_gradients<M: Module + 'static>(
     };
     visit_with_paths(module, ParamPath::with_kv_copies(copies), &mut reduce);
 }
+
+/// Moves the gradients of the parameters of `module` whose path `moves` from `from` to `to`.
+pub(crate) fn move_gradients_where<M: Module>(
+    module: &M,
+    from: &mut GradientsParams,
+    to: &mut GradientsParams,
+    moves: fn(&[String]) -> bool,
+) {
+    struct Move<'a> {
+        from: &'a mut GradientsParams,
+        to: &'a mut GradientsParams,
+        moves: fn(&[String]) -> bool,
+    }
+    impl hlat::parallel::PathVisitor for Move<'_> {
+        fn visit_float<const D: usize>(
+            &mut self,
+            path: &hlat::parallel::ParamPath,
+            param: &Param<Tensor<D>>,
+        ) {
+            if (self.moves)(path.names())
+                && let Some(grad) = self.from.remove::<D>(param.id)
+            {
+                self.to.register(param.id, grad);
+            }
+        }
+    }
+    let mut moving = Move { from, to, moves };
+    hlat::parallel::visit_with_paths(module, hlat::parallel::ParamPath::default(), &mut moving);
+}

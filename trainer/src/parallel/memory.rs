@@ -115,6 +115,11 @@ impl DeviceMemory {
                     Placement::ReplicatedHeads { copies, .. } => elements * copies as u64 / tensor,
                     Placement::Replicated => elements,
                 };
+                // Each expert-parallel rank holds its share of the experts.
+                let per_device = match hlat::expert_parallel::expert_of(&path) {
+                    Some(_) => per_device / layout.expert as u64,
+                    None => per_device,
+                };
                 match (layer_slots, path.first().map(String::as_str), path.get(1)) {
                     (Some(slots), Some("layers"), Some(index)) => {
                         (index == "0").then_some(per_device * slots)
@@ -309,6 +314,7 @@ mod tests {
     fn layout(data: usize, tensor: usize, zero1: bool) -> ParallelLayout {
         ParallelLayout {
             data,
+            expert: 1,
             tensor,
             pipeline: 1,
             sequence_parallel: tensor > 1,

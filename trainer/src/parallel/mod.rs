@@ -9,6 +9,7 @@
 //! data-parallel groups the replicas of one tensor-parallel rank within a stage (`[[0, 2], [1,
 //! 3]]`), the pipeline groups the replicas of one data- and tensor-parallel rank across stages.
 
+mod experts;
 mod gradients;
 mod launch;
 mod memory;
@@ -16,6 +17,10 @@ mod pipeline;
 mod state;
 mod zero;
 
+pub use experts::{
+    ExpertStates, average_gradients_with_experts, expert_square_sum, move_expert_gradients,
+    reshard_expert_states,
+};
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
 pub use hlat::recompute::ActivationCheckpointing;
 pub use launch::{DEFAULT_MASTER_PORT, LaunchError, Launcher, ProcessGroup, first_host};
@@ -26,6 +31,7 @@ pub use state::{Reshard, reshard_optimizer_state};
 pub use zero::{Zero1, scatter_gradients};
 
 use burn_trainium::collective::ReplicaGroups;
+use hlat::expert_parallel::ExpertParallel;
 use hlat::parallel::TensorParallel;
 use hlat::pipeline::PipelineParallel;
 
@@ -34,6 +40,9 @@ use hlat::pipeline::PipelineParallel;
 pub struct ParallelLayout {
     /// Data-parallel degree: each model replica takes its slice of the global batch.
     pub data: usize,
+    /// Expert-parallel degree: the consecutive ranks of each data-parallel group a mixture's
+    /// experts are split over (it divides `data`).
+    pub expert: usize,
     /// Tensor-parallel degree: the ranks that split one model replica's weights.
     pub tensor: usize,
     /// Pipeline-parallel degree: the stages one model replica's layers are cut into.
@@ -48,6 +57,7 @@ impl ParallelLayout {
     /// One device, no parallelism.
     pub const SINGLE: ParallelLayout = ParallelLayout {
         data: 1,
+        expert: 1,
         tensor: 1,
         pipeline: 1,
         sequence_parallel: false,
@@ -73,6 +83,46 @@ impl ParallelLayout {
             })
             .collect();
         ReplicaGroups::new(groups).expect("a layout's groups are well formed")
+    }
+
+    /// The expert-parallel groups: consecutive members of each data-parallel group, `expert` of
+    /// them, holding one whole set of experts between them.
+    pub fn expert_groups(&self) -> ReplicaGroups {
+        let groups = self
+            .data_groups()
+            .groups()
+            .iter()
+            .flat_map(|group| group.chunks(self.expert).map(<[usize]>::to_vec))
+            .collect();
+        ReplicaGroups::new(groups).expect("a layout's groups are well formed")
+    }
+
+    /// The expert-data-parallel groups: the members of each data-parallel group that hold the
+    /// same experts (the same position in their expert-parallel group).
+    pub fn expert_data_groups(&self) -> ReplicaGroups {
+        let groups = self
+            .data_groups()
+            .groups()
+            .iter()
+            .flat_map(|group| {
+                (0..self.expert).map(move |position| {
+                    group
+                        .iter()
+                        .skip(position)
+                        .step_by(self.expert)
+                        .copied()
+                        .collect()
+                })
+            })
+            .collect();
+        ReplicaGroups::new(groups).expect("a layout's groups are well formed")
+    }
+
+    /// How a mixture's experts are split, when they are.
+    pub fn expert_parallel(&self) -> Option<ExpertParallel> {
+        (self.expert > 1).then(|| ExpertParallel {
+            groups: self.expert_groups(),
+        })
     }
 
     /// The pipeline groups: the replicas of one data- and tensor-parallel rank, one per stage in

@@ -55,21 +55,7 @@ pub fn move_stage_gradients<M: Module>(
     from: &mut GradientsParams,
     to: &mut GradientsParams,
 ) {
-    struct Move<'a> {
-        from: &'a mut GradientsParams,
-        to: &'a mut GradientsParams,
-    }
-    impl PathVisitor for Move<'_> {
-        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
-            if stage_local(path.names())
-                && let Some(grad) = self.from.remove::<D>(param.id)
-            {
-                self.to.register(param.id, grad);
-            }
-        }
-    }
-    let mut moving = Move { from, to };
-    visit_with_paths(module, ParamPath::default(), &mut moving);
+    super::gradients::move_gradients_where(module, from, to, stage_local);
 }
 
 /// Takes the state of every layer-slot parameter of `module` out of `record` (whole, joined over

@@ -173,16 +173,19 @@ impl RunState {
             .folder
             .publish(progress.step, config.keep_checkpoints, |dir| {
                 let model_dir = dir.join(MODEL_DIR);
+                // Experts split over ranks are saved whole, with their optimizer state.
+                let mut record = outputs.optimizer.lock().to_record();
+                let joined = join_experts(model, &mut record, &config.layout());
+                let model = joined.as_ref().unwrap_or(model);
                 // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
                 // back), so that any tool can read the model; a tensor-parallel model as one file
                 // per rank, a pipelined one as one file per stage and rank, each read from the
                 // replica that holds it (any layout resumes from any of them).
                 write_model(outputs, model, &model_dir)?;
                 write_adapter(outputs, model, &dir.join(super::ADAPTER_DIR))?;
-                let optimizer = outputs.optimizer.lock();
                 save_optimizer(
                     dir,
-                    &optimizer,
+                    record,
                     model,
                     &config.layout(),
                     model.pipeline.as_ref(),
@@ -195,6 +198,30 @@ impl RunState {
         self.checkpointed_step = progress.step;
         Ok(dir)
     }
+}
+
+/// `model` with the whole set of experts on every rank, and the experts' optimizer state in
+/// `record` joined with them, when the layout splits the experts (a collective every process
+/// runs); `None` otherwise.
+fn join_experts(
+    model: &LanguageModel,
+    record: &mut crate::optimizer::OptimizerRecord,
+    layout: &crate::parallel::ParallelLayout,
+) -> Option<LanguageModel> {
+    let parallel = layout.expert_parallel()?;
+    let joined = model.hlat.clone().join_experts();
+    crate::parallel::reshard_expert_states(
+        &model.hlat,
+        &joined,
+        record,
+        &parallel.groups,
+        model.hlat.config().moe.as_ref()?.num_experts / layout.expert,
+        crate::parallel::ExpertStates::Join,
+    );
+    Some(LanguageModel {
+        hlat: joined,
+        ..model.clone()
+    })
 }
 
 /// Writes the checkpoint's model into `model_dir`, in f32. Only rank 0 of a job writes (and

@@ -16,6 +16,7 @@ use crate::data::{SamplerState, TextTokenizer};
 use crate::error::TrainError;
 use crate::language_model::LanguageModel;
 use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
+use crate::parallel::ParallelLayout;
 use crate::precision::cast_params;
 use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosine;
@@ -138,6 +139,7 @@ pub(super) fn start_run(
         seed: config.seed,
     };
     let (Some(dir), Some(state)) = (resume_from, resumed) else {
+        let (model, optimizer) = split_experts(model, optimizer, &layout);
         return Ok(RunStart {
             model,
             optimizer,
@@ -166,6 +168,7 @@ pub(super) fn start_run(
         model.pipeline.as_ref(),
         device,
     )?;
+    let (model, optimizer) = split_experts(model, optimizer, &layout);
     if state.schedule != schedule {
         let next = state.progress.step + 1;
         log::warn!(
@@ -296,13 +299,48 @@ fn check_fit(
     Ok(())
 }
 
+/// `model` with its experts split over `layout`'s expert-parallel groups, and the optimizer
+/// state of the whole set of experts (a resumed checkpoint's) split with them; unchanged
+/// without expert parallelism.
+fn split_experts(
+    model: LanguageModel,
+    optimizer: HlatOptimizer,
+    layout: &ParallelLayout,
+) -> (LanguageModel, HlatOptimizer) {
+    let Some(parallel) = layout.expert_parallel() else {
+        return (model, optimizer);
+    };
+    let whole = model.hlat.clone();
+    let hlat = model.hlat.split_experts(&parallel);
+    let local = hlat.config().moe.as_ref().map_or(1, |moe| moe.num_experts) / layout.expert;
+    let mut record = optimizer.to_record();
+    crate::parallel::reshard_expert_states(
+        &hlat,
+        &whole,
+        &mut record,
+        &parallel.groups,
+        local,
+        crate::parallel::ExpertStates::Split,
+    );
+    (
+        LanguageModel { hlat, ..model },
+        optimizer.load_record(record),
+    )
+}
+
 /// What a mixture-of-experts model does not train with yet, refused by the setting's name
-/// before anything runs: splitting its layers (tensor and pipeline parallelism, which split
-/// dense layers), activation checkpointing (its stages are a dense layer's), and LoRA on MLP
-/// projections (its experts take no adapters). Data parallelism and ZeRO-1 replicate whole
-/// models and are accepted.
+/// before anything runs: sequence and pipeline parallelism (which slice or cut dense layers),
+/// activation checkpointing (its stages are a dense layer's), and LoRA on MLP projections (its
+/// experts take no adapters); and expert parallelism of a dense model or of experts it does
+/// not divide. Data, tensor and expert parallelism and ZeRO-1 are accepted.
 fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
-    if model.moe.is_none() {
+    let Some(moe) = &model.moe else {
+        if config.expert_parallel > 1 {
+            return Err(TrainError::Mismatch(format!(
+                "expert_parallel: the {} model is dense (no experts to split)",
+                model.family
+            )));
+        }
         return match config.moe_capacity_factor {
             Some(_) => Err(TrainError::Mismatch(format!(
                 "moe_capacity_factor: the {} model is dense (no mixture of experts to route)",
@@ -310,6 +348,13 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
             ))),
             None => Ok(()),
         };
+    };
+    if !moe.num_experts.is_multiple_of(config.expert_parallel) {
+        return Err(TrainError::Mismatch(format!(
+            "expert_parallel: the {} model's {} experts do not divide by the expert-parallel \
+             degree {}",
+            model.family, moe.num_experts, config.expert_parallel
+        )));
     }
     let refuse = |setting: &str, what: &str| {
         Err(TrainError::Mismatch(format!(
@@ -317,8 +362,8 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
             model.family
         )))
     };
-    if config.tensor_parallel > 1 {
-        return refuse("tensor_parallel", "tensor parallelism");
+    if config.sequence_parallel {
+        return refuse("sequence_parallel", "sequence parallelism");
     }
     if config.pipeline_parallel > 1 {
         return refuse("pipeline_parallel", "pipeline parallelism");

@@ -58,6 +58,15 @@ pub(super) fn run(
                     Ok(chunk(&members[rank], *dim, rank, members.len()))
                 })?
             }
+            Collective::AllToAll { dim, groups } => {
+                per_group(groups, &data, span, |members, rank| {
+                    let received: Vec<TensorData> = members
+                        .iter()
+                        .map(|member| chunk(member, *dim, rank, members.len()))
+                        .collect();
+                    Ok(concatenate(&received, *dim))
+                })?
+            }
             Collective::Permute { pairs } => (span.first..span.first + span.local)
                 .map(|replica| match pairs.source_of(replica) {
                     Some(source) => data[source].clone(),

@@ -239,13 +239,11 @@ pub fn run(args: ServeBenchArgs) -> anyhow::Result<()> {
         .device
         .parse()
         .with_context(|| format!("--device {}", args.device))?;
-    let options = ServeOptions {
-        devices: vec![device],
-        listen: (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-        access: Access::Loopback,
-        max_tensor_bytes: None,
-        max_client_bytes: None,
-    };
+    let options = ServeOptions::new(
+        vec![device],
+        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        Access::Loopback,
+    );
     let server = burn_trainium::server::bind(&options)
         .context("starting the server")?
         .serve_in_background()?;

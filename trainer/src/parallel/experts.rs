@@ -1,0 +1,185 @@
+//! Expert parallelism in the training step and its checkpoints: each rank holds its share of a
+//! mixture's experts ([`hlat::expert_parallel`]), so their gradients and optimizer state follow
+//! other groups than the replicated parameters'.
+//!
+//! An expert's gradient on a rank is already the sum over its expert-parallel group's tokens
+//! (the all-to-all's backward brings it home); under data parallelism, where each replica's
+//! gradient is of its own slice's mean loss and the replicated ones are averaged over the
+//! data-parallel group, the experts' are averaged over the replicas that hold the same experts
+//! and divided by the expert-parallel degree, which gives the same mean over the global batch.
+//! Checkpoints hold the whole set of experts: the state is joined before saving and split again
+//! after loading, so any layout resumes from any other.
+
+use std::collections::HashMap;
+
+use burn::module::{Module, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
+use hlat::expert_parallel::expert_of;
+use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
+
+use super::{ParallelLayout, average_gradients};
+use crate::optimizer::{AdamWState, OptimizerRecord as Record, StateRecord};
+
+/// Moves the gradients of the experts' parameters from `from` to `to`.
+pub fn move_expert_gradients<M: Module>(
+    module: &M,
+    from: &mut GradientsParams,
+    to: &mut GradientsParams,
+) {
+    super::gradients::move_gradients_where(module, from, to, |names| expert_of(names).is_some());
+}
+
+/// Averages `grads` over `layout`'s data-parallel groups, the experts' as expert parallelism
+/// needs (see the module's documentation).
+pub fn average_gradients_with_experts<M: Module>(
+    module: &M,
+    grads: &mut GradientsParams,
+    layout: &ParallelLayout,
+) {
+    let mut experts = GradientsParams::new();
+    move_expert_gradients(module, grads, &mut experts);
+    average_gradients(module, grads, &layout.data_groups());
+    if layout.data > layout.expert {
+        average_gradients(module, &mut experts, &layout.expert_data_groups());
+    }
+    struct Scale<'a> {
+        grads: &'a mut GradientsParams,
+        factor: f64,
+    }
+    impl PathVisitor for Scale<'_> {
+        fn visit_float<const D: usize>(&mut self, _: &ParamPath, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.grads.remove::<D>(param.id) {
+                self.grads.register(param.id, grad.mul_scalar(self.factor));
+            }
+        }
+    }
+    let factor = 1.0 / layout.expert as f64;
+    visit_with_paths(
+        module,
+        ParamPath::default(),
+        &mut Scale {
+            grads: &mut experts,
+            factor,
+        },
+    );
+    move_expert_gradients(module, &mut experts, grads);
+}
+
+/// Which way [`reshard_expert_states`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertStates {
+    /// Each rank's experts' state to the whole set's (before saving).
+    Join,
+    /// The whole set's state to each rank's experts' (after loading).
+    Split,
+}
+
+/// Moves the AdamW state of the experts in `record` between `split` (a model whose experts are
+/// split over `groups`, `local` per rank) and `whole` (the same model with every expert, as
+/// `Hlat::join_experts` or the model before `Hlat::split_experts` has it): slot `i` of rank `k`
+/// is expert `k · local + i`. The other parameters' state is untouched.
+pub fn reshard_expert_states<M: Module>(
+    split: &M,
+    whole: &M,
+    record: &mut Record,
+    groups: &ReplicaGroups,
+    local: usize,
+    direction: ExpertStates,
+) {
+    struct Ids(HashMap<Vec<String>, ParamId>);
+    impl PathVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
+            if expert_of(path.names()).is_some() {
+                self.0.insert(path.names().to_vec(), param.id);
+            }
+        }
+    }
+    let mut whole_ids = Ids(HashMap::new());
+    visit_with_paths(whole, ParamPath::default(), &mut whole_ids);
+
+    struct Move<'a> {
+        whole_ids: HashMap<Vec<String>, ParamId>,
+        record: &'a mut Record,
+        groups: &'a ReplicaGroups,
+        local: usize,
+        direction: ExpertStates,
+    }
+    impl PathVisitor for Move<'_> {
+        fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
+            let Some((at, slot)) = expert_of(path.names()) else {
+                return;
+            };
+            let degree = self.groups.group_size();
+            let whole: Vec<ParamId> = (0..degree)
+                .map(|rank| {
+                    let mut names = path.names().to_vec();
+                    names[at] = (rank * self.local + slot).to_string();
+                    self.whole_ids[&names]
+                })
+                .collect();
+            match self.direction {
+                ExpertStates::Join => {
+                    let Some(entry) = self.record.remove(&param.id) else {
+                        return;
+                    };
+                    let state: AdamWState<D> = entry.into_state();
+                    let rows = state.moment1.dims()[0];
+                    let gather = |moment: Tensor<D>| collective::all_gather(moment, 0, self.groups);
+                    let (first, second) = (gather(state.moment1), gather(state.moment2));
+                    for (rank, id) in whole.into_iter().enumerate() {
+                        let chunk =
+                            |moment: &Tensor<D>| moment.clone().narrow(0, rank * rows, rows);
+                        let state = AdamWState {
+                            moment1: chunk(&first),
+                            moment2: chunk(&second),
+                            time: state.time,
+                        };
+                        self.record.insert(id, StateRecord::from_state(state));
+                    }
+                }
+                ExpertStates::Split => {
+                    let states: Option<Vec<AdamWState<D>>> = whole
+                        .iter()
+                        .map(|id| self.record.remove(id).map(StateRecord::into_state))
+                        .collect();
+                    let Some(states) = states else {
+                        return;
+                    };
+                    let time = states[0].time;
+                    let pick = |moments: Vec<Tensor<D>>| {
+                        collective::split(Tensor::cat(moments, 0), 0, self.groups)
+                    };
+                    let (first, second): (Vec<_>, Vec<_>) = states
+                        .into_iter()
+                        .map(|state| (state.moment1, state.moment2))
+                        .unzip();
+                    let state = AdamWState {
+                        moment1: pick(first),
+                        moment2: pick(second),
+                        time,
+                    };
+                    self.record.insert(param.id, StateRecord::from_state(state));
+                }
+            }
+        }
+    }
+    visit_with_paths(
+        split,
+        ParamPath::default(),
+        &mut Move {
+            whole_ids: whole_ids.0,
+            record,
+            groups,
+            local,
+            direction,
+        },
+    );
+}
+
+/// The squares of the experts' gradients summed over the expert-parallel groups (each rank holds
+/// other experts), for the global gradient norm.
+pub fn expert_square_sum(local: Tensor<1>, layout: &ParallelLayout) -> Tensor<1> {
+    collective::all_reduce(local, ReduceOp::Sum, &layout.expert_groups())
+}
