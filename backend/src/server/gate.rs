@@ -3,8 +3,10 @@
 //!
 //! Burn's server reads a message whole before handing it on, up to 1 GiB, and accepts any number
 //! of connections, so a client could make it hold gigabytes before any limit of the device
-//! applies. The gate bounds that: at most `max_connections` connections at once (more are
-//! answered `503` naming the limit), a handshake within `handshake_timeout`, and no message larger
+//! applies. The gate bounds that: only the `/session` route (Burn's `/data` route, for tensors
+//! moved between servers, checks no secret and is answered `404`), at most `max_connections`
+//! connections at once (more are answered `503` naming the limit), a handshake within
+//! `handshake_timeout` (read by the gate before the server sees it), and no message larger
 //! than `max_message_bytes` (the connection gets a close frame naming the size and the limit, and
 //! Burn's server ends the session, freeing its tensors). What the server may buffer for clients is
 //! then at most `max_connections × max_message_bytes`.
@@ -134,19 +136,9 @@ pub(crate) async fn run(
 async fn answer_busy(mut client: TcpStream, max_connections: usize) {
     let text = format!(
         "this device server has its {max_connections} connections open (--max-connections); \
-         try again later\n"
+         try again later"
     );
-    let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{text}",
-        text.len()
-    );
-    let answered = async {
-        client.write_all(response.as_bytes()).await?;
-        client.shutdown().await
-    };
-    // A client that does not read its answer is not waited for.
-    let _ = tokio::time::timeout(Duration::from_secs(1), answered).await;
+    answer(&mut client, "503 Service Unavailable", &text).await;
 }
 
 /// How a client's direction of a connection ended.
@@ -160,12 +152,25 @@ enum ClientEnd {
 /// Passes the connection of `client` (from `address`) to the server at `upstream` within
 /// `limits`, until either side closes or the gate refuses what the client sends.
 async fn pass(
-    client: TcpStream,
+    mut client: TcpStream,
     address: SocketAddr,
     upstream: SocketAddr,
     limits: GateLimits,
     peers: &Peers,
 ) -> Result<(), String> {
+    let mut meter = FrameMeter::new(Some(limits.max_message_bytes));
+    let Some(head) = read_head(&mut client, &mut meter, limits)
+        .await
+        .map_err(|error| error.to_string())?
+    else {
+        return Ok(());
+    };
+    if !requests_a_session(&head) {
+        let line = head.split(|&byte| byte == b'\r').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+        answer(&mut client, "404 Not Found", SESSION_ONLY).await;
+        return Err(format!("refused `{line}`: {SESSION_ONLY}"));
+    }
     let server = TcpStream::connect(upstream)
         .await
         .map_err(|error| format!("reaching the device server: {error}"))?;
@@ -182,10 +187,13 @@ async fn pass(
     };
 
     let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
+    let (server_read, mut server_write) = server.into_split();
+    server_write
+        .write_all(&head)
+        .await
+        .map_err(|error| error.to_string())?;
     let (refused, refusal) = watch::channel(None);
-    let deadline = Instant::now() + limits.handshake_timeout;
-    let requests = forward_requests(client_read, server_write, limits, deadline);
+    let requests = forward_requests(client_read, server_write, meter);
     let responses = forward_responses(server_read, client_write, refusal);
     let mut requests = std::pin::pin!(requests);
     let mut responses = std::pin::pin!(responses);
@@ -193,7 +201,14 @@ async fn pass(
         // The server closed: nothing more can pass.
         ended = &mut responses => ended.map_err(|error| error.to_string()),
         ended = &mut requests => match ended {
-            Ok(ClientEnd::Closed) => responses.await.map_err(|error| error.to_string()),
+            // The server ends the session once it sees the client gone; a connection it keeps
+            // waiting on is not kept for it.
+            Ok(ClientEnd::Closed) => {
+                match tokio::time::timeout(limits.handshake_timeout, responses).await {
+                    Ok(ended) => ended.map_err(|error| error.to_string()),
+                    Err(_) => Err("the server kept a closed client's connection open".into()),
+                }
+            }
             Ok(ClientEnd::Refused(refusal)) => {
                 let reason = refusal.to_string();
                 let _ = refused.send(Some(reason.clone()));
@@ -206,30 +221,79 @@ async fn pass(
     }
 }
 
-/// Forwards what the client sends to the server, frame by frame through a meter; the handshake
-/// must end before `deadline`.
+/// The client's handshake head (and whatever followed it in the same reads), read within the
+/// handshake timeout through `meter`; `None` when the client closed before sending it all.
+async fn read_head(
+    client: &mut TcpStream,
+    meter: &mut FrameMeter,
+    limits: GateLimits,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let deadline = Instant::now() + limits.handshake_timeout;
+    let mut head = Vec::new();
+    let mut buffer = [0; 4096];
+    while meter.in_http_head() {
+        let read = tokio::time::timeout_at(deadline, client.read(&mut buffer))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no handshake within {:?}", limits.handshake_timeout),
+                )
+            })??;
+        if read == 0 {
+            return Ok(None);
+        }
+        meter
+            .consume(&buffer[..read], false)
+            .map_err(|refusal| std::io::Error::other(refusal.to_string()))?;
+        head.extend_from_slice(&buffer[..read]);
+    }
+    Ok(Some(head))
+}
+
+/// Why the gate serves `/session` alone.
+const SESSION_ONLY: &str = "this device server serves /session only: Burn's /data route, for \
+     tensors moved between servers, checks no secret";
+
+/// Whether the request `head` asks for the `/session` route.
+fn requests_a_session(head: &[u8]) -> bool {
+    let line = head.split(|&byte| byte == b'\r').next().unwrap_or_default();
+    let mut parts = line.split(|&byte| byte == b' ');
+    let (method, target) = (parts.next(), parts.next());
+    let path = target.map(|target| {
+        target
+            .split(|&byte| byte == b'?')
+            .next()
+            .unwrap_or_default()
+    });
+    method == Some(b"GET".as_slice()) && path == Some(b"/session".as_slice())
+}
+
+/// Answers `client` with the HTTP `status` and `text`, and closes.
+async fn answer(client: &mut TcpStream, status: &str, text: &str) {
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{text}\n",
+        text.len() + 1
+    );
+    let answered = async {
+        client.write_all(response.as_bytes()).await?;
+        client.shutdown().await
+    };
+    // A client that does not read its answer is not waited for.
+    let _ = tokio::time::timeout(Duration::from_secs(1), answered).await;
+}
+
+/// Forwards what the client sends after its handshake to the server, frame by frame through
+/// `meter`.
 async fn forward_requests(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
-    limits: GateLimits,
-    deadline: Instant,
+    mut meter: FrameMeter,
 ) -> std::io::Result<ClientEnd> {
-    let mut meter = FrameMeter::new(Some(limits.max_message_bytes));
     let mut buffer = vec![0; 64 * 1024];
     loop {
-        let read = if meter.in_http_head() {
-            match tokio::time::timeout_at(deadline, from.read(&mut buffer)).await {
-                Ok(read) => read?,
-                Err(_) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no handshake within {:?}", limits.handshake_timeout),
-                    ));
-                }
-            }
-        } else {
-            from.read(&mut buffer).await?
-        };
+        let read = from.read(&mut buffer).await?;
         if read == 0 {
             to.shutdown().await?;
             return Ok(ClientEnd::Closed);
@@ -433,6 +497,34 @@ mod tests {
             let stream = TcpStream::connect(address).unwrap();
             tungstenite::client(format!("ws://{address}/session"), stream).is_ok()
         });
+        assert!(computes(&burn_client("127.0.0.1", address)));
+    }
+
+    /// Burn's `/data` route (tensors moved between servers) checks no secret: the gate answers it
+    /// `404`, and whatever else is not the `/session` handshake, and the sessions go on.
+    #[test]
+    fn only_the_session_route_is_served() {
+        let address = server(15, |_| ()).serve_in_background().unwrap();
+        for request in [
+            "GET /data HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
+            "POST /session HTTP/1.1\r\nHost: x\r\n\r\n",
+            "GET /sessions HTTP/1.1\r\nHost: x\r\n\r\n",
+        ] {
+            let mut stream = TcpStream::connect(address).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            stream.write_all(request.as_bytes()).unwrap();
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer);
+            assert!(
+                answer.starts_with("HTTP/1.1 404") && answer.contains("/session only"),
+                "{request:?}: {answer:?}"
+            );
+        }
+        let stream = TcpStream::connect(address).unwrap();
+        tungstenite::client(format!("ws://{address}/session?client=1"), stream)
+            .expect("a session with a query string is served");
         assert!(computes(&burn_client("127.0.0.1", address)));
     }
 
