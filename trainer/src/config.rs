@@ -247,7 +247,8 @@ impl TrainConfig {
             return invalid(
                 "expert_parallel",
                 format!(
-                    "{} must divide data_parallel ({}): expert-parallel ranks are data-parallel                      ranks",
+                    "{} must divide data_parallel ({}): expert-parallel ranks are data-parallel \
+                     ranks",
                     self.expert_parallel, self.data_parallel
                 ),
             );

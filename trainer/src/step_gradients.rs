@@ -11,15 +11,37 @@ use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{ElementConversion, Tensor};
 use burn::train::TrainStep;
 
-use burn_trainium::collective::{self, ReduceOp};
+use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 
 use crate::clip::{clip_coefficient, grad_sum_of_squares, scale_grads};
 use crate::error::TrainError;
 use crate::language_model::{LanguageModel, LmBatch};
 use crate::parallel::{
-    ParallelLayout, average_gradients, move_stage_gradients, reduce_replicated_gradients,
-    scatter_gradients,
+    ParallelLayout, average_gradients, move_expert_gradients, move_stage_gradients,
+    reduce_replicated_gradients, scatter_gradients,
 };
+
+/// The summed squares of `grads` when the parameters `own` moves are each rank's own (a
+/// pipeline stage's layers, an expert-parallel rank's experts): theirs add up over `groups`, the
+/// others' count once.
+fn square_sum_with_own(
+    model: &LanguageModel,
+    grads: &mut GradientsParams,
+    tensor_groups: Option<&ReplicaGroups>,
+    own: fn(&LanguageModel, &mut GradientsParams, &mut GradientsParams),
+    groups: &ReplicaGroups,
+) -> Option<Tensor<1>> {
+    let mut owned = GradientsParams::new();
+    own(model, grads, &mut owned);
+    let shared = grad_sum_of_squares(model, grads, tensor_groups);
+    let local = grad_sum_of_squares(model, &owned, tensor_groups)
+        .map(|local| collective::all_reduce(local, ReduceOp::Sum, groups));
+    own(model, &mut owned, grads);
+    match (shared, local) {
+        (Some(shared), Some(local)) => Some(shared + local),
+        (one, other) => one.or(other),
+    }
+}
 
 /// One optimizer step's gradients as HLAT's recipe makes them, ready for the optimizer.
 pub struct StepGradients {
@@ -115,34 +137,25 @@ pub fn step_gradients(
         tokens *= layout.data;
     }
     let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
+    let tensor_groups = tensor_groups.as_ref();
     let squares = match &model.pipeline {
-        None if layout.expert > 1 => {
-            // Each rank holds other experts: their squares add up over the expert groups.
-            let mut experts = GradientsParams::new();
-            crate::parallel::move_expert_gradients(model, &mut grads, &mut experts);
-            let shared = grad_sum_of_squares(model, &grads, tensor_groups.as_ref());
-            let local = grad_sum_of_squares(model, &experts, tensor_groups.as_ref())
-                .map(|local| crate::parallel::expert_square_sum(local, layout));
-            crate::parallel::move_expert_gradients(model, &mut experts, &mut grads);
-            match (shared, local) {
-                (Some(shared), Some(local)) => Some(shared + local),
-                (one, other) => one.or(other),
-            }
-        }
-        None => grad_sum_of_squares(model, &grads, tensor_groups.as_ref()),
-        Some(pipeline) => {
-            // Each stage's layers are its own: their squares add up over the pipeline group.
-            let mut stage = GradientsParams::new();
-            move_stage_gradients(model, &mut grads, &mut stage);
-            let shared = grad_sum_of_squares(model, &grads, tensor_groups.as_ref());
-            let local = grad_sum_of_squares(model, &stage, tensor_groups.as_ref())
-                .map(|local| collective::all_reduce(local, ReduceOp::Sum, &pipeline.groups));
-            move_stage_gradients(model, &mut stage, &mut grads);
-            match (shared, local) {
-                (Some(shared), Some(local)) => Some(shared + local),
-                (one, other) => one.or(other),
-            }
-        }
+        // Each stage's layers are its own: their squares add up over the pipeline group.
+        Some(pipeline) => square_sum_with_own(
+            model,
+            &mut grads,
+            tensor_groups,
+            move_stage_gradients,
+            &pipeline.groups,
+        ),
+        // Each rank holds other experts: their squares add up over the expert groups.
+        None if layout.expert > 1 => square_sum_with_own(
+            model,
+            &mut grads,
+            tensor_groups,
+            move_expert_gradients,
+            &layout.expert_groups(),
+        ),
+        None => grad_sum_of_squares(model, &grads, tensor_groups),
     };
     let mut squares = squares.unwrap_or_else(|| loss_sum.zeros_like());
     if let Some(zero1) = &zero1 {

@@ -31,6 +31,8 @@ use super::frames::{FrameMeter, Refusal, close_frame};
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 /// How long a client has to send its whole handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the server may keep a connection open once its client has gone.
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
 /// Burn's own bound on a WebSocket message.
 pub(crate) const BURN_MAX_MESSAGE_BYTES: u64 = 1 << 30;
 /// What a message may hold beyond the largest tensor: Burn's client batches up to 1 MiB of
@@ -165,8 +167,8 @@ async fn pass(
     else {
         return Ok(());
     };
-    if !requests_a_session(&head) {
-        let line = head.split(|&byte| byte == b'\r').next().unwrap_or_default();
+    let line = request_line(&head);
+    if !requests_a_session(line) {
         let line = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
         answer(&mut client, "404 Not Found", SESSION_ONLY).await;
         return Err(format!("refused `{line}`: {SESSION_ONLY}"));
@@ -204,7 +206,7 @@ async fn pass(
             // The server ends the session once it sees the client gone; a connection it keeps
             // waiting on is not kept for it.
             Ok(ClientEnd::Closed) => {
-                match tokio::time::timeout(limits.handshake_timeout, responses).await {
+                match tokio::time::timeout(CLOSE_GRACE, responses).await {
                     Ok(ended) => ended.map_err(|error| error.to_string()),
                     Err(_) => Err("the server kept a closed client's connection open".into()),
                 }
@@ -255,9 +257,13 @@ async fn read_head(
 const SESSION_ONLY: &str = "this device server serves /session only: Burn's /data route, for \
      tensors moved between servers, checks no secret";
 
-/// Whether the request `head` asks for the `/session` route.
-fn requests_a_session(head: &[u8]) -> bool {
-    let line = head.split(|&byte| byte == b'\r').next().unwrap_or_default();
+/// The request line of a handshake `head` (`GET /session HTTP/1.1`).
+fn request_line(head: &[u8]) -> &[u8] {
+    head.split(|&byte| byte == b'\r').next().unwrap_or_default()
+}
+
+/// Whether a request `line` asks for the `/session` route.
+fn requests_a_session(line: &[u8]) -> bool {
     let mut parts = line.split(|&byte| byte == b' ');
     let (method, target) = (parts.next(), parts.next());
     let path = target.map(|target| {

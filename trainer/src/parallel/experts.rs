@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use burn::module::{Module, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
-use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
+use burn_trainium::collective::{self, ReplicaGroups};
+use hlat::Hlat;
 use hlat::expert_parallel::expert_of;
 use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 
@@ -44,26 +45,7 @@ pub fn average_gradients_with_experts<M: Module>(
     if layout.data > layout.expert {
         average_gradients(module, &mut experts, &layout.expert_data_groups());
     }
-    struct Scale<'a> {
-        grads: &'a mut GradientsParams,
-        factor: f64,
-    }
-    impl PathVisitor for Scale<'_> {
-        fn visit_float<const D: usize>(&mut self, _: &ParamPath, param: &Param<Tensor<D>>) {
-            if let Some(grad) = self.grads.remove::<D>(param.id) {
-                self.grads.register(param.id, grad.mul_scalar(self.factor));
-            }
-        }
-    }
-    let factor = 1.0 / layout.expert as f64;
-    visit_with_paths(
-        module,
-        ParamPath::default(),
-        &mut Scale {
-            grads: &mut experts,
-            factor,
-        },
-    );
+    crate::clip::scale_grads(module, &mut experts, 1.0 / layout.expert as f64);
     move_expert_gradients(module, &mut experts, grads);
 }
 
@@ -77,17 +59,24 @@ pub enum ExpertStates {
 }
 
 /// Moves the AdamW state of the experts in `record` between `split` (a model whose experts are
-/// split over `groups`, `local` per rank) and `whole` (the same model with every expert, as
+/// split over its expert-parallel groups) and `whole` (the same model with every expert, as
 /// `Hlat::join_experts` or the model before `Hlat::split_experts` has it): slot `i` of rank `k`
-/// is expert `k · local + i`. The other parameters' state is untouched.
-pub fn reshard_expert_states<M: Module>(
-    split: &M,
-    whole: &M,
+/// holds expert `k · local + i`, `local` being the experts a rank holds. The other parameters'
+/// state is untouched; nothing moves when `split`'s experts are not split.
+pub fn reshard_expert_states(
+    split: &Hlat,
+    whole: &Hlat,
     record: &mut Record,
-    groups: &ReplicaGroups,
-    local: usize,
     direction: ExpertStates,
 ) {
+    let Some(groups) = split.expert_parallel().map(|parallel| &parallel.groups) else {
+        return;
+    };
+    let local = split
+        .layers
+        .iter()
+        .find_map(|layer| layer.moe.as_ref())
+        .map_or(0, |moe| moe.experts.len());
     struct Ids(HashMap<Vec<String>, ParamId>);
     impl PathVisitor for Ids {
         fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
@@ -176,10 +165,4 @@ pub fn reshard_expert_states<M: Module>(
             direction,
         },
     );
-}
-
-/// The squares of the experts' gradients summed over the expert-parallel groups (each rank holds
-/// other experts), for the global gradient norm.
-pub fn expert_square_sum(local: Tensor<1>, layout: &ParallelLayout) -> Tensor<1> {
-    collective::all_reduce(local, ReduceOp::Sum, &layout.expert_groups())
 }

@@ -18,8 +18,7 @@ mod state;
 mod zero;
 
 pub use experts::{
-    ExpertStates, average_gradients_with_experts, expert_square_sum, move_expert_gradients,
-    reshard_expert_states,
+    ExpertStates, average_gradients_with_experts, move_expert_gradients, reshard_expert_states,
 };
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
 pub use hlat::recompute::ActivationCheckpointing;

@@ -175,7 +175,7 @@ impl RunState {
                 let model_dir = dir.join(MODEL_DIR);
                 // Experts split over ranks are saved whole, with their optimizer state.
                 let mut record = outputs.optimizer.lock().to_record();
-                let joined = join_experts(model, &mut record, &config.layout());
+                let joined = join_experts(model, &mut record);
                 let model = joined.as_ref().unwrap_or(model);
                 // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
                 // back), so that any tool can read the model; a tensor-parallel model as one file
@@ -201,21 +201,18 @@ impl RunState {
 }
 
 /// `model` with the whole set of experts on every rank, and the experts' optimizer state in
-/// `record` joined with them, when the layout splits the experts (a collective every process
-/// runs); `None` otherwise.
+/// `record` joined with them, when its experts are split (a collective every process runs);
+/// `None` otherwise.
 fn join_experts(
     model: &LanguageModel,
     record: &mut crate::optimizer::OptimizerRecord,
-    layout: &crate::parallel::ParallelLayout,
 ) -> Option<LanguageModel> {
-    let parallel = layout.expert_parallel()?;
+    model.hlat.expert_parallel()?;
     let joined = model.hlat.clone().join_experts();
     crate::parallel::reshard_expert_states(
         &model.hlat,
         &joined,
         record,
-        &parallel.groups,
-        model.hlat.config().moe.as_ref()?.num_experts / layout.expert,
         crate::parallel::ExpertStates::Join,
     );
     Some(LanguageModel {

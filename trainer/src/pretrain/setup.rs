@@ -312,14 +312,11 @@ fn split_experts(
     };
     let whole = model.hlat.clone();
     let hlat = model.hlat.split_experts(&parallel);
-    let local = hlat.config().moe.as_ref().map_or(1, |moe| moe.num_experts) / layout.expert;
     let mut record = optimizer.to_record();
     crate::parallel::reshard_expert_states(
         &hlat,
         &whole,
         &mut record,
-        &parallel.groups,
-        local,
         crate::parallel::ExpertStates::Split,
     );
     (
