@@ -363,7 +363,9 @@ fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
 
 /// Expert parallelism of a tiny Mixtral (`--dp 2 --ep 2`, and `--dp 4 --ep 2`: two pairs of
 /// expert ranks, their experts' gradients averaged between the pairs), tensor parallelism of
-/// its experts (`--tp 2`) and both (`--dp 2 --ep 2 --tp 2`), dropless, against one device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
+/// its experts (`--tp 2`, also with sequence parallelism and selective checkpointing) and both
+/// (`--dp 2 --ep 2 --tp 2`), and `--dp 2 --ep 2` with full checkpointing, dropless, against one
+/// device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
 /// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
 /// Megatron and transformers under DDP compute it), expert parallelism equals the same data
 /// parallelism without it.
@@ -400,13 +402,41 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
     };
     let actual = run_from(&pairs, tensor_pairs, Some(&mixtral));
     assert_same_run(&expected, &actual, 1e-4, "tp 2 with load balancing");
-    let layouts =
-        [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)].map(|(data, expert, tensor)| Layout {
+    // Recomputed layers pass the load-balancing loss's gradient to their routers.
+    let recomputed_pairs = Layout {
+        sequence_parallel: true,
+        checkpointing: ActivationCheckpointing::Full,
+        ..tensor_pairs
+    };
+    let actual = run_from(&pairs, recomputed_pairs, Some(&mixtral));
+    assert_same_run(
+        &expected,
+        &actual,
+        1e-4,
+        "tp 2, sequence parallel, full checkpointing, with load balancing",
+    );
+    let mut layouts: Vec<Layout> = [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)]
+        .map(|(data, expert, tensor)| Layout {
             data,
             expert,
             tensor,
             ..ONE_DEVICE
-        });
+        })
+        .into();
+    layouts.extend([
+        Layout {
+            tensor: 2,
+            sequence_parallel: true,
+            checkpointing: ActivationCheckpointing::Selective,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            expert: 2,
+            checkpointing: ActivationCheckpointing::Full,
+            ..ONE_DEVICE
+        },
+    ]);
     assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |_, device, before| {
         exchanged_in_the_programs(device, before);
     });

@@ -309,28 +309,25 @@ impl TrainStep for LanguageModel {
             };
         }
         let seq = batch.inputs.dims()[1];
-        // The stages are those of dense layers: a mixture of experts takes the plain backward
-        // pass (activation checkpointing is refused for it when the run is set up).
-        let dense = self.hlat.config().moe.is_none();
-        let staged = dense
-            && (self.checkpointing != ActivationCheckpointing::None
-                || (attends_by_block(seq) && self.compute_cast.is_none()));
+        let staged = self.checkpointing != ActivationCheckpointing::None
+            || (attends_by_block(seq) && self.compute_cast.is_none());
         if staged {
             let tokens = batch.tokens();
-            let (loss, grads) = self.hlat.loss_and_gradients(
+            let staged = self.hlat.loss_and_gradients(
                 batch.inputs,
                 batch.targets,
                 batch.ignore_id,
                 self.exchange(),
                 self.checkpointing,
             );
-            let loss = loss.cast(DType::F32);
             return TrainOutput {
-                grads,
+                grads: staged.gradients,
                 item: LmOutput {
-                    loss,
+                    loss: staged.objective.cast(DType::F32),
                     tokens,
-                    load_balancing: None,
+                    load_balancing: staged
+                        .load_balancing
+                        .map(|balance| balance.cast(DType::F32)),
                 },
             };
         }

@@ -157,16 +157,10 @@ fn every_family_generates_evaluates_converts_trains_and_merges() {
             assert!(refused.contains("moe_capacity_factor"), "{refused}");
         }
         if mixture {
-            for (flag, setting) in [
-                (
-                    &["--tp", "2", "--sequence-parallel", "--device", "host:0-1"][..],
-                    "sequence_parallel",
-                ),
-                (
-                    &["--activation-checkpointing", "full", "--device", "host"][..],
-                    "activation_checkpointing",
-                ),
-            ] {
+            for (flag, setting) in [(
+                &["--pp", "2", "--device", "host:0-1"][..],
+                "pipeline_parallel",
+            )] {
                 let refused_run = text(&format!("{name}-refused"));
                 let extra = flag.to_vec();
                 let output = super::run(&as_strs(&pretrain(&refused_run, "1", &extra)));

@@ -37,13 +37,14 @@ fn one_device(model: &Hlat, micro_batches: &[MicroBatch]) -> (f32, Vec<(String, 
     let mut total = 0.0;
     let mut sums: Vec<(String, TensorData)> = Vec::new();
     for (inputs, targets) in micro_batches {
-        let (loss, grads) = model.loss_and_gradients(
+        let step = model.loss_and_gradients(
             inputs.clone(),
             targets.clone(),
             None,
             &Unsharded,
             ActivationCheckpointing::None,
         );
+        let (loss, grads) = (step.objective, step.gradients);
         total += loss.into_scalar::<f32>();
         for (index, (path, mut replicas)) in by_path(model, &grads, None).into_iter().enumerate() {
             let grad = replicas.remove(0);

@@ -7,7 +7,6 @@ use std::path::Path;
 use burn::tensor::Device;
 use hlat::checkpoint::run_folder::MODEL_DIR;
 use hlat::lora::{LoraConfig, LoraTarget};
-use hlat::recompute::ActivationCheckpointing;
 use hlat::{Hlat, HlatConfig};
 
 use crate::checkpoint_state::{load_optimizer, read_state};
@@ -326,10 +325,10 @@ fn split_experts(
 }
 
 /// What a mixture-of-experts model does not train with yet, refused by the setting's name
-/// before anything runs: sequence and pipeline parallelism (which slice or cut dense layers),
-/// activation checkpointing (its stages are a dense layer's), and LoRA on MLP projections (its
-/// experts take no adapters); and expert parallelism of a dense model or of experts it does
-/// not divide. Data, tensor and expert parallelism and ZeRO-1 are accepted.
+/// before anything runs: pipeline parallelism (which cuts dense layers), and LoRA on MLP
+/// projections (its experts take no adapters); and expert parallelism of a dense model or of
+/// experts it does not divide. Data, tensor, sequence and expert parallelism, ZeRO-1 and
+/// activation checkpointing are accepted.
 fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
     let Some(moe) = &model.moe else {
         if config.expert_parallel > 1 {
@@ -359,14 +358,8 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
             model.family
         )))
     };
-    if config.sequence_parallel {
-        return refuse("sequence_parallel", "sequence parallelism");
-    }
     if config.pipeline_parallel > 1 {
         return refuse("pipeline_parallel", "pipeline parallelism");
-    }
-    if config.activation_checkpointing != ActivationCheckpointing::None {
-        return refuse("activation_checkpointing", "activation checkpointing");
     }
     if let Some(lora) = &config.lora
         && lora
