@@ -364,7 +364,8 @@ fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
 /// Expert parallelism of a tiny Mixtral (`--dp 2 --ep 2`, and `--dp 4 --ep 2`: two pairs of
 /// expert ranks, their experts' gradients averaged between the pairs), tensor parallelism of
 /// its experts (`--tp 2`, also with sequence parallelism and selective checkpointing) and both
-/// (`--dp 2 --ep 2 --tp 2`), and `--dp 2 --ep 2` with full checkpointing, dropless, against one
+/// (`--dp 2 --ep 2 --tp 2`), `--dp 2 --ep 2` with full checkpointing, and `--dp 2 --ep 2` and
+/// `--dp 4 --ep 2` with ZeRO-1, dropless, against one
 /// device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
 /// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
 /// Megatron and transformers under DDP compute it), expert parallelism equals the same data
@@ -436,14 +437,28 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
             checkpointing: ActivationCheckpointing::Full,
             ..ONE_DEVICE
         },
+        // ZeRO-1: each expert held by one replica (not sliced), and by two (sliced over them).
+        Layout {
+            data: 2,
+            expert: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 4,
+            expert: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
     ]);
     assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |_, device, before| {
         exchanged_in_the_programs(device, before);
     });
 }
 
-/// A run of experts split over 2 ranks (alone, and with tensor parallelism) checkpoints the whole
-/// set of experts and their optimizer state: one device resumes from it, and it resumes from one
+/// A run of experts split over 2 ranks (alone, with tensor parallelism, and with ZeRO-1 over
+/// replicas holding the same experts) checkpoints the whole set of experts and their optimizer
+/// state: one device resumes from it, and it resumes from one
 /// device's, as an uninterrupted run.
 #[test]
 fn checkpoints_resume_across_expert_parallel_layouts() {
@@ -462,11 +477,19 @@ fn checkpoints_resume_across_expert_parallel_layouts() {
         tensor: 2,
         ..expert_pairs
     };
+    // Each expert held by two replicas, its AdamW moments sliced over them by ZeRO-1.
+    let expert_zero_quads = Layout {
+        data: 4,
+        zero1: true,
+        ..expert_pairs
+    };
     let orders = [
         ((&pairs, expert_pairs), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&pairs, expert_pairs)),
         ((&quads, expert_tensor_quads), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&quads, expert_tensor_quads)),
+        ((&quads, expert_zero_quads), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&quads, expert_zero_quads)),
     ];
     let folder = tempfile::tempdir().unwrap();
     let unbalanced = tiny_mixtral_without_balancing(folder.path());
@@ -533,7 +556,7 @@ fn one_step(
         ..OptimizerStep::from_config(&recipe)
     };
     let optimizer = SharedOptimizer::new(HlatOptimizer::new(
-        HlatAdamW::new(AdamWSettings::from_config(&recipe)).with_zero1(layout.zero1()),
+        HlatAdamW::new(AdamWSettings::from_config(&recipe)).partitioned_for(&layout),
     ));
     let schedule = WarmupCosine {
         peak: 1e-3,

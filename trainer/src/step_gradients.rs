@@ -125,10 +125,10 @@ pub fn step_gradients(
     if layout.data > 1 {
         let groups = layout.data_groups();
         match &zero1 {
-            Some(zero1) => scatter_gradients(model, &mut grads, zero1),
-            None if layout.expert > 1 => {
-                crate::parallel::average_gradients_with_experts(model, &mut grads, layout)
+            _ if layout.expert > 1 => {
+                crate::parallel::reduce_gradients_with_experts(model, &mut grads, layout)
             }
+            Some(zero1) => scatter_gradients(model, &mut grads, zero1),
             None => average_gradients(model, &mut grads, &groups),
         }
         loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
@@ -147,8 +147,9 @@ pub fn step_gradients(
             move_stage_gradients,
             &pipeline.groups,
         ),
-        // Each rank holds other experts: their squares add up over the expert groups.
-        None if layout.expert > 1 => square_sum_with_own(
+        // Each rank holds other experts: their squares add up over the expert groups (under
+        // ZeRO-1, with every other slice's over the data-parallel group, below).
+        None if layout.expert > 1 && zero1.is_none() => square_sum_with_own(
             model,
             &mut grads,
             tensor_groups,
@@ -159,7 +160,8 @@ pub fn step_gradients(
     };
     let mut squares = squares.unwrap_or_else(|| loss_sum.zeros_like());
     if let Some(zero1) = &zero1 {
-        // Each data-parallel rank holds a slice of every gradient: the norm stays global.
+        // Each data-parallel rank holds a slice of every gradient, or its own experts' slices:
+        // the norm stays global.
         squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
     }
     // One read back per step: the summed loss, the summed squared gradient and a mixture's

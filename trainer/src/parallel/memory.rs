@@ -99,14 +99,22 @@ impl DeviceMemory {
     /// The memory of one device training `config` in `layout` with steps of `shape`.
     pub fn estimate(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> Self {
         let tensor = layout.tensor as u64;
+        // ZeRO-1 slices each moment over the data-parallel group, a split expert's over the
+        // replicas holding the same experts.
         let zero_degree = if layout.zero1 { layout.data as u64 } else { 1 };
+        let expert_zero_degree = if layout.zero1 {
+            (layout.data / layout.expert) as u64
+        } else {
+            1
+        };
         // Each parameter's elements on one device: split ones divided by the tensor degree;
         // replicated KV heads are counted once per holder (each rank holds one head's columns).
         let copies = kv_copies(config.num_kv_heads, layout.tensor);
         // Under pipeline parallelism each device holds its stage's layer slots (every stage the
         // same number) and, as every stage, the embedding, final norm and head.
         let layer_slots = shape.pipeline.map(|pipeline| pipeline.layer_slots as u64);
-        let parameters: Vec<u64> = hlat::hf::tensor_specs(config)
+        // Elements per device of each parameter, with the ranks its moments are sliced over.
+        let parameters: Vec<(u64, u64)> = hlat::hf::tensor_specs(config)
             .filter_map(|spec| {
                 let elements = hlat::element_count(&spec.hf_shape);
                 let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
@@ -116,21 +124,21 @@ impl DeviceMemory {
                     Placement::Replicated => elements,
                 };
                 // Each expert-parallel rank holds its share of the experts.
-                let per_device = match hlat::expert_parallel::expert_of(&path) {
-                    Some(_) => per_device / layout.expert as u64,
-                    None => per_device,
+                let (per_device, sliced_over) = match hlat::expert_parallel::expert_of(&path) {
+                    Some(_) => (per_device / layout.expert as u64, expert_zero_degree),
+                    None => (per_device, zero_degree),
                 };
                 match (layer_slots, path.first().map(String::as_str), path.get(1)) {
                     (Some(slots), Some("layers"), Some(index)) => {
-                        (index == "0").then_some(per_device * slots)
+                        (index == "0").then_some((per_device * slots, sliced_over))
                     }
-                    _ => Some(per_device),
+                    _ => Some((per_device, sliced_over)),
                 }
             })
             .collect();
         // LoRA: the adapters alone train (A `[r, in]`, B `[out, r]`, split as their projection:
         // B with a column-parallel one's outputs, A with a row-parallel one's inputs).
-        let adapters: Vec<u64> = match shape.lora {
+        let adapters: Vec<(u64, u64)> = match shape.lora {
             None => Vec::new(),
             Some(lora) => hlat::hf::tensor_specs(config)
                 .filter_map(|spec| {
@@ -150,7 +158,8 @@ impl DeviceMemory {
                         }
                         Placement::Replicated => rank * (input + out),
                     };
-                    Some(per_layer * layer_slots.unwrap_or(config.num_layers as u64))
+                    let layers = layer_slots.unwrap_or(config.num_layers as u64);
+                    Some((per_layer * layers, zero_degree))
                 })
                 .collect(),
         };
@@ -159,9 +168,9 @@ impl DeviceMemory {
         } else {
             &parameters
         };
-        let trainable_per_device: u64 = trainable.iter().sum();
-        let parameters_per_device: u64 =
-            parameters.iter().sum::<u64>() + adapters.iter().sum::<u64>();
+        let elements = |entries: &[(u64, u64)]| entries.iter().map(|(count, _)| count).sum::<u64>();
+        let trainable_per_device = elements(trainable);
+        let parameters_per_device = elements(&parameters) + elements(&adapters);
         let stored = shape.precision.param_dtype().size() as u64;
         let compute_copy = if shape.precision.compute_cast().is_some() {
             2
@@ -170,7 +179,7 @@ impl DeviceMemory {
         };
         let moments: u64 = trainable
             .iter()
-            .map(|elements| 2 * 4 * elements.div_ceil(zero_degree))
+            .map(|(elements, sliced_over)| 2 * 4 * elements.div_ceil(*sliced_over))
             .sum();
 
         Self {
@@ -354,6 +363,26 @@ mod tests {
             dropless - capacity,
             layers * (per_layer(tokens) - per_layer(tokens / 4))
         );
+    }
+
+    /// Under ZeRO-1 with `--dp 8 --ep 2`, each expert is held by 4 replicas, which share its
+    /// moments; the other parameters' moments are shared by all 8.
+    #[test]
+    fn zero1_slices_split_experts_over_the_replicas_holding_them() {
+        let config = HlatConfig::preset("mixtral-8x7b").unwrap();
+        let shape = shape(ActivationCheckpointing::None);
+        let layout = ParallelLayout {
+            expert: 2,
+            ..layout(8, 1, true)
+        };
+        let memory = DeviceMemory::estimate(&config, &layout, &shape);
+        let moe = config.moe.as_ref().unwrap();
+        let expert_elements = (config.num_layers * moe.num_experts * 3) as u64
+            * (config.hidden_size * moe.expert_ffn_size) as u64;
+        let held_experts = expert_elements / 2;
+        let others = memory.parameters_per_device - held_experts;
+        // Every Mixtral tensor divides by 8: no slice is padded.
+        assert_eq!(memory.optimizer_bytes, 8 * (held_experts / 4 + others / 8));
     }
 
     fn shape(checkpointing: ActivationCheckpointing) -> StepShape {

@@ -130,7 +130,7 @@ pub(super) fn start_run(
         min_ratio: config.min_lr_ratio,
     };
     let optimizer = HlatOptimizer::new(
-        HlatAdamW::new(AdamWSettings::from_config(config)).with_zero1(layout.zero1()),
+        HlatAdamW::new(AdamWSettings::from_config(config)).partitioned_for(&layout),
     );
     let fresh_sampler = SamplerState {
         epoch: 0,
@@ -316,7 +316,10 @@ fn split_experts(
         &hlat,
         &whole,
         &mut record,
-        crate::parallel::ExpertStates::Split,
+        (
+            crate::parallel::ExpertStates::Split,
+            layout.zero1_of_experts().as_ref(),
+        ),
     );
     (
         LanguageModel { hlat, ..model },
