@@ -454,6 +454,32 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
     assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |_, device, before| {
         exchanged_in_the_programs(device, before);
     });
+    // LoRA on the attention and on every expert (PEFT's fused gate-up and down adapters), the
+    // base frozen: split over expert-parallel and tensor-parallel pairs as on one device.
+    let adapted = Layout {
+        lora: true,
+        ..ONE_DEVICE
+    };
+    let expected = run_from(&single, adapted, Some(&unbalanced));
+    assert!(
+        expected.losses[STEPS as usize - 1] < expected.losses[0],
+        "the adapters do not train: {:?}",
+        expected.losses
+    );
+    for layout in [
+        Layout {
+            data: 2,
+            expert: 2,
+            ..adapted
+        },
+        Layout {
+            tensor: 2,
+            ..adapted
+        },
+    ] {
+        let actual = run_from(&pairs, layout, Some(&unbalanced));
+        assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?}"));
+    }
 }
 
 /// A run of experts split over 2 ranks (alone, with tensor parallelism, and with ZeRO-1 over

@@ -113,6 +113,18 @@ impl DeviceMemory {
         // Under pipeline parallelism each device holds its stage's layer slots (every stage the
         // same number) and, as every stage, the embedding, final norm and head.
         let layer_slots = shape.pipeline.map(|pipeline| pipeline.layer_slots as u64);
+        // The elements a device holds of `per_device` elements at `path` in every layer: under
+        // pipeline parallelism, layer 0's for each of its stage's slots.
+        let held = |path: &[String], per_device: u64| match (
+            layer_slots,
+            path.first().map(String::as_str),
+            path.get(1),
+        ) {
+            (Some(slots), Some("layers"), Some(index)) => {
+                (index == "0").then_some(per_device * slots)
+            }
+            _ => Some(per_device),
+        };
         // Elements per device of each parameter, with the ranks its moments are sliced over.
         let parameters: Vec<(u64, u64)> = hlat::hf::tensor_specs(config)
             .filter_map(|spec| {
@@ -128,38 +140,49 @@ impl DeviceMemory {
                     Some(_) => (per_device / layout.expert as u64, expert_zero_degree),
                     None => (per_device, zero_degree),
                 };
-                match (layer_slots, path.first().map(String::as_str), path.get(1)) {
-                    (Some(slots), Some("layers"), Some(index)) => {
-                        (index == "0").then_some((per_device * slots, sliced_over))
-                    }
-                    _ => Some((per_device, sliced_over)),
-                }
+                held(&path, per_device).map(|held| (held, sliced_over))
             })
             .collect();
         // LoRA: the adapters alone train (A `[r, in]`, B `[out, r]`, split as their projection:
-        // B with a column-parallel one's outputs, A with a row-parallel one's inputs).
+        // B with a column-parallel one's outputs, A with a row-parallel one's inputs). In a
+        // mixture the MLP targets adapt the experts alone, and an expert's gate and up
+        // projections share one A (PEFT's fused `gate_up_proj`).
+        let mixture = config.moe.is_some();
         let adapters: Vec<(u64, u64)> = match shape.lora {
             None => Vec::new(),
             Some(lora) => hlat::hf::tensor_specs(config)
                 .filter_map(|spec| {
                     let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
                     let module = path.iter().rev().nth(1)?;
-                    let layer_zero = path.get(1).is_some_and(|index| index == "0");
-                    if !layer_zero || path.last()? != "weight" || !lora.adapts(module) {
+                    if path.last()? != "weight" || !lora.adapts(module) {
+                        return None;
+                    }
+                    let expert = hlat::expert_parallel::expert_of(&path).is_some();
+                    let mlp = matches!(module.as_str(), "gate_proj" | "up_proj" | "down_proj");
+                    if mixture && mlp && !expert {
                         return None;
                     }
                     let [out, input] = [spec.hf_shape[0] as u64, spec.hf_shape[1] as u64];
                     let rank = lora.rank as u64;
-                    let per_layer = match placement_with(&path, copies) {
-                        Placement::Split(0) => rank * input / tensor + out * rank,
-                        Placement::Split(_) => rank * input + out / tensor * rank,
+                    let (a, b) = match placement_with(&path, copies) {
+                        Placement::Split(0) => (rank * input / tensor, out * rank),
+                        Placement::Split(_) => (rank * input, out / tensor * rank),
                         Placement::ReplicatedHeads { copies, .. } => {
-                            rank * input + out * copies as u64 / tensor * rank
+                            (rank * input, out * copies as u64 / tensor * rank)
                         }
-                        Placement::Replicated => rank * (input + out),
+                        Placement::Replicated => (rank * input, out * rank),
                     };
-                    let layers = layer_slots.unwrap_or(config.num_layers as u64);
-                    Some((per_layer * layers, zero_degree))
+                    let elements = if expert && module == "up_proj" {
+                        b
+                    } else {
+                        a + b
+                    };
+                    let (per_device, sliced_over) = if expert {
+                        (elements / layout.expert as u64, expert_zero_degree)
+                    } else {
+                        (elements, zero_degree)
+                    };
+                    held(&path, per_device).map(|held| (held, sliced_over))
                 })
                 .collect(),
         };

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use hlat::checkpoint::run_folder::MODEL_DIR;
-use hlat::lora::{LoraConfig, LoraTarget};
+use hlat::lora::LoraConfig;
 use hlat::{Hlat, HlatConfig};
 
 use crate::checkpoint_state::{load_optimizer, read_state};
@@ -327,11 +327,11 @@ fn split_experts(
     )
 }
 
-/// What a mixture-of-experts model does not train with yet, refused by the setting's name
-/// before anything runs: pipeline parallelism (which cuts dense layers), and LoRA on MLP
-/// projections (its experts take no adapters); and expert parallelism of a dense model or of
-/// experts it does not divide. Data, tensor, sequence and expert parallelism, ZeRO-1 and
-/// activation checkpointing are accepted.
+/// What a mixture-of-experts model does not train with (yet), refused by the setting's name
+/// before anything runs: pipeline parallelism (which cuts dense layers), LoRA adapters PEFT
+/// could not load ([`LoraConfig::check_for_mixture`]), and expert parallelism of a dense model
+/// or of experts it does not divide. Data, tensor, sequence and expert parallelism, ZeRO-1,
+/// activation checkpointing and LoRA on the attention and the experts are accepted.
 fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
     let Some(moe) = &model.moe else {
         if config.expert_parallel > 1 {
@@ -365,16 +365,12 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
         return refuse("pipeline_parallel", "pipeline parallelism");
     }
     if let Some(lora) = &config.lora
-        && lora
-            .targets
-            .iter()
-            .any(|target| matches!(target, LoraTarget::Gate | LoraTarget::Up | LoraTarget::Down))
+        && let Err(reason) = lora.check_for_mixture()
     {
-        return refuse(
-            "lora targets",
-            "adapters on MLP projections (gate, up, down; adapt the attention with \
-             --lora-targets q,k,v,o)",
-        );
+        return Err(TrainError::Mismatch(format!(
+            "lora targets: a mixture-of-experts model ({}): {reason}",
+            model.family
+        )));
     }
     Ok(())
 }
