@@ -294,14 +294,27 @@ impl<'a> StagedLayers<'a> {
         exchange: &dyn Exchange,
     ) -> Option<(Tensor<1>, f64)> {
         let moe = model.config().moe.as_ref()?;
+        let weight = moe.router_aux_loss_coef / exchange.degree() as f64;
+        let k = moe.experts_per_token;
+        let balance = self.weigh_routers(|logits| load_balancing_loss(logits, k), weight)?;
+        Some((balance, moe.router_aux_loss_coef))
+    }
+
+    /// `part`, a function of the logits of the routers run forward (in order), and its value
+    /// without graph (`None` when `part` gives none); the gradient of `weight · part` with
+    /// respect to each router's logits is kept for [`StagedLayers::backward`].
+    pub fn weigh_routers(
+        &mut self,
+        part: impl FnOnce(&[Tensor<2>]) -> Option<Tensor<1>>,
+        weight: f64,
+    ) -> Option<Tensor<1>> {
         let leaves: Vec<Tensor<2>> = self
             .router_logits
             .iter()
             .map(|logits| logits.clone().require_grad())
             .collect();
-        let balance = load_balancing_loss(&leaves, moe.experts_per_token)?;
-        let weight = moe.router_aux_loss_coef / exchange.degree() as f64;
-        let mut grads = balance.clone().mul_scalar(weight).backward();
+        let value = part(&leaves)?;
+        let mut grads = value.clone().mul_scalar(weight).backward();
         self.router_gradients = leaves
             .iter()
             .map(|leaf| {
@@ -309,7 +322,7 @@ impl<'a> StagedLayers<'a> {
                     .unwrap_or_else(|| leaf.clone().inner().zeros_like())
             })
             .collect();
-        Some((balance.detach(), moe.router_aux_loss_coef))
+        Some(value.detach())
     }
 
     /// Backpropagates `upstream` (the gradient of the output) through the stages in reverse,

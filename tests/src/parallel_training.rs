@@ -364,8 +364,8 @@ fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
 /// Expert parallelism of a tiny Mixtral (`--dp 2 --ep 2`, and `--dp 4 --ep 2`: two pairs of
 /// expert ranks, their experts' gradients averaged between the pairs), tensor parallelism of
 /// its experts (`--tp 2`, also with sequence parallelism and selective checkpointing) and both
-/// (`--dp 2 --ep 2 --tp 2`), `--dp 2 --ep 2` with full checkpointing, and `--dp 2 --ep 2` and
-/// `--dp 4 --ep 2` with ZeRO-1, dropless, against one
+/// (`--dp 2 --ep 2 --tp 2`), `--dp 2 --ep 2` with full checkpointing or 2 pipeline stages, and
+/// `--dp 2 --ep 2` and `--dp 4 --ep 2` with ZeRO-1, dropless, against one
 /// device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
 /// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
 /// Megatron and transformers under DDP compute it), expert parallelism equals the same data
@@ -416,6 +416,14 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
         1e-4,
         "tp 2, sequence parallel, full checkpointing, with load balancing",
     );
+    // Pipeline stages exchange their routers' statistics: the load-balancing loss of each
+    // micro-batch joins both stages' layers, as on one device.
+    let pipelined = Layout {
+        pipeline: 2,
+        ..ONE_DEVICE
+    };
+    let actual = run_from(&pairs, pipelined, Some(&mixtral));
+    assert_same_run(&expected, &actual, 1e-4, "pp 2 with load balancing");
     let mut layouts: Vec<Layout> = [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)]
         .map(|(data, expert, tensor)| Layout {
             data,
@@ -435,6 +443,12 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
             data: 2,
             expert: 2,
             checkpointing: ActivationCheckpointing::Full,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            expert: 2,
+            pipeline: 2,
             ..ONE_DEVICE
         },
         // ZeRO-1: each expert held by one replica (not sliced), and by two (sliced over them).

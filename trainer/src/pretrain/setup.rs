@@ -327,11 +327,11 @@ fn split_experts(
     )
 }
 
-/// What a mixture-of-experts model does not train with (yet), refused by the setting's name
-/// before anything runs: pipeline parallelism (which cuts dense layers), LoRA adapters PEFT
-/// could not load ([`LoraConfig::check_for_mixture`]), and expert parallelism of a dense model
-/// or of experts it does not divide. Data, tensor, sequence and expert parallelism, ZeRO-1,
-/// activation checkpointing and LoRA on the attention and the experts are accepted.
+/// What a mixture-of-experts model does not train with, refused by the setting's name before
+/// anything runs: LoRA adapters PEFT could not load ([`LoraConfig::check_for_mixture`]), and
+/// expert parallelism of a dense model or of experts it does not divide. (Pipeline stages that
+/// would pad a mixture, or mix dense and sparse layers in a slot, are refused when the model is
+/// cut: `Hlat::into_stages`.)
 fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
     let Some(moe) = &model.moe else {
         if config.expert_parallel > 1 {
@@ -354,15 +354,6 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
              degree {}",
             model.family, moe.num_experts, config.expert_parallel
         )));
-    }
-    let refuse = |setting: &str, what: &str| {
-        Err(TrainError::Mismatch(format!(
-            "{setting}: a mixture-of-experts model ({}) cannot be trained with {what} yet",
-            model.family
-        )))
-    };
-    if config.pipeline_parallel > 1 {
-        return refuse("pipeline_parallel", "pipeline parallelism");
     }
     if let Some(lora) = &config.lora
         && let Err(reason) = lora.check_for_mixture()
