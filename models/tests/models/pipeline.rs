@@ -5,13 +5,12 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::collective::{ReplicaGroups, into_replicas};
 use burn_trainium::{ExecutorKind, TrainiumDevice};
-use hlat::moe::MoeConfig;
 use hlat::parallel::Unsharded;
 use hlat::pipeline::{MicroBatch, PipelineParallel};
 use hlat::recompute::ActivationCheckpointing;
 use hlat::{Hlat, HlatConfig, ModelFamily};
 
-use crate::parallel_support::{assert_close, batch_of, by_path};
+use crate::parallel_support::{assert_close, batch_of, by_path, tiny_mixture};
 use crate::{host, trainium};
 
 /// `hlat-test` with `layers` layers, tied or not.
@@ -187,16 +186,7 @@ fn the_interleaved_schedule_equals_one_device() {
 fn mixture_config(layers: usize) -> HlatConfig {
     HlatConfig {
         family: ModelFamily::Mixtral,
-        moe: Some(MoeConfig {
-            num_experts: 4,
-            experts_per_token: 2,
-            expert_ffn_size: 8,
-            normalize_top_k: true,
-            shared_expert_ffn_size: None,
-            sparse_step: 1,
-            dense_layers: Vec::new(),
-            router_aux_loss_coef: 0.5,
-        }),
+        moe: Some(tiny_mixture(0.5)),
         init_std: 0.5,
         ..config(layers, false)
     }

@@ -16,7 +16,7 @@ use hlat::{HlatConfig, ModelFamily};
 use hlat::blocked_attention::ATTENTION_BLOCK;
 
 use crate::parallel_support::{
-    assert_close, assert_same_gradients, batch_of, by_path, materialized,
+    assert_close, assert_same_gradients, batch_of, by_path, materialized, tiny_mixture,
 };
 use crate::{host, trainium};
 
@@ -119,14 +119,8 @@ fn recomputed_gradients_equal_kept_ones_under_tensor_and_sequence_parallelism() 
 fn mixture_config() -> HlatConfig {
     HlatConfig {
         moe: Some(MoeConfig {
-            num_experts: 4,
-            experts_per_token: 2,
-            expert_ffn_size: 8,
-            normalize_top_k: true,
-            shared_expert_ffn_size: None,
-            sparse_step: 1,
             dense_layers: vec![0],
-            router_aux_loss_coef: 0.5,
+            ..tiny_mixture(0.5)
         }),
         family: ModelFamily::Qwen3Moe,
         qk_norm: true,
