@@ -413,13 +413,17 @@ pub fn load_balancing_part(
         .iter()
         .map(|logits| router_probabilities(logits.clone()))
         .reduce(|total, part| total + part)?;
+    Some(balance_of(choices, probabilities, rows))
+}
+
+/// The load-balancing loss of the experts' choices and summed probabilities `[experts]` over
+/// `rows` routed rows: `E · Σ_e (choices_e / rows) · (probabilities_e / rows)`.
+pub fn balance_of(choices: Tensor<1>, probabilities: Tensor<1>, rows: usize) -> Tensor<1> {
     let [experts] = probabilities.dims();
     let rows = rows as f64;
-    Some(
-        (choices.div_scalar(rows) * probabilities.div_scalar(rows))
-            .sum()
-            .mul_scalar(experts as f64),
-    )
+    (choices.div_scalar(rows) * probabilities.div_scalar(rows))
+        .sum()
+        .mul_scalar(experts as f64)
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@
 //! - [`ActivationCheckpointing::Full`]: one recomputed stage per layer; only the layers' inputs
 //!   are kept.
 //! - [`ActivationCheckpointing::Selective`]: per layer, the attention core (scores, softmax,
-//!   weighted values) and the MLP activation are recomputed; the projections' outputs are kept
-//!   (Korthikanti et al. 2022).
+//!   weighted values) and a dense MLP's activation are recomputed; the projections' outputs are
+//!   kept (Korthikanti et al. 2022), and so is a mixture of experts' feed-forward network.
 
 use std::fmt;
 use std::str::FromStr;
@@ -41,8 +41,8 @@ pub enum ActivationCheckpointing {
     None,
     /// Each layer keeps only its input and is run again in the backward pass.
     Full,
-    /// The attention core (scores, softmax, weighted values) and the MLP activation are
-    /// recomputed; the projections' outputs are kept.
+    /// The attention core (scores, softmax, weighted values) and a dense MLP's activation are
+    /// recomputed; the projections' outputs (and a mixture's feed-forward network) are kept.
     Selective,
 }
 
@@ -120,10 +120,11 @@ enum Treatment {
     AttentionByBlock,
 }
 
-/// What [`Hlat::loss_and_gradients`] computes: values without graph, and the gradients.
+/// What [`Hlat::loss_and_gradients`] computes for a batch (and `Hlat::pipeline_loss_and_gradients`
+/// for micro-batches, as sums over them): values without graph, and the gradients.
 pub struct ObjectiveGradients {
     /// The training objective ([`Hlat::objective_with`]'s): the mean next-token loss, plus a
-    /// mixture's weighted load-balancing loss.
+    /// mixture's weighted load-balancing loss (summed over micro-batches in a pipeline).
     pub objective: Tensor<1>,
     /// A mixture's load-balancing loss (`None` for a dense model).
     pub load_balancing: Option<Tensor<1>>,

@@ -365,7 +365,7 @@ fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
 /// expert ranks, their experts' gradients averaged between the pairs), tensor parallelism of
 /// its experts (`--tp 2`, also with sequence parallelism and selective checkpointing) and both
 /// (`--dp 2 --ep 2 --tp 2`), `--dp 2 --ep 2` with full checkpointing or 2 pipeline stages, and
-/// `--dp 2 --ep 2` and `--dp 4 --ep 2` with ZeRO-1, dropless, against one
+/// `--dp 2`, `--dp 2 --ep 2` and `--dp 4 --ep 2` with ZeRO-1, dropless, against one
 /// device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
 /// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
 /// Megatron and transformers under DDP compute it), expert parallelism equals the same data
@@ -451,7 +451,13 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
             pipeline: 2,
             ..ONE_DEVICE
         },
-        // ZeRO-1: each expert held by one replica (not sliced), and by two (sliced over them).
+        // ZeRO-1: experts not split (sliced as every parameter), each held by one replica (not
+        // sliced), and by two (sliced over them).
+        Layout {
+            data: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
         Layout {
             data: 2,
             expert: 2,

@@ -218,16 +218,31 @@ impl HlatAdamW {
     /// whole parameter; the slices of a mixture's split experts are over the replicas holding
     /// the same experts, those of the other parameters over the data-parallel group.
     pub fn partitioned_for(self, layout: &ParallelLayout) -> Self {
+        // Experts that are not split are partitioned as every other parameter.
+        let zero1_of_experts = if layout.expert > 1 {
+            layout.zero1_of_experts()
+        } else {
+            layout.zero1()
+        };
         Self {
             zero1: layout.zero1(),
-            zero1_of_experts: layout.zero1_of_experts(),
+            zero1_of_experts,
             ..self
         }
     }
 
     /// Wraps the optimizer for a whole module, as Burn's `AdamWConfig::init` does (its state is
     /// then Burn's: see [`HlatOptimizer`] for a state the trainer reads).
+    ///
+    /// # Panics
+    /// When split experts are partitioned otherwise than the other parameters (expert
+    /// parallelism under ZeRO-1): Burn's optimizer cannot tell them apart; bind each parameter
+    /// to its kind with `SharedOptimizer::module_optimizer` instead.
     pub fn init(self) -> ModuleOptimizer {
+        assert_eq!(
+            self.zero1_of_experts, self.zero1,
+            "split experts partitioned on their own need SharedOptimizer::module_optimizer"
+        );
         ModuleOptimizer::from(self)
     }
 }

@@ -85,10 +85,7 @@ impl Routing {
             .clone()
             .narrow(2, self.experts, self.experts)
             .reshape([self.experts]);
-        let rows = self.rows as f64;
-        (self.choices(statistics).div_scalar(rows) * probabilities.div_scalar(rows))
-            .sum()
-            .mul_scalar(self.experts as f64)
+        crate::moe::balance_of(self.choices(statistics), probabilities, self.rows)
     }
 }
 

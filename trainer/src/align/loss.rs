@@ -90,8 +90,10 @@ pub fn orpo(policy: PairLogProbs, nll: Tensor<1>, beta: f64) -> (PreferenceLoss,
     )
 }
 
-/// `log(1 − exp(x))` for `x < 0` (a log-probability), as TRL computes it: `log1p(−exp(x))`
-/// below `−ln 2`, `log(−expm1(x))` above.
+/// `log(1 − exp(x))` for `x < 0` (a log-probability), with TRL's two branches: `log1p(−exp(x))`
+/// below `−ln 2`, and above it `log(1 − exp(x))` directly (TRL's `log(−expm1(x))`; Burn has no
+/// `expm1`, which only matters for `x` within about 1e-4 of 0, a completion of probability
+/// near 1).
 fn log1m_exp(x: Tensor<1>) -> Tensor<1> {
     let far = x.clone().exp().neg().log1p();
     let near = x.clone().exp().sub_scalar(1.0).neg().log();

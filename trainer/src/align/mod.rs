@@ -5,6 +5,4 @@ pub mod loss;
 pub mod records;
 
 pub use loss::{DpoLoss, PairLogProbs, PreferenceLoss, dpo, orpo};
-pub use records::{
-    AlignError, AlignMethod, PreferenceExample, PreferenceSequence, PreferenceTokenizer,
-};
+pub use records::{AlignMethod, PreferenceExample, PreferenceSequence, PreferenceTokenizer};

@@ -4,14 +4,14 @@
 //! Each becomes a [`PreferenceExample`]: the chosen and the rejected sequence, each its prompt's
 //! tokens then its completion's, tokenized exactly as TRL 1.16 tokenizes them for the method
 //! (`DPOTrainer._prepare_dataset` for DPO, `ORPOTrainer.tokenize_row` for ORPO). A bad record is
-//! an [`AlignError`] naming the file and the line.
+//! a [`RecordsError`] naming the file and the line.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tokenizers::Tokenizer;
 
 use crate::finetune::records::parse_messages;
-use crate::finetune::{ChatTemplate, ChatTemplateError, Message};
+use crate::finetune::{ChatTemplate, Message, RecordsError};
 
 /// The preference methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,38 +20,6 @@ pub enum AlignMethod {
     Dpo,
     /// Odds-ratio preference optimisation, on top of the SFT loss, without a reference.
     Orpo,
-}
-
-/// What can go wrong turning a JSONL file of preferences into examples.
-#[derive(Debug, thiserror::Error)]
-pub enum AlignError {
-    /// A record that cannot be used, at `path:line`.
-    #[error("{}:{line}: {message}", path.display())]
-    Record {
-        /// The data file.
-        path: PathBuf,
-        /// The record's line (1-based).
-        line: usize,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// The data file could not be read.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The file holds no record.
-    #[error("{}: no records", path.display())]
-    Empty {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The chat template failed.
-    #[error(transparent)]
-    Template(#[from] ChatTemplateError),
 }
 
 /// One side of a preference pair: the token ids of its prompt then its completion.
@@ -114,8 +82,8 @@ enum Fields {
 
 impl PreferenceTokenizer<'_> {
     /// The examples of a JSONL file (blank lines skipped).
-    pub fn read_file(&self, path: &Path) -> Result<Vec<PreferenceExample>, AlignError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AlignError::Io {
+    pub fn read_file(&self, path: &Path) -> Result<Vec<PreferenceExample>, RecordsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RecordsError::Io {
             path: path.to_path_buf(),
             source,
         })?;
@@ -125,7 +93,7 @@ impl PreferenceTokenizer<'_> {
                 continue;
             }
             let number = index + 1;
-            let record = |message: String| AlignError::Record {
+            let record = |message: String| RecordsError::Record {
                 path: path.to_path_buf(),
                 line: number,
                 message,
@@ -144,13 +112,9 @@ impl PreferenceTokenizer<'_> {
                     chosen,
                     rejected,
                 } => {
-                    let template = self.template.ok_or_else(|| {
-                        record(
-                            "a conversational record needs a chat template: the tokenizer's \
-                             tokenizer_config.json has no `chat_template`; give one with \
-                             --chat-template FILE"
-                                .into(),
-                        )
+                    let template = self.template.ok_or_else(|| RecordsError::NoTemplate {
+                        path: path.to_path_buf(),
+                        line: number,
                     })?;
                     self.conversation_pair(template, &prompt, &chosen, &rejected)?
                 }
@@ -163,7 +127,7 @@ impl PreferenceTokenizer<'_> {
             });
         }
         if examples.is_empty() {
-            return Err(AlignError::Empty {
+            return Err(RecordsError::Empty {
                 path: path.to_path_buf(),
             });
         }
@@ -215,7 +179,7 @@ impl PreferenceTokenizer<'_> {
         prompt: &[Message],
         chosen: &[Message],
         rejected: &[Message],
-    ) -> Result<RecordResult<(PreferenceSequence, PreferenceSequence)>, AlignError> {
+    ) -> Result<RecordResult<(PreferenceSequence, PreferenceSequence)>, RecordsError> {
         let joined = |completion: &[Message]| -> Vec<Message> {
             prompt.iter().chain(completion).cloned().collect()
         };
@@ -262,7 +226,7 @@ impl PreferenceTokenizer<'_> {
                 start = start.saturating_sub(1);
             }
             let mut ids = Vec::with_capacity(full.len() + 2);
-            if full.first() != Some(&self.bos_id) {
+            if full[..start].first() != Some(&self.bos_id) {
                 ids.push(self.bos_id);
             }
             ids.extend(&full[..start]);

@@ -258,11 +258,18 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
     // Two f32 copies of the scores (raw and probabilities: Burn 0.22's softmax keeps its output)
     // and a one-byte mask, for `queries` rows of queries.
     let attention_core = |queries: u64| rows * local_heads * queries * seq * (2 * 4 + 1);
-    let (mlp_projections, mlp_activation) = match &config.moe {
-        None => (
-            2 * tokens * local_ffn * element,
-            3 * tokens * local_ffn * element,
-        ),
+    // The MLPs' projections and activations per layer (averaged over the layers), the part of
+    // the activations selective checkpointing recomputes (a dense MLP's; a mixture's feed-forward
+    // network is kept whole), and the most of it one layer recomputes at a time.
+    let (mlp_projections, mlp_activation, (recomputable, recomputed_mlp)) = match &config.moe {
+        None => {
+            let activation = 3 * tokens * local_ffn * element;
+            (
+                2 * tokens * local_ffn * element,
+                activation,
+                (activation, activation),
+            )
+        }
         // A mixture routed dropless runs every expert on every token (under a capacity factor,
         // on its slots): each expert's five FFN-sized tensors and its weighted output, the
         // router's logits and probabilities in f32, averaged with the dense layers (not
@@ -292,9 +299,11 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
             let mean = |sparse_bytes: u64, dense_bytes: u64| {
                 (sparse * sparse_bytes + (layers - sparse) * dense_bytes) / layers
             };
+            let dense_recomputed = if sparse < layers { dense_activation } else { 0 };
             (
                 mean(sparse_projections, dense_projections),
                 mean(sparse_activation, dense_activation),
+                (mean(0, dense_activation), dense_recomputed),
             )
         }
     };
@@ -330,7 +339,7 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
         // Every layer's input, and one layer's activations while it is run again.
         ActivationCheckpointing::Full => layers * layer_input + around_core + recomputed_core,
         ActivationCheckpointing::Selective => {
-            layers * (around_core - mlp_activation) + recomputed_core + mlp_activation
+            layers * (around_core - recomputable) + recomputed_core + recomputed_mlp
         }
     };
     // The final norm's input and output and its broadcast gain, and the local logits in f32.

@@ -185,8 +185,8 @@ impl ParallelLayout {
 
     /// How the optimizer state of a mixture's split experts is partitioned, when it is: over the
     /// replicas holding the same experts ([`ParallelLayout::expert_data_groups`]); `None`
-    /// without expert parallelism (the experts are then partitioned as [`ParallelLayout::zero1`]
-    /// says) or when each expert is held by one replica only.
+    /// without expert parallelism (unsplit experts are partitioned as [`ParallelLayout::zero1`]
+    /// says: `HlatAdamW::partitioned_for`) or when each expert is held by one replica only.
     pub fn zero1_of_experts(&self) -> Option<Zero1> {
         (self.zero1 && self.expert > 1 && self.data > self.expert).then(|| Zero1 {
             groups: self.expert_data_groups(),

@@ -167,6 +167,13 @@ fn the_losses_and_rewards_of_trls_first_batch() {
         &smoothing["first_batch_loss"]["robust"],
         "robust loss",
     );
+    // TRL 1.16's sigmoid loss ignores label_smoothing: its smoothed run is the plain loss.
+    let sigmoid = dpo(policy(), reference(), 0.1, DpoLoss::Sigmoid).loss;
+    assert_close(
+        scalar(sigmoid),
+        &smoothing["first_batch_loss"]["sigmoid"],
+        "sigmoid loss",
+    );
 
     let batch = &expected["orpo"]["first_batch"];
     let policy = PairLogProbs {
