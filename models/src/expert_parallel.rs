@@ -19,6 +19,7 @@ use burn::nn::Linear;
 use burn::tensor::{Bool, Int, Tensor};
 use burn_trainium::collective::{self, ReplicaGroups};
 
+use crate::lora::{GateUpLora, Lora};
 use crate::mlp::Mlp;
 use crate::moe::{SparseMoe, dispatch_slots};
 use crate::parallel::Exchange;
@@ -210,10 +211,48 @@ fn pick_expert(candidates: Vec<Mlp>, groups: &ReplicaGroups) -> Mlp {
         linears(|mlp| &mlp.up_proj),
         linears(|mlp| &mlp.down_proj),
     );
+    // Every expert of a model carries the same adapters (`Hlat::with_lora`).
+    let values =
+        |pick: &dyn Fn(&Mlp) -> Tensor<2>| -> Vec<Tensor<2>> { others.iter().map(pick).collect() };
+    let gate_up_lora = first.gate_up_lora.map(|lora| {
+        let of = |mlp: &Mlp| {
+            mlp.gate_up_lora
+                .clone()
+                .expect("the same adapters on every expert")
+        };
+        GateUpLora {
+            lora_a: pick_param(lora.lora_a, values(&|mlp| of(mlp).lora_a.val()), groups),
+            lora_b_gate: pick_param(
+                lora.lora_b_gate,
+                values(&|mlp| of(mlp).lora_b_gate.val()),
+                groups,
+            ),
+            lora_b_up: pick_param(
+                lora.lora_b_up,
+                values(&|mlp| of(mlp).lora_b_up.val()),
+                groups,
+            ),
+            ..lora
+        }
+    });
+    let down_lora = first.down_lora.map(|lora| {
+        let of = |mlp: &Mlp| {
+            mlp.down_lora
+                .clone()
+                .expect("the same adapters on every expert")
+        };
+        Lora {
+            lora_a: pick_param(lora.lora_a, values(&|mlp| of(mlp).lora_a.val()), groups),
+            lora_b: pick_param(lora.lora_b, values(&|mlp| of(mlp).lora_b.val()), groups),
+            ..lora
+        }
+    });
     Mlp {
         gate_proj: pick_linear(first.gate_proj, gates, groups),
         up_proj: pick_linear(first.up_proj, ups, groups),
         down_proj: pick_linear(first.down_proj, downs, groups),
+        gate_up_lora,
+        down_lora,
         ..first
     }
 }
@@ -254,17 +293,59 @@ fn gather_expert(expert: Mlp, groups: &ReplicaGroups, degree: usize) -> Vec<Mlp>
     let gate = gather_linear(expert.gate_proj.clone(), groups, degree);
     let up = gather_linear(expert.up_proj.clone(), groups, degree);
     let down = gather_linear(expert.down_proj.clone(), groups, degree);
+    let gate_up_lora: Vec<Option<GateUpLora>> = match expert.gate_up_lora {
+        Some(lora) => {
+            let a = gather_param(lora.lora_a, groups, degree);
+            let b_gate = gather_param(lora.lora_b_gate, groups, degree);
+            let b_up = gather_param(lora.lora_b_up, groups, degree);
+            a.into_iter()
+                .zip(b_gate)
+                .zip(b_up)
+                .map(|((lora_a, lora_b_gate), lora_b_up)| {
+                    Some(GateUpLora {
+                        lora_a,
+                        lora_b_gate,
+                        lora_b_up,
+                        scaling: lora.scaling,
+                    })
+                })
+                .collect()
+        }
+        None => vec![None; degree],
+    };
+    let down_lora: Vec<Option<Lora>> = match expert.down_lora {
+        Some(lora) => {
+            let a = gather_param(lora.lora_a, groups, degree);
+            let b = gather_param(lora.lora_b, groups, degree);
+            a.into_iter()
+                .zip(b)
+                .map(|(lora_a, lora_b)| {
+                    Some(Lora {
+                        lora_a,
+                        lora_b,
+                        dropout: lora.dropout.clone(),
+                        scaling: lora.scaling,
+                    })
+                })
+                .collect()
+        }
+        None => vec![None; degree],
+    };
     gate.into_iter()
         .zip(up)
         .zip(down)
-        .map(|((gate_proj, up_proj), down_proj)| Mlp {
-            gate_proj,
-            up_proj,
-            down_proj,
-            gate_lora: expert.gate_lora.clone(),
-            up_lora: expert.up_lora.clone(),
-            down_lora: expert.down_lora.clone(),
-        })
+        .zip(gate_up_lora.into_iter().zip(down_lora))
+        .map(
+            |(((gate_proj, up_proj), down_proj), (gate_up_lora, down_lora))| Mlp {
+                gate_proj,
+                up_proj,
+                down_proj,
+                gate_lora: None,
+                up_lora: None,
+                down_lora,
+                gate_up_lora,
+            },
+        )
         .collect()
 }
 

@@ -24,6 +24,7 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, Linear};
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::mlp::Mlp;
 use crate::model::Hlat;
 
 /// A projection of the decoder that an adapter can target, by PEFT's module name.
@@ -82,6 +83,12 @@ impl LoraTarget {
             LoraTarget::Up => "up",
             LoraTarget::Down => "down",
         }
+    }
+
+    /// Whether the target is an MLP projection (gate, up or down); in a mixture of experts, it
+    /// adapts every expert's.
+    pub fn is_mlp(self) -> bool {
+        matches!(self, LoraTarget::Gate | LoraTarget::Up | LoraTarget::Down)
     }
 
     /// The projection's path in a decoder layer (`self_attn.q_proj`, `mlp.up_proj`).
@@ -172,6 +179,51 @@ impl LoraConfig {
         Ok(())
     }
 
+    /// The targets that adapt each layer's own projections: every one in a dense model, the
+    /// attention's in a `mixture` of experts (whose MLP targets adapt its experts, as PEFT's
+    /// `target_parameters` do; its dense layers and shared expert take none, as PEFT leaves
+    /// them when it moves MLP targets to the experts).
+    pub fn projection_targets(&self, mixture: bool) -> impl Iterator<Item = LoraTarget> + '_ {
+        self.targets
+            .iter()
+            .copied()
+            .filter(move |target| !(mixture && target.is_mlp()))
+    }
+
+    /// Whether a mixture's experts get an adapter of their fused gate and up projections
+    /// (PEFT's `experts.gate_up_proj`): gate and up are targeted together.
+    pub fn adapts_expert_gate_up(&self) -> bool {
+        self.targets.contains(&LoraTarget::Gate) && self.targets.contains(&LoraTarget::Up)
+    }
+
+    /// Whether a mixture's experts get an adapter of their down projections (PEFT's
+    /// `experts.down_proj`).
+    pub fn adapts_expert_down(&self) -> bool {
+        self.targets.contains(&LoraTarget::Down)
+    }
+
+    /// Checks that the adapters can be put on a mixture's experts as PEFT puts them: gate and up
+    /// together (one adapter of the fused projection) and no dropout (PEFT refuses dropout on
+    /// expert parameters, also when it loads an adapter).
+    pub fn check_for_mixture(&self) -> Result<(), String> {
+        let has = |target| self.targets.contains(&target);
+        if has(LoraTarget::Gate) != has(LoraTarget::Up) {
+            return Err(
+                "an expert's gate and up projections are adapted together (PEFT's \
+                        `experts.gate_up_proj`): target both gate and up, or neither"
+                    .into(),
+            );
+        }
+        if self.dropout != 0.0 && self.targets.iter().any(|target| target.is_mlp()) {
+            return Err(format!(
+                "PEFT takes no dropout on a mixture's experts (lora_dropout {}): use 0 or \
+                 adapt the attention only",
+                self.dropout
+            ));
+        }
+        Ok(())
+    }
+
     /// Parses `--lora-targets`: comma-separated short or module names.
     pub fn parse_targets(text: &str) -> Result<Vec<LoraTarget>, String> {
         let mut targets: Vec<LoraTarget> = text
@@ -247,6 +299,69 @@ impl Lora {
     }
 }
 
+/// PEFT's adapter of an expert's fused gate and up projections (`target_parameters`
+/// `experts.gate_up_proj`): one `A` for both, and a `B` whose first half of output features is
+/// the gate's and the second the up projection's, so `gate += s·x·A·B_gate` and
+/// `up += s·x·A·B_up`. Held in halves so that tensor parallelism splits each half as its
+/// projection (by output features). PEFT puts no dropout on expert parameters.
+#[derive(Module, Debug)]
+pub struct GateUpLora {
+    /// `A` `[in, r]`.
+    pub lora_a: Param<Tensor<2>>,
+    /// The gate's half of `B`, `[r, ffn]`.
+    pub lora_b_gate: Param<Tensor<2>>,
+    /// The up projection's half of `B`, `[r, ffn]`.
+    pub lora_b_up: Param<Tensor<2>>,
+    /// `alpha / r` (see [`LoraConfig::scaling`]).
+    #[module(skip)]
+    pub scaling: f64,
+}
+
+impl GateUpLora {
+    /// A fresh adapter of projections `[d_input, ffn]`, initialised as PEFT does: `A` uniform in
+    /// `±1/√d_input`, `B` zero.
+    pub fn new(config: &LoraConfig, d_input: usize, ffn: usize, device: &Device) -> Self {
+        let fresh = Lora::new(config, d_input, 2 * ffn, device);
+        let zeros = || Initializer::Zeros.init([config.rank, ffn], device);
+        Self {
+            lora_a: fresh.lora_a,
+            lora_b_gate: zeros(),
+            lora_b_up: zeros(),
+            scaling: config.scaling(),
+        }
+    }
+
+    /// An adapter of given `A` `[in, r]` and halves of `B` `[r, ffn]`, all trainable.
+    pub fn from_tensors(
+        a: Tensor<2>,
+        (gate, up): (Tensor<2>, Tensor<2>),
+        config: &LoraConfig,
+    ) -> Self {
+        Self {
+            lora_a: Param::from_tensor(a),
+            lora_b_gate: Param::from_tensor(gate),
+            lora_b_up: Param::from_tensor(up),
+            scaling: config.scaling(),
+        }
+    }
+
+    /// The updates of the gate and up projections of `x` `[batch, seq, in]`.
+    pub fn deltas(&self, x: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
+        let down = burn::tensor::module::linear(x, self.lora_a.val(), None);
+        let half = |b: &Param<Tensor<2>>| {
+            burn::tensor::module::linear(down.clone(), b.val(), None) * self.scaling
+        };
+        (half(&self.lora_b_gate), half(&self.lora_b_up))
+    }
+
+    /// The updates of the gate and up weights, `s·A·B_gate` and `s·A·B_up` `[in, ffn]`.
+    pub fn weight_deltas(&self) -> (Tensor<2>, Tensor<2>) {
+        let a = self.lora_a.val();
+        let delta = |b: &Param<Tensor<2>>| a.clone().matmul(b.val()) * self.scaling;
+        (delta(&self.lora_b_gate), delta(&self.lora_b_up))
+    }
+}
+
 /// `linear(x)`, plus the update of `lora` when there is one.
 pub fn project(linear: &Linear, lora: Option<&Lora>, x: Tensor<3>) -> Tensor<3> {
     match lora {
@@ -255,15 +370,32 @@ pub fn project(linear: &Linear, lora: Option<&Lora>, x: Tensor<3>) -> Tensor<3> 
     }
 }
 
-/// The adapters of one decoder layer, by target (`None` where the layer has none).
-pub type LayerAdapters = Vec<(LoraTarget, Lora)>;
+/// The adapters of one decoder layer: those of its own projections by target, and in a
+/// mixture of experts each expert's, in order.
+#[derive(Debug, Clone, Default)]
+pub struct LayerAdapters {
+    /// The adapters of the layer's projections (the attention's in a mixture).
+    pub projections: Vec<(LoraTarget, Lora)>,
+    /// Each expert's adapters (empty in a dense layer).
+    pub experts: Vec<ExpertAdapters>,
+}
+
+/// The adapters of one expert of a mixture (PEFT's `experts.gate_up_proj` and
+/// `experts.down_proj`, cut per expert).
+#[derive(Debug, Clone, Default)]
+pub struct ExpertAdapters {
+    /// Of the fused gate and up projections.
+    pub gate_up: Option<GateUpLora>,
+    /// Of the down projection.
+    pub down: Option<Lora>,
+}
 
 impl Hlat {
     /// The model with its weights frozen (no gradients, so no optimizer state) and fresh
     /// adapters on `config.targets` of every layer (PEFT's initialisation, see [`Lora::new`]);
-    /// existing adapters are replaced.
-    /// A mixture-of-experts layer has no dense MLP: its MLP targets are left out (its experts
-    /// take no adapters; `hlat finetune` refuses them by name).
+    /// existing adapters are replaced. In a mixture of experts the MLP targets adapt every
+    /// expert, as PEFT's `target_parameters` do (see [`LoraConfig::projection_targets`]): gate
+    /// and up together ([`GateUpLora`], made only when both are targeted), down alone.
     pub fn with_lora(self, config: &LoraConfig, device: &Device) -> Self {
         let model_config = self.config().clone();
         let head_dim = model_config.head_dim();
@@ -271,9 +403,10 @@ impl Hlat {
         let q_width = model_config.num_heads * head_dim;
         let kv_width = model_config.num_kv_heads * head_dim;
         let ffn = model_config.ffn_size;
+        let mixture = model_config.moe.as_ref();
         let mut model = self.without_lora().no_grad();
         for layer in &mut model.layers {
-            for &target in &config.targets {
+            for target in config.projection_targets(mixture.is_some()) {
                 let (d_input, d_output) = match target {
                     LoraTarget::Q => (hidden, q_width),
                     LoraTarget::K | LoraTarget::V => (hidden, kv_width),
@@ -285,14 +418,25 @@ impl Hlat {
                     *slot = Some(Lora::new(config, d_input, d_output, device));
                 }
             }
+            let Some(moe) = mixture else { continue };
+            let expert_ffn = moe.expert_ffn_size;
+            for expert in layer.experts_mut() {
+                if config.adapts_expert_gate_up() {
+                    expert.gate_up_lora = Some(GateUpLora::new(config, hidden, expert_ffn, device));
+                }
+                if config.adapts_expert_down() {
+                    expert.down_lora = Some(Lora::new(config, expert_ffn, hidden, device));
+                }
+            }
         }
         model
     }
 
-    /// The model with the weights frozen and `adapters` (one list per layer) attached.
+    /// The model with the weights frozen and `adapters` (one entry per layer) attached.
     ///
     /// # Panics
-    /// When `adapters` does not have one entry per layer.
+    /// When `adapters` does not have one entry per layer, or a layer's expert adapters are not
+    /// one per expert.
     pub fn with_adapters(self, adapters: Vec<LayerAdapters>) -> Self {
         assert_eq!(
             adapters.len(),
@@ -301,10 +445,23 @@ impl Hlat {
         );
         let mut model = self.without_lora().no_grad();
         for (layer, adapters) in model.layers.iter_mut().zip(adapters) {
-            for (target, adapter) in adapters {
+            for (target, adapter) in adapters.projections {
                 if let Some(slot) = layer.lora_slot(target) {
                     *slot = Some(adapter);
                 }
+            }
+            if adapters.experts.is_empty() {
+                continue;
+            }
+            let experts = layer.experts_mut();
+            assert_eq!(
+                adapters.experts.len(),
+                experts.len(),
+                "one entry per expert"
+            );
+            for (expert, adapters) in experts.iter_mut().zip(adapters.experts) {
+                expert.gate_up_lora = adapters.gate_up;
+                expert.down_lora = adapters.down;
             }
         }
         model
@@ -312,9 +469,13 @@ impl Hlat {
 
     /// Whether any layer carries an adapter.
     pub fn has_lora(&self) -> bool {
-        self.layers
-            .iter()
-            .any(|layer| LoraTarget::ALL.iter().any(|&t| layer.lora(t).is_some()))
+        self.adapters().iter().any(|layer| {
+            !layer.projections.is_empty()
+                || layer
+                    .experts
+                    .iter()
+                    .any(|expert| expert.gate_up.is_some() || expert.down.is_some())
+        })
     }
 
     /// The model without its adapters (the base weights as they are, still frozen if they
@@ -326,6 +487,12 @@ impl Hlat {
                     *slot = None;
                 }
             }
+            for expert in layer.experts_mut() {
+                expert.gate_up_lora = None;
+                expert.gate_lora = None;
+                expert.up_lora = None;
+                expert.down_lora = None;
+            }
         }
         self
     }
@@ -334,11 +501,19 @@ impl Hlat {
     pub fn adapters(&self) -> Vec<LayerAdapters> {
         self.layers
             .iter()
-            .map(|layer| {
-                LoraTarget::ALL
+            .map(|layer| LayerAdapters {
+                projections: LoraTarget::ALL
                     .into_iter()
                     .filter_map(|target| layer.lora(target).map(|lora| (target, lora.clone())))
-                    .collect()
+                    .collect(),
+                experts: layer
+                    .experts()
+                    .iter()
+                    .map(|expert| ExpertAdapters {
+                        gate_up: expert.gate_up_lora.clone(),
+                        down: expert.down_lora.clone(),
+                    })
+                    .collect(),
             })
             .collect()
     }
@@ -355,24 +530,44 @@ impl Hlat {
                 let linear = layer
                     .projection_mut(target)
                     .expect("an adapter's projection exists");
-                // The same id and training state (`Param::map`), a new leaf.
-                linear.weight = linear.weight.clone().map(|weight| {
-                    let delta = lora.weight_delta().cast(weight.dtype());
-                    let require_grad = weight.is_require_grad();
-                    (weight + delta).detach().set_require_grad(require_grad)
-                });
+                fold_into(linear, lora.weight_delta());
+            }
+            for expert in layer.experts_mut() {
+                if let Some(lora) = expert.gate_up_lora.take() {
+                    let (gate, up) = lora.weight_deltas();
+                    fold_into(&mut expert.gate_proj, gate);
+                    fold_into(&mut expert.up_proj, up);
+                }
+                if let Some(lora) = expert.down_lora.take() {
+                    fold_into(&mut expert.down_proj, lora.weight_delta());
+                }
             }
         }
         self
     }
 }
 
+/// Adds `delta` `[in, out]` to `linear`'s weight, in the weight's dtype: the same id and
+/// training state (`Param::map`), a new leaf.
+fn fold_into(linear: &mut Linear, delta: Tensor<2>) {
+    linear.weight = linear.weight.clone().map(|weight| {
+        let delta = delta.cast(weight.dtype());
+        let require_grad = weight.is_require_grad();
+        (weight + delta).detach().set_require_grad(require_grad)
+    });
+}
+
 impl crate::DecoderLayer {
-    /// Whether the layer has the projection `target` (a mixture-of-experts layer has no dense
-    /// MLP projections).
-    pub fn has_projection(&self, target: LoraTarget) -> bool {
-        self.mlp.is_some()
-            || !matches!(target, LoraTarget::Gate | LoraTarget::Up | LoraTarget::Down)
+    /// The experts of a mixture-of-experts layer (none in a dense layer).
+    pub fn experts(&self) -> &[Mlp] {
+        self.moe.as_ref().map_or(&[], |moe| moe.experts.as_slice())
+    }
+
+    /// [`Self::experts`], mutable.
+    pub fn experts_mut(&mut self) -> &mut [Mlp] {
+        self.moe
+            .as_mut()
+            .map_or(&mut [], |moe| moe.experts.as_mut_slice())
     }
 
     /// The adapter on `target`, if any.

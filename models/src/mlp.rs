@@ -7,7 +7,7 @@ use burn::tensor::{Device, Tensor};
 
 use crate::config::HlatConfig;
 use crate::linear::{projection, row_parallel, row_parallel_partial};
-use crate::lora::{Lora, project};
+use crate::lora::{GateUpLora, Lora, project};
 use crate::parallel::Exchange;
 
 /// `down(silu(gate(x)) · up(x))`, with biases when the configuration's `mlp_bias` says so.
@@ -25,6 +25,9 @@ pub struct Mlp {
     pub up_lora: Option<Lora>,
     /// LoRA adapter of the down projection.
     pub down_lora: Option<Lora>,
+    /// LoRA adapter of the gate and up projections together, one `A` for both: a mixture's
+    /// experts are adapted so, as PEFT adapts `experts.gate_up_proj`.
+    pub gate_up_lora: Option<GateUpLora>,
 }
 
 impl Mlp {
@@ -43,6 +46,7 @@ impl Mlp {
             gate_lora: None,
             up_lora: None,
             down_lora: None,
+            gate_up_lora: None,
         }
     }
 
@@ -73,8 +77,14 @@ impl Mlp {
     /// The gate and up projections of `x` (with their adapters).
     pub fn gate_up(&self, x: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
         let gate = project(&self.gate_proj, self.gate_lora.as_ref(), x.clone());
-        let up = project(&self.up_proj, self.up_lora.as_ref(), x);
-        (gate, up)
+        let up = project(&self.up_proj, self.up_lora.as_ref(), x.clone());
+        match &self.gate_up_lora {
+            Some(lora) => {
+                let (gate_delta, up_delta) = lora.deltas(x);
+                (gate + gate_delta, up + up_delta)
+            }
+            None => (gate, up),
+        }
     }
 
     /// The down projection (row-parallel under `exchange`) of the activation.

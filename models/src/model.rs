@@ -153,6 +153,19 @@ impl Hlat {
         loss_from_logits(logits, targets, ignore_id, exchange)
     }
 
+    /// The log-probability of each target token `[batch, seq]` of a batch on a model split by
+    /// `exchange` (0 where the target is `ignore_id`; see [`token_log_probs`]).
+    pub fn token_log_probs_with(
+        &self,
+        input_ids: Tensor<2, Int>,
+        targets: Tensor<2, Int>,
+        ignore_id: Option<u32>,
+        exchange: &dyn Exchange,
+    ) -> Tensor<2> {
+        let logits = self.forward_with(input_ids, exchange);
+        token_log_probs(logits, targets, ignore_id, exchange)
+    }
+
     /// The training objective of a batch: [`Hlat::loss_with`]'s cross-entropy plus, for a
     /// mixture of experts, `router_aux_loss_coef` times the load-balancing loss of its routers
     /// ([`crate::moe::load_balancing_loss`], as transformers adds it with
@@ -271,25 +284,55 @@ pub(crate) fn loss_from_logits(
     ignore_id: Option<u32>,
     exchange: &dyn Exchange,
 ) -> Tensor<1> {
+    let (per_token, kept) = token_cross_entropy(logits, targets, ignore_id, exchange);
+    match kept {
+        None => per_token.mean(),
+        Some(kept) => {
+            let count = kept.clone().sum().clamp_min(1.0);
+            (per_token * kept).sum() / count
+        }
+    }
+}
+
+/// The log-probability of each target token `[batch, seq]` under `logits` `[batch, seq, vocab /
+/// degree]` (each rank's slice of the vocabulary under `exchange`), in f32, 0 where the target
+/// is `ignore_id`: what preference losses sum per sequence.
+pub fn token_log_probs(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    ignore_id: Option<u32>,
+    exchange: &dyn Exchange,
+) -> Tensor<2> {
+    let [batch, seq, _] = logits.dims();
+    let (per_token, kept) = token_cross_entropy(logits, targets, ignore_id, exchange);
+    let log_probs = per_token.neg();
+    match kept {
+        Some(kept) => log_probs * kept,
+        None => log_probs,
+    }
+    .reshape([batch, seq])
+}
+
+/// Each target's cross-entropy `[batch · seq, 1]` (ignored targets read as id 0) and, with
+/// `ignore_id`, the f32 mask of the targets kept.
+fn token_cross_entropy(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    ignore_id: Option<u32>,
+    exchange: &dyn Exchange,
+) -> (Tensor<2>, Option<Tensor<2>>) {
     let [batch, seq, vocab] = logits.dims();
     let rows = batch * seq;
     let logits = logits.reshape([rows, vocab]).cast(DType::F32);
     let targets = targets.reshape([rows, 1]);
-    let kept = ignore_id.map(|ignore_id| targets.clone().equal_elem(ignore_id as i64));
-    // Ignored targets may lie outside the vocabulary: they are weighed by 0 below.
-    let targets = match &kept {
+    let ignored = ignore_id.map(|ignore_id| targets.clone().equal_elem(ignore_id as i64));
+    // Ignored targets may lie outside the vocabulary: they are weighed by 0.
+    let targets = match &ignored {
         Some(ignored) => targets.mask_fill(ignored.clone(), 0),
         None => targets,
     };
-    let per_row = cross_entropy_rows(logits, targets, exchange);
-    match kept {
-        None => per_row.mean(),
-        Some(ignored) => {
-            let kept = ignored.bool_not().float().cast(DType::F32);
-            let count = kept.clone().sum().clamp_min(1.0);
-            (per_row * kept).sum() / count
-        }
-    }
+    let kept = ignored.map(|ignored| ignored.bool_not().float().cast(DType::F32));
+    (cross_entropy_rows(logits, targets, exchange), kept)
 }
 
 /// Per-row cross-entropy `[rows, 1]`: the log of the row's sum of exponentials (shifted by the

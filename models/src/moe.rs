@@ -374,29 +374,56 @@ pub fn top_k_picks(probabilities: Tensor<2>, k: usize) -> Vec<Tensor<2, Bool>> {
 /// probability, summed over the experts and multiplied by their number. Only the probabilities
 /// take gradients (the choices are counts). `None` when there is no router.
 pub fn load_balancing_loss(router_logits: &[Tensor<2>], k: usize) -> Option<Tensor<1>> {
-    let [_, experts] = router_logits.first()?.dims();
-    let mut rows = 0usize;
-    let mut choices: Option<Tensor<2>> = None;
-    let mut probabilities: Option<Tensor<2>> = None;
-    for logits in router_logits {
-        rows += logits.dims()[0];
-        let probability = softmax(logits.clone().cast(DType::F32), 1);
-        let chosen = top_k_mask(probability.clone().detach(), k)
-            .float()
-            .cast(DType::F32)
-            .sum_dim(0);
-        let summed = probability.sum_dim(0);
-        choices = Some(choices.map_or(chosen.clone(), |total| total + chosen));
-        probabilities = Some(probabilities.map_or(summed.clone(), |total| total + summed));
-    }
+    let choices = router_logits
+        .iter()
+        .map(|logits| router_choices(logits.clone(), k))
+        .reduce(|total, part| total + part)?;
+    let rows = router_logits.iter().map(|logits| logits.dims()[0]).sum();
+    load_balancing_part(router_logits, choices, rows)
+}
+
+/// The top-`k` choices each expert received from a router's `logits` `[rows, experts]`, as f32
+/// counts `[experts]` (without graph).
+pub fn router_choices(logits: Tensor<2>, k: usize) -> Tensor<1> {
+    let probability = softmax(logits.detach().cast(DType::F32), 1);
+    top_k_mask(probability, k)
+        .float()
+        .cast(DType::F32)
+        .sum_dim(0)
+        .reshape([-1])
+}
+
+/// The summed routing probabilities of each expert over a router's `logits` `[rows, experts]`,
+/// in f32 `[experts]` (with graph).
+pub fn router_probabilities(logits: Tensor<2>) -> Tensor<1> {
+    softmax(logits.cast(DType::F32), 1).sum_dim(0).reshape([-1])
+}
+
+/// The part of the load-balancing loss that `router_logits` (some of a step's routers) add to
+/// it, given the choices `[experts]` of all the step's routers and their rows: the loss is
+/// linear in the probabilities once the choices are counted, so the parts of disjoint sets of
+/// routers (the layers of pipeline stages) add up to [`load_balancing_loss`]. `None` when
+/// `router_logits` is empty.
+pub fn load_balancing_part(
+    router_logits: &[Tensor<2>],
+    choices: Tensor<1>,
+    rows: usize,
+) -> Option<Tensor<1>> {
+    let probabilities = router_logits
+        .iter()
+        .map(|logits| router_probabilities(logits.clone()))
+        .reduce(|total, part| total + part)?;
+    Some(balance_of(choices, probabilities, rows))
+}
+
+/// The load-balancing loss of the experts' choices and summed probabilities `[experts]` over
+/// `rows` routed rows: `E · Σ_e (choices_e / rows) · (probabilities_e / rows)`.
+pub fn balance_of(choices: Tensor<1>, probabilities: Tensor<1>, rows: usize) -> Tensor<1> {
+    let [experts] = probabilities.dims();
     let rows = rows as f64;
-    let fraction = choices?.div_scalar(rows);
-    let mean_probability = probabilities?.div_scalar(rows);
-    Some(
-        (fraction * mean_probability)
-            .sum()
-            .mul_scalar(experts as f64),
-    )
+    (choices.div_scalar(rows) * probabilities.div_scalar(rows))
+        .sum()
+        .mul_scalar(experts as f64)
 }
 
 #[cfg(test)]

@@ -165,7 +165,8 @@ pub fn placement(path: &[String]) -> Placement {
     let module = path.iter().rev().nth(1).map(String::as_str);
     let bias = parameter == Some("bias");
     match (module, parameter) {
-        (Some("q_lora" | "k_lora" | "v_lora" | "gate_lora" | "up_lora"), Some("lora_b")) => {
+        (Some("q_lora" | "k_lora" | "v_lora" | "gate_lora" | "up_lora"), Some("lora_b"))
+        | (Some("gate_up_lora"), Some("lora_b_gate" | "lora_b_up")) => {
             return Placement::Split(1);
         }
         (Some("o_lora" | "down_lora"), Some("lora_a")) => return Placement::Split(0),

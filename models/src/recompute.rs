@@ -12,8 +12,8 @@
 //! - [`ActivationCheckpointing::Full`]: one recomputed stage per layer; only the layers' inputs
 //!   are kept.
 //! - [`ActivationCheckpointing::Selective`]: per layer, the attention core (scores, softmax,
-//!   weighted values) and the MLP activation are recomputed; the projections' outputs are kept
-//!   (Korthikanti et al. 2022).
+//!   weighted values) and a dense MLP's activation are recomputed; the projections' outputs are
+//!   kept (Korthikanti et al. 2022), and so is a mixture of experts' feed-forward network.
 
 use std::fmt;
 use std::str::FromStr;
@@ -28,6 +28,7 @@ use crate::attention::{Attention, Context};
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
 use crate::mlp::Mlp;
 use crate::model::{Hlat, loss_from_logits};
+use crate::moe::load_balancing_loss;
 use crate::parallel::Exchange;
 use crate::rotary::RotaryTables;
 
@@ -40,8 +41,8 @@ pub enum ActivationCheckpointing {
     None,
     /// Each layer keeps only its input and is run again in the backward pass.
     Full,
-    /// The attention core (scores, softmax, weighted values) and the MLP activation are
-    /// recomputed; the projections' outputs are kept.
+    /// The attention core (scores, softmax, weighted values) and a dense MLP's activation are
+    /// recomputed; the projections' outputs (and a mixture's feed-forward network) are kept.
     Selective,
 }
 
@@ -81,12 +82,14 @@ struct Recorded {
 
 /// One stage of the step, as the forward pass left it.
 enum Stage<'a> {
-    /// Its graph, kept for the backward pass.
-    Kept(Recorded),
-    /// What runs it again: its computation and the values that entered it (without graph).
+    /// Its graph, kept for the backward pass; `routes`: its last output is a router's logits.
+    Kept { recorded: Recorded, routes: bool },
+    /// What runs it again: its computation and the values that entered it (without graph);
+    /// `routes`: its last output is a router's logits.
     Recomputed {
         run: Run<'a>,
         inputs: Vec<Tensor<3>>,
+        routes: bool,
     },
     /// The attention core of layer `layer` over a long sequence: the values that entered it
     /// (`[x, queries, keys, values]`, without graph); run again one block of queries at a time.
@@ -94,6 +97,15 @@ enum Stage<'a> {
         layer: usize,
         inputs: Vec<Tensor<3>>,
     },
+}
+
+/// A stage of a layer: its computation, how the backward pass gets its graph, and whether its
+/// last output is the logits `[1, tokens, experts]` of a mixture's router (which go to the
+/// load-balancing loss, not to the next stage).
+struct Planned<'a> {
+    run: Run<'a>,
+    treatment: Treatment,
+    routes: bool,
 }
 
 /// How the backward pass gets the graph of a stage.
@@ -108,10 +120,27 @@ enum Treatment {
     AttentionByBlock,
 }
 
+/// What [`Hlat::loss_and_gradients`] computes for a batch (and `Hlat::pipeline_loss_and_gradients`
+/// for micro-batches, as sums over them): values without graph, and the gradients.
+pub struct ObjectiveGradients {
+    /// The training objective ([`Hlat::objective_with`]'s): the mean next-token loss, plus a
+    /// mixture's weighted load-balancing loss (summed over micro-batches in a pipeline).
+    pub objective: Tensor<1>,
+    /// A mixture's load-balancing loss (`None` for a dense model).
+    pub load_balancing: Option<Tensor<1>>,
+    /// The gradients of every parameter.
+    pub gradients: GradientsParams,
+}
+
 impl Hlat {
-    /// The mean next-token loss of a batch (as [`Hlat::loss_with`]) and the gradients of every
-    /// parameter, with the activations of `checkpointing` recomputed in the backward pass. The
-    /// loss is returned without its graph: the gradients are already computed.
+    /// The training objective of a batch (as [`Hlat::objective_with`]) and the gradients of
+    /// every parameter, with the activations of `checkpointing` recomputed in the backward
+    /// pass. The values are returned without their graph: the gradients are already computed.
+    ///
+    /// A mixture's routers feed the load-balancing loss, which joins every layer's choices:
+    /// their logits leave each stage beside its output, the loss is computed from all of them
+    /// once the forward pass is done, and its gradient with respect to each layer's logits
+    /// enters that layer's stage in the backward pass.
     ///
     /// The parameters must be leaves of the autodiff graph (a model cast to another dtype for
     /// mixed precision is not: cast inside the stages instead).
@@ -125,7 +154,7 @@ impl Hlat {
         ignore_id: Option<u32>,
         exchange: &dyn Exchange,
         checkpointing: ActivationCheckpointing,
-    ) -> (Tensor<1>, GradientsParams) {
+    ) -> ObjectiveGradients {
         let [_, seq] = input_ids.dims();
         let rotary = self.rotary(0, seq, &input_ids.device());
         let mut gradients = GradientsParams::new();
@@ -133,7 +162,7 @@ impl Hlat {
         // Forward: the embedding keeps its graph, then the stages.
         let embedded = self.embed(input_ids, exchange);
         let layers = 0..self.layers.len();
-        let staged = StagedLayers::forward(
+        let mut staged = StagedLayers::forward(
             self,
             layers,
             embedded.clone().detach(),
@@ -141,6 +170,7 @@ impl Hlat {
             exchange,
             checkpointing,
         );
+        let balancing = staged.load_balancing(self, exchange);
 
         // The head and the loss, then backward through the stages in reverse.
         let last = staged.output.clone().require_grad();
@@ -155,7 +185,19 @@ impl Hlat {
         let upstream = collect(self, &mut grads, &mut gradients, head_input);
         let upstream = staged.backward(self, self, upstream, &mut gradients);
         backpropagate(self, vec![embedded], upstream, &[], &mut gradients);
-        (loss.detach(), gradients)
+        let loss = loss.detach();
+        let (objective, load_balancing) = match balancing {
+            Some((balance, coefficient)) => (
+                loss + balance.clone().mul_scalar(coefficient),
+                Some(balance),
+            ),
+            None => (loss, None),
+        };
+        ObjectiveGradients {
+            objective,
+            load_balancing,
+            gradients,
+        }
     }
 }
 
@@ -165,6 +207,11 @@ pub(crate) struct StagedLayers<'a> {
     /// The last layer's output, without graph.
     pub output: Tensor<3>,
     stages: Vec<Stage<'a>>,
+    /// The logits `[tokens, experts]` of each mixture layer's router, in order, without graph.
+    router_logits: Vec<Tensor<2>>,
+    /// The gradient of the objective with respect to each of `router_logits`, once
+    /// [`StagedLayers::load_balancing`] has computed them.
+    router_gradients: Vec<Tensor<2>>,
 }
 
 impl<'a> StagedLayers<'a> {
@@ -181,18 +228,36 @@ impl<'a> StagedLayers<'a> {
         let without_gradients = model.clone().no_grad();
         let mut carry = vec![input];
         let mut stages = Vec::new();
+        let mut router_logits = Vec::new();
         for index in layers {
-            for (run, treatment) in layer_stages(index, rotary, exchange, checkpointing, seq) {
+            let mixture = model.layers[index].moe.is_some();
+            for planned in layer_stages(index, rotary, exchange, checkpointing, seq, mixture) {
+                let Planned {
+                    run,
+                    treatment,
+                    routes,
+                } = planned;
                 let inputs = carry;
-                let (outputs, stage) = match treatment {
+                let (mut outputs, stage) = match treatment {
                     Treatment::Kept => {
                         let leaves: Vec<_> = inputs.into_iter().map(Tensor::require_grad).collect();
                         let outputs = run(model, leaves.clone());
-                        (outputs.clone(), Stage::Kept(Recorded { leaves, outputs }))
+                        let recorded = Recorded {
+                            leaves,
+                            outputs: outputs.clone(),
+                        };
+                        (outputs, Stage::Kept { recorded, routes })
                     }
                     Treatment::Recomputed => {
                         let outputs = run(&without_gradients, inputs.clone());
-                        (outputs, Stage::Recomputed { run, inputs })
+                        (
+                            outputs,
+                            Stage::Recomputed {
+                                run,
+                                inputs,
+                                routes,
+                            },
+                        )
                     }
                     Treatment::AttentionByBlock => {
                         let outputs = run(&without_gradients, inputs.clone());
@@ -203,6 +268,11 @@ impl<'a> StagedLayers<'a> {
                         (outputs, stage)
                     }
                 };
+                if routes {
+                    let logits = outputs.pop().expect("a routing stage's logits").detach();
+                    let [_, tokens, experts] = logits.dims();
+                    router_logits.push(logits.reshape([tokens, experts]));
+                }
                 carry = outputs.into_iter().map(Tensor::detach).collect();
                 stages.push(stage);
             }
@@ -210,7 +280,50 @@ impl<'a> StagedLayers<'a> {
         Self {
             output: carry.remove(0),
             stages,
+            router_logits,
+            router_gradients: Vec::new(),
         }
+    }
+
+    /// The load-balancing loss of the routers run forward (`None` for a dense model) and its
+    /// weight in the objective, `router_aux_loss_coef`. The gradient of the weighted loss with
+    /// respect to each router's logits is kept for [`StagedLayers::backward`]: under tensor
+    /// parallelism each rank passes on its share, as [`Hlat::objective_with`] does.
+    pub fn load_balancing(
+        &mut self,
+        model: &Hlat,
+        exchange: &dyn Exchange,
+    ) -> Option<(Tensor<1>, f64)> {
+        let moe = model.config().moe.as_ref()?;
+        let weight = moe.router_aux_loss_coef / exchange.degree() as f64;
+        let k = moe.experts_per_token;
+        let balance = self.weigh_routers(|logits| load_balancing_loss(logits, k), weight)?;
+        Some((balance, moe.router_aux_loss_coef))
+    }
+
+    /// `part`, a function of the logits of the routers run forward (in order), and its value
+    /// without graph (`None` when `part` gives none); the gradient of `weight · part` with
+    /// respect to each router's logits is kept for [`StagedLayers::backward`].
+    pub fn weigh_routers(
+        &mut self,
+        part: impl FnOnce(&[Tensor<2>]) -> Option<Tensor<1>>,
+        weight: f64,
+    ) -> Option<Tensor<1>> {
+        let leaves: Vec<Tensor<2>> = self
+            .router_logits
+            .iter()
+            .map(|logits| logits.clone().require_grad())
+            .collect();
+        let value = part(&leaves)?;
+        let mut grads = value.clone().mul_scalar(weight).backward();
+        self.router_gradients = leaves
+            .iter()
+            .map(|leaf| {
+                leaf.grad_remove(&mut grads)
+                    .unwrap_or_else(|| leaf.clone().inner().zeros_like())
+            })
+            .collect();
+        Some(value.detach())
     }
 
     /// Backpropagates `upstream` (the gradient of the output) through the stages in reverse,
@@ -224,10 +337,24 @@ impl<'a> StagedLayers<'a> {
         mut upstream: Vec<Option<Tensor<3>>>,
         gradients: &mut GradientsParams,
     ) -> Vec<Option<Tensor<3>>> {
+        let mut router_gradients = self.router_gradients;
         for stage in self.stages.into_iter().rev() {
+            let routes = matches!(
+                stage,
+                Stage::Kept { routes: true, .. } | Stage::Recomputed { routes: true, .. }
+            );
+            if routes {
+                // The load-balancing loss's gradient of this stage's router logits (none when
+                // the loss was not computed: the logits then feed nothing).
+                let gradient = router_gradients.pop().map(|gradient| {
+                    let [tokens, experts] = gradient.dims();
+                    gradient.reshape([1, tokens, experts])
+                });
+                upstream.push(gradient);
+            }
             let (stage_leaves, outputs) = match stage {
-                Stage::Kept(Recorded { leaves, outputs }) => (leaves, outputs),
-                Stage::Recomputed { run, inputs } => {
+                Stage::Kept { recorded, .. } => (recorded.leaves, recorded.outputs),
+                Stage::Recomputed { run, inputs, .. } => {
                     let (stage_leaves, fenced) = fence(inputs, upstream);
                     upstream = fenced;
                     let outputs = run(model, stage_leaves.clone());
@@ -248,14 +375,17 @@ impl<'a> StagedLayers<'a> {
 /// The stages of layer `index` over a sequence of `seq` positions and how the backward pass gets
 /// the graph of each. Over a long sequence (see [`attends_by_block`]) the attention core is a
 /// stage of its own, run again by blocks of queries whatever `checkpointing` says, so no stage
-/// keeps `[seq × seq]` scores.
+/// keeps `[seq × seq]` scores. The feed-forward network of a `mixture` of experts is one stage
+/// (kept under selective checkpointing: its experts' activations are kept), whose router logits
+/// leave it beside its output.
 fn layer_stages<'a>(
     index: usize,
     rotary: &'a RotaryTables,
     exchange: &'a dyn Exchange,
     checkpointing: ActivationCheckpointing,
     seq: usize,
-) -> Vec<(Run<'a>, Treatment)> {
+    mixture: bool,
+) -> Vec<Planned<'a>> {
     let by_block = attends_by_block(seq);
     let attend_treatment = if by_block {
         Treatment::AttentionByBlock
@@ -267,33 +397,66 @@ fn layer_stages<'a>(
     } else {
         Treatment::Kept
     };
+    let plan = |run, treatment| Planned {
+        run,
+        treatment,
+        routes: false,
+    };
+    let routing = |run, treatment| Planned {
+        run,
+        treatment,
+        routes: true,
+    };
     match checkpointing {
         ActivationCheckpointing::None | ActivationCheckpointing::Full if !by_block => {
             let whole: Run<'a> = Box::new(move |model, inputs| {
                 let x = inputs.into_iter().next().expect("a layer input");
-                vec![model.layers[index].forward(x, rotary, Context::Full, exchange)]
+                let layer = &model.layers[index];
+                let (output, router_logits) =
+                    layer.forward_routed(x, rotary, Context::Full, exchange);
+                let mut outputs = vec![output];
+                outputs.extend(router_logits.map(|logits| logits.unsqueeze::<3>()));
+                outputs
             });
-            vec![(whole, whole_treatment)]
+            vec![Planned {
+                run: whole,
+                treatment: whole_treatment,
+                routes: mixture,
+            }]
         }
         ActivationCheckpointing::None | ActivationCheckpointing::Full => {
-            let rest = chain(vec![
-                mix_stage(index, exchange),
-                activate_stage(),
-                down_stage(index, exchange),
-            ]);
+            let rest = if mixture {
+                routing(mixture_stage(index, exchange), whole_treatment)
+            } else {
+                let rest = chain(vec![
+                    mix_stage(index, exchange),
+                    activate_stage(),
+                    down_stage(index, exchange),
+                ]);
+                plan(rest, whole_treatment)
+            };
             vec![
-                (project_stage(index, rotary, exchange), whole_treatment),
-                (attend_stage(index), attend_treatment),
-                (rest, whole_treatment),
+                plan(project_stage(index, rotary, exchange), whole_treatment),
+                plan(attend_stage(index), attend_treatment),
+                rest,
             ]
         }
-        ActivationCheckpointing::Selective => vec![
-            (project_stage(index, rotary, exchange), Treatment::Kept),
-            (attend_stage(index), attend_treatment),
-            (mix_stage(index, exchange), Treatment::Kept),
-            (activate_stage(), Treatment::Recomputed),
-            (down_stage(index, exchange), Treatment::Kept),
-        ],
+        ActivationCheckpointing::Selective => {
+            let mut stages = vec![
+                plan(project_stage(index, rotary, exchange), Treatment::Kept),
+                plan(attend_stage(index), attend_treatment),
+            ];
+            if mixture {
+                stages.push(routing(mixture_stage(index, exchange), Treatment::Kept));
+            } else {
+                stages.extend([
+                    plan(mix_stage(index, exchange), Treatment::Kept),
+                    plan(activate_stage(), Treatment::Recomputed),
+                    plan(down_stage(index, exchange), Treatment::Kept),
+                ]);
+            }
+            stages
+        }
     }
 }
 
@@ -337,7 +500,7 @@ fn mix_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
         let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
         let (gate, up) = layer
             .dense_mlp()
-            .expect("activation checkpointing is refused for mixtures of experts")
+            .expect("a dense layer's stage")
             .gate_up(normed);
         vec![h, gate, up]
     })
@@ -358,8 +521,23 @@ fn down_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
         let [h, activation] = take(inputs);
         let mlp = model.layers[index]
             .dense_mlp()
-            .expect("activation checkpointing is refused for mixtures of experts");
+            .expect("a dense layer's stage");
         vec![h + mlp.down(activation, exchange)]
+    })
+}
+
+/// `[x, attention] -> [layer output, router logits]`: the output projection and residual of
+/// layer `index`, then its mixture of experts and residual; the router's logits as
+/// `[1, tokens, experts]`.
+fn mixture_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
+    Box::new(move |model, inputs| {
+        let layer = &model.layers[index];
+        let [x, output] = take(inputs);
+        let h = x + layer.self_attn.output(output, exchange);
+        let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
+        let (transformed, router_logits) = layer.feed_forward(normed, exchange);
+        let logits = router_logits.expect("a mixture layer routes its tokens");
+        vec![h + transformed, logits.unsqueeze::<3>()]
     })
 }
 

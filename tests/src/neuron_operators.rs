@@ -2,8 +2,8 @@
 //! operator table and rules of `burn_trainium::neuron::lint_module`, from the Neuron SDK's
 //! documentation), in every parallel layout: one device, dp 2, tp 2 with sequence parallelism,
 //! dp 2 × tp 2 with sequence parallelism and ZeRO-1, activation checkpointing, bf16 with
-//! stochastic rounding, a mixture of experts under dp 2 × ep 2 × tp 2; and in generation and
-//! evaluation.
+//! stochastic rounding, a mixture of experts under dp 2 × ep 2 × tp 2 and dp 2 × ep 2 × pp 2;
+//! and in generation and evaluation.
 //!
 //! The runs are traced on `neuron` devices in compile-only mode with the workspace's stand-in
 //! compiler (`test_support::stand_in`, NOT the Neuron compiler); the modules are read back
@@ -69,17 +69,17 @@ fn settings(compiler: &Path, cache_root: &Path) -> NeuronSettings {
 type Layout = (usize, usize, bool, bool, ActivationCheckpointing, Precision);
 
 /// Two steps of pretraining the model in `init_from` (else `hlat-test`) on the built-in corpus in
-/// `layout`, its experts split over `expert` of the data-parallel replicas, on neuron devices
-/// starting at core `first_core`.
+/// `layout`, its experts split over `expert` of the data-parallel replicas and its layers over
+/// `pipeline` stages, on neuron devices starting at core `first_core`.
 fn trace_pretraining(
     init_from: Option<&Path>,
-    expert: usize,
+    (expert, pipeline): (usize, usize),
     layout: Layout,
     first_core: u16,
     out: &Path,
 ) -> TrainiumDevice {
     let (data, tensor, sequence_parallel, zero1, checkpointing, precision) = layout;
-    let replicas = (data * tensor) as u16;
+    let replicas = (data * tensor * pipeline) as u16;
     let device = if replicas == 1 {
         TrainiumDevice::neuron(first_core)
     } else {
@@ -96,6 +96,7 @@ fn trace_pretraining(
             data_parallel: data,
             expert_parallel: expert,
             tensor_parallel: tensor,
+            pipeline_parallel: pipeline,
             sequence_parallel,
             zero1,
             activation_checkpointing: checkpointing,
@@ -142,24 +143,34 @@ fn every_layout_compiles_within_the_neuron_rules() {
     // Each layout on cores of its own, with a cache of its own.
     let mut first_core = 0;
     // A mixture of experts split over 2 ranks and each expert over 2 more: tokens and routing
-    // weights exchanged by all-to-all.
+    // weights exchanged by all-to-all; and over 2 ranks and 2 pipeline stages, its router
+    // statistics passed between the stages.
     let mixtral = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/hf-tiny-mixtral");
     let expert_layout: Layout = (2, 2, false, false, Kept, Precision::F32);
-    let runs = layouts.into_iter().map(|layout| (None, 1, layout)).chain([(
-        Some(mixtral.as_path()),
-        2,
-        expert_layout,
-    )]);
-    for (index, (init_from, expert, layout)) in runs.enumerate() {
+    let pipelined_experts: Layout = (2, 1, false, false, Kept, Precision::F32);
+    let runs = layouts
+        .into_iter()
+        .map(|layout| (None, (1, 1), layout))
+        .chain([
+            (Some(mixtral.as_path()), (2, 1), expert_layout),
+            (Some(mixtral.as_path()), (2, 2), pipelined_experts),
+        ]);
+    for (index, (init_from, (expert, pipeline), layout)) in runs.enumerate() {
         let cache_root = workspace.path().join(format!("cache-{index}"));
         // The only test of this binary that opens `neuron` devices.
         burn_trainium::neuron::set_settings(Some(settings(&compiler, &cache_root)));
         let out = workspace.path().join(format!("run-{index}"));
-        let device = trace_pretraining(init_from, expert, layout, first_core, &out);
+        let device = trace_pretraining(init_from, (expert, pipeline), layout, first_core, &out);
         first_core += device.replicas;
         let scan = scan_modules(&cache_root);
         if expert > 1 {
             assert!(scan.used.contains_key("all-to-all"), "{layout:?}: {scan:?}");
+        }
+        if pipeline > 1 {
+            assert!(
+                scan.used.contains_key("collective-permute"),
+                "{layout:?}: {scan:?}"
+            );
         }
         let compiles = stats(&device).compiles;
         assert!(

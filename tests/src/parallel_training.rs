@@ -363,7 +363,10 @@ fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
 
 /// Expert parallelism of a tiny Mixtral (`--dp 2 --ep 2`, and `--dp 4 --ep 2`: two pairs of
 /// expert ranks, their experts' gradients averaged between the pairs), tensor parallelism of
-/// its experts (`--tp 2`) and both (`--dp 2 --ep 2 --tp 2`), dropless, against one device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
+/// its experts (`--tp 2`, also with sequence parallelism and selective checkpointing) and both
+/// (`--dp 2 --ep 2 --tp 2`), `--dp 2 --ep 2` with full checkpointing or 2 pipeline stages, and
+/// `--dp 2`, `--dp 2 --ep 2` and `--dp 4 --ep 2` with ZeRO-1, dropless, against one
+/// device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
 /// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
 /// Megatron and transformers under DDP compute it), expert parallelism equals the same data
 /// parallelism without it.
@@ -400,20 +403,108 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
     };
     let actual = run_from(&pairs, tensor_pairs, Some(&mixtral));
     assert_same_run(&expected, &actual, 1e-4, "tp 2 with load balancing");
-    let layouts =
-        [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)].map(|(data, expert, tensor)| Layout {
+    // Recomputed layers pass the load-balancing loss's gradient to their routers.
+    let recomputed_pairs = Layout {
+        sequence_parallel: true,
+        checkpointing: ActivationCheckpointing::Full,
+        ..tensor_pairs
+    };
+    let actual = run_from(&pairs, recomputed_pairs, Some(&mixtral));
+    assert_same_run(
+        &expected,
+        &actual,
+        1e-4,
+        "tp 2, sequence parallel, full checkpointing, with load balancing",
+    );
+    // Pipeline stages exchange their routers' statistics: the load-balancing loss of each
+    // micro-batch joins both stages' layers, as on one device.
+    let pipelined = Layout {
+        pipeline: 2,
+        ..ONE_DEVICE
+    };
+    let actual = run_from(&pairs, pipelined, Some(&mixtral));
+    assert_same_run(&expected, &actual, 1e-4, "pp 2 with load balancing");
+    let mut layouts: Vec<Layout> = [(2, 2, 1), (4, 2, 1), (1, 1, 2), (2, 2, 2)]
+        .map(|(data, expert, tensor)| Layout {
             data,
             expert,
             tensor,
             ..ONE_DEVICE
-        });
+        })
+        .into();
+    layouts.extend([
+        Layout {
+            tensor: 2,
+            sequence_parallel: true,
+            checkpointing: ActivationCheckpointing::Selective,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            expert: 2,
+            checkpointing: ActivationCheckpointing::Full,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            expert: 2,
+            pipeline: 2,
+            ..ONE_DEVICE
+        },
+        // ZeRO-1: experts not split (sliced as every parameter), each held by one replica (not
+        // sliced), and by two (sliced over them).
+        Layout {
+            data: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 2,
+            expert: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
+        Layout {
+            data: 4,
+            expert: 2,
+            zero1: true,
+            ..ONE_DEVICE
+        },
+    ]);
     assert_layouts_run_as_one_device(&layouts, Some(&unbalanced), |_, device, before| {
         exchanged_in_the_programs(device, before);
     });
+    // LoRA on the attention and on every expert (PEFT's fused gate-up and down adapters), the
+    // base frozen: split over expert-parallel and tensor-parallel pairs as on one device.
+    let adapted = Layout {
+        lora: true,
+        ..ONE_DEVICE
+    };
+    let expected = run_from(&single, adapted, Some(&unbalanced));
+    assert!(
+        expected.losses[STEPS as usize - 1] < expected.losses[0],
+        "the adapters do not train: {:?}",
+        expected.losses
+    );
+    for layout in [
+        Layout {
+            data: 2,
+            expert: 2,
+            ..adapted
+        },
+        Layout {
+            tensor: 2,
+            ..adapted
+        },
+    ] {
+        let actual = run_from(&pairs, layout, Some(&unbalanced));
+        assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?}"));
+    }
 }
 
-/// A run of experts split over 2 ranks (alone, and with tensor parallelism) checkpoints the whole
-/// set of experts and their optimizer state: one device resumes from it, and it resumes from one
+/// A run of experts split over 2 ranks (alone, with tensor parallelism, and with ZeRO-1 over
+/// replicas holding the same experts) checkpoints the whole set of experts and their optimizer
+/// state: one device resumes from it, and it resumes from one
 /// device's, as an uninterrupted run.
 #[test]
 fn checkpoints_resume_across_expert_parallel_layouts() {
@@ -432,11 +523,19 @@ fn checkpoints_resume_across_expert_parallel_layouts() {
         tensor: 2,
         ..expert_pairs
     };
+    // Each expert held by two replicas, its AdamW moments sliced over them by ZeRO-1.
+    let expert_zero_quads = Layout {
+        data: 4,
+        zero1: true,
+        ..expert_pairs
+    };
     let orders = [
         ((&pairs, expert_pairs), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&pairs, expert_pairs)),
         ((&quads, expert_tensor_quads), (&single, ONE_DEVICE)),
         ((&single, ONE_DEVICE), (&quads, expert_tensor_quads)),
+        ((&quads, expert_zero_quads), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&quads, expert_zero_quads)),
     ];
     let folder = tempfile::tempdir().unwrap();
     let unbalanced = tiny_mixtral_without_balancing(folder.path());
@@ -503,7 +602,7 @@ fn one_step(
         ..OptimizerStep::from_config(&recipe)
     };
     let optimizer = SharedOptimizer::new(HlatOptimizer::new(
-        HlatAdamW::new(AdamWSettings::from_config(&recipe)).with_zero1(layout.zero1()),
+        HlatAdamW::new(AdamWSettings::from_config(&recipe)).partitioned_for(&layout),
     ));
     let schedule = WarmupCosine {
         peak: 1e-3,

@@ -253,12 +253,6 @@ impl TrainConfig {
                 ),
             );
         }
-        if self.expert_parallel > 1 && self.zero1 {
-            return invalid(
-                "expert_parallel",
-                "cannot be combined with zero1 yet".into(),
-            );
-        }
         if self.pipeline_parallel == 0 {
             return invalid("pipeline_parallel", "must be positive".into());
         }

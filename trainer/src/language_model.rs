@@ -2,7 +2,6 @@
 //! `InferenceStep`), and [`LmBatch`], the batches of packed rows it trains on.
 
 use burn::module::{Module, ModuleMapper, Param};
-use burn::optim::GradientsParams;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData, TensorReadError};
 use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use burn_trainium::collective;
@@ -10,7 +9,7 @@ use hlat::Hlat;
 use hlat::blocked_attention::attends_by_block;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::pipeline::PipelineParallel;
-use hlat::recompute::ActivationCheckpointing;
+use hlat::recompute::{ActivationCheckpointing, ObjectiveGradients};
 
 use crate::parallel::{ParallelLayout, split_rows, sum_shared_gradients};
 
@@ -255,10 +254,10 @@ impl LmBatch {
 }
 
 impl LanguageModel {
-    /// `micro_batches` through the schedule of the stages this model is cut into: the sum of
-    /// their losses (the same on every replica, without graph), the gradients of this replica's
-    /// parameters with the shared ones (embedding, final norm, head) summed over the stages, and
-    /// their target tokens.
+    /// `micro_batches` through the schedule of the stages this model is cut into: the sums of
+    /// their objectives and of a mixture's load-balancing losses (the same on every replica,
+    /// without graph), the gradients of this replica's parameters with the shared ones
+    /// (embedding, final norm, head) summed over the stages, and their target tokens.
     ///
     /// # Panics
     /// When `micro_batches` is empty, or the model is not on an autodiff device
@@ -267,22 +266,22 @@ impl LanguageModel {
         &self,
         pipeline: &PipelineParallel,
         micro_batches: Vec<LmBatch>,
-    ) -> (Tensor<1>, GradientsParams, usize) {
+    ) -> (ObjectiveGradients, usize) {
         let tokens = micro_batches.iter().map(LmBatch::tokens).sum();
         let ignore_id = micro_batches[0].ignore_id;
         let batches: Vec<_> = micro_batches
             .into_iter()
             .map(|batch| (batch.inputs, batch.targets))
             .collect();
-        let (loss_sum, mut grads) = self.hlat.pipeline_loss_and_gradients(
+        let mut step = self.hlat.pipeline_loss_and_gradients(
             &batches,
             ignore_id,
             self.exchange(),
             pipeline,
             self.checkpointing,
         );
-        sum_shared_gradients(self, &mut grads, &pipeline.groups);
-        (loss_sum, grads, tokens)
+        sum_shared_gradients(self, &mut step.gradients, &pipeline.groups);
+        (step, tokens)
     }
 }
 
@@ -298,39 +297,36 @@ impl TrainStep for LanguageModel {
         if let Some(pipeline) = &self.pipeline {
             // One micro-batch through the stages' schedule (an optimizer step runs all of its
             // micro-batches through one, see `crate::step_gradients`).
-            let (loss, grads, tokens) = self.pipeline_step(pipeline, vec![batch]);
+            let (step, tokens) = self.pipeline_step(pipeline, vec![batch]);
             return TrainOutput {
-                grads,
+                grads: step.gradients,
                 item: LmOutput {
-                    loss,
+                    loss: step.objective,
                     tokens,
-                    load_balancing: None,
+                    load_balancing: step.load_balancing,
                 },
             };
         }
         let seq = batch.inputs.dims()[1];
-        // The stages are those of dense layers: a mixture of experts takes the plain backward
-        // pass (activation checkpointing is refused for it when the run is set up).
-        let dense = self.hlat.config().moe.is_none();
-        let staged = dense
-            && (self.checkpointing != ActivationCheckpointing::None
-                || (attends_by_block(seq) && self.compute_cast.is_none()));
+        let staged = self.checkpointing != ActivationCheckpointing::None
+            || (attends_by_block(seq) && self.compute_cast.is_none());
         if staged {
             let tokens = batch.tokens();
-            let (loss, grads) = self.hlat.loss_and_gradients(
+            let staged = self.hlat.loss_and_gradients(
                 batch.inputs,
                 batch.targets,
                 batch.ignore_id,
                 self.exchange(),
                 self.checkpointing,
             );
-            let loss = loss.cast(DType::F32);
             return TrainOutput {
-                grads,
+                grads: staged.gradients,
                 item: LmOutput {
-                    loss,
+                    loss: staged.objective.cast(DType::F32),
                     tokens,
-                    load_balancing: None,
+                    load_balancing: staged
+                        .load_balancing
+                        .map(|balance| balance.cast(DType::F32)),
                 },
             };
         }

@@ -21,6 +21,7 @@
 //! - [`parallel`] arranges the replicas of a device into data- and tensor-parallel groups
 //!   (sequence parallelism, ZeRO-1, memory per device).
 
+pub mod align;
 mod checkpoint_legacy;
 pub mod checkpoint_state;
 pub mod clip;

@@ -18,7 +18,7 @@ use burn::tensor::{DType, Device, Tensor};
 use burn_store::burn_pack::Scalar;
 
 use crate::config::TrainConfig;
-use crate::parallel::Zero1;
+use crate::parallel::{ParallelLayout, Zero1};
 use crate::rounding::stochastic_round_bf16;
 
 /// Hyper-parameters of [`HlatAdamW`].
@@ -55,7 +55,11 @@ impl AdamWSettings {
 #[derive(Debug, Clone)]
 pub struct HlatAdamW {
     settings: AdamWSettings,
+    /// ZeRO-1 of the replicated parameters.
     zero1: Option<Zero1>,
+    /// ZeRO-1 of a mixture's experts split over expert-parallel ranks (see
+    /// `ParallelLayout::zero1_of_experts`).
+    zero1_of_experts: Option<Zero1>,
 }
 
 /// Per-parameter state: f32 first and second moments and the number of updates (under ZeRO-1,
@@ -159,10 +163,11 @@ impl HlatOptimizer {
         &self.adamw
     }
 
-    /// Updates one parameter (`id`, on the gradient's device) and its state.
+    /// Updates one parameter (`id`, on the gradient's device; a mixture's split expert when
+    /// `expert`) and its state.
     pub(crate) fn step_param<const D: usize>(
         &mut self,
-        id: ParamId,
+        (id, expert): (ParamId, bool),
         lr: f64,
         tensor: Tensor<D>,
         grad: Tensor<D>,
@@ -175,7 +180,7 @@ impl HlatOptimizer {
             .map(StateRecord::into_state::<D>)
             .or(fallback)
             .map(|state| HlatAdamW::to_device(state, &device));
-        let (tensor, state) = self.adamw.step(lr, tensor, grad, state);
+        let (tensor, state) = self.adamw.update(lr, tensor, grad, state, expert);
         if let Some(state) = &state {
             self.states
                 .insert(id, StateRecord::from_state(state.clone()));
@@ -203,33 +208,61 @@ impl HlatAdamW {
         Self {
             settings,
             zero1: None,
+            zero1_of_experts: None,
         }
     }
 
-    /// The same optimizer with its state partitioned over data-parallel ranks: each step then
-    /// receives this rank's slice of every gradient (see `parallel::scatter_gradients`),
-    /// updates its slice of the parameter and all-gathers the whole parameter.
-    pub fn with_zero1(self, zero1: Option<Zero1>) -> Self {
-        Self { zero1, ..self }
+    /// The same optimizer with its state partitioned as `layout`'s ZeRO-1 says (nothing changes
+    /// without it): each step then receives this rank's slice of every gradient (see
+    /// `parallel::scatter_gradients`), updates its slice of the parameter and all-gathers the
+    /// whole parameter; the slices of a mixture's split experts are over the replicas holding
+    /// the same experts, those of the other parameters over the data-parallel group.
+    pub fn partitioned_for(self, layout: &ParallelLayout) -> Self {
+        // Experts that are not split are partitioned as every other parameter.
+        let zero1_of_experts = if layout.expert > 1 {
+            layout.zero1_of_experts()
+        } else {
+            layout.zero1()
+        };
+        Self {
+            zero1: layout.zero1(),
+            zero1_of_experts,
+            ..self
+        }
     }
 
     /// Wraps the optimizer for a whole module, as Burn's `AdamWConfig::init` does (its state is
     /// then Burn's: see [`HlatOptimizer`] for a state the trainer reads).
+    ///
+    /// # Panics
+    /// When split experts are partitioned otherwise than the other parameters (expert
+    /// parallelism under ZeRO-1): Burn's optimizer cannot tell them apart; bind each parameter
+    /// to its kind with `SharedOptimizer::module_optimizer` instead.
     pub fn init(self) -> ModuleOptimizer {
+        assert_eq!(
+            self.zero1_of_experts, self.zero1,
+            "split experts partitioned on their own need SharedOptimizer::module_optimizer"
+        );
         ModuleOptimizer::from(self)
     }
 }
 
-impl Optimizer for HlatAdamW {
-    type State<const D: usize> = AdamWState<D>;
-
-    fn step<const D: usize>(
+impl HlatAdamW {
+    /// One update of `tensor` (a mixture's split expert when `expert`), its state sliced as
+    /// ZeRO-1 partitions that kind of parameter.
+    pub(crate) fn update<const D: usize>(
         &self,
         lr: f64,
         tensor: Tensor<D>,
         grad: Tensor<D>,
-        state: Option<Self::State<D>>,
-    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        state: Option<AdamWState<D>>,
+        expert: bool,
+    ) -> (Tensor<D>, Option<AdamWState<D>>) {
+        let zero1 = if expert {
+            self.zero1_of_experts.as_ref()
+        } else {
+            self.zero1.as_ref()
+        };
         let AdamWSettings {
             beta1,
             beta2,
@@ -239,7 +272,7 @@ impl Optimizer for HlatAdamW {
         } = self.settings;
         let param_dtype = tensor.dtype();
         let param_shape = tensor.shape();
-        let param = match &self.zero1 {
+        let param = match zero1 {
             Some(zero1) => zero1.slice(tensor),
             None => tensor,
         };
@@ -282,7 +315,7 @@ impl Optimizer for HlatAdamW {
             DType::F32 => updated,
             other => updated.cast(other),
         };
-        let updated = match &self.zero1 {
+        let updated = match zero1 {
             Some(zero1) => zero1.gather(updated, param_shape),
             None => updated,
         };
@@ -292,6 +325,23 @@ impl Optimizer for HlatAdamW {
             time,
         };
         (updated, Some(state))
+    }
+}
+
+/// Burn's per-parameter optimizer, for a `ModuleOptimizer` that knows no parameter's kind: every
+/// parameter is updated as a replicated one. A run whose experts are split and partitioned by
+/// ZeRO-1 binds each parameter to its kind instead (`SharedOptimizer::module_optimizer`).
+impl Optimizer for HlatAdamW {
+    type State<const D: usize> = AdamWState<D>;
+
+    fn step<const D: usize>(
+        &self,
+        lr: f64,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        self.update(lr, tensor, grad, state, false)
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {

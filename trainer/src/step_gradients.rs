@@ -21,20 +21,26 @@ use crate::parallel::{
     reduce_replicated_gradients, scatter_gradients,
 };
 
-/// The summed squares of `grads` when the parameters `own` moves are each rank's own (a
-/// pipeline stage's layers, an expert-parallel rank's experts): theirs add up over `groups`, the
+/// Moves the gradients of the parameters a rank holds as its own from one set to another.
+type MoveOwn = fn(&LanguageModel, &mut GradientsParams, &mut GradientsParams);
+
+/// The summed squares of `grads` when some parameters are each rank's own: the first of `owners`
+/// moves those of a pipeline stage's layers or an expert-parallel rank's experts, whose squares
+/// add up over its groups (those of the next owners, within them, over theirs first); the
 /// others' count once.
 fn square_sum_with_own(
     model: &LanguageModel,
     grads: &mut GradientsParams,
     tensor_groups: Option<&ReplicaGroups>,
-    own: fn(&LanguageModel, &mut GradientsParams, &mut GradientsParams),
-    groups: &ReplicaGroups,
+    owners: &[(MoveOwn, &ReplicaGroups)],
 ) -> Option<Tensor<1>> {
+    let Some(((own, groups), inner)) = owners.split_first() else {
+        return grad_sum_of_squares(model, grads, tensor_groups);
+    };
     let mut owned = GradientsParams::new();
     own(model, grads, &mut owned);
     let shared = grad_sum_of_squares(model, grads, tensor_groups);
-    let local = grad_sum_of_squares(model, &owned, tensor_groups)
+    let local = square_sum_with_own(model, &mut owned, tensor_groups, inner)
         .map(|local| collective::all_reduce(local, ReduceOp::Sum, groups));
     own(model, &mut owned, grads);
     match (shared, local) {
@@ -112,8 +118,9 @@ pub fn step_gradients(
     let count = micro_batches.len();
     let (mut grads, mut loss_sum, mut balance_sum, mut tokens) = match &model.pipeline {
         Some(pipeline) => {
-            let (loss_sum, grads, tokens) = model.pipeline_step(pipeline, micro_batches);
-            (grads, loss_sum.inner(), None, tokens)
+            let (step, tokens) = model.pipeline_step(pipeline, micro_batches);
+            let balance_sum = step.load_balancing.map(Tensor::inner);
+            (step.gradients, step.objective.inner(), balance_sum, tokens)
         }
         None => accumulate(model, micro_batches),
     };
@@ -125,10 +132,10 @@ pub fn step_gradients(
     if layout.data > 1 {
         let groups = layout.data_groups();
         match &zero1 {
-            Some(zero1) => scatter_gradients(model, &mut grads, zero1),
-            None if layout.expert > 1 => {
-                crate::parallel::average_gradients_with_experts(model, &mut grads, layout)
+            _ if layout.expert > 1 => {
+                crate::parallel::reduce_gradients_with_experts(model, &mut grads, layout)
             }
+            Some(zero1) => scatter_gradients(model, &mut grads, zero1),
             None => average_gradients(model, &mut grads, &groups),
         }
         loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
@@ -138,28 +145,21 @@ pub fn step_gradients(
     }
     let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
     let tensor_groups = tensor_groups.as_ref();
-    let squares = match &model.pipeline {
-        // Each stage's layers are its own: their squares add up over the pipeline group.
-        Some(pipeline) => square_sum_with_own(
-            model,
-            &mut grads,
-            tensor_groups,
-            move_stage_gradients,
-            &pipeline.groups,
-        ),
-        // Each rank holds other experts: their squares add up over the expert groups.
-        None if layout.expert > 1 => square_sum_with_own(
-            model,
-            &mut grads,
-            tensor_groups,
-            move_expert_gradients,
-            &layout.expert_groups(),
-        ),
-        None => grad_sum_of_squares(model, &grads, tensor_groups),
-    };
+    // Each stage's layers are its own, and each expert-parallel rank's experts (under ZeRO-1
+    // every slice adds up over the data-parallel group, below).
+    let expert_groups = layout.expert_groups();
+    let mut owners: Vec<(MoveOwn, &ReplicaGroups)> = Vec::new();
+    if let Some(pipeline) = &model.pipeline {
+        owners.push((move_stage_gradients, &pipeline.groups));
+    }
+    if layout.expert > 1 && zero1.is_none() {
+        owners.push((move_expert_gradients, &expert_groups));
+    }
+    let squares = square_sum_with_own(model, &mut grads, tensor_groups, &owners);
     let mut squares = squares.unwrap_or_else(|| loss_sum.zeros_like());
     if let Some(zero1) = &zero1 {
-        // Each data-parallel rank holds a slice of every gradient: the norm stays global.
+        // Each data-parallel rank holds a slice of every gradient, or its own experts' slices:
+        // the norm stays global.
         squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
     }
     // One read back per step: the summed loss, the summed squared gradient and a mixture's

@@ -63,10 +63,20 @@ pub struct BoundServer {
     /// Where Burn's server listens: a loopback port of its own behind the gate, or the address
     /// clients reach.
     listener: TcpListener,
-    /// The address clients reach and the limits of the gate there, if the server has one.
-    gate: Option<(TcpListener, GateLimits, std::sync::Arc<Peers>)>,
+    /// The gate where clients connect, if the server has one.
+    gate: Option<Gate>,
     address: SocketAddr,
     described: String,
+}
+
+/// A gate bound in front of Burn's server, not running yet.
+struct Gate {
+    /// The address clients reach.
+    public: TcpListener,
+    /// What it lets through.
+    limits: GateLimits,
+    /// The clients of its connections, which the server's authorizer reads.
+    peers: std::sync::Arc<Peers>,
 }
 
 /// Checks `options` (a non-loopback address needs a shared secret; every device's executor must
@@ -108,14 +118,16 @@ pub(crate) fn bind_with(options: &ServeOptions, gated: bool) -> Result<BoundServ
         let (own, _) = bind_at((std::net::Ipv4Addr::LOCALHOST, 0).into())?;
         let limits = gate_limits(options);
         log::debug!("gate of {}: {limits:?}", options.described());
-        (
-            own,
-            Some((public, limits, std::sync::Arc::<Peers>::default())),
-        )
+        let gate = Gate {
+            public,
+            limits,
+            peers: std::sync::Arc::default(),
+        };
+        (own, Some(gate))
     } else {
         (public, None)
     };
-    let peers = gate.as_ref().map(|(_, _, peers)| peers.clone());
+    let peers = gate.as_ref().map(|gate| gate.peers.clone());
     let server = super::custom_ops::with_custom_ops(BackendServer::<Trainium>::new(
         options.devices.iter().copied(),
     ))
@@ -165,8 +177,8 @@ impl BoundServer {
     /// This server, its gate closing connections that send no handshake within `timeout`.
     #[cfg(test)]
     pub(crate) fn with_handshake_timeout(mut self, timeout: std::time::Duration) -> Self {
-        if let Some((_, limits, _)) = &mut self.gate {
-            limits.handshake_timeout = timeout;
+        if let Some(gate) = &mut self.gate {
+            gate.limits.handshake_timeout = timeout;
         }
         self
     }
@@ -198,13 +210,14 @@ impl BoundServer {
     }
 }
 
-/// Runs the gate `(public, limits, peers)` in front of Burn's server on `own`, in the
-/// background for the life of the process.
-fn open_gate(
-    (public, limits, peers): (TcpListener, GateLimits, std::sync::Arc<Peers>),
-    own: &TcpListener,
-    described: &str,
-) -> Result<(), BackendError> {
+/// Runs `gate` in front of Burn's server on `own`, in the background for the life of the
+/// process.
+fn open_gate(gate: Gate, own: &TcpListener, described: &str) -> Result<(), BackendError> {
+    let Gate {
+        public,
+        limits,
+        peers,
+    } = gate;
     let failed = |reason: String| BackendError::Server {
         device: described.to_string(),
         reason,

@@ -236,10 +236,12 @@ fn fine_tuning_continues_a_peft_adapter() {
     assert!(stderr.contains("--adapter"), "{stderr}");
 }
 
-/// A mixture of experts (Qwen3-MoE) fine-tunes whole and with LoRA on its attention projections
-/// (a PEFT adapter written); adapters on its MLP projections are refused naming the setting.
+/// A mixture of experts (Qwen3-MoE) fine-tunes whole, with LoRA on its attention projections
+/// and with LoRA on its experts too (PEFT adapters written, the experts' as PEFT's
+/// `target_parameters`); an expert's gate adapted without its up projection (PEFT adapts them
+/// as one) is refused naming the setting.
 #[test]
-fn a_mixture_of_experts_fine_tunes_whole_and_with_attention_adapters() {
+fn a_mixture_of_experts_fine_tunes_whole_and_with_adapters() {
     let work = tempfile::tempdir().unwrap();
     let base = base_model_of(work.path(), "hf-tiny-qwen3-moe");
     let data = work.path().join("data.jsonl");
@@ -257,6 +259,36 @@ fn a_mixture_of_experts_fine_tunes_whole_and_with_attention_adapters() {
     let config = read_adapter_config(&adapted.join("adapter")).unwrap();
     assert_eq!(config.targets, vec![LoraTarget::Q, LoraTarget::V]);
 
+    let experts_adapted = work.path().join("experts-adapted");
+    let lora = [
+        &steps[..],
+        &["--lora-rank", "4", "--lora-targets", "q,gate,up,down"],
+    ]
+    .concat();
+    succeed(&as_strs(&finetune(&base, &data, &experts_adapted, &lora)));
+    let adapter = experts_adapted.join("adapter");
+    let config = read_adapter_config(&adapter).unwrap();
+    assert_eq!(
+        config.targets,
+        vec![
+            LoraTarget::Q,
+            LoraTarget::Gate,
+            LoraTarget::Up,
+            LoraTarget::Down
+        ]
+    );
+    let written: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written["target_modules"], serde_json::json!(["q_proj"]));
+    assert_eq!(
+        written["target_parameters"],
+        serde_json::json!(["experts.gate_up_proj", "experts.down_proj"])
+    );
+    let adapted_losses = losses(&experts_adapted);
+    assert!(adapted_losses[2] < adapted_losses[0], "{adapted_losses:?}");
+
     let refused = work.path().join("refused");
     let experts = [
         &steps[..],
@@ -267,7 +299,9 @@ fn a_mixture_of_experts_fine_tunes_whole_and_with_attention_adapters() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("lora targets") && stderr.contains("mixture-of-experts"),
+        stderr.contains("lora targets")
+            && stderr.contains("mixture-of-experts")
+            && stderr.contains("gate and up"),
         "{stderr}"
     );
 }

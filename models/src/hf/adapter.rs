@@ -5,9 +5,17 @@
 //! name: `base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight` (`[r, in]`) and
 //! `….lora_B.weight` (`[out, r]`), torch's `[out, in]` layout (transposed from Burn's). The
 //! configuration keeps PEFT's keys (`peft_type`, `r`, `lora_alpha`, `lora_dropout`,
-//! `target_modules`, `use_rslora`, …); what this crate cannot apply (DoRA, biases, per-module
-//! ranks, layer selection, `modules_to_save`, a regex `target_modules`, other PEFT types) is
-//! refused by name.
+//! `target_modules`, `target_parameters`, `use_rslora`, …); what this crate cannot apply (DoRA,
+//! biases, per-module ranks, layer selection, `modules_to_save`, a regex `target_modules`, other
+//! PEFT types) is refused by name.
+//!
+//! A mixture of experts is adapted as PEFT adapts transformers 5's fused experts
+//! (`target_parameters` `experts.gate_up_proj` and `experts.down_proj`, PEFT's `ParamWrapper`):
+//! per layer and parameter one `lora_A` `[r·E, in]`, whose rows `e·r ..` are expert `e`'s, and
+//! one `lora_B` `[out, r·E]`, whose columns `k·E + e` are expert `e`'s (`gate_up_proj`'s
+//! outputs are the gate's, then the up projection's). Two adapted parameters of one module nest:
+//! `gate_up_proj`'s tensors are under `mlp.experts.base_layer`, `down_proj`'s under
+//! `mlp.experts`; one alone is under `mlp.experts`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,7 +27,7 @@ use serde_json::{Value, json};
 use super::dtype::{WeightDtype, decode, encode};
 use super::error::HfError;
 use super::export::{write_json, write_safetensors_with};
-use crate::lora::{LayerAdapters, Lora, LoraConfig, LoraTarget};
+use crate::lora::{ExpertAdapters, GateUpLora, LayerAdapters, Lora, LoraConfig, LoraTarget};
 use crate::model::Hlat;
 use crate::staging::Staging;
 
@@ -100,6 +108,14 @@ fn adapter_config_from_json(value: &Value, path: &Path) -> Result<LoraConfig, Hf
             ));
         }
     };
+    let mut targets = targets;
+    targets.extend(expert_targets(field("target_parameters")).ok_or_else(|| {
+        unsupported(
+            "target_parameters",
+            field("target_parameters"),
+            "the adaptable parameters are a mixture's experts.gate_up_proj and experts.down_proj",
+        )
+    })?);
     let flag = |name: &str| field(name).as_bool().unwrap_or(false);
     if flag("use_dora") {
         return Err(unsupported(
@@ -145,7 +161,6 @@ fn adapter_config_from_json(value: &Value, path: &Path) -> Result<LoraConfig, Hf
             ));
         }
     }
-    let mut targets = targets;
     targets.sort();
     targets.dedup();
     let config = LoraConfig {
@@ -161,10 +176,48 @@ fn adapter_config_from_json(value: &Value, path: &Path) -> Result<LoraConfig, Hf
     Ok(config)
 }
 
-/// The `adapter_config.json` PEFT writes for `config` on the base model `base_model`.
-pub fn adapter_config_json(config: &LoraConfig, base_model: Option<&str>) -> Value {
-    let targets: Vec<&str> = config.targets.iter().map(|t| t.module_name()).collect();
-    json!({
+/// The targets PEFT's `target_parameters` (`null` or a list) name: `gate_up_proj` the gate and up
+/// projections, `down_proj` the down projection, of a mixture's experts (PEFT matches an entry
+/// as a suffix of the parameter's name: `gate_up_proj`, `experts.gate_up_proj`,
+/// `mlp.experts.gate_up_proj`); `None` for anything else.
+fn expert_targets(value: &Value) -> Option<Vec<LoraTarget>> {
+    let entries = match value {
+        Value::Null => return Some(Vec::new()),
+        Value::Array(entries) => entries,
+        _ => return None,
+    };
+    let mut targets = Vec::new();
+    for entry in entries {
+        let mut names = entry.as_str()?.rsplit('.');
+        let parameter = names.next()?;
+        let rest: Vec<&str> = names.collect();
+        if !matches!(rest.as_slice(), [] | ["experts"] | ["experts", "mlp"]) {
+            return None;
+        }
+        match parameter {
+            "gate_up_proj" => targets.extend([LoraTarget::Gate, LoraTarget::Up]),
+            "down_proj" => targets.push(LoraTarget::Down),
+            _ => return None,
+        }
+    }
+    Some(targets)
+}
+
+/// The `adapter_config.json` PEFT writes for `config` on the base model `base_model`; for a
+/// `mixture` of experts, the MLP targets are the experts' parameters (`target_parameters`).
+pub fn adapter_config_json(config: &LoraConfig, base_model: Option<&str>, mixture: bool) -> Value {
+    let targets: Vec<&str> = config
+        .projection_targets(mixture)
+        .map(|t| t.module_name())
+        .collect();
+    let mut parameters = Vec::new();
+    if mixture && config.adapts_expert_gate_up() {
+        parameters.push(ExpertParameter::GateUp.target());
+    }
+    if mixture && config.adapts_expert_down() {
+        parameters.push(ExpertParameter::Down.target());
+    }
+    let mut config_json = json!({
         "alpha_pattern": {},
         "auto_mapping": null,
         "base_model_name_or_path": base_model,
@@ -185,12 +238,65 @@ pub fn adapter_config_json(config: &LoraConfig, base_model: Option<&str>) -> Val
         "task_type": "CAUSAL_LM",
         "use_dora": false,
         "use_rslora": config.rslora,
-    })
+    });
+    if !parameters.is_empty() {
+        config_json["target_parameters"] = json!(parameters);
+    }
+    config_json
 }
 
-/// The adapters of a PEFT folder for a model of `num_layers` layers, projections sized by
-/// `model` (the base the adapter applies to), in `dtype`, with their configuration. Every
-/// tensor is checked (names, shapes, dtypes) before any is used.
+/// A fused expert parameter PEFT adapts (`target_parameters`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExpertParameter {
+    /// `experts.gate_up_proj` `[E, 2·ffn, hidden]`: the gate's outputs, then the up projection's.
+    GateUp,
+    /// `experts.down_proj` `[E, hidden, ffn]`.
+    Down,
+}
+
+impl ExpertParameter {
+    /// Its `target_parameters` entry.
+    fn target(self) -> &'static str {
+        match self {
+            Self::GateUp => "experts.gate_up_proj",
+            Self::Down => "experts.down_proj",
+        }
+    }
+
+    /// The parameters `config` adapts, in the module's order (PEFT wraps them in that order).
+    fn adapted(config: &LoraConfig) -> Vec<Self> {
+        let mut adapted = Vec::new();
+        if config.adapts_expert_gate_up() {
+            adapted.push(Self::GateUp);
+        }
+        if config.adapts_expert_down() {
+            adapted.push(Self::Down);
+        }
+        adapted
+    }
+
+    /// PEFT's name of `factor` (`lora_A`, `lora_B`) of this parameter's adapter in `layer`, when
+    /// `adapted` are the module's adapted parameters: the first of two is wrapped innermost.
+    fn tensor_name(self, layer: usize, adapted: &[Self], factor: &str) -> String {
+        let module = if adapted.len() == 2 && self == adapted[0] {
+            "experts.base_layer"
+        } else {
+            "experts"
+        };
+        format!("base_model.model.model.layers.{layer}.mlp.{module}.{factor}.weight")
+    }
+
+    /// The `[in, out]` of one expert's adapted projection: `hidden`, and the expert's `ffn`.
+    fn shape(self, hidden: usize, ffn: usize) -> (usize, usize) {
+        match self {
+            Self::GateUp => (hidden, 2 * ffn),
+            Self::Down => (ffn, hidden),
+        }
+    }
+}
+
+/// The adapters of a PEFT folder for `model` (the base the adapter applies to), in `dtype`, with
+/// their configuration. Every tensor is checked (names, shapes, dtypes) before any is used.
 pub fn read_adapter(
     model: &Hlat,
     dir: &Path,
@@ -205,18 +311,30 @@ pub fn read_adapter(
         reason: error.to_string(),
     })?;
     let shapes = projection_shapes(model);
+    let model_config = model.config();
+    let mixture = model_config.moe.as_ref();
+    let adapted = ExpertParameter::adapted(&config);
+    let rank = config.rank;
     let mut expected = BTreeMap::new();
     for (layer, decoder_layer) in model.layers.iter().enumerate() {
-        for &target in config
-            .targets
-            .iter()
-            .filter(|&&t| decoder_layer.has_projection(t))
-        {
+        for target in config.projection_targets(mixture.is_some()) {
             let (d_input, d_output) = shapes[&target];
             let a = peft_tensor_name(layer, target, "lora_A");
             let b = peft_tensor_name(layer, target, "lora_B");
-            expected.insert(a, vec![config.rank, d_input]);
-            expected.insert(b, vec![d_output, config.rank]);
+            expected.insert(a, vec![rank, d_input]);
+            expected.insert(b, vec![d_output, rank]);
+        }
+        let (Some(moe), Some(_)) = (mixture, &decoder_layer.moe) else {
+            continue;
+        };
+        let experts = moe.num_experts;
+        for &parameter in &adapted {
+            let (d_input, d_output) =
+                parameter.shape(model_config.hidden_size, moe.expert_ffn_size);
+            let a = parameter.tensor_name(layer, &adapted, "lora_A");
+            let b = parameter.tensor_name(layer, &adapted, "lora_B");
+            expected.insert(a, vec![rank * experts, d_input]);
+            expected.insert(b, vec![d_output, rank * experts]);
         }
     }
     for name in stored.names() {
@@ -227,12 +345,13 @@ pub fn read_adapter(
             });
         }
     }
-    let read = |name: &str, shape: &[usize]| -> Result<Tensor<2>, HfError> {
+    let read = |name: &str| -> Result<Tensor<2>, HfError> {
+        let shape = &expected[name];
         let view = stored.tensor(name).map_err(|_| HfError::MissingTensor {
             file: file.clone(),
             tensor: name.to_string(),
         })?;
-        if view.shape() != shape {
+        if view.shape() != shape.as_slice() {
             return Err(HfError::ShapeMismatch {
                 file: file.clone(),
                 tensor: name.to_string(),
@@ -252,21 +371,65 @@ pub fn read_adapter(
     };
     let mut adapters = Vec::with_capacity(model.layers.len());
     for (layer, decoder_layer) in model.layers.iter().enumerate() {
-        let mut layer_adapters = Vec::new();
-        for &target in config
-            .targets
-            .iter()
-            .filter(|&&t| decoder_layer.has_projection(t))
-        {
-            let a_name = peft_tensor_name(layer, target, "lora_A");
-            let b_name = peft_tensor_name(layer, target, "lora_B");
-            let a = read(&a_name, &expected[&a_name])?;
-            let b = read(&b_name, &expected[&b_name])?;
-            layer_adapters.push((target, Lora::from_tensors(a, b, &config)));
+        let mut layer_adapters = LayerAdapters::default();
+        for target in config.projection_targets(mixture.is_some()) {
+            let a = read(&peft_tensor_name(layer, target, "lora_A"))?;
+            let b = read(&peft_tensor_name(layer, target, "lora_B"))?;
+            layer_adapters
+                .projections
+                .push((target, Lora::from_tensors(a, b, &config)));
+        }
+        if let (Some(moe), Some(_)) = (mixture, &decoder_layer.moe) {
+            let mut experts = vec![ExpertAdapters::default(); moe.num_experts];
+            for &parameter in &adapted {
+                let a = read(&parameter.tensor_name(layer, &adapted, "lora_A"))?;
+                let b = read(&parameter.tensor_name(layer, &adapted, "lora_B"))?;
+                for (expert, (a, b)) in experts.iter_mut().zip(per_expert(a, b, rank)) {
+                    match parameter {
+                        ExpertParameter::GateUp => {
+                            let ffn = moe.expert_ffn_size;
+                            let halves = (b.clone().narrow(1, 0, ffn), b.narrow(1, ffn, ffn));
+                            expert.gate_up = Some(GateUpLora::from_tensors(a, halves, &config));
+                        }
+                        ExpertParameter::Down => {
+                            expert.down = Some(Lora::from_tensors(a, b, &config));
+                        }
+                    }
+                }
+            }
+            layer_adapters.experts = experts;
         }
         adapters.push(layer_adapters);
     }
     Ok((config, adapters))
+}
+
+/// Each expert's `A` `[in, r]` and `B` `[r, out]` from PEFT's fused factors, as read in Burn's
+/// layout: `A` `[in, r·E]` (PEFT's `lora_A` `[r·E, in]` transposed: columns `e·r ..` are expert
+/// `e`'s) and `B` `[r·E, out]` (PEFT's `lora_B` transposed: rows `k·E + e`).
+fn per_expert(a: Tensor<2>, b: Tensor<2>, rank: usize) -> Vec<(Tensor<2>, Tensor<2>)> {
+    let [rows, out] = b.dims();
+    let experts = rows / rank;
+    let b = b.reshape([rank, experts, out]);
+    (0..experts)
+        .map(|expert| {
+            let a = a.clone().narrow(1, expert * rank, rank);
+            let b = b.clone().narrow(1, expert, 1).reshape([rank, out]);
+            (a, b)
+        })
+        .collect()
+}
+
+/// PEFT's fused factors in Burn's layout, `A` `[in, r·E]` and `B` `[r·E, out]`, from each expert's
+/// `A` `[in, r]` and `B` `[r, out]`: the inverse of [`per_expert`].
+fn fused(experts: Vec<(Tensor<2>, Tensor<2>)>) -> (Tensor<2>, Tensor<2>) {
+    let (a, b): (Vec<_>, Vec<_>) = experts
+        .into_iter()
+        .map(|(a, b)| (a, b.unsqueeze_dim::<3>(1)))
+        .unzip();
+    let b = Tensor::cat(b, 1);
+    let [rank, experts, out] = b.dims();
+    (Tensor::cat(a, 1), b.reshape([rank * experts, out]))
 }
 
 /// `model` (frozen) with the PEFT adapter of `dir` attached, in the dtype of the model's
@@ -304,13 +467,18 @@ pub fn save_adapter(
     dir: &Path,
 ) -> Result<(), HfError> {
     let staging = Staging::new(dir).map_err(HfError::io(dir))?;
+    let mixture = model.config().moe.is_some();
+    let adapted = ExpertParameter::adapted(config);
     let mut tensors: Vec<(String, TensorData)> = Vec::new();
     for (index, layer) in model.layers.iter().enumerate() {
-        for &target in config.targets.iter().filter(|&&t| layer.has_projection(t)) {
-            let lora = layer.lora(target).ok_or_else(|| HfError::MissingTensor {
-                file: dir.to_path_buf(),
-                tensor: peft_tensor_name(index, target, "lora_A"),
-            })?;
+        let missing = |tensor: String| HfError::MissingTensor {
+            file: dir.to_path_buf(),
+            tensor,
+        };
+        for target in config.projection_targets(mixture) {
+            let lora = layer
+                .lora(target)
+                .ok_or_else(|| missing(peft_tensor_name(index, target, "lora_A")))?;
             tensors.push((
                 peft_tensor_name(index, target, "lora_A"),
                 lora.lora_a.val().into_data(),
@@ -319,6 +487,30 @@ pub fn save_adapter(
                 peft_tensor_name(index, target, "lora_B"),
                 lora.lora_b.val().into_data(),
             ));
+        }
+        if layer.moe.is_none() {
+            continue;
+        }
+        for &parameter in &adapted {
+            let name = |factor| parameter.tensor_name(index, &adapted, factor);
+            let experts = layer
+                .experts()
+                .iter()
+                .map(|expert| match parameter {
+                    ExpertParameter::GateUp => expert.gate_up_lora.as_ref().map(|lora| {
+                        let b = Tensor::cat(vec![lora.lora_b_gate.val(), lora.lora_b_up.val()], 1);
+                        (lora.lora_a.val(), b)
+                    }),
+                    ExpertParameter::Down => expert
+                        .down_lora
+                        .as_ref()
+                        .map(|lora| (lora.lora_a.val(), lora.lora_b.val())),
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| missing(name("lora_A")))?;
+            let (a, b) = fused(experts);
+            tensors.push((name("lora_A"), a.into_data()));
+            tensors.push((name("lora_B"), b.into_data()));
         }
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
@@ -339,7 +531,7 @@ pub fn save_adapter(
     })?;
     write_json(
         &staging.path().join(ADAPTER_CONFIG_FILE),
-        &adapter_config_json(config, base_model),
+        &adapter_config_json(config, base_model, mixture),
     )?;
     staging.commit(true).map_err(HfError::io(dir))
 }

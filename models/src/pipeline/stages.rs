@@ -16,8 +16,9 @@ impl Hlat {
     /// every replica.
     ///
     /// Slots hold the same kind of layer on every stage: a layer of sliding-window attention and
-    /// one of full attention cannot share a slot (an error names them). A slot that no stage
-    /// fills is all zeros everywhere.
+    /// one of full attention, or a dense layer and a mixture of experts, cannot share a slot (an
+    /// error names them). A slot that no stage fills is all zeros everywhere; a mixture's stages
+    /// must have no such slot (its router would join the load-balancing loss).
     pub fn into_stages(self, pipeline: &PipelineParallel) -> Result<Self, String> {
         let stages = pipeline.stages();
         let mut layers = Vec::with_capacity(pipeline.local_layers());
@@ -27,8 +28,33 @@ impl Hlat {
                 .collect();
             // A slot no stage fills (chunks of uneven length) is padding everywhere.
             let template = &self.layers[held.iter().flatten().next().copied().unwrap_or(0)];
+            let mixture = self.config().moe.is_some();
+            if mixture && held.iter().any(Option::is_none) {
+                return Err(format!(
+                    "slot {slot} is padding on some stages: the load-balancing loss of a \
+                     mixture of experts would count a padding layer's router; choose stages of \
+                     equal length (--pp-layers, or a number of layers the stages divide)"
+                ));
+            }
             for (stage, layer) in held.iter().enumerate() {
                 if let Some(layer) = *layer {
+                    let sparse = self.layers[layer].moe.is_some();
+                    if sparse != template.moe.is_some() {
+                        let kind = |sparse| {
+                            if sparse {
+                                "a mixture of experts"
+                            } else {
+                                "dense"
+                            }
+                        };
+                        return Err(format!(
+                            "layer {layer} (stage {stage}) is {} where the other stages' layers \
+                             in its slot are {}: choose --pp-layers so that each slot holds one \
+                             kind of layer",
+                            kind(sparse),
+                            kind(template.moe.is_some())
+                        ));
+                    }
                     let window = self.layers[layer].self_attn.sliding_window;
                     if window != template.self_attn.sliding_window {
                         return Err(format!(

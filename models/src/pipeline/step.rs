@@ -10,22 +10,97 @@ use super::stages::choose_chunk;
 use super::{PipelineParallel, Schedule};
 use crate::attention::Context;
 use crate::model::{Hlat, loss_from_logits};
+use crate::moe::load_balancing_part;
 use crate::parallel::Exchange;
-use crate::recompute::{ActivationCheckpointing, StagedLayers, backpropagate, collect};
+use crate::recompute::{
+    ActivationCheckpointing, ObjectiveGradients, StagedLayers, backpropagate, collect,
+};
 
 /// Input ids and next-token targets `[rows, seq]` of one micro-batch.
 pub type MicroBatch = (Tensor<2, Int>, Tensor<2, Int>);
 
+/// A mixture's load-balancing loss across pipeline stages. The loss joins every layer's routers
+/// (see [`crate::moe::load_balancing_loss`]): each micro-batch's router statistics (the experts'
+/// choices and summed probabilities, `[1, 1, 2·experts]`) travel forward with its activations,
+/// adding each stage's, so that the last stage holds the micro-batch's totals and computes the
+/// loss; the total choices travel back with the gradients, and each stage's routers take the
+/// gradient of their part of the loss, which is linear in their probabilities once the choices
+/// are counted ([`crate::moe::load_balancing_part`]).
+struct Routing {
+    k: usize,
+    experts: usize,
+    coefficient: f64,
+    /// Rows routed in a micro-batch: its tokens times the model's sparse layers.
+    rows: usize,
+}
+
+impl Routing {
+    /// The routing of `model`'s mixture over micro-batches of `tokens` tokens (`None`: dense).
+    fn of(model: &Hlat, tokens: usize) -> Option<Self> {
+        let config = model.config();
+        let moe = config.moe.as_ref()?;
+        let sparse = (0..config.num_layers)
+            .filter(|&layer| moe.is_sparse(layer))
+            .count();
+        Some(Self {
+            k: moe.experts_per_token,
+            experts: moe.num_experts,
+            coefficient: moe.router_aux_loss_coef,
+            rows: sparse * tokens,
+        })
+    }
+
+    /// The statistics `[1, 1, 2·experts]` of routers' `logits` (zeros without any).
+    fn statistics(&self, logits: &[Tensor<2>], device: &Device) -> Tensor<3> {
+        let zeros = || Tensor::<1>::zeros([self.experts], device);
+        let sum = |parts: Vec<Tensor<1>>| parts.into_iter().reduce(|a, b| a + b);
+        let choices = sum(logits
+            .iter()
+            .map(|logits| crate::moe::router_choices(logits.clone(), self.k))
+            .collect());
+        let probabilities = sum(logits
+            .iter()
+            .map(|logits| crate::moe::router_probabilities(logits.clone().detach()))
+            .collect());
+        Tensor::cat(
+            vec![
+                choices.unwrap_or_else(zeros),
+                probabilities.unwrap_or_else(zeros),
+            ],
+            0,
+        )
+        .reshape([1, 1, 2 * self.experts])
+    }
+
+    /// The choices `[experts]` of statistics.
+    fn choices(&self, statistics: Tensor<3>) -> Tensor<1> {
+        statistics
+            .narrow(2, 0, self.experts)
+            .reshape([self.experts])
+    }
+
+    /// The load-balancing loss `[1]` of a micro-batch's total statistics.
+    fn loss(&self, statistics: Tensor<3>) -> Tensor<1> {
+        let probabilities = statistics
+            .clone()
+            .narrow(2, self.experts, self.experts)
+            .reshape([self.experts]);
+        crate::moe::balance_of(self.choices(statistics), probabilities, self.rows)
+    }
+}
+
 impl Hlat {
     /// One optimizer step's forward and backward passes over `micro_batches` on a model cut into
     /// the stages of `pipeline` ([`Hlat::into_stages`]), run by the ticks of [`Schedule`]: the
-    /// sum of the micro-batches' mean losses (the same on every replica of a pipeline group,
-    /// without graph) and the gradients of this replica's parameters, summed over the
+    /// sum of the micro-batches' objectives (their mean losses, plus a mixture's weighted
+    /// load-balancing losses, whose sum is returned too; the same on every replica of a pipeline
+    /// group, without graph) and the gradients of this replica's parameters, summed over the
     /// micro-batches. The gradients of the embedding, final norm and head are this stage's part
     /// (zero where it does not use them): sum them over the pipeline group.
     ///
     /// Each chunk runs forward without graph; its backward pass runs it again from the input the
-    /// stage kept, through the stages of `checkpointing`.
+    /// stage kept, through the stages of `checkpointing`. A mixture's load-balancing loss is
+    /// computed across the stages (see [`Routing`]).
     ///
     /// # Panics
     /// When the model is not on an autodiff device (`Device::autodiff`).
@@ -36,28 +111,35 @@ impl Hlat {
         exchange: &dyn Exchange,
         pipeline: &PipelineParallel,
         checkpointing: ActivationCheckpointing,
-    ) -> (Tensor<1>, GradientsParams) {
+    ) -> ObjectiveGradients {
         let (stages, chunks) = (pipeline.stages(), pipeline.virtual_stages);
         let schedule = Schedule::new(stages, chunks, micro_batches.len());
         let slots = Schedule::ring_slots(stages, chunks);
         let chunk_slots = pipeline.chunk_slots();
         let device = micro_batches[0].0.device();
-        let [_, seq] = micro_batches[0].0.dims();
+        let [rows, seq] = micro_batches[0].0.dims();
         let rotary = self.rotary(0, seq, &device);
         let table = Table::new(&schedule, &pipeline.groups, &device);
         let (forward_pairs, backward_pairs) = (pipeline.forward_pairs(), pipeline.backward_pairs());
         let without_gradients = self.clone().no_grad();
+        let routing = Routing::of(self, rows * seq);
 
         let mut ring: Vec<Option<Tensor<3>>> = vec![None; slots];
         let mut received: Option<Tensor<3>> = None;
         let mut returned: Option<Tensor<3>> = None;
+        // A mixture's router statistics: kept per ring slot, received with the activations.
+        let mut statistics_ring: Vec<Option<Tensor<3>>> = vec![None; slots];
+        let mut received_statistics: Option<Tensor<3>> = None;
+        let mut returned_choices: Option<Tensor<3>> = None;
         let mut loss_sum: Option<Tensor<1>> = None;
+        let mut balance_sum: Option<Tensor<1>> = None;
         let mut gradients = GradientsParams::new();
         for (tick, work) in schedule.ticks.iter().enumerate() {
             if work.has_forward() {
                 let embedded = schedule
                     .embedding_forward(tick)
                     .map(|index| without_gradients.embed(micro_batches[index].0.clone(), exchange));
+                let starts = embedded.is_some();
                 let input = match (embedded, received.take()) {
                     (Some(embedded), Some(received)) => {
                         let mask = table.mask(tick, Field::ForwardEmbedding, received.dims());
@@ -74,31 +156,36 @@ impl Hlat {
                 } else {
                     without_gradients.layers.clone()
                 };
+                let mut router_logits = Vec::new();
                 let output = layers.iter().fold(input.clone(), |x, layer| {
-                    layer.forward(x, &rotary, Context::Full, exchange)
+                    let (output, logits) =
+                        layer.forward_routed(x, &rotary, Context::Full, exchange);
+                    router_logits.extend(logits);
+                    output
                 });
                 ring[tick % slots] = Some(input);
                 received = Some(collective::permute(output, &forward_pairs));
+                if let Some(routing) = &routing {
+                    let own = routing.statistics(&router_logits, &device);
+                    // A micro-batch entering stage 0 starts from no statistics.
+                    let incoming = match received_statistics.take() {
+                        Some(incoming) if starts => {
+                            let mask = table.mask(tick, Field::ForwardEmbedding, own.dims());
+                            incoming.mask_where(mask, own.zeros_like())
+                        }
+                        Some(incoming) => incoming,
+                        None => own.zeros_like(),
+                    };
+                    let outgoing = incoming + own;
+                    statistics_ring[tick % slots] = Some(outgoing.clone());
+                    received_statistics = Some(collective::permute(outgoing, &forward_pairs));
+                }
             }
             if !work.has_backward() {
                 continue;
             }
             // This stage's kept chunk input, and the embedding when stage 0 starts a micro-batch.
-            let kept = ring
-                .iter()
-                .enumerate()
-                .filter_map(|(slot, kept)| kept.as_ref().map(|kept| (slot, kept)))
-                .fold(None, |chosen: Option<Tensor<3>>, (slot, kept)| {
-                    Some(match chosen {
-                        None => kept.clone(),
-                        Some(chosen) => {
-                            let mask = table.mask(tick, Field::Slot(slot), chosen.dims());
-                            chosen.mask_where(mask, kept.clone())
-                        }
-                    })
-                })
-                .expect("a backward tick follows a forward one");
-            let leaf = kept.require_grad();
+            let leaf = table.kept(tick, &ring).require_grad();
             let input = match schedule.embedding_backward(tick) {
                 Some(index) => {
                     let mask = table.mask(tick, Field::BackwardEmbedding, leaf.dims());
@@ -113,7 +200,7 @@ impl Hlat {
             } else {
                 self.clone()
             };
-            let staged = StagedLayers::forward(
+            let mut staged = StagedLayers::forward(
                 &model,
                 0..chunk_slots,
                 input.clone().detach(),
@@ -121,6 +208,30 @@ impl Hlat {
                 exchange,
                 checkpointing,
             );
+            // The micro-batch's total statistics: the last stage's own (its loss), the choices
+            // passed back by the next stage otherwise.
+            let totals = routing.as_ref().map(|routing| {
+                let kept = table.kept(tick, &statistics_ring);
+                let totals = match returned_choices.take() {
+                    Some(returned) => {
+                        let mask = table.mask(tick, Field::Loss, kept.dims());
+                        returned.mask_where(mask, kept)
+                    }
+                    None => kept,
+                };
+                // Only a stage working at this tick adds its routers' part.
+                let working = table.value(tick, Field::Loss) + table.value(tick, Field::Returned);
+                let choices = routing.choices(totals.clone());
+                let weight = routing.coefficient / exchange.degree() as f64;
+                staged.weigh_routers(
+                    |logits| {
+                        load_balancing_part(logits, choices, routing.rows)
+                            .map(|part| part * working)
+                    },
+                    weight,
+                );
+                totals
+            });
             let last = staged.output.clone().require_grad();
             let loss = schedule.loss(tick).map(|index| {
                 let targets = micro_batches[index].1.clone();
@@ -138,6 +249,13 @@ impl Hlat {
                     Some(sum) => sum + loss,
                     None => loss,
                 });
+                if let (Some(routing), Some(totals)) = (&routing, &totals) {
+                    let balance = routing.loss(totals.clone()) * table.value(tick, Field::Loss);
+                    balance_sum = Some(match balance_sum {
+                        Some(sum) => sum + balance,
+                        None => balance,
+                    });
+                }
             }
             let passed_back = returned.take().map(|gradient| {
                 let dtype = gradient.dtype();
@@ -160,10 +278,23 @@ impl Hlat {
                 .next()
                 .flatten()
                 .map(|gradient| collective::permute(gradient, &backward_pairs));
+            returned_choices = totals.map(|totals| collective::permute(totals, &backward_pairs));
         }
         let loss_sum = loss_sum.expect("the last stage computes a loss");
         let loss_sum = collective::all_reduce(loss_sum, ReduceOp::Sum, &pipeline.groups);
-        (loss_sum, gradients)
+        let balance_sum = balance_sum
+            .map(|balance| collective::all_reduce(balance, ReduceOp::Sum, &pipeline.groups));
+        let objective = match (&routing, &balance_sum) {
+            (Some(routing), Some(balance)) => {
+                loss_sum + balance.clone().mul_scalar(routing.coefficient)
+            }
+            _ => loss_sum,
+        };
+        ObjectiveGradients {
+            objective,
+            load_balancing: balance_sum,
+            gradients,
+        }
     }
 }
 
@@ -319,6 +450,24 @@ impl Table {
             .clone()
             .slice([tick..tick + 1, index..index + 1])
             .reshape([1])
+    }
+
+    /// What this replica's backward phase at `tick` reads of `ring` (a value per ring slot): the
+    /// slot its schedule names.
+    fn kept(&self, tick: usize, ring: &[Option<Tensor<3>>]) -> Tensor<3> {
+        ring.iter()
+            .enumerate()
+            .filter_map(|(slot, kept)| kept.as_ref().map(|kept| (slot, kept)))
+            .fold(None, |chosen: Option<Tensor<3>>, (slot, kept)| {
+                Some(match chosen {
+                    None => kept.clone(),
+                    Some(chosen) => {
+                        let mask = self.mask(tick, Field::Slot(slot), chosen.dims());
+                        chosen.mask_where(mask, kept.clone())
+                    }
+                })
+            })
+            .expect("a backward tick follows a forward one")
     }
 
     /// This replica's `field` at `tick` as a mask of `dims`.

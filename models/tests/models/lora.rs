@@ -1,11 +1,12 @@
-//! LoRA against PEFT (`fixtures/lora-tiny-llama3`, made by `fixtures/regenerate_finetune.py`):
-//! a PEFT adapter applied here gives PEFT's logits and greedy continuation, merging gives
-//! `merge_and_unload`'s weights, and the adapter this crate writes is the checked-in one that
-//! the script loads with PEFT (`--check-written`).
+//! LoRA against PEFT (`fixtures/lora-tiny-llama3`, and on the experts of mixtures
+//! `fixtures/lora-tiny-mixtral` and `lora-tiny-qwen3-moe`, made by
+//! `fixtures/regenerate_finetune.py`): a PEFT adapter applied here gives PEFT's logits and greedy
+//! continuation, merging gives `merge_and_unload`'s weights, and the adapters this crate writes
+//! are the checked-in ones that the script loads with PEFT (`--check-written`).
 
 use std::path::Path;
 
-use burn::module::Param;
+use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use hlat::Hlat;
 use hlat::generate::{GenerationOptions, Sampling, generate};
@@ -13,15 +14,47 @@ use hlat::hf::adapter::{
     ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, load_adapter, read_adapter, save_adapter,
 };
 use hlat::hf::{ExportOptions, WeightDtype, export_hf, import_hf};
-use hlat::lora::{Lora, LoraConfig, LoraTarget};
+use hlat::lora::{LayerAdapters, LoraConfig, LoraTarget};
 use safetensors::SafeTensors;
 use serde_json::Value;
 
 use super::fixture;
 
-fn expected() -> Value {
-    let path = fixture("lora-tiny-llama3/expected.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+/// A PEFT fixture: its folder under `fixtures/` and the base model's.
+#[derive(Clone, Copy)]
+struct PeftFixture {
+    folder: &'static str,
+    base: &'static str,
+}
+
+const LLAMA3: PeftFixture = PeftFixture {
+    folder: "lora-tiny-llama3",
+    base: "hf-tiny-llama3",
+};
+const MIXTRAL: PeftFixture = PeftFixture {
+    folder: "lora-tiny-mixtral",
+    base: "hf-tiny-mixtral",
+};
+const QWEN3_MOE: PeftFixture = PeftFixture {
+    folder: "lora-tiny-qwen3-moe",
+    base: "hf-tiny-qwen3-moe",
+};
+
+impl PeftFixture {
+    fn expected(self) -> Value {
+        let path = fixture(&format!("{}/expected.json", self.folder));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn path(self, name: &str) -> std::path::PathBuf {
+        fixture(&format!("{}/{name}", self.folder))
+    }
+
+    fn base(self) -> Hlat {
+        import_hf(&fixture(self.base), &Device::flex(), WeightDtype::F32)
+            .unwrap()
+            .1
+    }
 }
 
 fn floats(value: &Value) -> Vec<f32> {
@@ -41,16 +74,6 @@ fn ids(value: &Value) -> Vec<i32> {
             v => vec![v.as_i64().unwrap() as i32],
         })
         .collect()
-}
-
-fn base() -> Hlat {
-    import_hf(
-        &fixture("hf-tiny-llama3"),
-        &Device::flex(),
-        WeightDtype::F32,
-    )
-    .unwrap()
-    .1
 }
 
 fn logits(model: &Hlat, input: &Value) -> Vec<f32> {
@@ -73,25 +96,31 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-#[test]
-fn a_peft_adapter_gives_pefts_logits_and_greedy_continuation() {
-    let expected = expected();
-    let model = base();
+/// The adapter of `fixture` gives PEFT's logits and greedy continuation on its base; returns the
+/// adapter's configuration.
+fn assert_gives_pefts_logits_and_tokens(fixture: PeftFixture) -> LoraConfig {
+    let expected = fixture.expected();
+    let model = fixture.base();
     let base_diff = max_diff(
         &logits(&model, &expected["input_ids"]),
         &floats(&expected["base_logits"]),
     );
-    assert!(base_diff < 1e-4, "base logits differ by {base_diff}");
+    assert!(
+        base_diff < 1e-4,
+        "{}: base logits differ by {base_diff}",
+        fixture.folder
+    );
 
-    let (config, adapted) =
-        load_adapter(model, &fixture("lora-tiny-llama3/adapter"), &Device::flex()).unwrap();
-    assert_eq!((config.rank, config.alpha), (4, 8.0));
-    assert_eq!(config.targets, LoraTarget::ALL.to_vec());
+    let (config, adapted) = load_adapter(model, &fixture.path("adapter"), &Device::flex()).unwrap();
     let diff = max_diff(
         &logits(&adapted, &expected["input_ids"]),
         &floats(&expected["logits"]),
     );
-    assert!(diff < 1e-4, "adapted logits differ from PEFT's by {diff}");
+    assert!(
+        diff < 1e-4,
+        "{}: adapted logits differ from PEFT's by {diff}",
+        fixture.folder
+    );
 
     let prompt: Vec<u32> = ids(&expected["greedy"]["prompt"])
         .iter()
@@ -109,92 +138,140 @@ fn a_peft_adapter_gives_pefts_logits_and_greedy_continuation() {
     };
     assert_eq!(
         generate(&adapted, &prompt, &options, |_| {}).unwrap(),
-        tokens
+        tokens,
+        "{}",
+        fixture.folder
     );
+    config
+}
+
+#[test]
+fn a_peft_adapter_gives_pefts_logits_and_greedy_continuation() {
+    let config = assert_gives_pefts_logits_and_tokens(LLAMA3);
+    assert_eq!((config.rank, config.alpha), (4, 8.0));
+    assert_eq!(config.targets, LoraTarget::ALL.to_vec());
+}
+
+/// PEFT's adapters of transformers 5's fused experts (`target_parameters`
+/// `experts.gate_up_proj`, `experts.down_proj`) with the attention's, on Mixtral and on a
+/// Qwen3-MoE whose first layer is dense (PEFT adapts no dense MLP of a mixture).
+#[test]
+fn a_peft_adapter_on_experts_gives_pefts_logits_and_greedy_continuation() {
+    for fixture in [MIXTRAL, QWEN3_MOE] {
+        let config = assert_gives_pefts_logits_and_tokens(fixture);
+        assert_eq!((config.rank, config.alpha), (4, 8.0));
+        assert_eq!(
+            config.targets,
+            LoraTarget::ALL.to_vec(),
+            "{}",
+            fixture.folder
+        );
+    }
 }
 
 #[test]
 fn merging_equals_pefts_merge_and_unload() {
-    let (_, adapted) = load_adapter(
-        base(),
-        &fixture("lora-tiny-llama3/adapter"),
-        &Device::flex(),
-    )
-    .unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let dir = out.path().join("merged");
-    export_hf(&adapted.merge_lora(), &dir, &ExportOptions::default(), None).unwrap();
-    let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
-    let ours = SafeTensors::deserialize(&ours).unwrap();
-    let peft = std::fs::read(fixture("lora-tiny-llama3/merged/model.safetensors")).unwrap();
-    let peft = SafeTensors::deserialize(&peft).unwrap();
-    let mut names: Vec<_> = peft.names().into_iter().map(str::to_string).collect();
-    names.sort();
-    let mut ours_names: Vec<_> = ours.names().into_iter().map(str::to_string).collect();
-    ours_names.sort();
-    assert_eq!(names, ours_names);
-    let values = |view: safetensors::tensor::TensorView<'_>| -> Vec<f32> {
-        view.data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    };
-    for name in names {
-        let diff = max_diff(
-            &values(ours.tensor(&name).unwrap()),
-            &values(peft.tensor(&name).unwrap()),
-        );
-        assert!(diff < 1e-6, "{name}: merged weights differ by {diff}");
+    for fixture in [LLAMA3, MIXTRAL, QWEN3_MOE] {
+        let (_, adapted) =
+            load_adapter(fixture.base(), &fixture.path("adapter"), &Device::flex()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let dir = out.path().join("merged");
+        export_hf(&adapted.merge_lora(), &dir, &ExportOptions::default(), None).unwrap();
+        let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
+        let ours = SafeTensors::deserialize(&ours).unwrap();
+        let peft = std::fs::read(fixture.path("merged/model.safetensors")).unwrap();
+        let peft = SafeTensors::deserialize(&peft).unwrap();
+        let mut names: Vec<_> = peft.names().into_iter().map(str::to_string).collect();
+        names.sort();
+        let mut ours_names: Vec<_> = ours.names().into_iter().map(str::to_string).collect();
+        ours_names.sort();
+        assert_eq!(names, ours_names, "{}", fixture.folder);
+        let values = |view: safetensors::tensor::TensorView<'_>| -> Vec<f32> {
+            view.data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        };
+        for name in names {
+            let diff = max_diff(
+                &values(ours.tensor(&name).unwrap()),
+                &values(peft.tensor(&name).unwrap()),
+            );
+            assert!(
+                diff < 1e-6,
+                "{} {name}: merged weights differ by {diff}",
+                fixture.folder
+            );
+        }
     }
 }
 
-/// The adapter of `fixtures/lora-tiny-llama3/written`: rank 2, alpha 3, on q, v and down, with
-/// values from a fixed formula.
-fn written_model() -> (LoraConfig, Hlat) {
+/// The adapter of `fixture`'s `written/`: rank 2, alpha 3, with values from a fixed formula; on
+/// q, v and down of Llama 3, on q and every expert's projections of Mixtral.
+fn written_model(fixture: PeftFixture) -> (LoraConfig, Hlat) {
+    let targets = match fixture.folder {
+        "lora-tiny-mixtral" => vec![
+            LoraTarget::Q,
+            LoraTarget::Gate,
+            LoraTarget::Up,
+            LoraTarget::Down,
+        ],
+        _ => vec![LoraTarget::Q, LoraTarget::V, LoraTarget::Down],
+    };
     let config = LoraConfig {
         rank: 2,
         alpha: 3.0,
         dropout: 0.0,
-        targets: vec![LoraTarget::Q, LoraTarget::V, LoraTarget::Down],
+        targets,
         rslora: false,
     };
-    let model = with_formula_adapters(base(), &config);
+    let model = with_formula_adapters(fixture.base(), &config);
     (config, model)
 }
 
-/// `model` with `config`'s adapters, A and B filled from a fixed formula (B non-zero, so the
-/// adapters change the logits).
+/// `model` with `config`'s adapters, every factor of every adapter (an expert's included) filled
+/// from a fixed formula (B non-zero, so the adapters change the logits).
 fn with_formula_adapters(model: Hlat, config: &LoraConfig) -> Hlat {
-    let device = Device::flex();
-    let mut model = model.with_lora(config, &device);
-    let mut counter = 0usize;
-    let mut values = |dims: [usize; 2]| {
-        let data: Vec<f32> = (0..dims[0] * dims[1])
-            .map(|i| {
-                counter += 1;
-                0.3 * ((i * 7 + counter * 13) as f32 * 0.37).sin()
+    /// Fills the parameters of modules named `…lora` in visiting order, counting elements.
+    struct Formula {
+        modules: Vec<String>,
+        counter: usize,
+    }
+    impl ModuleMapper for Formula {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.modules.push(name.to_string());
+        }
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.modules.pop();
+        }
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            // The last name entered is the parameter's own; the one before, its module's.
+            let module = self.modules.iter().rev().nth(1);
+            if !module.is_some_and(|name| name.ends_with("lora")) {
+                return param;
+            }
+            let counter = &mut self.counter;
+            param.map(|tensor| {
+                let shape = tensor.shape();
+                let data: Vec<f32> = (0..shape.num_elements())
+                    .map(|i| {
+                        *counter += 1;
+                        0.3 * ((i * 7 + *counter * 13) as f32 * 0.37).sin()
+                    })
+                    .collect();
+                Tensor::from_data(TensorData::new(data, shape), &tensor.device())
             })
-            .collect();
-        Tensor::<2>::from_data(TensorData::new(data, dims), &device)
-    };
-    for layer in &mut model.layers {
-        for &target in &config.targets {
-            // A mixture-of-experts layer has no dense MLP to adapt.
-            let Some(slot) = layer.lora_slot(target) else {
-                assert!(layer.moe.is_some() && layer.mlp.is_none());
-                continue;
-            };
-            let lora: &mut Lora = slot.as_mut().unwrap();
-            lora.lora_a = Param::from_tensor(values(lora.lora_a.dims()));
-            lora.lora_b = Param::from_tensor(values(lora.lora_b.dims()));
         }
     }
-    model
+    model.with_lora(config, &Device::flex()).map(&mut Formula {
+        modules: Vec::new(),
+        counter: 0,
+    })
 }
 
 /// LoRA on every family of `fixtures/` (Llama 2 and 3, Qwen2 with q/k/v biases, Qwen3 with q/k
-/// norms, Mistral's sliding window, Llama with every bias, and the attention and dense layers of
-/// the mixtures of experts), every projection adapted: the
+/// norms, Mistral's sliding window, Llama with every bias, and the attention and experts of the
+/// mixtures of experts), every projection adapted: the
 /// adapted model's logits equal those of its merged weights, and an adapter written as a PEFT
 /// folder and read back onto the base gives the same logits.
 #[test]
@@ -252,41 +329,58 @@ fn adapters_work_on_every_family() {
     }
 }
 
+/// The adapters this crate writes (Llama 3's, and one on Mixtral's experts) are the checked-in
+/// ones, which `fixtures/regenerate_finetune.py … --check-written` loads with PEFT.
 #[test]
-fn written_adapter_is_the_checked_in_one_peft_reads() {
-    let (config, model) = written_model();
+fn written_adapters_are_the_checked_in_ones_peft_reads() {
+    for fixture in [LLAMA3, MIXTRAL] {
+        check_written_adapter(fixture);
+    }
+}
+
+fn check_written_adapter(fixture: PeftFixture) {
+    let (config, model) = written_model(fixture);
     let out = tempfile::tempdir().unwrap();
     let dir = out.path().join("written");
-    save_adapter(
-        &model,
-        &config,
-        Some("hf-tiny-llama3"),
-        WeightDtype::F32,
-        &dir,
-    )
-    .unwrap();
+    save_adapter(&model, &config, Some(fixture.base), WeightDtype::F32, &dir).unwrap();
 
     // Read back: the same adapters.
-    let (read_config, adapters) =
-        read_adapter(&base(), &dir, burn::tensor::DType::F32, &Device::flex()).unwrap();
+    let (read_config, adapters) = read_adapter(
+        &fixture.base(),
+        &dir,
+        burn::tensor::DType::F32,
+        &Device::flex(),
+    )
+    .unwrap();
     assert_eq!(read_config, config);
-    for (layer, adapters) in model.layers.iter().zip(&adapters) {
-        for (target, lora) in adapters {
-            let original = layer.lora(*target).unwrap();
-            assert_eq!(
-                lora.lora_a.val().into_data(),
-                original.lora_a.val().into_data()
-            );
-            assert_eq!(
-                lora.lora_b.val().into_data(),
-                original.lora_b.val().into_data()
-            );
+    let values = |adapters: &[LayerAdapters]| -> Vec<TensorData> {
+        let mut values = Vec::new();
+        for layer in adapters {
+            for (_, lora) in &layer.projections {
+                values.extend([lora.lora_a.val().into_data(), lora.lora_b.val().into_data()]);
+            }
+            for expert in &layer.experts {
+                if let Some(lora) = &expert.gate_up {
+                    values.extend([
+                        lora.lora_a.val().into_data(),
+                        lora.lora_b_gate.val().into_data(),
+                        lora.lora_b_up.val().into_data(),
+                    ]);
+                }
+                if let Some(lora) = &expert.down {
+                    values.extend([lora.lora_a.val().into_data(), lora.lora_b.val().into_data()]);
+                }
+            }
         }
-    }
+        values
+    };
+    let written = values(&model.adapters());
+    assert!(!written.is_empty());
+    assert_eq!(values(&adapters), written, "{}", fixture.folder);
 
-    let expected = expected();
+    let expected = fixture.expected();
     let our_logits = logits(&model, &expected["input_ids"]);
-    let checked_in = fixture("lora-tiny-llama3/written");
+    let checked_in = fixture.path("written");
     if std::env::var_os("HLAT_REGENERATE_FIXTURES").is_some() {
         std::fs::create_dir_all(&checked_in).unwrap();
         for file in [ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE] {
@@ -305,8 +399,9 @@ fn written_adapter_is_the_checked_in_one_peft_reads() {
     for file in [ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE] {
         assert!(
             std::fs::read(dir.join(file)).unwrap() == std::fs::read(checked_in.join(file)).unwrap(),
-            "{file} differs from the checked-in one (HLAT_REGENERATE_FIXTURES=1 rewrites it; then \
-             check it with PEFT: fixtures/regenerate_finetune.py lora --check-written)"
+            "{}: {file} differs from the checked-in one (HLAT_REGENERATE_FIXTURES=1 rewrites it; \
+             then check it with PEFT: fixtures/regenerate_finetune.py … --check-written)",
+            fixture.folder
         );
     }
     let stored: Value =
@@ -315,7 +410,8 @@ fn written_adapter_is_the_checked_in_one_peft_reads() {
     let diff = max_diff(&our_logits, &floats(&stored["logits"]));
     assert!(
         diff < 1e-5,
-        "logits differ from the checked-in ones by {diff}"
+        "{}: logits differ from the checked-in ones by {diff}",
+        fixture.folder
     );
 }
 
@@ -323,7 +419,7 @@ fn written_adapter_is_the_checked_in_one_peft_reads() {
 fn unsupported_adapters_are_refused_by_name() {
     let out = tempfile::tempdir().unwrap();
     let dir = out.path();
-    let source = fixture("lora-tiny-llama3/adapter");
+    let source = LLAMA3.path("adapter");
     std::fs::copy(
         source.join(ADAPTER_WEIGHTS_FILE),
         dir.join(ADAPTER_WEIGHTS_FILE),
@@ -341,7 +437,7 @@ fn unsupported_adapters_are_refused_by_name() {
         let mut changed = config.clone();
         changed[field] = value;
         std::fs::write(dir.join(ADAPTER_CONFIG_FILE), changed.to_string()).unwrap();
-        let error = load_adapter(base(), Path::new(dir), &Device::flex())
+        let error = load_adapter(LLAMA3.base(), Path::new(dir), &Device::flex())
             .err()
             .unwrap()
             .to_string();
@@ -351,7 +447,7 @@ fn unsupported_adapters_are_refused_by_name() {
     let mut changed = config.clone();
     changed["r"] = serde_json::json!(8);
     std::fs::write(dir.join(ADAPTER_CONFIG_FILE), changed.to_string()).unwrap();
-    let error = load_adapter(base(), Path::new(dir), &Device::flex())
+    let error = load_adapter(LLAMA3.base(), Path::new(dir), &Device::flex())
         .err()
         .unwrap()
         .to_string();

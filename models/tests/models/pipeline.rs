@@ -8,9 +8,9 @@ use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::parallel::Unsharded;
 use hlat::pipeline::{MicroBatch, PipelineParallel};
 use hlat::recompute::ActivationCheckpointing;
-use hlat::{Hlat, HlatConfig};
+use hlat::{Hlat, HlatConfig, ModelFamily};
 
-use crate::parallel_support::{assert_close, batch_of, by_path};
+use crate::parallel_support::{assert_close, batch_of, by_path, tiny_mixture};
 use crate::{host, trainium};
 
 /// `hlat-test` with `layers` layers, tied or not.
@@ -37,13 +37,14 @@ fn one_device(model: &Hlat, micro_batches: &[MicroBatch]) -> (f32, Vec<(String, 
     let mut total = 0.0;
     let mut sums: Vec<(String, TensorData)> = Vec::new();
     for (inputs, targets) in micro_batches {
-        let (loss, grads) = model.loss_and_gradients(
+        let step = model.loss_and_gradients(
             inputs.clone(),
             targets.clone(),
             None,
             &Unsharded,
             ActivationCheckpointing::None,
         );
+        let (loss, grads) = (step.objective, step.gradients);
         total += loss.into_scalar::<f32>();
         for (index, (path, mut replicas)) in by_path(model, &grads, None).into_iter().enumerate() {
             let grad = replicas.remove(0);
@@ -91,13 +92,14 @@ fn check(
     let whole: Hlat = model_config.init(&replicated);
     let whole = whole.load_record(model.clone().into_record());
     let staged = whole.into_stages(&pipeline).unwrap();
-    let (loss, grads) = staged.pipeline_loss_and_gradients(
+    let step = staged.pipeline_loss_and_gradients(
         &micro_batches(&replicated, count),
         None,
         &Unsharded,
         &pipeline,
         checkpointing,
     );
+    let (loss, grads) = (step.objective, step.gradients);
     for (replica, loss) in into_replicas(loss).unwrap().iter().enumerate() {
         let loss = loss.try_to_vec::<f32>().unwrap()[0];
         assert!(
@@ -177,6 +179,68 @@ fn the_interleaved_schedule_equals_one_device() {
     let uneven = PipelineParallel::even(groups(2), 5, 2).unwrap();
     assert_eq!(uneven.chunk_layers, [2, 1, 1, 1]);
     check(config(5, false), uneven, 3, ActivationCheckpointing::None);
+}
+
+/// `hlat-test` with `layers` layers as a Mixtral of 4 experts, 2 per token, with a
+/// load-balancing loss (coefficient 0.5), which joins every stage's routers.
+fn mixture_config(layers: usize) -> HlatConfig {
+    HlatConfig {
+        family: ModelFamily::Mixtral,
+        moe: Some(tiny_mixture(0.5)),
+        init_std: 0.5,
+        ..config(layers, false)
+    }
+}
+
+/// A mixture's objective (the cross-entropy and the load-balancing loss across stages) and every
+/// gradient, routers included, equal one device's under 1F1B, with checkpointing, and under the
+/// interleaved schedule.
+#[test]
+fn a_mixture_of_experts_pipelines_as_one_device() {
+    let pipeline = PipelineParallel::even(groups(2), 4, 1).unwrap();
+    check(
+        mixture_config(4),
+        pipeline.clone(),
+        3,
+        ActivationCheckpointing::None,
+    );
+    check(
+        mixture_config(4),
+        pipeline,
+        2,
+        ActivationCheckpointing::Full,
+    );
+    let interleaved = PipelineParallel::even(groups(2), 4, 2).unwrap();
+    check(
+        mixture_config(4),
+        interleaved,
+        3,
+        ActivationCheckpointing::None,
+    );
+}
+
+/// Stages that would pad a mixture's slots, or hold a dense layer and a mixture in one slot, are
+/// refused by name when the model is cut.
+#[test]
+fn stages_a_mixture_cannot_take_are_refused() {
+    let replicated = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2));
+    let uneven = PipelineParallel::even(groups(2), 3, 1).unwrap();
+    let error = mixture_config(3)
+        .init(&replicated)
+        .into_stages(&uneven)
+        .err()
+        .unwrap();
+    assert!(error.contains("padding"), "{error}");
+    let mut mixed = mixture_config(4);
+    mixed.family = ModelFamily::Qwen3Moe;
+    mixed.qk_norm = true;
+    mixed.moe.as_mut().unwrap().dense_layers = vec![0];
+    let even = PipelineParallel::even(groups(2), 4, 1).unwrap();
+    let error = mixed.init(&replicated).into_stages(&even).err().unwrap();
+    assert!(
+        error.contains("layer 2") && error.contains("dense"),
+        "{error}"
+    );
 }
 
 #[test]

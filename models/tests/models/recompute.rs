@@ -5,17 +5,18 @@
 //! block of queries at a time in every mode).
 
 use burn::optim::GradientsParams;
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use burn_trainium::collective::{self, ReplicaGroups};
 use burn_trainium::{ExecutorKind, TrainiumDevice};
-use hlat::HlatConfig;
+use hlat::moe::MoeConfig;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::recompute::ActivationCheckpointing;
+use hlat::{HlatConfig, ModelFamily};
 
 use hlat::blocked_attention::ATTENTION_BLOCK;
 
 use crate::parallel_support::{
-    assert_close, assert_same_gradients, batch_of, by_path, materialized,
+    assert_close, assert_same_gradients, batch_of, by_path, materialized, tiny_mixture,
 };
 use crate::{host, trainium};
 
@@ -44,22 +45,35 @@ fn check_config(
     };
     let (inputs, targets) = batch_of(device, 2, seq);
 
-    let loss = model.loss_with(inputs.clone(), targets.clone(), None, exchange);
-    let expected_grads = GradientsParams::from_grads(loss.backward(), &model);
+    let (objective, balance) =
+        model.objective_with(inputs.clone(), targets.clone(), None, exchange);
+    let expected_grads = GradientsParams::from_grads(objective.backward(), &model);
     let expected = by_path(&model, &expected_grads, None);
-    let expected_loss = collective::into_replicas(loss).unwrap();
+    let replicas = |value: Tensor<1>| collective::into_replicas(value.detach()).unwrap();
+    let expected_objective = replicas(objective);
+    let expected_balance = balance.map(replicas);
     for mode in [
         ActivationCheckpointing::None,
         ActivationCheckpointing::Full,
         ActivationCheckpointing::Selective,
     ] {
-        let (loss, grads) =
-            model.loss_and_gradients(inputs.clone(), targets.clone(), None, exchange, mode);
-        let losses = collective::into_replicas(loss).unwrap();
-        for (loss, expected) in losses.iter().zip(&expected_loss) {
-            assert_close(loss, expected, 1e-5, &format!("{mode} loss"));
+        let step = model.loss_and_gradients(inputs.clone(), targets.clone(), None, exchange, mode);
+        let objectives = replicas(step.objective);
+        for (objective, expected) in objectives.iter().zip(&expected_objective) {
+            assert_close(objective, expected, 1e-5, &format!("{mode} objective"));
         }
-        let actual = by_path(&model, &grads, None);
+        match (step.load_balancing.map(replicas), &expected_balance) {
+            (Some(balances), Some(expected_balances)) => {
+                for (balance, expected) in balances.iter().zip(expected_balances) {
+                    assert_close(balance, expected, 1e-5, &format!("{mode} load balancing"));
+                }
+            }
+            (None, None) => {}
+            (balance, expected) => {
+                panic!("{mode}: load balancing {balance:?}, expected {expected:?}")
+            }
+        }
+        let actual = by_path(&model, &step.gradients, None);
         assert_same_gradients(&actual, &expected, 1e-5, &format!("{mode}, kept"));
     }
 }
@@ -98,4 +112,42 @@ fn recomputed_gradients_equal_kept_ones_under_tensor_and_sequence_parallelism() 
     };
     check(&device, &parallel, Some(&parallel), 8);
     check(&device, &parallel, Some(&parallel), ATTENTION_BLOCK + 2);
+}
+
+/// `hlat-test` as a Qwen3-MoE of 4 experts, 2 per token, with its first layer dense and a
+/// load-balancing loss, whose gradient reaches every router through the stages.
+fn mixture_config() -> HlatConfig {
+    HlatConfig {
+        moe: Some(MoeConfig {
+            dense_layers: vec![0],
+            ..tiny_mixture(0.5)
+        }),
+        family: ModelFamily::Qwen3Moe,
+        qk_norm: true,
+        init_std: 0.5,
+        ..HlatConfig::preset("hlat-test").unwrap()
+    }
+}
+
+#[test]
+fn recomputed_gradients_of_a_mixture_equal_kept_ones() {
+    let device = host().autodiff();
+    check_config(mixture_config(), &device, &Unsharded, None, 8);
+    check_config(
+        mixture_config(),
+        &device,
+        &Unsharded,
+        None,
+        ATTENTION_BLOCK + 2,
+    );
+}
+
+#[test]
+fn recomputed_gradients_of_a_mixture_equal_kept_ones_under_tensor_and_sequence_parallelism() {
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2)).autodiff();
+    let parallel = TensorParallel {
+        groups: ReplicaGroups::all(2),
+        sequence_parallel: true,
+    };
+    check_config(mixture_config(), &device, &parallel, Some(&parallel), 8);
 }

@@ -8,5 +8,5 @@ pub mod records;
 pub mod rows;
 
 pub use chat_template::{ChatTemplate, ChatTemplateError, Message};
-pub use records::{SftError, SftExample, SftTokenizer};
+pub use records::{RecordsError, SftExample, SftTokenizer};
 pub use rows::{SftRows, bucket_len};

@@ -3,7 +3,7 @@
 //! `{"messages": [{"role": "...", "content": "..."}, ...]}` (rendered by the tokenizer's chat
 //! template). Each becomes an [`SftExample`]: its token ids and which of them are trained on
 //! (the completion and EOS; each assistant message's text, as the template renders it). A bad
-//! record is an [`SftError`] naming the file and the line.
+//! record is a [`RecordsError`] naming the file and the line.
 
 use std::path::{Path, PathBuf};
 
@@ -14,9 +14,10 @@ use super::chat_template::{ChatTemplate, ChatTemplateError, Message};
 /// The roles a message may have.
 pub const ROLES: [&str; 3] = ["system", "user", "assistant"];
 
-/// What can go wrong turning a JSONL file into examples.
+/// What can go wrong turning a JSONL file of records (fine-tuning's, or preference pairs,
+/// `crate::align`) into examples.
 #[derive(Debug, thiserror::Error)]
-pub enum SftError {
+pub enum RecordsError {
     /// A record that cannot be trained on, at `path:line`.
     #[error("{}:{line}: {message}", path.display())]
     Record {
@@ -43,7 +44,7 @@ pub enum SftError {
     },
     /// Conversations need a chat template and the tokenizer has none.
     #[error(
-        "{}:{line}: a `messages` record needs a chat template: the tokenizer's \
+        "{}:{line}: a conversation record needs a chat template: the tokenizer's \
          tokenizer_config.json has no `chat_template`; give one with --chat-template FILE",
         path.display()
     )]
@@ -91,8 +92,8 @@ type RecordResult<T> = Result<T, String>;
 
 impl SftTokenizer<'_> {
     /// The examples of a JSONL file (blank lines skipped).
-    pub fn read_file(&self, path: &Path) -> Result<Vec<SftExample>, SftError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SftError::Io {
+    pub fn read_file(&self, path: &Path) -> Result<Vec<SftExample>, RecordsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RecordsError::Io {
             path: path.to_path_buf(),
             source,
         })?;
@@ -102,7 +103,7 @@ impl SftTokenizer<'_> {
                 continue;
             }
             let number = index + 1;
-            let record = |message: String| SftError::Record {
+            let record = |message: String| RecordsError::Record {
                 path: path.to_path_buf(),
                 line: number,
                 message,
@@ -111,7 +112,7 @@ impl SftTokenizer<'_> {
                 .map_err(|error| record(format!("not a JSON object: {error}")))?;
             let example = match (value.get("messages"), self.template) {
                 (Some(_), None) => {
-                    return Err(SftError::NoTemplate {
+                    return Err(RecordsError::NoTemplate {
                         path: path.to_path_buf(),
                         line: number,
                     });
@@ -121,7 +122,7 @@ impl SftTokenizer<'_> {
                     self.conversation(&messages, template)
                         .map_err(|error| match error {
                             ConversationError::Record(message) => record(message),
-                            ConversationError::Template(error) => SftError::Template(error),
+                            ConversationError::Template(error) => RecordsError::Template(error),
                         })?
                 }
                 (None, _) => {
@@ -146,7 +147,7 @@ impl SftTokenizer<'_> {
             });
         }
         if examples.is_empty() {
-            return Err(SftError::Empty {
+            return Err(RecordsError::Empty {
                 path: path.to_path_buf(),
             });
         }

@@ -11,7 +11,8 @@ use burn_trainium::profile::phase;
 use crate::config::TrainConfig;
 use crate::error::TrainError;
 use crate::language_model::{LanguageModel, LmBatch};
-use crate::optimizer::{AdamWSettings, HlatAdamW};
+use crate::learner::SharedOptimizer;
+use crate::optimizer::{AdamWSettings, HlatAdamW, HlatOptimizer};
 use crate::parallel::ParallelLayout;
 use crate::progress::{StepReport, TrainingProgress};
 use crate::schedule::{WarmupCosine, WarmupCosineScheduler};
@@ -31,7 +32,7 @@ pub struct OptimizerStep {
     /// Consecutive non-finite steps after which the run stops.
     pub max_consecutive_skips: u32,
     /// How the replicas of the device share each step (the optimizer must be made for it:
-    /// `HlatAdamW::with_zero1(layout.zero1())`, as [`OptimizerStep::learner`] makes it).
+    /// `HlatAdamW::partitioned_for(layout)`, as [`OptimizerStep::learner`] makes it).
     pub layout: ParallelLayout,
 }
 
@@ -54,9 +55,9 @@ impl OptimizerStep {
         settings: AdamWSettings,
         schedule: WarmupCosine,
     ) -> Learner<LanguageModel> {
-        let optimizer = HlatAdamW::new(settings)
-            .with_zero1(self.layout.zero1())
-            .init();
+        let adamw = HlatAdamW::new(settings).partitioned_for(&self.layout);
+        // Bound parameter by parameter, so that split experts get their own partition.
+        let optimizer = SharedOptimizer::new(HlatOptimizer::new(adamw)).module_optimizer(&model);
         Learner::new(model, optimizer, WarmupCosineScheduler::new(schedule))
     }
 

@@ -10,9 +10,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
+use burn::module::{Module, Param, ParamGroup, ParamId};
 use burn::optim::{ModuleOptimizer, Optimizer};
 use burn::tensor::{Device, Tensor};
+use hlat::expert_parallel::expert_of;
+use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 
 use crate::optimizer::{AdamWState, HlatAdamW, HlatOptimizer};
 
@@ -42,18 +44,22 @@ impl SharedOptimizer {
     /// The optimizer to hand to a `Learner` of `module`: each float parameter of `module` is
     /// updated by HLAT's AdamW with its state kept in this shared optimizer. A parameter that
     /// `module` did not have panics when updated (its state would escape the checkpoints).
+    ///
+    /// Each parameter is bound to its kind: a mixture's expert (`hlat::expert_parallel::expert_of`)
+    /// or not, so that ZeRO-1 partitions the state of split experts over their own groups.
     pub fn module_optimizer<M: Module>(&self, module: &M) -> ModuleOptimizer {
         let mut ids = ParamIds(Vec::new());
-        module.visit(&mut ids);
+        visit_with_paths(module, ParamPath::default(), &mut ids);
         ids.0.into_iter().fold(
             ModuleOptimizer::from(UnknownParameter {
                 adamw: self.lock().adamw().clone(),
             }),
-            |optimizer, id| {
+            |optimizer, (id, expert)| {
                 optimizer.with_group(
                     ParamGroup::from_ids(vec![id]),
                     BoundAdamW {
                         id,
+                        expert,
                         shared: self.clone(),
                     },
                     None,
@@ -63,19 +69,21 @@ impl SharedOptimizer {
     }
 }
 
-/// The ids of a module's float parameters.
-struct ParamIds(Vec<ParamId>);
+/// The ids of a module's float parameters, each with whether it is a mixture's expert.
+struct ParamIds(Vec<(ParamId, bool)>);
 
-impl ModuleVisitor for ParamIds {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        self.0.push(param.id);
+impl PathVisitor for ParamIds {
+    fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
+        self.0.push((param.id, expert_of(path.names()).is_some()));
     }
 }
 
-/// HLAT's AdamW for parameter `id`, its state in the shared optimizer.
+/// HLAT's AdamW for parameter `id` (a mixture's expert when `expert`), its state in the shared
+/// optimizer.
 #[derive(Clone)]
 struct BoundAdamW {
     id: ParamId,
+    expert: bool,
     shared: SharedOptimizer,
 }
 
@@ -91,7 +99,7 @@ impl Optimizer for BoundAdamW {
     ) -> (Tensor<D>, Option<Self::State<D>>) {
         self.shared
             .lock()
-            .step_param(self.id, lr, tensor, grad, state)
+            .step_param((self.id, self.expert), lr, tensor, grad, state)
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {

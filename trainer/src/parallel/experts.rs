@@ -20,7 +20,7 @@ use hlat::Hlat;
 use hlat::expert_parallel::expert_of;
 use hlat::parallel::{ParamPath, PathVisitor, visit_with_paths};
 
-use super::{ParallelLayout, average_gradients};
+use super::{ParallelLayout, Zero1, average_gradients, scatter_gradients};
 use crate::optimizer::{AdamWState, OptimizerRecord as Record, StateRecord};
 
 /// Moves the gradients of the experts' parameters from `from` to `to`.
@@ -32,18 +32,27 @@ pub fn move_expert_gradients<M: Module>(
     super::gradients::move_gradients_where(module, from, to, |names| expert_of(names).is_some());
 }
 
-/// Averages `grads` over `layout`'s data-parallel groups, the experts' as expert parallelism
-/// needs (see the module's documentation).
-pub fn average_gradients_with_experts<M: Module>(
+/// Reduces `grads` over `layout`'s data-parallel groups, the experts' as expert parallelism
+/// needs (see the module's documentation): averaged, or under ZeRO-1 reduce-scattered, the
+/// replicated parameters' over the data-parallel groups and the experts' over the replicas
+/// holding the same experts.
+pub fn reduce_gradients_with_experts<M: Module>(
     module: &M,
     grads: &mut GradientsParams,
     layout: &ParallelLayout,
 ) {
     let mut experts = GradientsParams::new();
     move_expert_gradients(module, grads, &mut experts);
-    average_gradients(module, grads, &layout.data_groups());
-    if layout.data > layout.expert {
-        average_gradients(module, &mut experts, &layout.expert_data_groups());
+    match layout.zero1() {
+        Some(zero1) => scatter_gradients(module, grads, &zero1),
+        None => average_gradients(module, grads, &layout.data_groups()),
+    }
+    match layout.zero1_of_experts() {
+        Some(zero1) => scatter_gradients(module, &mut experts, &zero1),
+        None if layout.data > layout.expert => {
+            average_gradients(module, &mut experts, &layout.expert_data_groups())
+        }
+        None => {}
     }
     crate::clip::scale_grads(module, &mut experts, 1.0 / layout.expert as f64);
     move_expert_gradients(module, &mut experts, grads);
@@ -61,13 +70,15 @@ pub enum ExpertStates {
 /// Moves the AdamW state of the experts in `record` between `split` (a model whose experts are
 /// split over its expert-parallel groups) and `whole` (the same model with every expert, as
 /// `Hlat::join_experts` or the model before `Hlat::split_experts` has it): slot `i` of rank `k`
-/// holds expert `k · local + i`, `local` being the experts a rank holds. The other parameters'
-/// state is untouched; nothing moves when `split`'s experts are not split.
+/// holds expert `k · local + i`, `local` being the experts a rank holds. Under `zero1` (the
+/// experts' ZeRO-1, `ParallelLayout::zero1_of_experts`) each rank's state is a slice of its
+/// experts': gathered before joining, cut after splitting. The other parameters' state is
+/// untouched; nothing moves when `split`'s experts are not split.
 pub fn reshard_expert_states(
     split: &Hlat,
     whole: &Hlat,
     record: &mut Record,
-    direction: ExpertStates,
+    (direction, zero1): (ExpertStates, Option<&Zero1>),
 ) {
     let Some(groups) = split.expert_parallel().map(|parallel| &parallel.groups) else {
         return;
@@ -94,6 +105,7 @@ pub fn reshard_expert_states(
         groups: &'a ReplicaGroups,
         local: usize,
         direction: ExpertStates,
+        zero1: Option<&'a Zero1>,
     }
     impl PathVisitor for Move<'_> {
         fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
@@ -114,8 +126,15 @@ pub fn reshard_expert_states(
                         return;
                     };
                     let state: AdamWState<D> = entry.into_state();
-                    let rows = state.moment1.dims()[0];
-                    let gather = |moment: Tensor<D>| collective::all_gather(moment, 0, self.groups);
+                    let shape = param.val().shape();
+                    let rows = shape[0];
+                    let gather = |moment: Tensor<D>| {
+                        let moment = match self.zero1 {
+                            Some(zero1) => zero1.gather(moment, shape.clone()),
+                            None => moment,
+                        };
+                        collective::all_gather(moment, 0, self.groups)
+                    };
                     let (first, second) = (gather(state.moment1), gather(state.moment2));
                     for (rank, id) in whole.into_iter().enumerate() {
                         let chunk =
@@ -138,7 +157,11 @@ pub fn reshard_expert_states(
                     };
                     let time = states[0].time;
                     let pick = |moments: Vec<Tensor<D>>| {
-                        collective::split(Tensor::cat(moments, 0), 0, self.groups)
+                        let moment = collective::split(Tensor::cat(moments, 0), 0, self.groups);
+                        match self.zero1 {
+                            Some(zero1) => zero1.slice(moment),
+                            None => moment,
+                        }
                     };
                     let (first, second): (Vec<_>, Vec<_>) = states
                         .into_iter()
@@ -163,6 +186,7 @@ pub fn reshard_expert_states(
             groups,
             local,
             direction,
+            zero1,
         },
     );
 }

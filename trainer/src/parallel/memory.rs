@@ -99,14 +99,34 @@ impl DeviceMemory {
     /// The memory of one device training `config` in `layout` with steps of `shape`.
     pub fn estimate(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> Self {
         let tensor = layout.tensor as u64;
+        // ZeRO-1 slices each moment over the data-parallel group, a split expert's over the
+        // replicas holding the same experts.
         let zero_degree = if layout.zero1 { layout.data as u64 } else { 1 };
+        let expert_zero_degree = if layout.zero1 {
+            (layout.data / layout.expert) as u64
+        } else {
+            1
+        };
         // Each parameter's elements on one device: split ones divided by the tensor degree;
         // replicated KV heads are counted once per holder (each rank holds one head's columns).
         let copies = kv_copies(config.num_kv_heads, layout.tensor);
         // Under pipeline parallelism each device holds its stage's layer slots (every stage the
         // same number) and, as every stage, the embedding, final norm and head.
         let layer_slots = shape.pipeline.map(|pipeline| pipeline.layer_slots as u64);
-        let parameters: Vec<u64> = hlat::hf::tensor_specs(config)
+        // The elements a device holds of `per_device` elements at `path` in every layer: under
+        // pipeline parallelism, layer 0's for each of its stage's slots.
+        let held = |path: &[String], per_device: u64| match (
+            layer_slots,
+            path.first().map(String::as_str),
+            path.get(1),
+        ) {
+            (Some(slots), Some("layers"), Some(index)) => {
+                (index == "0").then_some(per_device * slots)
+            }
+            _ => Some(per_device),
+        };
+        // Elements per device of each parameter, with the ranks its moments are sliced over.
+        let parameters: Vec<(u64, u64)> = hlat::hf::tensor_specs(config)
             .filter_map(|spec| {
                 let elements = hlat::element_count(&spec.hf_shape);
                 let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
@@ -116,41 +136,53 @@ impl DeviceMemory {
                     Placement::Replicated => elements,
                 };
                 // Each expert-parallel rank holds its share of the experts.
-                let per_device = match hlat::expert_parallel::expert_of(&path) {
-                    Some(_) => per_device / layout.expert as u64,
-                    None => per_device,
+                let (per_device, sliced_over) = match hlat::expert_parallel::expert_of(&path) {
+                    Some(_) => (per_device / layout.expert as u64, expert_zero_degree),
+                    None => (per_device, zero_degree),
                 };
-                match (layer_slots, path.first().map(String::as_str), path.get(1)) {
-                    (Some(slots), Some("layers"), Some(index)) => {
-                        (index == "0").then_some(per_device * slots)
-                    }
-                    _ => Some(per_device),
-                }
+                held(&path, per_device).map(|held| (held, sliced_over))
             })
             .collect();
         // LoRA: the adapters alone train (A `[r, in]`, B `[out, r]`, split as their projection:
-        // B with a column-parallel one's outputs, A with a row-parallel one's inputs).
-        let adapters: Vec<u64> = match shape.lora {
+        // B with a column-parallel one's outputs, A with a row-parallel one's inputs). In a
+        // mixture the MLP targets adapt the experts alone, and an expert's gate and up
+        // projections share one A (PEFT's fused `gate_up_proj`).
+        let mixture = config.moe.is_some();
+        let adapters: Vec<(u64, u64)> = match shape.lora {
             None => Vec::new(),
             Some(lora) => hlat::hf::tensor_specs(config)
                 .filter_map(|spec| {
                     let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
                     let module = path.iter().rev().nth(1)?;
-                    let layer_zero = path.get(1).is_some_and(|index| index == "0");
-                    if !layer_zero || path.last()? != "weight" || !lora.adapts(module) {
+                    if path.last()? != "weight" || !lora.adapts(module) {
+                        return None;
+                    }
+                    let expert = hlat::expert_parallel::expert_of(&path).is_some();
+                    let mlp = matches!(module.as_str(), "gate_proj" | "up_proj" | "down_proj");
+                    if mixture && mlp && !expert {
                         return None;
                     }
                     let [out, input] = [spec.hf_shape[0] as u64, spec.hf_shape[1] as u64];
                     let rank = lora.rank as u64;
-                    let per_layer = match placement_with(&path, copies) {
-                        Placement::Split(0) => rank * input / tensor + out * rank,
-                        Placement::Split(_) => rank * input + out / tensor * rank,
+                    let (a, b) = match placement_with(&path, copies) {
+                        Placement::Split(0) => (rank * input / tensor, out * rank),
+                        Placement::Split(_) => (rank * input, out / tensor * rank),
                         Placement::ReplicatedHeads { copies, .. } => {
-                            rank * input + out * copies as u64 / tensor * rank
+                            (rank * input, out * copies as u64 / tensor * rank)
                         }
-                        Placement::Replicated => rank * (input + out),
+                        Placement::Replicated => (rank * input, out * rank),
                     };
-                    Some(per_layer * layer_slots.unwrap_or(config.num_layers as u64))
+                    let elements = if expert && module == "up_proj" {
+                        b
+                    } else {
+                        a + b
+                    };
+                    let (per_device, sliced_over) = if expert {
+                        (elements / layout.expert as u64, expert_zero_degree)
+                    } else {
+                        (elements, zero_degree)
+                    };
+                    held(&path, per_device).map(|held| (held, sliced_over))
                 })
                 .collect(),
         };
@@ -159,9 +191,9 @@ impl DeviceMemory {
         } else {
             &parameters
         };
-        let trainable_per_device: u64 = trainable.iter().sum();
-        let parameters_per_device: u64 =
-            parameters.iter().sum::<u64>() + adapters.iter().sum::<u64>();
+        let elements = |entries: &[(u64, u64)]| entries.iter().map(|(count, _)| count).sum::<u64>();
+        let trainable_per_device = elements(trainable);
+        let parameters_per_device = elements(&parameters) + elements(&adapters);
         let stored = shape.precision.param_dtype().size() as u64;
         let compute_copy = if shape.precision.compute_cast().is_some() {
             2
@@ -170,7 +202,7 @@ impl DeviceMemory {
         };
         let moments: u64 = trainable
             .iter()
-            .map(|elements| 2 * 4 * elements.div_ceil(zero_degree))
+            .map(|(elements, sliced_over)| 2 * 4 * elements.div_ceil(*sliced_over))
             .sum();
 
         Self {
@@ -226,11 +258,18 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
     // Two f32 copies of the scores (raw and probabilities: Burn 0.22's softmax keeps its output)
     // and a one-byte mask, for `queries` rows of queries.
     let attention_core = |queries: u64| rows * local_heads * queries * seq * (2 * 4 + 1);
-    let (mlp_projections, mlp_activation) = match &config.moe {
-        None => (
-            2 * tokens * local_ffn * element,
-            3 * tokens * local_ffn * element,
-        ),
+    // The MLPs' projections and activations per layer (averaged over the layers), the part of
+    // the activations selective checkpointing recomputes (a dense MLP's; a mixture's feed-forward
+    // network is kept whole), and the most of it one layer recomputes at a time.
+    let (mlp_projections, mlp_activation, (recomputable, recomputed_mlp)) = match &config.moe {
+        None => {
+            let activation = 3 * tokens * local_ffn * element;
+            (
+                2 * tokens * local_ffn * element,
+                activation,
+                (activation, activation),
+            )
+        }
         // A mixture routed dropless runs every expert on every token (under a capacity factor,
         // on its slots): each expert's five FFN-sized tensors and its weighted output, the
         // router's logits and probabilities in f32, averaged with the dense layers (not
@@ -260,9 +299,11 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
             let mean = |sparse_bytes: u64, dense_bytes: u64| {
                 (sparse * sparse_bytes + (layers - sparse) * dense_bytes) / layers
             };
+            let dense_recomputed = if sparse < layers { dense_activation } else { 0 };
             (
                 mean(sparse_projections, dense_projections),
                 mean(sparse_activation, dense_activation),
+                (mean(0, dense_activation), dense_recomputed),
             )
         }
     };
@@ -298,7 +339,7 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
         // Every layer's input, and one layer's activations while it is run again.
         ActivationCheckpointing::Full => layers * layer_input + around_core + recomputed_core,
         ActivationCheckpointing::Selective => {
-            layers * (around_core - mlp_activation) + recomputed_core + mlp_activation
+            layers * (around_core - recomputable) + recomputed_core + recomputed_mlp
         }
     };
     // The final norm's input and output and its broadcast gain, and the local logits in f32.
@@ -354,6 +395,26 @@ mod tests {
             dropless - capacity,
             layers * (per_layer(tokens) - per_layer(tokens / 4))
         );
+    }
+
+    /// Under ZeRO-1 with `--dp 8 --ep 2`, each expert is held by 4 replicas, which share its
+    /// moments; the other parameters' moments are shared by all 8.
+    #[test]
+    fn zero1_slices_split_experts_over_the_replicas_holding_them() {
+        let config = HlatConfig::preset("mixtral-8x7b").unwrap();
+        let shape = shape(ActivationCheckpointing::None);
+        let layout = ParallelLayout {
+            expert: 2,
+            ..layout(8, 1, true)
+        };
+        let memory = DeviceMemory::estimate(&config, &layout, &shape);
+        let moe = config.moe.as_ref().unwrap();
+        let expert_elements = (config.num_layers * moe.num_experts * 3) as u64
+            * (config.hidden_size * moe.expert_ffn_size) as u64;
+        let held_experts = expert_elements / 2;
+        let others = memory.parameters_per_device - held_experts;
+        // Every Mixtral tensor divides by 8: no slice is padded.
+        assert_eq!(memory.optimizer_bytes, 8 * (held_experts / 4 + others / 8));
     }
 
     fn shape(checkpointing: ActivationCheckpointing) -> StepShape {

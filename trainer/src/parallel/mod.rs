@@ -18,7 +18,7 @@ mod state;
 mod zero;
 
 pub use experts::{
-    ExpertStates, average_gradients_with_experts, move_expert_gradients, reshard_expert_states,
+    ExpertStates, move_expert_gradients, reduce_gradients_with_experts, reshard_expert_states,
 };
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
 pub use hlat::recompute::ActivationCheckpointing;
@@ -175,10 +175,21 @@ impl ParallelLayout {
         Ok(Some(pipeline))
     }
 
-    /// How the optimizer state is partitioned, when it is.
+    /// How the optimizer state of the replicated parameters is partitioned, when it is: over
+    /// the data-parallel groups.
     pub fn zero1(&self) -> Option<Zero1> {
         (self.zero1 && self.data > 1).then(|| Zero1 {
             groups: self.data_groups(),
+        })
+    }
+
+    /// How the optimizer state of a mixture's split experts is partitioned, when it is: over the
+    /// replicas holding the same experts ([`ParallelLayout::expert_data_groups`]); `None`
+    /// without expert parallelism (unsplit experts are partitioned as [`ParallelLayout::zero1`]
+    /// says: `HlatAdamW::partitioned_for`) or when each expert is held by one replica only.
+    pub fn zero1_of_experts(&self) -> Option<Zero1> {
+        (self.zero1 && self.expert > 1 && self.data > self.expert).then(|| Zero1 {
+            groups: self.expert_data_groups(),
         })
     }
 }

@@ -5,6 +5,7 @@
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use burn_trainium::collective::ReplicaGroups;
+use hlat::expert_parallel::expert_of;
 use hlat::parallel::{
     ParamPath, PathVisitor, Placement, join_parameter, split_parameter, visit_with_paths,
 };
@@ -23,7 +24,9 @@ pub enum Reshard {
 
 /// Joins or splits the moments of every parameter of `module` in `record` as `layout` shards
 /// them: over the tensor-parallel groups for split parameters, and over the data-parallel groups
-/// under ZeRO-1 (`module` holds this rank's tensor-parallel shards).
+/// under ZeRO-1 (`module` holds this rank's tensor-parallel shards). Under expert parallelism the
+/// experts' ZeRO-1 slices are left to `reshard_expert_states`, which joins them before the
+/// experts and cuts them after.
 pub fn reshard_optimizer_state<M: Module + 'static>(
     module: &M,
     mut record: Record,
@@ -35,6 +38,8 @@ pub fn reshard_optimizer_state<M: Module + 'static>(
         /// The tensor-parallel groups, when the model is split.
         tensor_groups: Option<ReplicaGroups>,
         zero1: Option<Zero1>,
+        /// Whether a mixture's experts are split over expert-parallel ranks.
+        experts_split: bool,
         direction: Reshard,
     }
     impl PathVisitor for Visitor<'_> {
@@ -43,7 +48,13 @@ pub fn reshard_optimizer_state<M: Module + 'static>(
                 (Some(_), Placement::Replicated) | (None, _) => None,
                 (Some(groups), placement) => Some((groups, placement)),
             };
-            let zero1 = &self.zero1;
+            // Split experts' slices are joined and cut with the experts
+            // (`reshard_expert_states`).
+            let zero1 = if self.experts_split && expert_of(path.names()).is_some() {
+                &None
+            } else {
+                &self.zero1
+            };
             if tensor_split.is_none() && zero1.is_none() {
                 return;
             }
@@ -88,6 +99,7 @@ pub fn reshard_optimizer_state<M: Module + 'static>(
         record: &mut record,
         tensor_groups,
         zero1: layout.zero1(),
+        experts_split: layout.expert > 1,
         direction,
     };
     visit_with_paths(module, ParamPath::with_kv_copies(copies), &mut visitor);

@@ -175,7 +175,7 @@ impl RunState {
                 let model_dir = dir.join(MODEL_DIR);
                 // Experts split over ranks are saved whole, with their optimizer state.
                 let mut record = outputs.optimizer.lock().to_record();
-                let joined = join_experts(model, &mut record);
+                let joined = join_experts(model, &mut record, &config.layout());
                 let model = joined.as_ref().unwrap_or(model);
                 // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
                 // back), so that any tool can read the model; a tensor-parallel model as one file
@@ -206,6 +206,7 @@ impl RunState {
 fn join_experts(
     model: &LanguageModel,
     record: &mut crate::optimizer::OptimizerRecord,
+    layout: &crate::parallel::ParallelLayout,
 ) -> Option<LanguageModel> {
     model.hlat.expert_parallel()?;
     let joined = model.hlat.clone().join_experts();
@@ -213,7 +214,10 @@ fn join_experts(
         &model.hlat,
         &joined,
         record,
-        crate::parallel::ExpertStates::Join,
+        (
+            crate::parallel::ExpertStates::Join,
+            layout.zero1_of_experts().as_ref(),
+        ),
     );
     Some(LanguageModel {
         hlat: joined,

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use hlat::checkpoint::run_folder::MODEL_DIR;
-use hlat::lora::{LoraConfig, LoraTarget};
-use hlat::recompute::ActivationCheckpointing;
+use hlat::lora::LoraConfig;
 use hlat::{Hlat, HlatConfig};
 
 use crate::checkpoint_state::{load_optimizer, read_state};
@@ -131,7 +130,7 @@ pub(super) fn start_run(
         min_ratio: config.min_lr_ratio,
     };
     let optimizer = HlatOptimizer::new(
-        HlatAdamW::new(AdamWSettings::from_config(config)).with_zero1(layout.zero1()),
+        HlatAdamW::new(AdamWSettings::from_config(config)).partitioned_for(&layout),
     );
     let fresh_sampler = SamplerState {
         epoch: 0,
@@ -317,7 +316,10 @@ fn split_experts(
         &hlat,
         &whole,
         &mut record,
-        crate::parallel::ExpertStates::Split,
+        (
+            crate::parallel::ExpertStates::Split,
+            layout.zero1_of_experts().as_ref(),
+        ),
     );
     (
         LanguageModel { hlat, ..model },
@@ -325,11 +327,11 @@ fn split_experts(
     )
 }
 
-/// What a mixture-of-experts model does not train with yet, refused by the setting's name
-/// before anything runs: sequence and pipeline parallelism (which slice or cut dense layers),
-/// activation checkpointing (its stages are a dense layer's), and LoRA on MLP projections (its
-/// experts take no adapters); and expert parallelism of a dense model or of experts it does
-/// not divide. Data, tensor and expert parallelism and ZeRO-1 are accepted.
+/// What a mixture-of-experts model does not train with, refused by the setting's name before
+/// anything runs: LoRA adapters PEFT could not load ([`LoraConfig::check_for_mixture`]), and
+/// expert parallelism of a dense model or of experts it does not divide. (Pipeline stages that
+/// would pad a mixture, or mix dense and sparse layers in a slot, are refused when the model is
+/// cut: `Hlat::into_stages`.)
 fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Result<(), TrainError> {
     let Some(moe) = &model.moe else {
         if config.expert_parallel > 1 {
@@ -353,32 +355,13 @@ fn refuse_unsupported_mixture(model: &HlatConfig, config: &TrainConfig) -> Resul
             model.family, moe.num_experts, config.expert_parallel
         )));
     }
-    let refuse = |setting: &str, what: &str| {
-        Err(TrainError::Mismatch(format!(
-            "{setting}: a mixture-of-experts model ({}) cannot be trained with {what} yet",
-            model.family
-        )))
-    };
-    if config.sequence_parallel {
-        return refuse("sequence_parallel", "sequence parallelism");
-    }
-    if config.pipeline_parallel > 1 {
-        return refuse("pipeline_parallel", "pipeline parallelism");
-    }
-    if config.activation_checkpointing != ActivationCheckpointing::None {
-        return refuse("activation_checkpointing", "activation checkpointing");
-    }
     if let Some(lora) = &config.lora
-        && lora
-            .targets
-            .iter()
-            .any(|target| matches!(target, LoraTarget::Gate | LoraTarget::Up | LoraTarget::Down))
+        && let Err(reason) = lora.check_for_mixture()
     {
-        return refuse(
-            "lora targets",
-            "adapters on MLP projections (gate, up, down; adapt the attention with \
-             --lora-targets q,k,v,o)",
-        );
+        return Err(TrainError::Mismatch(format!(
+            "lora targets: a mixture-of-experts model ({}): {reason}",
+            model.family
+        )));
     }
     Ok(())
 }
