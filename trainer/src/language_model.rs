@@ -11,6 +11,7 @@ use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::pipeline::PipelineParallel;
 use hlat::recompute::{ActivationCheckpointing, ObjectiveGradients};
 
+use crate::align::{PreferenceBatch, PreferenceLoss};
 use crate::parallel::{ParallelLayout, split_rows, sum_shared_gradients};
 
 /// An HLAT model wrapped for training: its next-token loss, optionally computed on a copy cast
@@ -58,6 +59,8 @@ pub struct LmBatch {
     pub ignore_id: Option<u32>,
     /// Padding rows at the end of the batch (on each replica).
     pub padding_rows: usize,
+    /// When the rows are preference pairs (`crate::align`), what they are trained with.
+    pub preference: Option<PreferenceBatch>,
 }
 
 /// The loss of one batch, still on the device until read ([`LmOutput::read`]).
@@ -139,6 +142,9 @@ impl LanguageModel {
     /// experts' weighted load-balancing loss (`Hlat::objective_with`), and that load-balancing
     /// loss (`None` for a dense model).
     pub fn objective(&self, batch: &LmBatch) -> (Tensor<1>, Option<Tensor<1>>) {
+        if let Some(preference) = &batch.preference {
+            return (self.preference_loss(batch, preference).loss, None);
+        }
         if self.hlat.config().moe.is_none() || self.pipeline.is_some() {
             return (self.loss(batch), None);
         }
@@ -152,6 +158,34 @@ impl LanguageModel {
             objective.cast(DType::F32),
             balance.map(|balance| balance.cast(DType::F32)),
         )
+    }
+
+    /// The preference loss of a batch of pairs (`crate::align`) and what TRL logs beside it, as
+    /// f32: from each target's log-probability under the model (vocabulary-parallel under tensor
+    /// parallelism, the same on every rank).
+    ///
+    /// # Panics
+    /// On a model cut into pipeline stages (preference pairs are not pipelined).
+    pub fn preference_loss(&self, batch: &LmBatch, preference: &PreferenceBatch) -> PreferenceLoss {
+        assert!(
+            self.pipeline.is_none(),
+            "preference pairs are not trained through pipeline stages"
+        );
+        let (inputs, targets) = (batch.inputs.clone(), batch.targets.clone());
+        let kept = match batch.ignore_id {
+            Some(ignore_id) => targets
+                .clone()
+                .equal_elem(ignore_id as i64)
+                .bool_not()
+                .float(),
+            None => targets.clone().ones_like().float(),
+        }
+        .cast(DType::F32);
+        let exchange = self.exchange();
+        let log_probs = self.in_compute_dtype(|model| {
+            model.token_log_probs_with(inputs, targets, batch.ignore_id, exchange)
+        });
+        crate::align::batch::preference_loss(preference, log_probs, kept)
     }
 
     /// `run` on the model in its compute dtype: a cast copy under mixed precision, else the
@@ -202,6 +236,7 @@ impl LmBatch {
             targets: Tensor::from_data(targets, device),
             ignore_id: ignore_id.or(masked_target(&[rows])),
             padding_rows,
+            preference: None,
         }
     }
 
@@ -230,6 +265,7 @@ impl LmBatch {
             targets: collective::int_from_replicas(targets, device),
             ignore_id,
             padding_rows: 0,
+            preference: None,
         }
     }
 }
@@ -308,8 +344,10 @@ impl TrainStep for LanguageModel {
             };
         }
         let seq = batch.inputs.dims()[1];
-        let staged = self.checkpointing != ActivationCheckpointing::None
-            || (attends_by_block(seq) && self.compute_cast.is_none());
+        // Preference pairs take the plain backward pass: their loss is not the stages'.
+        let staged = batch.preference.is_none()
+            && (self.checkpointing != ActivationCheckpointing::None
+                || (attends_by_block(seq) && self.compute_cast.is_none()));
         if staged {
             let tokens = batch.tokens();
             let staged = self.hlat.loss_and_gradients(

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use tokenizers::Tokenizer;
 
-use crate::finetune::records::parse_messages;
+use crate::finetune::records::{parse_messages, read_records};
 use crate::finetune::{ChatTemplate, Message, RecordsError};
 
 /// The preference methods.
@@ -83,23 +83,12 @@ enum Fields {
 impl PreferenceTokenizer<'_> {
     /// The examples of a JSONL file (blank lines skipped).
     pub fn read_file(&self, path: &Path) -> Result<Vec<PreferenceExample>, RecordsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RecordsError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut examples = Vec::new();
-        for (index, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let number = index + 1;
+        read_records(path, |value, number| {
             let record = |message: String| RecordsError::Record {
                 path: path.to_path_buf(),
                 line: number,
                 message,
             };
-            let value: serde_json::Value = serde_json::from_str(line)
-                .map_err(|error| record(format!("not a JSON object: {error}")))?;
             let fields = fields(&value).map_err(record)?;
             let (chosen, rejected) = match fields {
                 Fields::Text {
@@ -120,18 +109,12 @@ impl PreferenceTokenizer<'_> {
                 }
             }
             .map_err(record)?;
-            examples.push(PreferenceExample {
+            Ok(PreferenceExample {
                 chosen,
                 rejected,
                 line: number,
-            });
-        }
-        if examples.is_empty() {
-            return Err(RecordsError::Empty {
-                path: path.to_path_buf(),
-            });
-        }
-        Ok(examples)
+            })
+        })
     }
 
     fn encode(&self, text: &str, special: bool) -> RecordResult<Vec<u32>> {

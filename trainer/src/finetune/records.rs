@@ -93,23 +93,12 @@ type RecordResult<T> = Result<T, String>;
 impl SftTokenizer<'_> {
     /// The examples of a JSONL file (blank lines skipped).
     pub fn read_file(&self, path: &Path) -> Result<Vec<SftExample>, RecordsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RecordsError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut examples = Vec::new();
-        for (index, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let number = index + 1;
+        read_records(path, |value, number| {
             let record = |message: String| RecordsError::Record {
                 path: path.to_path_buf(),
                 line: number,
                 message,
             };
-            let value: serde_json::Value = serde_json::from_str(line)
-                .map_err(|error| record(format!("not a JSON object: {error}")))?;
             let example = match (value.get("messages"), self.template) {
                 (Some(_), None) => {
                     return Err(RecordsError::NoTemplate {
@@ -141,17 +130,11 @@ impl SftTokenizer<'_> {
                     self.prompt_completion(prompt, completion).map_err(record)?
                 }
             };
-            examples.push(SftExample {
+            Ok(SftExample {
                 line: number,
                 ..example
-            });
-        }
-        if examples.is_empty() {
-            return Err(RecordsError::Empty {
-                path: path.to_path_buf(),
-            });
-        }
-        Ok(examples)
+            })
+        })
     }
 
     fn encode(&self, text: &str, special: bool) -> RecordResult<tokenizers::Encoding> {
@@ -246,6 +229,38 @@ impl SftTokenizer<'_> {
             line: 0,
         })
     }
+}
+
+/// The records of the JSONL file `path`, one JSON object per line (blank lines skipped), each
+/// made by `record` from its value and its line (1-based): an error names the file and the line
+/// of the first bad one; a file without records is [`RecordsError::Empty`].
+pub fn read_records<T>(
+    path: &Path,
+    mut record: impl FnMut(serde_json::Value, usize) -> Result<T, RecordsError>,
+) -> Result<Vec<T>, RecordsError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RecordsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut records = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let number = index + 1;
+        let value = serde_json::from_str(line).map_err(|error| RecordsError::Record {
+            path: path.to_path_buf(),
+            line: number,
+            message: format!("not a JSON object: {error}"),
+        })?;
+        records.push(record(value, number)?);
+    }
+    if records.is_empty() {
+        return Err(RecordsError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(records)
 }
 
 enum ConversationError {

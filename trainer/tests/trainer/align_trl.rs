@@ -1,19 +1,28 @@
 //! Preference alignment against TRL 1.16 (`fixtures/align-tiny-llama3`, made by
 //! `fixtures/regenerate_align.py`): records tokenized as TRL's `DPOTrainer` and `ORPOTrainer`
 //! tokenize them, plain and conversational; the DPO and ORPO losses and rewards of TRL's first
-//! batch from its log-probabilities; and those log-probabilities computed by the model here.
+//! batch from its log-probabilities; those log-probabilities computed by the model here; and ten
+//! training steps of each through HLAT's optimizer step.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::Hlat;
 use hlat::hf::{WeightDtype, import_hf};
 use hlat::parallel::Unsharded;
+use hlat_train::align::batch::completion_log_probs;
 use hlat_train::align::{
-    AlignMethod, DpoLoss, PairLogProbs, PreferenceExample, PreferenceLoss, PreferenceTokenizer,
-    dpo, orpo,
+    AlignMethod, DpoLoss, PairLogProbs, PreferenceExample, PreferenceLoss, PreferenceObjective,
+    PreferenceTokenizer, dpo, orpo,
 };
 use hlat_train::data::TextTokenizer;
 use hlat_train::finetune::ChatTemplate;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::learner::OptimizerStep;
+use hlat_train::optimizer::AdamWSettings;
+use hlat_train::parallel::ParallelLayout;
+use hlat_train::schedule::WarmupCosine;
 use serde_json::Value;
+use test_support::training::Training;
 
 use super::fixture;
 
@@ -345,5 +354,171 @@ fn bad_preference_records_name_the_file_and_line() {
             error.contains(&format!("{}:3:", path.display())) && error.contains(named),
             "{error}"
         );
+    }
+}
+
+/// Each row's summed completion log-probability (chosen, rejected, ...) of `examples` under the
+/// reference model `reference`, as a DPO run records them before training.
+fn reference_log_probs(
+    reference: &Hlat,
+    examples: &[PreferenceExample],
+    seq_len: usize,
+) -> Vec<f32> {
+    let device = Device::flex();
+    let objective = PreferenceObjective::Orpo { beta: 0.0 };
+    let batch = LmBatch::preference_pairs(&[examples], seq_len, 1001, objective, None, &device);
+    let log_probs =
+        reference.token_log_probs_with(batch.inputs, batch.targets, batch.ignore_id, &Unsharded);
+    let completion = batch.preference.unwrap().completion;
+    completion_log_probs(log_probs, completion)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap()
+}
+
+/// Ten steps of DPO (against the fixture's reference model) and of ORPO through HLAT's optimizer
+/// step, as TRL's trainers ran them (torch's AdamW at a constant 1e-3, betas 0.9 and 0.95, no
+/// weight decay nor clipping; records 0–3, then 4–7, in turn), give TRL's losses within 1e-3.
+#[test]
+fn ten_steps_of_dpo_and_orpo_give_trls_losses() {
+    let expected = expected();
+    for (method, key) in [(AlignMethod::Dpo, "dpo"), (AlignMethod::Orpo, "orpo")] {
+        let examples = examples("prefs.jsonl", "llama3-tokenizer", method);
+        let seq_len = examples
+            .iter()
+            .flat_map(|pair| [pair.chosen.ids.len(), pair.rejected.ids.len()])
+            .max()
+            .unwrap()
+            - 1;
+        let beta = expected["settings"]["beta"].as_f64().unwrap();
+        let (objective, references) = match method {
+            AlignMethod::Dpo => (
+                PreferenceObjective::Dpo {
+                    beta,
+                    loss: DpoLoss::Sigmoid,
+                },
+                Some(reference_log_probs(
+                    &model("align-tiny-llama3/reference"),
+                    &examples,
+                    seq_len,
+                )),
+            ),
+            AlignMethod::Orpo => (PreferenceObjective::Orpo { beta }, None),
+        };
+        let losses = floats(&expected[key]["train"]["losses"]);
+        let run = train(
+            &Device::flex().autodiff(),
+            ParallelLayout::SINGLE,
+            (&examples, references.as_deref()),
+            (seq_len, objective),
+            losses.len(),
+        );
+        for (index, (loss, trl)) in run.iter().zip(&losses).enumerate() {
+            let relative = (loss - *trl as f64).abs() / (*trl as f64).abs();
+            assert!(
+                relative < 1e-3,
+                "{key} step {}: loss {loss}, TRL {trl} (relative {relative:.2e})",
+                index + 1,
+            );
+        }
+    }
+}
+
+/// The losses of `steps` steps of `objective` on the fixture's policy in `layout` on `device`:
+/// torch's AdamW at a constant 1e-3 (betas 0.9 and 0.95, no weight decay nor clipping), pairs
+/// 0–3 then 4–7 in turn, rows of `seq_len` targets.
+fn train(
+    device: &Device,
+    layout: ParallelLayout,
+    (examples, references): (&[PreferenceExample], Option<&[f32]>),
+    (seq_len, objective): (usize, PreferenceObjective),
+    steps: usize,
+) -> Vec<f64> {
+    let (_, policy) = import_hf(&fixture("hf-tiny-llama3"), device, WeightDtype::F32).unwrap();
+    let settings = AdamWSettings {
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        exclude_norms_from_weight_decay: false,
+    };
+    let step = OptimizerStep {
+        clip_grad_norm: 0.0,
+        seed: 0,
+        max_consecutive_skips: 1,
+        layout,
+    };
+    let model = match layout.tensor_parallel() {
+        Some(parallel) => LanguageModel::sharded(policy.shard(&parallel), None, parallel),
+        None => LanguageModel::new(policy, None),
+    };
+    let mut training = Training::new(model, settings, WarmupCosine::constant(1e-3), step);
+    (0..steps)
+        .map(|index| {
+            let pairs = if index % 2 == 0 { 0..4 } else { 4..8 };
+            let rows = 2 * pairs.start..2 * pairs.end;
+            let batch = LmBatch::preference_pairs_for_layout(
+                &examples[pairs],
+                references.map(|references| &references[rows]),
+                (seq_len, 1001),
+                objective,
+                &layout,
+                device,
+            );
+            training.train(vec![batch]).unwrap().loss
+        })
+        .collect()
+}
+
+/// DPO and ORPO over data-parallel and tensor-parallel pairs of `host` replicas equal one
+/// `host` device within 1e-4 over 4 steps.
+#[test]
+fn preference_pairs_train_under_data_and_tensor_parallelism_as_on_one_device() {
+    let _random = super::exclusive_random();
+    for (method, objective) in [
+        (
+            AlignMethod::Dpo,
+            PreferenceObjective::Dpo {
+                beta: 0.1,
+                loss: DpoLoss::Sigmoid,
+            },
+        ),
+        (AlignMethod::Orpo, PreferenceObjective::Orpo { beta: 0.1 }),
+    ] {
+        let examples = examples("prefs.jsonl", "llama3-tokenizer", method);
+        let seq_len = 64;
+        let references = (method == AlignMethod::Dpo).then(|| {
+            reference_log_probs(&model("align-tiny-llama3/reference"), &examples, seq_len)
+        });
+        let run = |device: &Device, layout| {
+            train(
+                device,
+                layout,
+                (&examples, references.as_deref()),
+                (seq_len, objective),
+                4,
+            )
+        };
+        let expected = run(&super::host().autodiff(), ParallelLayout::SINGLE);
+        let pairs = super::trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2)).autodiff();
+        for layout in [
+            ParallelLayout {
+                data: 2,
+                ..ParallelLayout::SINGLE
+            },
+            ParallelLayout {
+                tensor: 2,
+                ..ParallelLayout::SINGLE
+            },
+        ] {
+            let actual = run(&pairs, layout);
+            for (step, (found, one)) in actual.iter().zip(&expected).enumerate() {
+                assert!(
+                    (found - one).abs() <= 1e-4 * one.abs(),
+                    "{method:?} {layout:?} step {}: {found}, one device {one}",
+                    step + 1
+                );
+            }
+        }
     }
 }
