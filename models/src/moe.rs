@@ -47,6 +47,28 @@ fn one() -> usize {
 }
 
 impl MoeConfig {
+    /// A mixture routed as Mixtral routes (the chosen experts' probabilities renormalised), in
+    /// every layer, without a shared expert: `experts` experts of inner width `expert_ffn`,
+    /// `per_token` of them per token, the load-balancing loss weighted by
+    /// `router_aux_loss_coef`.
+    pub fn routed(
+        experts: usize,
+        per_token: usize,
+        expert_ffn: usize,
+        router_aux_loss_coef: f64,
+    ) -> Self {
+        Self {
+            num_experts: experts,
+            experts_per_token: per_token,
+            expert_ffn_size: expert_ffn,
+            normalize_top_k: true,
+            shared_expert_ffn_size: None,
+            sparse_step: 1,
+            dense_layers: Vec::new(),
+            router_aux_loss_coef,
+        }
+    }
+
     /// Whether decoder layer `layer` is a mixture (transformers' rule: not in `dense_layers`, and
     /// `(layer + 1) % sparse_step == 0`).
     pub fn is_sparse(&self, layer: usize) -> bool {
@@ -488,16 +510,7 @@ mod tests {
             init_std: 0.5,
             ..HlatConfig::preset("hlat-test").unwrap()
         };
-        let moe = MoeConfig {
-            num_experts: 4,
-            experts_per_token: 2,
-            expert_ffn_size: 8,
-            normalize_top_k: true,
-            shared_expert_ffn_size: None,
-            sparse_step: 1,
-            dense_layers: Vec::new(),
-            router_aux_loss_coef: 0.0,
-        };
+        let moe = MoeConfig::routed(4, 2, 8, 0.0);
         let mut layer = SparseMoe::new(&config, &moe, &device);
         let (count, hidden) = (10, config.hidden_size);
         let values: Vec<f32> = (0..count * hidden)
