@@ -396,23 +396,35 @@ pub fn top_k_picks(probabilities: Tensor<2>, k: usize) -> Vec<Tensor<2, Bool>> {
 /// probability, summed over the experts and multiplied by their number. Only the probabilities
 /// take gradients (the choices are counts). `None` when there is no router.
 pub fn load_balancing_loss(router_logits: &[Tensor<2>], k: usize) -> Option<Tensor<1>> {
-    let choices = router_logits
-        .iter()
-        .map(|logits| router_choices(logits.clone(), k))
-        .reduce(|total, part| total + part)?;
-    let rows = router_logits.iter().map(|logits| logits.dims()[0]).sum();
-    load_balancing_part(router_logits, choices, rows)
+    let (choices, probabilities, rows) = router_statistics(router_logits, k)?;
+    Some(balance_of(choices, probabilities, rows))
 }
 
-/// The top-`k` choices each expert received from a router's `logits` `[rows, experts]`, as f32
-/// counts `[experts]` (without graph).
-pub fn router_choices(logits: Tensor<2>, k: usize) -> Tensor<1> {
-    let probability = softmax(logits.detach().cast(DType::F32), 1);
-    top_k_mask(probability, k)
-        .float()
-        .cast(DType::F32)
-        .sum_dim(0)
-        .reshape([-1])
+/// Over routers' `logits` (`[rows, experts]` each), the top-`k` choices each expert received
+/// (f32 counts, without graph), its summed routing probabilities (f32, with graph), both
+/// `[experts]`, and the rows routed; each router's softmax computed once. `None` without any
+/// router.
+pub fn router_statistics(
+    router_logits: &[Tensor<2>],
+    k: usize,
+) -> Option<(Tensor<1>, Tensor<1>, usize)> {
+    let mut rows = 0;
+    let mut totals: Option<(Tensor<1>, Tensor<1>)> = None;
+    for logits in router_logits {
+        rows += logits.dims()[0];
+        let probability = softmax(logits.clone().cast(DType::F32), 1);
+        let chosen = top_k_mask(probability.clone().detach(), k)
+            .float()
+            .cast(DType::F32)
+            .sum_dim(0)
+            .reshape([-1]);
+        let summed = probability.sum_dim(0).reshape([-1]);
+        totals = Some(match totals {
+            Some((choices, probabilities)) => (choices + chosen, probabilities + summed),
+            None => (chosen, summed),
+        });
+    }
+    totals.map(|(choices, probabilities)| (choices, probabilities, rows))
 }
 
 /// The summed routing probabilities of each expert over a router's `logits` `[rows, experts]`,
