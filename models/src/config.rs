@@ -236,30 +236,12 @@ fn published_preset(name: &str) -> Option<HlatConfig> {
             max_seq_len: 32768,
             vocab_size: 32000,
             rope_theta: 1e6,
-            moe: Some(MoeConfig {
-                num_experts: 8,
-                experts_per_token: 2,
-                expert_ffn_size: 14336,
-                normalize_top_k: true,
-                shared_expert_ffn_size: None,
-                sparse_step: 1,
-                dense_layers: Vec::new(),
-                router_aux_loss_coef: 0.02,
-            }),
+            moe: Some(MoeConfig::routed(8, 2, 14336, 0.02)),
             ..base
         },
         // bench-tiny's sizes as a Mixtral: 8 experts of bench-tiny's FFN, 2 per token.
         "bench-tiny-moe" => HlatConfig {
-            moe: Some(MoeConfig {
-                num_experts: 8,
-                experts_per_token: 2,
-                expert_ffn_size: 688,
-                normalize_top_k: true,
-                shared_expert_ffn_size: None,
-                sparse_step: 1,
-                dense_layers: Vec::new(),
-                router_aux_loss_coef: 0.02,
-            }),
+            moe: Some(MoeConfig::routed(8, 2, 688, 0.02)),
             family: ModelFamily::Mixtral,
             init_std: 0.021,
             ..HlatConfig::hlat(32000, 256, 4, (4, 4), 688, 256)
@@ -279,16 +261,7 @@ fn published_preset(name: &str) -> Option<HlatConfig> {
             qk_norm: true,
             bos_token_id: 151643,
             eos_token_id: 151645,
-            moe: Some(MoeConfig {
-                num_experts: 128,
-                experts_per_token: 8,
-                expert_ffn_size: 768,
-                normalize_top_k: true,
-                shared_expert_ffn_size: None,
-                sparse_step: 1,
-                dense_layers: Vec::new(),
-                router_aux_loss_coef: 0.001,
-            }),
+            moe: Some(MoeConfig::routed(128, 8, 768, 0.001)),
             ..base
         },
         _ => return None,

@@ -47,6 +47,28 @@ fn one() -> usize {
 }
 
 impl MoeConfig {
+    /// A mixture routed as Mixtral routes (the chosen experts' probabilities renormalised), in
+    /// every layer, without a shared expert: `experts` experts of inner width `expert_ffn`,
+    /// `per_token` of them per token, the load-balancing loss weighted by
+    /// `router_aux_loss_coef`.
+    pub fn routed(
+        experts: usize,
+        per_token: usize,
+        expert_ffn: usize,
+        router_aux_loss_coef: f64,
+    ) -> Self {
+        Self {
+            num_experts: experts,
+            experts_per_token: per_token,
+            expert_ffn_size: expert_ffn,
+            normalize_top_k: true,
+            shared_expert_ffn_size: None,
+            sparse_step: 1,
+            dense_layers: Vec::new(),
+            router_aux_loss_coef,
+        }
+    }
+
     /// Whether decoder layer `layer` is a mixture (transformers' rule: not in `dense_layers`, and
     /// `(layer + 1) % sparse_step == 0`).
     pub fn is_sparse(&self, layer: usize) -> bool {
@@ -374,23 +396,35 @@ pub fn top_k_picks(probabilities: Tensor<2>, k: usize) -> Vec<Tensor<2, Bool>> {
 /// probability, summed over the experts and multiplied by their number. Only the probabilities
 /// take gradients (the choices are counts). `None` when there is no router.
 pub fn load_balancing_loss(router_logits: &[Tensor<2>], k: usize) -> Option<Tensor<1>> {
-    let choices = router_logits
-        .iter()
-        .map(|logits| router_choices(logits.clone(), k))
-        .reduce(|total, part| total + part)?;
-    let rows = router_logits.iter().map(|logits| logits.dims()[0]).sum();
-    load_balancing_part(router_logits, choices, rows)
+    let (choices, probabilities, rows) = router_statistics(router_logits, k)?;
+    Some(balance_of(choices, probabilities, rows))
 }
 
-/// The top-`k` choices each expert received from a router's `logits` `[rows, experts]`, as f32
-/// counts `[experts]` (without graph).
-pub fn router_choices(logits: Tensor<2>, k: usize) -> Tensor<1> {
-    let probability = softmax(logits.detach().cast(DType::F32), 1);
-    top_k_mask(probability, k)
-        .float()
-        .cast(DType::F32)
-        .sum_dim(0)
-        .reshape([-1])
+/// Over routers' `logits` (`[rows, experts]` each), the top-`k` choices each expert received
+/// (f32 counts, without graph), its summed routing probabilities (f32, with graph), both
+/// `[experts]`, and the rows routed; each router's softmax computed once. `None` without any
+/// router.
+pub fn router_statistics(
+    router_logits: &[Tensor<2>],
+    k: usize,
+) -> Option<(Tensor<1>, Tensor<1>, usize)> {
+    let mut rows = 0;
+    let mut totals: Option<(Tensor<1>, Tensor<1>)> = None;
+    for logits in router_logits {
+        rows += logits.dims()[0];
+        let probability = softmax(logits.clone().cast(DType::F32), 1);
+        let chosen = top_k_mask(probability.clone().detach(), k)
+            .float()
+            .cast(DType::F32)
+            .sum_dim(0)
+            .reshape([-1]);
+        let summed = probability.sum_dim(0).reshape([-1]);
+        totals = Some(match totals {
+            Some((choices, probabilities)) => (choices + chosen, probabilities + summed),
+            None => (chosen, summed),
+        });
+    }
+    totals.map(|(choices, probabilities)| (choices, probabilities, rows))
 }
 
 /// The summed routing probabilities of each expert over a router's `logits` `[rows, experts]`,
@@ -488,16 +522,7 @@ mod tests {
             init_std: 0.5,
             ..HlatConfig::preset("hlat-test").unwrap()
         };
-        let moe = MoeConfig {
-            num_experts: 4,
-            experts_per_token: 2,
-            expert_ffn_size: 8,
-            normalize_top_k: true,
-            shared_expert_ffn_size: None,
-            sparse_step: 1,
-            dense_layers: Vec::new(),
-            router_aux_loss_coef: 0.0,
-        };
+        let moe = MoeConfig::routed(4, 2, 8, 0.0);
         let mut layer = SparseMoe::new(&config, &moe, &device);
         let (count, hidden) = (10, config.hidden_size);
         let values: Vec<f32> = (0..count * hidden)

@@ -26,16 +26,7 @@ fn config() -> HlatConfig {
 }
 
 fn moe() -> MoeConfig {
-    MoeConfig {
-        num_experts: 4,
-        experts_per_token: 2,
-        expert_ffn_size: 8,
-        normalize_top_k: true,
-        shared_expert_ffn_size: None,
-        sparse_step: 1,
-        dense_layers: Vec::new(),
-        router_aux_loss_coef: 0.0,
-    }
+    MoeConfig::routed(4, 2, 8, 0.0)
 }
 
 /// Rank `rank`'s tokens `[1, TOKENS, hidden]` (`seed` 0) or loss weights (`seed` 1).

@@ -52,24 +52,13 @@ impl Routing {
 
     /// The statistics `[1, 1, 2·experts]` of routers' `logits` (zeros without any).
     fn statistics(&self, logits: &[Tensor<2>], device: &Device) -> Tensor<3> {
-        let zeros = || Tensor::<1>::zeros([self.experts], device);
-        let sum = |parts: Vec<Tensor<1>>| parts.into_iter().reduce(|a, b| a + b);
-        let choices = sum(logits
-            .iter()
-            .map(|logits| crate::moe::router_choices(logits.clone(), self.k))
-            .collect());
-        let probabilities = sum(logits
-            .iter()
-            .map(|logits| crate::moe::router_probabilities(logits.clone().detach()))
-            .collect());
-        Tensor::cat(
-            vec![
-                choices.unwrap_or_else(zeros),
-                probabilities.unwrap_or_else(zeros),
-            ],
-            0,
-        )
-        .reshape([1, 1, 2 * self.experts])
+        let statistics = match crate::moe::router_statistics(logits, self.k) {
+            Some((choices, probabilities, _)) => {
+                Tensor::cat(vec![choices, probabilities.detach()], 0)
+            }
+            None => Tensor::zeros([2 * self.experts], device),
+        };
+        statistics.reshape([1, 1, 2 * self.experts])
     }
 
     /// The choices `[experts]` of statistics.

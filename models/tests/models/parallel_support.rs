@@ -128,18 +128,3 @@ pub fn assert_same_gradients(
         }
     }
 }
-
-/// A mixture of 4 experts of width 8, 2 per token, every layer sparse, with a load-balancing
-/// coefficient of `coefficient` (for `hlat-test`-sized models).
-pub fn tiny_mixture(coefficient: f64) -> hlat::moe::MoeConfig {
-    hlat::moe::MoeConfig {
-        num_experts: 4,
-        experts_per_token: 2,
-        expert_ffn_size: 8,
-        normalize_top_k: true,
-        shared_expert_ffn_size: None,
-        sparse_step: 1,
-        dense_layers: Vec::new(),
-        router_aux_loss_coef: coefficient,
-    }
-}

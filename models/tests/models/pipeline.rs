@@ -5,12 +5,13 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::collective::{ReplicaGroups, into_replicas};
 use burn_trainium::{ExecutorKind, TrainiumDevice};
+use hlat::moe::MoeConfig;
 use hlat::parallel::Unsharded;
 use hlat::pipeline::{MicroBatch, PipelineParallel};
 use hlat::recompute::ActivationCheckpointing;
 use hlat::{Hlat, HlatConfig, ModelFamily};
 
-use crate::parallel_support::{assert_close, batch_of, by_path, tiny_mixture};
+use crate::parallel_support::{assert_close, batch_of, by_path};
 use crate::{host, trainium};
 
 /// `hlat-test` with `layers` layers, tied or not.
@@ -186,7 +187,7 @@ fn the_interleaved_schedule_equals_one_device() {
 fn mixture_config(layers: usize) -> HlatConfig {
     HlatConfig {
         family: ModelFamily::Mixtral,
-        moe: Some(tiny_mixture(0.5)),
+        moe: Some(MoeConfig::routed(4, 2, 8, 0.5)),
         init_std: 0.5,
         ..config(layers, false)
     }

@@ -16,7 +16,7 @@ use hlat::{HlatConfig, ModelFamily};
 use hlat::blocked_attention::ATTENTION_BLOCK;
 
 use crate::parallel_support::{
-    assert_close, assert_same_gradients, batch_of, by_path, materialized, tiny_mixture,
+    assert_close, assert_same_gradients, batch_of, by_path, materialized,
 };
 use crate::{host, trainium};
 
@@ -120,7 +120,7 @@ fn mixture_config() -> HlatConfig {
     HlatConfig {
         moe: Some(MoeConfig {
             dense_layers: vec![0],
-            ..tiny_mixture(0.5)
+            ..MoeConfig::routed(4, 2, 8, 0.5)
         }),
         family: ModelFamily::Qwen3Moe,
         qk_norm: true,

@@ -190,7 +190,7 @@ pub fn preference_loss(
 ) -> PreferenceLoss {
     let [rows, _] = log_probs.dims();
     let completion = preference.completion.clone();
-    let sums = completion_log_probs(log_probs.clone(), completion.clone());
+    let sums = masked_row_sums(log_probs.clone(), completion.clone());
     match preference.objective {
         PreferenceObjective::Dpo { beta, loss } => {
             let reference = preference
@@ -203,18 +203,9 @@ pub fn preference_loss(
             let counts = completion.sum_dim(1).reshape([rows]).clamp_min(1.0);
             let means = sums / counts;
             // The chosen rows' every target that is not padding, prompt included, as TRL does.
-            let chosen_rows = Tensor::<1>::from_data(
-                TensorData::new(
-                    (0..rows)
-                        .map(|row| f32::from(u8::from(row % 2 == 0)))
-                        .collect::<Vec<f32>>(),
-                    [rows],
-                ),
-                &log_probs.device(),
-            )
-            .reshape([rows, 1]);
-            let counted = kept * chosen_rows;
-            let nll = (log_probs * counted)
+            let kept_sums = masked_row_sums(log_probs, kept);
+            let nll = pairs(kept_sums)
+                .chosen
                 .sum()
                 .neg()
                 .div_scalar(preference.nll_targets);
@@ -234,9 +225,10 @@ fn pairs(values: Tensor<1>) -> PairLogProbs {
     }
 }
 
-/// The summed completion log-probabilities `[rows]` of `log_probs` `[rows, seq]` under
-/// `completion`: what DPO compares with the reference's, and what the reference pass records.
-pub fn completion_log_probs(log_probs: Tensor<2>, completion: Tensor<2>) -> Tensor<1> {
+/// Each row's sum `[rows]` of `log_probs` `[rows, seq]` where `mask` is 1: under a completion
+/// mask, the summed completion log-probabilities DPO compares with the reference's (and the
+/// reference pass records).
+pub fn masked_row_sums(log_probs: Tensor<2>, completion: Tensor<2>) -> Tensor<1> {
     let [rows, _] = log_probs.dims();
     (log_probs * completion).sum_dim(1).reshape([rows])
 }

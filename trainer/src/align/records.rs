@@ -84,11 +84,7 @@ impl PreferenceTokenizer<'_> {
     /// The examples of a JSONL file (blank lines skipped).
     pub fn read_file(&self, path: &Path) -> Result<Vec<PreferenceExample>, RecordsError> {
         read_records(path, |value, number| {
-            let record = |message: String| RecordsError::Record {
-                path: path.to_path_buf(),
-                line: number,
-                message,
-            };
+            let record = |message: String| RecordsError::at(path, number, message);
             let fields = fields(&value).map_err(record)?;
             let (chosen, rejected) = match fields {
                 Fields::Text {

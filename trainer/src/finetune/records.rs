@@ -59,6 +59,17 @@ pub enum RecordsError {
     Template(#[from] ChatTemplateError),
 }
 
+impl RecordsError {
+    /// The record at `path:line` is wrong: `message` says how.
+    pub fn at(path: &Path, line: usize, message: String) -> Self {
+        Self::Record {
+            path: path.to_path_buf(),
+            line,
+            message,
+        }
+    }
+}
+
 /// One training example: token ids and, for each, whether its prediction counts in the loss.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SftExample {
@@ -94,11 +105,7 @@ impl SftTokenizer<'_> {
     /// The examples of a JSONL file (blank lines skipped).
     pub fn read_file(&self, path: &Path) -> Result<Vec<SftExample>, RecordsError> {
         read_records(path, |value, number| {
-            let record = |message: String| RecordsError::Record {
-                path: path.to_path_buf(),
-                line: number,
-                message,
-            };
+            let record = |message: String| RecordsError::at(path, number, message);
             let example = match (value.get("messages"), self.template) {
                 (Some(_), None) => {
                     return Err(RecordsError::NoTemplate {
@@ -248,10 +255,8 @@ pub fn read_records<T>(
             continue;
         }
         let number = index + 1;
-        let value = serde_json::from_str(line).map_err(|error| RecordsError::Record {
-            path: path.to_path_buf(),
-            line: number,
-            message: format!("not a JSON object: {error}"),
+        let value = serde_json::from_str(line).map_err(|error| {
+            RecordsError::at(path, number, format!("not a JSON object: {error}"))
         })?;
         records.push(record(value, number)?);
     }

@@ -9,7 +9,7 @@ use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::Hlat;
 use hlat::hf::{WeightDtype, import_hf};
 use hlat::parallel::Unsharded;
-use hlat_train::align::batch::completion_log_probs;
+use hlat_train::align::batch::masked_row_sums;
 use hlat_train::align::{
     AlignMethod, DpoLoss, PairLogProbs, PreferenceExample, PreferenceLoss, PreferenceObjective,
     PreferenceTokenizer, dpo, orpo,
@@ -370,7 +370,7 @@ fn reference_log_probs(
     let log_probs =
         reference.token_log_probs_with(batch.inputs, batch.targets, batch.ignore_id, &Unsharded);
     let completion = batch.preference.unwrap().completion;
-    completion_log_probs(log_probs, completion)
+    masked_row_sums(log_probs, completion)
         .into_data()
         .try_to_vec::<f32>()
         .unwrap()
