@@ -61,7 +61,7 @@ fn examples(file: &str, tokenizer_dir: &str, method: AlignMethod) -> Vec<Prefere
     PreferenceTokenizer {
         tokenizer: tokenizer.inner(),
         template: template.as_ref(),
-        bos_id: tokenizer.bos_id().unwrap(),
+        bos_id: Some(tokenizer.bos_id().unwrap()),
         eos: (eos_id, &eos_text),
         method,
     }
@@ -329,7 +329,7 @@ fn bad_preference_records_name_the_file_and_line() {
     let records = PreferenceTokenizer {
         tokenizer: tokenizer.inner(),
         template: None,
-        bos_id: 1000,
+        bos_id: Some(1000),
         eos: (1001, &eos_text),
         method: AlignMethod::Dpo,
     };
