@@ -1,6 +1,7 @@
 //! The `hlat` command line end to end, in one binary: each test runs the built `hlat` program.
 
 mod adapter_cli;
+mod align_cli;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod allocator_cli;
 mod bench_smoke;

@@ -142,7 +142,10 @@ fn the_job_trains_the_pairs_its_sampler_draws() {
     for (method, objective) in objectives() {
         let pairs = pairs(method, objective);
         let order = drawn(&pairs, steps);
-        assert_ne!(order[0], order[1], "the sampler draws different pairs each step");
+        assert_ne!(
+            order[0], order[1],
+            "the sampler draws different pairs each step"
+        );
         let references = (method == AlignMethod::Dpo).then(|| {
             reference_log_probs(
                 &model("align-tiny-llama3/reference"),
@@ -170,7 +173,9 @@ fn the_job_trains_the_pairs_its_sampler_draws() {
         assert_eq!(logged.len(), steps);
         for (line, report) in logged.iter().zip(&expected) {
             let what = |name: &str| format!("{method:?} step {} {name}", line.step);
-            let rewards = report.preference.expect("the library's step reports its rewards");
+            let rewards = report
+                .preference
+                .expect("the library's step reports its rewards");
             assert_close(line.loss, report.loss, 1e-5, &what("loss"));
             let logged = |value: Option<f64>, name: &str| {
                 value.unwrap_or_else(|| panic!("{}: missing from metrics.jsonl", what(name)))
@@ -179,8 +184,18 @@ fn the_job_trains_the_pairs_its_sampler_draws() {
             let rejected = logged(line.rewards_rejected, "rewards_rejected");
             let margins = logged(line.rewards_margins, "rewards_margins");
             let accuracy = logged(line.rewards_accuracies, "rewards_accuracies");
-            assert_close(chosen, rewards.rewards_chosen, 1e-5, &what("rewards_chosen"));
-            assert_close(rejected, rewards.rewards_rejected, 1e-5, &what("rewards_rejected"));
+            assert_close(
+                chosen,
+                rewards.rewards_chosen,
+                1e-5,
+                &what("rewards_chosen"),
+            );
+            assert_close(
+                rejected,
+                rewards.rewards_rejected,
+                1e-5,
+                &what("rewards_rejected"),
+            );
             assert_close(margins, chosen - rejected, 1e-5, &what("margins"));
             assert_eq!(accuracy, rewards.accuracy, "{}", what("accuracy"));
         }
@@ -200,10 +215,7 @@ fn preference_runs_under_every_layout_equal_one_device() {
     let steps = 4;
     let two = super::trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2));
     let single = ParallelLayout::SINGLE;
-    let data = ParallelLayout {
-        data: 2,
-        ..single
-    };
+    let data = ParallelLayout { data: 2, ..single };
     let tensor = ParallelLayout {
         tensor: 2,
         ..single

@@ -195,10 +195,12 @@ fn the_losses_and_rewards_of_trls_first_batch() {
     };
     let found = scalar(dpo(policy(), reference(), 0.1, conservative).loss);
     let log_sigmoid = |x: f64| -(1.0 + (-x).exp()).ln();
-    let values = |key: &str| -> Vec<f64> {
-        floats(&batch[key]).iter().map(|&v| f64::from(v)).collect()
-    };
-    let (pc, pr) = (values("policy_chosen_logps"), values("policy_rejected_logps"));
+    let values =
+        |key: &str| -> Vec<f64> { floats(&batch[key]).iter().map(|&v| f64::from(v)).collect() };
+    let (pc, pr) = (
+        values("policy_chosen_logps"),
+        values("policy_rejected_logps"),
+    );
     let (rc, rr) = (values("ref_chosen_logps"), values("ref_rejected_logps"));
     let losses: Vec<f64> = (0..pc.len())
         .map(|i| {
@@ -496,8 +498,10 @@ pub(super) fn train(
     steps
         .iter()
         .map(|indices| {
-            let pairs: Vec<PreferenceExample> =
-                indices.iter().map(|&index| examples[index].clone()).collect();
+            let pairs: Vec<PreferenceExample> = indices
+                .iter()
+                .map(|&index| examples[index].clone())
+                .collect();
             let references: Option<Vec<f32>> = references.map(|references| {
                 indices
                     .iter()
@@ -516,4 +520,3 @@ pub(super) fn train(
         })
         .collect()
 }
-
