@@ -234,3 +234,54 @@ fn bad_records_and_settings_exit_2_naming_the_cause() {
         );
     }
 }
+
+/// The number after `what` in `text` (a GiB figure of `hlat info`).
+fn number_after(text: &str, what: &str) -> f64 {
+    let start = text
+        .find(what)
+        .unwrap_or_else(|| panic!("no `{what}` in {text}"))
+        + what.len();
+    text[start..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `hlat info --align dpo` on Llama-3.1-8B at tp 8: pairs of rows, the plain backward pass
+/// (more activations than a next-token run of the same rows, whose attention goes by blocks),
+/// and the reference pass before training: the model's weights per device and a micro-batch's
+/// f32 logits (2 rows × 4096 × 128256 / 8 × 4 bytes). ORPO has no reference; the settings a
+/// run of pairs refuses are refused by name.
+#[test]
+fn info_sizes_a_preference_run() {
+    let layout = ["info", "llama-3.1-8b", "--tp", "8", "--seq-len", "4096"];
+    let dpo = succeed(&[&layout[..], &["--align", "dpo"]].concat());
+    assert!(
+        dpo.contains("alignment: dpo, pairs per micro-batch: 1"),
+        "{dpo}"
+    );
+    let weights = number_after(&dpo, "memory per device: parameters ");
+    let pass = number_after(&dpo, "forward only: ");
+    let logits = (2 * 4096 * 128256 / 8 * 4) as f64 / (1u64 << 30) as f64;
+    assert!((pass - (weights + logits)).abs() <= 0.011, "{dpo}");
+    assert_eq!(number_after(&dpo, "would add "), weights, "{dpo}");
+    let rows = succeed(&[&layout[..], &["--micro-batch-rows", "2"]].concat());
+    assert!(
+        number_after(&dpo, "activations ") > 2.0 * number_after(&rows, "activations "),
+        "{dpo}\n{rows}"
+    );
+    let orpo = succeed(&[&layout[..], &["--align", "orpo"]].concat());
+    assert!(orpo.contains("no reference model"), "{orpo}");
+    for (extra, message) in [
+        (["--pp", "2"], "pipeline_parallel"),
+        (["--micro-batch-rows", "3"], "micro_batch_rows"),
+    ] {
+        let arguments = [&layout[..], &["--align", "dpo"], &extra[..]].concat();
+        let output = run(&arguments);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {stderr}");
+        assert!(stderr.contains(message), "{arguments:?}: {stderr}");
+    }
+}

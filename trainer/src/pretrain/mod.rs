@@ -171,6 +171,16 @@ pub fn pretrain(
     let folder = RunFolder::new(&out);
     let (job, resume_from) = agree_on_start(options)?;
     let mut data = data::prepare_data(&options.data, config)?;
+    // DPO's reference pass runs before the policy is loaded, so that the device never holds
+    // both models; a finished run skips it.
+    let finished = match &resume_from {
+        Some(dir) => read_state(dir)?.progress.step >= config.max_steps,
+        None => false,
+    };
+    let pairs = match data.pairs.take() {
+        Some(pairs) if !finished => Some(with_references(pairs, options, &device.clone().inner())?),
+        _ => None,
+    };
     if data.tokenizer.is_none()
         && let Some(dir) = &options.init_from
         && dir.join(TOKENIZER_FILE).is_file()
@@ -194,19 +204,16 @@ pub fn pretrain(
     let optimizer = SharedOptimizer::new(start.optimizer);
     let validation_device = device.clone().inner();
     let steps = config.max_steps.saturating_sub(start_step);
-    let train = match data.pairs.take() {
-        Some(pairs) if steps > 0 => {
-            let pairs = with_references(pairs, options, &validation_device)?;
-            StepLoader::pairs(
-                Arc::new(pairs),
-                start.sampler,
-                steps,
-                config.rows_per_step(),
-                config.micro_batch_rows,
-                layout,
-                device.clone(),
-            )
-        }
+    let train = match pairs {
+        Some(pairs) if steps > 0 => StepLoader::pairs(
+            Arc::new(pairs),
+            start.sampler,
+            steps,
+            config.rows_per_step(),
+            config.micro_batch_rows,
+            layout,
+            device.clone(),
+        ),
         _ => StepLoader::new(
             Arc::clone(&data.train),
             start.sampler,
