@@ -85,7 +85,8 @@ fn assert_rewards_logged(out: &Path, steps: usize) -> Vec<StepMetrics> {
 }
 
 /// DPO against the fixture's reference model on plain records, and ORPO on conversational ones,
-/// log every step's rewards; the DPO loss falls and its first is not ln 2 (the reference differs
+/// log every step's rewards (in `metrics.jsonl`, and the margin and accuracy in the dashboard's
+/// metric logs); the DPO loss falls and its first is not ln 2 (the reference differs
 /// from the policy); the same command again finds the run finished; on `xla` the run compiles
 /// its programs in the first steps and none after.
 #[test]
@@ -111,6 +112,23 @@ fn dpo_and_orpo_log_their_rewards_every_step() {
         logged[0].loss,
         logged[5].loss
     );
+    // The dashboard's metrics, as Burn's metric logs record them: each step's margin and
+    // accuracy (in percent).
+    let burn_log = |name: &str| -> Vec<f64> {
+        std::fs::read_to_string(out.join("train/epoch-1").join(name))
+            .unwrap()
+            .lines()
+            .filter(|line| !line.ends_with(",final"))
+            .map(|line| line.split(',').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let margins = burn_log("Reward_margin.log");
+    let accuracies = burn_log("Reward_accuracy.log");
+    assert_eq!((margins.len(), accuracies.len()), (6, 6));
+    for (line, (margin, accuracy)) in logged.iter().zip(margins.iter().zip(&accuracies)) {
+        assert!((margin - line.rewards_margins.unwrap()).abs() < 1e-6);
+        assert!((accuracy - 100.0 * line.rewards_accuracies.unwrap()).abs() < 1e-6);
+    }
     let again = succeed(&as_strs(&dpo));
     assert!(again.contains("nothing to train"), "{again}");
 
@@ -147,7 +165,9 @@ fn dpo_and_orpo_log_their_rewards_every_step() {
 }
 
 /// `--lora-rank` trains adapters on frozen weights: the PEFT adapter folder is written into the
-/// output, the checkpoint's base weights are the starting model's.
+/// output, the checkpoint's base weights are the starting model's. Fresh adapters (B = 0) start
+/// as the reference, the starting model: the first DPO loss is ln 2. `--adapter` continues a
+/// PEFT adapter whose reference is the model without it, as TRL's: the first loss is not ln 2.
 #[test]
 fn lora_alignment_writes_a_peft_adapter_and_keeps_the_base_weights() {
     let work = tempfile::tempdir().unwrap();
@@ -169,6 +189,31 @@ fn lora_alignment_writes_a_peft_adapter_and_keeps_the_base_weights() {
         weights(&out.join("checkpoints/step-00000003/model")),
         weights(&base),
         "the base weights changed"
+    );
+    let first_loss = |out: &Path| logged_steps(out)[0].loss;
+    assert!((first_loss(&out) - std::f64::consts::LN_2).abs() < 1e-5);
+
+    let peft = fixture("lora-tiny-llama3").join("adapter");
+    let continued = work.path().join("continued");
+    let arguments = align(
+        ("dpo", "host"),
+        &base,
+        (&records("prefs.jsonl"), &continued),
+        "1",
+        &["--adapter", peft.to_str().unwrap()],
+    );
+    succeed(&as_strs(&arguments));
+    assert!(
+        (first_loss(&continued) - std::f64::consts::LN_2).abs() > 1e-3,
+        "the adapter's policy scored as its own reference"
+    );
+    let (written, stored) = (
+        read_adapter_config(&continued.join("adapter")).unwrap(),
+        read_adapter_config(&peft).unwrap(),
+    );
+    assert_eq!(
+        (written.rank, written.alpha, written.targets),
+        (stored.rank, stored.alpha, stored.targets)
     );
 }
 
