@@ -12,7 +12,6 @@ use hlat_train::align::{
     AlignMethod, DpoLoss, PreferenceObjective, PreferencePairs, PreferenceTokenizer,
 };
 use hlat_train::config::TrainConfig;
-use hlat_train::finetune::bucket_len;
 use hlat_train::pretrain::{DataChoice, PreferenceData};
 
 use super::finetune::tuning_defaults;
@@ -155,15 +154,10 @@ pub fn run(args: AlignArgs) -> anyhow::Result<()> {
         method: args.method.into(),
     }
     .read_file(&tuning.data)?;
-    let seq_len = match tuning.train.seq_len {
-        Some(seq_len) => seq_len,
-        None => bucket_len(
-            examples
-                .iter()
-                .flat_map(|pair| [pair.chosen.ids.len(), pair.rejected.ids.len()]),
-            model.max_seq_len(),
-        ),
-    };
+    let sides = examples
+        .iter()
+        .flat_map(|pair| [pair.chosen.ids.len(), pair.rejected.ids.len()]);
+    let seq_len = tuning.seq_len(&model, sides);
     let pad_id = tokenizer.pad_id().unwrap_or(eos_id);
     let (pairs, dropped) = PreferencePairs::new(&examples, seq_len, pad_id, objective);
     if pairs.examples().is_empty() {

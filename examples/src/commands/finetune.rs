@@ -7,7 +7,7 @@
 use anyhow::bail;
 use clap::Args;
 use hlat_train::config::TrainConfig;
-use hlat_train::finetune::{SftRows, SftTokenizer, bucket_len};
+use hlat_train::finetune::{SftRows, SftTokenizer};
 use hlat_train::pretrain::DataChoice;
 
 use super::pretrain::Job;
@@ -64,13 +64,7 @@ pub fn run(args: FinetuneArgs) -> anyhow::Result<()> {
         eos_id,
     }
     .read_file(&tuning.data)?;
-    let seq_len = match tuning.train.seq_len {
-        Some(seq_len) => seq_len,
-        None => bucket_len(
-            examples.iter().map(|example| example.ids.len()),
-            model.max_seq_len(),
-        ),
-    };
+    let seq_len = tuning.seq_len(&model, examples.iter().map(|example| example.ids.len()));
     let pad_id = model.tokenizer.pad_id().unwrap_or(eos_id);
     let (rows, dropped) = SftRows::new(&examples, seq_len, pad_id);
     if rows.rows().is_empty() {

@@ -11,8 +11,8 @@ use hlat::hf::adapter::{ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE};
 use hlat::lora::{LoraConfig, LoraTarget};
 use hlat_train::config::TrainConfig;
 use hlat_train::data::TextTokenizer;
-use hlat_train::finetune::ChatTemplate;
 use hlat_train::finetune::chat_template::TOKENIZER_CONFIG_FILE;
+use hlat_train::finetune::{ChatTemplate, bucket_len};
 use hlat_train::pretrain::{ADAPTER_DIR, DataChoice, PretrainOptions, TOKENIZER_FILE};
 
 use super::output_folder;
@@ -80,7 +80,7 @@ pub struct StartingModel {
 
 impl StartingModel {
     /// The longest row the model takes (its context), when its configuration says.
-    pub fn max_seq_len(&self) -> usize {
+    fn max_seq_len(&self) -> usize {
         hlat::hf::read_hf_config(&self.dir)
             .map(|model| model.max_seq_len)
             .unwrap_or(DEFAULT_MAX_SEQ_LEN)
@@ -126,6 +126,18 @@ impl TuningArgs {
             tokenizer,
             template,
         })
+    }
+
+    /// The run's row length: `--seq-len`, else the bucket (`bucket_len`) of sequences of
+    /// `lengths` tokens, at most the model's context.
+    pub fn seq_len(
+        &self,
+        model: &StartingModel,
+        lengths: impl IntoIterator<Item = usize>,
+    ) -> usize {
+        self.train
+            .seq_len
+            .unwrap_or_else(|| bucket_len(lengths, model.max_seq_len()))
     }
 
     /// The adapters the flags ask for, if any: `--adapter`'s (its dropout replaced by

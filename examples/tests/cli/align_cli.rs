@@ -9,9 +9,10 @@ use std::path::Path;
 
 use hlat::hf::adapter::read_adapter_config;
 use hlat_train::metrics::StepMetrics;
+use test_support::training::logged_steps;
 
 use super::finetune_cli::{base_model, tuning, weights};
-use super::{as_strs, fixture, require_plugin, run, succeed};
+use super::{as_strs, fixture, number_after, require_plugin, run, succeed};
 
 /// The fixture's preference records in `file` (`prefs.jsonl` plain, `prefs-chat.jsonl`
 /// conversational).
@@ -45,15 +46,6 @@ fn align(
         (data, out),
         &[&flags[..], extra].concat(),
     )
-}
-
-/// Every line of a run's `metrics.jsonl`.
-fn logged_steps(out: &Path) -> Vec<StepMetrics> {
-    std::fs::read_to_string(out.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 /// Every step's line holds the loss, the rewards of both sides, their margin (chosen minus
@@ -278,20 +270,6 @@ fn bad_records_and_settings_exit_2_naming_the_cause() {
             "{arguments:?}: a refused run wrote checkpoints"
         );
     }
-}
-
-/// The number after `what` in `text` (a GiB figure of `hlat info`).
-fn number_after(text: &str, what: &str) -> f64 {
-    let start = text
-        .find(what)
-        .unwrap_or_else(|| panic!("no `{what}` in {text}"))
-        + what.len();
-    text[start..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 /// `hlat info --align dpo` on Llama-3.1-8B at tp 8: pairs of rows, the plain backward pass

@@ -71,7 +71,7 @@ pub fn step_micro_batches(
 /// A run's training rows as a Burn data loader: `steps` optimizer steps drawn from a [`Sampler`]
 /// that starts at `start`, each step `rows_per_step` rows cut into micro-batches (the loader's
 /// items, `accumulation` per step) by [`step_micro_batches`], or, over preference pairs
-/// ([`StepLoader::pairs`]), `rows_per_step / 2` pairs cut by
+/// ([`StepLoader::with_pairs`]), `rows_per_step / 2` pairs cut by
 /// [`PreferencePairs::step_micro_batches`]. Every iteration starts again from `start`, so the
 /// sequence is the same each time; progress counts rows.
 pub struct StepLoader {
@@ -142,41 +142,34 @@ impl StepLoader {
         })
     }
 
-    /// `steps` steps over the preference `pairs`, each `rows_per_step` rows (half as many
-    /// pairs), sampled from `start` on; each data-parallel rank's share of a step is cut into
-    /// micro-batches of `micro_batch_rows` rows (half as many pairs: a pair's two rows stay in
-    /// one micro-batch).
-    pub fn pairs(
-        pairs: Arc<PreferencePairs>,
-        start: SamplerState,
-        steps: u64,
-        rows_per_step: usize,
-        micro_batch_rows: usize,
-        layout: ParallelLayout,
-        device: Device,
-    ) -> Result<Self, DataError> {
-        if !micro_batch_rows.is_multiple_of(ROWS_PER_PAIR) {
+    /// The loader drawing the preference `pairs` instead (the loader's source must be the same
+    /// pairs, as a `RowSource` of their indices): each step's `rows_per_step` rows are half as
+    /// many pairs, each micro-batch's `micro_batch_rows` rows half as many pairs (a pair's two
+    /// rows stay in one micro-batch).
+    pub fn with_pairs(self, pairs: Arc<PreferencePairs>) -> Result<Self, DataError> {
+        if !self.micro_batch_rows.is_multiple_of(ROWS_PER_PAIR) {
             return Err(DataError::setting(
                 "micro_batch_rows",
                 format!(
-                    "{micro_batch_rows} rows do not hold whole preference pairs (a pair is its \
-                     chosen and its rejected row)"
+                    "{} rows do not hold whole preference pairs (a pair is its chosen and its \
+                     rejected row)",
+                    self.micro_batch_rows
                 ),
             ));
         }
-        let source: Arc<dyn RowSource> = Arc::clone(&pairs) as Arc<dyn RowSource>;
-        let loader = Self::new(
-            source,
-            start,
-            steps,
-            rows_per_step,
-            micro_batch_rows,
-            layout,
-            device,
-        )?;
+        if self.source.num_rows() != pairs.num_rows() {
+            return Err(DataError::setting(
+                "preference pairs",
+                format!(
+                    "the loader draws from {} rows, not the {} pairs' indices",
+                    self.source.num_rows(),
+                    pairs.num_rows()
+                ),
+            ));
+        }
         Ok(Self {
             pairs: Some(pairs),
-            ..loader
+            ..self
         })
     }
 

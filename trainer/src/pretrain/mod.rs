@@ -204,25 +204,18 @@ pub fn pretrain(
     let optimizer = SharedOptimizer::new(start.optimizer);
     let validation_device = device.clone().inner();
     let steps = config.max_steps.saturating_sub(start_step);
+    let train = StepLoader::new(
+        Arc::clone(&data.train),
+        start.sampler,
+        steps,
+        config.rows_per_step(),
+        config.micro_batch_rows,
+        layout,
+        device.clone(),
+    );
     let train = match pairs {
-        Some(pairs) if steps > 0 => StepLoader::pairs(
-            Arc::new(pairs),
-            start.sampler,
-            steps,
-            config.rows_per_step(),
-            config.micro_batch_rows,
-            layout,
-            device.clone(),
-        ),
-        _ => StepLoader::new(
-            Arc::clone(&data.train),
-            start.sampler,
-            steps,
-            config.rows_per_step(),
-            config.micro_batch_rows,
-            layout,
-            device.clone(),
-        ),
+        Some(pairs) => train.and_then(|train| train.with_pairs(Arc::new(pairs))),
+        _ => train,
     }
     .map_err(data::data_error)?;
     let run = Arc::new(run::PretrainRun::new(

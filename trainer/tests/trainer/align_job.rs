@@ -15,10 +15,10 @@ use hlat_train::align::{AlignMethod, DpoLoss, PreferenceObjective, PreferencePai
 use hlat_train::checkpoint_state::ProcessShare;
 use hlat_train::config::TrainConfig;
 use hlat_train::data::{RowSource, Sampler};
-use hlat_train::metrics::{METRICS_FILE, StepMetrics};
 use hlat_train::parallel::ParallelLayout;
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PreferenceData, PretrainOptions, pretrain};
+use test_support::training::logged_steps;
 
 use super::align_trl::{examples, model, reference_log_probs, train};
 use super::fixture;
@@ -101,15 +101,6 @@ fn options(
         init_adapter: None,
         share: ProcessShare::WHOLE,
     }
-}
-
-/// The lines of a run's `metrics.jsonl`.
-fn logged_steps(out: &Path) -> Vec<StepMetrics> {
-    std::fs::read_to_string(out.join(METRICS_FILE))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 /// The pairs of each of `steps` steps as the run's sampler draws them.
