@@ -1,4 +1,4 @@
-//! The `hlat` command line: pretrain, finetune, data, convert, generate, eval, merge, info,
+//! The `hlat` command line: pretrain, finetune, align, data, convert, generate, eval, merge, info,
 //! compile, bench, cache, serve.
 
 mod allocator;
@@ -26,6 +26,9 @@ enum Command {
     /// Fine-tune a model on prompt/completion or chat records: every weight, or LoRA adapters
     /// written as a PEFT folder.
     Finetune(commands::finetune::FinetuneArgs),
+    /// Align a model to preference pairs by DPO or ORPO, as TRL computes them: every weight, or
+    /// LoRA adapters written as a PEFT folder.
+    Align(commands::align::AlignArgs),
     /// Prepare data: tokenizers, encoding, token shards.
     Data(commands::data::DataArgs),
     /// Convert checkpoints between Hugging Face and native layouts.
@@ -105,6 +108,7 @@ fn main() {
     let result = match cli.command {
         Command::Pretrain(args) => commands::pretrain::run(args),
         Command::Finetune(args) => commands::finetune::run(args),
+        Command::Align(args) => commands::align::run(args),
         Command::Data(args) => commands::data::run(args),
         Command::Convert(args) => commands::convert::run(args),
         Command::Generate(args) => commands::generate::run(args),

@@ -1,11 +1,15 @@
 //! Models trained one optimizer step at a time through HLAT's optimizer step
-//! ([`OptimizerStep`], the step `hlat pretrain` runs inside burn-train's training loop), and the
-//! layout the tests share out over every kind of parallelism at once.
+//! ([`OptimizerStep`], the step `hlat pretrain` runs inside burn-train's training loop), the
+//! layout the tests share out over every kind of parallelism at once, and the steps a run folder
+//! logged ([`logged_steps`]).
+
+use std::path::Path;
 
 use burn::train::Learner;
 use hlat_train::error::TrainError;
 use hlat_train::language_model::{LanguageModel, LmBatch};
 use hlat_train::learner::OptimizerStep;
+use hlat_train::metrics::{METRICS_FILE, StepMetrics};
 use hlat_train::optimizer::AdamWSettings;
 use hlat_train::parallel::ParallelLayout;
 use hlat_train::progress::{StepReport, TrainingProgress};
@@ -58,4 +62,20 @@ impl Training {
     pub fn model(&self) -> LanguageModel {
         self.learner.model()
     }
+}
+
+/// Every line of the `metrics.jsonl` of the run in `out`, in order.
+///
+/// # Panics
+/// When the file is missing or a line does not parse.
+pub fn logged_steps(out: &Path) -> Vec<StepMetrics> {
+    let path = out.join(METRICS_FILE);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|error| panic!("{}: {line}: {error}", path.display()))
+        })
+        .collect()
 }

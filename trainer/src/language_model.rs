@@ -73,6 +73,8 @@ pub struct LmOutput {
     pub tokens: usize,
     /// A mixture of experts' load-balancing loss (unweighted) in training, `[1]`.
     pub load_balancing: Option<Tensor<1>>,
+    /// What TRL logs beside a preference loss in training (`PreferenceLoss::metrics`), `[4]`.
+    pub preference: Option<Tensor<1>>,
 }
 
 /// [`LmOutput`] read back to the host.
@@ -167,25 +169,35 @@ impl LanguageModel {
     /// # Panics
     /// On a model cut into pipeline stages (preference pairs are not pipelined).
     pub fn preference_loss(&self, batch: &LmBatch, preference: &PreferenceBatch) -> PreferenceLoss {
+        let kept = match batch.ignore_id {
+            Some(ignore_id) => batch
+                .targets
+                .clone()
+                .equal_elem(ignore_id as i64)
+                .bool_not()
+                .float(),
+            None => batch.targets.clone().ones_like().float(),
+        }
+        .cast(DType::F32);
+        crate::align::batch::preference_loss(preference, self.token_log_probs(batch), kept)
+    }
+
+    /// Each target's log-probability under the model `[rows, seq]`, as f32, 0 on ignored
+    /// targets (vocabulary-parallel under tensor parallelism, the same on every rank).
+    ///
+    /// # Panics
+    /// On a model cut into pipeline stages (preference pairs are not pipelined).
+    pub fn token_log_probs(&self, batch: &LmBatch) -> Tensor<2> {
         assert!(
             self.pipeline.is_none(),
             "preference pairs are not trained through pipeline stages"
         );
         let (inputs, targets) = (batch.inputs.clone(), batch.targets.clone());
-        let kept = match batch.ignore_id {
-            Some(ignore_id) => targets
-                .clone()
-                .equal_elem(ignore_id as i64)
-                .bool_not()
-                .float(),
-            None => targets.clone().ones_like().float(),
-        }
-        .cast(DType::F32);
         let exchange = self.exchange();
-        let log_probs = self.in_compute_dtype(|model| {
+        self.in_compute_dtype(|model| {
             model.token_log_probs_with(inputs, targets, batch.ignore_id, exchange)
-        });
-        crate::align::batch::preference_loss(preference, log_probs, kept)
+        })
+        .cast(DType::F32)
     }
 
     /// `run` on the model in its compute dtype: a cast copy under mixed precision, else the
@@ -340,6 +352,7 @@ impl TrainStep for LanguageModel {
                     loss: step.objective,
                     tokens,
                     load_balancing: step.load_balancing,
+                    preference: None,
                 },
             };
         }
@@ -365,8 +378,20 @@ impl TrainStep for LanguageModel {
                     load_balancing: staged
                         .load_balancing
                         .map(|balance| balance.cast(DType::F32)),
+                    preference: None,
                 },
             };
+        }
+        if let Some(preference) = &batch.preference {
+            let loss = self.preference_loss(&batch, preference);
+            let grads = loss.loss.backward();
+            let output = LmOutput {
+                preference: Some(loss.metrics()),
+                loss: loss.loss.detach(),
+                tokens: batch.tokens(),
+                load_balancing: None,
+            };
+            return TrainOutput::new(self, grads, output);
         }
         let (loss, load_balancing) = self.objective(&batch);
         let grads = loss.backward();
@@ -374,6 +399,7 @@ impl TrainStep for LanguageModel {
             loss: loss.detach(),
             tokens: batch.tokens(),
             load_balancing: load_balancing.map(|balance| balance.detach()),
+            preference: None,
         };
         TrainOutput::new(self, grads, output)
     }
@@ -388,6 +414,7 @@ impl InferenceStep for LanguageModel {
             loss: self.loss(&batch),
             tokens: batch.tokens(),
             load_balancing: None,
+            preference: None,
         }
     }
 }
@@ -411,6 +438,7 @@ impl ItemLazy for LmOutput {
             loss: self.loss.without_autodiff(),
             tokens: self.tokens,
             load_balancing: self.load_balancing.map(Tensor::without_autodiff),
+            preference: self.preference.map(Tensor::without_autodiff),
         })
     }
 }

@@ -22,6 +22,19 @@ pub struct StepMetrics {
     /// A mixture of experts' load-balancing loss, unweighted (transformers' `aux_loss`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_balancing_loss: Option<f64>,
+    /// A preference run's mean reward of the chosen completions (TRL's `rewards/chosen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewards_chosen: Option<f64>,
+    /// A preference run's mean reward of the rejected completions (`rewards/rejected`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewards_rejected: Option<f64>,
+    /// A preference run's mean margin, chosen minus rejected reward (`rewards/margins`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewards_margins: Option<f64>,
+    /// A preference run's fraction of pairs whose chosen reward is the larger
+    /// (`rewards/accuracies`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewards_accuracies: Option<f64>,
     /// `exp(loss)`.
     pub perplexity: f64,
     /// Learning rate of the step.

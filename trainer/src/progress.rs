@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::align::PreferenceMetrics;
 use crate::error::TrainError;
 use crate::step_gradients::StepGradients;
 
@@ -23,6 +24,8 @@ pub struct StepReport {
     pub skipped: bool,
     /// A mixture of experts' mean load-balancing loss (unweighted; `loss` holds it weighted).
     pub load_balancing_loss: Option<f64>,
+    /// A preference loss's rewards, margins and accuracy (`crate::align`), means over the step.
+    pub preference: Option<PreferenceMetrics>,
 }
 
 /// Counters that a checkpoint carries besides the model and the optimizer.
@@ -54,6 +57,7 @@ impl TrainingProgress {
             grad_norm,
             tokens,
             load_balancing_loss,
+            preference,
             ..
         } = *update;
         self.step = step;
@@ -82,6 +86,7 @@ impl TrainingProgress {
             tokens,
             skipped: !finite,
             load_balancing_loss,
+            preference,
         })
     }
 }

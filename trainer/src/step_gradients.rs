@@ -13,6 +13,7 @@ use burn::train::TrainStep;
 
 use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 
+use crate::align::PreferenceMetrics;
 use crate::clip::{clip_coefficient, grad_sum_of_squares, scale_grads};
 use crate::error::TrainError;
 use crate::language_model::{LanguageModel, LmBatch};
@@ -62,6 +63,8 @@ pub struct StepGradients {
     pub tokens: usize,
     /// A mixture of experts' mean load-balancing loss (unweighted; `loss` holds it weighted).
     pub load_balancing_loss: Option<f64>,
+    /// A preference loss's metrics (`crate::align`), means over the micro-batches and replicas.
+    pub preference: Option<PreferenceMetrics>,
 }
 
 impl StepGradients {
@@ -71,16 +74,25 @@ impl StepGradients {
     }
 }
 
+/// What [`accumulate`] sums over an optimizer step's micro-batches.
+struct Accumulated {
+    grads: GradientsParams,
+    loss: Tensor<1>,
+    /// A mixture's load-balancing losses.
+    balance: Option<Tensor<1>>,
+    /// A preference loss's metrics.
+    preference: Option<Tensor<1>>,
+    tokens: usize,
+}
+
 /// The gradients of `micro_batches` run one after the other through `model`'s `TrainStep`,
-/// summed, with the sum of their losses (and of a mixture's load-balancing losses) and their
-/// target tokens.
-fn accumulate(
-    model: &LanguageModel,
-    micro_batches: Vec<LmBatch>,
-) -> (GradientsParams, Tensor<1>, Option<Tensor<1>>, usize) {
+/// summed, with the sum of their losses (and of a mixture's load-balancing losses, or of a
+/// preference loss's metrics) and their target tokens.
+fn accumulate(model: &LanguageModel, micro_batches: Vec<LmBatch>) -> Accumulated {
     let mut accumulator = GradientsAccumulator::new();
     let mut loss_sum: Option<Tensor<1>> = None;
     let mut balance_sum: Option<Tensor<1>> = None;
+    let mut preference_sum: Option<Tensor<1>> = None;
     let mut tokens = 0;
     let add = |sum: Option<Tensor<1>>, value: Tensor<1>| match sum {
         Some(sum) => sum + value,
@@ -94,9 +106,17 @@ fn accumulate(
         if let Some(balance) = output.item.load_balancing {
             balance_sum = Some(add(balance_sum, balance.inner()));
         }
+        if let Some(metrics) = output.item.preference {
+            preference_sum = Some(add(preference_sum, metrics.inner()));
+        }
     }
-    let loss_sum = loss_sum.expect("at least one micro-batch");
-    (accumulator.grads(), loss_sum, balance_sum, tokens)
+    Accumulated {
+        grads: accumulator.grads(),
+        loss: loss_sum.expect("at least one micro-batch"),
+        balance: balance_sum,
+        preference: preference_sum,
+        tokens,
+    }
 }
 
 /// The forward and backward passes of `micro_batches` on `model`, their gradients combined over
@@ -116,11 +136,22 @@ pub fn step_gradients(
 ) -> Result<StepGradients, TrainError> {
     assert!(!micro_batches.is_empty(), "an optimizer step needs a batch");
     let count = micro_batches.len();
-    let (mut grads, mut loss_sum, mut balance_sum, mut tokens) = match &model.pipeline {
+    let Accumulated {
+        mut grads,
+        loss: mut loss_sum,
+        balance: mut balance_sum,
+        preference: mut preference_sum,
+        mut tokens,
+    } = match &model.pipeline {
         Some(pipeline) => {
             let (step, tokens) = model.pipeline_step(pipeline, micro_batches);
-            let balance_sum = step.load_balancing.map(Tensor::inner);
-            (step.gradients, step.objective.inner(), balance_sum, tokens)
+            Accumulated {
+                grads: step.gradients,
+                loss: step.objective.inner(),
+                balance: step.load_balancing.map(Tensor::inner),
+                preference: None,
+                tokens,
+            }
         }
         None => accumulate(model, micro_batches),
     };
@@ -139,8 +170,9 @@ pub fn step_gradients(
             None => average_gradients(model, &mut grads, &groups),
         }
         loss_sum = collective::all_reduce(loss_sum, ReduceOp::Mean, &groups);
-        balance_sum =
-            balance_sum.map(|balance| collective::all_reduce(balance, ReduceOp::Mean, &groups));
+        let mean = |sum: Tensor<1>| collective::all_reduce(sum, ReduceOp::Mean, &groups);
+        balance_sum = balance_sum.map(mean);
+        preference_sum = preference_sum.map(mean);
         tokens *= layout.data;
     }
     let tensor_groups = (layout.tensor > 1).then(|| layout.tensor_groups());
@@ -162,13 +194,15 @@ pub fn step_gradients(
         // the norm stays global.
         squares = collective::all_reduce(squares, ReduceOp::Sum, &zero1.groups);
     }
-    // One read back per step: the summed loss, the summed squared gradient and a mixture's
-    // summed load-balancing loss.
+    // One read back per step: the summed loss, the summed squared gradient, a mixture's
+    // summed load-balancing loss and a preference loss's summed metrics.
     let balanced = balance_sum.is_some();
+    let preferred = preference_sum.is_some();
     let values = Tensor::cat(
         std::iter::once(loss_sum)
             .chain(std::iter::once(squares))
             .chain(balance_sum)
+            .chain(preference_sum)
             .collect(),
         0,
     )
@@ -176,6 +210,10 @@ pub fn step_gradients(
     let values: Vec<f64> = values.iter::<f32>().map(|value| value.elem()).collect();
     let loss = values[0] / count as f64;
     let grad_norm = values[1].sqrt() / count as f64;
+    // The rest are sums over the micro-batches.
+    let mut extra = values[2..].iter().map(|sum| sum / count as f64);
+    let load_balancing_loss = balanced.then(|| extra.next().expect("read with the loss"));
+    let preference = preferred.then(|| PreferenceMetrics::from_values(&extra.collect::<Vec<_>>()));
     if loss.is_finite() && grad_norm.is_finite() {
         let factor = clip_coefficient(grad_norm, clip_grad_norm) / count as f64;
         scale_grads(model, &mut grads, factor);
@@ -185,6 +223,7 @@ pub fn step_gradients(
         loss,
         grad_norm,
         tokens,
-        load_balancing_loss: balanced.then(|| values[2] / count as f64),
+        load_balancing_loss,
+        preference,
     })
 }

@@ -15,6 +15,8 @@ use hlat_train::parallel::{
 };
 use hlat_train::precision::Precision;
 
+use super::align::MethodArg;
+
 /// Arguments of `hlat info`.
 #[derive(Args)]
 pub struct InfoArgs {
@@ -51,9 +53,14 @@ pub struct InfoArgs {
     /// Tokens per row (default: the model's context).
     #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
     pub seq_len: Option<usize>,
-    /// Rows per micro-batch on each data-parallel replica.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = super::ranges::at_least_one::<usize>())]
-    pub micro_batch_rows: usize,
+    /// Rows per micro-batch on each data-parallel replica [default: 1; with --align, 2: one
+    /// pair].
+    #[arg(long, value_name = "N", value_parser = super::ranges::at_least_one::<usize>())]
+    pub micro_batch_rows: Option<usize>,
+    /// The memory of a preference run (`hlat align --method M`): pairs of rows, and for DPO the
+    /// reference model's pass before training.
+    #[arg(long, value_name = "METHOD", value_enum)]
+    pub align: Option<super::align::MethodArg>,
     /// Parameter and compute precision: f32, bf16-sr or bf16-mixed.
     #[arg(long, value_name = "P", default_value = "bf16-sr")]
     pub precision: Precision,
@@ -85,10 +92,10 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
 fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<String> {
     anyhow::ensure!(args.dp > 0, "--dp must be positive");
     anyhow::ensure!(args.tp > 0, "--tp must be positive");
-    anyhow::ensure!(
-        args.micro_batch_rows > 0,
-        "--micro-batch-rows must be positive"
-    );
+    let micro_batch_rows =
+        args.micro_batch_rows
+            .unwrap_or(if args.align.is_some() { 2 } else { 1 });
+    anyhow::ensure!(micro_batch_rows > 0, "--micro-batch-rows must be positive");
     anyhow::ensure!(
         args.device_memory.is_finite() && args.device_memory > 0.0,
         "--device-memory must be a positive number of GiB, got {}",
@@ -129,6 +136,16 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     );
     let mut pipeline_config = TrainConfig::default();
     args.pipeline.apply(&mut pipeline_config);
+    if args.align.is_some() {
+        // The same refusals as a preference run's.
+        hlat_train::align::pairs::check_config(&TrainConfig {
+            micro_batch_rows,
+            activation_checkpointing: args.activation_checkpointing,
+            eval_every: 0,
+            ..pipeline_config.clone()
+        })
+        .map_err(|error| anyhow::anyhow!("--align: {error}"))?;
+    }
     let layout = ParallelLayout {
         data: args.dp,
         expert: args.ep,
@@ -138,7 +155,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         zero1: args.zero1,
     };
     let batch_tokens = args.batch_tokens.unwrap_or(pipeline_config.batch_tokens);
-    let micro_tokens = seq_len * args.micro_batch_rows * args.dp;
+    let micro_tokens = seq_len * micro_batch_rows * args.dp;
     anyhow::ensure!(
         batch_tokens.is_multiple_of(micro_tokens),
         "--batch-tokens {batch_tokens} is not a multiple of seq_len × micro_batch_rows × dp = \
@@ -163,17 +180,20 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     };
     let shape = StepShape {
         seq_len,
-        micro_batch_rows: args.micro_batch_rows,
+        micro_batch_rows,
         precision: args.precision,
         checkpointing: args.activation_checkpointing,
         pipeline,
         lora,
         moe_capacity_factor: args.moe_capacity_factor,
+        preference_pairs: args.align.is_some(),
     };
     let memory = DeviceMemory::estimate(config, &layout, &shape);
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
     let budget = args.device_memory;
-    let fits = gib(memory.total_bytes()) <= budget;
+    let (alignment, reference_pass) = describe_alignment(config, &layout, &shape, args.align);
+    let total = memory.total_bytes().max(reference_pass);
+    let fits = gib(total) <= budget;
     let mut features = Vec::new();
     if layout.sequence_parallel {
         features.push("sequence parallel".to_string());
@@ -192,6 +212,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
          {}\
          memory per device: parameters {:.2} GiB ({}), gradients {:.2} GiB, optimizer state \
          {:.2} GiB, activations {:.2} GiB (estimate: {} x {} tokens per micro-batch)\n\
+         {alignment}\
          total per device: {:.2} GiB of {budget} GiB: {}\n",
         layout.data,
         match layout.expert {
@@ -216,11 +237,57 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         gib(memory.gradient_bytes),
         gib(memory.optimizer_bytes),
         gib(memory.activation_bytes),
-        args.micro_batch_rows,
+        micro_batch_rows,
         seq_len,
-        gib(memory.total_bytes()),
+        gib(total),
         if fits { "fits" } else { "does not fit" },
     ))
+}
+
+/// What a preference run of `method` adds to the description, and the peak bytes per device of
+/// DPO's reference pass (0 without one): its weights (the policy's are not loaded yet) and one
+/// micro-batch's f32 logits, the largest tensor of a forward pass.
+fn describe_alignment(
+    config: &HlatConfig,
+    layout: &ParallelLayout,
+    shape: &StepShape,
+    method: Option<MethodArg>,
+) -> (String, u64) {
+    let Some(method) = method else {
+        return (String::new(), 0);
+    };
+    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+    let pairs = shape.micro_batch_rows / 2;
+    let rows = format!(
+        "alignment: {}, pairs per micro-batch: {pairs} (each its chosen and its rejected row, \
+         the plain backward pass)",
+        match method {
+            MethodArg::Dpo => "dpo",
+            MethodArg::Orpo => "orpo",
+        }
+    );
+    if method == MethodArg::Orpo {
+        return (format!("{rows}; no reference model\n"), 0);
+    }
+    let frozen = StepShape {
+        lora: None,
+        ..*shape
+    };
+    let weights = DeviceMemory::estimate(config, layout, &frozen).parameter_bytes;
+    let vocab_per_device = config.vocab_size.div_ceil(layout.tensor) as u64;
+    let logits = (shape.micro_batch_rows * shape.seq_len) as u64 * vocab_per_device * 4;
+    let pass = weights + logits;
+    (
+        format!(
+            "{rows}; the reference model's log-probabilities are computed before training \
+             (forward only: {:.2} GiB per device, its weights and a micro-batch's logits), so \
+             training holds one model (a reference kept through training would add {:.2} GiB \
+             per device)\n",
+            gib(pass),
+            gib(weights)
+        ),
+        pass,
+    )
 }
 
 /// The stages of a pipelined layout as memory sees them, and their description: stages, layers

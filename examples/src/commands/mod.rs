@@ -1,6 +1,7 @@
 //! One file per `hlat` subcommand.
 
 pub mod adapter_arg;
+pub mod align;
 pub mod bench;
 pub mod cache;
 pub mod compile;
@@ -19,6 +20,7 @@ pub mod profile;
 pub mod ranges;
 pub mod serve;
 pub mod train_args;
+pub mod tuning_args;
 pub mod validation_plot;
 
 use anyhow::Context;

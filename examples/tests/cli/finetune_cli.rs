@@ -14,13 +14,13 @@ use super::{as_strs, fixture, losses, run, succeed};
 
 /// A model folder: the tiny Llama 3's weights with the chat fixture's tokenizer (its 1005 ids fit
 /// the model's 1024).
-fn base_model(dir: &Path) -> PathBuf {
+pub(super) fn base_model(dir: &Path) -> PathBuf {
     base_model_of(dir, "hf-tiny-llama3")
 }
 
 /// A model folder: the weights of fixture `weights` (a vocabulary of 1024) with the chat
 /// fixture's tokenizer.
-fn base_model_of(dir: &Path, weights: &str) -> PathBuf {
+pub(super) fn base_model_of(dir: &Path, weights: &str) -> PathBuf {
     let base = dir.join("base");
     std::fs::create_dir_all(&base).unwrap();
     for (folder, file) in [
@@ -58,7 +58,7 @@ fn records(path: &Path) {
 }
 
 /// Every float parameter of the model in `dir` (which holds no adapters), in visiting order.
-fn weights(dir: &Path) -> Vec<TensorData> {
+pub(super) fn weights(dir: &Path) -> Vec<TensorData> {
     let (_, model, _) = hlat::checkpoint::load_any(dir, &Device::flex()).unwrap();
     assert!(!model.has_lora(), "{} holds adapters", dir.display());
     test_support::module::parameters(&model)
@@ -67,10 +67,27 @@ fn weights(dir: &Path) -> Vec<TensorData> {
 /// `hlat finetune` of the model in `base` on the records in `data` into `out`, on `host`, then
 /// `extra` flags.
 fn finetune(base: &Path, data: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
+    tuning(
+        &["finetune"],
+        base,
+        (data, out),
+        &[&["--device", "host"], extra].concat(),
+    )
+}
+
+/// `hlat COMMAND...` (`finetune`, `align --method M`) of the model in `base` on the records in
+/// `data` into `out`, then `extra` flags.
+pub(super) fn tuning(
+    command: &[&str],
+    base: &Path,
+    (data, out): (&Path, &Path),
+    extra: &[&str],
+) -> Vec<String> {
     let text = |path: &Path| path.to_str().unwrap().to_string();
-    ["finetune", "--model"]
-        .into_iter()
-        .map(str::to_string)
+    command
+        .iter()
+        .chain(&["--model"])
+        .map(|word| word.to_string())
         .chain([
             text(base),
             "--data".into(),
@@ -78,7 +95,6 @@ fn finetune(base: &Path, data: &Path, out: &Path, extra: &[&str]) -> Vec<String>
             "--out".into(),
             text(out),
         ])
-        .chain(["--device", "host"].into_iter().map(str::to_string))
         .chain(extra.iter().map(|flag| flag.to_string()))
         .collect()
 }

@@ -1,6 +1,7 @@
 //! The `hlat` command line end to end, in one binary: each test runs the built `hlat` program.
 
 mod adapter_cli;
+mod align_cli;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod allocator_cli;
 mod bench_smoke;
@@ -142,13 +143,22 @@ fn run_flags<'a>(command: &'a str, device: &'a str, max_steps: &'a str) -> Vec<&
 
 /// The loss of every step in a run folder's `metrics.jsonl`.
 fn losses(run: &std::path::Path) -> Vec<f64> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| {
-            serde_json::from_str::<hlat_train::metrics::StepMetrics>(line)
-                .unwrap()
-                .loss
-        })
+    test_support::training::logged_steps(run)
+        .iter()
+        .map(|step| step.loss)
         .collect()
+}
+
+/// The number after `what` in `text` (a figure of `hlat info`, such as a GiB).
+fn number_after(text: &str, what: &str) -> f64 {
+    let start = text
+        .find(what)
+        .unwrap_or_else(|| panic!("no `{what}` in {text}"))
+        + what.len();
+    text[start..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }

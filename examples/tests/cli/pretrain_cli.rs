@@ -316,15 +316,7 @@ fn info_counts_the_trainable_adapters_of_lora() {
         "{text}"
     );
     let full = succeed(&["info", "llama-3.1-8b", "--tp", "8", "--seq-len", "4096"]);
-    let gib = |text: &str, what: &str| -> f64 {
-        let start = text.find(what).unwrap() + what.len();
-        text[start..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let gib = super::number_after;
     // Frozen weights: the gradients and AdamW state shrink to the adapters'.
     assert!(
         gib(&text, "gradients ") < 0.05 * gib(&full, "gradients "),

@@ -32,11 +32,71 @@ pub struct PreferenceLoss {
     pub accuracy: Tensor<1>,
 }
 
+/// What TRL logs beside a preference loss, read back: means over a step's pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PreferenceMetrics {
+    /// `rewards/chosen`.
+    pub rewards_chosen: f64,
+    /// `rewards/rejected`.
+    pub rewards_rejected: f64,
+    /// `rewards/margins`.
+    pub margins: f64,
+    /// `rewards/accuracies`.
+    pub accuracy: f64,
+}
+
+impl PreferenceMetrics {
+    /// How many values [`PreferenceLoss::metrics`] holds.
+    pub const COUNT: usize = 4;
+
+    /// The metrics from the values of [`PreferenceLoss::metrics`] (or their mean over
+    /// micro-batches).
+    ///
+    /// # Panics
+    /// When `values` are not [`PreferenceMetrics::COUNT`].
+    pub fn from_values(values: &[f64]) -> Self {
+        let [rewards_chosen, rewards_rejected, margins, accuracy] = values else {
+            panic!("{} preference metrics, not {}", Self::COUNT, values.len());
+        };
+        Self {
+            rewards_chosen: *rewards_chosen,
+            rewards_rejected: *rewards_rejected,
+            margins: *margins,
+            accuracy: *accuracy,
+        }
+    }
+}
+
+impl PreferenceLoss {
+    /// The metrics beside the loss as one tensor `[4]`, without gradient: rewards of the chosen
+    /// and of the rejected completions, margins, accuracy ([`PreferenceMetrics::from_values`]
+    /// reads it back).
+    pub fn metrics(&self) -> Tensor<1> {
+        Tensor::cat(
+            vec![
+                self.rewards_chosen.clone(),
+                self.rewards_rejected.clone(),
+                self.margins.clone(),
+                self.accuracy.clone(),
+            ],
+            0,
+        )
+        .detach()
+    }
+}
+
 /// TRL's DPO loss types this crate computes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DpoLoss {
     /// `−logσ(β·h)`: TRL's default. TRL 1.16 ignores `label_smoothing` with it.
     Sigmoid,
+    /// Conservative DPO (cDPO, Mitchell 2023): the sigmoid loss with labels smoothed by `ε`,
+    /// `−(1 − ε)·logσ(β·h) − ε·logσ(−β·h)`, as TRL's sigmoid loss computed it before 1.0 (TRL
+    /// 1.16 computes it for its `aot` losses only).
+    Conservative {
+        /// `ε`, in (0, 0.5).
+        label_smoothing: f64,
+    },
     /// The robust loss of Chowdhury et al. 2024 for noisy preferences, with the chance
     /// `label_smoothing` (`ε`, below 0.5) that a pair's labels are flipped:
     /// `(−(1 − ε)·logσ(β·h) + ε·logσ(−β·h)) / (1 − 2ε)`.
@@ -60,6 +120,10 @@ pub fn dpo(
     let scaled = logits.mul_scalar(beta);
     let losses = match kind {
         DpoLoss::Sigmoid => log_sigmoid(scaled).neg(),
+        DpoLoss::Conservative { label_smoothing } => {
+            log_sigmoid(scaled.clone()).mul_scalar(-(1.0 - label_smoothing))
+                - log_sigmoid(scaled.neg()).mul_scalar(label_smoothing)
+        }
         DpoLoss::Robust { label_smoothing } => (log_sigmoid(scaled.clone())
             .mul_scalar(-(1.0 - label_smoothing))
             + log_sigmoid(scaled.neg()).mul_scalar(label_smoothing))

@@ -55,8 +55,9 @@ pub struct PreferenceTokenizer<'a> {
     pub tokenizer: &'a Tokenizer,
     /// The chat template, needed by conversational records.
     pub template: Option<&'a ChatTemplate>,
-    /// The beginning-of-sequence id ORPO puts before a prompt that lacks it.
-    pub bos_id: u32,
+    /// The beginning-of-sequence id ORPO puts before a prompt that lacks it (none when the
+    /// tokenizer has none, as Qwen's, and TRL then adds nothing).
+    pub bos_id: Option<u32>,
     /// The end-of-sequence id and its text.
     pub eos: (u32, &'a str),
     /// Whose tokenization to follow.
@@ -205,8 +206,10 @@ impl PreferenceTokenizer<'_> {
                 start = start.saturating_sub(1);
             }
             let mut ids = Vec::with_capacity(full.len() + 2);
-            if full[..start].first() != Some(&self.bos_id) {
-                ids.push(self.bos_id);
+            if let Some(bos_id) = self.bos_id
+                && full[..start].first() != Some(&bos_id)
+            {
+                ids.push(bos_id);
             }
             ids.extend(&full[..start]);
             let prompt_len = ids.len();

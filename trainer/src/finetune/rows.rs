@@ -15,13 +15,14 @@ use super::records::SftExample;
 /// The shortest bucket length.
 pub const MIN_BUCKET: usize = 16;
 
-/// The sequence length of a run over `examples`: the smallest power of two (at least
-/// [`MIN_BUCKET`]) that holds the longest example's predictions, at most `limit`. Longer
-/// examples are cut to it (see [`SftRows::new`]).
-pub fn bucket_len(examples: &[SftExample], limit: usize) -> usize {
-    let longest = examples
-        .iter()
-        .map(|example| example.ids.len().saturating_sub(1))
+/// The sequence length of a run over sequences of `lengths` tokens (fine-tuning examples, or
+/// preference pairs' sides): the smallest power of two (at least [`MIN_BUCKET`]) that holds the
+/// longest sequence's predictions, at most `limit`. Longer sequences are cut to it (see
+/// [`SftRows::new`]).
+pub fn bucket_len(lengths: impl IntoIterator<Item = usize>, limit: usize) -> usize {
+    let longest = lengths
+        .into_iter()
+        .map(|length| length.saturating_sub(1))
         .max()
         .unwrap_or(1);
     longest.next_power_of_two().max(MIN_BUCKET).min(limit)

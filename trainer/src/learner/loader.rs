@@ -1,6 +1,7 @@
 //! Burn data loaders of packed rows: [`LayoutBatcher`] and [`RowsBatcher`] make the items of
-//! Burn's own loaders micro-batches; [`StepLoader`] feeds a run's optimizer steps from the
-//! resumable [`Sampler`], so a resumed run sees exactly the rows an uninterrupted one would.
+//! Burn's own loaders micro-batches; [`StepLoader`] feeds a run's optimizer steps (of rows, or of
+//! preference pairs) from the resumable [`Sampler`], so a resumed run sees exactly the rows an
+//! uninterrupted one would.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use burn::data::dataloader::{DataLoader, DataLoaderIterator, Progress};
 use burn::data::dataset::DatasetError;
 use burn::tensor::Device;
 
+use crate::align::pairs::{PreferencePairs, ROWS_PER_PAIR};
 use crate::data::{DataError, RowSource, Sampler, SamplerState};
 use crate::language_model::LmBatch;
 use crate::parallel::{ParallelLayout, split_rows};
@@ -68,10 +70,14 @@ pub fn step_micro_batches(
 
 /// A run's training rows as a Burn data loader: `steps` optimizer steps drawn from a [`Sampler`]
 /// that starts at `start`, each step `rows_per_step` rows cut into micro-batches (the loader's
-/// items, `accumulation` per step) by [`step_micro_batches`]. Every iteration starts again from
-/// `start`, so the sequence is the same each time; progress counts rows.
+/// items, `accumulation` per step) by [`step_micro_batches`], or, over preference pairs
+/// ([`StepLoader::with_pairs`]), `rows_per_step / 2` pairs cut by
+/// [`PreferencePairs::step_micro_batches`]. Every iteration starts again from `start`, so the
+/// sequence is the same each time; progress counts rows.
 pub struct StepLoader {
     source: Arc<dyn RowSource>,
+    /// The preference pairs the sampler's rows index, when the run trains pairs.
+    pairs: Option<Arc<PreferencePairs>>,
     start: SamplerState,
     rows_per_step: usize,
     micro_batch_rows: usize,
@@ -85,6 +91,7 @@ impl Clone for StepLoader {
     fn clone(&self) -> Self {
         Self {
             source: Arc::clone(&self.source),
+            pairs: self.pairs.clone(),
             start: self.start,
             rows_per_step: self.rows_per_step,
             micro_batch_rows: self.micro_batch_rows,
@@ -125,12 +132,44 @@ impl StepLoader {
         let items = steps as usize * accumulation;
         Ok(Self {
             source,
+            pairs: None,
             start,
             rows_per_step,
             micro_batch_rows,
             layout,
             device,
             items: 0..items,
+        })
+    }
+
+    /// The loader drawing the preference `pairs` instead (the loader's source must be the same
+    /// pairs, as a `RowSource` of their indices): each step's `rows_per_step` rows are half as
+    /// many pairs, each micro-batch's `micro_batch_rows` rows half as many pairs (a pair's two
+    /// rows stay in one micro-batch).
+    pub fn with_pairs(self, pairs: Arc<PreferencePairs>) -> Result<Self, DataError> {
+        if !self.micro_batch_rows.is_multiple_of(ROWS_PER_PAIR) {
+            return Err(DataError::setting(
+                "micro_batch_rows",
+                format!(
+                    "{} rows do not hold whole preference pairs (a pair is its chosen and its \
+                     rejected row)",
+                    self.micro_batch_rows
+                ),
+            ));
+        }
+        if self.source.num_rows() != pairs.num_rows() {
+            return Err(DataError::setting(
+                "preference pairs",
+                format!(
+                    "the loader draws from {} rows, not the {} pairs' indices",
+                    self.source.num_rows(),
+                    pairs.num_rows()
+                ),
+            ));
+        }
+        Ok(Self {
+            pairs: Some(pairs),
+            ..self
         })
     }
 
@@ -143,9 +182,27 @@ impl StepLoader {
     /// after them saves).
     pub fn sampler_state_after(&self, steps: u64) -> SamplerState {
         self.start.advanced(
-            steps * self.rows_per_step as u64,
+            steps * self.draws_per_step() as u64,
             self.source.num_rows() as u64,
         )
+    }
+
+    /// Rows the sampler draws per optimizer step: rows, or pairs' indices.
+    fn draws_per_step(&self) -> usize {
+        match self.pairs {
+            Some(_) => self.rows_per_step / ROWS_PER_PAIR,
+            None => self.rows_per_step,
+        }
+    }
+
+    /// The micro-batches of one step whose sampler drew `rows`.
+    fn step_micro_batches(&self, rows: &[Vec<u32>]) -> Vec<LmBatch> {
+        let Some(pairs) = &self.pairs else {
+            return step_micro_batches(rows, self.micro_batch_rows, &self.layout, &self.device);
+        };
+        let indices: Vec<usize> = rows.iter().map(|row| row[0] as usize).collect();
+        let per_micro_batch = self.micro_batch_rows / ROWS_PER_PAIR;
+        pairs.step_micro_batches(&indices, per_micro_batch, &self.layout, &self.device)
     }
 
     fn rows_per_item(&self) -> usize {
@@ -210,17 +267,13 @@ impl Iterator for StepIterator<'_> {
         }
         if self.pending.is_empty() {
             let loader = self.loader;
-            let rows = self.sampler.next_batch(loader.rows_per_step);
+            let rows = self.sampler.next_batch(loader.draws_per_step());
             let skip = self.next % loader.accumulation();
-            self.pending = step_micro_batches(
-                &rows,
-                loader.micro_batch_rows,
-                &loader.layout,
-                &loader.device,
-            )
-            .into_iter()
-            .skip(skip)
-            .collect();
+            self.pending = loader
+                .step_micro_batches(&rows)
+                .into_iter()
+                .skip(skip)
+                .collect();
         }
         self.next += 1;
         self.pending.pop_front().map(Ok)

@@ -16,7 +16,7 @@ mod shared_optimizer;
 mod strategy;
 
 pub use loader::{LayoutBatcher, RowsBatcher, StepLoader, step_micro_batches};
-pub use metrics::TokenLossMetric;
+pub use metrics::{OutputMetric, OutputReading, Reward, RewardMetric, TokenLoss, TokenLossMetric};
 pub use observer::{ObservedStep, RunEnd, StepObserver};
 pub use optimizer_step::{OptimizerStep, step_seed};
 pub use renderer::ProgressRenderer;

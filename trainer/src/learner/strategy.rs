@@ -129,6 +129,17 @@ impl SupervisedLearningStrategy<LanguageModel> for HlatStrategy {
                     ),
                     tokens: report.tokens,
                     load_balancing: None,
+                    preference: report.preference.map(|rewards| {
+                        Tensor::<1>::from_floats(
+                            [
+                                rewards.rewards_chosen as f32,
+                                rewards.rewards_rejected as f32,
+                                rewards.margins as f32,
+                                rewards.accuracy as f32,
+                            ],
+                            &model.devices()[0].clone().inner(),
+                        )
+                    }),
                 };
                 let item = TrainingItem::new(
                     item,

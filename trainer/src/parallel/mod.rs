@@ -198,7 +198,7 @@ impl ParallelLayout {
 ///
 /// # Panics
 /// When `rows` does not divide into `parts` (the configuration is validated before).
-pub fn split_rows(rows: &[Vec<u32>], parts: usize) -> Vec<&[Vec<u32>]> {
+pub fn split_rows<T>(rows: &[T], parts: usize) -> Vec<&[T]> {
     assert!(
         rows.len().is_multiple_of(parts),
         "{} rows do not divide into {parts} replicas",

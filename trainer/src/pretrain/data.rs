@@ -1,8 +1,10 @@
 //! The data of a pretraining run: the built-in corpus or prepared shard folders mixed by weight,
 //! split into training rows, validation rows and the tokenizer that made them.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::align::PreferencePairs;
 use crate::config::TrainConfig;
 use crate::data::{
     BuiltinDataConfig, DataError, Mixture, PackedRows, RowSource, ShardSet, Split, TextTokenizer,
@@ -30,6 +32,18 @@ pub enum DataChoice {
     /// Supervised fine-tuning examples, one per row (`hlat finetune`); the tokenizer is the
     /// starting model's. They are their own validation rows.
     Sft(SftRows),
+    /// Preference pairs (`hlat align`), each two rows; no validation rows.
+    Preference(PreferenceData),
+}
+
+/// The pairs of a preference run and, for DPO, its reference model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreferenceData {
+    /// The pairs (for DPO, with the reference log-probabilities already computed, or not).
+    pub pairs: PreferencePairs,
+    /// The model folder whose log-probabilities DPO compares with when `pairs` lacks them
+    /// [default: the run's starting model, `PretrainOptions::init_from`].
+    pub reference_model: Option<PathBuf>,
 }
 
 /// Training and validation rows with the tokenizer that made them.
@@ -42,6 +56,8 @@ pub(super) struct PreparedData {
     pub tokenizer: Option<TextTokenizer>,
     /// Exclusive upper bound of the token ids in the data.
     pub vocab_size: usize,
+    /// The preference pairs that `train` draws, in a preference run.
+    pub pairs: Option<PreferencePairs>,
 }
 
 pub(super) fn data_error(error: DataError) -> TrainError {
@@ -74,6 +90,7 @@ pub(super) fn prepare_data(
                 train: Arc::new(dataset.train),
                 validation: Some(Box::new(dataset.validation)),
                 tokenizer: Some(dataset.tokenizer),
+                pairs: None,
             })
         }
         DataChoice::Shards(sources) => {
@@ -115,6 +132,7 @@ pub(super) fn prepare_data(
                 validation,
                 tokenizer,
                 vocab_size,
+                pairs: None,
             })
         }
         DataChoice::Sft(rows) => {
@@ -129,6 +147,23 @@ pub(super) fn prepare_data(
                 train: Arc::new(rows.clone()),
                 validation: Some(Box::new(rows.clone())),
                 tokenizer: None,
+                pairs: None,
+            })
+        }
+        DataChoice::Preference(data) => {
+            let pairs = &data.pairs;
+            log::info!(
+                "preference data: {} pairs in rows of {} tokens, {} completion tokens scored",
+                pairs.examples().len(),
+                pairs.seq_len() + 1,
+                pairs.completion_tokens()
+            );
+            Ok(PreparedData {
+                vocab_size: pairs.vocab_size(),
+                train: Arc::new(pairs.clone()),
+                validation: None,
+                tokenizer: None,
+                pairs: Some(pairs.clone()),
             })
         }
     }
@@ -157,6 +192,9 @@ pub fn validation_source(
         )),
         DataChoice::Shards(sources) => shard_validation(sources, config),
         DataChoice::Sft(rows) => Ok(Box::new(rows.clone())),
+        DataChoice::Preference(_) => Err(TrainError::Mismatch(
+            "preference pairs have no validation rows".to_string(),
+        )),
     }
 }
 

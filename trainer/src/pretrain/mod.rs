@@ -21,16 +21,17 @@ use burn::train::metric::LearningRateMetric;
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use hlat::checkpoint::run_folder::{RunFolder, rank_output};
 
+use crate::align::PreferencePairs;
 use crate::checkpoint_state::{ProcessShare, read_state};
 use crate::error::TrainError;
 use crate::learner::{
-    HlatStrategy, OptimizerStep, ProgressRenderer, RowsBatcher, RunFolderLogger, SharedOptimizer,
-    StepLoader, TokenLossMetric,
+    HlatStrategy, OptimizerStep, ProgressRenderer, RewardMetric, RowsBatcher, RunFolderLogger,
+    SharedOptimizer, StepLoader, TokenLossMetric,
 };
 use crate::metrics::MetricsLog;
 use crate::schedule::WarmupCosineScheduler;
 
-pub use data::{DataChoice, validation_source};
+pub use data::{DataChoice, PreferenceData, validation_source};
 pub use run::{CompileCounter, CompileTotals};
 
 /// The file a run writes its configuration to.
@@ -138,6 +139,9 @@ pub fn pretrain(
     let started = std::time::Instant::now();
     let config = &options.config;
     config.validate()?;
+    if let DataChoice::Preference(_) = &options.data {
+        crate::align::pairs::check_config(config)?;
+    }
     let layout = config.layout();
     let replicas = burn_trainium::collective::replica_count(device);
     if replicas != layout.replicas() {
@@ -167,6 +171,16 @@ pub fn pretrain(
     let folder = RunFolder::new(&out);
     let (job, resume_from) = agree_on_start(options)?;
     let mut data = data::prepare_data(&options.data, config)?;
+    // DPO's reference pass runs before the policy is loaded, so that the device never holds
+    // both models; a finished run skips it.
+    let finished = match &resume_from {
+        Some(dir) => read_state(dir)?.progress.step >= config.max_steps,
+        None => false,
+    };
+    let pairs = match data.pairs.take() {
+        Some(pairs) if !finished => Some(with_references(pairs, options, &device.clone().inner())?),
+        _ => None,
+    };
     if data.tokenizer.is_none()
         && let Some(dir) = &options.init_from
         && dir.join(TOKENIZER_FILE).is_file()
@@ -189,15 +203,20 @@ pub fn pretrain(
     let start_step = start.progress.step;
     let optimizer = SharedOptimizer::new(start.optimizer);
     let validation_device = device.clone().inner();
+    let steps = config.max_steps.saturating_sub(start_step);
     let train = StepLoader::new(
         Arc::clone(&data.train),
         start.sampler,
-        config.max_steps.saturating_sub(start_step),
+        steps,
         config.rows_per_step(),
         config.micro_batch_rows,
         layout,
         device.clone(),
-    )
+    );
+    let train = match pairs {
+        Some(pairs) => train.and_then(|train| train.with_pairs(Arc::new(pairs))),
+        _ => train,
+    }
     .map_err(data::data_error)?;
     let run = Arc::new(run::PretrainRun::new(
         run::RunOutputs {
@@ -271,6 +290,12 @@ pub fn pretrain(
         .metric_train_numeric(TokenLossMetric::new())
         .metric_valid_numeric(TokenLossMetric::new())
         .metric_train_numeric(LearningRateMetric::new());
+    let training = match &options.data {
+        DataChoice::Preference(_) => training
+            .metric_train_numeric(RewardMetric::margins())
+            .metric_train_numeric(RewardMetric::accuracy()),
+        _ => training,
+    };
     let progress = ProgressRenderer::new(start_step, config.max_steps, config.progress);
     #[cfg(feature = "dashboard")]
     let (training, _dashboard) = match dashboard::Dashboard::open(config.progress) {
@@ -284,4 +309,36 @@ pub fn pretrain(
     let training = training.renderer(Box::new(progress));
     training.launch(learner);
     run.finish()
+}
+
+/// `pairs` with the reference model's log-probabilities DPO needs, computed on `device` (the
+/// run's, without autodiff) with the run's layout when they are not there yet: the reference is
+/// the run's `reference_model`, else its starting model.
+fn with_references(
+    pairs: PreferencePairs,
+    options: &PretrainOptions,
+    device: &Device,
+) -> Result<PreferencePairs, TrainError> {
+    if !pairs.lacks_references() {
+        return Ok(pairs);
+    }
+    let DataChoice::Preference(data) = &options.data else {
+        unreachable!("pairs come from preference data");
+    };
+    let Some(dir) = data.reference_model.as_ref().or(options.init_from.as_ref()) else {
+        return Err(TrainError::Mismatch(
+            "DPO needs a reference model: neither a reference nor a starting model is given"
+                .to_string(),
+        ));
+    };
+    let config = &options.config;
+    let reference = setup::reference_model(dir, config, device)?;
+    let references = crate::align::reference::reference_log_probs(
+        &reference,
+        &pairs,
+        config.micro_batch_rows / crate::align::pairs::ROWS_PER_PAIR,
+        &config.layout(),
+        device,
+    )?;
+    Ok(pairs.with_references(references))
 }

@@ -90,17 +90,7 @@ pub(super) fn start_run(
         None => hlat,
     };
     refuse_unsupported_mixture(hlat.config(), config)?;
-    let hlat = hlat.with_moe_capacity_factor(config.moe_capacity_factor);
-    let hlat = cast_params(hlat, config.precision.param_dtype());
-    let model = match layout.tensor_parallel() {
-        Some(parallel) => {
-            hlat::parallel::check_degree(hlat.config(), layout.tensor)
-                .map_err(|reason| TrainError::Mismatch(format!("tensor_parallel: {reason}")))?;
-            let hlat = hlat.shard(&parallel);
-            LanguageModel::sharded(hlat, config.precision.compute_cast(), parallel)
-        }
-        None => LanguageModel::new(hlat, config.precision.compute_cast()),
-    };
+    let model = split_for_tensor_parallel(hlat, config)?;
     let pipeline = layout
         .pipeline_parallel(
             model.hlat.config().num_layers,
@@ -191,6 +181,40 @@ pub(super) fn start_run(
     })
 }
 
+/// `hlat` as the run computes with it: the run's capacity factor, parameters in the run's
+/// precision, split over the tensor-parallel ranks.
+fn split_for_tensor_parallel(
+    hlat: Hlat,
+    config: &TrainConfig,
+) -> Result<LanguageModel, TrainError> {
+    let layout = config.layout();
+    let hlat = hlat.with_moe_capacity_factor(config.moe_capacity_factor);
+    let hlat = cast_params(hlat, config.precision.param_dtype());
+    Ok(match layout.tensor_parallel() {
+        Some(parallel) => {
+            hlat::parallel::check_degree(hlat.config(), layout.tensor)
+                .map_err(|reason| TrainError::Mismatch(format!("tensor_parallel: {reason}")))?;
+            let hlat = hlat.shard(&parallel);
+            LanguageModel::sharded(hlat, config.precision.compute_cast(), parallel)
+        }
+        None => LanguageModel::new(hlat, config.precision.compute_cast()),
+    })
+}
+
+/// The frozen reference model of a preference run, from the model folder `dir` (Hugging Face,
+/// native, or a run folder's newest checkpoint), laid out on `device` (without autodiff) as the
+/// run lays its policy out, without adapters.
+pub(super) fn reference_model(
+    dir: &Path,
+    config: &TrainConfig,
+    device: &Device,
+) -> Result<LanguageModel, TrainError> {
+    log::info!("reference model: {}", dir.display());
+    let (_, hlat, _) = hlat::checkpoint::load_any(dir, device)
+        .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))?;
+    split_for_tensor_parallel(hlat, config)
+}
+
 /// `hlat` with its weights frozen and LoRA adapters attached: fresh ones (PEFT's
 /// initialisation, drawn from `seed`), or those of the PEFT adapter folder `adapter_dir` (a
 /// resumed checkpoint's `adapter/`, or `hlat finetune --adapter`), which must have the run's
@@ -255,7 +279,7 @@ fn initial_model(
     device: &Device,
 ) -> Result<Hlat, TrainError> {
     if let Some(dir) = &options.init_from {
-        log::info!("continual pretraining from {}", dir.display());
+        log::info!("starting from {}", dir.display());
         return hlat::checkpoint::load_any(dir, device)
             .map(|(_, model, _)| model)
             .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())));

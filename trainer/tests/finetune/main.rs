@@ -251,7 +251,7 @@ fn batch_loss(model: &LanguageModel, rows: &SftRows) -> f64 {
 fn the_masked_loss_is_the_hand_computed_masked_cross_entropy() {
     let examples = examples();
     let model = model();
-    let seq_len = bucket_len(&examples, 64);
+    let seq_len = bucket_len(examples.iter().map(|example| example.ids.len()), 64);
     assert_eq!(seq_len, 32);
     let (rows, dropped) = SftRows::new(&examples, seq_len, 0);
     assert_eq!(dropped, 0);
@@ -268,7 +268,7 @@ fn the_masked_loss_is_the_hand_computed_masked_cross_entropy() {
 fn a_batch_of_padded_rows_equals_its_examples_one_by_one() {
     let examples = examples();
     let model = model();
-    let seq_len = bucket_len(&examples, 64);
+    let seq_len = bucket_len(examples.iter().map(|example| example.ids.len()), 64);
     let (rows, _) = SftRows::new(&examples, seq_len, 0);
     let together = batch_loss(&model, &rows) * rows.trained_tokens() as f64;
     let mut apart = 0.0;

@@ -1,6 +1,7 @@
 //! The integration tests of `hlat-train`, in one binary: the data pipeline (`data_*`),
 //! evaluation (`eval_*`) and the trainer (`train_*`).
 
+mod align_job;
 mod align_trl;
 mod data_builtin;
 mod data_formats;

@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use hlat_train::config::TrainConfig;
-use hlat_train::metrics::{METRICS_FILE, StepMetrics};
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PretrainOptions, pretrain};
 use hlat_train::schedule::WarmupCosine;
+use test_support::training::logged_steps;
 
 fn options(out: &Path, max_steps: u64) -> PretrainOptions {
     PretrainOptions {
@@ -47,14 +47,6 @@ fn run_with(options: PretrainOptions) -> Vec<f64> {
     pretrain(&options, &crate::host(), DeviceInfo { compiles: None })
         .unwrap()
         .losses
-}
-
-fn logged_steps(out: &Path) -> Vec<StepMetrics> {
-    std::fs::read_to_string(out.join(METRICS_FILE))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 #[test]
