@@ -12,11 +12,12 @@ use hlat_train::align::{
     AlignMethod, DpoLoss, PreferenceObjective, PreferencePairs, PreferenceTokenizer,
 };
 use hlat_train::config::TrainConfig;
+use hlat_train::data::DataError;
 use hlat_train::pretrain::{DataChoice, PreferenceData};
 
 use super::finetune::tuning_defaults;
 use super::pretrain::Job;
-use super::tuning_args::TuningArgs;
+use super::tuning_args::{TuningArgs, model_folder};
 
 /// How `hlat align` names itself in the run folders it records.
 const ALIGN_COMMAND: &str = "align";
@@ -138,7 +139,14 @@ pub fn run(args: AlignArgs) -> anyhow::Result<()> {
     let job = Job::from_env()?;
     tuning.check_out(ALIGN_COMMAND)?;
     let objective = args.objective()?;
+    if let Some(reference) = &args.ref_model {
+        model_folder(reference, "--ref-model")?;
+    }
     let mut config = tuning.config(defaults)?;
+    if tuning.train.micro_batch_rows.is_none() && !config.micro_batch_rows.is_multiple_of(2) {
+        // `--dp` cut the default micro-batch below a pair: one pair per replica.
+        config.micro_batch_rows += 1;
+    }
     hlat_train::align::pairs::check_config(&config)?;
     let model = tuning.starting_model("preference alignment")?;
     let tokenizer = &model.tokenizer;
@@ -149,7 +157,12 @@ pub fn run(args: AlignArgs) -> anyhow::Result<()> {
     let examples = PreferenceTokenizer {
         tokenizer: tokenizer.inner(),
         template: model.template.as_ref(),
-        bos_id: tokenizer.bos_id().ok(),
+        bos_id: match tokenizer.bos_id() {
+            Ok(id) => Some(id),
+            // A tokenizer without BOS (Qwen's): TRL adds none.
+            Err(DataError::MissingSpecialToken { .. }) => None,
+            Err(error) => return Err(error.into()),
+        },
         eos: (eos_id, &eos_text),
         method: args.method.into(),
     }

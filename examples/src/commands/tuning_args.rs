@@ -102,9 +102,7 @@ impl TuningArgs {
     /// The starting model's folder, tokenizer and chat template; `purpose` names the command's
     /// work in the error when the tokenizer is missing.
     pub fn starting_model(&self, purpose: &str) -> anyhow::Result<StartingModel> {
-        // A run folder holds its model (and tokenizer) in its newest checkpoint.
-        let dir = hlat::checkpoint::model_folder(&self.model)
-            .with_context(|| format!("--model {}", self.model.display()))?;
+        let dir = model_folder(&self.model, "--model")?;
         let tokenizer_path = dir.join(TOKENIZER_FILE);
         if !tokenizer_path.is_file() {
             bail!(
@@ -224,6 +222,33 @@ impl TuningArgs {
     pub fn check_out(&self, command: &str) -> anyhow::Result<()> {
         output_folder::check(&self.out, command, Some(&self.model), "--out")
     }
+}
+
+/// The model folder `dir` names (a run folder's newest checkpoint's `model/`), for the flag
+/// `flag`: an error naming the flag when there is none, or when it is a LoRA run's, whose
+/// `model/` lacks the adapter (its base model and `OUT/adapter` are what to name instead).
+pub fn model_folder(dir: &Path, flag: &str) -> anyhow::Result<PathBuf> {
+    let model =
+        hlat::checkpoint::model_folder(dir).with_context(|| format!("{flag} {}", dir.display()))?;
+    if hlat::checkpoint::folder_kind(&model).is_none() {
+        bail!(
+            "{flag} {}: not a model folder (no Hugging Face or native weights in {})",
+            dir.display(),
+            model.display()
+        );
+    }
+    if let Some(checkpoint) = model.parent()
+        && checkpoint.join(ADAPTER_DIR).is_dir()
+    {
+        bail!(
+            "{flag} {}: a LoRA run, whose checkpoints hold the frozen base weights and the \
+             adapter apart; name its base model and its adapter ({}) instead, or merge them \
+             (hlat convert --merge-adapter)",
+            dir.display(),
+            dir.join(ADAPTER_DIR).display()
+        );
+    }
+    Ok(model)
 }
 
 /// Copies a LoRA run's adapter from its last checkpoint into `out/adapter` (rank 0 only).

@@ -121,8 +121,24 @@ fn dpo_and_orpo_log_their_rewards_every_step() {
         assert!((margin - line.rewards_margins.unwrap()).abs() < 1e-6);
         assert!((accuracy - 100.0 * line.rewards_accuracies.unwrap()).abs() < 1e-6);
     }
-    let again = succeed(&as_strs(&dpo));
-    assert!(again.contains("nothing to train"), "{again}");
+    // The same command again finds the run finished, and computes no reference.
+    let again = run(&as_strs(&dpo));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&again.stdout),
+        String::from_utf8_lossy(&again.stderr),
+    );
+    assert!(again.status.success(), "{stderr}");
+    assert!(stdout.contains("nothing to train"), "{stdout}");
+    assert!(!stderr.contains("reference model:"), "{stderr}");
+    // With another β, it is refused naming the folder's pinned settings.
+    let other_beta = as_strs(&dpo)
+        .into_iter()
+        .chain(["--beta", "0.5"])
+        .collect::<Vec<_>>();
+    let refused = run(&other_beta);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("preference.json"), "{stderr}");
 
     let out = work.path().join("orpo");
     let orpo = align(
@@ -182,6 +198,33 @@ fn lora_alignment_writes_a_peft_adapter_and_keeps_the_base_weights() {
         weights(&base),
         "the base weights changed"
     );
+    // A LoRA run's folder is not a model (its checkpoints keep the adapter apart): refused as
+    // the reference or the starting model, naming the flag.
+    for flag in ["--ref-model", "--model"] {
+        let arguments = align(
+            ("dpo", "host"),
+            &base,
+            (&records("prefs.jsonl"), &work.path().join("refused")),
+            "1",
+            &[],
+        );
+        let mut arguments = as_strs(&arguments);
+        match flag {
+            "--model" => {
+                let at = arguments
+                    .iter()
+                    .position(|word| *word == "--model")
+                    .unwrap();
+                arguments[at + 1] = out.to_str().unwrap();
+            }
+            _ => arguments.extend([flag, out.to_str().unwrap()]),
+        }
+        let output = run(&arguments);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(&format!("{flag} ")), "{flag}: {stderr}");
+        assert!(stderr.contains("a LoRA run"), "{flag}: {stderr}");
+    }
     let first_loss = |out: &Path| logged_steps(out)[0].loss;
     assert!((first_loss(&out) - std::f64::consts::LN_2).abs() < 1e-5);
 
@@ -216,7 +259,7 @@ fn bad_records_and_settings_exit_2_naming_the_cause() {
     let work = tempfile::tempdir().unwrap();
     let base = base_model(work.path());
     let good = "{\"prompt\": \"a\", \"chosen\": \" b\", \"rejected\": \" c\"}\n";
-    let cases: [(&str, &str, &[&str], &str); 8] = [
+    let cases: [(&str, &str, &[&str], &str); 9] = [
         (
             "dpo",
             "{\"prompt\": \"a\", \"chosen\": \" b\", \"rejected\": \" c\"}\n{\"prompt\": \"a\", \
@@ -251,6 +294,12 @@ fn bad_records_and_settings_exit_2_naming_the_cause() {
             "activation_checkpointing",
         ),
         ("dpo", good, &["--eval-every", "2"], "eval_every"),
+        (
+            "dpo",
+            good,
+            &["--ref-model", "no-such-folder"],
+            "--ref-model no-such-folder",
+        ),
     ];
     for (index, (method, data, extra, message)) in cases.into_iter().enumerate() {
         let path = work.path().join(format!("prefs-{index}.jsonl"));

@@ -477,3 +477,58 @@ fn a_tensor_parallel_group_across_processes_is_refused_before_training() {
     refused_by_both(&flags, &["tensor_parallel = 2 does not fit the 1 replicas"]);
     assert!(!folder.path().join("job/checkpoints").exists());
 }
+
+/// `hlat align --method dpo` as a job of two processes (`--dp 2`, a replica each) equals one
+/// process driving both replicas, losses and rewards: each process computes its replica's
+/// reference log-probabilities and the processes share them.
+#[test]
+fn a_dpo_job_of_two_processes_aligns_as_one_process() {
+    let folder = tempfile::tempdir().unwrap();
+    let base = super::finetune_cli::base_model(folder.path());
+    let records = super::fixture("align-tiny-llama3/prefs.jsonl");
+    let reference = super::fixture("align-tiny-llama3/reference");
+    let flags = |out: &Path| {
+        let layout = [
+            "--device",
+            "host:0",
+            "--dp",
+            "2",
+            "--max-steps",
+            "3",
+            "--lr",
+            "1e-3",
+            "--seq-len",
+            "64",
+            "--micro-batch-rows",
+            "4",
+            "--no-progress",
+            "--ref-model",
+            reference.to_str().unwrap(),
+        ];
+        super::finetune_cli::tuning(
+            &["align", "--method", "dpo"],
+            &base,
+            (&records, out),
+            &layout,
+        )
+    };
+    let single = folder.path().join("single");
+    succeed(
+        &flags(&single)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let job = folder.path().join("job");
+    // Each process computes its replica's rows alone: a row no process shared would stop the
+    // job (`reference_log_probs`).
+    run_job(&flags(&job));
+    assert_close(&losses(&job), &losses(&single));
+    let rewards = |out: &Path| -> Vec<(u64, f64)> {
+        test_support::training::logged_steps(out)
+            .iter()
+            .map(|line| (line.step, line.rewards_margins.expect("margins logged")))
+            .collect()
+    };
+    assert_close(&rewards(&job), &rewards(&single));
+}

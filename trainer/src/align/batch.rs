@@ -6,6 +6,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::collective;
+use serde::{Deserialize, Serialize};
 
 use super::loss::{DpoLoss, PairLogProbs, PreferenceLoss, dpo, orpo};
 use super::records::{PreferenceExample, PreferenceSequence};
@@ -13,7 +14,8 @@ use crate::language_model::{LmBatch, NOT_A_TARGET};
 use crate::parallel::ParallelLayout;
 
 /// What preference pairs are trained with.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "method")]
 pub enum PreferenceObjective {
     /// DPO against the reference log-probabilities of [`PreferenceBatch::reference`].
     Dpo {
@@ -92,11 +94,9 @@ impl LmBatch {
                 .collect();
             collective::from_replicas(data, device)
         });
-        // Every target of a chosen row but padding, prompt included, as TRL counts them.
         let chosen_targets: usize = parts
             .iter()
-            .flat_map(|pairs| pairs.iter())
-            .map(|pair| pair.chosen.ids.len().min(seq_len + 1) - 1)
+            .map(|pairs| chosen_targets(pairs, seq_len))
             .sum();
         batch.preference = Some(PreferenceBatch {
             objective,
@@ -153,6 +153,15 @@ impl LmBatch {
             device,
         )
     }
+}
+
+/// Every target of the chosen rows of `pairs` but padding, prompt included, as TRL counts them
+/// for ORPO's negative log-likelihood.
+pub fn chosen_targets(pairs: &[PreferenceExample], seq_len: usize) -> usize {
+    pairs
+        .iter()
+        .map(|pair| pair.chosen.ids.len().min(seq_len + 1) - 1)
+        .sum()
 }
 
 /// The sequences of `pairs` in row order: chosen, rejected, chosen, ...

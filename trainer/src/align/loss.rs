@@ -6,6 +6,7 @@
 
 use burn::tensor::Tensor;
 use burn::tensor::activation::log_sigmoid;
+use serde::{Deserialize, Serialize};
 
 /// The per-example values of a batch of preference pairs, `[pairs]` each.
 #[derive(Debug, Clone)]
@@ -86,7 +87,8 @@ impl PreferenceLoss {
 }
 
 /// TRL's DPO loss types this crate computes.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "type")]
 pub enum DpoLoss {
     /// `−logσ(β·h)`: TRL's default. TRL 1.16 ignores `label_smoothing` with it.
     Sigmoid,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use burn::tensor::Device;
 
-use super::batch::PreferenceObjective;
+use super::batch::{PreferenceObjective, chosen_targets};
 use super::records::{PreferenceExample, PreferenceSequence};
 use crate::config::TrainConfig;
 use crate::data::RowSource;
@@ -149,7 +149,11 @@ impl PreferencePairs {
 
     /// The micro-batches of one optimizer step drawing the pairs `indices`: one contiguous slice
     /// per data-parallel rank, each cut into micro-batches of `pairs_per_micro_batch` pairs (as
-    /// `crate::learner::step_micro_batches` cuts rows).
+    /// `crate::learner::step_micro_batches` cuts rows). ORPO's negative log-likelihood is the
+    /// step's token mean: each micro-batch divides its replicas' sums by the step's chosen
+    /// targets over its micro-batches and replicas, so that neither the accumulation nor the
+    /// data parallelism, which group the pairs differently, changes the step's loss (with one
+    /// micro-batch on one device, TRL's batch mean).
     pub fn step_micro_batches(
         &self,
         indices: &[usize],
@@ -159,6 +163,13 @@ impl PreferencePairs {
     ) -> Vec<LmBatch> {
         let slices = crate::parallel::split_rows(indices, layout.data);
         let accumulation = slices[0].len() / pairs_per_micro_batch;
+        let step_pairs: Vec<PreferenceExample> = indices
+            .iter()
+            .map(|&index| self.examples[index].clone())
+            .collect();
+        let nll_targets = (chosen_targets(&step_pairs, self.seq_len) as f64
+            / (accumulation * layout.data) as f64)
+            .max(1.0);
         (0..accumulation)
             .map(|index| {
                 let span = index * pairs_per_micro_batch..(index + 1) * pairs_per_micro_batch;
@@ -166,7 +177,11 @@ impl PreferencePairs {
                     .iter()
                     .flat_map(|slice| slice[span.clone()].iter().copied())
                     .collect();
-                self.batch(&indices, layout, device)
+                let mut batch = self.batch(&indices, layout, device);
+                if let Some(preference) = &mut batch.preference {
+                    preference.nll_targets = nll_targets;
+                }
+                batch
             })
             .collect()
     }

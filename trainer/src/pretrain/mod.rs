@@ -22,6 +22,7 @@ use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use hlat::checkpoint::run_folder::{RunFolder, rank_output};
 
 use crate::align::PreferencePairs;
+use crate::align::run_state::{PinnedPairs, PinnedReference};
 use crate::checkpoint_state::{ProcessShare, read_state};
 use crate::error::TrainError;
 use crate::learner::{
@@ -173,13 +174,12 @@ pub fn pretrain(
     let mut data = data::prepare_data(&options.data, config)?;
     // DPO's reference pass runs before the policy is loaded, so that the device never holds
     // both models; a finished run skips it.
-    let finished = match &resume_from {
-        Some(dir) => read_state(dir)?.progress.step >= config.max_steps,
-        None => false,
-    };
     let pairs = match data.pairs.take() {
-        Some(pairs) if !finished => Some(with_references(pairs, options, &device.clone().inner())?),
-        _ => None,
+        Some(pairs) => {
+            let inner = device.clone().inner();
+            Some(pin_pairs(pairs, options, (&out, data.vocab_size), &inner)?)
+        }
+        None => None,
     };
     if data.tokenizer.is_none()
         && let Some(dir) = &options.init_from
@@ -311,34 +311,73 @@ pub fn pretrain(
     run.finish()
 }
 
-/// `pairs` with the reference model's log-probabilities DPO needs, computed on `device` (the
-/// run's, without autodiff) with the run's layout when they are not there yet: the reference is
-/// the run's `reference_model`, else its starting model.
-fn with_references(
+/// `pairs` as the run in `out` trains them: a preference run pins its objective, its pairs and,
+/// for DPO, the reference model's log-probabilities in its folder before its first step
+/// ([`PinnedPairs`]); started again, it checks that the command asks for the same run and reuses
+/// them. Otherwise the log-probabilities are computed on `device` (the run's, without autodiff)
+/// with the run's layout, from the run's `reference_model` or else its starting model, before
+/// the policy is loaded: the device never holds both models.
+fn pin_pairs(
     pairs: PreferencePairs,
     options: &PretrainOptions,
+    (out, vocab_size): (&std::path::Path, usize),
     device: &Device,
 ) -> Result<PreferencePairs, TrainError> {
-    if !pairs.lacks_references() {
-        return Ok(pairs);
-    }
     let DataChoice::Preference(data) = &options.data else {
         unreachable!("pairs come from preference data");
     };
-    let Some(dir) = data.reference_model.as_ref().or(options.init_from.as_ref()) else {
-        return Err(TrainError::Mismatch(
-            "DPO needs a reference model: neither a reference nor a starting model is given"
-                .to_string(),
-        ));
+    let reference_dir = match pairs.lacks_references() {
+        false => None,
+        true => {
+            let Some(dir) = data.reference_model.as_ref().or(options.init_from.as_ref()) else {
+                return Err(TrainError::Mismatch(
+                    "DPO needs a reference model: neither a reference nor a starting model is \
+                     given"
+                        .to_string(),
+                ));
+            };
+            let failed = |error: &dyn std::fmt::Display| {
+                TrainError::Model(format!("reference model {}: {error}", dir.display()))
+            };
+            let model = hlat::checkpoint::model_folder(dir).map_err(|error| failed(&error))?;
+            Some(std::fs::canonicalize(&model).map_err(|error| failed(&error))?)
+        }
     };
-    let config = &options.config;
-    let reference = setup::reference_model(dir, config, device)?;
-    let references = crate::align::reference::reference_log_probs(
-        &reference,
-        &pairs,
-        config.micro_batch_rows / crate::align::pairs::ROWS_PER_PAIR,
-        &config.layout(),
-        device,
-    )?;
-    Ok(pairs.with_references(references))
+    let mut wanted = PinnedPairs::of(&pairs);
+    if let Some(pinned) = PinnedPairs::read(out)? {
+        pinned.check_same_run(&wanted, reference_dir.as_deref(), out)?;
+        match (pinned.reference, &reference_dir) {
+            (Some(reference), Some(_)) => {
+                log::info!(
+                    "reference log-probabilities of {} pairs: those of the run's first start ({})",
+                    pairs.examples().len(),
+                    reference.model.display()
+                );
+                return Ok(pairs.with_references(reference.log_probs));
+            }
+            (_, None) => return Ok(pairs),
+            (None, Some(_)) => {}
+        }
+    }
+    let pairs = match &reference_dir {
+        None => pairs,
+        Some(dir) => {
+            let config = &options.config;
+            let reference = setup::reference_model(dir, config, vocab_size, device)?;
+            let log_probs = crate::align::reference::reference_log_probs(
+                &reference,
+                &pairs,
+                config.micro_batch_rows / crate::align::pairs::ROWS_PER_PAIR,
+                &config.layout(),
+                device,
+            )?;
+            wanted.reference = Some(PinnedReference {
+                model: dir.clone(),
+                log_probs: log_probs.clone(),
+            });
+            pairs.with_references(log_probs)
+        }
+    };
+    wanted.write(out)?;
+    Ok(pairs)
 }

@@ -202,17 +202,43 @@ fn split_for_tensor_parallel(
 }
 
 /// The frozen reference model of a preference run, from the model folder `dir` (Hugging Face,
-/// native, or a run folder's newest checkpoint), laid out on `device` (without autodiff) as the
-/// run lays its policy out, without adapters.
+/// native, or a run folder's checkpoint `model/` already resolved), laid out on `device`
+/// (without autodiff) as the run lays its policy out, without adapters and dropless (its
+/// log-probabilities must not depend on which pairs share its batches). A LoRA run's checkpoint
+/// is refused (its `model/` lacks the adapter), as is a model the rows do not fit.
 pub(super) fn reference_model(
     dir: &Path,
     config: &TrainConfig,
+    vocab_size: usize,
     device: &Device,
 ) -> Result<LanguageModel, TrainError> {
     log::info!("reference model: {}", dir.display());
+    if let Some(checkpoint) = dir.parent()
+        && checkpoint.join(ADAPTER_DIR).is_dir()
+    {
+        return Err(TrainError::Mismatch(format!(
+            "reference model {}: a LoRA run's checkpoint, whose model lacks its adapter; merge \
+             the adapter first (hlat convert --merge-adapter) and name the merged folder",
+            checkpoint.display()
+        )));
+    }
     let (_, hlat, _) = hlat::checkpoint::load_any(dir, device)
         .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))?;
-    split_for_tensor_parallel(hlat, config)
+    check_fit(hlat.config(), config, vocab_size).map_err(|error| {
+        TrainError::Mismatch(format!("reference model {}: {error}", dir.display()))
+    })?;
+    let dropless = TrainConfig {
+        moe_capacity_factor: None,
+        ..config.clone()
+    };
+    let model = split_for_tensor_parallel(hlat, &dropless)?;
+    Ok(match config.layout().expert_parallel() {
+        Some(parallel) => LanguageModel {
+            hlat: model.hlat.split_experts(&parallel),
+            ..model
+        },
+        None => model,
+    })
 }
 
 /// `hlat` with its weights frozen and LoRA adapters attached: fresh ones (PEFT's

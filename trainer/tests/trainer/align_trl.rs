@@ -8,7 +8,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use hlat::Hlat;
 use hlat::hf::{WeightDtype, import_hf};
 use hlat::parallel::Unsharded;
-use hlat_train::align::batch::masked_row_sums;
+use hlat_train::align::batch::{chosen_targets, masked_row_sums};
 use hlat_train::align::{
     AlignMethod, DpoLoss, PairLogProbs, PreferenceExample, PreferenceLoss, PreferenceObjective,
     PreferenceTokenizer, dpo, orpo,
@@ -439,7 +439,6 @@ fn ten_steps_of_dpo_and_orpo_give_trls_losses() {
         let losses = floats(&expected[key]["train"]["losses"]);
         let run = train(
             &Device::flex().autodiff(),
-            ParallelLayout::SINGLE,
             (&examples, references.as_deref()),
             (seq_len, objective),
             &as_trl_ran_them(losses.len()),
@@ -456,25 +455,25 @@ fn ten_steps_of_dpo_and_orpo_give_trls_losses() {
     }
 }
 
-/// The pairs of `steps` steps as TRL's trainers drew them: 0–3, then 4–7, in turn.
-fn as_trl_ran_them(steps: usize) -> Vec<Vec<usize>> {
+/// The pairs of `steps` steps as TRL's trainers drew them: 0–3, then 4–7, in turn, one
+/// micro-batch a step.
+fn as_trl_ran_them(steps: usize) -> Vec<Vec<Vec<usize>>> {
     (0..steps)
         .map(|step| {
             let first = 4 * (step % 2);
-            (first..first + 4).collect()
+            vec![(first..first + 4).collect()]
         })
         .collect()
 }
 
-/// The reports of one step per list of `steps` (the indices of its pairs) of `objective` on the
-/// fixture's policy in `layout` on `device`: torch's AdamW at a constant 1e-3 (betas 0.9 and
-/// 0.95, no weight decay nor clipping), rows of `seq_len` targets.
+/// The reports of `steps` steps (each a list of micro-batches, each the indices of its pairs) of
+/// `objective` on the fixture's policy on one replica of `device`: torch's AdamW at a constant
+/// 1e-3 (betas 0.9 and 0.95, no weight decay nor clipping), rows of `seq_len` targets.
 pub(super) fn train(
     device: &Device,
-    layout: ParallelLayout,
     (examples, references): (&[PreferenceExample], Option<&[f32]>),
     (seq_len, objective): (usize, PreferenceObjective),
-    steps: &[Vec<usize>],
+    steps: &[Vec<Vec<usize>>],
 ) -> Vec<StepReport> {
     let (_, policy) = import_hf(&fixture("hf-tiny-llama3"), device, WeightDtype::F32).unwrap();
     let settings = AdamWSettings {
@@ -488,35 +487,50 @@ pub(super) fn train(
         clip_grad_norm: 0.0,
         seed: 0,
         max_consecutive_skips: 1,
-        layout,
+        layout: ParallelLayout::SINGLE,
     };
-    let model = match layout.tensor_parallel() {
-        Some(parallel) => LanguageModel::sharded(policy.shard(&parallel), None, parallel),
-        None => LanguageModel::new(policy, None),
-    };
+    let model = LanguageModel::new(policy, None);
     let mut training = Training::new(model, settings, WarmupCosine::constant(1e-3), step);
+    let batch = |indices: &Vec<usize>| {
+        let pairs: Vec<PreferenceExample> = indices
+            .iter()
+            .map(|&index| examples[index].clone())
+            .collect();
+        let references: Option<Vec<f32>> = references.map(|references| {
+            indices
+                .iter()
+                .flat_map(|&index| references[2 * index..2 * index + 2].iter().copied())
+                .collect()
+        });
+        LmBatch::preference_pairs(
+            &[&pairs],
+            seq_len,
+            1001,
+            objective,
+            references.as_ref().map(std::slice::from_ref),
+            device,
+        )
+    };
     steps
         .iter()
-        .map(|indices| {
-            let pairs: Vec<PreferenceExample> = indices
+        .map(|micro_batches| {
+            // ORPO's negative log-likelihood is the step's token mean.
+            let step_pairs: Vec<PreferenceExample> = micro_batches
                 .iter()
+                .flatten()
                 .map(|&index| examples[index].clone())
                 .collect();
-            let references: Option<Vec<f32>> = references.map(|references| {
-                indices
-                    .iter()
-                    .flat_map(|&index| references[2 * index..2 * index + 2].iter().copied())
-                    .collect()
-            });
-            let batch = LmBatch::preference_pairs_for_layout(
-                &pairs,
-                references.as_deref(),
-                (seq_len, 1001),
-                objective,
-                &layout,
-                device,
-            );
-            training.train(vec![batch]).unwrap()
+            let nll_targets =
+                chosen_targets(&step_pairs, seq_len) as f64 / micro_batches.len() as f64;
+            let batches = micro_batches
+                .iter()
+                .map(|indices| {
+                    let mut batch = batch(indices);
+                    batch.preference.as_mut().unwrap().nll_targets = nll_targets;
+                    batch
+                })
+                .collect();
+            training.train(batches).unwrap()
         })
         .collect()
 }
