@@ -25,9 +25,20 @@ enum Command {
     Pretrain(commands::pretrain::PretrainArgs),
     /// Fine-tune a model on prompt/completion or chat records: every weight, or LoRA adapters
     /// written as a PEFT folder.
+    ///
+    /// `--data`: one JSON object per line, `{"prompt", "completion"}` or `{"messages": [{"role",
+    /// "content"}, ...]}` (TRL's formats); the loss counts the completion and the assistant
+    /// messages only.
     Finetune(commands::finetune::FinetuneArgs),
     /// Align a model to preference pairs by DPO or ORPO, as TRL computes them: every weight, or
     /// LoRA adapters written as a PEFT folder.
+    ///
+    /// `--data`: one JSON object per line, TRL's preference format: `{"prompt", "chosen",
+    /// "rejected"}`, each plain text, or conversational (`prompt` a list of messages, `chosen`
+    /// and `rejected` lists of the assistant's messages, rendered with the chat template). A pair
+    /// is two rows, its chosen and its rejected sequence, padded to one bucket length:
+    /// `--micro-batch-rows` counts rows and must be even. DPO's reference log-probabilities are
+    /// computed before training and pinned with the run's settings in `OUT/preference.json`.
     Align(commands::align::AlignArgs),
     /// Prepare data: tokenizers, encoding, token shards.
     Data(commands::data::DataArgs),

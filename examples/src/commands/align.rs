@@ -52,11 +52,7 @@ pub enum LossTypeArg {
     Robust,
 }
 
-/// Arguments of `hlat align`. `--data`: one JSON object per line, TRL's preference format:
-/// `{"prompt", "chosen", "rejected"}`, each plain text, or conversational (`prompt` a list of
-/// messages, `chosen` and `rejected` lists of the assistant's messages, rendered with the chat
-/// template). A pair is two rows, its chosen and its rejected sequence, padded to one bucket
-/// length: `--micro-batch-rows` counts rows and must be even.
+/// Arguments of `hlat align` (its records are described in its help, `main.rs`).
 #[derive(Args)]
 pub struct AlignArgs {
     /// The preference method.

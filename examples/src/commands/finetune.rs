@@ -16,9 +16,7 @@ use super::tuning_args::TuningArgs;
 /// How `hlat finetune` names itself in the run folders it records.
 const FINETUNE_COMMAND: &str = "finetune";
 
-/// Arguments of `hlat finetune`. `--data`: one JSON object per line, `{"prompt", "completion"}`
-/// or `{"messages": [{"role", "content"}, ...]}` (TRL's formats); the loss counts the completion
-/// and the assistant messages only.
+/// Arguments of `hlat finetune` (its records are described in its help, `main.rs`).
 #[derive(Args)]
 pub struct FinetuneArgs {
     /// The model, records, output folder, LoRA and training flags `hlat align` shares.

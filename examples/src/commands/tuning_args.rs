@@ -30,7 +30,7 @@ pub struct TuningArgs {
     /// `tokenizer_config.json`, whose `chat_template` renders conversational records).
     #[arg(long, value_name = "DIR")]
     pub model: PathBuf,
-    /// Training records, one JSON object per line, in TRL's formats (see the command's help).
+    /// Training records, one JSON object per line, in TRL's formats (described above).
     #[arg(long, value_name = "FILE.jsonl")]
     pub data: PathBuf,
     /// Output folder: checkpoints, metrics.jsonl, train.toml and, with LoRA, `adapter/`.
