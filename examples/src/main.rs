@@ -35,7 +35,9 @@ enum Command {
     ///
     /// `--data`: one JSON object per line, TRL's preference format: `{"prompt", "chosen",
     /// "rejected"}`, each plain text, or conversational (`prompt` a list of messages, `chosen`
-    /// and `rejected` lists of the assistant's messages, rendered with the chat template). A pair
+    /// and `rejected` lists of the assistant's messages, rendered with the chat template); without
+    /// `prompt` (or with a prompt of the other kind), the prompt is the completions' common
+    /// beginning, extracted as TRL extracts it. A pair
     /// is two rows, its chosen and its rejected sequence, padded to one bucket length:
     /// `--micro-batch-rows` counts rows and must be even. DPO's reference log-probabilities are
     /// computed before training and pinned with the run's settings in `OUT/preference.json`.

@@ -63,7 +63,7 @@ pub use config::{ConfigError, HlatConfig, SlidingWindow, element_count};
 pub use family::ModelFamily;
 pub use file_error::FileError;
 pub use mlp::Mlp;
-pub use model::Hlat;
+pub use model::{Hlat, token_log_probs};
 pub use moe::{MoeConfig, SparseMoe};
 pub use norm::RmsNorm;
 pub use rotary::{Llama3Scaling, RopeScaling, YarnScaling};

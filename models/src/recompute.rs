@@ -132,6 +132,14 @@ pub struct ObjectiveGradients {
     pub gradients: GradientsParams,
 }
 
+/// The objective [`Hlat::head_objective_and_gradients`] computes from the logits.
+pub struct HeadObjective<F> {
+    /// Whether a mixture's weighted load-balancing loss joins the objective.
+    pub load_balancing: bool,
+    /// The objective of the logits `[batch, seq, vocab / degree]`, `[1]`.
+    pub of_logits: F,
+}
+
 impl Hlat {
     /// The training objective of a batch (as [`Hlat::objective_with`]) and the gradients of
     /// every parameter, with the activations of `checkpointing` recomputed in the backward
@@ -155,6 +163,30 @@ impl Hlat {
         exchange: &dyn Exchange,
         checkpointing: ActivationCheckpointing,
     ) -> ObjectiveGradients {
+        self.head_objective_and_gradients(
+            input_ids,
+            exchange,
+            checkpointing,
+            HeadObjective {
+                load_balancing: true,
+                of_logits: |logits| loss_from_logits(logits, targets, ignore_id, exchange),
+            },
+        )
+    }
+
+    /// [`Hlat::loss_and_gradients`] of another objective of the logits `[batch, seq, vocab /
+    /// degree]` (`head`: a preference loss of the log-probabilities of each target, say), with
+    /// or without a mixture's load-balancing loss.
+    ///
+    /// # Panics
+    /// When the model is not on an autodiff device (`Device::autodiff`).
+    pub fn head_objective_and_gradients(
+        &self,
+        input_ids: Tensor<2, Int>,
+        exchange: &dyn Exchange,
+        checkpointing: ActivationCheckpointing,
+        head: HeadObjective<impl FnOnce(Tensor<3>) -> Tensor<1>>,
+    ) -> ObjectiveGradients {
         let [_, seq] = input_ids.dims();
         let rotary = self.rotary(0, seq, &input_ids.device());
         let mut gradients = GradientsParams::new();
@@ -170,16 +202,14 @@ impl Hlat {
             exchange,
             checkpointing,
         );
-        let balancing = staged.load_balancing(self, exchange);
+        let balancing = match head.load_balancing {
+            true => staged.load_balancing(self, exchange),
+            false => None,
+        };
 
         // The head and the loss, then backward through the stages in reverse.
         let last = staged.output.clone().require_grad();
-        let loss = loss_from_logits(
-            self.head(last.clone(), exchange),
-            targets,
-            ignore_id,
-            exchange,
-        );
+        let loss = (head.of_logits)(self.head(last.clone(), exchange));
         let mut grads = loss.backward();
         let head_input = vec![last.grad_remove(&mut grads)];
         let upstream = collect(self, &mut grads, &mut gradients, head_input);
@@ -670,7 +700,9 @@ pub(crate) fn backpropagate(
         .zip(upstream)
         .filter_map(|(output, grad)| grad.map(|grad| (output * grad).sum()))
         .reduce(|total, part| total + part);
-    let Some(surrogate) = surrogate else {
+    // Nothing to propagate when no output depends on a trained parameter (the frozen embedding
+    // under LoRA, say).
+    let Some(surrogate) = surrogate.filter(Tensor::is_tracked) else {
         return leaves.iter().map(|_| None).collect();
     };
     let mut grads = surrogate.backward();

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::HlatConfig;
+use hlat::recompute::ActivationCheckpointing;
 
 use crate::parallel_training::{Layout, ONE_DEVICE, STEPS, assert_same_run, run_until};
 use crate::support::xla;
@@ -31,7 +32,8 @@ fn weights(dir: &Path) -> Vec<Vec<u8>> {
 }
 
 /// LoRA of rank 4 on every projection of a frozen `hlat-test`, on one device, data parallel 2
-/// (with and without ZeRO-1) and tensor parallel 2 (with sequence parallelism), 10 steps on
+/// (with and without ZeRO-1), tensor parallel 2 (with sequence parallelism) and with full
+/// activation checkpointing, 10 steps on
 /// `host` and `xla`: the losses and gradient norms equal one device's within 1e-4, and every
 /// checkpoint's base weights equal the start's bit for bit.
 #[test]
@@ -57,6 +59,11 @@ fn lora_under_data_and_tensor_parallelism_equals_one_device() {
         Layout {
             tensor: 2,
             sequence_parallel: true,
+            ..adapters
+        },
+        // Recomputed stages under frozen weights: the embedding takes no gradient.
+        Layout {
+            checkpointing: ActivationCheckpointing::Full,
             ..adapters
         },
     ];

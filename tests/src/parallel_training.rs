@@ -729,7 +729,6 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
         pipeline: None,
         lora: None,
         moe_capacity_factor: None,
-        preference_pairs: false,
     };
     let estimate = DeviceMemory::estimate(&config, &layout, &shape);
     for (what, held, estimated) in [

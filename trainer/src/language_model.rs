@@ -9,7 +9,8 @@ use hlat::Hlat;
 use hlat::blocked_attention::attends_by_block;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::pipeline::PipelineParallel;
-use hlat::recompute::{ActivationCheckpointing, ObjectiveGradients};
+use hlat::recompute::{ActivationCheckpointing, HeadObjective, ObjectiveGradients};
+use hlat::token_log_probs;
 
 use crate::align::{PreferenceBatch, PreferenceLoss};
 use crate::parallel::{ParallelLayout, split_rows, sum_shared_gradients};
@@ -169,16 +170,7 @@ impl LanguageModel {
     /// # Panics
     /// On a model cut into pipeline stages (preference pairs are not pipelined).
     pub fn preference_loss(&self, batch: &LmBatch, preference: &PreferenceBatch) -> PreferenceLoss {
-        let kept = match batch.ignore_id {
-            Some(ignore_id) => batch
-                .targets
-                .clone()
-                .equal_elem(ignore_id as i64)
-                .bool_not()
-                .float(),
-            None => batch.targets.clone().ones_like().float(),
-        }
-        .cast(DType::F32);
+        let kept = kept_targets(batch);
         crate::align::batch::preference_loss(preference, self.token_log_probs(batch), kept)
     }
 
@@ -357,19 +349,52 @@ impl TrainStep for LanguageModel {
             };
         }
         let seq = batch.inputs.dims()[1];
-        // Preference pairs take the plain backward pass: their loss is not the stages'.
-        let staged = batch.preference.is_none()
-            && (self.checkpointing != ActivationCheckpointing::None
-                || (attends_by_block(seq) && self.compute_cast.is_none()));
+        let staged = self.checkpointing != ActivationCheckpointing::None
+            || (attends_by_block(seq) && self.compute_cast.is_none());
         if staged {
             let tokens = batch.tokens();
-            let staged = self.hlat.loss_and_gradients(
-                batch.inputs,
-                batch.targets,
-                batch.ignore_id,
-                self.exchange(),
-                self.checkpointing,
-            );
+            let exchange = self.exchange();
+            let (staged, preference) = match &batch.preference {
+                None => {
+                    let staged = self.hlat.loss_and_gradients(
+                        batch.inputs,
+                        batch.targets,
+                        batch.ignore_id,
+                        exchange,
+                        self.checkpointing,
+                    );
+                    (staged, None)
+                }
+                Some(preference) => {
+                    // The stages run as for rows; the head's objective is the pairs' loss (no
+                    // load-balancing loss, as in `LanguageModel::preference_loss`).
+                    let kept = kept_targets(&batch);
+                    let mut metrics = None;
+                    let of_logits = |logits| {
+                        let log_probs = token_log_probs(
+                            logits,
+                            batch.targets.clone(),
+                            batch.ignore_id,
+                            exchange,
+                        )
+                        .cast(DType::F32);
+                        let loss =
+                            crate::align::batch::preference_loss(preference, log_probs, kept);
+                        metrics = Some(loss.metrics());
+                        loss.loss
+                    };
+                    let staged = self.hlat.head_objective_and_gradients(
+                        batch.inputs.clone(),
+                        exchange,
+                        self.checkpointing,
+                        HeadObjective {
+                            load_balancing: false,
+                            of_logits,
+                        },
+                    );
+                    (staged, metrics)
+                }
+            };
             return TrainOutput {
                 grads: staged.gradients,
                 item: LmOutput {
@@ -378,7 +403,7 @@ impl TrainStep for LanguageModel {
                     load_balancing: staged
                         .load_balancing
                         .map(|balance| balance.cast(DType::F32)),
-                    preference: None,
+                    preference,
                 },
             };
         }
@@ -510,4 +535,18 @@ impl ModuleMapper for CastParams {
         let (id, tensor, mapper) = param.consume();
         Param::from_mapped_value(id, tensor.cast(self.dtype), mapper)
     }
+}
+
+/// 1 where a target of `batch` counts (is not its ignored id), 0 elsewhere, `[rows, seq]` in f32.
+fn kept_targets(batch: &LmBatch) -> Tensor<2> {
+    match batch.ignore_id {
+        Some(ignore_id) => batch
+            .targets
+            .clone()
+            .equal_elem(ignore_id as i64)
+            .bool_not()
+            .float(),
+        None => batch.targets.clone().ones_like().float(),
+    }
+    .cast(DType::F32)
 }

@@ -186,7 +186,6 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         pipeline,
         lora,
         moe_capacity_factor: args.moe_capacity_factor,
-        preference_pairs: args.align.is_some(),
     };
     let memory = DeviceMemory::estimate(config, &layout, &shape);
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
@@ -259,8 +258,7 @@ fn describe_alignment(
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
     let pairs = shape.micro_batch_rows / 2;
     let rows = format!(
-        "alignment: {}, pairs per micro-batch: {pairs} (each its chosen and its rejected row, \
-         the plain backward pass)",
+        "alignment: {}, pairs per micro-batch: {pairs} (each its chosen and its rejected row)",
         match method {
             MethodArg::Dpo => "dpo",
             MethodArg::Orpo => "orpo",

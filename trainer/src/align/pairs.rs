@@ -14,7 +14,7 @@ use crate::config::TrainConfig;
 use crate::data::RowSource;
 use crate::error::TrainError;
 use crate::language_model::LmBatch;
-use crate::parallel::{ActivationCheckpointing, ParallelLayout};
+use crate::parallel::ParallelLayout;
 
 /// The rows a pair trains as: its chosen and its rejected sequence.
 pub const ROWS_PER_PAIR: usize = 2;
@@ -210,21 +210,14 @@ pub(super) fn completion_targets(sequence: &PreferenceSequence, seq_len: usize) 
 }
 
 /// What a run of preference pairs refuses, by the setting's name: micro-batches that would cut
-/// a pair, pipeline stages and activation checkpointing (the pairs' loss is not the stages'; they
-/// take the plain backward pass), and validation (pairs have no validation rows).
+/// a pair, pipeline stages (the pairs' loss is not the pipeline's), and validation (pairs have
+/// no validation rows).
 pub fn check_config(config: &TrainConfig) -> Result<(), TrainError> {
     if !config.micro_batch_rows.is_multiple_of(ROWS_PER_PAIR) {
         return Err(TrainError::Mismatch(format!(
             "micro_batch_rows: {} rows per replica do not hold whole preference pairs (a pair is \
              its chosen and its rejected row)",
             config.micro_batch_rows
-        )));
-    }
-    if config.activation_checkpointing != ActivationCheckpointing::None {
-        return Err(TrainError::Mismatch(format!(
-            "activation_checkpointing: {:?}: preference pairs take the plain backward pass \
-             (recomputed stages compute the next-token loss, not the pairs')",
-            config.activation_checkpointing
         )));
     }
     if config.pipeline_parallel > 1 {

@@ -1,6 +1,9 @@
 //! Preference records as TRL reads them, one JSON object per line: `{"prompt", "chosen",
 //! "rejected"}`, each plain text, or conversational (`prompt` a list of messages, `chosen` and
-//! `rejected` lists of the assistant's messages, rendered by the tokenizer's chat template).
+//! `rejected` lists of the assistant's messages, rendered by the tokenizer's chat template). A
+//! record without a prompt, or whose prompt is not of its completions' kind (UltraFeedback's
+//! string prompt beside whole conversations), has its prompt extracted from `chosen` and
+//! `rejected` as TRL's `maybe_extract_prompt` extracts it ([`extract_prompt`]).
 //! Each becomes a [`PreferenceExample`]: the chosen and the rejected sequence, each its prompt's
 //! tokens then its completion's, tokenized exactly as TRL 1.16 tokenizes them for the method
 //! (`DPOTrainer._prepare_dataset` for DPO, `ORPOTrainer.tokenize_row` for ORPO). A bad record is
@@ -264,30 +267,30 @@ fn floor_char_boundary(text: &str, mut index: usize) -> usize {
     index
 }
 
-/// A record's fields: three strings, or a prompt conversation and two of the assistant's.
+/// A record's fields: three strings, or a prompt conversation and two of the assistant's; an
+/// implicit prompt (or one of the other kind) is extracted from the completions.
 fn fields(value: &serde_json::Value) -> RecordResult<Fields> {
+    use serde_json::Value;
     let field = |name: &str| {
         value.get(name).ok_or_else(|| {
             format!(
-                "missing `{name}`: a preference record is {{\"prompt\", \"chosen\", \"rejected\"}}"
+                "missing `{name}`: a preference record is {{\"prompt\", \"chosen\", \"rejected\"}} \
+                 or {{\"chosen\", \"rejected\"}} with the prompt implicit in both"
             )
         })
     };
-    let (prompt, chosen, rejected) = (field("prompt")?, field("chosen")?, field("rejected")?);
-    match (prompt, chosen, rejected) {
-        (
-            serde_json::Value::String(prompt),
-            serde_json::Value::String(chosen),
-            serde_json::Value::String(rejected),
-        ) => Ok(Fields::Text {
-            prompt: prompt.clone(),
-            chosen: chosen.clone(),
-            rejected: rejected.clone(),
-        }),
-        (serde_json::Value::Array(_), serde_json::Value::Array(_), serde_json::Value::Array(_)) => {
-            let messages = |name: &str, value| {
-                parse_messages(value).map_err(|message| format!("`{name}`: {message}"))
-            };
+    let (chosen, rejected) = (field("chosen")?, field("rejected")?);
+    let messages =
+        |name: &str, value| parse_messages(value).map_err(|message| format!("`{name}`: {message}"));
+    match (value.get("prompt"), chosen, rejected) {
+        (Some(Value::String(prompt)), Value::String(chosen), Value::String(rejected)) => {
+            Ok(Fields::Text {
+                prompt: prompt.clone(),
+                chosen: chosen.clone(),
+                rejected: rejected.clone(),
+            })
+        }
+        (Some(prompt @ Value::Array(_)), Value::Array(_), Value::Array(_)) => {
             let completion = |name: &str, value| -> RecordResult<Vec<Message>> {
                 let messages = messages(name, value)?;
                 if messages.iter().any(|message| message.role != "assistant") {
@@ -301,9 +304,58 @@ fn fields(value: &serde_json::Value) -> RecordResult<Fields> {
                 rejected: completion("rejected", rejected)?,
             })
         }
+        (_, Value::String(chosen), Value::String(rejected)) => {
+            let chosen: Vec<char> = chosen.chars().collect();
+            let rejected: Vec<char> = rejected.chars().collect();
+            let at = extract_prompt(&chosen, &rejected, |c| *c == ' ')?;
+            let text = |chars: &[char]| chars.iter().collect::<String>();
+            Ok(Fields::Text {
+                prompt: text(&chosen[..at]),
+                chosen: text(&chosen[at..]),
+                rejected: text(&rejected[at..]),
+            })
+        }
+        (_, Value::Array(_), Value::Array(_)) => {
+            let chosen = messages("chosen", chosen)?;
+            let rejected = messages("rejected", rejected)?;
+            let at = extract_prompt(&chosen, &rejected, |_| false)?;
+            Ok(Fields::Conversation {
+                prompt: chosen[..at].to_vec(),
+                chosen: chosen[at..].to_vec(),
+                rejected: rejected[at..].to_vec(),
+            })
+        }
         _ => Err(
-            "`prompt`, `chosen` and `rejected` must be three strings or three lists of messages"
+            "`chosen` and `rejected` must be two strings or two lists of messages, and `prompt` \
+             (when given) a string or a list of messages"
                 .into(),
         ),
     }
+}
+
+/// Where TRL's `extract_prompt` ends the prompt implicit in `chosen` and `rejected` (characters
+/// of plain text, or messages): at the first item where they differ, one item earlier when the
+/// item before it is a space (`is_space`; the space goes to the completions); when neither
+/// differs within the shorter, at its last item (TRL's loop variable after the loop). A
+/// difference at the very first item leaves the prompt empty (TRL would look at the last item
+/// through Python's index -1).
+pub fn extract_prompt<T: PartialEq>(
+    chosen: &[T],
+    rejected: &[T],
+    is_space: impl Fn(&T) -> bool,
+) -> RecordResult<usize> {
+    let shorter = chosen.len().min(rejected.len());
+    if shorter == 0 {
+        return Err(
+            "no prompt to extract: `chosen` or `rejected` is empty (give a `prompt`)".into(),
+        );
+    }
+    let Some(at) = (0..shorter).find(|&index| chosen[index] != rejected[index]) else {
+        return Ok(shorter - 1);
+    };
+    Ok(if at > 0 && is_space(&chosen[at - 1]) {
+        at - 1
+    } else {
+        at
+    })
 }

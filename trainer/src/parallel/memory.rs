@@ -28,9 +28,6 @@ pub struct StepShape {
     pub lora: Option<LoraShape>,
     /// A mixture of experts' capacity factor (`--moe-capacity-factor`); `None`: dropless.
     pub moe_capacity_factor: Option<f64>,
-    /// The rows are preference pairs (`hlat align`): they take the plain backward pass, which
-    /// keeps every layer's attention scores however long the sequence.
-    pub preference_pairs: bool,
 }
 
 /// LoRA adapters as memory sees them: their rank and the projections they adapt.
@@ -321,9 +318,7 @@ fn activations(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) 
 
     // Over a long sequence (without a cast compute copy) no layer keeps its scores: the backward
     // pass runs the attention core again one block of queries at a time.
-    let by_block = attends_by_block(shape.seq_len)
-        && shape.precision.compute_cast().is_none()
-        && !shape.preference_pairs;
+    let by_block = attends_by_block(shape.seq_len) && shape.precision.compute_cast().is_none();
     let (kept_core, recomputed_core) = if by_block {
         (0, attention_core(ATTENTION_BLOCK as u64))
     } else {
@@ -431,7 +426,6 @@ mod tests {
             pipeline: None,
             lora: None,
             moe_capacity_factor: None,
-            preference_pairs: false,
         }
     }
 
@@ -520,7 +514,7 @@ mod tests {
     #[test]
     fn activations_grow_linearly_with_the_sequence_once_attention_goes_by_blocks() {
         let config = HlatConfig::preset("hlat-7b").unwrap();
-        let activations_of = |seq_len: usize, precision: Precision, preference_pairs: bool| {
+        let activations = |seq_len: usize, precision: Precision| {
             let shape = StepShape {
                 seq_len,
                 micro_batch_rows: 1,
@@ -529,11 +523,9 @@ mod tests {
                 pipeline: None,
                 lora: None,
                 moe_capacity_factor: None,
-                preference_pairs,
             };
             DeviceMemory::estimate(&config, &layout(1, 1, false), &shape).activation_bytes
         };
-        let activations = |seq_len, precision| activations_of(seq_len, precision, false);
         let by_block = Precision::Bf16StochasticRounding;
         // Linear: the broadcast weights do not depend on the sequence.
         assert_eq!(
@@ -543,9 +535,5 @@ mod tests {
         // A cast compute copy keeps the plain backward pass, and every layer's scores.
         let mixed = Precision::Bf16Mixed;
         assert!(activations(8192, mixed) > 3 * activations(4096, mixed));
-        // So do preference pairs.
-        let pairs = |seq_len| activations_of(seq_len, by_block, true);
-        assert!(pairs(8192) > 3 * pairs(4096));
-        assert_eq!(pairs(512), activations(512, by_block));
     }
 }

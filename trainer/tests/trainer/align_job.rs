@@ -19,7 +19,7 @@ use hlat_train::checkpoint_state::ProcessShare;
 use hlat_train::config::TrainConfig;
 use hlat_train::data::{RowSource, Sampler};
 use hlat_train::metrics::StepMetrics;
-use hlat_train::parallel::ParallelLayout;
+use hlat_train::parallel::{ActivationCheckpointing, ParallelLayout};
 use hlat_train::precision::Precision;
 use hlat_train::pretrain::{DataChoice, DeviceInfo, PreferenceData, PretrainOptions, pretrain};
 use test_support::training::logged_steps;
@@ -242,9 +242,10 @@ fn assert_same_run(found: &Path, one: &Path, what: &str) {
 }
 
 /// DPO and ORPO under data parallelism, tensor parallelism with and without sequence
-/// parallelism, and ZeRO-1 over `host` replicas, and LoRA on one device and under data and
-/// tensor parallelism, equal one `host` device within 1e-4 over 4 steps of the job of two
-/// micro-batches each: the losses and every reward.
+/// parallelism, and ZeRO-1 over `host` replicas, with full and selective activation
+/// checkpointing (the stages' backward pass with the pairs' loss at the head), and LoRA on one
+/// device and under data and tensor parallelism, equal one `host` device within 1e-4 over 4
+/// steps of the job of two micro-batches each: the losses and every reward.
 #[test]
 fn preference_runs_under_every_layout_equal_one_device() {
     let _random = super::exclusive_random();
@@ -263,13 +264,21 @@ fn preference_runs_under_every_layout_equal_one_device() {
     for (method, objective) in objectives() {
         let run = |name: &str, device: &Device, layout, lora: Option<LoraConfig>| {
             let out = folder.path().join(format!("{method:?}-{name}"));
-            let options = options(
+            let mut options = options(
                 &out,
                 ("hf-tiny-llama3", pairs(method, objective)),
                 (layout, LAYOUT_SHAPE),
                 (4, 0),
                 lora,
             );
+            for (suffix, mode) in [
+                ("-full", ActivationCheckpointing::Full),
+                ("-selective", ActivationCheckpointing::Selective),
+            ] {
+                if name.ends_with(suffix) {
+                    options.config.activation_checkpointing = mode;
+                }
+            }
             run_job(&options, device);
             out
         };
@@ -295,9 +304,19 @@ fn preference_runs_under_every_layout_equal_one_device() {
                         ..data
                     },
                 ));
+                layouts.push(("tp2-full", tensor));
             }
             for (name, layout) in layouts {
                 let found = run(&format!("{kind}-{name}"), &two, layout, adapters.clone());
+                assert_same_run(&found, &one, &format!("{method:?} {kind} {name}"));
+            }
+            for name in ["one-full", "one-selective"] {
+                let found = run(
+                    &format!("{kind}-{name}"),
+                    &super::host(),
+                    single,
+                    adapters.clone(),
+                );
                 assert_same_run(&found, &one, &format!("{method:?} {kind} {name}"));
             }
         }

@@ -4,11 +4,14 @@
 //! batch from its log-probabilities; those log-probabilities computed by the model here; and ten
 //! training steps of each through HLAT's optimizer step.
 
+use std::path::Path;
+
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use hlat::Hlat;
 use hlat::hf::{WeightDtype, import_hf};
 use hlat::parallel::Unsharded;
 use hlat_train::align::batch::{chosen_targets, masked_row_sums};
+use hlat_train::align::records::extract_prompt;
 use hlat_train::align::{
     AlignMethod, DpoLoss, PairLogProbs, PreferenceExample, PreferenceLoss, PreferenceObjective,
     PreferenceTokenizer, dpo, orpo,
@@ -56,6 +59,16 @@ pub(super) fn examples(
     tokenizer_dir: &str,
     method: AlignMethod,
 ) -> Vec<PreferenceExample> {
+    examples_at(
+        &fixture(&format!("align-tiny-llama3/{file}")),
+        tokenizer_dir,
+        method,
+    )
+}
+
+/// The records of the file at `path` tokenized for `method` with the fixture tokenizer
+/// `tokenizer_dir` (and its chat template).
+fn examples_at(path: &Path, tokenizer_dir: &str, method: AlignMethod) -> Vec<PreferenceExample> {
     let tokenizer =
         TextTokenizer::from_file(fixture(&format!("{tokenizer_dir}/tokenizer.json"))).unwrap();
     let config = fixture(&format!("{tokenizer_dir}/tokenizer_config.json"));
@@ -69,7 +82,7 @@ pub(super) fn examples(
         eos: (eos_id, &eos_text),
         method,
     }
-    .read_file(&fixture(&format!("align-tiny-llama3/{file}")))
+    .read_file(path)
     .unwrap()
 }
 
@@ -112,6 +125,11 @@ fn assert_tokenized_as_trl(examples: &[PreferenceExample], tokenized: &Value, me
     }
 }
 
+/// Plain and conversational records, and records whose prompt is implicit in both completions
+/// (plain text, conversations, and UltraFeedback's string prompt beside whole conversations),
+/// tokenize as TRL's trainers tokenize them after extracting the prompt. TRL 1.16's DPO trainer
+/// fails on the UltraFeedback-style records (it extracts no prompt when the first record has
+/// one); they are checked against ORPO's extraction, which this crate applies to both methods.
 #[test]
 fn preference_records_tokenize_as_trl_does() {
     let expected = expected();
@@ -120,6 +138,58 @@ fn preference_records_tokenize_as_trl_does() {
         assert_tokenized_as_trl(&plain, &expected[key]["tokenized"], method);
         let chat = examples("prefs-chat.jsonl", "chat-llama3", method);
         assert_tokenized_as_trl(&chat, &expected["chat"][key]["tokenized"], method);
+        for (kind, tokenizer) in [
+            ("plain", "llama3-tokenizer"),
+            ("chat", "chat-llama3"),
+            ("ultrafeedback", "chat-llama3"),
+        ] {
+            let implicit = &expected["implicit"][kind];
+            let file = implicit["file"].as_str().unwrap();
+            let tokenized = &implicit[key]["tokenized"];
+            let found = examples(file, tokenizer, method);
+            let extracted = implicit["orpo"]["extracted"].as_array().unwrap();
+            assert_eq!(found.len(), extracted.len(), "{file}");
+            if kind == "plain" {
+                // The extraction itself, character by character, as TRL's.
+                let records =
+                    std::fs::read_to_string(fixture(&format!("align-tiny-llama3/{file}"))).unwrap();
+                for (record, trl) in records.lines().zip(extracted) {
+                    let record: Value = serde_json::from_str(record).unwrap();
+                    let chars = |key: &str| -> Vec<char> {
+                        record[key].as_str().unwrap().chars().collect()
+                    };
+                    let (chosen, rejected) = (chars("chosen"), chars("rejected"));
+                    let at = extract_prompt(&chosen, &rejected, |c| *c == ' ').unwrap();
+                    let text = |chars: &[char]| chars.iter().collect::<String>();
+                    assert_eq!(
+                        [
+                            text(&chosen[..at]),
+                            text(&chosen[at..]),
+                            text(&rejected[at..])
+                        ],
+                        ["prompt", "chosen", "rejected"].map(|key| trl[key].as_str().unwrap()),
+                    );
+                }
+            }
+            match (method, kind) {
+                (AlignMethod::Dpo, "ultrafeedback") => {
+                    assert!(tokenized.is_null(), "TRL's DPO trainer now accepts {file}");
+                    // DPO of ORPO's extraction, written as explicit records.
+                    let explicit = tempfile::tempdir().unwrap();
+                    let path = explicit.path().join("explicit.jsonl");
+                    let lines: Vec<String> = extracted.iter().map(Value::to_string).collect();
+                    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+                    let expected = examples_at(&path, tokenizer, method);
+                    for (found, expected) in found.iter().zip(&expected) {
+                        assert_eq!(
+                            (&found.chosen, &found.rejected),
+                            (&expected.chosen, &expected.rejected)
+                        );
+                    }
+                }
+                _ => assert_tokenized_as_trl(&found, tokenized, method),
+            }
+        }
     }
 }
 
@@ -370,7 +440,11 @@ fn bad_preference_records_name_the_file_and_line() {
         (r#"{"prompt": "a", "chosen": " b"}"#, "missing `rejected`"),
         (
             r#"{"prompt": "a", "chosen": 3, "rejected": " c"}"#,
-            "three strings",
+            "two strings or two lists of messages",
+        ),
+        (
+            r#"{"chosen": "", "rejected": " c"}"#,
+            "no prompt to extract",
         ),
         (
             r#"{"prompt": [{"role": "user", "content": "a"}], "chosen": [{"role": "assistant", "content": "b"}], "rejected": [{"role": "assistant", "content": "c"}]}"#,
