@@ -22,6 +22,7 @@ fn eval_config() -> TrainConfig {
 
 #[test]
 fn evaluation_with_a_ragged_last_batch_compiles_only_its_bucket() {
+    let _random = crate::support::exclusive_random();
     xla();
     // A device of its own: no other test compiles on it, so its statistics count only this one.
     let xla = TrainiumDevice::xla(2);

@@ -158,6 +158,8 @@ fn pipelined_checkpoints_resume_under_any_layout() {
 fn train_step_on_stages_equals_one_device() {
     use burn::module::Module;
     use burn::train::TrainStep;
+
+    let _random = crate::support::exclusive_random();
     use burn_trainium::collective::into_replicas;
     use hlat_train::language_model::{LanguageModel, LmBatch};
     use hlat_train::parallel::ParallelLayout;

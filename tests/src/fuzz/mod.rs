@@ -138,12 +138,15 @@ fn text_error(error: impl ToString) -> String {
     error.to_string()
 }
 
-/// The small HLAT model the model-folder inputs hold.
+/// The small HLAT model the model-folder inputs hold, its parameters drawn while this test
+/// holds the random state (Burn draws a parameter when it is first read).
 fn test_model() -> (HlatConfig, hlat::Hlat) {
+    let _random = crate::support::exclusive_random();
     let config = HlatConfig::preset("hlat-test").unwrap();
     let device = reference();
     device.seed(7);
     let model = config.init(&device);
+    test_support::module::parameters(&model);
     (config, model)
 }
 
