@@ -14,6 +14,7 @@ mod coverage;
 mod data_parallel;
 mod errors;
 mod executor;
+mod host_sums;
 mod lowering;
 mod neuron_cache;
 mod neuron_compile_only;

@@ -7,6 +7,7 @@
 mod checks;
 mod collective;
 mod fft;
+mod ordered_sum;
 mod top_k;
 mod widen;
 
@@ -193,7 +194,8 @@ impl HostExecutor {
             }
             _ => self.guarded(describe, |runners| {
                 checks::check_operation(runners, operation)?;
-                let replacement = widen::widened(operation);
+                let replacement =
+                    widen::widened(operation).or_else(|| ordered_sum::ordered(operation));
                 for runner in runners.iter_mut() {
                     match &replacement {
                         Some(operations) => operations
