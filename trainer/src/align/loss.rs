@@ -93,8 +93,8 @@ pub enum DpoLoss {
     /// `−logσ(β·h)`: TRL's default. TRL 1.16 ignores `label_smoothing` with it.
     Sigmoid,
     /// Conservative DPO (cDPO, Mitchell 2023): the sigmoid loss with labels smoothed by `ε`,
-    /// `−(1 − ε)·logσ(β·h) − ε·logσ(−β·h)`, as TRL's sigmoid loss computed it before 1.0 (TRL
-    /// 1.16 computes it for its `aot` losses only).
+    /// `−(1 − ε)·logσ(β·h) − ε·logσ(−β·h)`, as TRL's sigmoid loss computed it in earlier
+    /// releases (TRL 1.16 applies this smoothing to its `aot` losses only).
     Conservative {
         /// `ε`, in (0, 0.5).
         label_smoothing: f64,
