@@ -96,7 +96,7 @@ impl LmBatch {
         });
         let chosen_targets: usize = parts
             .iter()
-            .map(|pairs| chosen_targets(pairs, seq_len))
+            .map(|pairs| chosen_targets(pairs.iter(), seq_len))
             .sum();
         batch.preference = Some(PreferenceBatch {
             objective,
@@ -157,9 +157,12 @@ impl LmBatch {
 
 /// Every target of the chosen rows of `pairs` but padding, prompt included, as TRL counts them
 /// for ORPO's negative log-likelihood.
-pub fn chosen_targets(pairs: &[PreferenceExample], seq_len: usize) -> usize {
+pub fn chosen_targets<'a>(
+    pairs: impl IntoIterator<Item = &'a PreferenceExample>,
+    seq_len: usize,
+) -> usize {
     pairs
-        .iter()
+        .into_iter()
         .map(|pair| pair.chosen.ids.len().min(seq_len + 1) - 1)
         .sum()
 }

@@ -163,11 +163,8 @@ impl PreferencePairs {
     ) -> Vec<LmBatch> {
         let slices = crate::parallel::split_rows(indices, layout.data);
         let accumulation = slices[0].len() / pairs_per_micro_batch;
-        let step_pairs: Vec<PreferenceExample> = indices
-            .iter()
-            .map(|&index| self.examples[index].clone())
-            .collect();
-        let nll_targets = (chosen_targets(&step_pairs, self.seq_len) as f64
+        let step_pairs = indices.iter().map(|&index| &self.examples[index]);
+        let nll_targets = (chosen_targets(step_pairs, self.seq_len) as f64
             / (accumulation * layout.data) as f64)
             .max(1.0);
         (0..accumulation)

@@ -589,13 +589,12 @@ pub(super) fn train(
         .iter()
         .map(|micro_batches| {
             // ORPO's negative log-likelihood is the step's token mean.
-            let step_pairs: Vec<PreferenceExample> = micro_batches
+            let step_pairs = micro_batches
                 .iter()
                 .flatten()
-                .map(|&index| examples[index].clone())
-                .collect();
+                .map(|&index| &examples[index]);
             let nll_targets =
-                chosen_targets(&step_pairs, seq_len) as f64 / micro_batches.len() as f64;
+                chosen_targets(step_pairs, seq_len) as f64 / micro_batches.len() as f64;
             let batches = micro_batches
                 .iter()
                 .map(|indices| {
