@@ -457,10 +457,10 @@ fn a_lora_runs_checkpoint_is_refused_as_the_reference() {
         unreachable!()
     };
     data.reference_model = Some(model.clone());
-    let error = pretrain(&options, &super::host(), DeviceInfo::default())
-        .err()
-        .expect("a LoRA run's checkpoint taken as the reference")
-        .to_string();
+    let Err(error) = pretrain(&options, &super::host(), DeviceInfo::default()) else {
+        panic!("a LoRA run's checkpoint taken as the reference");
+    };
+    let error = error.to_string();
     assert!(
         error.contains("a LoRA run") && error.contains(adapter.to_str().unwrap()),
         "{error}"
