@@ -2,16 +2,16 @@
 //! integration-tests`):
 //!
 //! - `differential`: every operation family on `Trainium`'s `host` and `xla` executors against
-//!   `burn-ndarray`, in f32 and bf16, with one tolerance table (`support`);
-//! - `autodiff`: gradients against `Autodiff<NdArray>`;
-//! - `cnn_training`: a small CNN trained on `xla` with host fallbacks refused, against `NdArray`;
-//! - `module_ops`: convolutions, pooling and interpolation, forward and backward, against
-//!   `Autodiff<NdArray>`;
+//!   Flex (Burn's CPU backend), in f32 and bf16, with one tolerance table (`support`);
+//! - `autodiff`: gradients against Flex with autodiff;
+//! - `cnn_training`: a small CNN trained on `xla` with host fallbacks refused, against Flex;
+//! - `module_ops`: convolutions, pooling and interpolation, forward and backward, against Flex
+//!   with autodiff;
 //! - `fuzz`: mutated inputs for every parser of user files: no panic, no hang, bounded memory;
 //! - `evaluation` and `generation`: fixed sets of programs on a compiled device;
 //! - `families`: every LLaMA-family fixture on `xla`, and under tensor parallelism;
 //! - `hlat_training`: the real HLAT model trained for a few steps with the project's trainer on
-//!   `host` and `xla`, against `NdArray`;
+//!   `host` and `xla`, against Flex;
 //! - `neuron_operators`: the HLO modules of an HLAT training step, as `neuronx-cc` would receive
 //!   them, use only operators of the Neuron compiler's published list;
 //! - `lora_training`: LoRA adapters of a frozen base under data and tensor parallelism;

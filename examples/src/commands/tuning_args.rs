@@ -237,17 +237,7 @@ pub fn model_folder(dir: &Path, flag: &str) -> anyhow::Result<PathBuf> {
             model.display()
         );
     }
-    if let Some(checkpoint) = model.parent()
-        && checkpoint.join(ADAPTER_DIR).is_dir()
-    {
-        bail!(
-            "{flag} {}: a LoRA run, whose checkpoints hold the frozen base weights and the \
-             adapter apart; name its base model and its adapter ({}) instead, or merge them \
-             (hlat convert --merge-adapter)",
-            dir.display(),
-            dir.join(ADAPTER_DIR).display()
-        );
-    }
+    hlat_train::pretrain::refuse_lora_checkpoint(&model, &format!("{flag} {}", dir.display()))?;
     Ok(model)
 }
 

@@ -11,7 +11,7 @@ mod data;
 mod run;
 mod setup;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::data::dataloader::DataLoaderBuilder;
@@ -42,6 +42,25 @@ pub const RUN_CONFIG_FILE: &str = "train.toml";
 pub const ADAPTER_DIR: &str = "adapter";
 /// The tokenizer file inside a model folder or a shard folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+/// Refuses `model` when it is the `model/` of a LoRA run's checkpoint: those weights are the
+/// frozen base alone, so training or scoring with them would silently drop the adapter kept
+/// beside them. `named` says how the caller was given the folder (a flag and its value).
+pub fn refuse_lora_checkpoint(model: &Path, named: &str) -> Result<(), TrainError> {
+    let Some(checkpoint) = model.parent() else {
+        return Ok(());
+    };
+    let adapter = checkpoint.join(ADAPTER_DIR);
+    if adapter.is_dir() {
+        return Err(TrainError::Mismatch(format!(
+            "{named}: a LoRA run, whose checkpoints hold the frozen base weights and the adapter \
+             apart; name its base model and its adapter ({}) instead, or merge them (hlat convert \
+             --merge-adapter)",
+            adapter.display()
+        )));
+    }
+    Ok(())
+}
 
 /// Everything `hlat pretrain` decides before training.
 #[derive(Debug, Clone)]

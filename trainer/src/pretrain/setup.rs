@@ -213,15 +213,7 @@ pub(super) fn reference_model(
     device: &Device,
 ) -> Result<LanguageModel, TrainError> {
     log::info!("reference model: {}", dir.display());
-    if let Some(checkpoint) = dir.parent()
-        && checkpoint.join(ADAPTER_DIR).is_dir()
-    {
-        return Err(TrainError::Mismatch(format!(
-            "reference model {}: a LoRA run's checkpoint, whose model lacks its adapter; merge \
-             the adapter first (hlat convert --merge-adapter) and name the merged folder",
-            checkpoint.display()
-        )));
-    }
+    super::refuse_lora_checkpoint(dir, &format!("reference model {}", dir.display()))?;
     let (_, hlat, _) = hlat::checkpoint::load_any(dir, device)
         .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))?;
     check_fit(hlat.config(), config, vocab_size).map_err(|error| {

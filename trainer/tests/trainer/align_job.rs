@@ -434,3 +434,44 @@ fn a_resumed_preference_run_equals_an_uninterrupted_one() {
     data.reference_model = Some(fixture("hf-tiny-llama3"));
     refused(other_reference, "another reference");
 }
+
+/// A LoRA run's checkpoint named as the reference (its `model/` is the frozen base alone, the
+/// adapter kept beside it) is refused naming the adapter, before any reference pass.
+#[test]
+fn a_lora_runs_checkpoint_is_refused_as_the_reference() {
+    let (method, objective) = objectives()[0];
+    let checkpoint = tempfile::tempdir().unwrap();
+    let model = checkpoint.path().join("model");
+    copy_folder(&fixture("align-tiny-llama3/reference"), &model);
+    let adapter = checkpoint.path().join(hlat_train::pretrain::ADAPTER_DIR);
+    std::fs::create_dir(&adapter).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut options = options(
+        out.path(),
+        ("hf-tiny-llama3", pairs(method, objective)),
+        (ParallelLayout::SINGLE, FIRST_SHAPE),
+        (1, 0),
+        None,
+    );
+    let DataChoice::Preference(data) = &mut options.data else {
+        unreachable!()
+    };
+    data.reference_model = Some(model.clone());
+    let Err(error) = pretrain(&options, &super::host(), DeviceInfo::default()) else {
+        panic!("a LoRA run's checkpoint taken as the reference");
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("a LoRA run") && error.contains(adapter.to_str().unwrap()),
+        "{error}"
+    );
+}
+
+/// Copies the files of the folder `from` into a new folder `to`.
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
