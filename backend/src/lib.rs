@@ -26,6 +26,7 @@
 //! A device may stand for several replicas (`xla:0-3`): one program runs on each, and the
 //! [`collective`] operations combine them.
 
+pub mod attention;
 mod capture;
 pub mod collective;
 mod device;

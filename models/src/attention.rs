@@ -7,6 +7,8 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Device, Tensor, s};
 
+use burn_trainium::attention::{FusedAttentionOptions, fused_attention, is_fused_on};
+
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block, blocked_causal_attention};
 use crate::cache::{CacheWrite, KvCache};
 use crate::config::HlatConfig;
@@ -141,7 +143,10 @@ impl Attention {
 
     /// The attention core: causal softmax attention of `queries` over `keys` and `values` (and
     /// the cached positions before them), the heads joined: `[batch, seq, heads·head_dim]`.
-    /// Without a cache, sequences longer than [`ATTENTION_BLOCK`] attend by blocks when training
+    /// Without a cache on a Trainium device it is one fused operation forward and one backward
+    /// ([`fused_attention`]: the key/value heads are not repeated, and no `[seq × seq]` scores
+    /// are kept between the passes). Elsewhere,
+    /// sequences longer than [`ATTENTION_BLOCK`] attend by blocks when training
     /// (memory linear in the sequence, see [`blocked_causal_attention`]), and through Burn's
     /// attention module in inference (no autodiff), which each backend computes its own way:
     /// burn-flex by tiles, Trainium's `xla` by query blocks, `neuron` as the Neuron SDK's
@@ -157,6 +162,13 @@ impl Attention {
         let seq = queries.dims()[2];
         let training = queries.device().is_autodiff();
         match context {
+            Context::Full if is_fused_on(&queries.device()) => {
+                let options = FusedAttentionOptions {
+                    sliding_window: self.sliding_window,
+                    ..FusedAttentionOptions::causal()
+                };
+                self.join_heads(fused_attention(queries, keys, values, None, &options))
+            }
             // The window in the mask, a block of queries at a time over a long sequence (scores
             // `[block × seq]`, as the backward pass recomputes them).
             Context::Full if self.window_hides(seq) => {

@@ -25,6 +25,8 @@ use burn_trainium::collective;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{Attention, Context};
+use burn_trainium::attention::is_fused_on;
+
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
 use crate::mlp::Mlp;
 use crate::model::{Hlat, loss_from_logits};
@@ -255,13 +257,16 @@ impl<'a> StagedLayers<'a> {
         exchange: &'a dyn Exchange,
         checkpointing: ActivationCheckpointing,
     ) -> Self {
+        // A Trainium device attends in one fused operation, whose backward pass already keeps no
+        // scores: no stage of its own for the attention core.
+        let by_block = attends_by_block(seq) && !is_fused_on(&input.device());
         let without_gradients = model.clone().no_grad();
         let mut carry = vec![input];
         let mut stages = Vec::new();
         let mut router_logits = Vec::new();
         for index in layers {
             let mixture = model.layers[index].moe.is_some();
-            for planned in layer_stages(index, rotary, exchange, checkpointing, seq, mixture) {
+            for planned in layer_stages(index, rotary, exchange, checkpointing, by_block, mixture) {
                 let Planned {
                     run,
                     treatment,
@@ -402,9 +407,9 @@ impl<'a> StagedLayers<'a> {
     }
 }
 
-/// The stages of layer `index` over a sequence of `seq` positions and how the backward pass gets
-/// the graph of each. Over a long sequence (see [`attends_by_block`]) the attention core is a
-/// stage of its own, run again by blocks of queries whatever `checkpointing` says, so no stage
+/// The stages of layer `index` and how the backward pass gets the graph of each. With
+/// `by_block` (a long sequence, see [`attends_by_block`], on a device without the fused
+/// attention) the attention core is a stage of its own, run again by blocks of queries whatever `checkpointing` says, so no stage
 /// keeps `[seq × seq]` scores. The feed-forward network of a `mixture` of experts is one stage
 /// (kept under selective checkpointing: its experts' activations are kept), whose router logits
 /// leave it beside its output.
@@ -413,10 +418,9 @@ fn layer_stages<'a>(
     rotary: &'a RotaryTables,
     exchange: &'a dyn Exchange,
     checkpointing: ActivationCheckpointing,
-    seq: usize,
+    by_block: bool,
     mixture: bool,
 ) -> Vec<Planned<'a>> {
-    let by_block = attends_by_block(seq);
     let attend_treatment = if by_block {
         Treatment::AttentionByBlock
     } else {

@@ -44,6 +44,7 @@ pub use extension::{CollectiveExtension, REPLICA_LAYOUT, REPLICAS_IN, REPLICAS_O
 pub use groups::{GroupsError, ReplicaGroups};
 pub use operation::{Collective, REMOTE_OPERATION, ReduceOp};
 pub use pairs::SourceTargetPairs;
+pub(crate) use tensor::remote_device;
 pub use tensor::{
     all_gather, all_reduce, all_to_all, copy_to_group, from_replicas, int_from_replicas,
     into_local_replicas, into_replicas, optimization_barrier, permute, reduce_scatter,

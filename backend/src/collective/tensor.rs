@@ -34,7 +34,7 @@ struct ReplicaLayout {
 static LAYOUTS: Mutex<Vec<(RemoteDevice, ReplicaLayout)>> = Mutex::new(Vec::new());
 
 /// The remote device `device` reaches, if it is one.
-fn remote_device(device: &Device) -> Option<RemoteDevice> {
+pub(crate) fn remote_device(device: &Device) -> Option<RemoteDevice> {
     match device.clone().inner().as_dispatch() {
         DispatchDevice::Remote(remote) => Some(remote.clone()),
         _ => None,

@@ -11,8 +11,8 @@ use super::conv;
 use super::elementwise::{self, Arithmetic, Function};
 use super::reduce::{self, Reduction};
 use super::{
-    activation, attention, collective, creation, deform_conv, fft, grid_sample, index, matmul,
-    norm, pad, pool, random, resample, shape, sort,
+    activation, attention, collective, creation, deform_conv, fft, fused_attention, grid_sample,
+    index, matmul, norm, pad, pool, random, resample, shape, sort,
 };
 
 impl Lowering {
@@ -34,6 +34,9 @@ impl Lowering {
                 unsupported("`Init` carries host data; it is registered, not lowered")
             }
             OperationIr::Custom(custom) if fft::is_fft(custom) => fft::fft(self, custom),
+            OperationIr::Custom(custom) if crate::attention::is_fused_attention(custom) => {
+                fused_attention::fused_attention(self, custom)
+            }
             OperationIr::Custom(custom) => collective::custom(self, custom),
             OperationIr::Activation(op) => activation::activation(self, op),
             OperationIr::Distributed(_) => unsupported(

@@ -22,6 +22,7 @@ mod dispatch;
 mod dump;
 mod elementwise;
 pub mod fft;
+mod fused_attention;
 mod grid_sample;
 mod in_place;
 mod index;

@@ -1,6 +1,7 @@
 //! The custom operations a Trainium device server answers: the collectives and the replica data
-//! that `burn_trainium::collective` sends from a Burn device ([`crate::collective`]), and
-//! burn-signal's FFTs (`signal::rfft`, `signal::irfft`), which the executors compute.
+//! that `burn_trainium::collective` sends from a Burn device ([`crate::collective`]), and the
+//! operations the executors compute themselves: the fused attention ([`crate::attention`]) and
+//! burn-signal's FFTs (`signal::rfft`, `signal::irfft`).
 //!
 //! A malformed operation panics in its handler, which ends that client's session with the
 //! message; the server and the other sessions go on.
@@ -11,6 +12,7 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr, TensorStatus};
 use burn_remote::server::BackendServer;
 use burn_router::{RouterClient, RouterTensor};
 
+use crate::attention::{self, fused_attention_arity};
 use crate::collective::{
     Collective, CollectiveBackend, REMOTE_OPERATION, REPLICA_LAYOUT, REPLICAS_IN, REPLICAS_OUT,
 };
@@ -20,7 +22,8 @@ use crate::{Trainium, TrainiumDevice};
 
 type Handles = HandleContainer<<Trainium as burn_ir::BackendIr>::Handle>;
 
-/// `server` answering the custom operations of [`crate::collective`] and burn-signal's FFTs.
+/// `server` answering the custom operations of [`crate::collective`], [`crate::attention`] and
+/// burn-signal's FFTs.
 pub(crate) fn with_custom_ops(server: BackendServer<Trainium>) -> BackendServer<Trainium> {
     server
         .with_custom_op(REMOTE_OPERATION, collective)
@@ -29,12 +32,19 @@ pub(crate) fn with_custom_ops(server: BackendServer<Trainium>) -> BackendServer<
         .with_custom_op(REPLICA_LAYOUT, replica_layout)
         .with_custom_op(RFFT, captured)
         .with_custom_op(IRFFT, captured)
+        .with_custom_op(attention::FORWARD, captured)
+        .with_custom_op(attention::BACKWARD, captured)
 }
 
-/// A custom operation the executors compute themselves (burn-signal's FFTs): captured as it
-/// came, on new tensors of the device, like any other operation of the stream.
+/// A custom operation the executors compute themselves (the fused attention, burn-signal's
+/// FFTs): captured as it came, on new tensors of the device, like any other operation of the
+/// stream.
 fn captured(handles: &mut Handles, ir: &CustomOpIr, _device: &TrainiumDevice) {
-    let (inputs, outputs) = if ir.id == RFFT { (1, 2) } else { (2, 1) };
+    let (inputs, outputs) = match ir.id.as_str() {
+        RFFT => (1, 2),
+        IRFFT => (2, 1),
+        _ => fused_attention_arity(ir).expect("an operation `with_custom_ops` registered"),
+    };
     arity(ir, inputs, outputs);
     let inputs: Vec<_> = ir
         .inputs

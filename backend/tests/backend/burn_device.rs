@@ -7,6 +7,8 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::{TrainiumDevice, stats};
 
+use super::support::values;
+
 /// A two-layer perceptron.
 #[derive(Module, Debug)]
 struct Mlp {
@@ -20,20 +22,6 @@ impl Mlp {
         self.second
             .forward(self.activation.forward(self.first.forward(x)))
     }
-}
-
-/// `count` reproducible values in [-1, 1) (a linear congruential generator), so every device
-/// starts from the same weights and data.
-fn values(seed: u64, count: usize) -> Vec<f32> {
-    let mut state = seed;
-    (0..count)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 fn linear(seed: u64, inputs: usize, outputs: usize, device: &Device) -> Linear {

@@ -14,6 +14,7 @@ mod coverage;
 mod data_parallel;
 mod errors;
 mod executor;
+mod fused_attention;
 mod host_sums;
 mod lowering;
 mod neuron_cache;

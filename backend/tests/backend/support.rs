@@ -46,3 +46,17 @@ pub fn tensor(id: u64, shape: &[usize], status: burn_ir::TensorStatus) -> burn_i
         dtype: burn::tensor::DType::F32,
     }
 }
+
+/// `count` reproducible values in [-1, 1) (a linear congruential generator), so every device
+/// starts from the same weights and data.
+pub fn values(seed: u64, count: usize) -> Vec<f32> {
+    let mut state = seed;
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

@@ -12,7 +12,7 @@ use crate::lower::fft::{IRFFT, RFFT, arguments};
 
 type Handles = HandleContainer<<Flex as burn_ir::BackendIr>::Handle>;
 
-/// The custom operations a host runner answers beyond Burn's own.
+/// A registry answering burn-signal's FFTs.
 pub(super) fn registry() -> CustomOpRegistry<Flex> {
     let mut registry = CustomOpRegistry::new();
     registry.register(RFFT, |handles, custom, _device| rfft(handles, custom));

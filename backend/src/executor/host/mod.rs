@@ -4,6 +4,7 @@
 //! [`crate::distributed`]); random tensors are drawn once and given to every replica, as a
 //! compiled program does.
 
+mod attention;
 mod checks;
 mod collective;
 mod fft;
@@ -52,6 +53,14 @@ pub(crate) fn failure(reason: impl ToString) -> BackendError {
     }
 }
 
+/// The custom operations a runner answers beyond Burn's own: burn-signal's FFTs and the fused
+/// attention.
+fn custom_ops() -> burn_router::CustomOpRegistry<Flex> {
+    let mut registry = fft::registry();
+    attention::register(&mut registry);
+    registry
+}
+
 /// Whether an operation draws random numbers (drawn once, then copied to every replica).
 fn is_random(operation: &OperationIr) -> bool {
     matches!(
@@ -66,7 +75,7 @@ impl HostExecutor {
     pub fn new(span: ReplicaSpan) -> Self {
         Self {
             replicas: (0..span.local.max(1))
-                .map(|_| Runner::with_custom_ops(FlexDevice, fft::registry()))
+                .map(|_| Runner::with_custom_ops(FlexDevice, custom_ops()))
                 .collect(),
             span,
             broken: None,
@@ -148,9 +157,12 @@ impl HostExecutor {
                        replicas of one Trainium device combine with `burn_trainium::collective`"
                     .to_string(),
             }),
-            // burn-signal's FFTs are answered by the runners' own registry (`fft`), as any
-            // other operation is below.
-            OperationIr::Custom(custom) if !crate::lower::fft::is_fft(custom) => {
+            // The fused attention and burn-signal's FFTs are answered by the runners' own
+            // registry (`custom_ops`), as any other operation is below.
+            OperationIr::Custom(custom)
+                if !crate::lower::fft::is_fft(custom)
+                    && !crate::attention::is_fused_attention(custom) =>
+            {
                 let collective = Collective::from_ir(custom)
                     .ok_or_else(|| BackendError::Unsupported {
                         executor: "host",

@@ -1,0 +1,252 @@
+//! The fused attention (`burn_trainium::attention`): on `host` and `xla` its values and
+//! gradients equal the materialised form's on Flex, for every option it takes; its HLO holds at
+//! most one block of scores.
+
+use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn_ir::{CustomOpIr, OperationIr, TensorIr, TensorStatus};
+use burn_trainium::attention::{
+    BACKWARD, FORWARD, FusedAttentionOptions, QUERY_BLOCK, fused_attention, materialized_attention,
+};
+use burn_trainium::lower::{boundary_of, lower_segment};
+use burn_trainium::neuron::lint_module;
+
+use super::support::{assert_close, tensor, values};
+
+/// One attention to compare: its sizes and options.
+struct Case {
+    name: &'static str,
+    heads: usize,
+    kv_heads: usize,
+    queries: usize,
+    keys: usize,
+    depth: usize,
+    sinks: bool,
+    options: FusedAttentionOptions,
+}
+
+impl Case {
+    fn causal(name: &'static str, heads: usize, kv_heads: usize, positions: usize) -> Self {
+        Self {
+            name,
+            heads,
+            kv_heads,
+            queries: positions,
+            keys: positions,
+            depth: 8,
+            sinks: false,
+            options: FusedAttentionOptions::causal(),
+        }
+    }
+}
+
+/// Every option alone and together, over one block and over several.
+fn cases() -> Vec<Case> {
+    let window = |window| FusedAttentionOptions {
+        sliding_window: Some(window),
+        ..FusedAttentionOptions::causal()
+    };
+    let capped = FusedAttentionOptions {
+        scale: Some(0.3),
+        softcap: Some(2.0),
+        ..FusedAttentionOptions::causal()
+    };
+    vec![
+        Case::causal("causal", 2, 2, 24),
+        Case::causal("grouped", 4, 2, 24),
+        Case {
+            options: window(7),
+            ..Case::causal("window", 4, 1, 40)
+        },
+        Case {
+            options: capped,
+            ..Case::causal("scale and cap", 2, 2, 16)
+        },
+        Case {
+            sinks: true,
+            options: window(5),
+            ..Case::causal("sinks", 4, 2, 24)
+        },
+        Case {
+            queries: 6,
+            options: FusedAttentionOptions::default(),
+            ..Case::causal("not causal, fewer queries", 2, 1, 20)
+        },
+        Case {
+            queries: 6,
+            ..Case::causal("causal over a cache", 2, 1, 20)
+        },
+        Case {
+            depth: 4,
+            ..Case::causal("blocks", 2, 1, QUERY_BLOCK + 88)
+        },
+        Case {
+            depth: 4,
+            sinks: true,
+            options: FusedAttentionOptions {
+                sliding_window: Some(100),
+                softcap: Some(3.0),
+                ..FusedAttentionOptions::causal()
+            },
+            ..Case::causal("blocks, window, sinks, cap", 2, 1, QUERY_BLOCK + 88)
+        },
+    ]
+}
+
+/// The output and the gradients of query, key, value (and sinks) of `case` in `dtype`, through
+/// the fused operation or the materialised form, under a loss that weighs every output.
+fn run(case: &Case, device: &Device, fused: bool, dtype: DType) -> Vec<(String, TensorData)> {
+    let device = device.clone().autodiff();
+    let input = |seed: u64, shape: [usize; 4]| {
+        let count = shape.iter().product();
+        let data = TensorData::new(values(seed, count), shape);
+        Tensor::<4>::from_data(data, &device)
+            .mul_scalar(2.0)
+            .cast(dtype)
+            .require_grad()
+    };
+    let query = input(1, [2, case.heads, case.queries, case.depth]);
+    let key = input(2, [2, case.kv_heads, case.keys, case.depth]);
+    let value = input(3, [2, case.kv_heads, case.keys, case.depth]);
+    let sinks = case.sinks.then(|| {
+        Tensor::<1>::from_data(
+            TensorData::new(values(4, case.heads), [case.heads]),
+            &device,
+        )
+        .cast(dtype)
+        .require_grad()
+    });
+    let weights = Tensor::<4>::from_data(
+        TensorData::new(
+            values(5, 2 * case.heads * case.queries * case.depth),
+            [2, case.heads, case.queries, case.depth],
+        ),
+        &device,
+    );
+    let attend = if fused {
+        fused_attention
+    } else {
+        materialized_attention
+    };
+    let output = attend(
+        query.clone(),
+        key.clone(),
+        value.clone(),
+        sinks.clone(),
+        &case.options,
+    );
+    let grads = (output.clone().cast(DType::F32) * weights).sum().backward();
+    let mut results = vec![
+        ("output".to_string(), output.into_data()),
+        ("query grad".into(), query.grad(&grads).unwrap().into_data()),
+        ("key grad".into(), key.grad(&grads).unwrap().into_data()),
+        ("value grad".into(), value.grad(&grads).unwrap().into_data()),
+    ];
+    if let Some(sinks) = sinks {
+        results.push(("sink grad".into(), sinks.grad(&grads).unwrap().into_data()));
+    }
+    results
+}
+
+/// Compares `case` on the served devices with the materialised form on Flex.
+fn compare(case: &Case, dtype: DType, tolerance: f64) {
+    let expected = run(case, &Device::flex(), false, dtype);
+    for spec in ["host:1", "xla:1"] {
+        let device = burn_trainium::device(spec).expect("the device is served");
+        let actual = run(case, &device, true, dtype);
+        for ((name, expected), (_, actual)) in expected.iter().zip(&actual) {
+            let what = format!("{} ({dtype:?}), {name} on {spec}", case.name);
+            assert_eq!(actual.dtype(), expected.dtype(), "{what}");
+            assert_close(&what, expected, actual, tolerance);
+        }
+    }
+}
+
+#[test]
+fn fused_attention_equals_the_materialised_form_in_f32() {
+    test_support::plugin::plugin_path();
+    for case in cases() {
+        compare(&case, DType::F32, 1e-5);
+    }
+}
+
+#[test]
+fn fused_attention_equals_the_materialised_form_in_bf16() {
+    test_support::plugin::plugin_path();
+    for case in cases().iter().filter(|case| case.queries < QUERY_BLOCK) {
+        compare(case, DType::BF16, 2e-2);
+    }
+}
+
+/// The forward and backward operations of a causal attention over `positions`, by hand.
+fn attention_operations(positions: usize, sinks: bool) -> [OperationIr; 2] {
+    let mut next = 0;
+    let mut fresh = |shape: &[usize], status| {
+        next += 1;
+        tensor(next, shape, status)
+    };
+    let query = fresh(&[1, 4, positions, 8], TensorStatus::ReadOnly);
+    let key = fresh(&[1, 2, positions, 8], TensorStatus::ReadOnly);
+    let value = fresh(&[1, 2, positions, 8], TensorStatus::ReadOnly);
+    let sink = fresh(&[4], TensorStatus::ReadOnly);
+    let output = fresh(&[1, 4, positions, 8], TensorStatus::NotInit);
+    let statistics = fresh(&[1, 4, positions], TensorStatus::NotInit);
+    let output_grad = fresh(&[1, 4, positions, 8], TensorStatus::ReadOnly);
+    let grads: Vec<TensorIr> = [&query, &key, &value, &sink]
+        .map(|like| fresh(&like.shape.to_vec(), TensorStatus::NotInit))
+        .into_iter()
+        .take(if sinks { 4 } else { 3 })
+        .collect();
+    let read = |tensor: &TensorIr| TensorIr {
+        status: TensorStatus::ReadOnly,
+        ..tensor.clone()
+    };
+    let mut inputs = vec![query.clone(), key.clone(), value.clone()];
+    inputs.extend(sinks.then(|| sink.clone()));
+    let options = FusedAttentionOptions {
+        sliding_window: Some(300),
+        softcap: Some(5.0),
+        ..FusedAttentionOptions::causal()
+    };
+    let forward = CustomOpIr {
+        id: FORWARD.to_string(),
+        inputs: inputs.clone(),
+        outputs: vec![output.clone(), statistics.clone()],
+        scalars: options.to_scalars(),
+    };
+    let mut backward_inputs = inputs;
+    backward_inputs.extend([read(&output), read(&statistics), output_grad]);
+    let backward = CustomOpIr {
+        id: BACKWARD.to_string(),
+        inputs: backward_inputs,
+        outputs: grads,
+        scalars: options.to_scalars(),
+    };
+    [OperationIr::Custom(forward), OperationIr::Custom(backward)]
+}
+
+/// Over 1,100 positions the lowered forward and backward passes hold no `[positions ×
+/// positions]` scores: no instruction is larger than one block's, and the Neuron lint accepts
+/// the module.
+#[test]
+fn the_lowered_attention_holds_one_block_of_scores() {
+    let positions = 1100;
+    for sinks in [false, true] {
+        let operations = attention_operations(positions, sinks);
+        let program =
+            lower_segment(&operations, &boundary_of(&operations)).expect("the attention lowers");
+        let largest = program
+            .module
+            .computations
+            .iter()
+            .flat_map(|computation| &computation.instructions)
+            .filter_map(|instruction| instruction.shape.as_ref())
+            .map(|shape| shape.dimensions.iter().product::<i64>())
+            .max()
+            .unwrap();
+        // One block: 2 key/value heads × 2 query heads each × 512 rows × every key.
+        let block = (2 * 2 * QUERY_BLOCK * positions) as i64;
+        assert!(largest <= block, "{largest} elements in one instruction");
+        assert!(largest < (4 * positions * positions) as i64);
+        assert_eq!(lint_module(&program.module), [], "sinks: {sinks}");
+    }
+}
