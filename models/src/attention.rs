@@ -7,7 +7,9 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, DType, Device, Tensor, s};
 
-use burn_trainium::attention::{FusedAttentionOptions, fused_attention, is_fused_on};
+use burn_trainium::attention::{
+    FusedAttentionOptions, fused_attention, is_fused_on, repeat_kv_heads,
+};
 
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block, blocked_causal_attention};
 use crate::cache::{CacheWrite, KvCache};
@@ -143,9 +145,9 @@ impl Attention {
 
     /// The attention core: causal softmax attention of `queries` over `keys` and `values` (and
     /// the cached positions before them), the heads joined: `[batch, seq, heads·head_dim]`.
-    /// Without a cache on a Trainium device it is one fused operation forward and one backward
-    /// ([`fused_attention`]: the key/value heads are not repeated, and no `[seq × seq]` scores
-    /// are kept between the passes). Elsewhere,
+    /// Training without a cache on a Trainium device, it is one fused operation forward and one
+    /// backward ([`fused_attention`]: the key/value heads are not repeated, and no `[seq × seq]`
+    /// scores are kept between the passes). Otherwise,
     /// sequences longer than [`ATTENTION_BLOCK`] attend by blocks when training
     /// (memory linear in the sequence, see [`blocked_causal_attention`]), and through Burn's
     /// attention module in inference (no autodiff), which each backend computes its own way:
@@ -162,7 +164,7 @@ impl Attention {
         let seq = queries.dims()[2];
         let training = queries.device().is_autodiff();
         match context {
-            Context::Full if is_fused_on(&queries.device()) => {
+            Context::Full if training && is_fused_on(&queries.device()) => {
                 let options = FusedAttentionOptions {
                     sliding_window: self.sliding_window,
                     ..FusedAttentionOptions::causal()
@@ -297,13 +299,6 @@ impl Attention {
 
     /// Repeats each key/value head for the query heads of its group: `[b, kv, t, d] -> [b, h, t, d]`.
     fn repeat_kv(&self, x: Tensor<4>) -> Tensor<4> {
-        let groups = self.num_heads / self.num_kv_heads;
-        if groups == 1 {
-            return x;
-        }
-        let [batch, kv_heads, positions, head_dim] = x.dims();
-        x.unsqueeze_dim::<5>(2)
-            .expand([batch, kv_heads, groups, positions, head_dim])
-            .reshape([batch, kv_heads * groups, positions, head_dim])
+        repeat_kv_heads(x, self.num_heads / self.num_kv_heads)
     }
 }

@@ -41,5 +41,5 @@ pub use extension::{
 pub use options::{
     AttentionShape, FusedAttentionError, FusedAttentionOptions, QUERY_BLOCK, QueryBlock,
 };
-pub use reference::materialized_attention;
+pub use reference::{materialized_attention, repeat_kv_heads};
 pub use tensor::{fused_attention, fused_attention_with_statistics, is_fused_on};

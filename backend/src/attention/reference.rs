@@ -32,8 +32,8 @@ pub fn materialized_attention(
     let dtype = query.dtype();
     let device = query.device();
     let widen = |tensor: Tensor<4>| tensor.cast(DType::F32);
-    let key = repeat_heads(widen(key), shape.group());
-    let value = repeat_heads(widen(value), shape.group());
+    let key = repeat_kv_heads(widen(key), shape.group());
+    let value = repeat_kv_heads(widen(value), shape.group());
 
     let mut scores = widen(query).matmul(key.swap_dims(2, 3)) * options.scale_for(depth);
     if let Some(cap) = options.softcap {
@@ -87,9 +87,9 @@ pub(super) fn checked_shape(
     .unwrap_or_else(|error| panic!("{error}"))
 }
 
-/// Each key/value head repeated for the `group` query heads that share it:
-/// `[b, kv, t, d] -> [b, kv·group, t, d]`.
-fn repeat_heads(x: Tensor<4>, group: usize) -> Tensor<4> {
+/// Each key/value head repeated for the `group` query heads that share it (Hugging Face's
+/// `repeat_kv`): `[b, kv, t, d] -> [b, kv·group, t, d]`.
+pub fn repeat_kv_heads(x: Tensor<4>, group: usize) -> Tensor<4> {
     if group == 1 {
         return x;
     }

@@ -179,12 +179,17 @@ fn add_into(total: Float, dim: usize, range: std::ops::Range<usize>, part: Float
     Flex::float_slice_assign(total, &slices, sum)
 }
 
-fn forward(handles: &mut Handles, custom: &CustomOpIr) {
-    let inputs: Vec<Float> = custom
+/// The tensors `custom` takes, in order.
+fn input_tensors(handles: &mut Handles, custom: &CustomOpIr) -> Vec<Float> {
+    custom
         .inputs
         .iter()
         .map(|input| handles.get_float_tensor::<Flex>(input))
-        .collect();
+        .collect()
+}
+
+fn forward(handles: &mut Handles, custom: &CustomOpIr) {
+    let inputs = input_tensors(handles, custom);
     let sinks = inputs.get(3);
     let problem = Problem::of(custom, &inputs, sinks.is_some());
     let [query, key, value] = [&inputs[0], &inputs[1], &inputs[2]];
@@ -229,11 +234,7 @@ fn forward(handles: &mut Handles, custom: &CustomOpIr) {
 }
 
 fn backward(handles: &mut Handles, custom: &CustomOpIr) {
-    let inputs: Vec<Float> = custom
-        .inputs
-        .iter()
-        .map(|input| handles.get_float_tensor::<Flex>(input))
-        .collect();
+    let inputs = input_tensors(handles, custom);
     let with_sinks = inputs.len() == 7;
     let problem = Problem::of(custom, &inputs, with_sinks);
     let [query, key, value] = [&inputs[0], &inputs[1], &inputs[2]];
