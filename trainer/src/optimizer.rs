@@ -188,6 +188,19 @@ impl HlatOptimizer {
         (tensor, state)
     }
 
+    /// Gives parameter `id` (a mixture's split expert when `expert`), of value `tensor`, the
+    /// state [`HlatAdamW::initial_state`] unless it has one.
+    pub(crate) fn ensure_state<const D: usize>(
+        &mut self,
+        (id, expert): (ParamId, bool),
+        tensor: Tensor<D>,
+    ) {
+        if !self.states.contains_key(&id) {
+            let state = self.adamw.initial_state(tensor, expert);
+            self.states.insert(id, StateRecord::from_state(state));
+        }
+    }
+
     /// The state of every parameter updated so far.
     pub fn to_record(&self) -> OptimizerRecord {
         self.states.clone()
@@ -248,6 +261,32 @@ impl HlatAdamW {
 }
 
 impl HlatAdamW {
+    /// The state of parameter `tensor` (a mixture's split expert when `expert`) before its first
+    /// update: f32 zero moments of its ZeRO-1 slice's shape and no update counted. The first
+    /// update from it gives the same values as from no state (`0 · β + x` is `x`), and the
+    /// first step then runs the program of every later step instead of one of its own.
+    pub fn initial_state<const D: usize>(&self, tensor: Tensor<D>, expert: bool) -> AdamWState<D> {
+        let zero1 = if expert {
+            self.zero1_of_experts.as_ref()
+        } else {
+            self.zero1.as_ref()
+        };
+        let device = tensor.device();
+        let mut shape = tensor.dims();
+        if let Some(zero1) = zero1 {
+            let elements = shape.iter().product();
+            shape = [1; D];
+            shape[D - 1] = zero1.slice_len(elements);
+        }
+        // Two tensors: one tensor as both moments would be one input of the first step's program.
+        let zeros = || Tensor::<D>::zeros(shape, &device).cast(DType::F32);
+        AdamWState {
+            moment1: zeros(),
+            moment2: zeros(),
+            time: 0,
+        }
+    }
+
     /// One update of `tensor` (a mixture's split expert when `expert`), its state sliced as
     /// ZeRO-1 partitions that kind of parameter.
     pub(crate) fn update<const D: usize>(

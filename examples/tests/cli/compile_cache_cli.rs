@@ -44,11 +44,7 @@ fn check_run(out: &Path, output: &std::process::Output) -> (u64, f64) {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    let records: Vec<serde_json::Value> = metrics
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let records = records(out);
     // Every record says how long the run has taken; the first one, the time to the first step.
     let elapsed: Vec<f64> = records
         .iter()
@@ -64,6 +60,38 @@ fn check_run(out: &Path, output: &std::process::Output) -> (u64, f64) {
             .as_f64()
             .expect("compile_seconds in metrics.jsonl"),
     )
+}
+
+/// The records of `out`'s `metrics.jsonl`.
+fn records(out: &Path) -> Vec<serde_json::Value> {
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    metrics
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Adam's moments exist before the first step (zeros, one small program), so the second step
+/// already runs the steady step's program: after the first step's record the run compiles its
+/// loss read and the steady step, then nothing. (When the moments were made by the first
+/// update, the second step compiled a program of its own and the third the steady one.)
+#[test]
+fn a_run_compiles_nothing_after_its_second_step() {
+    let folder = tempfile::tempdir().unwrap();
+    let out = folder.path().join("run");
+    let output = pretrain(&out, &folder.path().join("cache"))
+        .output()
+        .expect("running hlat");
+    check_run(&out, &output);
+    let compiles: Vec<u64> = records(&out)
+        .iter()
+        .map(|record| record["compiles"].as_u64().expect("compiles"))
+        .collect();
+    assert_eq!(compiles.len(), 3, "{compiles:?}");
+    assert!(
+        compiles[1] - compiles[0] <= 2 && compiles[1] == compiles[2],
+        "programs compiled after the first step: {compiles:?}"
+    );
 }
 
 #[test]

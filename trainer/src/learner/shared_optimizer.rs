@@ -69,6 +69,26 @@ impl SharedOptimizer {
     }
 }
 
+impl SharedOptimizer {
+    /// Gives every trained float parameter of `module` that has no state yet its state before
+    /// the first update ([`HlatAdamW::initial_state`]); the caller syncs the device so that the
+    /// moments exist before the first step, whose program is then every later step's.
+    pub fn create_states<M: Module>(&self, module: &M) {
+        struct Trained<'a>(&'a mut HlatOptimizer);
+        impl PathVisitor for Trained<'_> {
+            fn visit_float<const D: usize>(&mut self, path: &ParamPath, param: &Param<Tensor<D>>) {
+                let value = param.val();
+                if value.is_require_grad() {
+                    let expert = expert_of(path.names()).is_some();
+                    self.0.ensure_state((param.id, expert), value);
+                }
+            }
+        }
+        let mut optimizer = self.lock();
+        visit_with_paths(module, ParamPath::default(), &mut Trained(&mut optimizer));
+    }
+}
+
 /// The ids of a module's float parameters, each with whether it is a mixture's expert.
 struct ParamIds(Vec<(ParamId, bool)>);
 

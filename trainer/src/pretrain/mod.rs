@@ -298,6 +298,11 @@ pub fn pretrain(
         schedule: start.schedule,
         step: start_step,
     };
+    // Adam's moments exist before the first step, so that it runs the steady step's program.
+    optimizer.create_states(&start.model);
+    device.sync().map_err(|error| {
+        TrainError::Device(format!("creating the optimizer's moments: {error}"))
+    })?;
     let module_optimizer = optimizer.module_optimizer(&start.model);
     let learner = Learner::new(start.model, module_optimizer, scheduler);
     let training = SupervisedTraining::new(&out, Arc::new(train), valid)
