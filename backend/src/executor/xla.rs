@@ -143,6 +143,38 @@ impl Runtime {
     }
 }
 
+/// XLA GPU's option naming the folder of its per-fusion autotuning results.
+const AUTOTUNE_CACHE_OPTION: &str = "xla_gpu_per_fusion_autotune_cache_dir";
+/// XLA GPU's option naming the file of its compiled kernels.
+const KERNEL_CACHE_OPTION: &str = "xla_gpu_kernel_cache_file";
+
+/// The options that keep a GPU plugin's autotuning results and compiled kernels in `cache`'s
+/// [`XlaDiskCache::tuning_folder`], so that a program the cache does not hold (another length or
+/// layout of the same model) reuses the tuning and kernels of the programs before it instead of
+/// autotuning every product again. Only for a GPU plugin with a cache, and only the options
+/// `given` (`TRAINIUM_XLA_COMPILER_OPTIONS`) does not set.
+fn gpu_tuning_options(
+    kind: PluginKind,
+    cache: Option<&XlaDiskCache>,
+    given: &[(String, OptionValue)],
+) -> Vec<(String, OptionValue)> {
+    let (PluginKind::Gpu, Some(cache)) = (kind, cache) else {
+        return Vec::new();
+    };
+    let folder = cache.tuning_folder();
+    [
+        (AUTOTUNE_CACHE_OPTION, folder.join("autotune")),
+        (KERNEL_CACHE_OPTION, folder.join("kernels.bin")),
+    ]
+    .into_iter()
+    .filter(|(name, _)| !given.iter().any(|(set, _)| set == name))
+    .map(|(name, path)| {
+        let text = path.to_string_lossy().into_owned();
+        (name.to_string(), OptionValue::Text(text))
+    })
+    .collect()
+}
+
 /// The compiler options of `TRAINIUM_XLA_COMPILER_OPTIONS`'s value `text` (empty: none).
 fn parse_compiler_options(text: &str) -> Result<Vec<(String, OptionValue)>, BackendError> {
     parse_options(COMPILER_OPTIONS_ENV, text)
@@ -574,6 +606,11 @@ impl Target for XlaTarget {
             }
             _ => self.runtime.compiler_options.clone(),
         };
+        options.compiler_options.extend(gpu_tuning_options(
+            self.runtime.kind,
+            self.runtime.disk_cache.as_ref(),
+            &self.runtime.compiler_options,
+        ));
         log::debug!(
             "{}: compiler options {:?}",
             program.module.name,
@@ -716,6 +753,35 @@ mod tests {
         }
         let twice = parse_compiler_options("a=1,a=2").unwrap_err().to_string();
         assert!(twice.contains("`a` is given twice"), "{twice}");
+    }
+
+    #[test]
+    fn a_gpu_plugin_keeps_its_tuning_beside_the_compile_cache() {
+        let folder = tempfile::tempdir().unwrap();
+        let machine = MachineIdentity::default();
+        let cache = XlaDiskCache::new(folder.path().into(), "/cuda.so".as_ref(), &machine, "");
+        let options = gpu_tuning_options(PluginKind::Gpu, Some(&cache), &[]);
+        let names: Vec<&str> = options.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, [AUTOTUNE_CACHE_OPTION, KERNEL_CACHE_OPTION]);
+        for (_, value) in &options {
+            let OptionValue::Text(path) = value else {
+                panic!("{value:?}")
+            };
+            assert!(path.starts_with(&*cache.tuning_folder().to_string_lossy()));
+        }
+        // Another plugin (another build) tunes in another folder.
+        let other = XlaDiskCache::new(folder.path().into(), "/other.so".as_ref(), &machine, "");
+        assert_ne!(other.tuning_folder(), cache.tuning_folder());
+        // A CPU plugin, no cache, or the user's own setting: nothing added for it.
+        assert!(gpu_tuning_options(PluginKind::Xla, Some(&cache), &[]).is_empty());
+        assert!(gpu_tuning_options(PluginKind::Gpu, None, &[]).is_empty());
+        let given = [(
+            KERNEL_CACHE_OPTION.to_string(),
+            OptionValue::Text("k".into()),
+        )];
+        let kept = gpu_tuning_options(PluginKind::Gpu, Some(&cache), &given);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].0, AUTOTUNE_CACHE_OPTION);
     }
 
     #[test]

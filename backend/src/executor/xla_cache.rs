@@ -170,6 +170,18 @@ impl XlaDiskCache {
         }
     }
 
+    /// The folder of XLA GPU's autotuning results and compiled kernels beside this cache's
+    /// programs, keyed like them by the plugin, the machine and `XLA_FLAGS` (a reinstalled
+    /// plugin or another GPU starts a new one): `gpu-tuning/<key>`.
+    pub fn tuning_folder(&self) -> PathBuf {
+        let digest = Sha256::digest(&self.fingerprint);
+        let key: String = digest[..8]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        self.folder.join("gpu-tuning").join(key)
+    }
+
     /// The file of the program compiled from `module` with `options` (both serialized).
     pub fn entry(&self, module: &[u8], options: &[u8]) -> PathBuf {
         let mut hasher = Sha256::new();
