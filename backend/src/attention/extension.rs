@@ -91,6 +91,9 @@ pub trait AttentionBackward: Backend {
     ) -> Gradients4<Self>;
 }
 
+/// A fused attention's output and statistics.
+type ForwardOutputs<B> = (FloatTensor<B>, FloatTensor<B>);
+
 /// The gradients of a fused attention's query, key, value and (when it has them) sinks.
 pub type Gradients4<B> = (
     FloatTensor<B>,
@@ -285,7 +288,7 @@ fn autodiff_forward<B: AttentionBackward, C: CheckpointStrategy, const N: usize>
     inputs: [FloatTensor<Autodiff<B, C>>; N],
     options: FusedAttentionOptions,
     inner: impl FnOnce(Vec<FloatTensor<B>>) -> (FloatTensor<B>, FloatTensor<B>),
-) -> (FloatTensor<Autodiff<B, C>>, FloatTensor<Autodiff<B, C>>) {
+) -> ForwardOutputs<Autodiff<B, C>> {
     let primitives: Vec<FloatTensor<B>> = inputs
         .iter()
         .map(|input| input.primitive().clone())

@@ -250,7 +250,7 @@ fn backward(handles: &mut Handles, custom: &CustomOpIr) {
     let zeros = |like: &Float| Flex::float_zeros(like.shape(), &FlexDevice, DType::F32.into());
     let mut key_grad = zeros(key);
     let mut value_grad = zeros(value);
-    let mut sink_grad = sinks.map(|sinks| zeros(sinks));
+    let mut sink_grad = sinks.map(zeros);
     let mut query_grads = Vec::new();
     for block in problem.blocks() {
         let rows = block.rows.len();
