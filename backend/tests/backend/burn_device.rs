@@ -1,13 +1,13 @@
 //! A Burn 0.22 program, written as Burn's book writes one, trains on the Trainium device that
 //! `burn_trainium::device` serves in the process, with the losses Flex gives.
 
-use burn::module::{Module, Param};
+use burn::module::Module;
 use burn::nn::{Linear, Relu};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::{TrainiumDevice, stats};
 
-use super::support::values;
+use super::support::{linear, values};
 
 /// A two-layer perceptron.
 #[derive(Module, Debug)]
@@ -21,17 +21,6 @@ impl Mlp {
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         self.second
             .forward(self.activation.forward(self.first.forward(x)))
-    }
-}
-
-fn linear(seed: u64, inputs: usize, outputs: usize, device: &Device) -> Linear {
-    let weight = TensorData::new(values(seed, inputs * outputs), [inputs, outputs]);
-    let bias = TensorData::new(values(seed + 1, outputs), [outputs]);
-    Linear {
-        weight: Param::from_tensor(Tensor::from_data(weight, device).mul_scalar(0.3)),
-        bias: Some(Param::from_tensor(
-            Tensor::from_data(bias, device).mul_scalar(0.1),
-        )),
     }
 }
 

@@ -2,6 +2,9 @@
 //! gradients equal the materialised form's on Flex, for every option it takes; its HLO holds at
 //! most one block of scores.
 
+use burn::module::{Module, Param};
+use burn::nn::Linear;
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_ir::{CustomOpIr, OperationIr, TensorIr, TensorStatus};
 use burn_trainium::attention::{
@@ -10,7 +13,7 @@ use burn_trainium::attention::{
 use burn_trainium::lower::{boundary_of, lower_segment};
 use burn_trainium::neuron::lint_module;
 
-use super::support::{assert_close, tensor, values};
+use super::support::{assert_close, linear, tensor, values};
 
 /// One attention to compare: its sizes and options.
 struct Case {
@@ -174,6 +177,89 @@ fn fused_attention_equals_the_materialised_form_in_bf16() {
     test_support::plugin::plugin_path();
     for case in cases().iter().filter(|case| case.queries < QUERY_BLOCK) {
         compare(case, DType::BF16, 2e-2);
+    }
+}
+
+/// A self-attention layer as a Burn user writes one: projections to 4 query heads and 2
+/// key/value heads of 4, a window of 5 positions and learned sinks, attending through
+/// [`fused_attention`].
+#[derive(Module, Debug)]
+struct SlidingAttention {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    output: Linear,
+    sinks: Param<Tensor<1>>,
+}
+
+impl SlidingAttention {
+    fn new(device: &Device) -> Self {
+        let sinks = TensorData::new(values(40, 4), [4]);
+        Self {
+            query: linear(41, 8, 16, device),
+            key: linear(43, 8, 8, device),
+            value: linear(45, 8, 8, device),
+            output: linear(47, 16, 8, device),
+            sinks: Param::from_tensor(Tensor::from_data(sinks, device)),
+        }
+    }
+
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [batch, positions, _] = x.dims();
+        let heads =
+            |t: Tensor<3>, count: usize| t.reshape([batch, positions, count, 4]).swap_dims(1, 2);
+        let options = FusedAttentionOptions {
+            sliding_window: Some(5),
+            ..FusedAttentionOptions::causal()
+        };
+        let attended = fused_attention(
+            heads(self.query.forward(x.clone()), 4),
+            heads(self.key.forward(x.clone()), 2),
+            heads(self.value.forward(x), 2),
+            Some(self.sinks.val()),
+            &options,
+        );
+        let joined = attended.swap_dims(1, 2).reshape([batch, positions, 16]);
+        self.output.forward(joined)
+    }
+}
+
+/// The loss of each of `steps` Adam steps of [`SlidingAttention`] on `device`.
+fn attention_losses(device: Device, steps: usize) -> Vec<f32> {
+    let device = device.autodiff();
+    let mut model = SlidingAttention::new(&device);
+    let data = |seed, count| TensorData::new(values(seed, count), [2, 12, 8]);
+    let inputs = Tensor::<3>::from_data(data(50, 2 * 12 * 8), &device);
+    let targets = Tensor::<3>::from_data(data(51, 2 * 12 * 8), &device);
+    let mut optimizer = AdamConfig::new().init();
+    (0..steps)
+        .map(|_| {
+            let error = model.forward(inputs.clone()) - targets.clone();
+            let loss = (error.clone() * error).mean();
+            let value = loss.clone().into_scalar::<f32>();
+            let gradients = GradientsParams::from_grads(loss.backward(), &model);
+            model = optimizer.step(3e-2, model.clone(), gradients);
+            value
+        })
+        .collect()
+}
+
+/// A Burn model that calls the fused attention trains on `host` and `xla` with the losses of
+/// the materialised form on Flex, its sinks included.
+#[test]
+fn a_burn_model_trains_through_the_fused_attention_with_flexs_losses() {
+    test_support::plugin::plugin_path();
+    let reference = attention_losses(Device::flex(), 6);
+    assert!(reference[5] < reference[0], "{reference:?}");
+    for (spec, tolerance) in [("host:1", 1e-5), ("xla:1", 1e-4)] {
+        let device = burn_trainium::device(spec).expect("the device is served");
+        let losses = attention_losses(device, 6);
+        for (step, (expected, actual)) in reference.iter().zip(&losses).enumerate() {
+            assert!(
+                (expected - actual).abs() <= tolerance * expected.abs().max(1.0),
+                "{spec}, step {step}: {losses:?} against Flex's {reference:?}"
+            );
+        }
     }
 }
 

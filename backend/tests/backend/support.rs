@@ -1,7 +1,9 @@
 //! Shared by the tests of this binary: tolerant comparison, device locks and IR tensors, with
 //! the workspace's `test-support` helpers they use (the XLA CPU plugin, the random-state lock).
 
-use burn::tensor::TensorData;
+use burn::module::Param;
+use burn::nn::Linear;
+use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::TrainiumDevice;
 pub use test_support::plugin::{plugin_path, xla};
 pub use test_support::random::exclusive_random;
@@ -59,4 +61,16 @@ pub fn values(seed: u64, count: usize) -> Vec<f32> {
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
+}
+
+/// A linear layer of reproducible weights (`seed`) on `device`, the same on every device.
+pub fn linear(seed: u64, inputs: usize, outputs: usize, device: &Device) -> Linear {
+    let weight = TensorData::new(values(seed, inputs * outputs), [inputs, outputs]);
+    let bias = TensorData::new(values(seed + 1, outputs), [outputs]);
+    Linear {
+        weight: Param::from_tensor(Tensor::from_data(weight, device).mul_scalar(0.3)),
+        bias: Some(Param::from_tensor(
+            Tensor::from_data(bias, device).mul_scalar(0.1),
+        )),
+    }
 }
