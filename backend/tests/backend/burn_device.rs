@@ -3,11 +3,10 @@
 
 use burn::module::Module;
 use burn::nn::{Linear, Relu};
-use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::{TrainiumDevice, stats};
 
-use super::support::{linear, values};
+use super::support::{adam_losses, linear, values};
 
 /// A two-layer perceptron.
 #[derive(Module, Debug)]
@@ -27,24 +26,14 @@ impl Mlp {
 /// The loss of each of `steps` Adam steps of the perceptron on `device` (with autodiff).
 fn losses(device: Device, steps: usize) -> Vec<f32> {
     let device = device.autodiff();
-    let mut model = Mlp {
+    let model = Mlp {
         first: linear(1, 8, 16, &device),
         activation: Relu::new(),
         second: linear(3, 16, 4, &device),
     };
     let inputs = Tensor::<2>::from_data(TensorData::new(values(5, 32 * 8), [32, 8]), &device);
     let targets = Tensor::<2>::from_data(TensorData::new(values(6, 32 * 4), [32, 4]), &device);
-    let mut optimizer = AdamConfig::new().init();
-    (0..steps)
-        .map(|_| {
-            let error = model.forward(inputs.clone()) - targets.clone();
-            let loss = (error.clone() * error).mean();
-            let value = loss.clone().into_scalar::<f32>();
-            let gradients = GradientsParams::from_grads(loss.backward(), &model);
-            model = optimizer.step(1e-2, model.clone(), gradients);
-            value
-        })
-        .collect()
+    adam_losses(model, Mlp::forward, (inputs, targets), 1e-2, steps)
 }
 
 fn assert_close(expected: &[f32], actual: &[f32], tolerance: f32, what: &str) {

@@ -4,7 +4,6 @@
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_ir::{CustomOpIr, OperationIr, TensorIr, TensorStatus};
 use burn_trainium::attention::{
@@ -13,7 +12,7 @@ use burn_trainium::attention::{
 use burn_trainium::lower::{boundary_of, lower_segment};
 use burn_trainium::neuron::lint_module;
 
-use super::support::{assert_close, linear, tensor, values};
+use super::support::{adam_losses, assert_close, linear, tensor, values};
 
 /// One attention to compare: its sizes and options.
 struct Case {
@@ -227,21 +226,17 @@ impl SlidingAttention {
 /// The loss of each of `steps` Adam steps of [`SlidingAttention`] on `device`.
 fn attention_losses(device: Device, steps: usize) -> Vec<f32> {
     let device = device.autodiff();
-    let mut model = SlidingAttention::new(&device);
+    let model = SlidingAttention::new(&device);
     let data = |seed, count| TensorData::new(values(seed, count), [2, 12, 8]);
     let inputs = Tensor::<3>::from_data(data(50, 2 * 12 * 8), &device);
     let targets = Tensor::<3>::from_data(data(51, 2 * 12 * 8), &device);
-    let mut optimizer = AdamConfig::new().init();
-    (0..steps)
-        .map(|_| {
-            let error = model.forward(inputs.clone()) - targets.clone();
-            let loss = (error.clone() * error).mean();
-            let value = loss.clone().into_scalar::<f32>();
-            let gradients = GradientsParams::from_grads(loss.backward(), &model);
-            model = optimizer.step(3e-2, model.clone(), gradients);
-            value
-        })
-        .collect()
+    adam_losses(
+        model,
+        SlidingAttention::forward,
+        (inputs, targets),
+        3e-2,
+        steps,
+    )
 }
 
 /// A Burn model that calls the fused attention trains on `host` and `xla` with the losses of

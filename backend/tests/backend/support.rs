@@ -1,8 +1,9 @@
 //! Shared by the tests of this binary: tolerant comparison, device locks and IR tensors, with
 //! the workspace's `test-support` helpers they use (the XLA CPU plugin, the random-state lock).
 
-use burn::module::Param;
+use burn::module::{Module, Param};
 use burn::nn::Linear;
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
 use burn_trainium::TrainiumDevice;
 pub use test_support::plugin::{plugin_path, xla};
@@ -73,4 +74,26 @@ pub fn linear(seed: u64, inputs: usize, outputs: usize, device: &Device) -> Line
             Tensor::from_data(bias, device).mul_scalar(0.1),
         )),
     }
+}
+
+/// The loss of each of `steps` Adam steps (learning rate `lr`) of `model` fitting `targets` from
+/// `inputs` by mean squared error, its output computed by `forward`.
+pub fn adam_losses<M: Module, const D: usize>(
+    mut model: M,
+    forward: impl Fn(&M, Tensor<D>) -> Tensor<D>,
+    (inputs, targets): (Tensor<D>, Tensor<D>),
+    lr: f64,
+    steps: usize,
+) -> Vec<f32> {
+    let mut optimizer = AdamConfig::new().init();
+    (0..steps)
+        .map(|_| {
+            let error = forward(&model, inputs.clone()) - targets.clone();
+            let loss = (error.clone() * error).mean();
+            let value = loss.clone().into_scalar::<f32>();
+            let gradients = GradientsParams::from_grads(loss.backward(), &model);
+            model = optimizer.step(lr, model.clone(), gradients);
+            value
+        })
+        .collect()
 }
