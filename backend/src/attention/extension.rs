@@ -19,7 +19,7 @@ use burn_ir::{CustomOpIr, TensorIr, TensorStatus};
 use burn_remote::CustomOpClient;
 use burn_router::RouterClient;
 
-use super::options::{AttentionShape, FusedAttentionOptions};
+use super::options::{AttentionShape, FusedAttentionError, FusedAttentionOptions};
 
 /// The custom operation of the forward pass: inputs `[query, key, value]` (and `sinks` when
 /// given), outputs `[output, statistics]`, the options in its scalars
@@ -46,6 +46,49 @@ pub fn fused_attention_arity(custom: &CustomOpIr) -> Option<(usize, usize)> {
         BACKWARD if with_sinks(6) => Some((7, 4)),
         BACKWARD => Some((6, 3)),
         _ => None,
+    }
+}
+
+/// What one of the fused attention's operations asks for, read from its IR and checked: the
+/// executors' (`host`'s and the lowering's) one reading of it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FusedAttentionCall {
+    /// The options, from its scalars.
+    pub options: FusedAttentionOptions,
+    /// The dimensions, from its inputs.
+    pub shape: AttentionShape,
+    /// Whether it carries sinks (its fourth input).
+    pub sinks: bool,
+}
+
+impl FusedAttentionCall {
+    /// The call `custom` makes, or why it is not a well-formed fused attention.
+    pub fn of(custom: &CustomOpIr) -> Result<Self, FusedAttentionError> {
+        let Some((inputs, outputs)) = fused_attention_arity(custom) else {
+            return Err(FusedAttentionError(format!(
+                "`{}` is no attention",
+                custom.id
+            )));
+        };
+        if (custom.inputs.len(), custom.outputs.len()) != (inputs, outputs) {
+            return Err(FusedAttentionError(format!(
+                "`{}` takes {inputs} inputs and {outputs} outputs, got {} and {}",
+                custom.id,
+                custom.inputs.len(),
+                custom.outputs.len()
+            )));
+        }
+        let sinks = matches!((inputs, outputs), (4, 2) | (7, 4));
+        let options = FusedAttentionOptions::from_scalars(&custom.scalars)?;
+        let dims = |index: usize| custom.inputs[index].shape.to_vec();
+        let sink_dims = sinks.then(|| dims(3));
+        let shape =
+            AttentionShape::of(&dims(0), &dims(1), &dims(2), sink_dims.as_deref(), &options)?;
+        Ok(Self {
+            options,
+            shape,
+            sinks,
+        })
     }
 }
 
@@ -116,8 +159,8 @@ fn shape_of(
         &key.shape(),
         &value.shape(),
         sinks.as_deref(),
+        options,
     )
-    .and_then(|shape| options.check_shape(&shape).map(|()| shape))
     .unwrap_or_else(|error| panic!("{error}"))
 }
 

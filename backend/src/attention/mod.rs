@@ -35,8 +35,8 @@ mod reference;
 mod tensor;
 
 pub use extension::{
-    AttentionBackward, AttentionExtension, BACKWARD, FORWARD, Gradients4, fused_attention_arity,
-    is_fused_attention,
+    AttentionBackward, AttentionExtension, BACKWARD, FORWARD, FusedAttentionCall, Gradients4,
+    fused_attention_arity, is_fused_attention,
 };
 pub use options::{
     AttentionShape, FusedAttentionError, FusedAttentionOptions, QUERY_BLOCK, QueryBlock,

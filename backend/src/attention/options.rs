@@ -47,12 +47,13 @@ pub struct AttentionShape {
 
 impl AttentionShape {
     /// The shape of `query [b, h, q, d]`, `key [b, kv, k, d]`, `value [b, kv, k, dv]` and sinks
-    /// `[h]`, or why they do not fit together.
+    /// `[h]` attended with `options`, or why they do not fit together.
     pub fn of(
         query: &[usize],
         key: &[usize],
         value: &[usize],
         sinks: Option<&[usize]>,
+        options: &FusedAttentionOptions,
     ) -> Result<Self, FusedAttentionError> {
         let fail = |what: String| Err(FusedAttentionError(what));
         let four = |name: &str, dims: &[usize]| {
@@ -81,7 +82,7 @@ impl AttentionShape {
         {
             return fail(format!("sinks of shape {sinks:?} for {h} heads"));
         }
-        Ok(Self {
+        let shape = Self {
             batch: b,
             heads: h,
             kv_heads: kv,
@@ -89,7 +90,9 @@ impl AttentionShape {
             keys: k,
             depth: d,
             value_depth: dv,
-        })
+        };
+        options.check_shape(&shape)?;
+        Ok(shape)
     }
 
     /// Query heads per key/value head.
@@ -160,7 +163,7 @@ impl FusedAttentionOptions {
     }
 
     /// Checks the options against the tensors' `shape`: every query row must see some key.
-    pub fn check_shape(&self, shape: &AttentionShape) -> Result<(), FusedAttentionError> {
+    fn check_shape(&self, shape: &AttentionShape) -> Result<(), FusedAttentionError> {
         self.check()?;
         if shape.keys == 0 {
             return Err(FusedAttentionError("attention over no keys".into()));
@@ -293,9 +296,16 @@ mod tests {
 
     #[test]
     fn shapes_that_do_not_fit_are_named() {
-        let error =
-            AttentionShape::of(&[1, 6, 4, 8], &[1, 4, 4, 8], &[1, 4, 4, 8], None).unwrap_err();
+        let causal = FusedAttentionOptions::causal();
+        let error = AttentionShape::of(&[1, 6, 4, 8], &[1, 4, 4, 8], &[1, 4, 4, 8], None, &causal)
+            .unwrap_err();
         assert!(error.to_string().contains("6 query heads"), "{error}");
+        let error = AttentionShape::of(&[1, 4, 6, 8], &[1, 2, 4, 8], &[1, 2, 4, 8], None, &causal)
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("6 queries over 4 keys"),
+            "{error}"
+        );
         let error = FusedAttentionOptions {
             sliding_window: Some(4),
             ..FusedAttentionOptions::default()

@@ -82,8 +82,8 @@ pub(super) fn checked_shape(
         &key.dims(),
         &value.dims(),
         sinks.as_ref().map(|dims| dims.as_slice()),
+        options,
     )
-    .and_then(|shape| options.check_shape(&shape).map(|()| shape))
     .unwrap_or_else(|error| panic!("{error}"))
 }
 

@@ -11,7 +11,7 @@ use burn_ir::CustomOpIr;
 use super::builder::{Builder, Combiner, Direction, Value};
 use super::context::{Failure, Lowered, Lowering, dims};
 use crate::attention::{
-    AttentionShape, BACKWARD, FusedAttentionOptions, QUERY_BLOCK, QueryBlock, fused_attention_arity,
+    AttentionShape, BACKWARD, FusedAttentionCall, FusedAttentionOptions, QUERY_BLOCK, QueryBlock,
 };
 use crate::hlo::{DotDimensionNumbers, PrimitiveType};
 
@@ -41,32 +41,11 @@ struct Scores {
 
 /// `burn_trainium.attention` or `burn_trainium.attention_backward`.
 pub(crate) fn fused_attention(cx: &mut Lowering, custom: &CustomOpIr) -> Lowered {
-    let Some(arity) = fused_attention_arity(custom) else {
-        return Err(Failure::Invalid(format!("`{}` is no attention", custom.id)));
-    };
-    if (custom.inputs.len(), custom.outputs.len()) != arity {
-        return Err(Failure::Invalid(format!(
-            "`{}` takes {} inputs and {} outputs, got {} and {}",
-            custom.id,
-            arity.0,
-            arity.1,
-            custom.inputs.len(),
-            custom.outputs.len()
-        )));
-    }
-    let with_sinks = matches!(arity, (4, 2) | (7, 4));
-    let options = FusedAttentionOptions::from_scalars(&custom.scalars)
-        .map_err(|e| Failure::Invalid(e.to_string()))?;
-    let as_usize = |tensor: &burn_ir::TensorIr| tensor.shape.to_vec();
-    let sink_dims = with_sinks.then(|| as_usize(&custom.inputs[3]));
-    let shape = AttentionShape::of(
-        &as_usize(&custom.inputs[0]),
-        &as_usize(&custom.inputs[1]),
-        &as_usize(&custom.inputs[2]),
-        sink_dims.as_deref(),
-    )
-    .and_then(|shape| options.check_shape(&shape).map(|()| shape))
-    .map_err(|error| Failure::Invalid(error.to_string()))?;
+    let FusedAttentionCall {
+        options,
+        shape,
+        sinks: with_sinks,
+    } = FusedAttentionCall::of(custom).map_err(|error| Failure::Invalid(error.to_string()))?;
 
     let widened = |cx: &mut Lowering, index: usize| -> Lowered<Value> {
         let value = cx.get(&custom.inputs[index])?;

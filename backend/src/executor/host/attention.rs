@@ -18,7 +18,8 @@ use burn_router::CustomOpRegistry;
 use burn_std::Slice;
 
 use crate::attention::{
-    AttentionShape, BACKWARD, FORWARD, FusedAttentionOptions, QUERY_BLOCK, QueryBlock,
+    AttentionShape, BACKWARD, FORWARD, FusedAttentionCall, FusedAttentionOptions, QUERY_BLOCK,
+    QueryBlock,
 };
 
 type Handles = HandleContainer<<Flex as burn_ir::BackendIr>::Handle>;
@@ -40,19 +41,9 @@ struct Problem {
 }
 
 impl Problem {
-    fn of(custom: &CustomOpIr, inputs: &[Float], sinks: bool) -> Self {
-        let options = FusedAttentionOptions::from_scalars(&custom.scalars)
+    fn of(custom: &CustomOpIr) -> Self {
+        let FusedAttentionCall { options, shape, .. } = FusedAttentionCall::of(custom)
             .unwrap_or_else(|error| panic!("`{}`: {error}", custom.id));
-        let dims = |tensor: &Float| tensor.shape().to_vec();
-        let sink_dims = sinks.then(|| dims(&inputs[3]));
-        let shape = AttentionShape::of(
-            &dims(&inputs[0]),
-            &dims(&inputs[1]),
-            &dims(&inputs[2]),
-            sink_dims.as_deref(),
-        )
-        .and_then(|shape| options.check_shape(&shape).map(|()| shape))
-        .unwrap_or_else(|error| panic!("`{}`: {error}", custom.id));
         Self {
             scale: options.scale_for(shape.depth),
             shape,
@@ -190,8 +181,8 @@ fn input_tensors(handles: &mut Handles, custom: &CustomOpIr) -> Vec<Float> {
 
 fn forward(handles: &mut Handles, custom: &CustomOpIr) {
     let inputs = input_tensors(handles, custom);
+    let problem = Problem::of(custom);
     let sinks = inputs.get(3);
-    let problem = Problem::of(custom, &inputs, sinks.is_some());
     let [query, key, value] = [&inputs[0], &inputs[1], &inputs[2]];
     let mut outputs = Vec::new();
     let mut statistics = Vec::new();
@@ -235,8 +226,8 @@ fn forward(handles: &mut Handles, custom: &CustomOpIr) {
 
 fn backward(handles: &mut Handles, custom: &CustomOpIr) {
     let inputs = input_tensors(handles, custom);
+    let problem = Problem::of(custom);
     let with_sinks = inputs.len() == 7;
-    let problem = Problem::of(custom, &inputs, with_sinks);
     let [query, key, value] = [&inputs[0], &inputs[1], &inputs[2]];
     let sinks = with_sinks.then(|| &inputs[3]);
     let rest = &inputs[if with_sinks { 4 } else { 3 }..];
