@@ -261,23 +261,27 @@ impl HlatAdamW {
 }
 
 impl HlatAdamW {
+    /// How ZeRO-1 partitions the state of a parameter of this kind (a mixture's split expert
+    /// when `expert`), if it does.
+    fn zero1_for(&self, expert: bool) -> Option<&Zero1> {
+        if expert {
+            self.zero1_of_experts.as_ref()
+        } else {
+            self.zero1.as_ref()
+        }
+    }
+
     /// The state of parameter `tensor` (a mixture's split expert when `expert`) before its first
     /// update: f32 zero moments of its ZeRO-1 slice's shape and no update counted. The first
     /// update from it gives the same values as from no state (`0 · β + x` is `x`), and the
     /// first step then runs the program of every later step instead of one of its own.
     pub fn initial_state<const D: usize>(&self, tensor: Tensor<D>, expert: bool) -> AdamWState<D> {
-        let zero1 = if expert {
-            self.zero1_of_experts.as_ref()
-        } else {
-            self.zero1.as_ref()
-        };
+        let zero1 = self.zero1_for(expert);
         let device = tensor.device();
-        let mut shape = tensor.dims();
-        if let Some(zero1) = zero1 {
-            let elements = shape.iter().product();
-            shape = [1; D];
-            shape[D - 1] = zero1.slice_len(elements);
-        }
+        let shape = match zero1 {
+            Some(zero1) => zero1.slice_dims(tensor.dims()),
+            None => tensor.dims(),
+        };
         // Two tensors: one tensor as both moments would be one input of the first step's program.
         let zeros = || Tensor::<D>::zeros(shape, &device).cast(DType::F32);
         AdamWState {
@@ -297,11 +301,7 @@ impl HlatAdamW {
         state: Option<AdamWState<D>>,
         expert: bool,
     ) -> (Tensor<D>, Option<AdamWState<D>>) {
-        let zero1 = if expert {
-            self.zero1_of_experts.as_ref()
-        } else {
-            self.zero1.as_ref()
-        };
+        let zero1 = self.zero1_for(expert);
         let AdamWSettings {
             beta1,
             beta2,

@@ -30,6 +30,11 @@ impl Zero1 {
         elements.div_ceil(self.degree())
     }
 
+    /// The dimensions of one rank's slice of a parameter of `dims`: `[1, …, 1, slice_len]`.
+    pub fn slice_dims<const D: usize>(&self, dims: [usize; D]) -> [usize; D] {
+        row_dims(self.slice_len(dims.iter().product()))
+    }
+
     /// This rank's slice of `tensor` (`[1, …, 1, slice_len]`).
     pub fn slice<const D: usize>(&self, tensor: Tensor<D>) -> Tensor<D> {
         let rows = self.rows(tensor);
@@ -70,10 +75,16 @@ impl Zero1 {
 
     /// A `[1, slice_len]` row in the parameter's rank.
     fn as_slice<const D: usize>(&self, row: Tensor<2>) -> Tensor<D> {
-        let mut dims = [1; D];
-        dims[D - 1] = row.dims()[1];
+        let dims = row_dims(row.dims()[1]);
         row.reshape(dims)
     }
+}
+
+/// `[1, …, 1, length]`: a slice's dimensions in its parameter's rank.
+fn row_dims<const D: usize>(length: usize) -> [usize; D] {
+    let mut dims = [1; D];
+    dims[D - 1] = length;
+    dims
 }
 
 /// Replaces every gradient of `module` by this rank's slice of its mean over the data-parallel
