@@ -17,7 +17,7 @@ use super::plugin_kind::PluginKind;
 use super::xla_cache::{MachineIdentity, XlaDiskCache};
 use super::{CacheLimits, CompileOutcome, Target};
 use crate::distributed::{ReplicaSpan, share};
-use crate::lower::{Donation, LowerOptions, LoweredProgram};
+use crate::lower::{Donation, FusedAttentionLowering, LowerOptions, LoweredProgram};
 use crate::{BackendError, TrainiumDevice};
 
 /// The environment variable holding the path of the PJRT plugin (a shared library).
@@ -133,6 +133,18 @@ struct Runtime {
     /// The plugin's family: programs of small tensors are cut short and compiled cheaply on a
     /// CPU plugin, where that was measured to pay, and left whole on a GPU.
     kind: PluginKind,
+    /// How the fused attention is lowered for this plugin's platform.
+    fused_attention: FusedAttentionLowering,
+}
+
+/// How the fused attention is lowered for the PJRT platform `platform` (`cpu`, `cuda`, `rocm`,
+/// `neuron`): as cuDNN's flash attention on CUDA, blocked HLO elsewhere.
+fn fused_attention_lowering(platform: &str) -> FusedAttentionLowering {
+    if platform.eq_ignore_ascii_case("cuda") {
+        FusedAttentionLowering::Cudnn
+    } else {
+        FusedAttentionLowering::Blocked
+    }
 }
 
 impl Runtime {
@@ -362,11 +374,16 @@ fn runtime(distributed: Option<&Distributed>) -> Result<Arc<Runtime>, BackendErr
         log::info!("XLA compiler options: {options_text}");
     }
     let disk_cache = XlaDiskCache::from_env(path, &machine_identity(&client));
+    let fused_attention = fused_attention_lowering(&client.platform_name().unwrap_or_default());
+    if fused_attention == FusedAttentionLowering::Cudnn {
+        log::info!("the fused attention runs as cuDNN's flash attention where cuDNN computes it");
+    }
     let runtime = Arc::new(Runtime {
         client,
         disk_cache,
         compiler_options,
         kind,
+        fused_attention,
     });
     runtimes.insert(key, runtime.clone());
     Ok(runtime)
@@ -569,6 +586,7 @@ impl Target for XlaTarget {
         LowerOptions {
             random_on_device: true,
             donation: Donation::InPlace,
+            fused_attention: self.runtime.fused_attention,
             ..LowerOptions::default()
         }
     }
@@ -704,6 +722,21 @@ mod tests {
                 ..Default::default()
             }],
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_cuda_platforms_lower_the_fused_attention_to_cudnn() {
+        assert_eq!(
+            fused_attention_lowering("cuda"),
+            FusedAttentionLowering::Cudnn
+        );
+        for platform in ["cpu", "rocm", "neuron", ""] {
+            assert_eq!(
+                fused_attention_lowering(platform),
+                FusedAttentionLowering::Blocked,
+                "{platform}"
+            );
         }
     }
 

@@ -283,6 +283,12 @@ pub struct HloInstructionProto {
     pub feature_group_count: i64,
     #[prost(message, repeated, tag = "52")]
     pub source_target_pairs: Vec<SourceTarget>,
+    /// A custom call whose operands and result keep the layouts given
+    /// (`operand_shapes_with_layout` and the result's shape).
+    #[prost(bool, tag = "56")]
+    pub constrain_layout: bool,
+    #[prost(message, repeated, tag = "57")]
+    pub operand_shapes_with_layout: Vec<ShapeProto>,
     #[prost(int64, tag = "58")]
     pub batch_group_count: i64,
     #[prost(bool, tag = "60")]
@@ -301,6 +307,9 @@ pub struct HloInstructionProto {
     pub use_global_device_ids: bool,
     #[prost(string, tag = "72")]
     pub comparison_type: String,
+    /// A custom call's calling convention ([`CUSTOM_CALL_STATUS_RETURNING`]).
+    #[prost(int32, tag = "77")]
+    pub custom_call_api_version: i32,
 }
 
 /// `xla.ReplicaGroup`: the replicas that take part in one collective together.
@@ -329,6 +338,10 @@ pub struct FrontendAttributes {
 
 /// `xla.RandomAlgorithm::RNG_THREE_FRY`: a `u64[2]` state.
 pub const RNG_THREE_FRY: i32 = 1;
+
+/// `xla.CustomCallApiVersion.API_VERSION_STATUS_RETURNING`: the convention of XLA GPU's library
+/// calls (cuDNN's attention among them).
+pub const CUSTOM_CALL_STATUS_RETURNING: i32 = 2;
 
 /// `xla.HloComputationProto`.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -32,7 +32,21 @@ fn shape_text(shape: &ShapeProto) -> String {
         return format!("({})", elements.join(", "));
     }
     let dims: Vec<String> = shape.dimensions.iter().map(i64::to_string).collect();
-    format!("{}[{}]", type_name(shape.element_type), dims.join(","))
+    let text = format!("{}[{}]", type_name(shape.element_type), dims.join(","));
+    match &shape.layout {
+        // Only a layout other than the default says something.
+        Some(layout)
+            if !layout
+                .minor_to_major
+                .iter()
+                .rev()
+                .copied()
+                .eq(0..layout.minor_to_major.len() as i64) =>
+        {
+            format!("{text}{}", list(&layout.minor_to_major))
+        }
+        _ => text,
+    }
 }
 
 fn list(values: &[i64]) -> String {
@@ -81,6 +95,17 @@ fn attributes(
             "custom_call_target=\"{}\", backend_config={:?}",
             instruction.custom_call_target,
             String::from_utf8_lossy(&instruction.backend_config)
+        ));
+    }
+    if instruction.constrain_layout {
+        let operands: Vec<String> = instruction
+            .operand_shapes_with_layout
+            .iter()
+            .map(shape_text)
+            .collect();
+        extra.push(format!(
+            "operand_layout_constraints={{{}}}",
+            operands.join(", ")
         ));
     }
     if !instruction.comparison_direction.is_empty() {

@@ -1106,6 +1106,46 @@ impl Builder {
         self.push(instruction)
     }
 
+    /// A call of `target`, a library routine XLA's compiler knows by name (cuDNN's attention),
+    /// on `operands` in the layouts given, returning `results`: a `custom-call` with constrained
+    /// layouts and the status-returning convention, then each result (`get-tuple-element`).
+    pub fn library_call(
+        &mut self,
+        target: &str,
+        operands: &[(Value, LaidOut)],
+        results: &[LaidOut],
+        backend_config: Vec<u8>,
+    ) -> Vec<Value> {
+        let call_id = fresh_id(&mut self.next_id);
+        self.instructions.push(HloInstructionProto {
+            name: format!("custom-call.{call_id}"),
+            opcode: "custom-call".to_string(),
+            shape: Some(hlo::tuple_shape(
+                results.iter().map(LaidOut::shape).collect(),
+            )),
+            id: call_id,
+            operand_ids: operands.iter().map(|(value, _)| value.id).collect(),
+            custom_call_target: target.to_string(),
+            backend_config,
+            constrain_layout: true,
+            operand_shapes_with_layout: operands.iter().map(|(_, laid)| laid.shape()).collect(),
+            custom_call_api_version: hlo::CUSTOM_CALL_STATUS_RETURNING,
+            ..Default::default()
+        });
+        results
+            .iter()
+            .enumerate()
+            .map(|(index, result)| {
+                let mut element =
+                    self.op("get-tuple-element", result.element_type, &result.dims, &[]);
+                element.operand_ids = vec![call_id];
+                element.tuple_index = index as i64;
+                element.shape = Some(result.shape());
+                self.push(element)
+            })
+            .collect()
+    }
+
     /// `values` passed through an optimization barrier (`opt-barrier` of their tuple).
     pub fn optimization_barrier(&mut self, values: &[Value]) -> Vec<Value> {
         let shapes: Vec<hlo::ShapeProto> = values
@@ -1141,6 +1181,36 @@ impl Builder {
                 self.push(element)
             })
             .collect()
+    }
+}
+
+/// An array a library call takes or returns, in the physical layout the library needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaidOut {
+    /// The element type.
+    pub element_type: PrimitiveType,
+    /// The dimensions, outermost first.
+    pub dims: Vec<i64>,
+    /// The dimensions from the fastest varying in memory to the slowest.
+    pub minor_to_major: Vec<i64>,
+}
+
+impl LaidOut {
+    /// An array of `dims` in HLO's default layout (the last dimension fastest).
+    pub fn row_major(element_type: PrimitiveType, dims: &[i64]) -> Self {
+        Self {
+            element_type,
+            dims: dims.to_vec(),
+            minor_to_major: (0..dims.len() as i64).rev().collect(),
+        }
+    }
+
+    fn shape(&self) -> hlo::ShapeProto {
+        let mut shape = hlo::array_shape(self.element_type, &self.dims);
+        shape.layout = Some(hlo::LayoutProto {
+            minor_to_major: self.minor_to_major.clone(),
+        });
+        shape
     }
 }
 

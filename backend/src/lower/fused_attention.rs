@@ -10,6 +10,7 @@ use burn_ir::CustomOpIr;
 
 use super::builder::{Builder, Combiner, Direction, Value};
 use super::context::{Failure, Lowered, Lowering, dims};
+use super::{FusedAttentionLowering, cudnn_attention};
 use crate::attention::{
     AttentionShape, BACKWARD, FusedAttentionCall, FusedAttentionOptions, QUERY_BLOCK, QueryBlock,
 };
@@ -41,11 +42,19 @@ struct Scores {
 
 /// `burn_trainium.attention` or `burn_trainium.attention_backward`.
 pub(crate) fn fused_attention(cx: &mut Lowering, custom: &CustomOpIr) -> Lowered {
+    let call =
+        FusedAttentionCall::of(custom).map_err(|error| Failure::Invalid(error.to_string()))?;
+    if cx.options.fused_attention == FusedAttentionLowering::Cudnn {
+        match cudnn_attention::unsupported(&call, custom) {
+            None => return cudnn_attention::cudnn_attention(cx, custom, &call),
+            Some(reason) => log::debug!("fused attention lowered as blocked HLO: {reason}"),
+        }
+    }
     let FusedAttentionCall {
         options,
         shape,
         sinks: with_sinks,
-    } = FusedAttentionCall::of(custom).map_err(|error| Failure::Invalid(error.to_string()))?;
+    } = call;
 
     let widened = |cx: &mut Lowering, index: usize| -> Lowered<Value> {
         let value = cx.get(&custom.inputs[index])?;

@@ -17,6 +17,7 @@ mod context;
 mod conv;
 mod coverage;
 mod creation;
+mod cudnn_attention;
 mod deform_conv;
 mod dispatch;
 mod dump;
@@ -49,6 +50,7 @@ use crate::hlo::HloModuleProto;
 
 pub(crate) use context::scalar_data;
 pub use coverage::{COVERAGE, Coverage, coverage_markdown};
+pub use cudnn_attention::{CUDNN_BACKWARD_TARGET, CUDNN_FORWARD_TARGET};
 pub use dump::{DUMP_DIR_ENV, dump_module, dump_module_to};
 pub use kernel_call::{KERNEL_REQUEST_TARGET, KernelRequest, KernelTensor};
 pub(crate) use reduce::empty_extremum_axis;
@@ -179,6 +181,8 @@ pub struct LowerOptions {
     pub donation: Donation,
     /// How Burn's attention module (`ModuleOperationIr::Attention`) is lowered.
     pub attention: AttentionLowering,
+    /// How the fused attention's operations (`crate::attention`) are lowered.
+    pub fused_attention: FusedAttentionLowering,
     /// Which compiler's operator rules the module keeps to.
     pub rules: OperatorRules,
 }
@@ -203,6 +207,7 @@ impl Default for LowerOptions {
             replicas: 1,
             donation: Donation::Donors,
             attention: AttentionLowering::Portable,
+            fused_attention: FusedAttentionLowering::Blocked,
             rules: OperatorRules::Xla,
         }
     }
@@ -218,6 +223,20 @@ pub enum AttentionLowering {
     /// sequence a multiple of 512 and heads at most 128 wide); elsewhere portable. The `neuron`
     /// executor turns the requests into the SDK's calls (see [`KernelRequest`]).
     NeuronFlash,
+}
+
+/// How the fused attention's operations (`burn_trainium.attention` and its backward pass) are
+/// lowered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FusedAttentionLowering {
+    /// As blocked HLO every compiler runs: one block of queries' scores at a time.
+    #[default]
+    Blocked,
+    /// As cuDNN's flash-attention calls (`__cudnn$fmhaSoftmax`, `__cudnn$fmhaSoftmaxBackward`),
+    /// in the form JAX emits, wherever cuDNN computes what the operation asks: bf16 or f16, no
+    /// sinks or soft cap, query and value heads of one width (a multiple of 8 up to 128), a
+    /// causal mask only over as many queries as keys; blocked elsewhere. For XLA's CUDA plugin.
+    Cudnn,
 }
 
 /// How a program may reuse the buffers of the inputs whose life ends in it (`released_inputs`).

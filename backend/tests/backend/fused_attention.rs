@@ -15,19 +15,19 @@ use burn_trainium::neuron::lint_module;
 use super::support::{adam_losses, assert_close, linear, tensor, values};
 
 /// One attention to compare: its sizes and options.
-struct Case {
-    name: &'static str,
-    heads: usize,
-    kv_heads: usize,
-    queries: usize,
-    keys: usize,
-    depth: usize,
-    sinks: bool,
-    options: FusedAttentionOptions,
+pub(super) struct Case {
+    pub name: &'static str,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub queries: usize,
+    pub keys: usize,
+    pub depth: usize,
+    pub sinks: bool,
+    pub options: FusedAttentionOptions,
 }
 
 impl Case {
-    fn causal(name: &'static str, heads: usize, kv_heads: usize, positions: usize) -> Self {
+    pub fn causal(name: &'static str, heads: usize, kv_heads: usize, positions: usize) -> Self {
         Self {
             name,
             heads,
@@ -258,41 +258,50 @@ fn a_burn_model_trains_through_the_fused_attention_with_flexs_losses() {
     }
 }
 
-/// The forward and backward operations of a causal attention over `positions`, by hand.
-fn attention_operations(positions: usize, sinks: bool) -> [OperationIr; 2] {
+/// The forward and backward operations of `case` over `batch` rows of `dtype`, by hand.
+pub(super) fn attention_operations(case: &Case, batch: usize, dtype: DType) -> [OperationIr; 2] {
     let mut next = 0;
     let mut fresh = |shape: &[usize], status| {
         next += 1;
-        tensor(next, shape, status)
+        TensorIr {
+            dtype,
+            ..tensor(next, shape, status)
+        }
     };
-    let query = fresh(&[1, 4, positions, 8], TensorStatus::ReadOnly);
-    let key = fresh(&[1, 2, positions, 8], TensorStatus::ReadOnly);
-    let value = fresh(&[1, 2, positions, 8], TensorStatus::ReadOnly);
-    let sink = fresh(&[4], TensorStatus::ReadOnly);
-    let output = fresh(&[1, 4, positions, 8], TensorStatus::NotInit);
-    let statistics = fresh(&[1, 4, positions], TensorStatus::NotInit);
-    let output_grad = fresh(&[1, 4, positions, 8], TensorStatus::ReadOnly);
+    let Case {
+        heads,
+        kv_heads,
+        queries,
+        keys,
+        depth,
+        ..
+    } = *case;
+    let query = fresh(&[batch, heads, queries, depth], TensorStatus::ReadOnly);
+    let key = fresh(&[batch, kv_heads, keys, depth], TensorStatus::ReadOnly);
+    let value = fresh(&[batch, kv_heads, keys, depth], TensorStatus::ReadOnly);
+    let sink = fresh(&[heads], TensorStatus::ReadOnly);
+    let output = fresh(&[batch, heads, queries, depth], TensorStatus::NotInit);
+    let statistics = TensorIr {
+        dtype: DType::F32,
+        ..fresh(&[batch, heads, queries], TensorStatus::NotInit)
+    };
+    let output_grad = fresh(&[batch, heads, queries, depth], TensorStatus::ReadOnly);
     let grads: Vec<TensorIr> = [&query, &key, &value, &sink]
         .map(|like| fresh(&like.shape.to_vec(), TensorStatus::NotInit))
         .into_iter()
-        .take(if sinks { 4 } else { 3 })
+        .take(if case.sinks { 4 } else { 3 })
         .collect();
     let read = |tensor: &TensorIr| TensorIr {
         status: TensorStatus::ReadOnly,
         ..tensor.clone()
     };
     let mut inputs = vec![query.clone(), key.clone(), value.clone()];
-    inputs.extend(sinks.then(|| sink.clone()));
-    let options = FusedAttentionOptions {
-        sliding_window: Some(300),
-        softcap: Some(5.0),
-        ..FusedAttentionOptions::causal()
-    };
+    inputs.extend(case.sinks.then(|| sink.clone()));
     let forward = CustomOpIr {
         id: FORWARD.to_string(),
         inputs: inputs.clone(),
         outputs: vec![output.clone(), statistics.clone()],
-        scalars: options.to_scalars(),
+        scalars: case.options.to_scalars(),
     };
     let mut backward_inputs = inputs;
     backward_inputs.extend([read(&output), read(&statistics), output_grad]);
@@ -300,7 +309,7 @@ fn attention_operations(positions: usize, sinks: bool) -> [OperationIr; 2] {
         id: BACKWARD.to_string(),
         inputs: backward_inputs,
         outputs: grads,
-        scalars: options.to_scalars(),
+        scalars: case.options.to_scalars(),
     };
     [OperationIr::Custom(forward), OperationIr::Custom(backward)]
 }
@@ -312,7 +321,17 @@ fn attention_operations(positions: usize, sinks: bool) -> [OperationIr; 2] {
 fn the_lowered_attention_holds_one_block_of_scores() {
     let positions = 1100;
     for sinks in [false, true] {
-        let operations = attention_operations(positions, sinks);
+        let case = Case {
+            depth: 8,
+            sinks,
+            options: FusedAttentionOptions {
+                sliding_window: Some(300),
+                softcap: Some(5.0),
+                ..FusedAttentionOptions::causal()
+            },
+            ..Case::causal("long", 4, 2, positions)
+        };
+        let operations = attention_operations(&case, 1, DType::F32);
         let program =
             lower_segment(&operations, &boundary_of(&operations)).expect("the attention lowers");
         let largest = program

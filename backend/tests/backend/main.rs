@@ -11,6 +11,7 @@
 mod burn_device;
 mod collectives;
 mod coverage;
+mod cudnn_attention;
 mod data_parallel;
 mod errors;
 mod executor;
