@@ -47,7 +47,7 @@ echo "stand-in neuronx-cc: compiled $input"
 
 /// A stand-in for the NKI kernel tracer (`HLAT_NEURON_KERNEL_TRACER`): answers `--probe`,
 /// records every request it reads, with its arguments, as a JSON line in `requests` beside
-/// itself, and answers with the fixed configuration `stand-in-config:<kernel>` and the output
+/// itself, and answers with the fixed configuration `stand-in-config:<kernel>` and the outputs
 /// the request names.
 pub const TRACER_SCRIPT: &str = r#"#!/usr/bin/env python3
 # Stand-in for the NKI kernel tracer written by the tests. NOT the Neuron SDK.
@@ -60,7 +60,7 @@ with open(os.path.join(os.path.dirname(sys.argv[0]), "requests"), "a") as log:
 json.dump({
     "custom_call_target": "AwsNeuronCustomNativeKernel",
     "backend_config": "stand-in-config:" + request["kernel"],
-    "output": request["output"],
+    "outputs": request["outputs"],
 }, sys.stdout)
 "#;
 

@@ -210,6 +210,55 @@ fn every_layout_compiles_within_the_neuron_rules() {
     assert!(scan.violations.is_empty(), "{:?}", scan.violations);
 
     hlat_inference_asks_for_the_flash_kernel(workspace.path(), &compiler);
+    hlat_training_asks_for_the_flash_kernels(workspace.path(), &compiler);
+}
+
+/// The settings of the stand-in compiler with the SDK's flash kernels on, traced by the
+/// stand-in tracer in `folder`, the NEFF cache in `cache_root`.
+fn flash_settings(folder: &Path, compiler: &Path, cache_root: &Path) -> NeuronSettings {
+    NeuronSettings {
+        flash_attention: burn_trainium::neuron::FlashAttention::On,
+        kernel_tracer: Some(stand_in::tracer(folder)),
+        ..settings(compiler, cache_root)
+    }
+}
+
+/// The kernel requests of the modules under `cache_root`, after checking that no program holds
+/// scores of every one of `seq` positions against every other, that the modules pass the lint,
+/// and that the module each compiler received holds one SDK call per request.
+fn flash_requests(cache_root: &Path, seq: usize) -> Vec<burn_trainium::lower::KernelRequest> {
+    use burn_trainium::lower::{KERNEL_REQUEST_TARGET, KernelRequest};
+    use burn_trainium::neuron::{NEFF_FILE, NEURON_KERNEL_TARGET};
+
+    // The stand-in compiler's "NEFF" wraps the module it received.
+    let instructions = |module: &[u8]| {
+        let module = HloModuleProto::decode(module).unwrap();
+        assert_eq!(lint_module(&module), []);
+        module
+            .computations
+            .into_iter()
+            .flat_map(|computation| computation.instructions)
+            .collect::<Vec<_>>()
+    };
+    let mut requests = Vec::new();
+    let mut calls = 0;
+    for module_path in cached_modules(cache_root) {
+        for instruction in instructions(&std::fs::read(&module_path).unwrap()) {
+            if let Some(request) = KernelRequest::of_instruction(&instruction) {
+                requests.push(request.unwrap());
+            }
+            let shape = instruction.shape.as_ref().unwrap();
+            let dims = &shape.dimensions;
+            assert!(!dims.ends_with(&[seq as i64, seq as i64]), "{dims:?}");
+        }
+        let neff = std::fs::read(module_path.with_file_name(NEFF_FILE)).unwrap();
+        for instruction in instructions(stand_in::module_of_neff(&neff)) {
+            assert_ne!(instruction.custom_call_target, KERNEL_REQUEST_TARGET);
+            calls += usize::from(instruction.custom_call_target == NEURON_KERNEL_TARGET);
+        }
+    }
+    assert_eq!(calls, requests.len());
+    requests
 }
 
 /// HLAT's forward pass in inference over 1,024 positions, with the SDK's flash kernel on: the
@@ -218,15 +267,9 @@ fn every_layout_compiles_within_the_neuron_rules() {
 /// tracer's calls.
 fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
     use burn::tensor::{Int, Tensor, TensorData};
-    use burn_trainium::lower::{KERNEL_REQUEST_TARGET, KernelRequest};
-    use burn_trainium::neuron::{FlashAttention, NEFF_FILE, NEURON_KERNEL_TARGET};
 
     let cache_root = folder.join("flash-cache");
-    burn_trainium::neuron::set_settings(Some(NeuronSettings {
-        flash_attention: FlashAttention::On,
-        kernel_tracer: Some(stand_in::tracer(folder)),
-        ..settings(compiler, &cache_root)
-    }));
+    burn_trainium::neuron::set_settings(Some(flash_settings(folder, compiler, &cache_root)));
     let device = trainium(TrainiumDevice::neuron(30));
     let mut config = HlatConfig::preset("hlat-test").unwrap();
     let seq = 1024;
@@ -237,40 +280,49 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
     let _ = model.forward(ids).into_data();
     device.sync().unwrap();
 
-    // The stand-in compiler's "NEFF" wraps the module it received.
-    let instructions = |module: &[u8]| {
-        let module = HloModuleProto::decode(module).unwrap();
-        module
-            .computations
-            .into_iter()
-            .flat_map(|computation| computation.instructions)
-            .collect::<Vec<_>>()
-    };
-    let mut requests = Vec::new();
-    let mut calls = 0;
-    for module_path in cached_modules(&cache_root) {
-        for instruction in instructions(&std::fs::read(&module_path).unwrap()) {
-            if let Some(request) = KernelRequest::of_instruction(&instruction) {
-                requests.push(request.unwrap());
-            }
-            // No scores of every position against every position.
-            let dims = &instruction.shape.as_ref().unwrap().dimensions;
-            assert!(
-                !(instruction.opcode == "dot" && dims.ends_with(&[seq as i64, seq as i64])),
-                "{dims:?}"
-            );
-        }
-        let neff = std::fs::read(module_path.with_file_name(NEFF_FILE)).unwrap();
-        for instruction in instructions(stand_in::module_of_neff(&neff)) {
-            assert_ne!(instruction.custom_call_target, KERNEL_REQUEST_TARGET);
-            calls += usize::from(instruction.custom_call_target == NEURON_KERNEL_TARGET);
-        }
-    }
     // The layers run programs of one structure: each distinct program is compiled once.
+    let requests = flash_requests(&cache_root, seq);
     assert!(!requests.is_empty());
-    assert_eq!(calls, requests.len());
     let heads = config.num_heads as i64;
     let width = config.head_dim() as i64;
     assert_eq!(requests[0].grid, [1, heads]);
-    assert_eq!(requests[0].output.shape, [1, heads, seq as i64, width]);
+    assert_eq!(requests[0].outputs[0].shape, [1, heads, seq as i64, width]);
+}
+
+/// A training step of HLAT over 512 positions, with the SDK's flash kernels on: its attention
+/// is the fused operation, requested as `flash_fwd` in training (output and statistics) and
+/// `flash_attn_bwd`; no program holds every position's scores and the modules pass the lint.
+fn hlat_training_asks_for_the_flash_kernels(folder: &Path, compiler: &Path) {
+    use burn::tensor::{Int, Tensor, TensorData};
+
+    let cache_root = folder.join("flash-training-cache");
+    burn_trainium::neuron::set_settings(Some(flash_settings(folder, compiler, &cache_root)));
+    let device = trainium(TrainiumDevice::neuron(31)).autodiff();
+    let mut config = HlatConfig::preset("hlat-test").unwrap();
+    let seq = 512;
+    config.max_seq_len = seq;
+    let model: hlat::Hlat = config.init(&device);
+    let ids: Vec<i64> = (0..seq as i64).map(|i| i % 64).collect();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
+    let _grads = model.forward(ids).sum().backward();
+    device.sync().unwrap();
+
+    let requests = flash_requests(&cache_root, seq);
+    let kernels: std::collections::BTreeSet<&str> = requests
+        .iter()
+        .map(|request| request.kernel.as_str())
+        .collect();
+    assert_eq!(
+        kernels,
+        ["flash_attn_bwd", "flash_fwd"].into(),
+        "{requests:?}"
+    );
+    let grid = [1, config.num_kv_heads as i64];
+    for request in &requests {
+        assert_eq!(request.grid, grid, "{request:?}");
+        if request.kernel == "flash_fwd" {
+            assert_eq!(request.arguments["training"], serde_json::json!(true));
+            assert_eq!(request.outputs.len(), 2);
+        }
+    }
 }

@@ -12,9 +12,9 @@ use crate::hlo::{DotDimensionNumbers, PrimitiveType};
 
 /// The key tiles the Neuron SDK's flash kernel can work in (`FlashConfig.seq_tile_size`; the
 /// sequence must be a multiple of the tile), largest first: 2048 is the kernel's default.
-const FLASH_TILES: [i64; 3] = [2048, 1024, 512];
+pub(super) const FLASH_TILES: [i64; 3] = [2048, 1024, 512];
 /// The widest head the flash kernel takes (one tile of the tensor engine).
-const FLASH_WIDEST_HEAD: i64 = 128;
+pub(super) const FLASH_WIDEST_HEAD: i64 = 128;
 
 /// The smallest finite value and the smallest positive normal value of a float dtype.
 fn limits(dtype: DType) -> Lowered<(f64, f64)> {
@@ -305,10 +305,10 @@ fn neuron_flash_attention(cx: &mut Lowering, ir: &AttentionOpIr, tile: i64) -> L
         .map(|operand| KernelTensor::of(operand))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| Failure::Invalid("a flash kernel operand of another type".into()))?;
-    let output = KernelTensor {
+    let outputs = vec![KernelTensor {
         shape: dims(&ir.out),
         ..inputs[2].clone()
-    };
+    }];
     let arguments = serde_json::json!({
         "softmax_scale": kernel_scale,
         "use_causal_mask": true,
@@ -320,12 +320,12 @@ fn neuron_flash_attention(cx: &mut Lowering, ir: &AttentionOpIr, tile: i64) -> L
         kernel: "flash_fwd".to_string(),
         grid: vec![batch, heads],
         inputs,
-        output,
+        outputs,
         arguments: arguments
             .as_object()
             .cloned()
             .expect("the arguments are a JSON object"),
     };
-    let out = builder.kernel_request(&request, &operands, value.element_type);
+    let out = builder.kernel_request(&request, &operands).remove(0);
     cx.set(&ir.out, out)
 }

@@ -1116,31 +1116,37 @@ impl Builder {
         results: &[LaidOut],
         backend_config: Vec<u8>,
     ) -> Vec<Value> {
-        let call_id = fresh_id(&mut self.next_id);
-        self.instructions.push(HloInstructionProto {
-            name: format!("custom-call.{call_id}"),
-            opcode: "custom-call".to_string(),
-            shape: Some(hlo::tuple_shape(
-                results.iter().map(LaidOut::shape).collect(),
-            )),
-            id: call_id,
-            operand_ids: operands.iter().map(|(value, _)| value.id).collect(),
-            custom_call_target: target.to_string(),
-            backend_config,
-            constrain_layout: true,
-            operand_shapes_with_layout: operands.iter().map(|(_, laid)| laid.shape()).collect(),
-            custom_call_api_version: hlo::CUSTOM_CALL_STATUS_RETURNING,
-            ..Default::default()
-        });
-        results
-            .iter()
+        let values: Vec<&Value> = operands.iter().map(|(value, _)| value).collect();
+        let mut call = self.op("custom-call", PrimitiveType::Tuple, &[], &values);
+        call.custom_call_target = target.to_string();
+        call.backend_config = backend_config;
+        call.constrain_layout = true;
+        call.operand_shapes_with_layout = operands.iter().map(|(_, laid)| laid.shape()).collect();
+        call.custom_call_api_version = hlo::CUSTOM_CALL_STATUS_RETURNING;
+        self.tuple_elements(call, results.iter().map(LaidOut::shape).collect())
+    }
+
+    /// `call`, an instruction returning the tuple of `elements`, and each of its elements
+    /// (`get-tuple-element`, with the element's shape and layout).
+    pub(super) fn tuple_elements(
+        &mut self,
+        mut call: HloInstructionProto,
+        elements: Vec<hlo::ShapeProto>,
+    ) -> Vec<Value> {
+        call.shape = Some(hlo::tuple_shape(elements.clone()));
+        let call_id = call.id;
+        self.push(call);
+        elements
+            .into_iter()
             .enumerate()
-            .map(|(index, result)| {
+            .map(|(index, shape)| {
+                let element_type =
+                    PrimitiveType::try_from(shape.element_type).unwrap_or(PrimitiveType::Invalid);
                 let mut element =
-                    self.op("get-tuple-element", result.element_type, &result.dims, &[]);
+                    self.op("get-tuple-element", element_type, &shape.dimensions, &[]);
                 element.operand_ids = vec![call_id];
                 element.tuple_index = index as i64;
-                element.shape = Some(result.shape());
+                element.shape = Some(shape);
                 self.push(element)
             })
             .collect()

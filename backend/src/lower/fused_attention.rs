@@ -10,7 +10,7 @@ use burn_ir::CustomOpIr;
 
 use super::builder::{Builder, Combiner, Direction, Value};
 use super::context::{Failure, Lowered, Lowering, dims};
-use super::{FusedAttentionLowering, cudnn_attention};
+use super::{FusedAttentionLowering, cudnn_attention, neuron_attention};
 use crate::attention::{
     AttentionShape, BACKWARD, FusedAttentionCall, FusedAttentionOptions, QUERY_BLOCK, QueryBlock,
 };
@@ -44,11 +44,16 @@ struct Scores {
 pub(crate) fn fused_attention(cx: &mut Lowering, custom: &CustomOpIr) -> Lowered {
     let call =
         FusedAttentionCall::of(custom).map_err(|error| Failure::Invalid(error.to_string()))?;
-    if cx.options.fused_attention == FusedAttentionLowering::Cudnn {
-        match cudnn_attention::unsupported(&call, custom) {
+    match cx.options.fused_attention {
+        FusedAttentionLowering::Blocked => {}
+        FusedAttentionLowering::Cudnn => match cudnn_attention::unsupported(&call, custom) {
             None => return cudnn_attention::cudnn_attention(cx, custom, &call),
             Some(reason) => log::debug!("fused attention lowered as blocked HLO: {reason}"),
-        }
+        },
+        FusedAttentionLowering::NeuronFlash => match neuron_attention::flash_tile(&call, custom) {
+            Ok(tile) => return neuron_attention::neuron_flash_attention(cx, custom, &call, tile),
+            Err(reason) => log::debug!("fused attention lowered as blocked HLO: {reason}"),
+        },
     }
     let FusedAttentionCall {
         options,

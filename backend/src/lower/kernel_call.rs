@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::builder::{Builder, Value};
-use crate::hlo::{HloInstructionProto, PrimitiveType};
+use crate::hlo::{self, HloInstructionProto, PrimitiveType};
 
 /// The custom-call target of a kernel request.
 pub const KERNEL_REQUEST_TARGET: &str = "HlatKernelRequest";
@@ -34,21 +34,26 @@ pub struct KernelRequest {
     pub grid: Vec<i64>,
     /// The tensors the call takes, in operand order.
     pub inputs: Vec<KernelTensor>,
-    /// The tensor the call returns.
-    pub output: KernelTensor,
+    /// The tensors the call returns, in order (several: a tuple).
+    pub outputs: Vec<KernelTensor>,
     /// The kernel's compile-time arguments, by name.
     pub arguments: serde_json::Map<String, serde_json::Value>,
 }
 
+/// The element types a kernel can take, with their NumPy names.
+const NUMPY_DTYPES: [(PrimitiveType, &str); 4] = [
+    (PrimitiveType::F32, "float32"),
+    (PrimitiveType::Bf16, "bfloat16"),
+    (PrimitiveType::F16, "float16"),
+    (PrimitiveType::S32, "int32"),
+];
+
 /// The NumPy name of an element type a kernel can take.
 pub(crate) fn numpy_dtype(element_type: PrimitiveType) -> Option<&'static str> {
-    Some(match element_type {
-        PrimitiveType::F32 => "float32",
-        PrimitiveType::Bf16 => "bfloat16",
-        PrimitiveType::F16 => "float16",
-        PrimitiveType::S32 => "int32",
-        _ => return None,
-    })
+    NUMPY_DTYPES
+        .iter()
+        .find(|(known, _)| *known == element_type)
+        .map(|(_, name)| *name)
 }
 
 impl KernelTensor {
@@ -77,18 +82,30 @@ impl KernelRequest {
     }
 }
 
+impl KernelTensor {
+    /// The element type of this tensor's NumPy dtype.
+    fn element_type(&self) -> PrimitiveType {
+        NUMPY_DTYPES
+            .iter()
+            .find(|(_, name)| *name == self.dtype)
+            .map_or(PrimitiveType::Invalid, |(known, _)| *known)
+    }
+}
+
 impl Builder {
-    /// A kernel request on `operands` returning `output` (see the module documentation).
-    pub fn kernel_request(
-        &mut self,
-        request: &KernelRequest,
-        operands: &[&Value],
-        output_type: PrimitiveType,
-    ) -> Value {
-        let mut instruction = self.op("custom-call", output_type, &request.output.shape, operands);
+    /// A kernel request on `operands` returning the request's outputs (see the module
+    /// documentation): one output is the call itself, several are a tuple's elements.
+    pub fn kernel_request(&mut self, request: &KernelRequest, operands: &[&Value]) -> Vec<Value> {
+        let array = |tensor: &KernelTensor| hlo::array_shape(tensor.element_type(), &tensor.shape);
+        let first = &request.outputs[0];
+        let mut instruction = self.op("custom-call", first.element_type(), &first.shape, operands);
         instruction.custom_call_target = KERNEL_REQUEST_TARGET.to_string();
         instruction.backend_config =
             serde_json::to_vec(request).expect("a kernel request is plain JSON");
-        self.push(instruction)
+        if let [_] = request.outputs.as_slice() {
+            return vec![self.push(instruction)];
+        }
+        let elements = request.outputs.iter().map(array).collect();
+        self.tuple_elements(instruction, elements)
     }
 }

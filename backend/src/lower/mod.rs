@@ -29,6 +29,7 @@ mod in_place;
 mod index;
 mod kernel_call;
 mod matmul;
+mod neuron_attention;
 mod norm;
 mod pad;
 mod pool;
@@ -237,6 +238,12 @@ pub enum FusedAttentionLowering {
     /// sinks or soft cap, query and value heads of one width (a multiple of 8 up to 128), a
     /// causal mask only over as many queries as keys; blocked elsewhere. For XLA's CUDA plugin.
     Cudnn,
+    /// As requests for the Neuron SDK's flash-attention kernels (`flash_fwd` in training,
+    /// `flash_attn_bwd`) wherever they compute what the operation asks: f32 or bf16, no sinks or
+    /// soft cap, heads of one width up to 128, as many queries as keys, a multiple of 512
+    /// positions; blocked elsewhere. The `neuron` executor turns the requests into the SDK's
+    /// calls, as for [`AttentionLowering::NeuronFlash`].
+    NeuronFlash,
 }
 
 /// How a program may reuse the buffers of the inputs whose life ends in it (`released_inputs`).

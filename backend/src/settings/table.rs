@@ -346,8 +346,9 @@ pub const NEURON_LINT: Variable = Variable {
 /// `HLAT_NEURON_FLASH_ATTENTION`: attention as the Neuron SDK's flash kernel.
 pub const NEURON_FLASH_ATTENTION: Variable = Variable {
     name: "HLAT_NEURON_FLASH_ATTENTION",
-    meaning: "whether Burn's attention module runs as the Neuron SDK's flash-attention kernel: \
-              when the kernel tracer finds it (`auto`), always (`on`), never (`off`)",
+    meaning: "whether attention (Burn's attention module, the fused attention's forward and \
+              backward passes) runs as the Neuron SDK's flash-attention kernels: when the kernel \
+              tracer finds them (`auto`), always (`on`), never (`off`)",
     default: "auto",
     parser: "`auto`, `on`/`1`/`true` or `off`/`0`/`false`, any case; blank is unset; another \
              value is an error naming the variable and the value",

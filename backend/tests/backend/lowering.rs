@@ -356,7 +356,7 @@ fn neuron_flash_attention_is_a_kernel_request_where_the_kernel_computes_the_same
     assert_eq!(request.grid, [1, 2]);
     assert_eq!(request.inputs[0].shape, [1, 2, 32, 512]);
     assert_eq!(request.inputs[2].shape, [1, 2, 512, 32]);
-    assert_eq!(request.output.dtype, "float32");
+    assert_eq!(request.outputs[0].dtype, "float32");
     let kernel_scale = request.arguments["softmax_scale"].as_f64().unwrap();
     assert!(
         (kernel_scale - 1.0 / 32f64.sqrt()).abs() < 1e-15,

@@ -8,10 +8,10 @@
 //!
 //! Tests that count statistics use a device of their own: statistics are kept per device.
 
+mod attention_kernels;
 mod burn_device;
 mod collectives;
 mod coverage;
-mod cudnn_attention;
 mod data_parallel;
 mod errors;
 mod executor;

@@ -251,8 +251,8 @@ fn attention_runs_as_the_sdk_flash_kernel(workspace: &Workspace) {
         shapes,
         [&[2, 3, 64, 1024][..], &[2, 3, 64, 1024], &[2, 3, 1024, 64]]
     );
-    assert_eq!(request.output.shape, [2, 3, 1024, 64]);
-    assert_eq!(request.output.dtype, "bfloat16");
+    assert_eq!(request.outputs[0].shape, [2, 3, 1024, 64]);
+    assert_eq!(request.outputs[0].dtype, "bfloat16");
     assert_eq!(request.arguments["softmax_scale"], 0.125);
     assert_eq!(request.arguments["use_causal_mask"], true);
     assert_eq!(request.arguments["mixed_precision"], true);

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Traces Neuron SDK kernels for burn-trainium's `neuron` executor.
 
-Reads a kernel request (JSON written by the lowering: kernel, grid, inputs, output, arguments)
+Reads a kernel request (JSON written by the lowering: kernel, grid, inputs, outputs, arguments)
 on standard input and writes, on standard output, the `AwsNeuronCustomNativeKernel` call the
-SDK's NKI tracer makes of it (JSON: custom_call_target, backend_config, output). With `--probe`
+SDK's NKI tracer makes of it (JSON: custom_call_target, backend_config, outputs). With `--probe`
 it traces a small request and says on standard error why that fails, if it does.
 
-Written against the NKI frontend of neuronx-cc (`neuronxcc.nki`) and the `flash_fwd` kernel's
-published interface, without access to the SDK: it has never been run against it. The project's
-tests replace it by a stand-in.
+The kernels: `flash_fwd` (inference: the output; training: the output and the log-sum-exp
+statistics) and `flash_attn_bwd` (the query, key and value gradients), called with their
+compile-time arguments by name and no dropout seed. A sliding window is passed only when there
+is one, so that SDKs whose kernels predate the argument still trace the others.
+
+Written against the NKI frontend of neuronx-cc (`neuronxcc.nki`) and the flash kernels'
+published interfaces, without access to the SDK: it has never been run against it. The
+project's tests replace it by a stand-in.
 """
 
 import argparse
@@ -16,7 +21,7 @@ import json
 import os
 import sys
 
-KERNELS = ("flash_fwd",)
+KERNELS = ("flash_fwd", "flash_attn_bwd")
 
 # What `--probe` traces: one batch row, one head of width 64, 512 positions, in f32.
 PROBE_REQUEST = {
@@ -27,7 +32,7 @@ PROBE_REQUEST = {
         {"dtype": "float32", "shape": [1, 1, 64, 512]},
         {"dtype": "float32", "shape": [1, 1, 512, 64]},
     ],
-    "output": {"dtype": "float32", "shape": [1, 1, 512, 64]},
+    "outputs": [{"dtype": "float32", "shape": [1, 1, 512, 64]}],
     "arguments": {
         "softmax_scale": 0.125,
         "use_causal_mask": True,
@@ -39,11 +44,12 @@ PROBE_REQUEST = {
 
 
 def import_sdk():
-    """The SDK pieces the tracer needs: the flash kernel, its configuration, the kernel class."""
+    """The SDK pieces the tracer needs: the flash kernels, their configuration, the kernel class."""
     from neuronxcc.nki.compiler.backends.neuron.FrameworkKernel import UnifiedKernel
-    from neuronxcc.nki.kernels.attention import FlashConfig, flash_fwd
+    from neuronxcc.nki.kernels.attention import FlashConfig, flash_attn_bwd, flash_fwd
 
-    return flash_fwd, FlashConfig, UnifiedKernel
+    kernels = {"flash_fwd": flash_fwd, "flash_attn_bwd": flash_attn_bwd}
+    return kernels, FlashConfig, UnifiedKernel
 
 
 def numpy_dtype(name):
@@ -73,27 +79,54 @@ def array_kernel_class(unified_kernel):
     return ArrayKernel
 
 
-def flash_forward(flash_fwd, flash_config, arguments):
-    """The flash kernel with its compile-time arguments bound, taking (q, k, v); inference takes
-    no dropout seed (the kernel asserts it is None)."""
-    kernel = getattr(flash_fwd, "func", flash_fwd)
-    config = flash_config(
-        seq_tile_size=arguments["seq_tile_size"], training=arguments["training"]
-    )
+def window(arguments):
+    """The sliding window argument, only when the request has a window."""
+    size = arguments.get("sliding_window", -1)
+    return {"sliding_window": size} if size > 0 else {}
 
-    def flash_attention(q, k, v):
+
+def bound_kernel(kernels, flash_config, request):
+    """The requested kernel with its compile-time arguments bound, taking the request's inputs
+    in order; no dropout seed (`None`)."""
+    name = request["kernel"]
+    arguments = request["arguments"]
+    kernel = getattr(kernels[name], "func", kernels[name])
+    if name == "flash_fwd":
+        config = flash_config(
+            seq_tile_size=arguments["seq_tile_size"], training=arguments["training"]
+        )
+
+        def flash_attention(q, k, v):
+            return kernel(
+                q,
+                k,
+                v,
+                None,
+                softmax_scale=arguments["softmax_scale"],
+                use_causal_mask=arguments["use_causal_mask"],
+                mixed_precision=arguments["mixed_precision"],
+                config=config,
+                **window(arguments),
+            )
+
+        return flash_attention
+
+    def flash_attention_backward(q, k, v, o, dy, lse):
         return kernel(
             q,
             k,
             v,
+            o,
+            dy,
+            lse,
             None,
-            softmax_scale=arguments["softmax_scale"],
             use_causal_mask=arguments["use_causal_mask"],
             mixed_precision=arguments["mixed_precision"],
-            config=config,
+            softmax_scale=arguments["softmax_scale"],
+            **window(arguments),
         )
 
-    return flash_attention
+    return flash_attention_backward
 
 
 def trace(request, target):
@@ -101,8 +134,8 @@ def trace(request, target):
 
     if request["kernel"] not in KERNELS:
         raise ValueError(f"unknown kernel {request['kernel']!r} (known: {', '.join(KERNELS)})")
-    flash_fwd, flash_config, unified_kernel = import_sdk()
-    function = flash_forward(flash_fwd, flash_config, request["arguments"])
+    kernels, flash_config, unified_kernel = import_sdk()
+    function = bound_kernel(kernels, flash_config, request)
     traced = array_kernel_class(unified_kernel).trace(
         function,
         grid=tuple(request["grid"]),
@@ -120,16 +153,20 @@ def trace(request, target):
     if getattr(config, "operand_output_aliases", None):
         raise ValueError("the traced kernel writes into an operand, which burn-trainium does not expect")
     returned = list(config.return_types)
-    if len(returned) != 1:
-        raise ValueError(f"the traced kernel returns {len(returned)} tensors, expected one")
-    dtype, shape = returned[0]
+    if len(returned) != len(request["outputs"]):
+        raise ValueError(
+            f"the traced kernel returns {len(returned)} tensors, expected {len(request['outputs'])}"
+        )
     backend_config = config.dumped_config
     if isinstance(backend_config, bytes):
         backend_config = backend_config.decode("ascii")
     return {
         "custom_call_target": "AwsNeuronCustomNativeKernel",
         "backend_config": backend_config,
-        "output": {"dtype": numpy.dtype(dtype).name, "shape": [int(size) for size in shape]},
+        "outputs": [
+            {"dtype": numpy.dtype(dtype).name, "shape": [int(size) for size in shape]}
+            for dtype, shape in returned
+        ],
     }
 
 

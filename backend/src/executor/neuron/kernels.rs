@@ -82,8 +82,8 @@ pub struct TracedKernel {
     pub custom_call_target: String,
     /// The call's configuration, as the SDK wrote it.
     pub backend_config: String,
-    /// The tensor the call returns.
-    pub output: KernelTensor,
+    /// The tensors the call returns, in order.
+    pub outputs: Vec<KernelTensor>,
 }
 
 /// Runs a kernel tracer and remembers what it traced.
@@ -234,12 +234,12 @@ impl KernelTracer {
                 ),
             ));
         }
-        if call.output != request.output {
+        if call.outputs != request.outputs {
             return Err(self.failure(
                 kernel,
                 format!(
                     "the traced kernel returns {:?}, the program expects {:?}",
-                    call.output, request.output
+                    call.outputs, request.outputs
                 ),
             ));
         }
@@ -312,7 +312,7 @@ mod tests {
             kernel: "flash_fwd".to_string(),
             grid: vec![1, 2],
             inputs: vec![tensor(&[1, 2, 8, 512]), tensor(&[1, 2, 8, 512])],
-            output: tensor(&[1, 2, 512, 8]),
+            outputs: vec![tensor(&[1, 2, 512, 8])],
             arguments: serde_json::Map::new(),
         }
     }
@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn a_call_of_another_shape_is_refused() {
         let folder = tempfile::tempdir().unwrap();
-        let answer = r#"{"custom_call_target": "AwsNeuronCustomNativeKernel", "backend_config": "x", "output": {"dtype": "float32", "shape": [1]}}"#;
+        let answer = r#"{"custom_call_target": "AwsNeuronCustomNativeKernel", "backend_config": "x", "outputs": [{"dtype": "float32", "shape": [1]}]}"#;
         let path = script(folder.path(), &format!("cat > /dev/null; echo '{answer}'"));
         let message = KernelTracer::new(&path, NeuronTarget::Trn1)
             .trace(&request())

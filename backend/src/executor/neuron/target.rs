@@ -30,7 +30,9 @@ use super::{
 };
 use crate::distributed::ReplicaSpan;
 use crate::executor::{CacheLimits, CompileOutcome, Target};
-use crate::lower::{AttentionLowering, LowerOptions, LoweredProgram, OperatorRules};
+use crate::lower::{
+    AttentionLowering, FusedAttentionLowering, LowerOptions, LoweredProgram, OperatorRules,
+};
 use crate::stats::{StatsCounters, counters};
 use crate::{BackendError, TrainiumDevice};
 
@@ -452,12 +454,16 @@ impl Target for NeuronCores {
 
     fn lower_options(&self) -> LowerOptions {
         // Random tensors are drawn on the host.
-        let attention = match self.compiler.kernel_tracer() {
-            Some(_) => AttentionLowering::NeuronFlash,
-            None => AttentionLowering::Portable,
+        let (attention, fused_attention) = match self.compiler.kernel_tracer() {
+            Some(_) => (
+                AttentionLowering::NeuronFlash,
+                FusedAttentionLowering::NeuronFlash,
+            ),
+            None => (AttentionLowering::Portable, FusedAttentionLowering::Blocked),
         };
         LowerOptions {
             attention,
+            fused_attention,
             rules: OperatorRules::Neuron,
             ..LowerOptions::default()
         }

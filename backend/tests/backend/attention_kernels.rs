@@ -1,8 +1,14 @@
-//! The fused attention lowered for XLA's CUDA plugin (`FusedAttentionLowering::Cudnn`): cuDNN's
-//! flash-attention calls exactly as JAX emits them (`fixtures/cudnn-attention`, made by
-//! `jax.export` with `platforms=["cuda"]`: target, operands, layouts, API version, backend
-//! configuration), no `[batch, heads, queries, keys]` buffer in the module, and the blocked form
-//! wherever cuDNN does not compute what the operation asks.
+//! The fused attention lowered to vendor kernels.
+//!
+//! - For XLA's CUDA plugin (`FusedAttentionLowering::Cudnn`): cuDNN's flash-attention calls
+//!   exactly as JAX emits them (`fixtures/cudnn-attention`, made by `jax.export` with
+//!   `platforms=["cuda"]`: target, operands, layouts, API version, backend configuration).
+//! - For `neuron` (`FusedAttentionLowering::NeuronFlash`): requests for the Neuron SDK's
+//!   `flash_fwd` in training and `flash_attn_bwd`, in the kernels' layouts, accepted by the
+//!   Neuron lint.
+//!
+//! Neither module holds a `[batch, heads, queries, keys]` buffer, and what a kernel does not
+//! compute is lowered as the blocked form.
 
 use std::path::{Path, PathBuf};
 
@@ -10,9 +16,10 @@ use burn::tensor::DType;
 use burn_trainium::attention::FusedAttentionOptions;
 use burn_trainium::hlo::{HloInstructionProto, HloModuleProto, ShapeProto};
 use burn_trainium::lower::{
-    CUDNN_BACKWARD_TARGET, CUDNN_FORWARD_TARGET, FusedAttentionLowering, LowerOptions,
-    LoweredProgram, boundary_of, lower_segment_with,
+    CUDNN_BACKWARD_TARGET, CUDNN_FORWARD_TARGET, FusedAttentionLowering, KernelRequest,
+    KernelTensor, LowerOptions, LoweredProgram, OperatorRules, boundary_of, lower_segment_with,
 };
+use burn_trainium::neuron::lint_module;
 use prost::Message;
 use serde::Deserialize;
 
@@ -38,11 +45,22 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cudnn-attention")
 }
 
-/// `case`'s forward and backward passes lowered for the CUDA plugin.
-fn lowered(case: &Case, batch: usize, dtype: DType) -> LoweredProgram {
+/// `case`'s forward and backward passes lowered with `lowering` (and Neuron's operator rules
+/// for Neuron's kernels).
+fn lowered(
+    case: &Case,
+    batch: usize,
+    dtype: DType,
+    lowering: FusedAttentionLowering,
+) -> LoweredProgram {
     let operations = attention_operations(case, batch, dtype);
+    let rules = match lowering {
+        FusedAttentionLowering::NeuronFlash => OperatorRules::Neuron,
+        _ => OperatorRules::Xla,
+    };
     let options = LowerOptions {
-        fused_attention: FusedAttentionLowering::Cudnn,
+        fused_attention: lowering,
+        rules,
         ..LowerOptions::default()
     };
     lower_segment_with(&operations, &boundary_of(&operations), &options)
@@ -157,7 +175,7 @@ fn cudnn_calls_equal_what_jax_exports() {
                 softcap: None,
             },
         };
-        let ours = lowered(&case, fixture.batch, dtype).module;
+        let ours = lowered(&case, fixture.batch, dtype, FusedAttentionLowering::Cudnn).module;
         for target in [CUDNN_FORWARD_TARGET, CUDNN_BACKWARD_TARGET] {
             assert_same_call(call(&ours, target), call(&jax, target), &fixture.name);
         }
@@ -203,7 +221,7 @@ fn what_cudnn_does_not_compute_stays_blocked() {
     ]
     .map(|case| (case, DType::BF16, false));
     for (index, (case, dtype, cudnn)) in taken.into_iter().chain(refused).enumerate() {
-        let module = lowered(&case, 1, dtype).module;
+        let module = lowered(&case, 1, dtype, FusedAttentionLowering::Cudnn).module;
         let calls = instructions(&module)
             .filter(|instruction| instruction.custom_call_target.starts_with("__cudnn$"))
             .count();
@@ -212,5 +230,149 @@ fn what_cudnn_does_not_compute_stays_blocked() {
             if cudnn { 2 } else { 0 },
             "case {index} in {dtype:?}"
         );
+    }
+}
+
+/// The kernel requests of `module`, in order.
+fn requests(module: &HloModuleProto) -> Vec<KernelRequest> {
+    instructions(module)
+        .filter_map(KernelRequest::of_instruction)
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Training a grouped-query attention (bf16, causal, and f32 with a window and a scale) on
+/// `neuron`: one `flash_fwd` in training and one `flash_attn_bwd`, launched per batch row and
+/// key/value head, their tensors in the kernels' layouts and their arguments the operation's;
+/// the module passes the Neuron lint and holds no head's scores.
+#[test]
+fn neuron_trains_attention_with_the_sdks_flash_kernels() {
+    let windowed = FusedAttentionOptions {
+        sliding_window: Some(300),
+        scale: Some(0.2),
+        ..FusedAttentionOptions::causal()
+    };
+    let cases = [
+        (Case::causal("causal", 4, 2, 512), DType::BF16),
+        (
+            Case {
+                depth: 64,
+                options: windowed,
+                ..Case::causal("window", 2, 1, 1024)
+            },
+            DType::F32,
+        ),
+    ];
+    for (case, dtype) in cases {
+        let batch = 2;
+        let program = lowered(&case, batch, dtype, FusedAttentionLowering::NeuronFlash);
+        assert_eq!(lint_module(&program.module), [], "{}", case.name);
+        let [b, h, kv, s, d] =
+            [batch, case.heads, case.kv_heads, case.queries, case.depth].map(|size| size as i64);
+        let largest = largest_instruction(&program.module);
+        assert!(
+            largest < b * h * s * s / 2,
+            "{}: {largest} elements",
+            case.name
+        );
+
+        let name = if dtype == DType::BF16 {
+            "bfloat16"
+        } else {
+            "float32"
+        };
+        let tensor = |dtype: &str, shape: &[i64]| KernelTensor {
+            dtype: dtype.to_string(),
+            shape: shape.to_vec(),
+        };
+        let typed = |shape: &[i64]| tensor(name, shape);
+        let statistics = tensor("float32", &[b, h, 128, s / 128]);
+        let [forward, backward] = &requests(&program.module)[..] else {
+            panic!("{}: two requests", case.name)
+        };
+        assert_eq!(forward.kernel, "flash_fwd");
+        assert_eq!(backward.kernel, "flash_attn_bwd");
+        for request in [forward, backward] {
+            assert_eq!(request.grid, [b, kv], "{}", case.name);
+            let argument = |name: &str| request.arguments[name].clone();
+            let scale = case.options.scale_for(case.depth);
+            assert_eq!(argument("softmax_scale"), serde_json::json!(scale));
+            assert_eq!(argument("use_causal_mask"), serde_json::json!(true));
+            let window = case.options.sliding_window.map_or(-1, |w| w as i64);
+            assert_eq!(argument("sliding_window"), serde_json::json!(window));
+            let mixed = dtype == DType::BF16;
+            assert_eq!(argument("mixed_precision"), serde_json::json!(mixed));
+        }
+        assert_eq!(forward.arguments["training"], serde_json::json!(true));
+        assert_eq!(
+            forward.inputs,
+            [
+                typed(&[b, h, d, s]),
+                typed(&[b, kv, d, s]),
+                typed(&[b, kv, s, d])
+            ]
+        );
+        assert_eq!(forward.outputs, [typed(&[b, h, s, d]), statistics.clone()]);
+        let queries = typed(&[b, h, d, s]);
+        let keys = typed(&[b, kv, d, s]);
+        assert_eq!(
+            backward.inputs,
+            [
+                queries.clone(),
+                keys.clone(),
+                keys.clone(),
+                queries.clone(),
+                queries.clone(),
+                statistics
+            ]
+        );
+        assert_eq!(backward.outputs, [queries, keys.clone(), keys]);
+    }
+}
+
+/// What the SDK's flash kernels do not compute (sinks, a soft cap, a length not a multiple of
+/// 512, wide heads, a causal mask over a cache) is lowered as the blocked form, without a
+/// request.
+#[test]
+fn what_the_flash_kernels_do_not_compute_stays_blocked() {
+    let base = || Case {
+        depth: 64,
+        ..Case::causal("base", 4, 2, 512)
+    };
+    let refused = [
+        Case {
+            sinks: true,
+            ..base()
+        },
+        Case {
+            options: FusedAttentionOptions {
+                softcap: Some(30.0),
+                ..FusedAttentionOptions::causal()
+            },
+            ..base()
+        },
+        Case {
+            queries: 500,
+            keys: 500,
+            ..base()
+        },
+        Case {
+            depth: 160,
+            ..base()
+        },
+        Case {
+            queries: 128,
+            ..base()
+        },
+    ];
+    assert_eq!(
+        requests(&lowered(&base(), 1, DType::F32, FusedAttentionLowering::NeuronFlash).module)
+            .len(),
+        2
+    );
+    for (index, case) in refused.into_iter().enumerate() {
+        let module = lowered(&case, 1, DType::BF16, FusedAttentionLowering::NeuronFlash).module;
+        assert_eq!(requests(&module), [], "case {index}");
+        assert_eq!(lint_module(&module), [], "case {index}");
     }
 }
