@@ -202,7 +202,24 @@ pub fn module_to_text(module: &HloModuleProto) -> String {
         .iter()
         .map(|computation| (computation.id, computation.name.as_str()))
         .collect();
-    let mut text = format!("HloModule {}\n", module.name);
+    let mut text = format!("HloModule {}", module.name);
+    if let Some(alias) = &module.input_output_alias {
+        // As XLA prints it: output index: (parameter, parameter index).
+        let entries: Vec<String> = alias
+            .entries
+            .iter()
+            .map(|entry| {
+                format!(
+                    "{}: ({}, {})",
+                    list(&entry.output_shape_index),
+                    entry.parameter_number,
+                    list(&entry.parameter_shape_index)
+                )
+            })
+            .collect();
+        let _ = write!(text, ", input_output_alias={{ {} }}", entries.join(", "));
+    }
+    text.push('\n');
     for computation in &module.computations {
         let entry = if computation.id == module.entry_computation_id {
             "ENTRY "

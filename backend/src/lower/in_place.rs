@@ -7,7 +7,10 @@
 //! be read: the compiler then copies whole buffers to keep the values apart (220 MiB per step of
 //! bench-tiny's AdamW update). Burn marks the last use of every tensor (`ReadWrite`), which is
 //! where an eager backend reuses the buffer; following those marks from a released input to an
-//! output pairs each output with the input it replaces.
+//! output pairs each output with the input it replaces. An input released in the program whose
+//! reads were not marked as its last (another handle still held it then, as Burn's `Learner`
+//! holds the old model while the optimizer computes the new one) is consumed by its last read
+//! in the program: nothing reads it after.
 
 use std::collections::HashMap;
 
@@ -30,13 +33,27 @@ pub(crate) fn in_place_outputs(
         .filter(|(_, input)| released.contains(&input.id))
         .map(|(position, input)| (input.id, position))
         .collect();
-    for operation in operations {
+    // The last operation reading each released input.
+    let mut last_read: HashMap<TensorId, usize> = HashMap::new();
+    for (index, operation) in operations.iter().enumerate() {
+        if matches!(operation, OperationIr::Drop(_)) {
+            continue;
+        }
+        for input in operation.inputs() {
+            if origin.contains_key(&input.id) {
+                last_read.insert(input.id, index);
+            }
+        }
+    }
+    for (index, operation) in operations.iter().enumerate() {
         if matches!(operation, OperationIr::Drop(_)) {
             continue;
         }
         let consumed: Vec<&TensorIr> = operation
             .inputs()
-            .filter(|input| input.status == TensorStatus::ReadWrite)
+            .filter(|input| {
+                input.status == TensorStatus::ReadWrite || last_read.get(&input.id) == Some(&index)
+            })
             .collect();
         for output in operation.outputs() {
             let taken = consumed.iter().find_map(|input| {
@@ -92,6 +109,18 @@ mod tests {
         assert_eq!(
             in_place_outputs(&operations, &inputs, &outputs, &released[1..]),
             vec![(1, 2), (2, 3)]
+        );
+        // The parameter read while another handle held it, then dropped in the program: its
+        // last read consumes it all the same.
+        let mut held = operations.clone();
+        held[7] = add(tensor(4, ReadOnly), tensor(11, ReadWrite), 14);
+        assert_eq!(
+            in_place_outputs(&held, &inputs, &outputs, &released),
+            vec![(0, 0), (1, 2), (2, 3)]
+        );
+        assert_eq!(
+            in_place_outputs(&held, &inputs, &outputs, &released[..3]),
+            vec![(0, 0), (1, 2)]
         );
     }
 

@@ -71,18 +71,60 @@ fn records(out: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The parameter tensors of the model the run in `out` saved.
+fn parameter_tensors(out: &Path) -> usize {
+    use burn::module::{Module, ModuleVisitor, Param};
+    use burn::tensor::{Device, Tensor};
+
+    struct Count(usize);
+    impl ModuleVisitor for Count {
+        fn visit_float<const D: usize>(&mut self, _: &Param<Tensor<D>>) {
+            self.0 += 1;
+        }
+    }
+    let (_, model, _) = hlat::checkpoint::load_any(out, &Device::flex()).unwrap();
+    let mut count = Count(0);
+    model.visit(&mut count);
+    count.0
+}
+
 /// Adam's moments exist before the first step (zeros, one small program), so the second step
 /// already runs the steady step's program: after the first step's record the run compiles its
 /// loss read and the steady step, then nothing. (When the moments were made by the first
 /// update, the second step compiled a program of its own and the third the steady one.)
+///
+/// The step updates every parameter and both its moments in place: the module XLA compiles for
+/// it aliases each of those outputs to the input it replaces (`input_output_alias`).
 #[test]
 fn a_run_compiles_nothing_after_its_second_step() {
+    use burn_trainium::hlo::HloModuleProto;
+    use prost::Message;
+
     let folder = tempfile::tempdir().unwrap();
     let out = folder.path().join("run");
+    let dump = folder.path().join("modules");
     let output = pretrain(&out, &folder.path().join("cache"))
+        .env(burn_trainium::lower::DUMP_DIR_ENV, &dump)
         .output()
         .expect("running hlat");
     check_run(&out, &output);
+    let aliased = std::fs::read_dir(&dump)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".hlo.pb"))
+        .map(|path| {
+            let module = HloModuleProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+            module
+                .input_output_alias
+                .map_or(0, |alias| alias.entries.len())
+        })
+        .max()
+        .unwrap();
+    let parameters = parameter_tensors(&out);
+    assert!(
+        parameters > 0 && aliased >= 3 * parameters,
+        "{aliased} outputs updated in place, {parameters} parameters"
+    );
     let compiles: Vec<u64> = records(&out)
         .iter()
         .map(|record| record["compiles"].as_u64().expect("compiles"))
