@@ -9,9 +9,30 @@ use super::reference::{checked_shape, materialized_attention};
 use crate::collective::remote_device;
 
 /// Whether [`fused_attention`] on `device` is the fused operation (a Trainium device served as a
-/// Burn device) rather than [`materialized_attention`].
+/// Burn device, unless `TRAINIUM_FUSED_ATTENTION=off`) rather than [`materialized_attention`].
+///
+/// # Panics
+/// When `TRAINIUM_FUSED_ATTENTION` is neither `on` nor `off`, naming the value.
 pub fn is_fused_on(device: &Device) -> bool {
-    remote_device(device).is_some()
+    remote_device(device).is_some() && fused_attention_enabled()
+}
+
+/// `TRAINIUM_FUSED_ATTENTION`, read once.
+fn fused_attention_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<Result<bool, String>> = std::sync::OnceLock::new();
+    let variable = crate::settings::FUSED_ATTENTION;
+    let enabled = ENABLED.get_or_init(|| match variable.value().as_deref().map(str::trim) {
+        None | Some("") | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(format!(
+            "{}={other:?}: expected `on` or `off`",
+            variable.name
+        )),
+    });
+    match enabled {
+        Ok(enabled) => *enabled,
+        Err(message) => panic!("{message}"),
+    }
 }
 
 /// `softmax(cap(q kᵀ · scale), masked, sinks) v` of `query [b, h, q, d]` over `key [b, kv, k, d]`

@@ -106,6 +106,21 @@ pub const XLA_COMPILER_OPTIONS: Variable = Variable {
     user_facing: true,
 };
 
+/// `TRAINIUM_FUSED_ATTENTION`: whether `burn_trainium::attention::fused_attention` is one
+/// operation on a Trainium device.
+pub const FUSED_ATTENTION: Variable = Variable {
+    name: "TRAINIUM_FUSED_ATTENTION",
+    meaning: "whether `fused_attention` on a Trainium device is one forward and one backward \
+              operation (`on`) or the materialised form in Burn's operations (`off`, to compare \
+              the two: `scripts/device-check` does)",
+    default: "on",
+    parser: "`on` or `off`, exactly, read once by the process; blank or non-UTF-8 is unset; \
+             another value is an error naming the variable and the value",
+    reader: Reader::Backend,
+    set_by_backend: false,
+    user_facing: false,
+};
+
 /// `TRAINIUM_HOST_FALLBACK`: what an operation without a lowering does.
 pub const HOST_FALLBACK: Variable = Variable {
     name: "TRAINIUM_HOST_FALLBACK",
@@ -401,6 +416,7 @@ pub const VARIABLES: &[Variable] = &[
     XLA_CACHE_MAX_BYTES,
     XLA_FLAGS,
     XLA_COMPILER_OPTIONS,
+    FUSED_ATTENTION,
     HOST_FALLBACK,
     HOST_OPERATIONS,
     SEGMENT_CAP,

@@ -32,7 +32,14 @@ fn the_device_check_runs_every_step_on_the_cpu_plugin_and_reports_them() {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let steps = &report["steps"];
-    for step in ["plugin", "differential", "pretrain", "cache", "bench"] {
+    for step in [
+        "plugin",
+        "differential",
+        "pretrain",
+        "pretrain-unfused",
+        "cache",
+        "bench",
+    ] {
         assert!(steps.get(step).is_some(), "no {step} in {report}");
     }
     let differential = &steps["differential"];
@@ -50,6 +57,21 @@ fn the_device_check_runs_every_step_on_the_cpu_plugin_and_reports_them() {
         pretrain["last_loss"].as_f64() < pretrain["first_loss"].as_f64(),
         "{pretrain}"
     );
+    // The MFU as the records count it (attention's products in full), as MaxText counts it
+    // (causal attention half) and as 6·N alone.
+    let mfu = |key: &str| {
+        pretrain[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {pretrain}"))
+    };
+    assert!(
+        0.0 < mfu("median_mfu_6n")
+            && mfu("median_mfu_6n") < mfu("median_mfu_maxtext")
+            && mfu("median_mfu_maxtext") < mfu("median_mfu"),
+        "{pretrain}"
+    );
+    let unfused = &steps["pretrain-unfused"];
+    assert_eq!(unfused["steps"], 3, "{unfused}");
     assert_eq!(steps["cache"]["compiles"], 0, "{report}");
     let rows = steps["bench"]["results"].as_array().unwrap();
     assert!(rows.iter().any(|row| row["backend"] == "xla"), "{report}");
