@@ -137,6 +137,37 @@ fn a_segment_cap_splits_long_streams_without_changing_results() {
     );
 }
 
+/// A seed with no random draw waiting leaves the waiting operations for the program after it
+/// (a training step seeded before its update stays one program); with a draw waiting, the seed
+/// runs it first, under the old state.
+#[test]
+fn a_seed_cuts_the_stream_only_before_waiting_draws() {
+    let _random = crate::support::exclusive_random();
+    let (trainium, device) = host(20);
+    let draw = || Tensor::<2>::random([3, 4], burn::tensor::Distribution::Default, &device);
+    let segments = |before: u64| stats(&trainium).segments_run - before;
+
+    let start = stats(&trainium).segments_run;
+    let doubled = ramp(&device) * 2.0;
+    device.seed(7);
+    let drawn = draw();
+    let read = Tensor::cat(vec![doubled, drawn], 0).into_data();
+    assert_eq!(segments(start), 1, "no draw waited: one program");
+
+    let start = stats(&trainium).segments_run;
+    let earlier = draw() * 2.0;
+    device.seed(7);
+    let later = ramp(&device) + draw();
+    let _ = Tensor::cat(vec![earlier, later], 0).into_data();
+    assert_eq!(segments(start), 2, "a draw waited: the seed ran it first");
+
+    // The draw after the seed is the seed's first in both.
+    let values = read.try_to_vec::<f32>().unwrap();
+    device.seed(7);
+    let again = draw().into_data().try_to_vec::<f32>().unwrap();
+    assert_eq!(values[12..], again[..]);
+}
+
 #[test]
 fn seeding_applies_after_the_operations_captured_before_it() {
     let _random = crate::support::exclusive_random();

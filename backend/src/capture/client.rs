@@ -918,10 +918,15 @@ impl RouterClient for TrainiumClient {
     }
 
     fn seed(&self, seed: u64) {
-        // Random operations captured before the seed must draw from the old state.
+        // Random operations captured before the seed must draw from the old state: they run
+        // first. Without any, the waiting operations stay for the program after the seed (a
+        // training step seeded before its update stays one program).
         let mut state = self.lock();
-        if let Err(error) = self.flush(&mut state) {
-            state.pending_error.get_or_insert(error);
+        let draws = |operations: &[OperationIr]| operations.iter().any(draws_random);
+        if draws(state.segment.operations()) || !state.side.is_empty() {
+            if let Err(error) = self.flush(&mut state) {
+                state.pending_error.get_or_insert(error);
+            }
         }
         state.executor.seed(seed);
     }
@@ -1008,4 +1013,15 @@ impl TrainiumClient {
             self.register_op(operation);
         }
     }
+}
+
+/// Whether `operation` draws random numbers (from the generator a seed resets).
+fn draws_random(operation: &OperationIr) -> bool {
+    use burn_ir::{FloatOperationIr, NumericOperationIr};
+    matches!(
+        operation,
+        OperationIr::Float(_, FloatOperationIr::Random(_))
+            | OperationIr::NumericFloat(_, NumericOperationIr::IntRandom(_))
+            | OperationIr::NumericInt(_, NumericOperationIr::IntRandom(_))
+    )
 }

@@ -89,9 +89,10 @@ fn parameter_tensors(out: &Path) -> usize {
 }
 
 /// Adam's moments exist before the first step (zeros, one small program), so the second step
-/// already runs the steady step's program: after the first step's record the run compiles its
-/// loss read and the steady step, then nothing. (When the moments were made by the first
-/// update, the second step compiled a program of its own and the third the steady one.)
+/// already runs the steady step's program: after the first step's record the run compiles the
+/// steady step, then nothing. (When the moments were made by the first update, the second step
+/// compiled a program of its own and the third the steady one; when the seed before each update
+/// cut the stream, the gradients' clipping was a small program of its own.)
 ///
 /// The step updates every parameter and both its moments in place: the module XLA compiles for
 /// it aliases each of those outputs to the input it replaces (`input_output_alias`).
@@ -131,7 +132,7 @@ fn a_run_compiles_nothing_after_its_second_step() {
         .collect();
     assert_eq!(compiles.len(), 3, "{compiles:?}");
     assert!(
-        compiles[1] - compiles[0] <= 2 && compiles[1] == compiles[2],
+        compiles[1] - compiles[0] <= 1 && compiles[1] == compiles[2],
         "programs compiled after the first step: {compiles:?}"
     );
 }
