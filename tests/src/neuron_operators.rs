@@ -261,22 +261,35 @@ fn flash_requests(cache_root: &Path, seq: usize) -> Vec<burn_trainium::lower::Ke
     requests
 }
 
+/// `hlat-test` made for `seq` positions on `device`, and one row of `seq` token ids.
+fn hlat_test_over(
+    seq: usize,
+    device: &burn::tensor::Device,
+) -> (
+    HlatConfig,
+    hlat::Hlat,
+    burn::tensor::Tensor<2, burn::tensor::Int>,
+) {
+    use burn::tensor::{Int, Tensor, TensorData};
+
+    let mut config = HlatConfig::preset("hlat-test").unwrap();
+    config.max_seq_len = seq;
+    let model: hlat::Hlat = config.init(device);
+    let ids: Vec<i64> = (0..seq as i64).map(|i| i % 64).collect();
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, seq]), device);
+    (config, model, ids)
+}
+
 /// HLAT's forward pass in inference over 1,024 positions, with the SDK's flash kernel on: the
 /// layers' attention is a kernel request (Burn's attention module), no program holds scores of
 /// every position against every position, and the module the compiler receives holds the
 /// tracer's calls.
 fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
-    use burn::tensor::{Int, Tensor, TensorData};
-
     let cache_root = folder.join("flash-cache");
     burn_trainium::neuron::set_settings(Some(flash_settings(folder, compiler, &cache_root)));
     let device = trainium(TrainiumDevice::neuron(30));
-    let mut config = HlatConfig::preset("hlat-test").unwrap();
     let seq = 1024;
-    config.max_seq_len = seq;
-    let model: hlat::Hlat = config.init(&device);
-    let ids: Vec<i64> = (0..seq as i64).map(|i| i % 64).collect();
-    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
+    let (config, model, ids) = hlat_test_over(seq, &device);
     let _ = model.forward(ids).into_data();
     device.sync().unwrap();
 
@@ -293,17 +306,11 @@ fn hlat_inference_asks_for_the_flash_kernel(folder: &Path, compiler: &Path) {
 /// is the fused operation, requested as `flash_fwd` in training (output and statistics) and
 /// `flash_attn_bwd`; no program holds every position's scores and the modules pass the lint.
 fn hlat_training_asks_for_the_flash_kernels(folder: &Path, compiler: &Path) {
-    use burn::tensor::{Int, Tensor, TensorData};
-
     let cache_root = folder.join("flash-training-cache");
     burn_trainium::neuron::set_settings(Some(flash_settings(folder, compiler, &cache_root)));
     let device = trainium(TrainiumDevice::neuron(31)).autodiff();
-    let mut config = HlatConfig::preset("hlat-test").unwrap();
     let seq = 512;
-    config.max_seq_len = seq;
-    let model: hlat::Hlat = config.init(&device);
-    let ids: Vec<i64> = (0..seq as i64).map(|i| i % 64).collect();
-    let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, seq]), &device);
+    let (config, model, ids) = hlat_test_over(seq, &device);
     let _grads = model.forward(ids).sum().backward();
     device.sync().unwrap();
 

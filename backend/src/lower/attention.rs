@@ -316,16 +316,7 @@ fn neuron_flash_attention(cx: &mut Lowering, ir: &AttentionOpIr, tile: i64) -> L
         "seq_tile_size": tile,
         "training": false,
     });
-    let request = KernelRequest {
-        kernel: "flash_fwd".to_string(),
-        grid: vec![batch, heads],
-        inputs,
-        outputs,
-        arguments: arguments
-            .as_object()
-            .cloned()
-            .expect("the arguments are a JSON object"),
-    };
+    let request = KernelRequest::new("flash_fwd", vec![batch, heads], inputs, outputs, arguments);
     let out = builder.kernel_request(&request, &operands).remove(0);
     cx.set(&ir.out, out)
 }

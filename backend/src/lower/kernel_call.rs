@@ -67,6 +67,30 @@ impl KernelTensor {
 }
 
 impl KernelRequest {
+    /// A request for `kernel` launched over `grid`, on `inputs`, returning `outputs`, with the
+    /// compile-time `arguments` (a JSON object).
+    ///
+    /// # Panics
+    /// When `arguments` is not a JSON object.
+    pub fn new(
+        kernel: &str,
+        grid: Vec<i64>,
+        inputs: Vec<KernelTensor>,
+        outputs: Vec<KernelTensor>,
+        arguments: serde_json::Value,
+    ) -> Self {
+        let serde_json::Value::Object(arguments) = arguments else {
+            panic!("a kernel's arguments are a JSON object, not {arguments}");
+        };
+        Self {
+            kernel: kernel.to_string(),
+            grid,
+            inputs,
+            outputs,
+            arguments,
+        }
+    }
+
     /// The request an instruction carries, if it is one.
     pub fn of_instruction(instruction: &HloInstructionProto) -> Option<Result<Self, String>> {
         (instruction.opcode == "custom-call"

@@ -129,16 +129,8 @@ pub(crate) fn neuron_flash_attention(
         };
         ("flash_fwd", vec![output, statistics])
     };
-    let request = KernelRequest {
-        kernel: kernel.to_string(),
-        grid: vec![shape.batch as i64, shape.kv_heads as i64],
-        inputs,
-        outputs,
-        arguments: arguments
-            .as_object()
-            .cloned()
-            .expect("the arguments are a JSON object"),
-    };
+    let grid = vec![shape.batch as i64, shape.kv_heads as i64];
+    let request = KernelRequest::new(kernel, grid, inputs, outputs, arguments);
     let operands: Vec<&Value> = operands.iter().collect();
     let results = cx.builder.kernel_request(&request, &operands);
     for (index, (out, result)) in custom.outputs.iter().zip(results).enumerate() {

@@ -185,6 +185,24 @@ fn cudnn_calls_equal_what_jax_exports() {
     }
 }
 
+/// `base` with learned sinks, and `base` with a soft cap: what neither vendor kernel computes.
+fn with_sinks_or_cap(base: impl Fn() -> Case) -> [Case; 2] {
+    let capped = FusedAttentionOptions {
+        softcap: Some(30.0),
+        ..FusedAttentionOptions::causal()
+    };
+    [
+        Case {
+            sinks: true,
+            ..base()
+        },
+        Case {
+            options: capped,
+            ..base()
+        },
+    ]
+}
+
 /// What cuDNN does not compute (f32, sinks, a soft cap, a causal mask over a cache, wide heads)
 /// is lowered as the blocked form, without a cuDNN call.
 #[test]
@@ -194,18 +212,10 @@ fn what_cudnn_does_not_compute_stays_blocked() {
         ..Case::causal("base", 4, 2, 256)
     };
     let taken = [(base(), DType::BF16, true), (base(), DType::F32, false)];
+    let [sinks, capped] = with_sinks_or_cap(base);
     let refused = [
-        Case {
-            sinks: true,
-            ..base()
-        },
-        Case {
-            options: FusedAttentionOptions {
-                softcap: Some(30.0),
-                ..FusedAttentionOptions::causal()
-            },
-            ..base()
-        },
+        sinks,
+        capped,
         Case {
             queries: 8,
             ..base()
@@ -339,18 +349,10 @@ fn what_the_flash_kernels_do_not_compute_stays_blocked() {
         depth: 64,
         ..Case::causal("base", 4, 2, 512)
     };
+    let [sinks, capped] = with_sinks_or_cap(base);
     let refused = [
-        Case {
-            sinks: true,
-            ..base()
-        },
-        Case {
-            options: FusedAttentionOptions {
-                softcap: Some(30.0),
-                ..FusedAttentionOptions::causal()
-            },
-            ..base()
-        },
+        sinks,
+        capped,
         Case {
             queries: 500,
             keys: 500,
