@@ -7,32 +7,31 @@ use super::extension::AttentionExtension;
 use super::options::FusedAttentionOptions;
 use super::reference::{checked_shape, materialized_attention};
 use crate::collective::remote_device;
+use crate::error::BackendError;
+use std::sync::OnceLock;
 
 /// Whether [`fused_attention`] on `device` is the fused operation (a Trainium device served as a
 /// Burn device, unless `TRAINIUM_FUSED_ATTENTION=off`) rather than [`materialized_attention`].
-///
-/// # Panics
-/// When `TRAINIUM_FUSED_ATTENTION` is neither `on` nor `off`, naming the value.
 pub fn is_fused_on(device: &Device) -> bool {
-    remote_device(device).is_some() && fused_attention_enabled()
+    // The setting was validated when the device opened (`check_device` reports a bad value).
+    remote_device(device).is_some() && fused_attention_from_env().unwrap_or(true)
 }
 
-/// `TRAINIUM_FUSED_ATTENTION`, read once.
-fn fused_attention_enabled() -> bool {
-    static ENABLED: std::sync::OnceLock<Result<bool, String>> = std::sync::OnceLock::new();
+/// `TRAINIUM_FUSED_ATTENTION` (read once; `on` when unset), or the error naming its bad value.
+pub(crate) fn fused_attention_from_env() -> Result<bool, BackendError> {
+    static ENABLED: OnceLock<Result<bool, BackendError>> = OnceLock::new();
     let variable = crate::settings::FUSED_ATTENTION;
-    let enabled = ENABLED.get_or_init(|| match variable.value().as_deref().map(str::trim) {
-        None | Some("") | Some("on") => Ok(true),
-        Some("off") => Ok(false),
-        Some(other) => Err(format!(
-            "{}={other:?}: expected `on` or `off`",
-            variable.name
-        )),
-    });
-    match enabled {
-        Ok(enabled) => *enabled,
-        Err(message) => panic!("{message}"),
-    }
+    ENABLED
+        .get_or_init(|| match variable.value().as_deref().map(str::trim) {
+            None | Some("") | Some("on") => Ok(true),
+            Some("off") => Ok(false),
+            Some(other) => Err(BackendError::InvalidSetting {
+                variable: variable.name,
+                value: other.to_string(),
+                reason: "expected `on` or `off`".to_string(),
+            }),
+        })
+        .clone()
 }
 
 /// `softmax(cap(q kᵀ · scale), masked, sinks) v` of `query [b, h, q, d]` over `key [b, kv, k, d]`

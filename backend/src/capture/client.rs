@@ -114,6 +114,7 @@ fn open_executor(device: &TrainiumDevice) -> Result<Box<dyn Executor>, BackendEr
     super::limits::limit_from_env()?;
     crate::executor::host_fallback_from_env()?;
     crate::executor::host_operations_from_env()?;
+    crate::attention::fused_attention_from_env()?;
     executor::open(device)
 }
 
@@ -923,10 +924,10 @@ impl RouterClient for TrainiumClient {
         // training step seeded before its update stays one program).
         let mut state = self.lock();
         let draws = |operations: &[OperationIr]| operations.iter().any(draws_random);
-        if draws(state.segment.operations()) || !state.side.is_empty() {
-            if let Err(error) = self.flush(&mut state) {
-                state.pending_error.get_or_insert(error);
-            }
+        if (draws(state.segment.operations()) || !state.side.is_empty())
+            && let Err(error) = self.flush(&mut state)
+        {
+            state.pending_error.get_or_insert(error);
         }
         state.executor.seed(seed);
     }

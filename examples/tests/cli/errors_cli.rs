@@ -131,6 +131,11 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
             names: &["TRAINIUM_HOST_FALLBACK", "never"],
         },
         Case {
+            environment: &[("TRAINIUM_FUSED_ATTENTION", Some("maybe"))],
+            arguments: pretrain_one_step(&[]),
+            names: &["TRAINIUM_FUSED_ATTENTION", "maybe"],
+        },
+        Case {
             environment: &[NO_PLUGIN, NO_INSTALL],
             arguments: pretrain_one_step(&["--device", "xla:0"]),
             names: &["xla:0", PLUGIN_ENV],
