@@ -12,7 +12,7 @@ use crate::hlo::{DotDimensionNumbers, PrimitiveType};
 
 /// The key tiles the Neuron SDK's flash kernel can work in (`FlashConfig.seq_tile_size`; the
 /// sequence must be a multiple of the tile), largest first: 2048 is the kernel's default.
-pub(super) const FLASH_TILES: [i64; 3] = [2048, 1024, 512];
+const FLASH_TILES: [i64; 3] = [2048, 1024, 512];
 /// The widest head the flash kernel takes (one tile of the tensor engine).
 pub(super) const FLASH_WIDEST_HEAD: i64 = 128;
 
@@ -261,11 +261,17 @@ fn flash_tile(ir: &AttentionOpIr) -> Result<i64, String> {
             key[3], value[3]
         ));
     }
+    flash_key_tile(positions)
+}
+
+/// The largest key tile the SDK's flash kernels can work in over `positions` keys, or why there
+/// is none.
+pub(super) fn flash_key_tile(positions: i64) -> Result<i64, String> {
     FLASH_TILES
         .into_iter()
         .find(|tile| positions % tile == 0)
         .ok_or_else(|| {
-            format!("the flash kernel takes a multiple of 512 positions, not {positions}")
+            format!("the flash kernels take a multiple of 512 positions, not {positions}")
         })
 }
 

@@ -1167,26 +1167,9 @@ impl Builder {
             operand_ids: values.iter().map(|value| value.id).collect(),
             ..Default::default()
         });
-        let barrier_id = fresh_id(&mut self.next_id);
-        self.instructions.push(HloInstructionProto {
-            name: format!("opt_barrier.{barrier_id}"),
-            opcode: "opt-barrier".to_string(),
-            shape: Some(hlo::tuple_shape(shapes)),
-            id: barrier_id,
-            operand_ids: vec![tuple_id],
-            ..Default::default()
-        });
-        values
-            .iter()
-            .enumerate()
-            .map(|(index, value)| {
-                let mut element =
-                    self.op("get-tuple-element", value.element_type, &value.dims, &[]);
-                element.operand_ids = vec![barrier_id];
-                element.tuple_index = index as i64;
-                self.push(element)
-            })
-            .collect()
+        let mut barrier = self.op("opt-barrier", PrimitiveType::Tuple, &[], &[]);
+        barrier.operand_ids = vec![tuple_id];
+        self.tuple_elements(barrier, shapes)
     }
 }
 

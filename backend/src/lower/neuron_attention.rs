@@ -16,7 +16,7 @@ use burn_backend::DType;
 use burn_ir::CustomOpIr;
 use serde_json::json;
 
-use super::attention::{FLASH_TILES, FLASH_WIDEST_HEAD};
+use super::attention::{FLASH_WIDEST_HEAD, flash_key_tile};
 use super::builder::{Builder, Value};
 use super::context::{Failure, Lowered, Lowering, dims};
 use super::kernel_call::{KernelRequest, KernelTensor};
@@ -63,13 +63,7 @@ pub(crate) fn flash_tile(call: &FusedAttentionCall, custom: &CustomOpIr) -> Resu
             shape.keys, shape.queries
         ));
     }
-    let positions = shape.keys as i64;
-    FLASH_TILES
-        .into_iter()
-        .find(|tile| positions % tile == 0)
-        .ok_or_else(|| {
-            format!("the flash kernels take a multiple of 512 positions, not {positions}")
-        })
+    flash_key_tile(shape.keys as i64)
 }
 
 /// `burn_trainium.attention` or `burn_trainium.attention_backward` as a request for the SDK's
