@@ -51,7 +51,7 @@ pub use device::{DEVICE_ENV, ExecutorKind, MAX_REPLICAS, TrainiumDevice};
 pub use error::{BackendError, panic_message};
 pub use executor::neuron;
 pub use executor::write_atomically;
-pub use server::{device, device_from_env, flex_device};
+pub use server::{device, device_from_env, flex_device, set_default_device};
 /// The `xla` executor's persistent compile cache, for tools that list and prune it.
 pub mod xla_cache {
     pub use crate::executor::{

@@ -6,6 +6,7 @@ pub use atomic_write::write_atomically;
 mod device;
 mod fallback;
 mod host;
+mod mappings;
 pub mod neuron;
 mod plan_cache;
 mod plugin_discovery;

@@ -6,12 +6,15 @@ use std::sync::Arc;
 use crate::lower::{LoweredProgram, StructuralKey};
 
 /// How much a program cache may hold before it evicts the least recently used program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct CacheLimits {
     /// Programs.
     pub programs: usize,
     /// HLO instructions of all programs together (compiled code grows with them).
     pub instructions: usize,
+    /// The share of the kernel's limit on memory mappings the process may hold once a program
+    /// is kept (compiled code is mapped a few regions per kernel); `None`: not bounded so.
+    pub mapped_share: Option<f64>,
 }
 
 struct Entry<P> {
@@ -62,6 +65,13 @@ impl<P> ProgramCache<P> {
         Some(entry.program.clone())
     }
 
+    /// Whether the process holds more of its memory mappings than the limits allow.
+    fn mappings_exhausted(&self) -> bool {
+        self.limits.mapped_share.is_some_and(|allowed| {
+            super::mappings::mapping_share().is_some_and(|share| share > allowed)
+        })
+    }
+
     /// Keeps `program`, compiled from `lowered`'s module, evicting as the limits require.
     pub fn insert(&mut self, lowered: &LoweredProgram, program: P) -> Arc<P> {
         let instructions = instruction_count(lowered);
@@ -70,7 +80,8 @@ impl<P> ProgramCache<P> {
         }
         while !self.entries.is_empty()
             && (self.entries.len() >= self.limits.programs
-                || self.instructions + instructions > self.limits.instructions)
+                || self.instructions + instructions > self.limits.instructions
+                || self.mappings_exhausted())
         {
             let oldest = self
                 .entries
@@ -84,6 +95,12 @@ impl<P> ProgramCache<P> {
         }
         let program = Arc::new(program);
         self.instructions += instructions;
+        log::debug!(
+            "keeping a program of {instructions} instructions: {} programs of {} instructions \
+             kept",
+            self.entries.len() + 1,
+            self.instructions
+        );
         self.entries.insert(
             lowered.key,
             Entry {

@@ -97,15 +97,19 @@ pub const DEFAULT_CPU_DEVICES: i64 = 4;
 /// How many compiled programs each device keeps.
 pub const COMPILE_CACHE_CAPACITY: usize = 256;
 
-/// How many HLO instructions the programs a device keeps may hold together. Compiled code is
-/// mapped into the process (the XLA CPU plugin maps a few regions per kernel) and the kernel
-/// count grows with the instruction count: without this bound, hundreds of large programs
-/// exhaust the process's memory mappings and LLVM aborts (seen in Burn's LU tests at no bound).
-/// It must hold every program of a step, or each step compiles them all again: an unrolled
-/// step of 9,124 operations cut at `TRAINIUM_SEGMENT_CAP=2048` is 5 programs of about 3,700
-/// instructions, and 10 programs at a cap of 1024 left the process at 2,300–3,400 mappings
-/// (default and cheap compile flags) of the kernel's 65,530.
-pub const COMPILE_CACHE_INSTRUCTIONS: usize = 65_536;
+/// How many HLO instructions the programs a device keeps may hold together, a bound on the
+/// memory of their compiled code. It must hold every program of a training loop, or each step
+/// loads them again from the persistent cache (0.5 to 3 s each): Burn's modern-lstm as written
+/// compiles 17 programs of 81,790 instructions together at its CLI test's sizes, more than the
+/// 65,536 a device once kept. Memory mappings bound it earlier ([`COMPILE_CACHE_MAPPED_SHARE`]).
+pub const COMPILE_CACHE_INSTRUCTIONS: usize = 1 << 20;
+
+/// The share of the kernel's limit on memory mappings (`vm.max_map_count`, 65,530 by default)
+/// the process may hold once a device keeps a program. Compiled code is mapped into the process
+/// (the XLA CPU plugin maps a few regions per kernel): without a bound, hundreds of large
+/// programs exhaust the mappings and LLVM aborts (seen in Burn's LU tests at no bound); 10
+/// programs of about 1,900 instructions left the process at 2,300–3,400 mappings.
+const COMPILE_CACHE_MAPPED_SHARE: f64 = 0.5;
 
 const EXECUTOR: &str = "xla";
 
@@ -574,6 +578,7 @@ impl Target for XlaTarget {
     const CACHE_LIMITS: CacheLimits = CacheLimits {
         programs: COMPILE_CACHE_CAPACITY,
         instructions: COMPILE_CACHE_INSTRUCTIONS,
+        mapped_share: Some(COMPILE_CACHE_MAPPED_SHARE),
     };
 
     fn cuts_early(&self, computing: usize, computed_elements: u64) -> bool {

@@ -18,11 +18,13 @@ use burn_tensor::remote::RemoteHost;
 use super::Access;
 use crate::{BackendError, TrainiumDevice};
 
-/// A device served in this process: its address, and the client device that first reached it.
+/// A device served in this process: its address, the client device that first reached it, and
+/// whether it is Burn's default device ([`set_default_device`]).
 #[derive(Clone)]
 struct Served {
     url: String,
     client: Option<Device>,
+    default: bool,
 }
 
 /// The devices served in this process, by the device they serve.
@@ -50,6 +52,12 @@ fn process_token() -> &'static str {
 /// ```
 pub fn device(spec: &str) -> Result<Device, BackendError> {
     let trainium: TrainiumDevice = spec.parse()?;
+    if lock_served()
+        .get(&trainium)
+        .is_some_and(|served| served.default)
+    {
+        return Ok(Device::default());
+    }
     let url = serve_in_process(trainium)?;
     let device = connect(&url, &trainium.to_string())?;
     if let Some(served) = lock_served().get_mut(&trainium) {
@@ -79,6 +87,73 @@ fn lock_served() -> std::sync::MutexGuard<'static, HashMap<TrainiumDevice, Serve
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Makes the device `spec` names Burn's default device in this process and returns it: from then
+/// on `Device::default()` (and every Burn program, loader or example that creates tensors on it)
+/// is that device, as on `hlat serve` with `BURN_DEVICE=remote`, and [`device`] of `spec` returns
+/// it too. Call it once, at the start of `main`, before the program starts threads: it sets
+/// `BURN_DEVICE` and `BURN_REMOTE_ADDRESS`, which Burn reads for its default device.
+///
+/// The device is served on a loopback port open to every client of this machine without a
+/// secret (as `hlat serve` by default): `Device::default()` presents none. It fails if another
+/// device is the default already, or if `spec`'s device was served by [`device`] before (call
+/// this first; tensors on that earlier handle live in another session).
+///
+/// ```no_run
+/// let device = burn_trainium::set_default_device("xla:0")?;
+/// assert!(device == burn_tensor::Device::default());
+/// # Ok::<(), burn_trainium::BackendError>(())
+/// ```
+pub fn set_default_device(spec: &str) -> Result<Device, BackendError> {
+    let trainium: TrainiumDevice = spec.parse()?;
+    let refused = |reason: String| BackendError::Server {
+        device: trainium.to_string(),
+        reason,
+    };
+    let mut served = lock_served();
+    if let Some((other, _)) = served
+        .iter()
+        .find(|(other, entry)| entry.default && **other != trainium)
+    {
+        return Err(refused(format!(
+            "{other} is Burn's default device in this process already"
+        )));
+    }
+    match served.get(&trainium) {
+        Some(entry) if entry.default => {}
+        Some(_) => {
+            return Err(refused(
+                "burn_trainium::device served it in this process before; call \
+                 set_default_device first, at the start of the program"
+                    .to_string(),
+            ));
+        }
+        None => {
+            let url = start_server(trainium, Access::Loopback)?;
+            // SAFETY: Burn reads these variables for `Device::default()`; the documented use is
+            // one call at the start of `main`, before other threads read the environment.
+            unsafe {
+                std::env::set_var(BURN_DEVICE_ENV, "remote");
+                std::env::set_var(BURN_REMOTE_ADDRESS_ENV, &url);
+            }
+            log::info!("{trainium} is Burn's default device in this process ({url})");
+            served.insert(
+                trainium,
+                Served {
+                    url,
+                    client: Some(Device::default()),
+                    default: true,
+                },
+            );
+        }
+    }
+    Ok(Device::default())
+}
+
+/// The variable Burn reads to pick its default backend.
+const BURN_DEVICE_ENV: &str = "BURN_DEVICE";
+/// The variable Burn reads for the address of its default remote device.
+const BURN_REMOTE_ADDRESS_ENV: &str = "BURN_REMOTE_ADDRESS";
+
 /// [`device`] of the device `TRAINIUM_DEVICE` names (`host:0` when unset).
 pub fn device_from_env() -> Result<Device, BackendError> {
     let trainium = TrainiumDevice::from_env()?;
@@ -91,23 +166,26 @@ fn serve_in_process(device: TrainiumDevice) -> Result<String, BackendError> {
     if let Some(existing) = served.get(&device) {
         return Ok(existing.url.clone());
     }
-    let options = super::ServeOptions::new(
-        vec![device],
-        (Ipv4Addr::LOCALHOST, 0).into(),
-        Access::Token(process_token().to_string()),
-    );
-    // Open only to this process's token: no gate, and no hop through one.
-    let address = super::standalone::bind_with(&options, false)?.serve_in_background()?;
-    log::debug!("serving {device} in process on {address}");
-    let url = format!("ws://{address}");
+    let url = start_server(device, Access::Token(process_token().to_string()))?;
     served.insert(
         device,
         Served {
             url: url.clone(),
             client: None,
+            default: false,
         },
     );
     Ok(url)
+}
+
+/// Starts serving `device` in this process on a loopback port, to the clients `access` admits,
+/// and returns its address (`ws://...`).
+fn start_server(device: TrainiumDevice, access: Access) -> Result<String, BackendError> {
+    let options = super::ServeOptions::new(vec![device], (Ipv4Addr::LOCALHOST, 0).into(), access);
+    // No gate, and no hop through one: the clients are this process's own.
+    let address = super::standalone::bind_with(&options, false)?.serve_in_background()?;
+    log::debug!("serving {device} in process on {address}");
+    Ok(format!("ws://{address}"))
 }
 
 /// Burn's own Flex served in this process the way [`device`] serves a Trainium device (a

@@ -10,6 +10,8 @@
 //!   device that reaches it: `burn_trainium::device("xla:0")?`. Autodiff runs on the client
 //!   side (`device.autodiff()`); the server sees the forward and backward operations as one
 //!   stream, captured and compiled as with the backend used directly.
+//! - [`set_default_device`] serves one the same way but makes it Burn's default device
+//!   (`Device::default()`), for programs that create tensors there (Burn's own examples do).
 //! - [`serve`] serves devices to other processes and machines (`hlat serve`): loopback unless told
 //!   otherwise, and a non-loopback address only with a shared secret.
 
@@ -22,5 +24,5 @@ mod standalone;
 
 pub use access::Access;
 pub use gate::DEFAULT_MAX_CONNECTIONS;
-pub use in_process::{device, device_from_env, flex_device};
+pub use in_process::{device, device_from_env, flex_device, set_default_device};
 pub use standalone::{BoundServer, ServeOptions, bind, serve};

@@ -15,11 +15,12 @@ const SIZE: [&str; 6] = [
     "16",
 ];
 
-/// Runs `hlat bench learner` for `epochs` on `backends` (both tasks) with the `loops` and
+/// Runs `hlat bench learner` for `epochs` on `backends` (the `tasks`) with the `loops` and
 /// `--profile profile`, and returns its JSON report and the folder it ran in.
 fn bench_learner(
     epochs: &str,
     backends: &str,
+    tasks: &str,
     loops: &str,
 ) -> (serde_json::Value, tempfile::TempDir) {
     let folder = tempfile::tempdir().unwrap();
@@ -39,6 +40,8 @@ fn bench_learner(
             "learner.json",
             "--loops",
             loops,
+            "--tasks",
+            tasks,
         ])
         .args(["--profile", "profile"])
         .args(SIZE)
@@ -102,7 +105,7 @@ fn losses(run: &serde_json::Value) -> Vec<f64> {
 #[test]
 fn a_learner_loop_runs_a_fixed_number_of_segments_and_trains_as_ndarray_does() {
     require_plugin();
-    let (report, folder) = bench_learner("2", "xla,ndarray", "learner");
+    let (report, folder) = bench_learner("2", "xla,ndarray", "recurrent,cnn", "learner");
     // (task, segments a batch, programs compiled cold for 2 epochs). Every batch, training or
     // validation, runs as one program through its loss, whatever the timing of the metrics
     // thread, whose mean of the loss joins that program; the CNN's accuracy metric reads after
@@ -166,7 +169,7 @@ fn a_learner_loop_runs_a_fixed_number_of_segments_and_trains_as_ndarray_does() {
 #[test]
 fn a_loop_written_as_burns_examples_write_it_compiles_a_few_programs_and_trains_as_flex_does() {
     require_plugin();
-    let (report, _folder) = bench_learner("2", "xla,flex", "written");
+    let (report, _folder) = bench_learner("2", "xla,flex", "recurrent,cnn", "written");
     for task in ["recurrent", "cnn"] {
         let xla = result(&report, task, "xla");
         assert_eq!(xla["training_loop"], "written", "{xla}");
@@ -190,3 +193,58 @@ fn a_loop_written_as_burns_examples_write_it_compiles_a_few_programs_and_trains_
         }
     }
 }
+
+/// Burn's modern-lstm as written (a step of thousands of small operations, dropout, its
+/// validation loader on `Device::default()`) trains on `xla` and `host` made Burn's default
+/// device in process (`burn_trainium::set_default_device`: without it the validation batches
+/// would land on Flex and Burn would stop at the first one). The `xla` device keeps every program
+/// it compiled or loaded: a cold run compiles each once and loads none, a warm run loads each
+/// once and compiles none (the programs hold more instructions together than the device once
+/// kept, and each step loaded its programs from disk again, seconds each). `host` draws dropout
+/// from Flex's generator and trains as Flex does; `xla` draws its own and trains alike.
+#[test]
+fn burns_modern_lstm_as_written_trains_on_the_default_device_loading_each_program_once() {
+    require_plugin();
+    let (report, _folder) = bench_learner("2", "xla,host,flex", "modern-lstm", "written");
+    let xla = result(&report, "modern-lstm", "xla");
+    let (cold, warm) = (&xla["cold"], &xla["warm"]);
+    let iterations =
+        warm["train_iterations"].as_u64().unwrap() + warm["valid_iterations"].as_u64().unwrap();
+    assert_eq!(iterations, 2 * 5);
+    assert_eq!(cold["compiles"], PROGRAMS, "{xla}");
+    assert_eq!(cold["programs_loaded"], 0, "{xla}");
+    assert_eq!(warm["compiles"], 0, "{xla}");
+    assert_eq!(warm["programs_loaded"], PROGRAMS, "{xla}");
+    assert_eq!(warm["segments"], cold["segments"], "{xla}");
+    assert_eq!(warm["host_fallbacks"], 0, "{xla}");
+
+    let flex = losses(&result(&report, "modern-lstm", "flex")["warm"]);
+    let host = losses(&result(&report, "modern-lstm", "host")["warm"]);
+    assert_eq!(host.len(), iterations as usize);
+    for (host, flex) in host.iter().zip(&flex) {
+        assert!(
+            (host - flex).abs() <= 1e-4 * flex.abs().max(1.0),
+            "{host} against Flex's {flex}"
+        );
+    }
+    // Other dropout masks: the validation losses of the last epoch within 5% of Flex's.
+    let valid = |run: &serde_json::Value| -> f64 {
+        let values = run["loss"]["valid"].as_array().unwrap();
+        values[values.len() - 2..]
+            .iter()
+            .map(|value| value.as_f64().unwrap())
+            .sum()
+    };
+    let (xla_valid, flex_valid) = (
+        valid(warm),
+        valid(&result(&report, "modern-lstm", "flex")["warm"]),
+    );
+    assert!(
+        (xla_valid - flex_valid).abs() <= 0.05 * flex_valid,
+        "{xla_valid} against Flex's {flex_valid}"
+    );
+}
+
+/// The programs Burn's modern-lstm compiles on `xla` in 2 epochs at [`SIZE`]: its steps of
+/// small tensors are cut every 2,048 operations on a CPU plugin.
+const PROGRAMS: u64 = 17;

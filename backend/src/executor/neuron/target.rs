@@ -450,6 +450,7 @@ impl Target for NeuronCores {
     const CACHE_LIMITS: CacheLimits = CacheLimits {
         programs: LOADED_MODEL_CAPACITY,
         instructions: usize::MAX,
+        mapped_share: None,
     };
 
     fn lower_options(&self) -> LowerOptions {

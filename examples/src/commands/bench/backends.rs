@@ -133,6 +133,24 @@ impl BenchDevice {
         })
     }
 
+    /// `backend`'s device as Burn's default device of this process (`Device::default()`):
+    /// a Trainium device made the default ([`burn_trainium::set_default_device`]), Flex as it
+    /// is. NdArray cannot be made the default in process: its device is not the default.
+    pub fn process_default(backend: BackendName) -> anyhow::Result<Self> {
+        let trainium = match backend {
+            BackendName::TrainiumHost => TrainiumDevice::HOST,
+            BackendName::TrainiumXla => xla_device()?,
+            BackendName::Flex | BackendName::NdArray => return backend.device(1),
+        };
+        burn_trainium::check_device(&trainium).with_context(|| format!("device {trainium}"))?;
+        let device = burn_trainium::set_default_device(&trainium.to_string())
+            .with_context(|| format!("making {trainium} Burn's default device"))?;
+        Ok(Self {
+            device,
+            trainium: Some(trainium),
+        })
+    }
+
     /// Trainium statistics, for counters other backends lack (zeros elsewhere).
     pub fn stats(&self) -> burn_trainium::Stats {
         self.trainium

@@ -49,8 +49,9 @@ enum BenchCommand {
     /// A small CNN in Burn's MNIST style (conv2d, max-pool, adaptive average pool, linear)
     /// trained on generated images, on several backends and, with `--with-pytorch`, in PyTorch.
     Cnn(cnn::CnnBenchArgs),
-    /// Training as Burn users write it (burn-train's `Learner`, a `DataLoader`, loss and
-    /// accuracy metrics, validation every epoch) for a small recurrent model and a small CNN:
+    /// Training as Burn users write it (burn-train's `Learner` or the loop of Burn's examples, a
+    /// `DataLoader`, loss and accuracy metrics, validation every epoch) for Burn's modern-lstm,
+    /// a small recurrent model and a small CNN:
     /// cold and warm wall time, segments and transfers per iteration, compiles, host fallbacks.
     Learner(learner::LearnerBenchArgs),
     /// What Burn 0.22's remote route costs: microseconds per operation and per read on Flex,

@@ -55,6 +55,12 @@ pub trait LoopBenchmark {
 
     /// Times the loop on `device` (its Burn device has autodiff).
     fn time(&self, device: &BenchDevice) -> anyhow::Result<Self::Timing>;
+
+    /// Whether the loop measures on Burn's default device of its process (for programs that
+    /// create tensors on `Device::default()`).
+    fn on_default_device(&self) -> bool {
+        false
+    }
 }
 
 /// Measures `benchmark` on `backend` (Trainium's executors, NdArray or Flex, with autodiff).
@@ -62,7 +68,11 @@ pub fn measure_on<L: LoopBenchmark>(
     backend: BackendName,
     benchmark: &L,
 ) -> anyhow::Result<LoopMeasurement<L::Timing>> {
-    let mut device = backend.device(1)?;
+    let mut device = if benchmark.on_default_device() {
+        BenchDevice::process_default(backend)?
+    } else {
+        backend.device(1)?
+    };
     device.device = device.device.autodiff();
     let timing = benchmark.time(&device)?;
     Ok(LoopMeasurement {

@@ -1,7 +1,8 @@
 //! `hlat bench learner`: training as Burn users write it — burn-train's `Learner` with
 //! `SupervisedTraining`, a `DataLoader` over a dataset and a batcher, Burn's loss (and accuracy)
-//! metrics and a validation pass every epoch — for a small recurrent model and a small CNN
-//! ([`tasks`]), on several backends side by side.
+//! metrics and a validation pass every epoch — for Burn's modern-lstm example as written
+//! ([`modern_lstm`]), a small recurrent model and a small CNN ([`tasks`]), on several backends
+//! side by side.
 //!
 //! Each backend runs each task in a process of its own: **cold**, with an empty `xla` compile
 //! cache (the time includes compiling), and `xla` again **warm**, with the programs of the cold
@@ -11,6 +12,7 @@
 //! and the bytes sent to the device, with the programs compiled cold, host fallbacks and the
 //! final losses.
 
+mod modern_lstm;
 mod recorder;
 mod tasks;
 
@@ -36,6 +38,7 @@ use super::backends::{
 use super::report;
 use super::training_loop::{LoopBenchmark, LoopMeasurement, measure_on};
 use crate::commands::ranges::at_least_one;
+use modern_lstm::ModernLstm;
 use recorder::MetricRecorder;
 pub use recorder::MetricValues;
 use tasks::{BatchLoss, ImageBatcher, ImageClassifier, SequenceBatcher, SequenceRegressor};
@@ -51,10 +54,13 @@ const LEARNING_RATE: f64 = 1e-3;
 
 /// A task of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Task {
-    /// An LSTM predicting the next value of a sequence (Burn's `modern-lstm` example).
+    /// Burn's LSTM predicting the next value of a sequence.
     Recurrent,
+    /// The network of Burn's `modern-lstm` example as it writes it: bidirectional stacked
+    /// layer-normalised cells step by step, dropout, Adam with gradients clipped to norm 1.
+    ModernLstm,
     /// A small CNN classifying generated images (Burn's MNIST example).
     Cnn,
 }
@@ -77,13 +83,17 @@ pub enum TrainingLoop {
 #[derive(Args, Clone)]
 pub struct LearnerBenchArgs {
     /// Backends to compare, comma-separated: host, xla, ndarray, flex.
-    #[arg(long, default_value = "host,xla,ndarray")]
+    #[arg(long, default_value = "host,xla,flex")]
     pub backends: String,
     /// The backend the warm times are compared with.
     #[arg(long, default_value = "host")]
     pub baseline: String,
     /// Tasks to run, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "recurrent,cnn")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "modern-lstm,recurrent,cnn"
+    )]
     pub tasks: Vec<Task>,
     /// Training loops to run each task with, comma-separated: learner (burn-train's), written
     /// (by hand, as Burn's examples write it).
@@ -357,6 +367,10 @@ pub fn table(report: &LearnerReport) -> String {
 impl LoopBenchmark for LearnerBenchArgs {
     type Timing = LearnerTiming;
 
+    fn on_default_device(&self) -> bool {
+        self.loops == [TrainingLoop::Written]
+    }
+
     fn time(&self, device: &BenchDevice) -> anyhow::Result<LearnerTiming> {
         let ([task], [training_loop]) = (&self.tasks[..], &self.loops[..]) else {
             anyhow::bail!("a worker runs exactly one task with one loop");
@@ -371,7 +385,26 @@ impl LoopBenchmark for LearnerBenchArgs {
                 );
                 self.run_loop(
                     *training_loop,
-                    model,
+                    (model, AdamConfig::new()),
+                    SequenceBatcher,
+                    datasets,
+                    device,
+                    |training| {
+                        training
+                            .metric_train_numeric(LossMetric::new())
+                            .metric_valid_numeric(LossMetric::new())
+                    },
+                )
+            }
+            Task::ModernLstm => {
+                let model = same_weights(ModernLstm::new(&reference), &device.device);
+                let datasets = (
+                    tasks::sequences(self.train_items, DATA_SEED),
+                    tasks::sequences(self.valid_items, DATA_SEED + 1),
+                );
+                self.run_loop(
+                    *training_loop,
+                    (model, modern_lstm::optimizer()),
                     SequenceBatcher,
                     datasets,
                     device,
@@ -390,7 +423,7 @@ impl LoopBenchmark for LearnerBenchArgs {
                 );
                 self.run_loop(
                     *training_loop,
-                    model,
+                    (model, AdamConfig::new()),
                     ImageBatcher,
                     datasets,
                     device,
@@ -433,12 +466,12 @@ impl LearnerBenchArgs {
         }
     }
 
-    /// Trains `model` with `training_loop`: [`Self::train`] with the metrics `metrics`
-    /// registers, or [`Self::train_written`].
+    /// Trains `model` with `training_loop` and Adam configured as `optimizer`:
+    /// [`Self::train`] with the metrics `metrics` registers, or [`Self::train_written`].
     fn run_loop<M, I, Bt>(
         &self,
         training_loop: TrainingLoop,
-        model: M,
+        (model, optimizer): (M, AdamConfig),
         batcher: Bt,
         datasets: (impl Dataset<I> + 'static, impl Dataset<I> + 'static),
         device: &BenchDevice,
@@ -452,17 +485,21 @@ impl LearnerBenchArgs {
         Bt: TaskBatcher<I, M>,
     {
         match training_loop {
-            TrainingLoop::Learner => self.train(model, batcher, datasets, device, metrics),
-            TrainingLoop::Written => self.train_written(model, batcher, datasets, device),
+            TrainingLoop::Learner => {
+                self.train((model, optimizer), batcher, datasets, device, metrics)
+            }
+            TrainingLoop::Written => {
+                self.train_written((model, optimizer), batcher, datasets, device)
+            }
         }
     }
 
     /// Trains `model` on the `(training, validation)` datasets through burn-train's `Learner`
-    /// with Adam, with the metrics `metrics` registers, and measures the run. Training batches
+    /// with Adam configured as `optimizer`, with the metrics `metrics` registers, and measures the run. Training batches
     /// are made on `device` (with autodiff), validation batches on it without autodiff.
     fn train<M, I, Bt>(
         &self,
-        model: M,
+        (model, optimizer): (M, AdamConfig),
         batcher: Bt,
         (train_items, valid_items): (impl Dataset<I> + 'static, impl Dataset<I> + 'static),
         device: &BenchDevice,
@@ -479,12 +516,12 @@ impl LearnerBenchArgs {
         let train = self.loader::<_, <M as TrainStep>::Input>(
             batcher.clone(),
             train_items,
-            device.device.clone(),
+            Some(device.device.clone()),
         );
         let valid = self.loader::<_, <M as InferenceStep>::Input>(
             batcher,
             valid_items,
-            device.device.clone().inner(),
+            Some(device.device.clone().inner()),
         );
         let folder = tempfile::tempdir().context("creating the run's folder")?;
         let (recorder, recorded) = MetricRecorder::new();
@@ -492,7 +529,7 @@ impl LearnerBenchArgs {
             .with_application_logger(None)
             .num_epochs(self.epochs)
             .renderer(Box::new(recorder));
-        let learner = Learner::new(model, AdamConfig::new().init(), LEARNING_RATE);
+        let learner = Learner::new(model, optimizer.init(), LEARNING_RATE);
         measured(device, &mut timing, || {
             let result = training.launch(learner);
             // Every update has run once the trained weights are read.
@@ -509,13 +546,13 @@ impl LearnerBenchArgs {
 
     /// Trains `model` as Burn's examples write the loop by hand (modern-lstm's `training.rs`):
     /// each batch's loss read with `into_scalar` before `backward`, Adam stepped by hand, and a
-    /// validation pass on `model.valid()` every epoch reading each loss. One change from
-    /// modern-lstm: its validation loader has no `set_device`, so its batches land on Burn's
-    /// default device, which is not the model's on any device but Flex (docs/burn-0.22.md);
-    /// here both loaders are given the device.
+    /// validation pass on `model.valid()` every epoch reading each loss. As in modern-lstm, the
+    /// validation loader is given no device: its batches land on Burn's default device, which
+    /// the benchmark made its device ([`BenchDevice::process_default`]); NdArray, which cannot
+    /// be the default in process, gives it its device.
     fn train_written<M, I, B>(
         &self,
-        mut model: M,
+        (mut model, optimizer): (M, AdamConfig),
         batcher: impl Batcher<I, B> + Clone + 'static,
         (train_items, valid_items): (impl Dataset<I> + 'static, impl Dataset<I> + 'static),
         device: &BenchDevice,
@@ -526,9 +563,11 @@ impl LearnerBenchArgs {
         B: Send + Clone + std::fmt::Debug + 'static,
     {
         let mut timing = self.timing_of(train_items.len(), valid_items.len());
-        let train = self.loader(batcher.clone(), train_items, device.device.clone());
-        let valid = self.loader(batcher, valid_items, device.device.clone().inner());
-        let mut optimizer = AdamConfig::new().init();
+        let train = self.loader(batcher.clone(), train_items, Some(device.device.clone()));
+        let valid_device = device.device.clone().inner();
+        let valid_device = (valid_device != Device::default()).then_some(valid_device);
+        let valid = self.loader(batcher, valid_items, valid_device);
+        let mut optimizer = optimizer.init();
         let mut losses = MetricValues::default();
         measured(device, &mut timing, || {
             for _ in 0..self.epochs {
@@ -553,11 +592,13 @@ impl LearnerBenchArgs {
         Ok(timing)
     }
 
+    /// A loader of `items` in batches, shuffled, its batches made on `device` (Burn's default
+    /// device when `None`).
     fn loader<I, O>(
         &self,
         batcher: impl Batcher<I, O> + 'static,
         items: impl Dataset<I> + 'static,
-        device: Device,
+        device: Option<Device>,
     ) -> Arc<dyn DataLoader<O>>
     where
         I: Send + Sync + Clone + std::fmt::Debug + 'static,
@@ -565,8 +606,11 @@ impl LearnerBenchArgs {
     {
         let builder = DataLoaderBuilder::new(batcher)
             .batch_size(self.batch)
-            .shuffle(SHUFFLE_SEED)
-            .set_device(device);
+            .shuffle(SHUFFLE_SEED);
+        let builder = match device {
+            Some(device) => builder.set_device(device),
+            None => builder,
+        };
         let builder = if self.loader_workers > 0 {
             builder.num_workers(self.loader_workers)
         } else {
