@@ -545,6 +545,24 @@ fn compiles_and_in_process_servers_stay_out_of_the_log() {
     }
 }
 
+/// In-process devices make Burn's remote clients send 64 operations a message instead of Burn's
+/// 4, unless the application's `burn.toml` says otherwise.
+#[test]
+fn in_process_devices_batch_remote_operations_unless_burn_toml_says_otherwise() {
+    let folder = tempfile::tempdir().unwrap();
+    let route = ["route", "--devices", "host", "--operations", "20"];
+    let quick = ["--reads", "2", "--repeats", "1"];
+    let (_, report) = bench(&[&route[..], &quick].concat(), "route.json", folder.path());
+    assert_eq!(report["remote_flush_threshold"], 64, "{report}");
+    std::fs::write(
+        folder.path().join("burn.toml"),
+        "[remote]\nflush_threshold = 8\n",
+    )
+    .unwrap();
+    let (_, report) = bench(&[&route[..], &quick].concat(), "route.json", folder.path());
+    assert_eq!(report["remote_flush_threshold"], 8, "{report}");
+}
+
 #[test]
 fn bench_route_reports_each_device_beside_flex() {
     require_plugin();

@@ -65,6 +65,9 @@ pub struct RouteReport {
     pub reads: u64,
     /// One entry per device, in the order asked.
     pub devices: Vec<RouteMeasurement>,
+    /// Operations Burn's remote clients of this process send in one message (its
+    /// `[remote] flush_threshold`, which in-process devices raise unless a `burn.toml` sets it).
+    pub remote_flush_threshold: usize,
 }
 
 /// The devices `hlat bench route` knows, by name.
@@ -164,6 +167,7 @@ pub fn run(args: RouteBenchArgs) -> anyhow::Result<()> {
         operations: args.operations / 2 * 2,
         reads: args.reads,
         devices: measured,
+        remote_flush_threshold: burn::runtime_config().remote().flush_threshold,
     };
     let difference =
         |value: Option<f64>| value.map_or("-".to_string(), |value| format!("{value:+.1}"));
