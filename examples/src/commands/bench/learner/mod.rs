@@ -23,11 +23,11 @@ use std::time::Instant;
 use anyhow::Context;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
-use burn::data::dataset::Dataset;
+use burn::data::dataset::{Dataset, InMemDataset};
 use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::Device;
-use burn::train::metric::{AccuracyMetric, LossMetric};
+use burn::train::metric::{AccuracyMetric, Adaptor, LossInput, LossMetric};
 use burn::train::{InferenceStep, Learner, LearnerModel, SupervisedTraining, TrainStep};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
@@ -41,7 +41,9 @@ use crate::commands::ranges::at_least_one;
 use modern_lstm::ModernLstm;
 use recorder::MetricRecorder;
 pub use recorder::MetricValues;
-use tasks::{BatchLoss, ImageBatcher, ImageClassifier, SequenceBatcher, SequenceRegressor};
+use tasks::{
+    BatchLoss, ImageBatcher, ImageClassifier, SequenceBatcher, SequenceItem, SequenceRegressor,
+};
 
 /// The seed of the training items (validation items use the next one).
 const DATA_SEED: u64 = 42;
@@ -377,44 +379,28 @@ impl LoopBenchmark for LearnerBenchArgs {
         };
         let reference = reference_device(WEIGHTS_SEED, &device.device);
         match task {
-            Task::Recurrent => {
-                let model = same_weights(SequenceRegressor::new(&reference), &device.device);
-                let datasets = (
-                    tasks::sequences(self.train_items, DATA_SEED),
-                    tasks::sequences(self.valid_items, DATA_SEED + 1),
-                );
-                self.run_loop(
-                    *training_loop,
-                    (model, AdamConfig::new()),
-                    SequenceBatcher,
-                    datasets,
-                    device,
-                    |training| {
-                        training
-                            .metric_train_numeric(LossMetric::new())
-                            .metric_valid_numeric(LossMetric::new())
-                    },
-                )
-            }
-            Task::ModernLstm => {
-                let model = same_weights(ModernLstm::new(&reference), &device.device);
-                let datasets = (
-                    tasks::sequences(self.train_items, DATA_SEED),
-                    tasks::sequences(self.valid_items, DATA_SEED + 1),
-                );
-                self.run_loop(
-                    *training_loop,
-                    (model, modern_lstm::optimizer()),
-                    SequenceBatcher,
-                    datasets,
-                    device,
-                    |training| {
-                        training
-                            .metric_train_numeric(LossMetric::new())
-                            .metric_valid_numeric(LossMetric::new())
-                    },
-                )
-            }
+            Task::Recurrent => self.run_loop(
+                *training_loop,
+                (
+                    same_weights(SequenceRegressor::new(&reference), &device.device),
+                    AdamConfig::new(),
+                ),
+                SequenceBatcher,
+                self.sequences(),
+                device,
+                loss_metrics,
+            ),
+            Task::ModernLstm => self.run_loop(
+                *training_loop,
+                (
+                    same_weights(ModernLstm::new(&reference), &device.device),
+                    modern_lstm::optimizer(),
+                ),
+                SequenceBatcher,
+                self.sequences(),
+                device,
+                loss_metrics,
+            ),
             Task::Cnn => {
                 let model = same_weights(ImageClassifier::new(&reference), &device.device);
                 let datasets = (
@@ -428,9 +414,7 @@ impl LoopBenchmark for LearnerBenchArgs {
                     datasets,
                     device,
                     |training| {
-                        training
-                            .metric_train_numeric(LossMetric::new())
-                            .metric_valid_numeric(LossMetric::new())
+                        loss_metrics(training)
                             .metric_train_numeric(AccuracyMetric::new())
                             .metric_valid_numeric(AccuracyMetric::new())
                     },
@@ -454,7 +438,26 @@ impl<I, M: LearnerModel, T> TaskBatcher<I, M> for T where
 {
 }
 
+/// Burn's loss metric on training and validation batches.
+fn loss_metrics<M: LearnerModel>(training: SupervisedTraining<M>) -> SupervisedTraining<M>
+where
+    <M as TrainStep>::Output: Adaptor<LossInput>,
+    <M as InferenceStep>::Output: Adaptor<LossInput>,
+{
+    training
+        .metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+}
+
 impl LearnerBenchArgs {
+    /// The training and validation sequences of the recurrent tasks.
+    fn sequences(&self) -> (InMemDataset<SequenceItem>, InMemDataset<SequenceItem>) {
+        (
+            tasks::sequences(self.train_items, DATA_SEED),
+            tasks::sequences(self.valid_items, DATA_SEED + 1),
+        )
+    }
+
     /// A run's timing before it starts: the batches of `train_items` and `valid_items` items
     /// over every epoch.
     fn timing_of(&self, train_items: usize, valid_items: usize) -> LearnerTiming {
