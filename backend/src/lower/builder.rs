@@ -346,8 +346,9 @@ impl Builder {
     /// bf16 once: the same values as the bf16 dot (whose operands XLA widens to f32 and
     /// multiplies in f32), computed by the CPU's bf16 instructions at twice the f32 rate. The
     /// plugin's other dot kernels have no bf16 × bf16 → f32 form, so a product the library
-    /// would not take (a vector, a tiny one, or a batched one whose operand is a transpose XLA
-    /// folds into it) keeps its bf16 result.
+    /// would not take (a vector, a tiny one, a column-major operand such as a weight gradient's
+    /// `xᵀ g`, or a batched one whose operand is a transpose XLA folds into it) keeps its bf16
+    /// result.
     pub fn dot(
         &mut self,
         lhs: &Value,
@@ -367,7 +368,7 @@ impl Builder {
 
     /// Whether XLA CPU's matrix library takes a bf16 × bf16 → f32 product of `lhs` and `rhs`
     /// (its conditions: both operands bf16, neither side a vector, some side of at least 8;
-    /// batched products only in canonical form, which a transposed operand would not keep).
+    /// operands in canonical form, which a transposed operand would not keep).
     fn library_takes(&self, lhs: &Value, rhs: &Value, numbers: &DotDimensionNumbers) -> bool {
         if lhs.element_type != PrimitiveType::Bf16 || rhs.element_type != PrimitiveType::Bf16 {
             return false;
@@ -396,14 +397,16 @@ impl Builder {
         if m < 2 || n < 2 || m.max(n).max(k) < 8 {
             return false;
         }
+        // Canonical operands only, batched or not: `lhs [batch.., m, k]`, `rhs [batch.., k, n]`.
+        // The library refuses a column-major side (a weight gradient's `xᵀ g` contracts the
+        // first dimension of both), and XLA CPU's own dot then cannot run bf16 × bf16 → f32.
         let batch = numbers.lhs_batch_dimensions.len() as i64;
-        batch == 0
-            || (numbers.lhs_batch_dimensions == (0..batch).collect::<Vec<_>>()
-                && numbers.rhs_batch_dimensions == numbers.lhs_batch_dimensions
-                && numbers.lhs_contracting_dimensions == [lhs.rank() as i64 - 1]
-                && numbers.rhs_contracting_dimensions == [batch]
-                && !self.is_transposed(lhs)
-                && !self.is_transposed(rhs))
+        numbers.lhs_batch_dimensions == (0..batch).collect::<Vec<_>>()
+            && numbers.rhs_batch_dimensions == numbers.lhs_batch_dimensions
+            && numbers.lhs_contracting_dimensions == [lhs.rank() as i64 - 1]
+            && numbers.rhs_contracting_dimensions == [batch]
+            && !self.is_transposed(lhs)
+            && !self.is_transposed(rhs)
     }
 
     /// Whether `value` is a transpose, possibly behind conversions and reshapes.
