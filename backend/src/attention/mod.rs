@@ -42,5 +42,5 @@ pub use options::{
     AttentionShape, FusedAttentionError, FusedAttentionOptions, QUERY_BLOCK, QueryBlock,
 };
 pub use reference::{materialized_attention, repeat_kv_heads};
-pub(crate) use tensor::fused_attention_from_env;
+pub(crate) use tensor::{FusedAttentionSetting, fused_attention_from_env};
 pub use tensor::{fused_attention, fused_attention_with_statistics, is_fused_on};

@@ -14,21 +14,35 @@ use std::sync::OnceLock;
 /// Burn device, unless `TRAINIUM_FUSED_ATTENTION=off`) rather than [`materialized_attention`].
 pub fn is_fused_on(device: &Device) -> bool {
     // The setting was validated when the device opened (`check_device` reports a bad value).
-    remote_device(device).is_some() && fused_attention_from_env().unwrap_or(true)
+    remote_device(device).is_some()
+        && fused_attention_from_env().map_or(true, |setting| setting != FusedAttentionSetting::Off)
+}
+
+/// What `TRAINIUM_FUSED_ATTENTION` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FusedAttentionSetting {
+    /// One operation forward and one backward, lowered as the executor's platform does best.
+    On,
+    /// The materialised form in Burn's operations.
+    Off,
+    /// One operation each way, lowered as cuDNN's flash attention whatever the platform: the
+    /// HLO a CUDA plugin would be given, to read (`TRAINIUM_DUMP_DIR`) where there is none.
+    Cudnn,
 }
 
 /// `TRAINIUM_FUSED_ATTENTION` (read once; `on` when unset), or the error naming its bad value.
-pub(crate) fn fused_attention_from_env() -> Result<bool, BackendError> {
-    static ENABLED: OnceLock<Result<bool, BackendError>> = OnceLock::new();
+pub(crate) fn fused_attention_from_env() -> Result<FusedAttentionSetting, BackendError> {
+    static SETTING: OnceLock<Result<FusedAttentionSetting, BackendError>> = OnceLock::new();
     let variable = crate::settings::FUSED_ATTENTION;
-    ENABLED
+    SETTING
         .get_or_init(|| match variable.value().as_deref().map(str::trim) {
-            None | Some("") | Some("on") => Ok(true),
-            Some("off") => Ok(false),
+            None | Some("") | Some("on") => Ok(FusedAttentionSetting::On),
+            Some("off") => Ok(FusedAttentionSetting::Off),
+            Some("cudnn") => Ok(FusedAttentionSetting::Cudnn),
             Some(other) => Err(BackendError::InvalidSetting {
                 variable: variable.name,
                 value: other.to_string(),
-                reason: "expected `on` or `off`".to_string(),
+                reason: "expected `on`, `off` or `cudnn`".to_string(),
             }),
         })
         .clone()

@@ -142,9 +142,13 @@ struct Runtime {
 }
 
 /// How the fused attention is lowered for the PJRT platform `platform` (`cpu`, `cuda`, `rocm`,
-/// `neuron`): as cuDNN's flash attention on CUDA, blocked HLO elsewhere.
+/// `neuron`): as cuDNN's flash attention on CUDA (or anywhere `TRAINIUM_FUSED_ATTENTION=cudnn`
+/// asks for it), blocked HLO elsewhere.
 fn fused_attention_lowering(platform: &str) -> FusedAttentionLowering {
-    if platform.eq_ignore_ascii_case("cuda") {
+    let asked = crate::attention::fused_attention_from_env();
+    if platform.eq_ignore_ascii_case("cuda")
+        || asked.is_ok_and(|setting| setting == crate::attention::FusedAttentionSetting::Cudnn)
+    {
         FusedAttentionLowering::Cudnn
     } else {
         FusedAttentionLowering::Blocked

@@ -112,10 +112,12 @@ pub const FUSED_ATTENTION: Variable = Variable {
     name: "TRAINIUM_FUSED_ATTENTION",
     meaning: "whether `fused_attention` on a Trainium device is one forward and one backward \
               operation (`on`) or the materialised form in Burn's operations (`off`, to compare \
-              the two: `scripts/device-check` does)",
+              the two: `scripts/device-check` does); `cudnn` lowers it as cuDNN's flash \
+              attention on any `xla` plugin, to read with `TRAINIUM_DUMP_DIR` the HLO a CUDA \
+              plugin gets (another plugin cannot compile it)",
     default: "on",
-    parser: "`on` or `off`, exactly, read once by the process; blank or non-UTF-8 is unset; \
-             another value is an error naming the variable and the value",
+    parser: "`on`, `off` or `cudnn`, exactly, read once by the process; blank or non-UTF-8 is \
+             unset; another value is an error naming the variable and the value",
     reader: Reader::Backend,
     set_by_backend: false,
     user_facing: false,

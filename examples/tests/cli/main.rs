@@ -10,6 +10,7 @@ mod compile_cli;
 mod compiler_options_cli;
 mod convert_cli;
 mod cpt_cli;
+mod cudnn_step_cli;
 mod data_cli;
 mod device_check_cli;
 mod errors_cli;
