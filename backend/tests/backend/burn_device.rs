@@ -57,6 +57,22 @@ fn a_burn_program_trains_on_the_host_device_as_on_flex() {
     assert_close(&reference, &losses(device, 6), 1e-5, "host");
 }
 
+/// A device this process already serves to its own token cannot become Burn's default device
+/// (its earlier handles live in another session): `set_default_device` says to call it first,
+/// and leaves Burn's default as it was.
+#[test]
+fn a_device_served_before_cannot_become_the_default() {
+    burn_trainium::device("host:3").expect("the host device is served");
+    let refused = burn_trainium::set_default_device("host:3")
+        .expect_err("the device was served before")
+        .to_string();
+    assert!(
+        refused.contains("host:3") && refused.contains("set_default_device first"),
+        "{refused}"
+    );
+    assert_ne!(std::env::var("BURN_DEVICE").as_deref(), Ok("remote"));
+}
+
 #[test]
 fn a_burn_program_trains_on_the_xla_device_as_on_flex() {
     test_support::plugin::plugin_path();
