@@ -98,9 +98,6 @@ fn parameter_tensors(out: &Path) -> usize {
 /// it aliases each of those outputs to the input it replaces (`input_output_alias`).
 #[test]
 fn a_run_compiles_nothing_after_its_second_step() {
-    use burn_trainium::hlo::HloModuleProto;
-    use prost::Message;
-
     let folder = tempfile::tempdir().unwrap();
     let out = folder.path().join("run");
     let dump = folder.path().join("modules");
@@ -109,12 +106,9 @@ fn a_run_compiles_nothing_after_its_second_step() {
         .output()
         .expect("running hlat");
     check_run(&out, &output);
-    let aliased = std::fs::read_dir(&dump)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.to_string_lossy().ends_with(".hlo.pb"))
-        .map(|path| {
-            let module = HloModuleProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap();
+    let aliased = super::dumped_modules(&dump)
+        .into_iter()
+        .map(|module| {
             module
                 .input_output_alias
                 .map_or(0, |alias| alias.entries.len())

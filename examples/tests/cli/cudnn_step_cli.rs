@@ -3,8 +3,7 @@
 //! compile them, so the run stops at its step's program with the modules dumped
 //! (`TRAINIUM_DUMP_DIR`) for reading.
 
-use burn_trainium::hlo::HloModuleProto;
-use prost::Message;
+use burn_trainium::hlo::{HloInstructionProto, HloModuleProto};
 
 use super::require_plugin;
 
@@ -34,26 +33,13 @@ fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_s
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("__cudnn$fmhaSoftmax"), "{stderr}");
 
-    let modules: Vec<HloModuleProto> = std::fs::read_dir(&dump)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.to_string_lossy().ends_with(".hlo.pb"))
-        .map(|path| HloModuleProto::decode(std::fs::read(path).unwrap().as_slice()).unwrap())
-        .collect();
-    // The parameters' initialisation compiles; the step's program, the next, does not.
-    let instructions = |module: &HloModuleProto| -> Vec<_> {
-        module
-            .computations
-            .iter()
-            .flat_map(|computation| computation.instructions.clone())
-            .collect()
-    };
+    let modules = super::dumped_modules(&dump);
     let calls = |module: &HloModuleProto, target: &str| {
         instructions(module)
-            .iter()
             .filter(|instruction| instruction.custom_call_target == target)
             .count()
     };
+    // The parameters' initialisation compiles; the step's program, the next, does not.
     let steps: Vec<&HloModuleProto> = modules
         .iter()
         .filter(|module| calls(module, CUDNN_TARGETS[0]) > 0)
@@ -63,15 +49,23 @@ fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_s
     for target in CUDNN_TARGETS {
         assert_eq!(calls(steps[0], target), 2, "{target}");
     }
-    let instructions: Vec<_> = modules.iter().flat_map(instructions).collect();
     // No instruction holds a [batch, heads, .., T, T] block of scores (the blocked form's, one
     // block at these positions): cuDNN computes them in its kernel.
-    let scores: Vec<_> = instructions
+    let scores: Vec<_> = modules
         .iter()
+        .flat_map(instructions)
         .filter_map(|instruction| instruction.shape.as_ref())
         .filter(|shape| {
             shape.dimensions.len() >= 4 && shape.dimensions.ends_with(&[POSITIONS, POSITIONS])
         })
         .collect();
     assert!(scores.is_empty(), "{scores:?}");
+}
+
+/// Every instruction of `module`, in every computation.
+fn instructions(module: &HloModuleProto) -> impl Iterator<Item = &HloInstructionProto> {
+    module
+        .computations
+        .iter()
+        .flat_map(|computation| &computation.instructions)
 }

@@ -218,7 +218,8 @@ fn burns_modern_lstm_as_written_trains_on_the_default_device_loading_each_progra
     assert_eq!(warm["segments"], cold["segments"], "{xla}");
     assert_eq!(warm["host_fallbacks"], 0, "{xla}");
 
-    let flex = losses(&result(&report, "modern-lstm", "flex")["warm"]);
+    let flex_run = &result(&report, "modern-lstm", "flex")["warm"];
+    let flex = losses(flex_run);
     let host = losses(&result(&report, "modern-lstm", "host")["warm"]);
     assert_eq!(host.len(), iterations as usize);
     for (host, flex) in host.iter().zip(&flex) {
@@ -235,10 +236,7 @@ fn burns_modern_lstm_as_written_trains_on_the_default_device_loading_each_progra
             .map(|value| value.as_f64().unwrap())
             .sum()
     };
-    let (xla_valid, flex_valid) = (
-        valid(warm),
-        valid(&result(&report, "modern-lstm", "flex")["warm"]),
-    );
+    let (xla_valid, flex_valid) = (valid(warm), valid(flex_run));
     assert!(
         (xla_valid - flex_valid).abs() <= 0.05 * flex_valid,
         "{xla_valid} against Flex's {flex_valid}"

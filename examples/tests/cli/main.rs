@@ -36,6 +36,21 @@ fn hlat() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hlat"))
 }
 
+/// The HLO modules `TRAINIUM_DUMP_DIR=dump` made a run write (`<name>.hlo.pb`).
+fn dumped_modules(dump: &std::path::Path) -> Vec<burn_trainium::hlo::HloModuleProto> {
+    use prost::Message;
+    std::fs::read_dir(dump)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".hlo.pb"))
+        .map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            burn_trainium::hlo::HloModuleProto::decode(bytes.as_slice())
+                .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        })
+        .collect()
+}
+
 /// The `xla` backend needs the XLA CPU plugin: the tests fail, never skip, without it.
 fn require_plugin() {
     test_support::plugin::plugin_path();

@@ -126,11 +126,7 @@ pub struct BenchDevice {
 impl BenchDevice {
     /// `trainium`, checked and served in this process.
     pub fn trainium(trainium: TrainiumDevice) -> anyhow::Result<Self> {
-        burn_trainium::check_device(&trainium).with_context(|| format!("device {trainium}"))?;
-        Ok(Self {
-            device: crate::commands::served(&trainium)?,
-            trainium: Some(trainium),
-        })
+        Self::served_by(trainium, crate::commands::served)
     }
 
     /// `backend`'s device as Burn's default device of this process (`Device::default()`):
@@ -142,11 +138,20 @@ impl BenchDevice {
             BackendName::TrainiumXla => xla_device()?,
             BackendName::Flex | BackendName::NdArray => return backend.device(1),
         };
+        Self::served_by(trainium, |trainium| {
+            burn_trainium::set_default_device(&trainium.to_string())
+                .with_context(|| format!("making {trainium} Burn's default device"))
+        })
+    }
+
+    /// `trainium`, checked, and the Burn device `serve` makes of it.
+    fn served_by(
+        trainium: TrainiumDevice,
+        serve: impl FnOnce(&TrainiumDevice) -> anyhow::Result<Device>,
+    ) -> anyhow::Result<Self> {
         burn_trainium::check_device(&trainium).with_context(|| format!("device {trainium}"))?;
-        let device = burn_trainium::set_default_device(&trainium.to_string())
-            .with_context(|| format!("making {trainium} Burn's default device"))?;
         Ok(Self {
-            device,
+            device: serve(&trainium)?,
             trainium: Some(trainium),
         })
     }

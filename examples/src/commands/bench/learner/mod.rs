@@ -498,8 +498,9 @@ impl LearnerBenchArgs {
     }
 
     /// Trains `model` on the `(training, validation)` datasets through burn-train's `Learner`
-    /// with Adam configured as `optimizer`, with the metrics `metrics` registers, and measures the run. Training batches
-    /// are made on `device` (with autodiff), validation batches on it without autodiff.
+    /// with Adam configured as `optimizer`, with the metrics `metrics` registers, and measures
+    /// the run. Training batches are made on `device` (with autodiff), validation batches on it
+    /// without autodiff.
     fn train<M, I, Bt>(
         &self,
         (model, optimizer): (M, AdamConfig),

@@ -9,7 +9,6 @@
 
 use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{Module, Param};
-use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{
     Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
     LstmState,
@@ -17,9 +16,9 @@ use burn::nn::{
 use burn::optim::AdamConfig;
 use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::{Device, Tensor, s};
-use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
+use burn::train::RegressionOutput;
 
-use super::tasks::{BatchLoss, SequenceBatch};
+use super::tasks::{SequenceBatch, regression, supervised_steps};
 
 /// The width of each cell's hidden and cell states.
 const HIDDEN: usize = 32;
@@ -170,32 +169,13 @@ impl ModernLstm {
         let output = self
             .head
             .forward(joined.slice_dim(1, -1).squeeze_dim::<2>(1));
-        let loss = MseLoss::new().forward(output.clone(), batch.targets.clone(), Reduction::Mean);
-        RegressionOutput::new(loss, output, batch.targets)
+        regression(output, batch.targets)
     }
 }
 
-impl BatchLoss<SequenceBatch> for ModernLstm {
-    fn batch_loss(&self, batch: SequenceBatch) -> Tensor<1> {
-        self.forward_regression(batch).loss
-    }
-}
-
-impl TrainStep for ModernLstm {
-    type Input = SequenceBatch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: SequenceBatch) -> TrainOutput<RegressionOutput> {
-        let item = self.forward_regression(batch);
-        TrainOutput::new(self, item.loss.backward(), item)
-    }
-}
-
-impl InferenceStep for ModernLstm {
-    type Input = SequenceBatch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: SequenceBatch) -> RegressionOutput {
-        self.forward_regression(batch)
-    }
-}
+supervised_steps!(
+    ModernLstm,
+    SequenceBatch,
+    RegressionOutput,
+    forward_regression
+);

@@ -15,7 +15,7 @@ use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig, Lstm, LstmConfig};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use burn::train::{ClassificationOutput, InferenceStep, RegressionOutput, TrainOutput, TrainStep};
+use burn::train::{ClassificationOutput, RegressionOutput};
 use hlat::rng::SplitMix64;
 use hlat::vision::{IMAGE_SIZE, SmallCnn, generated_images};
 
@@ -90,13 +90,53 @@ impl Batcher<SequenceItem, SequenceBatch> for SequenceBatcher {
     }
 }
 
-/// The recurrent model: an LSTM over the sequence, a linear head on its last hidden state.
 /// The loss of a batch, as a loop written by hand computes it.
 pub trait BatchLoss<B> {
     /// The batch's mean loss.
     fn batch_loss(&self, batch: B) -> Tensor<1>;
 }
 
+/// burn-train's `TrainStep` and `InferenceStep` and the hand-written loop's [`BatchLoss`] for
+/// `$model`, whose `$forward(batch: $batch) -> $output` computes a batch's output with its loss:
+/// training backpropagates the loss, inference and the hand-written loop take the output.
+macro_rules! supervised_steps {
+    ($model:ty, $batch:ty, $output:ty, $forward:ident) => {
+        impl $crate::commands::bench::learner::tasks::BatchLoss<$batch> for $model {
+            fn batch_loss(&self, batch: $batch) -> burn::tensor::Tensor<1> {
+                self.$forward(batch).loss
+            }
+        }
+
+        impl burn::train::TrainStep for $model {
+            type Input = $batch;
+            type Output = $output;
+
+            fn step(&self, batch: $batch) -> burn::train::TrainOutput<$output> {
+                let item = self.$forward(batch);
+                burn::train::TrainOutput::new(self, item.loss.backward(), item)
+            }
+        }
+
+        impl burn::train::InferenceStep for $model {
+            type Input = $batch;
+            type Output = $output;
+
+            fn step(&self, batch: $batch) -> $output {
+                self.$forward(batch)
+            }
+        }
+    };
+}
+pub(super) use supervised_steps;
+
+/// The mean squared error of `output` against `targets`, with both, as Burn's loss metric reads
+/// a regression.
+pub fn regression(output: Tensor<2>, targets: Tensor<2>) -> RegressionOutput {
+    let loss = MseLoss::new().forward(output.clone(), targets.clone(), Reduction::Mean);
+    RegressionOutput::new(loss, output, targets)
+}
+
+/// The recurrent model: an LSTM over the sequence, a linear head on its last hidden state.
 #[derive(Module, Debug)]
 pub struct SequenceRegressor {
     lstm: Lstm,
@@ -115,36 +155,16 @@ impl SequenceRegressor {
     /// The prediction for each sequence and the mean squared error against the targets.
     pub fn forward_regression(&self, batch: SequenceBatch) -> RegressionOutput {
         let (_, state) = self.lstm.forward(batch.sequences, None);
-        let output = self.head.forward(state.hidden);
-        let loss = MseLoss::new().forward(output.clone(), batch.targets.clone(), Reduction::Mean);
-        RegressionOutput::new(loss, output, batch.targets)
+        regression(self.head.forward(state.hidden), batch.targets)
     }
 }
 
-impl BatchLoss<SequenceBatch> for SequenceRegressor {
-    fn batch_loss(&self, batch: SequenceBatch) -> Tensor<1> {
-        self.forward_regression(batch).loss
-    }
-}
-
-impl TrainStep for SequenceRegressor {
-    type Input = SequenceBatch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: SequenceBatch) -> TrainOutput<RegressionOutput> {
-        let item = self.forward_regression(batch);
-        TrainOutput::new(self, item.loss.backward(), item)
-    }
-}
-
-impl InferenceStep for SequenceRegressor {
-    type Input = SequenceBatch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: SequenceBatch) -> RegressionOutput {
-        self.forward_regression(batch)
-    }
-}
+supervised_steps!(
+    SequenceRegressor,
+    SequenceBatch,
+    RegressionOutput,
+    forward_regression
+);
 
 /// One image example: its grey pixels, row by row, and its class.
 #[derive(Debug, Clone)]
@@ -234,27 +254,9 @@ impl ImageClassifier {
     }
 }
 
-impl BatchLoss<ImageBatch> for ImageClassifier {
-    fn batch_loss(&self, batch: ImageBatch) -> Tensor<1> {
-        self.forward_classification(batch).loss
-    }
-}
-
-impl TrainStep for ImageClassifier {
-    type Input = ImageBatch;
-    type Output = ClassificationOutput;
-
-    fn step(&self, batch: ImageBatch) -> TrainOutput<ClassificationOutput> {
-        let item = self.forward_classification(batch);
-        TrainOutput::new(self, item.loss.backward(), item)
-    }
-}
-
-impl InferenceStep for ImageClassifier {
-    type Input = ImageBatch;
-    type Output = ClassificationOutput;
-
-    fn step(&self, batch: ImageBatch) -> ClassificationOutput {
-        self.forward_classification(batch)
-    }
-}
+supervised_steps!(
+    ImageClassifier,
+    ImageBatch,
+    ClassificationOutput,
+    forward_classification
+);
