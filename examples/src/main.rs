@@ -73,8 +73,24 @@ enum Command {
 }
 
 /// The exit status of a command that reports an error (a bad flag, file, field or device, or a
-/// failure while running), as clap's own usage errors; a panic (a bug) exits with 101.
+/// failure while running), as clap's own usage errors, except a fault of the machine
+/// ([`FAULT_STATUS`]); a panic (a bug) exits with 101.
 const ERROR_STATUS: i32 = 2;
+
+/// The exit status of a run stopped by a fault of the machine rather than of its input: a
+/// checkpoint that could not be written (a full disk, an unwritable folder).
+const FAULT_STATUS: i32 = 1;
+
+/// The exit status `error` ends `hlat` with.
+fn exit_status(error: &anyhow::Error) -> i32 {
+    let fault = error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<hlat_train::error::TrainError>(),
+            Some(hlat_train::error::TrainError::CheckpointWrite { .. })
+        )
+    });
+    if fault { FAULT_STATUS } else { ERROR_STATUS }
+}
 
 /// Where the NeuronCores of a one-process job meet for their collectives unless the user says
 /// (a process of a job of several gets rank 0's host, see `commands::pretrain`).
@@ -139,7 +155,7 @@ fn main() {
     };
     if let Err(error) = result {
         eprintln!("error: {}", error_text(&error));
-        std::process::exit(ERROR_STATUS);
+        std::process::exit(exit_status(&error));
     }
 }
 

@@ -242,65 +242,90 @@ pub fn read_state(dir: &Path) -> Result<CheckpointState, TrainError> {
     Ok(state)
 }
 
-/// Saves `share` of the optimizer state `record` of `module`'s parameters into a checkpoint folder,
-/// joined into the whole model's shapes when `layout` splits the model or the state. Parameter
-/// ids differ between processes, so the state is keyed by the parameter's position in the
-/// module. The state is joined one layer at a time (`param_groups`) and read to the host
-/// before the next, so the device holds one layer's whole state at most. Every process of a job
-/// calls this at the same point (the joins run collectives).
-pub fn save_optimizer<M: Module + 'static>(
-    dir: &Path,
-    mut record: OptimizerRecord,
-    module: &M,
-    layout: &ParallelLayout,
-    pipeline: Option<&PipelineParallel>,
+/// `share` of a checkpoint's optimizer state, read to the host and ready to be written
+/// ([`OptimizerSnapshot::write`]) by any thread.
+pub struct OptimizerSnapshot {
     share: ProcessShare,
-) -> Result<(), TrainError> {
-    let path = dir.join(format!("{}.bpk", share.optimizer_file()));
-    let checkpoint_error = |message: String| TrainError::Checkpoint {
-        path: path.clone(),
-        message,
-    };
-    let mut items: HashMap<usize, StateItem> = HashMap::new();
-    let positions = pipeline.map(|pipeline| StagePositions::new(module, pipeline));
-    for group in param_groups(module) {
-        let part: OptimizerRecord = group
-            .iter()
-            .filter_map(|(_, id)| record.remove(id).map(|state| (*id, state)))
-            .collect();
-        let mut joined = reshard_optimizer_state(module, part, layout, Reshard::Join);
-        // A layer slot's state on every stage, under the position of each stage's layer.
-        let mut stages = match &positions {
-            Some(positions) => gather_stage_states(module, &mut joined, &positions.pipeline.groups),
-            None => HashMap::new(),
+    items: HashMap<usize, StateItem>,
+}
+
+impl OptimizerSnapshot {
+    /// Reads `share` of the optimizer state `record` of `module`'s parameters to the host,
+    /// joined into the whole model's shapes when `layout` splits the model or the state.
+    /// Parameter ids differ between processes, so the state is keyed by the parameter's position
+    /// in the module. The state is joined one layer at a time (`param_groups`) and read to the
+    /// host before the next, so the device holds one layer's whole state at most. Every process
+    /// of a job calls this at the same point (the joins run collectives).
+    pub fn read<M: Module + 'static>(
+        mut record: OptimizerRecord,
+        module: &M,
+        layout: &ParallelLayout,
+        pipeline: Option<&PipelineParallel>,
+        share: ProcessShare,
+    ) -> Result<Self, TrainError> {
+        let checkpoint_error = |message: String| {
+            TrainError::Model(format!(
+                "reading the optimizer state for a checkpoint: {message}"
+            ))
         };
-        // Every process runs the group's join as one program, whichever states it then reads.
-        sync(module).map_err(|error| checkpoint_error(format!("joining: {error}")))?;
-        let mut keep = |position: usize, state: StateRecord| {
-            if share.owns(position) {
-                items.insert(position, StateItem::from_record(state, position));
-            }
-        };
-        for (position, id) in group {
-            if let Some(per_stage) = stages.remove(&id) {
-                let positions = positions.as_ref().expect("stage states come from stages");
-                for (stage, state) in per_stage.into_iter().enumerate() {
-                    if let Some(whole) = positions.whole(position, stage) {
-                        keep(whole, state);
-                    }
+        let mut items: HashMap<usize, StateItem> = HashMap::new();
+        let positions = pipeline.map(|pipeline| StagePositions::new(module, pipeline));
+        for group in param_groups(module) {
+            let part: OptimizerRecord = group
+                .iter()
+                .filter_map(|(_, id)| record.remove(id).map(|state| (*id, state)))
+                .collect();
+            let mut joined = reshard_optimizer_state(module, part, layout, Reshard::Join);
+            // A layer slot's state on every stage, under the position of each stage's layer.
+            let mut stages = match &positions {
+                Some(positions) => {
+                    gather_stage_states(module, &mut joined, &positions.pipeline.groups)
                 }
-            } else if let Some(state) = joined.remove(&id) {
-                let whole = positions
-                    .as_ref()
-                    .map_or(Some(position), |positions| positions.whole(position, 0));
-                keep(
-                    whole.expect("a shared parameter has a whole position"),
-                    state,
-                );
+                None => HashMap::new(),
+            };
+            // Every process runs the group's join as one program, whichever states it then reads.
+            sync(module).map_err(|error| checkpoint_error(format!("joining: {error}")))?;
+            let mut keep = |position: usize, state: StateRecord| {
+                if share.owns(position) {
+                    items.insert(position, StateItem::from_record(state, position));
+                }
+            };
+            for (position, id) in group {
+                if let Some(per_stage) = stages.remove(&id) {
+                    let positions = positions.as_ref().expect("stage states come from stages");
+                    for (stage, state) in per_stage.into_iter().enumerate() {
+                        if let Some(whole) = positions.whole(position, stage) {
+                            keep(whole, state);
+                        }
+                    }
+                } else if let Some(state) = joined.remove(&id) {
+                    let whole = positions
+                        .as_ref()
+                        .map_or(Some(position), |positions| positions.whole(position, 0));
+                    keep(
+                        whole.expect("a shared parameter has a whole position"),
+                        state,
+                    );
+                }
             }
         }
+        Ok(Self { share, items })
     }
-    write_items(items, &path).map_err(checkpoint_error)
+
+    /// Bytes of host memory the snapshot holds.
+    pub fn bytes(&self) -> u64 {
+        self.items
+            .values()
+            .flat_map(|item| item.sink.tensors.iter())
+            .map(|(_, data)| data.as_bytes().len() as u64)
+            .sum()
+    }
+
+    /// Writes the snapshot into the checkpoint folder `dir` (its share's file).
+    pub fn write(self, dir: &Path) -> Result<(), TrainError> {
+        let path = dir.join(format!("{}.bpk", self.share.optimizer_file()));
+        write_items(self.items, &path).map_err(|message| TrainError::Checkpoint { path, message })
+    }
 }
 
 /// Checks that a share's state for the parameter at `position` belongs to a model of
@@ -344,7 +369,7 @@ fn legacy_state(
     })
 }
 
-/// Loads optimizer state saved by [`save_optimizer`] for `module`'s parameters, split again
+/// Loads optimizer state saved by [`OptimizerSnapshot::write`] for `module`'s parameters, split again
 /// as `layout` splits the model and the state, one layer at a time (the device holds one layer's
 /// whole state at most). `dir` is a checkpoint of the job's folder (rank 0's); a checkpoint
 /// written by several processes is read from every one's share. The state is placed on `device`

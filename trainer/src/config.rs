@@ -89,6 +89,14 @@ pub struct TrainConfig {
     pub checkpoint_every: u64,
     /// Checkpoints kept; older ones are deleted.
     pub keep_checkpoints: usize,
+    /// Write checkpoints in the background: the step loop waits only while the checkpoint is
+    /// copied into host memory, then trains on while a thread writes it (one at a time; the next
+    /// checkpoint waits for the previous write).
+    pub async_checkpoint: bool,
+    /// A checkpoint that cannot be written (a full disk, an unwritable folder) is reported and
+    /// training goes on without it, instead of stopping the run; the run's last checkpoint must
+    /// still be written.
+    pub continue_on_checkpoint_error: bool,
     /// Measure validation loss every this many steps (and at the end); 0 disables validation.
     pub eval_every: u64,
     /// Validation rows measured each time.
@@ -142,6 +150,8 @@ impl Default for TrainConfig {
             seed: 42,
             checkpoint_every: 1000,
             keep_checkpoints: 3,
+            async_checkpoint: false,
+            continue_on_checkpoint_error: false,
             eval_every: 1000,
             eval_rows: 64,
             max_consecutive_skips: 10,

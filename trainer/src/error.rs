@@ -55,6 +55,16 @@ pub enum TrainError {
         /// What is wrong with it.
         message: String,
     },
+    /// A checkpoint could not be written (a full disk, an unwritable folder): a fault of the
+    /// machine rather than of the run's input.
+    #[error("the checkpoint of step {step} could not be written: {error}")]
+    CheckpointWrite {
+        /// The step it was the checkpoint of.
+        step: u64,
+        /// What went wrong, naming the file or folder.
+        #[source]
+        error: Box<TrainError>,
+    },
     /// The model crate failed (configuration, initialisation, loading or saving weights).
     #[error("model: {0}")]
     Model(String),

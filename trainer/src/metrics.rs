@@ -67,6 +67,11 @@ pub struct StepMetrics {
     /// domain's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_perplexity_by_source: Option<BTreeMap<String, f64>>,
+    /// Seconds the step loop was held by the checkpoint taken after this step: waiting for the
+    /// previous background write, copying the state into host memory, and writing it unless it
+    /// is written in the background.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_seconds: Option<f64>,
 }
 
 /// Appends [`StepMetrics`] to `metrics.jsonl`.

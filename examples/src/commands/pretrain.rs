@@ -81,13 +81,19 @@ impl Job {
         if self.process.rank != 0 {
             config.progress = false;
         }
-        if config.keep_checkpoints < 2 {
+        // A rank's writes may lag the others' by one checkpoint, and by one more when it
+        // writes in the background (the others write the next one while it still writes its
+        // previous one): keeping that many more, every rank still holds the newest checkpoint
+        // all of them completed.
+        let kept = if config.async_checkpoint { 3 } else { 2 };
+        if config.keep_checkpoints < kept {
             log::info!(
-                "keeping 2 checkpoints instead of {}: the ranks of a job may be one checkpoint \
-                 apart when one of them is lost",
-                config.keep_checkpoints
+                "keeping {kept} checkpoints instead of {}: the ranks of a job may be {} \
+                 checkpoint(s) apart when one of them is lost",
+                config.keep_checkpoints,
+                kept - 1
             );
-            config.keep_checkpoints = 2;
+            config.keep_checkpoints = kept;
         }
     }
 

@@ -88,6 +88,14 @@ pub struct TrainArgs {
     /// Checkpoints kept.
     #[arg(long, value_name = "K", value_parser = super::ranges::at_least_one::<usize>())]
     pub keep_checkpoints: Option<usize>,
+    /// Write checkpoints in the background: training waits only while a checkpoint is copied
+    /// into host memory (one write at a time; a run ends once its last one is written).
+    #[arg(long)]
+    pub async_checkpoint: bool,
+    /// When a checkpoint cannot be written (a full disk, an unwritable folder), report it and
+    /// train on instead of stopping; the run's last checkpoint must still be written.
+    #[arg(long)]
+    pub continue_on_checkpoint_error: bool,
     /// Measure validation loss every M steps (0: never).
     #[arg(long, value_name = "M")]
     pub eval_every: Option<u64>,
@@ -169,6 +177,12 @@ impl TrainArgs {
         }
         if let Some(v) = self.keep_checkpoints {
             config.keep_checkpoints = v;
+        }
+        if self.async_checkpoint {
+            config.async_checkpoint = true;
+        }
+        if self.continue_on_checkpoint_error {
+            config.continue_on_checkpoint_error = true;
         }
         if let Some(v) = self.eval_every {
             config.eval_every = v;

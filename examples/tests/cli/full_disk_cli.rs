@@ -4,60 +4,26 @@
 //! once there is room again (a training run resumes from its checkpoint with the losses of a run
 //! never interrupted).
 //!
-//! The full disk is injected into the `hlat` process alone: a small library preloaded into it
-//! (`full_disk/no_space.c`, built with the C compiler Rust links with) makes every write to a
-//! regular file fail with ENOSPC once the process has written a given number of bytes, on any
-//! machine and without a file system of its own.
+//! The full disk is injected into the `hlat` process alone ([`super::disk_faults`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::OnceLock;
 
 use test_support::files::snapshot;
 
-use super::{NO_VARIABLES, as_strs, fixture, hlat, losses, run_flags, succeed_in};
-
-/// The preloaded library, built once per test run.
-fn no_space_library() -> &'static Path {
-    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        let folder = tempfile::tempdir().unwrap().keep();
-        let source = folder.join("no_space.c");
-        std::fs::write(&source, include_str!("full_disk/no_space.c")).unwrap();
-        let library = folder.join("no_space.so");
-        let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-        let built = std::process::Command::new(&compiler)
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&library)
-            .arg(&source)
-            .arg("-ldl")
-            .output()
-            .unwrap_or_else(|error| panic!("running the C compiler `{compiler}`: {error}"));
-        assert!(
-            built.status.success(),
-            "building {}: {}",
-            source.display(),
-            String::from_utf8_lossy(&built.stderr)
-        );
-        library
-    })
-}
+use super::disk_faults::{DiskFault, hlat_with};
+use super::{NO_VARIABLES, as_strs, fixture, losses, run_flags, succeed_in};
 
 /// `hlat ARGUMENTS` run in `folder` on a disk that is full after `space` bytes.
 fn run_with_disk_space(folder: &Path, arguments: &[&str], space: u64) -> Output {
-    hlat()
-        .current_dir(folder)
-        .args(arguments)
-        .env_remove(burn_trainium::DEVICE_ENV)
-        .env("LD_PRELOAD", no_space_library())
-        .env("HLAT_TEST_DISK_BYTES", space.to_string())
+    hlat_with(folder, arguments, &DiskFault::FullAfter(space))
         .output()
         .expect("running hlat")
 }
 
 /// Asserts that `output` is a failure whose message names a file under `folder` and the
 /// write's error; returns the message.
-fn failed_naming_a_file_in(output: &Output, folder: &str) -> String {
+pub(super) fn failed_naming_a_file_in(output: &Output, folder: &str) -> String {
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         !output.status.success(),

@@ -4,6 +4,7 @@ mod adapter_cli;
 mod align_cli;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod allocator_cli;
+mod async_checkpoint_cli;
 mod bench_smoke;
 mod compile_cache_cli;
 mod compile_cli;
@@ -13,6 +14,7 @@ mod cpt_cli;
 mod cudnn_step_cli;
 mod data_cli;
 mod device_check_cli;
+mod disk_faults;
 mod errors_cli;
 mod families_cli;
 mod finetune_cli;

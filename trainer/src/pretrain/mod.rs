@@ -10,6 +10,8 @@ mod dashboard;
 mod data;
 mod run;
 mod setup;
+mod snapshot;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

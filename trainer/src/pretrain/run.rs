@@ -3,14 +3,14 @@
 //! the summary the caller gets back.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use burn::module::Module;
-use burn::tensor::{DType, Device};
-use hlat::checkpoint::run_folder::{MODEL_DIR, RunFolder};
+use burn::tensor::Device;
+use hlat::checkpoint::run_folder::RunFolder;
 
-use crate::checkpoint_state::{CheckpointState, ProcessShare, save_optimizer, sync, write_state};
+use crate::checkpoint_state::{CheckpointState, ProcessShare, sync};
 use crate::config::TrainConfig;
 use crate::data::TextTokenizer;
 use crate::error::TrainError;
@@ -18,11 +18,12 @@ use crate::eval::mean_loss;
 use crate::language_model::LanguageModel;
 use crate::learner::{ObservedStep, RunEnd, SharedOptimizer, StepLoader, StepObserver};
 use crate::metrics::{MetricsLog, StepMetrics};
-use crate::precision::cast_params;
 use crate::progress::TrainingProgress;
 use crate::schedule::WarmupCosine;
 
 use super::PretrainSummary;
+use super::snapshot::CheckpointSnapshot;
+use super::writer::{CheckpointWriter, WriteFailure, WriteOutcome, Written};
 
 /// What the run's device (Trainium) has compiled so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -80,8 +81,15 @@ pub(super) struct PretrainRun {
 struct RunState {
     outputs: RunOutputs,
     summary: PretrainSummary,
-    /// The step of the newest checkpoint (the resumed one's at the start).
+    /// Publishes the checkpoints.
+    writer: CheckpointWriter,
+    /// The step of the newest checkpoint taken (the resumed one's at the start), written or
+    /// being written.
     checkpointed_step: u64,
+    /// The step of the newest checkpoint written by this run.
+    written_step: Option<u64>,
+    /// Checkpoints that could not be written in a run that goes on without them.
+    failed_checkpoints: usize,
     failure: Option<TrainError>,
 }
 
@@ -96,11 +104,19 @@ impl PretrainRun {
             val_loss: None,
             checkpoint: None,
         };
+        let writer = CheckpointWriter::new(
+            outputs.folder.clone(),
+            outputs.config.keep_checkpoints,
+            outputs.config.async_checkpoint,
+        );
         Self {
             state: Mutex::new(RunState {
                 outputs,
                 summary,
+                writer,
                 checkpointed_step: start_step,
+                written_step: None,
+                failed_checkpoints: 0,
                 failure: None,
             }),
         }
@@ -144,14 +160,17 @@ impl RunOutputs {
 }
 
 impl RunState {
-    /// Writes a checkpoint of `model` after `progress`.
+    /// Takes the checkpoint of `model` after `progress`: copies it into host memory and
+    /// publishes it, in the background when the run asks for it. Returns the seconds the step
+    /// loop was held (waiting for the previous background write, the copy, and the write when it
+    /// is not in the background).
     fn checkpoint(
         &mut self,
         model: &LanguageModel,
         progress: TrainingProgress,
-    ) -> Result<PathBuf, TrainError> {
+    ) -> Result<f64, TrainError> {
+        let started = Instant::now();
         let outputs = &self.outputs;
-        let config = &outputs.config;
         // Every process runs what the step left queued (its parameter update) now, so that the
         // programs of the checkpoint start at the same point everywhere, whatever this process
         // then reads.
@@ -164,159 +183,88 @@ impl RunState {
             schedule: outputs.schedule,
             sampler: outputs.loader.sampler_state_after(steps_done),
             seed: outputs.seed,
-            precision: config.precision,
+            precision: outputs.config.precision,
             processes: outputs.share.processes,
             job: outputs.job.clone(),
         };
         let _span = tracing::info_span!(burn_trainium::profile::phase::CHECKPOINT).entered();
-        let dir = outputs
-            .folder
-            .publish(progress.step, config.keep_checkpoints, |dir| {
-                let model_dir = dir.join(MODEL_DIR);
-                // Experts split over ranks are saved whole, with their optimizer state.
-                let mut record = outputs.optimizer.lock().to_record();
-                let joined = join_experts(model, &mut record, &config.layout());
-                let model = joined.as_ref().unwrap_or(model);
-                // In f32 whatever the training precision (bf16 -> f32 is exact; the loader casts
-                // back), so that any tool can read the model; a tensor-parallel model as one file
-                // per rank, a pipelined one as one file per stage and rank, each read from the
-                // replica that holds it (any layout resumes from any of them).
-                write_model(outputs, model, &model_dir)?;
-                write_adapter(outputs, model, &dir.join(super::ADAPTER_DIR))?;
-                save_optimizer(
-                    dir,
-                    record,
-                    model,
-                    &config.layout(),
-                    model.pipeline.as_ref(),
-                    outputs.share,
-                )?;
-                write_state(dir, &state)
-            })?;
-        log::info!("step {}: checkpoint {}", progress.step, dir.display());
-        self.summary.checkpoint = Some(dir.clone());
+        let snapshot = CheckpointSnapshot::read(outputs, model, state)?;
+        if self.writer.in_background() {
+            log::info!(
+                "step {}: checkpoint copied to host memory ({:.1} MiB) in {:.2} s; writing it in \
+                 the background",
+                progress.step,
+                snapshot.bytes() as f64 / (1024.0 * 1024.0),
+                started.elapsed().as_secs_f64()
+            );
+        }
         self.checkpointed_step = progress.step;
-        Ok(dir)
+        for outcome in self.writer.publish(snapshot) {
+            self.record(outcome)?;
+        }
+        Ok(started.elapsed().as_secs_f64())
     }
-}
 
-/// `model` with the whole set of experts on every rank, and the experts' optimizer state in
-/// `record` joined with them, when its experts are split (a collective every process runs);
-/// `None` otherwise.
-fn join_experts(
-    model: &LanguageModel,
-    record: &mut crate::optimizer::OptimizerRecord,
-    layout: &crate::parallel::ParallelLayout,
-) -> Option<LanguageModel> {
-    model.hlat.expert_parallel()?;
-    let joined = model.hlat.clone().join_experts();
-    crate::parallel::reshard_expert_states(
-        &model.hlat,
-        &joined,
-        record,
-        (
-            crate::parallel::ExpertStates::Join,
-            layout.zero1_of_experts().as_ref(),
-        ),
-    );
-    Some(LanguageModel {
-        hlat: joined,
-        ..model.clone()
-    })
-}
+    /// Takes the outcome of a background write that has finished, if any.
+    fn collect_finished(&mut self) -> Result<(), TrainError> {
+        match self.writer.finished() {
+            Some(outcome) => self.record(outcome),
+            None => Ok(()),
+        }
+    }
 
-/// Writes the checkpoint's model into `model_dir`, in f32. Only rank 0 of a job writes (and
-/// reads) it: its replicas hold every tensor-parallel rank, and the others queue nothing they
-/// would not run.
-///
-/// A pipelined model is written as one file per stage and tensor-parallel rank, each read from
-/// its stage's replica (`hlat::checkpoint::sharded::read_stages`), when rank 0's replicas hold
-/// every stage (one process). When the stages span the job's processes, rank 0 cannot read the
-/// others' replicas: every process then joins the stages on the device (`Hlat::from_stages`, a
-/// collective over the pipeline groups that every process must run), and rank 0 writes the
-/// joined model as a run without pipeline stages does.
-fn write_model(
-    outputs: &RunOutputs,
-    model: &LanguageModel,
-    model_dir: &Path,
-) -> Result<(), TrainError> {
-    let model_error =
-        |error: hlat::checkpoint::CheckpointError| TrainError::Model(error.to_string());
-    let tokenizer = outputs.tokenizer.as_ref().map(TextTokenizer::inner);
-    let degree = model
-        .tensor_parallel
-        .as_ref()
-        .map_or(1, |parallel| parallel.groups.group_size());
-    let mut hlat = None;
-    if let Some(pipeline) = &model.pipeline {
-        let local = burn_trainium::collective::replica_count(&outputs.device)
-            / outputs.share.processes.max(1);
-        let replicas = hlat::checkpoint::sharded::stage_replicas(pipeline, degree);
-        if replicas.iter().flatten().all(|&replica| replica < local) {
-            if outputs.share.writes_model() {
-                let staged = cast_params(model.hlat.valid(), DType::F32);
-                hlat::checkpoint::sharded::read_stages(&staged, pipeline, degree, model_dir)
-                    .and_then(|shards| shards.write(staged.config(), tokenizer, model_dir))
-                    .map_err(model_error)?;
+    /// Waits for the background write under way, if any, and takes its outcome.
+    fn wait_for_writes(&mut self) -> Result<(), TrainError> {
+        match self.writer.wait() {
+            Some(outcome) => self.record(outcome),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a checkpoint write's outcome: a written checkpoint becomes the summary's; a
+    /// failed one stops the run, unless it goes on without checkpoints
+    /// (`continue_on_checkpoint_error`).
+    fn record(&mut self, outcome: WriteOutcome) -> Result<(), TrainError> {
+        match outcome {
+            Ok(Written { step, dir }) => {
+                log::info!("step {step}: checkpoint {}", dir.display());
+                self.summary.checkpoint = Some(dir);
+                self.written_step = Some(step);
+                Ok(())
             }
-            return Ok(());
-        }
-        let joined = cast_params(model.hlat.valid(), DType::F32).from_stages(pipeline);
-        sync(model)
-            .map_err(|error| TrainError::Model(format!("joining the pipeline stages: {error}")))?;
-        hlat = Some(joined);
-    }
-    if !outputs.share.writes_model() {
-        return Ok(());
-    }
-    // The base weights alone: the adapters go to their own PEFT folder (`write_adapter`).
-    let hlat = hlat
-        .unwrap_or_else(|| cast_params(model.hlat.valid(), DType::F32))
-        .without_lora();
-    match &model.tensor_parallel {
-        Some(_) => hlat::checkpoint::sharded::read_ranks(&hlat, degree, model_dir)
-            .and_then(|shards| shards.write(hlat.config(), tokenizer, model_dir)),
-        None => {
-            hlat::checkpoint::save_native_with_tokenizer(&hlat, hlat.config(), tokenizer, model_dir)
+            Err(WriteFailure { step, error }) => {
+                if !self.outputs.config.continue_on_checkpoint_error {
+                    return Err(TrainError::CheckpointWrite {
+                        step,
+                        error: Box::new(error),
+                    });
+                }
+                log::error!(
+                    "the checkpoint of step {step} was not written, training goes on without \
+                     it (--continue-on-checkpoint-error): {error}"
+                );
+                self.failed_checkpoints += 1;
+                Ok(())
+            }
         }
     }
-    .map_err(model_error)
-}
-
-/// Writes the LoRA adapters of `model` (a run with `lora` set) into `dir` as a PEFT adapter
-/// folder, in f32. Under tensor parallelism the split factors are joined first (a collective
-/// every process runs); rank 0 writes.
-fn write_adapter(
-    outputs: &RunOutputs,
-    model: &LanguageModel,
-    dir: &Path,
-) -> Result<(), TrainError> {
-    let Some(lora) = &outputs.config.lora else {
-        return Ok(());
-    };
-    let hlat = cast_params(model.hlat.valid(), DType::F32);
-    let hlat = match &model.tensor_parallel {
-        Some(parallel) => hlat.unshard(parallel),
-        None => hlat,
-    };
-    if !outputs.share.writes_model() {
-        return Ok(());
-    }
-    hlat::hf::adapter::save_adapter(
-        &hlat,
-        lora,
-        outputs.base_model.as_deref(),
-        hlat::hf::WeightDtype::F32,
-        dir,
-    )
-    .map_err(|error| TrainError::Model(format!("{}: {error}", dir.display())))
 }
 
 impl StepObserver for PretrainRun {
     fn after_step(&self, observed: ObservedStep<'_>) -> Result<(), TrainError> {
         let mut state = self.lock();
+        // A background write that failed stops the run at the next step.
+        state.collect_finished()?;
         let report = observed.report;
         let step = report.step;
+        let every = state.outputs.config.checkpoint_every;
+        let checkpoint_seconds = if step == state.outputs.config.max_steps
+            || (every > 0 && step.is_multiple_of(every))
+        {
+            Some(state.checkpoint(observed.model, observed.progress)?)
+        } else {
+            None
+        };
         let outputs = &mut state.outputs;
         let tokens_per_s = report.tokens as f64 / observed.seconds;
         let compiled = outputs.compiles.as_ref().map(|count| count());
@@ -351,6 +299,7 @@ impl StepObserver for PretrainRun {
             val_loss: observed.val_loss,
             val_perplexity: observed.val_loss.map(f64::exp),
             val_perplexity_by_source: by_source,
+            checkpoint_seconds,
         };
         outputs.metrics.append(&metrics)?;
         if let Some(val_loss) = observed.val_loss {
@@ -363,20 +312,13 @@ impl StepObserver for PretrainRun {
         state.summary.losses.push(report.loss);
         state.summary.grad_norms.push(report.grad_norm);
         state.summary.end_step = step;
-        let every = state.outputs.config.checkpoint_every;
-        if step == state.outputs.config.max_steps || (every > 0 && step.is_multiple_of(every)) {
-            state.checkpoint(observed.model, observed.progress)?;
-        }
         Ok(())
     }
 
     fn end(&self, end: RunEnd<'_>) {
         let mut state = self.lock();
-        if let Some(error) = end.failure {
-            state.failure = Some(error);
-            return;
-        }
-        if end.progress.step > state.checkpointed_step {
+        state.failure = end.failure;
+        if state.failure.is_none() && end.progress.step > state.checkpointed_step {
             // Interrupted between checkpoints: keep what was trained.
             log::info!(
                 "interrupted at step {}: saving a checkpoint",
@@ -385,6 +327,31 @@ impl StepObserver for PretrainRun {
             if let Err(error) = state.checkpoint(end.model, end.progress) {
                 state.failure = Some(error);
             }
+        }
+        // Whatever ended the run, the checkpoint being written is completed before it returns.
+        if let Err(error) = state.wait_for_writes() {
+            state.failure.get_or_insert(error);
+        }
+        let last = state.checkpointed_step;
+        if state.failure.is_none()
+            && state.failed_checkpoints > 0
+            && state.written_step != Some(last)
+        {
+            // Going on without checkpoints ends here: a run never ends without its last one.
+            let written = match state.written_step {
+                Some(step) => format!("the newest written is step {step}'s"),
+                None => "none was written".to_string(),
+            };
+            state.failure = Some(TrainError::CheckpointWrite {
+                step: last,
+                error: Box::new(TrainError::Checkpoint {
+                    path: state.outputs.folder.step_dir(last),
+                    message: format!(
+                        "a run goes on without its checkpoints but never ends without its last \
+                         one (see the log above); {written}"
+                    ),
+                }),
+            });
         }
     }
 }

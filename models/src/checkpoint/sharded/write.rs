@@ -97,6 +97,15 @@ impl RankShards {
 }
 
 impl RankShards {
+    /// Bytes of host memory the shards hold.
+    pub fn bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .flatten()
+            .map(|tensor| tensor.byte_len() as u64)
+            .sum()
+    }
+
     /// Writes the shards as a checkpoint of the whole model `whole` into `dir` (through a
     /// temporary folder: `dir` appears complete or not at all).
     pub fn write(
