@@ -50,19 +50,23 @@ fn library() -> &'static Path {
     })
 }
 
-/// Sets `fault` up in `command` (an `hlat` process, or any other).
-pub(super) fn inject(command: &mut Command, fault: &DiskFault<'_>) {
-    command.env("LD_PRELOAD", library());
-    match fault {
-        DiskFault::FullAfter(bytes) => command.env("HLAT_TEST_DISK_BYTES", bytes.to_string()),
-        DiskFault::FailUnder(path) => command.env("HLAT_TEST_FAIL_PATH", path),
-        DiskFault::StallWrite { path, marker } => command
-            .env("HLAT_TEST_STALL_PATH", path)
-            .env("HLAT_TEST_STALL_MARKER", marker),
-        DiskFault::StallRename { path, marker } => command
-            .env("HLAT_TEST_STALL_RENAME", path)
-            .env("HLAT_TEST_STALL_MARKER", marker),
-    };
+/// The variables that set `fault` up in a process.
+pub(super) fn variables(fault: &DiskFault<'_>) -> Vec<(&'static str, String)> {
+    let text = |path: &Path| path.to_string_lossy().into_owned();
+    let mut variables = vec![("LD_PRELOAD", text(library()))];
+    variables.extend(match fault {
+        DiskFault::FullAfter(bytes) => vec![("HLAT_TEST_DISK_BYTES", bytes.to_string())],
+        DiskFault::FailUnder(path) => vec![("HLAT_TEST_FAIL_PATH", path.to_string())],
+        DiskFault::StallWrite { path, marker } => vec![
+            ("HLAT_TEST_STALL_PATH", path.to_string()),
+            ("HLAT_TEST_STALL_MARKER", text(marker)),
+        ],
+        DiskFault::StallRename { path, marker } => vec![
+            ("HLAT_TEST_STALL_RENAME", path.to_string()),
+            ("HLAT_TEST_STALL_MARKER", text(marker)),
+        ],
+    });
+    variables
 }
 
 /// `hlat ARGUMENTS` in `folder`, without `TRAINIUM_DEVICE`, with `fault` injected.
@@ -71,7 +75,7 @@ pub(super) fn hlat_with(folder: &Path, arguments: &[&str], fault: &DiskFault<'_>
     command
         .current_dir(folder)
         .args(arguments)
-        .env_remove(burn_trainium::DEVICE_ENV);
-    inject(&mut command, fault);
+        .env_remove(burn_trainium::DEVICE_ENV)
+        .envs(variables(fault));
     command
 }

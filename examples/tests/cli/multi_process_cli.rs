@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use burn_trainium::hlo::HloModuleProto;
 use prost::Message;
 
+use super::disk_faults::{self, DiskFault};
 use super::{hlat, require_plugin, run, succeed};
 
 /// Data parallel across the two processes.
@@ -313,6 +314,61 @@ fn a_lost_rank_stops_the_job_and_a_restart_resumes_where_both_ranks_were() {
     }
     let steps: Vec<u64> = losses(&job).iter().map(|&(step, _)| step).collect();
     assert_eq!(steps, (1..=40).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_rank_killed_while_it_writes_in_the_background_resumes_as_a_job_never_killed() {
+    let folder = tempfile::tempdir().unwrap();
+    let background = |out: &Path| {
+        let mut flags = run_flags(out, 20, DATA_PARALLEL);
+        flags.push("--async-checkpoint".to_string());
+        flags
+    };
+    let whole = folder.path().join("whole");
+    run_job(&background(&whole));
+    let expected = losses(&whole);
+    assert_eq!(expected.len(), 20);
+
+    // Rank 1's write of its share of step 10 never ends; its training goes on to the checkpoint
+    // of step 15, which waits for it, while rank 0 writes steps 10 and 15. Rank 1 is then killed.
+    let job = folder.path().join("job");
+    let flags = background(&job);
+    let marker = folder.path().join("stalled");
+    let stall = DiskFault::StallWrite {
+        path: "rank-01/checkpoints/.tmp-step-00000010/",
+        marker: &marker,
+    };
+    let port = free_base_port();
+    let rank0 = start_rank(0, port, &flags);
+    let mut rank1 = start_rank_with(1, port, &flags, &disk_faults::variables(&stall));
+    let started = Instant::now();
+    while !marker.exists() || !complete_steps(&job).contains(&15) {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "rank 1 never stalled at step 10, or rank 0 never wrote step 15"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rank1.kill().unwrap();
+    rank1.wait().unwrap();
+    let (output, _) = finish(rank0, Duration::from_secs(120));
+    assert!(!output.status.success(), "rank 0 went on alone");
+    // Rank 0 keeps three checkpoints in the background (two would have deleted step 5, the
+    // only one rank 1 completed).
+    assert_eq!(complete_steps(&job), [5, 10, 15]);
+    assert_eq!(complete_steps(&job.join("ranks/rank-01")), [5]);
+
+    for output in run_job(&flags) {
+        assert!(output.contains("trained steps 6..20"), "{output}");
+    }
+    let found = losses(&job);
+    assert_eq!(found.len(), 20);
+    for (&(step, loss), &(_, expected)) in found.iter().zip(&expected) {
+        assert!(
+            (loss - expected).abs() <= 1e-6,
+            "step {step}: loss {loss} against {expected} of the job never killed"
+        );
+    }
 }
 
 /// The HLO modules under a Neuron compile cache, decoded.
