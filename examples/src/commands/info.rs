@@ -11,7 +11,8 @@ use hlat::lora::{LoraConfig, LoraTarget};
 use hlat::{ConfigError, HlatConfig, RopeScaling};
 use hlat_train::config::TrainConfig;
 use hlat_train::parallel::{
-    ActivationCheckpointing, DeviceMemory, LoraShape, ParallelLayout, PipelineShape, StepShape,
+    ActivationCheckpointing, CheckpointStaging, DeviceMemory, LoraShape, ParallelLayout,
+    PipelineShape, StepShape,
 };
 use hlat_train::precision::Precision;
 
@@ -188,6 +189,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         moe_capacity_factor: args.moe_capacity_factor,
     };
     let memory = DeviceMemory::estimate(config, &layout, &shape);
+    let staging = CheckpointStaging::estimate(config, &shape);
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
     let budget = args.device_memory;
     let (alignment, reference_pass) = describe_alignment(config, &layout, &shape, args.align);
@@ -212,7 +214,10 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
          memory per device: parameters {:.2} GiB ({}), gradients {:.2} GiB, optimizer state \
          {:.2} GiB, activations {:.2} GiB (estimate: {} x {} tokens per micro-batch)\n\
          {alignment}\
-         total per device: {:.2} GiB of {budget} GiB: {}\n",
+         total per device: {:.2} GiB of {budget} GiB: {}\n\
+         checkpoint staging (--async-checkpoint): {:.2} GiB of host memory (the model in f32 \
+         {:.2} GiB, optimizer state {:.2} GiB; in a job, rank 0 holds the model and each \
+         process its share of the optimizer state)\n",
         layout.data,
         match layout.expert {
             1 => String::new(),
@@ -240,6 +245,9 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         seq_len,
         gib(total),
         if fits { "fits" } else { "does not fit" },
+        gib(staging.model_bytes + staging.optimizer_bytes),
+        gib(staging.model_bytes),
+        gib(staging.optimizer_bytes),
     ))
 }
 

@@ -211,3 +211,55 @@ fn a_background_write_that_fails_stops_the_run_naming_the_file_unless_told_to_go
         "{stderr}"
     );
 }
+
+#[test]
+fn sigterm_stops_a_run_after_a_step_that_it_checkpoints_once_the_write_under_way_is_done() {
+    let folder = tempfile::tempdir().unwrap();
+    let work = folder.path();
+    let expected = uninterrupted_losses(work);
+    // Each checkpoint takes seconds to write, so that one is under way when the signal comes.
+    let slow = DiskFault::SlowUnder {
+        path: "checkpoints/.tmp-step-",
+        millis: 200,
+    };
+    let flags = background_run("run", STEPS, &[]);
+    let child = hlat_with(work, &as_strs(&flags), &slow)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting hlat");
+    let run = work.join("run");
+    let started = Instant::now();
+    while std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |text| text.lines().count())
+        < 3
+    {
+        assert!(started.elapsed() < Duration::from_secs(300), "no step 3");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: `kill` sends a signal to the child process, which this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("SIGTERM: stopping after this step"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("waiting for the checkpoint of step"),
+        "the run did not wait for its write: {stderr}"
+    );
+    let stopped = losses(&run).len();
+    assert!(stopped < 8, "the run went on to its end after SIGTERM");
+    assert_eq!(
+        newest(&run),
+        Some(RunFolder::new(&run).step_dir(stopped as u64)),
+        "the step reached is the newest checkpoint"
+    );
+    let resumed = succeed_in(work, &as_strs(&flags), NO_VARIABLES);
+    assert!(
+        resumed.contains(&format!("trained steps {}..8", stopped + 1)),
+        "{resumed}"
+    );
+    assert_same_losses(&losses(&run), &expected, "stopped by SIGTERM");
+}

@@ -1,8 +1,8 @@
 //! Disk faults injected into one `hlat` process: a small library preloaded into it
 //! (`disk_faults/disk_faults.c`, built once per test run with the C compiler Rust links with)
-//! makes the writes to regular files fail past a number of bytes (a full disk), fail under a
-//! folder, or stall for good at a file or a rename, as its variables ask ([`DiskFault`]), on any
-//! machine and without a file system of its own.
+//! makes the writes to regular files fail past a number of bytes (a full disk), fail or slow down
+//! under a folder, or stall for good at a file or a rename, as its variables ask ([`DiskFault`]),
+//! on any machine and without a file system of its own.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,6 +22,8 @@ pub(super) enum DiskFault<'a> {
     /// The first rename of a path ending with this text creates the marker file and then never
     /// returns.
     StallRename { path: &'a str, marker: &'a Path },
+    /// Every write to a file whose path contains this text first waits this many milliseconds.
+    SlowUnder { path: &'a str, millis: u64 },
 }
 
 /// The preloaded library, built once per test run.
@@ -64,6 +66,10 @@ pub(super) fn variables(fault: &DiskFault<'_>) -> Vec<(&'static str, String)> {
         DiskFault::StallRename { path, marker } => vec![
             ("HLAT_TEST_STALL_RENAME", path.to_string()),
             ("HLAT_TEST_STALL_MARKER", text(marker)),
+        ],
+        DiskFault::SlowUnder { path, millis } => vec![
+            ("HLAT_TEST_SLOW_PATH", path.to_string()),
+            ("HLAT_TEST_SLOW_MS", millis.to_string()),
         ],
     });
     variables

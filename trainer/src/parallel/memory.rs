@@ -221,6 +221,30 @@ impl DeviceMemory {
     }
 }
 
+/// Host memory of one checkpoint of `config` trained with steps of `shape`, as
+/// `--async-checkpoint` copies it before writing it: the model in f32 (its adapters too under
+/// LoRA) and the AdamW moments of what trains (two f32 per element), in whole shapes whatever
+/// the layout. In a job of several processes rank 0 holds the model and each process its share
+/// of the moments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointStaging {
+    /// The model's bytes in f32.
+    pub model_bytes: u64,
+    /// The optimizer state's bytes.
+    pub optimizer_bytes: u64,
+}
+
+impl CheckpointStaging {
+    /// The staging copy of a checkpoint of `config` (see the type's documentation).
+    pub fn estimate(config: &HlatConfig, shape: &StepShape) -> Self {
+        let whole = DeviceMemory::estimate(config, &ParallelLayout::SINGLE, shape);
+        Self {
+            model_bytes: 4 * whole.parameters_per_device,
+            optimizer_bytes: whole.optimizer_bytes,
+        }
+    }
+}
+
 /// Bytes of the activations one micro-batch keeps for its backward pass on one device: the
 /// tensors Burn's autodiff saves for HLAT's layers, counted from the model's shapes and
 /// calibrated against what a replica holds after a forward pass (the device's live-bytes gauge;
@@ -429,6 +453,30 @@ mod tests {
             lora: None,
             moe_capacity_factor: None,
         }
+    }
+
+    /// The staging copy of a checkpoint is the whole model in f32 and two f32 moments of what
+    /// trains, whatever the training precision; under LoRA the moments are the adapters' alone.
+    #[test]
+    fn a_checkpoints_staging_copy_is_the_model_in_f32_and_the_moments_of_what_trains() {
+        let config = HlatConfig::preset("hlat-7b").unwrap();
+        let parameters = config.num_params();
+        let staging = CheckpointStaging::estimate(&config, &shape(ActivationCheckpointing::None));
+        assert_eq!(staging.model_bytes, 4 * parameters);
+        assert_eq!(staging.optimizer_bytes, 8 * parameters);
+
+        let lora = LoraShape::of(&LoraConfig::new(8, 16.0));
+        let adapted = StepShape {
+            lora: Some(lora),
+            ..shape(ActivationCheckpointing::None)
+        };
+        let staging = CheckpointStaging::estimate(&config, &adapted);
+        // Rank-8 adapters on the 7 projections of each of hlat-7b's 32 layers.
+        let (hidden, ffn) = (config.hidden_size as u64, config.ffn_size as u64);
+        let per_layer = 8 * (4 * (hidden + hidden) + 3 * (hidden + ffn));
+        let adapters = config.num_layers as u64 * per_layer;
+        assert_eq!(staging.model_bytes, 4 * (parameters + adapters));
+        assert_eq!(staging.optimizer_bytes, 8 * adapters);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use experts::{
 pub use gradients::{BUCKET_BYTES, average_gradients, reduce_replicated_gradients};
 pub use hlat::recompute::ActivationCheckpointing;
 pub use launch::{DEFAULT_MASTER_PORT, LaunchError, Launcher, ProcessGroup, first_host};
-pub use memory::{DeviceMemory, LoraShape, PipelineShape, StepShape};
+pub use memory::{CheckpointStaging, DeviceMemory, LoraShape, PipelineShape, StepShape};
 pub(crate) use pipeline::{gather_stage_states, scatter_stage_states};
 pub use pipeline::{move_stage_gradients, sum_shared_gradients};
 pub use state::{Reshard, reshard_optimizer_state};

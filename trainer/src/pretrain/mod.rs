@@ -10,6 +10,7 @@ mod dashboard;
 mod data;
 mod run;
 mod setup;
+mod signals;
 mod snapshot;
 mod writer;
 
@@ -333,6 +334,7 @@ pub fn pretrain(
     };
     #[cfg(not(feature = "dashboard"))]
     let training = training.renderer(Box::new(progress));
+    let _stop_on_signal = signals::StopOnSignal::install(training.interrupter())?;
     training.launch(learner);
     run.finish()
 }

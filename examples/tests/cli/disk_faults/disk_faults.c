@@ -9,7 +9,9 @@
  *   write to a regular file whose path contains TEXT creates FILE and then blocks its thread for
  *   good (until the test kills the process); the process's other threads go on.
  * - HLAT_TEST_STALL_RENAME=TEXT and HLAT_TEST_STALL_MARKER=FILE: the same at the first rename of
- *   a path ending with TEXT. */
+ *   a path ending with TEXT.
+ * - HLAT_TEST_SLOW_PATH=TEXT and HLAT_TEST_SLOW_MS=N: a slow disk. Every write to a regular file
+ *   whose path contains TEXT first waits N milliseconds. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -66,6 +68,10 @@ static int fits(int fd, size_t count) {
     if (!stalled && names(path, "HLAT_TEST_STALL_PATH")) {
         stalled = 1;
         stall();
+    }
+    if (names(path, "HLAT_TEST_SLOW_PATH")) {
+        const char *millis = getenv("HLAT_TEST_SLOW_MS");
+        usleep((useconds_t)(millis ? atoll(millis) : 0) * 1000);
     }
     if (names(path, "HLAT_TEST_FAIL_PATH")) {
         errno = ENOSPC;
