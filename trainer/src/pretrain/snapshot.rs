@@ -38,19 +38,20 @@ pub(super) struct CheckpointSnapshot {
 }
 
 /// The model of a checkpoint, in f32 whatever the training precision (bf16 → f32 is exact; the
-/// loader casts back), so that any tool can read it.
-enum ModelSnapshot {
-    /// The whole model, on the host (Flex), for the native layout.
-    Whole {
-        hlat: Hlat,
-        tokenizer: Option<Tokenizer>,
-    },
+/// loader casts back), so that any tool can read it, with the run's tokenizer.
+struct ModelSnapshot {
+    weights: ModelWeights,
+    /// The whole model's configuration.
+    config: HlatConfig,
+    tokenizer: Option<Tokenizer>,
+}
+
+/// A checkpoint's model weights on the host.
+enum ModelWeights {
+    /// The whole model (on Flex), for the native layout.
+    Whole(Box<Hlat>),
     /// A split model's shards, one file per tensor-parallel rank (or stage and rank).
-    Shards {
-        shards: RankShards,
-        config: HlatConfig,
-        tokenizer: Option<Tokenizer>,
-    },
+    Shards(RankShards),
 }
 
 /// The LoRA adapters of a checkpoint: the whole model with its adapters, on the host.
@@ -94,11 +95,7 @@ impl CheckpointSnapshot {
 
     /// Bytes of host memory the snapshot holds (the model, adapters and optimizer state).
     pub fn bytes(&self) -> u64 {
-        let model = match &self.model {
-            Some(ModelSnapshot::Whole { hlat, .. }) => f32_bytes(hlat),
-            Some(ModelSnapshot::Shards { shards, .. }) => shards.bytes(),
-            None => 0,
-        };
+        let model = self.model.as_ref().map_or(0, ModelSnapshot::bytes);
         let adapter = self.adapter.as_ref().map_or(0, |adapter| {
             f32_bytes(&adapter.hlat) - f32_bytes(&adapter.hlat.clone().without_lora())
         });
@@ -124,21 +121,24 @@ fn f32_bytes(hlat: &Hlat) -> u64 {
 }
 
 impl ModelSnapshot {
+    /// Bytes of host memory the weights hold.
+    fn bytes(&self) -> u64 {
+        match &self.weights {
+            ModelWeights::Whole(hlat) => f32_bytes(hlat),
+            ModelWeights::Shards(shards) => shards.bytes(),
+        }
+    }
+
     fn write(self, model_dir: &Path) -> Result<(), TrainError> {
-        match self {
-            ModelSnapshot::Whole { hlat, tokenizer } => {
-                hlat::checkpoint::save_native_with_tokenizer(
-                    &hlat,
-                    hlat.config(),
-                    tokenizer.as_ref(),
-                    model_dir,
-                )
-            }
-            ModelSnapshot::Shards {
-                shards,
-                config,
+        let tokenizer = self.tokenizer.as_ref();
+        match self.weights {
+            ModelWeights::Whole(hlat) => hlat::checkpoint::save_native_with_tokenizer(
+                &hlat,
+                &self.config,
                 tokenizer,
-            } => shards.write(&config, tokenizer.as_ref(), model_dir),
+                model_dir,
+            ),
+            ModelWeights::Shards(shards) => shards.write(&self.config, tokenizer, model_dir),
         }
         .map_err(model_error)
     }
@@ -233,8 +233,8 @@ fn read_model(
                 Path::new(MODEL_DIR),
             )
             .map_err(model_error)?;
-            return Ok(Some(ModelSnapshot::Shards {
-                shards,
+            return Ok(Some(ModelSnapshot {
+                weights: ModelWeights::Shards(shards),
                 config: staged.config().clone(),
                 tokenizer: tokenizer(),
             }));
@@ -251,17 +251,18 @@ fn read_model(
     let hlat = hlat
         .unwrap_or_else(|| cast_params(model.hlat.valid(), DType::F32))
         .without_lora();
-    Ok(Some(match &model.tensor_parallel {
-        Some(_) => ModelSnapshot::Shards {
-            shards: hlat::checkpoint::sharded::read_ranks(&hlat, degree, Path::new(MODEL_DIR))
+    let config = hlat.config().clone();
+    let weights = match &model.tensor_parallel {
+        Some(_) => ModelWeights::Shards(
+            hlat::checkpoint::sharded::read_ranks(&hlat, degree, Path::new(MODEL_DIR))
                 .map_err(model_error)?,
-            config: hlat.config().clone(),
-            tokenizer: tokenizer(),
-        },
-        None => ModelSnapshot::Whole {
-            hlat: on_host(hlat),
-            tokenizer: tokenizer(),
-        },
+        ),
+        None => ModelWeights::Whole(Box::new(on_host(hlat))),
+    };
+    Ok(Some(ModelSnapshot {
+        weights,
+        config,
+        tokenizer: tokenizer(),
     }))
 }
 
