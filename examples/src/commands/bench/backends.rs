@@ -36,15 +36,19 @@ pub enum BackendName {
     NdArray,
     /// Burn's `Flex` backend.
     Flex,
+    /// Burn's `Flex` backend behind Burn's remote route, served in this process as the Trainium
+    /// devices are: the route's own cost, beside `host`'s.
+    RemoteFlex,
 }
 
 impl BackendName {
     /// Every backend, in table order.
-    pub const ALL: [BackendName; 4] = [
+    pub const ALL: [BackendName; 5] = [
         BackendName::TrainiumHost,
         BackendName::TrainiumXla,
         BackendName::NdArray,
         BackendName::Flex,
+        BackendName::RemoteFlex,
     ];
 
     /// What the backend is, for reports.
@@ -60,6 +64,9 @@ impl BackendName {
                 "burn-ndarray 0.22 (deprecated; default features: simd, multi-threads)"
             }
             BackendName::Flex => "burn-flex 0.22 (default features)",
+            BackendName::RemoteFlex => {
+                "burn-flex 0.22 behind Burn's remote route, served in process"
+            }
         }
     }
 
@@ -70,6 +77,7 @@ impl BackendName {
             BackendName::TrainiumXla => "xla",
             BackendName::NdArray => "ndarray",
             BackendName::Flex => "flex",
+            BackendName::RemoteFlex => "remote-flex",
         }
     }
 }
@@ -109,6 +117,13 @@ impl BackendName {
                     trainium: None,
                 })
             }
+            BackendName::RemoteFlex => {
+                single("remote-flex")?;
+                Ok(BenchDevice {
+                    device: burn_trainium::flex_device().context("serving Flex in process")?,
+                    trainium: None,
+                })
+            }
         }
     }
 }
@@ -131,12 +146,15 @@ impl BenchDevice {
 
     /// `backend`'s device as Burn's default device of this process (`Device::default()`):
     /// a Trainium device made the default ([`burn_trainium::set_default_device`]), Flex as it
-    /// is. NdArray cannot be made the default in process: its device is not the default.
+    /// is. NdArray and Flex behind the route cannot be made the default in process: their
+    /// devices are not the default.
     pub fn process_default(backend: BackendName) -> anyhow::Result<Self> {
         let trainium = match backend {
             BackendName::TrainiumHost => TrainiumDevice::HOST,
             BackendName::TrainiumXla => xla_device()?,
-            BackendName::Flex | BackendName::NdArray => return backend.device(1),
+            BackendName::Flex | BackendName::NdArray | BackendName::RemoteFlex => {
+                return backend.device(1);
+            }
         };
         Self::served_by(trainium, |trainium| {
             burn_trainium::set_default_device(&trainium.to_string())

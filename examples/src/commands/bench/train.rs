@@ -613,7 +613,10 @@ fn measure_backend(
         );
         Ok(())
     };
-    if matches!(backend, BackendName::NdArray | BackendName::Flex) {
+    if matches!(
+        backend,
+        BackendName::NdArray | BackendName::Flex | BackendName::RemoteFlex
+    ) {
         single(backend.name())?;
     }
     measure(backend, replicas, config, args)

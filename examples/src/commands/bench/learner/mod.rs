@@ -84,7 +84,8 @@ pub enum TrainingLoop {
 /// Arguments of `hlat bench learner`.
 #[derive(Args, Clone)]
 pub struct LearnerBenchArgs {
-    /// Backends to compare, comma-separated: host, xla, ndarray, flex.
+    /// Backends to compare, comma-separated: host, xla, ndarray, flex, remote-flex (Flex behind
+    /// the route the Trainium devices are reached by).
     #[arg(long, default_value = "host,xla,flex")]
     pub backends: String,
     /// The backend the warm times are compared with.
@@ -552,8 +553,8 @@ impl LearnerBenchArgs {
     /// each batch's loss read with `into_scalar` before `backward`, Adam stepped by hand, and a
     /// validation pass on `model.valid()` every epoch reading each loss. As in modern-lstm, the
     /// validation loader is given no device: its batches land on Burn's default device, which
-    /// the benchmark made its device ([`BenchDevice::process_default`]); NdArray, which cannot
-    /// be the default in process, gives it its device.
+    /// the benchmark made its device ([`BenchDevice::process_default`]); NdArray and
+    /// `remote-flex`, which cannot be the default in process, give it their device.
     fn train_written<M, I, B>(
         &self,
         (mut model, optimizer): (M, AdamConfig),
