@@ -257,6 +257,15 @@ impl StepObserver for PretrainRun {
         state.collect_finished()?;
         let report = observed.report;
         let step = report.step;
+        // What the step compiled, not counting the checkpoint's own programs (the next step's
+        // line counts those).
+        let compiled = state.outputs.compiles.as_ref().map(|count| count());
+        let by_source = match observed.val_loss {
+            Some(_) if !state.outputs.source_validation.is_empty() => {
+                Some(state.outputs.source_perplexities(observed.model)?)
+            }
+            _ => None,
+        };
         let every = state.outputs.config.checkpoint_every;
         let checkpoint_seconds = if step == state.outputs.config.max_steps
             || (every > 0 && step.is_multiple_of(every))
@@ -267,13 +276,6 @@ impl StepObserver for PretrainRun {
         };
         let outputs = &mut state.outputs;
         let tokens_per_s = report.tokens as f64 / observed.seconds;
-        let compiled = outputs.compiles.as_ref().map(|count| count());
-        let by_source = match observed.val_loss {
-            Some(_) if !outputs.source_validation.is_empty() => {
-                Some(outputs.source_perplexities(observed.model)?)
-            }
-            _ => None,
-        };
         let metrics = StepMetrics {
             step,
             loss: report.loss,
