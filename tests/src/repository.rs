@@ -3,6 +3,8 @@
 //! Every relative path written in a tracked text file (one that climbs with `..`) is resolved from the
 //! file's folder and from its crate's folder (where `CARGO_MANIFEST_DIR` paths start). It must
 //! name something inside the repository from one of them, or stay inside from both.
+//!
+//! And the map of the code, ARCHITECTURE.md, names only paths that exist.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
@@ -149,4 +151,57 @@ fn the_check_finds_a_path_outside_and_accepts_one_inside() {
     let crate_folder = root.join("tests");
     assert_eq!(resolve(&root, &crate_folder, &paths[0]), None);
     assert!(resolve(&root, &crate_folder, &paths[1]).unwrap().exists());
+}
+
+/// The repository paths `text` names between backticks: those starting with a top folder of the
+/// repository.
+fn named_repository_paths(text: &str) -> Vec<String> {
+    const TOP_FOLDERS: [&str; 10] = [
+        "backend",
+        "models",
+        "trainer",
+        "examples",
+        "ffi",
+        "tests",
+        "test-support",
+        "docs",
+        "scripts",
+        "fixtures",
+    ];
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quoted| {
+            TOP_FOLDERS.iter().any(|top| {
+                quoted
+                    .strip_prefix(top)
+                    .is_some_and(|rest| rest.starts_with('/'))
+            })
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_path_the_architecture_map_names_exists() {
+    let root = root();
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let named = named_repository_paths(&map);
+    assert!(
+        named.len() > 40,
+        "only {} paths found: {named:?}",
+        named.len()
+    );
+    let missing: Vec<&String> = named
+        .iter()
+        .filter(|path| !root.join(path).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names paths that do not exist: {missing:?}"
+    );
+    assert_eq!(
+        named_repository_paths("`models/src/gone.rs` and `cargo test` and `docs/`"),
+        ["models/src/gone.rs", "docs/"]
+    );
 }
