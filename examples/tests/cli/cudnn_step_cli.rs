@@ -3,7 +3,7 @@
 //! compile them, so the run stops at its step's program with the modules dumped
 //! (`TRAINIUM_DUMP_DIR`) for reading.
 
-use burn_trainium::hlo::{HloInstructionProto, HloModuleProto};
+use burn_trainium::hlo::{HloInstructionProto, HloModuleProto, PrimitiveType};
 
 use super::require_plugin;
 
@@ -12,6 +12,9 @@ const CUDNN_TARGETS: [&str; 2] = ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBac
 
 /// The positions of the step's rows ([`super::short_steps`]).
 const POSITIONS: i64 = 16;
+
+/// hlat-test's vocabulary.
+const VOCABULARY: i64 = 64;
 
 #[test]
 fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_score_matrix() {
@@ -60,6 +63,34 @@ fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_s
         })
         .collect();
     assert!(scores.is_empty(), "{scores:?}");
+
+    // The logits' product runs in bf16 (the cross-entropy upcasts its result): every product of
+    // the step whose result ends in hlat-test's vocabulary of 64 (the output projection forward
+    // and its weight's gradient; the MLP's of width 64 too) takes bf16 operands.
+    let by_id: std::collections::HashMap<i64, &HloInstructionProto> = instructions(steps[0])
+        .map(|instruction| (instruction.id, instruction))
+        .collect();
+    let element_type = |id: &i64| by_id[id].shape.as_ref().unwrap().element_type;
+    let products: Vec<&HloInstructionProto> = instructions(steps[0])
+        .filter(|instruction| instruction.opcode == "dot")
+        .filter(|instruction| {
+            instruction
+                .shape
+                .as_ref()
+                .is_some_and(|shape| shape.dimensions.last() == Some(&VOCABULARY))
+        })
+        .collect();
+    assert!(products.len() >= 2, "{} products", products.len());
+    for product in products {
+        let operands: Vec<i32> = product.operand_ids.iter().map(element_type).collect();
+        assert_eq!(
+            operands,
+            [PrimitiveType::Bf16 as i32; 2],
+            "the product {} of shape {:?}",
+            product.name,
+            product.shape
+        );
+    }
 }
 
 /// Every instruction of `module`, in every computation.
