@@ -170,6 +170,10 @@ impl RunState {
         progress: TrainingProgress,
     ) -> Result<f64, TrainError> {
         let started = Instant::now();
+        // One staging copy at a time: the previous background write finishes before this
+        // checkpoint is copied (the memory `hlat info` plans).
+        self.wait_for_writes()?;
+        let copy_started = Instant::now();
         let outputs = &self.outputs;
         // Every process runs what the step left queued (its parameter update) now, so that the
         // programs of the checkpoint start at the same point everywhere, whatever this process
@@ -195,7 +199,7 @@ impl RunState {
                  the background",
                 progress.step,
                 snapshot.bytes() as f64 / (1024.0 * 1024.0),
-                started.elapsed().as_secs_f64()
+                copy_started.elapsed().as_secs_f64()
             );
         }
         self.checkpointed_step = progress.step;

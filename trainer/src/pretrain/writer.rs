@@ -67,9 +67,9 @@ impl CheckpointWriter {
         self.background
     }
 
-    /// Publishes `snapshot`. The background write of the previous checkpoint is waited for
-    /// first and its outcome returned with this one's (this one's too when it is written here,
-    /// on the training thread).
+    /// Publishes `snapshot`. A background write still under way (the caller waits for it before
+    /// copying the next checkpoint) is waited for first and its outcome returned with this one's
+    /// (this one's too when it is written here, on the training thread).
     pub fn publish(&mut self, snapshot: CheckpointSnapshot) -> Vec<WriteOutcome> {
         let mut outcomes: Vec<WriteOutcome> = self.wait().into_iter().collect();
         let step = snapshot.step;
