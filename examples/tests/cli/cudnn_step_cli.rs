@@ -10,11 +10,14 @@ use super::require_plugin;
 /// The cuDNN kernels' custom-call targets, forward and backward.
 const CUDNN_TARGETS: [&str; 2] = ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"];
 
-/// The positions of the step's rows ([`super::short_steps`]).
-const POSITIONS: i64 = 16;
+/// The positions of the step's rows (not hlat-tiny's half head of 16, which RoPE's halves have).
+const POSITIONS: i64 = 8;
 
-/// hlat-test's vocabulary.
-const VOCABULARY: i64 = 64;
+/// hlat-tiny's vocabulary (its hidden size is 128 and its MLP's 352).
+const VOCABULARY: i64 = 512;
+
+/// hlat-tiny's layers.
+const LAYERS: usize = 4;
 
 #[test]
 fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_score_matrix() {
@@ -22,11 +25,15 @@ fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_s
     let folder = tempfile::tempdir().unwrap();
     let dump = folder.path().join("modules");
     let output = super::hlat()
-        .args(["pretrain", "--preset", "hlat-test", "--device", "xla:0"])
+        .args(["pretrain", "--preset", "hlat-tiny", "--device", "xla:0"])
         .args(["--precision", "bf16-mixed", "--max-steps", "1"])
         .args(["--out", folder.path().join("run").to_str().unwrap()])
-        .args(super::short_steps())
+        .args(super::step_flags("8", "32", "4"))
+        .args(["--eval-every", "0", "--no-progress"])
         .env("TRAINIUM_FUSED_ATTENTION", "cudnn")
+        // The whole step in one program, as on an accelerator (the CPU plugin's cut of small
+        // tensors left out).
+        .env(burn_trainium::SEGMENT_CAP_ENV, "65536")
         .env(burn_trainium::lower::DUMP_DIR_ENV, &dump)
         .env(burn_trainium::XLA_CACHE_ENV, "off")
         .output()
@@ -48,9 +55,9 @@ fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_s
         .filter(|module| calls(module, CUDNN_TARGETS[0]) > 0)
         .collect();
     assert_eq!(steps.len(), 1, "{} modules", modules.len());
-    // hlat-test's 2 layers each attend once forward and once backward, all in the step's program.
+    // hlat-tiny's layers each attend once forward and once backward, all in the step's program.
     for target in CUDNN_TARGETS {
-        assert_eq!(calls(steps[0], target), 2, "{target}");
+        assert_eq!(calls(steps[0], target), LAYERS, "{target}");
     }
     // No instruction holds a [batch, heads, .., T, T] block of scores (the blocked form's, one
     // block at these positions): cuDNN computes them in its kernel.
@@ -64,9 +71,9 @@ fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_s
         .collect();
     assert!(scores.is_empty(), "{scores:?}");
 
-    // The logits' product runs in bf16 (the cross-entropy upcasts its result): every product of
-    // the step whose result ends in hlat-test's vocabulary of 64 (the output projection forward
-    // and its weight's gradient; the MLP's of width 64 too) takes bf16 operands.
+    // The logits' product runs in bf16 (the cross-entropy upcasts its result): the products of
+    // the step whose result ends in the vocabulary (the output projection forward and its
+    // weight's gradient) take bf16 operands.
     let by_id: std::collections::HashMap<i64, &HloInstructionProto> = instructions(steps[0])
         .map(|instruction| (instruction.id, instruction))
         .collect();
@@ -80,7 +87,7 @@ fn hlat_training_step_lowered_for_cuda_calls_cudnn_in_every_layer_and_holds_no_s
                 .is_some_and(|shape| shape.dimensions.last() == Some(&VOCABULARY))
         })
         .collect();
-    assert!(products.len() >= 2, "{} products", products.len());
+    assert_eq!(products.len(), 2, "{products:?}");
     for product in products {
         let operands: Vec<i32> = product.operand_ids.iter().map(element_type).collect();
         assert_eq!(
