@@ -46,11 +46,29 @@ fn bench_train(arguments: &[&str], folder: &Path) -> (String, serde_json::Value)
 fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
     require_plugin();
     let folder = tempfile::tempdir().unwrap();
-    // A page whose hand-written measurements the new report keeps.
-    let hand_written = "## Measurements written by hand\n\nMeasured by hand: 42 tokens/s.\n";
+    // A hand-written page is never the report's: refused before anything runs, left as it is.
+    let hand_written = "# Performance\n\nMeasured by hand: 42 tokens/s.\n";
+    let notes = folder.path().join("notes.md");
+    std::fs::write(&notes, hand_written).unwrap();
+    let refused = hlat(
+        &[
+            "bench",
+            "train",
+            "--preset",
+            "hlat-test",
+            "--report",
+            "notes.md",
+        ],
+        folder.path(),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--report notes.md"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), hand_written);
+    // A report of an earlier run is replaced whole.
     std::fs::write(
         folder.path().join("report.md"),
-        format!("# Performance\n\nAn older report.\n\n{hand_written}"),
+        "<!-- Written by `hlat bench train --report`: the next run replaces the whole file. -->\n\nAn older report.\n",
     )
     .unwrap();
     let (table, report) = bench_train(
@@ -116,10 +134,7 @@ fn bench_train_measures_host_xla_and_ndarray_and_writes_json_and_report() {
             && page.contains("| xla |"),
         "{page}"
     );
-    assert!(
-        page.ends_with(hand_written) && !page.contains("An older report"),
-        "{page}"
-    );
+    assert!(!page.contains("An older report"), "{page}");
     // The bar plot the page shows, beside it: a 720 × 420 PNG.
     assert!(page.contains("![tokens per second per backend](report.png)"));
     let plot = folder.path().join("report.png");

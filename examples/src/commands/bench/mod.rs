@@ -101,6 +101,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     for (file, flag) in args.command.outputs() {
         super::output_folder::check_file_target(file, "bench", flag)?;
     }
+    if let BenchCommand::Train(train) = &args.command
+        && let Some(path) = &train.report
+    {
+        report::check_report_target(path)?;
+    }
     match args.command {
         BenchCommand::Train(args) => train::run(*args),
         BenchCommand::Ops(args) => ops::run(args),

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -396,8 +396,29 @@ pub fn loop_table(
     table
 }
 
+/// The first line of every page [`write_train_report`] writes: a file without it holds someone's
+/// text, which `--report` never replaces ([`check_report_target`]).
+pub const REPORT_MARKER: &str =
+    "<!-- Written by `hlat bench train --report`: the next run replaces the whole file. -->";
+
+/// Refuses `path` as a `--report` target when it exists and is not a page
+/// [`write_train_report`] wrote: hand-written measurements (docs/performance.md) are never
+/// overwritten.
+pub fn check_report_target(path: &Path) -> anyhow::Result<()> {
+    match std::fs::read(path) {
+        Ok(bytes) if bytes.starts_with(REPORT_MARKER.as_bytes()) => Ok(()),
+        Ok(_) => bail!(
+            "--report {}: the file was not written by `hlat bench train --report`, which \
+             replaces only its own pages; it is left as it is (give another path)",
+            path.display()
+        ),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => bail!("--report {}: {error}", path.display()),
+    }
+}
+
 /// Writes the Markdown performance page and a PNG bar plot of tokens/s beside it; every word
-/// of the page comes from the run.
+/// of the page comes from the run, and the next run replaces it whole.
 pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<()> {
     let plot_path = path.with_extension("png");
     draw_tokens_per_second(report, &plot_path)?;
@@ -407,11 +428,11 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
         .unwrap_or("performance.png");
     let model = &report.model;
     let mut page = String::new();
+    let _ = writeln!(page, "{REPORT_MARKER}\n");
     let _ = writeln!(page, "# Performance\n");
     let _ = writeln!(
         page,
-        "Written by `{}` (every word down to the plot comes from that run; the sections after it \
-         are written by hand).\n",
+        "Written by `{}`: every word comes from that run.\n",
         report.command
     );
     let _ = writeln!(page, "- Machine: {}.", report.machine);
@@ -482,18 +503,8 @@ pub fn write_train_report(report: &TrainReport, path: &Path) -> anyhow::Result<(
         let _ = writeln!(page, "- `{}`: {}{probe}", result.backend, result.version);
     }
     let _ = writeln!(page, "\n![tokens per second per backend]({plot_name})");
-    // The hand-written measurements after the generated part stay.
-    if let Ok(existing) = std::fs::read_to_string(path)
-        && let Some(start) = existing.find(HAND_WRITTEN_HEADING)
-    {
-        let _ = write!(page, "\n{}", &existing[start..]);
-    }
     write_atomically(path, page.as_bytes())
 }
-
-/// The heading after which a report page holds measurements written by hand, which
-/// [`write_train_report`] keeps when it rewrites the page.
-pub const HAND_WRITTEN_HEADING: &str = "## Measurements written by hand";
 
 /// The bar plot's size in pixels.
 pub const PLOT_SIZE: (u32, u32) = (720, 420);

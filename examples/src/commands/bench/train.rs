@@ -101,8 +101,8 @@ pub struct TrainBenchArgs {
     /// --moe-capacity-factor`); default: dropless.
     #[arg(long, value_name = "F", value_parser = crate::commands::ranges::positive)]
     pub moe_capacity_factor: Option<f64>,
-    /// Also write a Markdown report (and a PNG plot beside it) to this path, replaced as
-    /// `--json` is.
+    /// Also write a Markdown report (and a PNG plot beside it) to this path: a new file, or a
+    /// report an earlier run wrote, replaced whole; any other file is refused.
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Internal: measure one backend in this process and print its result.
