@@ -345,30 +345,6 @@ fn check_owned(position: usize, parameters: usize, share: ProcessShare) -> Resul
     Ok(())
 }
 
-/// The state of a checkpoint written on Burn 0.21, on `device`.
-fn legacy_state(
-    state: crate::checkpoint_legacy::LegacyState,
-    device: &Device,
-) -> Result<StateRecord, String> {
-    fn typed<const D: usize>(
-        state: crate::checkpoint_legacy::LegacyState,
-        device: &Device,
-    ) -> StateRecord {
-        StateRecord::from_state(AdamWState::<D> {
-            moment1: Tensor::from_data(state.moment1, device),
-            moment2: Tensor::from_data(state.moment2, device),
-            time: state.time,
-        })
-    }
-    Ok(match state.rank {
-        1 => typed::<1>(state, device),
-        2 => typed::<2>(state, device),
-        3 => typed::<3>(state, device),
-        4 => typed::<4>(state, device),
-        other => return Err(unsupported_rank(other)),
-    })
-}
-
 /// Loads optimizer state saved by [`OptimizerSnapshot::write`] for `module`'s parameters, split again
 /// as `layout` splits the model and the state, one layer at a time (the device holds one layer's
 /// whole state at most). `dir` is a checkpoint of the job's folder (rank 0's); a checkpoint
@@ -401,22 +377,6 @@ pub fn load_optimizer<M: Module + 'static>(
         let share = ProcessShare { rank, processes };
         let share_path = share_dir(dir, rank)?;
         let path = share_path.join(format!("{}.bpk", share.optimizer_file()));
-        let legacy_path = share_path.join(format!("{}.bin", share.optimizer_file()));
-        if !path.exists() && legacy_path.exists() {
-            let legacy_error = |message: String| TrainError::Checkpoint {
-                path: legacy_path.clone(),
-                message,
-            };
-            for state in crate::checkpoint_legacy::read(&legacy_path).map_err(legacy_error)? {
-                check_owned(state.position, parameters, share).map_err(legacy_error)?;
-                let position = state.position;
-                items.insert(
-                    position,
-                    legacy_state(state, &device).map_err(legacy_error)?,
-                );
-            }
-            continue;
-        }
         let checkpoint_error = |message: String| TrainError::Checkpoint {
             path: path.clone(),
             message,

@@ -22,7 +22,6 @@
 //!   (sequence parallelism, ZeRO-1, memory per device).
 
 pub mod align;
-mod checkpoint_legacy;
 pub mod checkpoint_state;
 pub mod clip;
 pub mod config;
