@@ -11,7 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::tensor::{Device, Tensor};
-use burn_trainium::server::{Access, ServeOptions};
 use burn_trainium::{ExecutorKind, TrainiumDevice};
 
 /// The environment variable that gives a client process the server's address.
@@ -21,15 +20,7 @@ const FREE_LIMIT: Duration = Duration::from_secs(30);
 
 /// A server of `device` on loopback.
 fn serve(device: TrainiumDevice) -> SocketAddr {
-    let options = ServeOptions::new(
-        vec![device],
-        "127.0.0.1:0".parse().unwrap(),
-        Access::Loopback,
-    );
-    burn_trainium::server::bind(&options)
-        .unwrap()
-        .serve_in_background()
-        .unwrap()
+    crate::support::serve_on_loopback(vec![device], |options| options)
 }
 
 /// This test binary run on the ignored test `name`, as a client of `server`.

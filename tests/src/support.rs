@@ -7,9 +7,11 @@
 //! process (`burn_trainium::device`), in f32 and bf16. In bf16 the inputs are values bf16 represents
 //! exactly; the reference computes in f32 on those values.
 
+use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard};
 
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
+use burn_trainium::server::{Access, ServeOptions};
 use burn_trainium::{TrainiumDevice, stats};
 
 /// The independent reference every backend result is compared with: Flex (burn-ndarray is
@@ -22,6 +24,19 @@ pub fn reference() -> Device {
 pub fn trainium(device: TrainiumDevice) -> Device {
     burn_trainium::device(&device.to_string())
         .unwrap_or_else(|error| panic!("serving {device}: {error}"))
+}
+
+/// A server of `devices` on a loopback port the system picks, as `hlat serve` runs it, with
+/// `limits` applied to its options; its address.
+pub fn serve_on_loopback(
+    devices: Vec<TrainiumDevice>,
+    limits: impl FnOnce(ServeOptions) -> ServeOptions,
+) -> SocketAddr {
+    let options = ServeOptions::new(devices, "127.0.0.1:0".parse().unwrap(), Access::Loopback);
+    burn_trainium::server::bind(&limits(options))
+        .unwrap()
+        .serve_in_background()
+        .unwrap()
 }
 
 /// The `host` executor (one replica) served as a Burn device.

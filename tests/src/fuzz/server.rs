@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::remote::RemoteHost;
 use burn::tensor::{Device, Tensor};
-use burn_trainium::server::{Access, ServeOptions};
+use burn_trainium::server::ServeOptions;
 use burn_trainium::{ExecutorKind, TrainiumDevice};
 use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response};
 use tungstenite::{Message, WebSocket};
@@ -33,19 +33,11 @@ const FREE_LIMIT: Duration = Duration::from_secs(30);
 
 /// A server of [`DEVICE`] on loopback, with limits small enough that no input allocates much.
 fn serve() -> SocketAddr {
-    let options = ServeOptions {
+    crate::support::serve_on_loopback(vec![DEVICE], |options| ServeOptions {
         max_tensor_bytes: Some(16 << 20),
         max_client_bytes: Some(64 << 20),
-        ..ServeOptions::new(
-            vec![DEVICE],
-            "127.0.0.1:0".parse().unwrap(),
-            Access::Loopback,
-        )
-    };
-    burn_trainium::server::bind(&options)
-        .unwrap()
-        .serve_in_background()
-        .unwrap()
+        ..options
+    })
 }
 
 /// A Burn device reaching `url`.
