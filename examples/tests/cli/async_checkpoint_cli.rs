@@ -4,14 +4,15 @@
 //! killed; a write that fails stops the run naming the file, or, with
 //! `--continue-on-checkpoint-error`, is reported while training goes on.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hlat::checkpoint::run_folder::RunFolder;
 
 use super::disk_faults::{DiskFault, hlat_with};
-use super::{NO_VARIABLES, as_strs, losses, run_flags, succeed_in};
+use super::{NO_VARIABLES, as_strs, losses, run_flags, succeed_in, wait_until};
 
 /// The steps of the runs here: a checkpoint every 2 ([`run_flags`]), the one of step 4 faulted.
 const STEPS: &str = "8";
@@ -124,21 +125,23 @@ fn a_run_killed_before_during_or_right_after_a_background_write_resumes_as_never
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting hlat");
-        let started = Instant::now();
-        while !marker.exists() {
-            if let Some(status) = child.try_wait().unwrap() {
-                let output = child.wait_with_output().unwrap();
-                panic!(
-                    "{point}: hlat ended ({status}) before the write stalled:\n{}",
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(300),
-                "{point}: the write never stalled"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            Duration::from_secs(300),
+            &format!("{point}: the write stalling"),
+            || {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let mut stderr = String::new();
+                    child
+                        .stderr
+                        .take()
+                        .unwrap()
+                        .read_to_string(&mut stderr)
+                        .unwrap();
+                    panic!("{point}: hlat ended ({status}) before the write stalled:\n{stderr}");
+                }
+                marker.exists()
+            },
+        );
         child.kill().unwrap();
         child.wait().unwrap();
         std::fs::remove_file(&marker).unwrap();
@@ -229,13 +232,10 @@ fn sigterm_stops_a_run_after_a_step_that_it_checkpoints_once_the_write_under_way
         .spawn()
         .expect("starting hlat");
     let run = work.join("run");
-    let started = Instant::now();
-    while std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |text| text.lines().count())
-        < 3
-    {
-        assert!(started.elapsed() < Duration::from_secs(300), "no step 3");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Duration::from_secs(300), "step 3", || {
+        std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |text| text.lines().count())
+            >= 3
+    });
     // SAFETY: `kill` sends a signal to the child process, which this test started.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let output = child.wait_with_output().unwrap();

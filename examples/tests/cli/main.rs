@@ -33,6 +33,18 @@ use std::process::Command;
 
 use test_support::fixtures::fixture;
 
+/// Polls `condition` every 20 ms until it holds; fails saying `waiting for` past `limit`.
+fn wait_until(limit: std::time::Duration, waiting_for: &str, mut condition: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < limit,
+            "{waiting_for}: not within {limit:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The `hlat` program under test.
 fn hlat() -> Command {
     Command::new(env!("CARGO_BIN_EXE_hlat"))

@@ -12,7 +12,7 @@ use burn_trainium::hlo::HloModuleProto;
 use prost::Message;
 
 use super::disk_faults::{self, DiskFault};
-use super::{hlat, require_plugin, run, succeed};
+use super::{hlat, require_plugin, run, succeed, wait_until};
 
 /// Data parallel across the two processes.
 const DATA_PARALLEL: &[&str] = &["--dp", "2"];
@@ -274,14 +274,9 @@ fn a_lost_rank_stops_the_job_and_a_restart_resumes_where_both_ranks_were() {
     let mut rank1 = start_rank(1, port, &flags);
 
     // Rank 1 dies (SIGKILL, as a failed node would) once it has written step 10.
-    let started = Instant::now();
-    while !complete_steps(&rank1_folder).contains(&10) {
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "rank 1 never wrote step 10"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(Duration::from_secs(600), "rank 1 writing step 10", || {
+        complete_steps(&rank1_folder).contains(&10)
+    });
     rank1.kill().unwrap();
     rank1.wait().unwrap();
     let (output, waited) = finish(rank0, Duration::from_secs(120));
@@ -341,14 +336,11 @@ fn a_rank_killed_while_it_writes_in_the_background_resumes_as_a_job_never_killed
     let port = free_base_port();
     let rank0 = start_rank(0, port, &flags);
     let mut rank1 = start_rank_with(1, port, &flags, &disk_faults::variables(&stall));
-    let started = Instant::now();
-    while !marker.exists() || !complete_steps(&job).contains(&15) {
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "rank 1 never stalled at step 10, or rank 0 never wrote step 15"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        Duration::from_secs(600),
+        "rank 1 stalling at step 10 and rank 0 writing step 15",
+        || marker.exists() && complete_steps(&job).contains(&15),
+    );
     rank1.kill().unwrap();
     rank1.wait().unwrap();
     let (output, _) = finish(rank0, Duration::from_secs(120));
