@@ -22,6 +22,8 @@
 //! - [`merge`]: mergekit-style merges (linear, SLERP, task arithmetic, TIES, DARE) of Hugging
 //!   Face checkpoints.
 //! - [`lora`]: LoRA adapters (PEFT's formulation), frozen base weights, merging.
+//! - [`fully_sharded`]: fully sharded data parallelism (parameters kept as [`flat_shards`],
+//!   gathered whole layer by layer).
 //! - [`parallel`]: tensor and sequence parallelism (split weights, the exchanges between ranks).
 //! - [`pipeline`]: pipeline parallelism (stages, 1F1B and interleaved schedules in one SPMD
 //!   program).
@@ -38,6 +40,8 @@ mod config;
 pub mod expert_parallel;
 mod family;
 mod file_error;
+pub mod flat_shards;
+pub mod fully_sharded;
 pub mod generate;
 pub mod hf;
 mod linear;

@@ -15,6 +15,7 @@
 //!   weighted values) and a dense MLP's activation are recomputed; the projections' outputs are
 //!   kept (Korthikanti et al. 2022), and so is a mixture of experts' feed-forward network.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -25,6 +26,8 @@ use burn_trainium::collective;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{Attention, Context};
+use crate::block::DecoderLayer;
+use crate::fully_sharded::FullySharded;
 use burn_trainium::attention::is_fused_on;
 
 use crate::blocked_attention::{ATTENTION_BLOCK, attends_by_block};
@@ -73,8 +76,8 @@ impl fmt::Display for ActivationCheckpointing {
     }
 }
 
-/// A stage's computation: the model (with or without gradients) and the stage's inputs.
-type Run<'a> = Box<dyn Fn(&Hlat, Vec<Tensor<3>>) -> Vec<Tensor<3>> + 'a>;
+/// A stage's computation: its layer's weights (with or without gradients) and the stage's inputs.
+type Run<'a> = Box<dyn Fn(&DecoderLayer, Vec<Tensor<3>>) -> Vec<Tensor<3>> + 'a>;
 
 /// A kept stage's input leaves and its outputs, with their graph.
 struct Recorded {
@@ -84,14 +87,24 @@ struct Recorded {
 
 /// One stage of the step, as the forward pass left it.
 enum Stage<'a> {
-    /// Its graph, kept for the backward pass; `routes`: its last output is a router's logits.
-    Kept { recorded: Recorded, routes: bool },
-    /// What runs it again: its computation and the values that entered it (without graph);
-    /// `routes`: its last output is a router's logits.
+    /// Its graph, kept for the backward pass, of layer `layer`; `routes`: its last output is a
+    /// router's logits; `weights`: under fully sharded data parallelism, the layer gathered whole
+    /// (as leaves) that it ran on.
+    Kept {
+        recorded: Recorded,
+        routes: bool,
+        layer: usize,
+        weights: Option<DecoderLayer>,
+    },
+    /// What runs it again: its computation and the values that entered it (without graph), of
+    /// layer `layer`; `routes`: its last output is a router's logits; `weighted`: it uses the
+    /// layer's weights.
     Recomputed {
         run: Run<'a>,
         inputs: Vec<Tensor<3>>,
         routes: bool,
+        layer: usize,
+        weighted: bool,
     },
     /// The attention core of layer `layer` over a long sequence: the values that entered it
     /// (`[x, queries, keys, values]`, without graph); run again one block of queries at a time.
@@ -101,13 +114,15 @@ enum Stage<'a> {
     },
 }
 
-/// A stage of a layer: its computation, how the backward pass gets its graph, and whether its
-/// last output is the logits `[1, tokens, experts]` of a mixture's router (which go to the
-/// load-balancing loss, not to the next stage).
+/// A stage of a layer: its computation, how the backward pass gets its graph, whether its last
+/// output is the logits `[1, tokens, experts]` of a mixture's router (which go to the
+/// load-balancing loss, not to the next stage), and whether it uses the layer's weights (the
+/// attention core and the activation do not: they need nothing gathered).
 struct Planned<'a> {
     run: Run<'a>,
     treatment: Treatment,
     routes: bool,
+    weighted: bool,
 }
 
 /// How the backward pass gets the graph of a stage.
@@ -164,11 +179,12 @@ impl Hlat {
         ignore_id: Option<u32>,
         exchange: &dyn Exchange,
         checkpointing: ActivationCheckpointing,
+        sharded: Option<&FullySharded>,
     ) -> ObjectiveGradients {
         self.head_objective_and_gradients(
             input_ids,
             exchange,
-            checkpointing,
+            (checkpointing, sharded),
             HeadObjective {
                 load_balancing: true,
                 of_logits: |logits| loss_from_logits(logits, targets, ignore_id, exchange),
@@ -178,7 +194,9 @@ impl Hlat {
 
     /// [`Hlat::loss_and_gradients`] of another objective of the logits `[batch, seq, vocab /
     /// degree]` (`head`: a preference loss of the log-probabilities of each target, say), with
-    /// or without a mixture's load-balancing loss.
+    /// or without a mixture's load-balancing loss. Under fully sharded data parallelism
+    /// (`sharded`: the model holds slices) each part is gathered whole just before it runs and
+    /// its gradients are left as slices ([`crate::fully_sharded`]).
     ///
     /// # Panics
     /// When the model is not on an autodiff device (`Device::autodiff`).
@@ -186,23 +204,28 @@ impl Hlat {
         &self,
         input_ids: Tensor<2, Int>,
         exchange: &dyn Exchange,
-        checkpointing: ActivationCheckpointing,
+        (checkpointing, sharded): (ActivationCheckpointing, Option<&FullySharded>),
         head: HeadObjective<impl FnOnce(Tensor<3>) -> Tensor<1>>,
     ) -> ObjectiveGradients {
         let [_, seq] = input_ids.dims();
         let rotary = self.rotary(0, seq, &input_ids.device());
         let mut gradients = GradientsParams::new();
 
-        // Forward: the embedding keeps its graph, then the stages.
-        let embedded = self.embed(input_ids, exchange);
+        // Forward: the embedding keeps its graph (under fully sharded data parallelism it lets
+        // its gathered weights go, and runs again for the backward pass), then the stages.
+        let embedded = self
+            .outer_weights(sharded, OuterPart::Embedding)
+            .embed(input_ids.clone(), exchange);
+        let input = embedded.clone().detach();
+        let embedded = sharded.is_none().then_some(embedded);
         let layers = 0..self.layers.len();
         let mut staged = StagedLayers::forward(
             self,
             layers,
-            embedded.clone().detach(),
+            input,
             (&rotary, seq),
             exchange,
-            checkpointing,
+            (checkpointing, sharded),
         );
         let balancing = match head.load_balancing {
             true => staged.load_balancing(self, exchange),
@@ -210,13 +233,34 @@ impl Hlat {
         };
 
         // The head and the loss, then backward through the stages in reverse.
+        let head_weights = self.outer_weights(sharded, OuterPart::Head);
         let last = staged.output.clone().require_grad();
-        let loss = (head.of_logits)(self.head(last.clone(), exchange));
+        let loss = (head.of_logits)(head_weights.head(last.clone(), exchange));
         let mut grads = loss.backward();
         let head_input = vec![last.grad_remove(&mut grads)];
-        let upstream = collect(self, &mut grads, &mut gradients, head_input);
+        let upstream = collect_sharded(
+            &head_weights,
+            sharded,
+            &mut grads,
+            &mut gradients,
+            head_input,
+        );
+        drop(head_weights);
         let upstream = staged.backward(self, self, upstream, &mut gradients);
-        backpropagate(self, vec![embedded], upstream, &[], &mut gradients);
+        match embedded {
+            Some(embedded) => {
+                backpropagate(self, vec![embedded], upstream, &[], &mut gradients);
+            }
+            None => {
+                let weights = self.outer_weights(sharded, OuterPart::Embedding);
+                let embedded = weights.embed(input_ids, exchange);
+                let mut whole = GradientsParams::new();
+                backpropagate(&*weights, vec![embedded], upstream, &[], &mut whole);
+                if let Some(sharded) = sharded {
+                    sharded.scatter_into(&*weights, whole, &mut gradients);
+                }
+            }
+        }
         let loss = loss.detach();
         let (objective, load_balancing) = match balancing {
             Some((balance, coefficient)) => (
@@ -233,6 +277,57 @@ impl Hlat {
     }
 }
 
+/// The parts of the model outside its layers that one pass of the step uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OuterPart {
+    /// The token embedding.
+    Embedding,
+    /// The final norm and the head (the embedding when they are tied).
+    Head,
+}
+
+impl Hlat {
+    /// The model as a pass over `part` uses it: itself, or under fully sharded data parallelism
+    /// a copy without layers whose `part` is gathered whole as leaves (the rest stays in slices).
+    fn outer_weights(&self, sharded: Option<&FullySharded>, part: OuterPart) -> Cow<'_, Hlat> {
+        let Some(sharded) = sharded else {
+            return Cow::Borrowed(self);
+        };
+        let mut view = self.clone().with_layers(Vec::new());
+        match (part, view.lm_head.take()) {
+            (OuterPart::Embedding, lm_head) | (OuterPart::Head, lm_head @ None) => {
+                view.embed_tokens = sharded.gather_leaves(view.embed_tokens);
+                view.lm_head = lm_head;
+            }
+            (OuterPart::Head, Some(lm_head)) => {
+                view.lm_head = Some(sharded.gather_leaves(lm_head));
+            }
+        }
+        if part == OuterPart::Head {
+            view.norm = sharded.gather_leaves(view.norm);
+        }
+        Cow::Owned(view)
+    }
+}
+
+/// [`collect`] of `model`, whose parameters under fully sharded data parallelism (`sharded`) are
+/// gathered whole: their gradients join `gradients` as this rank's slices of their sums.
+fn collect_sharded(
+    model: &Hlat,
+    sharded: Option<&FullySharded>,
+    grads: &mut Gradients,
+    gradients: &mut GradientsParams,
+    inputs: Vec<Option<Tensor<3>>>,
+) -> Vec<Option<Tensor<3>>> {
+    let Some(sharded) = sharded else {
+        return collect(model, grads, gradients, inputs);
+    };
+    let mut whole = GradientsParams::new();
+    let upstream = collect(model, grads, &mut whole, inputs);
+    sharded.scatter_into(model, whole, gradients);
+    upstream
+}
+
 /// Layers run forward through the stages activation checkpointing asks for, as the backward pass
 /// needs them: the output (without graph) and each stage's graph or what runs it again.
 pub(crate) struct StagedLayers<'a> {
@@ -244,18 +339,22 @@ pub(crate) struct StagedLayers<'a> {
     /// The gradient of the objective with respect to each of `router_logits`, once
     /// [`StagedLayers::load_balancing`] has computed them.
     router_gradients: Vec<Tensor<2>>,
+    /// Under fully sharded data parallelism, how the model's slices gather into whole layers.
+    sharded: Option<&'a FullySharded>,
 }
 
 impl<'a> StagedLayers<'a> {
     /// Runs `layers` of `model` from `input` (without graph) over a sequence of `seq`
-    /// positions: kept stages record their graph, recomputed ones run without gradients.
+    /// positions: kept stages record their graph, recomputed ones run without gradients. Under
+    /// fully sharded data parallelism (`sharded`) each layer's weights are gathered whole for its
+    /// stages, and kept with the kept ones.
     pub fn forward(
         model: &Hlat,
         layers: std::ops::Range<usize>,
         input: Tensor<3>,
         (rotary, seq): (&'a RotaryTables, usize),
         exchange: &'a dyn Exchange,
-        checkpointing: ActivationCheckpointing,
+        (checkpointing, sharded): (ActivationCheckpointing, Option<&'a FullySharded>),
     ) -> Self {
         // A Trainium device attends in one fused operation, whose backward pass already keeps no
         // scores: no stage of its own for the attention core.
@@ -266,36 +365,55 @@ impl<'a> StagedLayers<'a> {
         let mut router_logits = Vec::new();
         for index in layers {
             let mixture = model.layers[index].moe.is_some();
-            for planned in layer_stages(index, rotary, exchange, checkpointing, by_block, mixture) {
+            // The layer gathered whole once for its stages: as leaves for the kept ones, without
+            // graph for the others.
+            let gathered = sharded.map(|sharded| {
+                let leaves = sharded.gather_leaves(model.layers[index].clone());
+                (leaves.clone().no_grad(), leaves)
+            });
+            for planned in layer_stages(rotary, exchange, checkpointing, by_block, mixture) {
                 let Planned {
                     run,
                     treatment,
                     routes,
+                    weighted,
                 } = planned;
+                let gathered = gathered.as_ref().filter(|_| weighted);
+                let plain = gathered.map_or(&without_gradients.layers[index], |(plain, _)| plain);
                 let inputs = carry;
                 let (mut outputs, stage) = match treatment {
                     Treatment::Kept => {
                         let leaves: Vec<_> = inputs.into_iter().map(Tensor::require_grad).collect();
-                        let outputs = run(model, leaves.clone());
+                        let weights = gathered.map(|(_, leaves)| leaves.clone());
+                        let layer = weights.as_ref().unwrap_or(&model.layers[index]);
+                        let outputs = run(layer, leaves.clone());
                         let recorded = Recorded {
                             leaves,
                             outputs: outputs.clone(),
                         };
-                        (outputs, Stage::Kept { recorded, routes })
+                        let stage = Stage::Kept {
+                            recorded,
+                            routes,
+                            layer: index,
+                            weights,
+                        };
+                        (outputs, stage)
                     }
                     Treatment::Recomputed => {
-                        let outputs = run(&without_gradients, inputs.clone());
+                        let outputs = run(plain, inputs.clone());
                         (
                             outputs,
                             Stage::Recomputed {
                                 run,
                                 inputs,
                                 routes,
+                                layer: index,
+                                weighted,
                             },
                         )
                     }
                     Treatment::AttentionByBlock => {
-                        let outputs = run(&without_gradients, inputs.clone());
+                        let outputs = run(plain, inputs.clone());
                         let stage = Stage::AttentionByBlock {
                             layer: index,
                             inputs,
@@ -317,6 +435,7 @@ impl<'a> StagedLayers<'a> {
             stages,
             router_logits,
             router_gradients: Vec::new(),
+            sharded,
         }
     }
 
@@ -364,7 +483,9 @@ impl<'a> StagedLayers<'a> {
     /// Backpropagates `upstream` (the gradient of the output) through the stages in reverse,
     /// running recomputed stages again on `model`: the gradients of `leaves`' parameters (the
     /// leaf model `model` is computed from: itself, or the model whose parameters `model`'s are
-    /// selected from) are added to `gradients`; returns the gradient of the input.
+    /// selected from) are added to `gradients`; returns the gradient of the input. Under fully
+    /// sharded data parallelism a recomputed layer is gathered again, and each layer's whole
+    /// gradients are reduce-scattered into slices once its stages are done.
     pub fn backward(
         self,
         model: &Hlat,
@@ -372,8 +493,24 @@ impl<'a> StagedLayers<'a> {
         mut upstream: Vec<Option<Tensor<3>>>,
         gradients: &mut GradientsParams,
     ) -> Vec<Option<Tensor<3>>> {
+        let sharded = self.sharded;
         let mut router_gradients = self.router_gradients;
+        // Under fully sharded data parallelism: the layer being backpropagated, its whole
+        // gradients, and its weights gathered again for its recomputed stages.
+        let mut open: Option<OpenLayer> = None;
         for stage in self.stages.into_iter().rev() {
+            if let Some(sharded) = sharded {
+                let layer = stage.layer();
+                if open.as_ref().is_some_and(|open| open.layer != layer) {
+                    let done = open.take().expect("checked");
+                    sharded.scatter_into(&leaves.layers[done.layer], done.whole, gradients);
+                }
+                open.get_or_insert_with(|| OpenLayer {
+                    layer,
+                    whole: GradientsParams::new(),
+                    weights: None,
+                });
+            }
             let routes = matches!(
                 stage,
                 Stage::Kept { routes: true, .. } | Stage::Recomputed { routes: true, .. }
@@ -387,13 +524,34 @@ impl<'a> StagedLayers<'a> {
                 });
                 upstream.push(gradient);
             }
-            let (stage_leaves, outputs) = match stage {
-                Stage::Kept { recorded, .. } => (recorded.leaves, recorded.outputs),
-                Stage::Recomputed { run, inputs, .. } => {
+            let (stage_leaves, outputs, weights) = match stage {
+                Stage::Kept {
+                    recorded, weights, ..
+                } => (recorded.leaves, recorded.outputs, weights),
+                Stage::Recomputed {
+                    run,
+                    inputs,
+                    layer,
+                    weighted,
+                    ..
+                } => {
                     let (stage_leaves, fenced) = fence(inputs, upstream);
                     upstream = fenced;
-                    let outputs = run(model, stage_leaves.clone());
-                    (stage_leaves, outputs)
+                    let weights = match (sharded, open.as_mut()) {
+                        (Some(sharded), Some(open)) if weighted => Some(
+                            open.weights
+                                .get_or_insert_with(|| {
+                                    sharded.gather_leaves(model.layers[layer].clone())
+                                })
+                                .clone(),
+                        ),
+                        _ => None,
+                    };
+                    let outputs = run(
+                        weights.as_ref().unwrap_or(&model.layers[layer]),
+                        stage_leaves.clone(),
+                    );
+                    (stage_leaves, outputs, weights)
                 }
                 Stage::AttentionByBlock { layer, inputs } => {
                     let attention = &model.layers[layer].self_attn;
@@ -401,20 +559,46 @@ impl<'a> StagedLayers<'a> {
                     continue;
                 }
             };
-            upstream = backpropagate(leaves, outputs, upstream, &stage_leaves, gradients);
+            upstream = match (weights, open.as_mut()) {
+                (Some(weights), Some(open)) => {
+                    backpropagate(&weights, outputs, upstream, &stage_leaves, &mut open.whole)
+                }
+                _ => backpropagate(leaves, outputs, upstream, &stage_leaves, gradients),
+            };
+        }
+        if let (Some(sharded), Some(done)) = (sharded, open) {
+            sharded.scatter_into(&leaves.layers[done.layer], done.whole, gradients);
         }
         upstream
     }
 }
 
-/// The stages of layer `index` and how the backward pass gets the graph of each. With
-/// `by_block` (a long sequence, see [`attends_by_block`], on a device without the fused
-/// attention) the attention core is a stage of its own, run again by blocks of queries whatever `checkpointing` says, so no stage
-/// keeps `[seq × seq]` scores. The feed-forward network of a `mixture` of experts is one stage
+/// The layer a fully sharded backward pass is in: its whole gradients so far, and its weights
+/// gathered again once a recomputed stage needs them.
+struct OpenLayer {
+    layer: usize,
+    whole: GradientsParams,
+    weights: Option<DecoderLayer>,
+}
+
+impl Stage<'_> {
+    /// The layer the stage belongs to.
+    fn layer(&self) -> usize {
+        match self {
+            Stage::Kept { layer, .. }
+            | Stage::Recomputed { layer, .. }
+            | Stage::AttentionByBlock { layer, .. } => *layer,
+        }
+    }
+}
+
+/// The stages of a layer and how the backward pass gets the graph of each. With `by_block` (a
+/// long sequence, see [`attends_by_block`], on a device without the fused attention) the
+/// attention core is a stage of its own, run again by blocks of queries whatever
+/// `checkpointing` says, so no stage keeps `[seq × seq]` scores. The feed-forward network of a `mixture` of experts is one stage
 /// (kept under selective checkpointing: its experts' activations are kept), whose router logits
 /// leave it beside its output.
 fn layer_stages<'a>(
-    index: usize,
     rotary: &'a RotaryTables,
     exchange: &'a dyn Exchange,
     checkpointing: ActivationCheckpointing,
@@ -435,17 +619,24 @@ fn layer_stages<'a>(
         run,
         treatment,
         routes: false,
+        weighted: true,
+    };
+    let unweighted = |run, treatment| Planned {
+        run,
+        treatment,
+        routes: false,
+        weighted: false,
     };
     let routing = |run, treatment| Planned {
         run,
         treatment,
         routes: true,
+        weighted: true,
     };
     match checkpointing {
         ActivationCheckpointing::None | ActivationCheckpointing::Full if !by_block => {
-            let whole: Run<'a> = Box::new(move |model, inputs| {
+            let whole: Run<'a> = Box::new(move |layer, inputs| {
                 let x = inputs.into_iter().next().expect("a layer input");
-                let layer = &model.layers[index];
                 let (output, router_logits) =
                     layer.forward_routed(x, rotary, Context::Full, exchange);
                 let mut outputs = vec![output];
@@ -456,37 +647,38 @@ fn layer_stages<'a>(
                 run: whole,
                 treatment: whole_treatment,
                 routes: mixture,
+                weighted: true,
             }]
         }
         ActivationCheckpointing::None | ActivationCheckpointing::Full => {
             let rest = if mixture {
-                routing(mixture_stage(index, exchange), whole_treatment)
+                routing(mixture_stage(exchange), whole_treatment)
             } else {
                 let rest = chain(vec![
-                    mix_stage(index, exchange),
+                    mix_stage(exchange),
                     activate_stage(),
-                    down_stage(index, exchange),
+                    down_stage(exchange),
                 ]);
                 plan(rest, whole_treatment)
             };
             vec![
-                plan(project_stage(index, rotary, exchange), whole_treatment),
-                plan(attend_stage(index), attend_treatment),
+                plan(project_stage(rotary, exchange), whole_treatment),
+                unweighted(attend_stage(), attend_treatment),
                 rest,
             ]
         }
         ActivationCheckpointing::Selective => {
             let mut stages = vec![
-                plan(project_stage(index, rotary, exchange), Treatment::Kept),
-                plan(attend_stage(index), attend_treatment),
+                plan(project_stage(rotary, exchange), Treatment::Kept),
+                unweighted(attend_stage(), attend_treatment),
             ];
             if mixture {
-                stages.push(routing(mixture_stage(index, exchange), Treatment::Kept));
+                stages.push(routing(mixture_stage(exchange), Treatment::Kept));
             } else {
                 stages.extend([
-                    plan(mix_stage(index, exchange), Treatment::Kept),
-                    plan(activate_stage(), Treatment::Recomputed),
-                    plan(down_stage(index, exchange), Treatment::Kept),
+                    plan(mix_stage(exchange), Treatment::Kept),
+                    unweighted(activate_stage(), Treatment::Recomputed),
+                    plan(down_stage(exchange), Treatment::Kept),
                 ]);
             }
             stages
@@ -494,14 +686,9 @@ fn layer_stages<'a>(
     }
 }
 
-/// `[x] -> [x, queries, keys, values]` of layer `index` (heads flattened, see [`flatten`]).
-fn project_stage<'a>(
-    index: usize,
-    rotary: &'a RotaryTables,
-    exchange: &'a dyn Exchange,
-) -> Run<'a> {
-    Box::new(move |model, inputs| {
-        let layer = &model.layers[index];
+/// `[x] -> [x, queries, keys, values]` of a layer (heads flattened, see [`flatten`]).
+fn project_stage<'a>(rotary: &'a RotaryTables, exchange: &'a dyn Exchange) -> Run<'a> {
+    Box::new(move |layer, inputs| {
         let x = inputs.into_iter().next().expect("a layer input");
         let normed = exchange.enter(layer.input_layernorm.forward(x.clone()));
         let (queries, keys, values) = layer.self_attn.project(normed, rotary);
@@ -509,10 +696,11 @@ fn project_stage<'a>(
     })
 }
 
-/// `[x, queries, keys, values] -> [x, attention]`: the attention core of layer `index`.
-fn attend_stage<'a>(index: usize) -> Run<'a> {
-    Box::new(move |model, inputs| {
-        let attention = &model.layers[index].self_attn;
+/// `[x, queries, keys, values] -> [x, attention]`: the attention core of a layer (which uses
+/// none of its weights).
+fn attend_stage<'a>() -> Run<'a> {
+    Box::new(move |layer, inputs| {
+        let attention = &layer.self_attn;
         let [x, queries, keys, values] = take(inputs);
         let output = attention.attend(
             unflatten(queries, attention.num_heads),
@@ -524,11 +712,10 @@ fn attend_stage<'a>(index: usize) -> Run<'a> {
     })
 }
 
-/// `[x, attention] -> [h, gate, up]`: the output projection and residual of layer `index`, then
-/// the MLP's input projections.
-fn mix_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
-    Box::new(move |model, inputs| {
-        let layer = &model.layers[index];
+/// `[x, attention] -> [h, gate, up]`: the output projection and residual of a layer, then the
+/// MLP's input projections.
+fn mix_stage<'a>(exchange: &'a dyn Exchange) -> Run<'a> {
+    Box::new(move |layer, inputs| {
         let [x, output] = take(inputs);
         let h = x + layer.self_attn.output(output, exchange);
         let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
@@ -548,24 +735,20 @@ fn activate_stage<'a>() -> Run<'a> {
     })
 }
 
-/// `[h, activation] -> [layer output]`: the MLP's output projection and residual of layer
-/// `index`.
-fn down_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
-    Box::new(move |model, inputs| {
+/// `[h, activation] -> [layer output]`: the MLP's output projection and residual of a layer.
+fn down_stage<'a>(exchange: &'a dyn Exchange) -> Run<'a> {
+    Box::new(move |layer, inputs| {
         let [h, activation] = take(inputs);
-        let mlp = model.layers[index]
-            .dense_mlp()
-            .expect("a dense layer's stage");
+        let mlp = layer.dense_mlp().expect("a dense layer's stage");
         vec![h + mlp.down(activation, exchange)]
     })
 }
 
-/// `[x, attention] -> [layer output, router logits]`: the output projection and residual of
-/// layer `index`, then its mixture of experts and residual; the router's logits as
-/// `[1, tokens, experts]`.
-fn mixture_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
-    Box::new(move |model, inputs| {
-        let layer = &model.layers[index];
+/// `[x, attention] -> [layer output, router logits]`: the output projection and residual of a
+/// layer, then its mixture of experts and residual; the router's logits as `[1, tokens,
+/// experts]`.
+fn mixture_stage<'a>(exchange: &'a dyn Exchange) -> Run<'a> {
+    Box::new(move |layer, inputs| {
         let [x, output] = take(inputs);
         let h = x + layer.self_attn.output(output, exchange);
         let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
@@ -577,7 +760,7 @@ fn mixture_stage<'a>(index: usize, exchange: &'a dyn Exchange) -> Run<'a> {
 
 /// One stage running `runs` in order, each on the outputs of the one before.
 fn chain<'a>(runs: Vec<Run<'a>>) -> Run<'a> {
-    Box::new(move |model, inputs| runs.iter().fold(inputs, |carry, run| run(model, carry)))
+    Box::new(move |layer, inputs| runs.iter().fold(inputs, |carry, run| run(layer, carry)))
 }
 
 /// The gradients of the attention core's inputs `[x, queries, keys, values]` from those of its
@@ -691,8 +874,8 @@ fn fence(
 /// gradients, so the next stage back cannot start before this stage's parameter gradients are
 /// computed: a compiler would otherwise be free to postpone every weight gradient to the end of
 /// the step and keep each stage's activations alive until then.
-pub(crate) fn backpropagate(
-    model: &Hlat,
+pub(crate) fn backpropagate<M: Module>(
+    model: &M,
     outputs: Vec<Tensor<3>>,
     upstream: Vec<Option<Tensor<3>>>,
     leaves: &[Tensor<3>],
@@ -719,8 +902,8 @@ pub(crate) fn backpropagate(
 
 /// Moves the gradients of `model`'s parameters from one backward pass into `gradients`, adding
 /// them to those already there, and returns `inputs`, fenced together with them.
-pub(crate) fn collect(
-    model: &Hlat,
+pub(crate) fn collect<M: Module>(
+    model: &M,
     grads: &mut Gradients,
     gradients: &mut GradientsParams,
     inputs: Vec<Option<Tensor<3>>>,

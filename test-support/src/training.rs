@@ -24,6 +24,7 @@ pub const EVERY_PARALLELISM: ParallelLayout = ParallelLayout {
     pipeline: 1,
     sequence_parallel: true,
     zero1: true,
+    fsdp: false,
 };
 
 /// A model trained step by step: a burn-train `Learner`, the optimizer step it runs and the

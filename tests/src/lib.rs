@@ -35,6 +35,8 @@ mod expert_parallel;
 #[cfg(test)]
 mod families;
 #[cfg(test)]
+mod fully_sharded;
+#[cfg(test)]
 mod fuzz;
 #[cfg(test)]
 mod generation;

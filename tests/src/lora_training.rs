@@ -32,8 +32,9 @@ fn weights(dir: &Path) -> Vec<Vec<u8>> {
 }
 
 /// LoRA of rank 4 on every projection of a frozen `hlat-test`, on one device, data parallel 2
-/// (with and without ZeRO-1), tensor parallel 2 (with sequence parallelism) and with full
-/// activation checkpointing, 10 steps on
+/// (with and without ZeRO-1, fully sharded with and without full activation checkpointing),
+/// tensor parallel 2 (with sequence parallelism) and with full activation checkpointing, 10
+/// steps on
 /// `host` and `xla`: the losses and gradient norms equal one device's within 1e-4, and every
 /// checkpoint's base weights equal the start's bit for bit.
 #[test]
@@ -63,6 +64,18 @@ fn lora_under_data_and_tensor_parallelism_equals_one_device() {
         },
         // Recomputed stages under frozen weights: the embedding takes no gradient.
         Layout {
+            checkpointing: ActivationCheckpointing::Full,
+            ..adapters
+        },
+        // Fully sharded: the frozen base in slices too, gathered for each pass.
+        Layout {
+            data: 2,
+            fsdp: true,
+            ..adapters
+        },
+        Layout {
+            data: 2,
+            fsdp: true,
             checkpointing: ActivationCheckpointing::Full,
             ..adapters
         },

@@ -42,6 +42,8 @@ pub(crate) struct Layout {
     pub virtual_stages: usize,
     pub sequence_parallel: bool,
     pub zero1: bool,
+    /// Fully sharded data parallelism over the data-parallel replicas.
+    pub fsdp: bool,
     pub checkpointing: ActivationCheckpointing,
     /// LoRA adapters of rank 4 (alpha 8, no dropout) on every projection, the base frozen.
     pub lora: bool,
@@ -56,6 +58,7 @@ pub(crate) const ONE_DEVICE: Layout = Layout {
     lora: false,
     sequence_parallel: false,
     zero1: false,
+    fsdp: false,
     checkpointing: ActivationCheckpointing::None,
 };
 
@@ -113,6 +116,7 @@ pub(crate) fn run_until(
             },
             sequence_parallel: layout.sequence_parallel,
             zero1: layout.zero1,
+            fsdp: layout.fsdp,
             activation_checkpointing: layout.checkpointing,
             lora: layout.lora.then(|| hlat::lora::LoraConfig::new(4, 8.0)),
             eval_every: 0,
@@ -589,7 +593,7 @@ pub(crate) fn assert_resumes_as_one_device(
 
 /// One optimizer step of `model` in `layout` over `batch`, with HLAT's AdamW and a short
 /// schedule: the model after it and the optimizer's state.
-fn one_step(
+pub(crate) fn one_step(
     model: LanguageModel,
     layout: ParallelLayout,
     batch: LmBatch,
@@ -620,7 +624,7 @@ fn one_step(
 }
 
 /// `count` rows of `width` consecutive token ids (modulo `vocab`).
-fn token_rows(count: u32, width: u32, vocab: u32) -> Vec<Vec<u32>> {
+pub(crate) fn token_rows(count: u32, width: u32, vocab: u32) -> Vec<Vec<u32>> {
     (0..count)
         .map(|row| (0..width).map(|i| (row * width + i) % vocab).collect())
         .collect()
@@ -661,7 +665,7 @@ fn zero1_keeps_a_slice_of_the_optimizer_state_per_replica() {
 }
 
 /// Counts the elements of the AdamW moments in an optimizer record, parameter by parameter.
-struct MomentElements {
+pub(crate) struct MomentElements {
     record: OptimizerRecord,
     elements: usize,
 }
@@ -751,10 +755,10 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
 
 /// Bytes of a replica's parameters and of their AdamW moments (every replica's tensors have the
 /// same shapes).
-struct HeldBytes {
-    record: OptimizerRecord,
-    parameter_bytes: u64,
-    optimizer_bytes: u64,
+pub(crate) struct HeldBytes {
+    pub record: OptimizerRecord,
+    pub parameter_bytes: u64,
+    pub optimizer_bytes: u64,
 }
 
 impl ModuleVisitor for HeldBytes {

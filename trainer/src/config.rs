@@ -78,6 +78,10 @@ pub struct TrainConfig {
     /// ZeRO-1: the AdamW state partitioned over the data-parallel replicas (needs
     /// `data_parallel > 1`).
     pub zero1: bool,
+    /// Fully sharded data parallelism (FSDP2, ZeRO-3): parameters, gradients and optimizer state
+    /// partitioned over the data-parallel replicas, each layer's weights gathered just before
+    /// use (needs `data_parallel > 1`; replaces `zero1`).
+    pub fsdp: bool,
     /// What the backward pass recomputes instead of keeping: `none`, `full` (each layer from
     /// its input) or `selective` (the attention core and the MLP activation).
     pub activation_checkpointing: ActivationCheckpointing,
@@ -145,6 +149,7 @@ impl Default for TrainConfig {
             virtual_stages: 1,
             sequence_parallel: false,
             zero1: false,
+            fsdp: false,
             activation_checkpointing: ActivationCheckpointing::None,
             precision: Precision::Bf16StochasticRounding,
             seed: 42,
@@ -220,6 +225,7 @@ impl TrainConfig {
             pipeline: self.pipeline_parallel,
             sequence_parallel: self.sequence_parallel,
             zero1: self.zero1,
+            fsdp: self.fsdp,
         }
     }
 
@@ -231,6 +237,30 @@ impl TrainConfig {
     /// Forward/backward passes accumulated into one optimizer step (on each replica).
     pub fn accumulation_steps(&self) -> usize {
         self.rows_per_step() / (self.micro_batch_rows * self.data_parallel)
+    }
+
+    /// The layouts fully sharded data parallelism trains with: data-parallel replicas to shard
+    /// over, without pipeline or expert parallelism (not supported with it yet).
+    fn check_fully_sharded(&self) -> Result<(), TrainError> {
+        let invalid = |message: &str| {
+            Err(TrainError::InvalidConfig {
+                field: "fsdp",
+                message: message.into(),
+            })
+        };
+        if self.data_parallel == 1 {
+            return invalid(
+                "shards the parameters over the data-parallel replicas: needs a data-parallel \
+                 degree above 1",
+            );
+        }
+        if self.pipeline_parallel > 1 {
+            return invalid("is not supported with pipeline parallelism yet");
+        }
+        if self.expert_parallel > 1 {
+            return invalid("is not supported with expert parallelism yet");
+        }
+        Ok(())
     }
 
     /// Checks the values against each other; the error names the offending field.
@@ -308,6 +338,9 @@ impl TrainConfig {
                  data-parallel degree above 1"
                     .into(),
             );
+        }
+        if self.fsdp {
+            self.check_fully_sharded()?;
         }
         if self.activation_checkpointing != ActivationCheckpointing::None
             && self.precision.compute_cast().is_some()

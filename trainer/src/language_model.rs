@@ -7,6 +7,7 @@ use burn::train::{InferenceStep, ItemLazy, TrainOutput, TrainStep};
 use burn_trainium::collective;
 use hlat::Hlat;
 use hlat::blocked_attention::attends_by_block;
+use hlat::fully_sharded::FullySharded;
 use hlat::parallel::{Exchange, TensorParallel, Unsharded};
 use hlat::pipeline::PipelineParallel;
 use hlat::recompute::{ActivationCheckpointing, HeadObjective, ObjectiveGradients};
@@ -37,6 +38,10 @@ pub struct LanguageModel {
     /// model holds its stage's layers (see `Hlat::into_stages`).
     #[module(skip)]
     pub pipeline: Option<PipelineParallel>,
+    /// Under fully sharded data parallelism, how the model's parameters (this rank's slices)
+    /// gather whole (`None`: the model holds them whole).
+    #[module(skip)]
+    pub fully_sharded: Option<FullySharded>,
 }
 
 /// The target of a padding row's positions: never a token id (vocabularies stay below 2^31),
@@ -96,6 +101,7 @@ impl LanguageModel {
             tensor_parallel: None,
             checkpointing: ActivationCheckpointing::None,
             pipeline: None,
+            fully_sharded: None,
         }
     }
 }
@@ -113,6 +119,7 @@ impl LanguageModel {
             tensor_parallel: Some(tensor_parallel),
             checkpointing: ActivationCheckpointing::None,
             pipeline: None,
+            fully_sharded: None,
         }
     }
 
@@ -193,12 +200,31 @@ impl LanguageModel {
     }
 
     /// `run` on the model in its compute dtype: a cast copy under mixed precision, else the
-    /// model itself.
+    /// model itself; under fully sharded data parallelism, gathered whole (after the cast, so
+    /// that the all-gathers carry the compute dtype) in the graph of the slices.
     fn in_compute_dtype<T>(&self, run: impl FnOnce(&Hlat) -> T) -> T {
-        match self.compute_cast {
-            Some(dtype) => run(&self.hlat.clone().map(&mut CastParams { dtype })),
-            None => run(&self.hlat),
+        let cast = self
+            .compute_cast
+            .map(|dtype| self.hlat.clone().map(&mut CastParams { dtype }));
+        match (&self.fully_sharded, cast) {
+            (Some(sharded), cast) => {
+                run(&sharded.gather(cast.unwrap_or_else(|| self.hlat.clone())))
+            }
+            (None, Some(cast)) => run(&cast),
+            (None, None) => run(&self.hlat),
         }
+    }
+
+    /// The model with its parameters gathered whole from this rank's slices (as leaves that
+    /// train when the slices do), under fully sharded data parallelism; `None` when the model
+    /// holds them whole. For what reads the whole model (a checkpoint).
+    pub fn gathered(&self) -> Option<LanguageModel> {
+        let sharded = self.fully_sharded.as_ref()?;
+        Some(LanguageModel {
+            hlat: sharded.gather_leaves(self.hlat.clone()),
+            fully_sharded: None,
+            ..self.clone()
+        })
     }
 }
 
@@ -362,6 +388,7 @@ impl TrainStep for LanguageModel {
                         batch.ignore_id,
                         exchange,
                         self.checkpointing,
+                        self.fully_sharded.as_ref(),
                     );
                     (staged, None)
                 }
@@ -386,7 +413,7 @@ impl TrainStep for LanguageModel {
                     let staged = self.hlat.head_objective_and_gradients(
                         batch.inputs.clone(),
                         exchange,
-                        self.checkpointing,
+                        (self.checkpointing, self.fully_sharded.as_ref()),
                         HeadObjective {
                             load_balancing: false,
                             of_logits,

@@ -230,7 +230,17 @@ impl HlatAdamW {
     /// `parallel::scatter_gradients`), updates its slice of the parameter and all-gathers the
     /// whole parameter; the slices of a mixture's split experts are over the replicas holding
     /// the same experts, those of the other parameters over the data-parallel group.
+    ///
+    /// Under fully sharded data parallelism the parameters are already this rank's slices: the
+    /// optimizer updates them as they are (their state has the same slices' shapes).
     pub fn partitioned_for(self, layout: &ParallelLayout) -> Self {
+        if layout.fsdp {
+            return Self {
+                zero1: None,
+                zero1_of_experts: None,
+                ..self
+            };
+        }
         // Experts that are not split are partitioned as every other parameter.
         let zero1_of_experts = if layout.expert > 1 {
             layout.zero1_of_experts()

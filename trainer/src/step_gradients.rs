@@ -121,7 +121,8 @@ fn accumulate(model: &LanguageModel, micro_batches: Vec<LmBatch>) -> Accumulated
 
 /// The forward and backward passes of `micro_batches` on `model`, their gradients combined over
 /// the replicas as `layout` says (sequence-parallel norm gains summed over the tensor group,
-/// data-parallel mean by bucketed all-reduce or, under ZeRO-1, reduce-scatter), measured with one
+/// data-parallel mean by bucketed all-reduce or, under ZeRO-1, reduce-scatter; under fully
+/// sharded data parallelism the backward pass reduce-scatters them), measured with one
 /// read back (loss and global norm) and clipped to `clip_grad_norm` (0: off). A failed read
 /// (the device's error) is [`TrainError::Device`].
 ///
@@ -166,6 +167,8 @@ pub fn step_gradients(
             _ if layout.expert > 1 => {
                 crate::parallel::reduce_gradients_with_experts(model, &mut grads, layout)
             }
+            // The backward pass already left each rank its slice of the sum.
+            _ if layout.fsdp => scale_grads(model, &mut grads, 1.0 / layout.data as f64),
             Some(zero1) => scatter_gradients(model, &mut grads, zero1),
             None => average_gradients(model, &mut grads, &groups),
         }

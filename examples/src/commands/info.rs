@@ -48,6 +48,10 @@ pub struct InfoArgs {
     /// The AdamW state partitioned over the data-parallel replicas.
     #[arg(long)]
     pub zero1: bool,
+    /// Fully sharded data parallelism: parameters, gradients and AdamW state partitioned over the
+    /// data-parallel replicas, each layer gathered whole just before use.
+    #[arg(long)]
+    pub fsdp: bool,
     /// What the backward pass recomputes: none, full or selective.
     #[arg(long, value_name = "MODE", default_value = "none")]
     pub activation_checkpointing: ActivationCheckpointing,
@@ -108,6 +112,11 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         "--sequence-parallel needs --tp above 1"
     );
     anyhow::ensure!(!args.zero1 || args.dp > 1, "--zero1 needs --dp above 1");
+    anyhow::ensure!(!args.fsdp || args.dp > 1, "--fsdp needs --dp above 1");
+    anyhow::ensure!(
+        !args.fsdp || args.ep == 1,
+        "--fsdp is not supported with --ep yet"
+    );
     anyhow::ensure!(
         args.dp.is_multiple_of(args.ep),
         "--ep {} does not divide --dp {}: expert-parallel ranks are data-parallel ranks",
@@ -147,6 +156,10 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         })
         .map_err(|error| anyhow::anyhow!("--align: {error}"))?;
     }
+    anyhow::ensure!(
+        !args.fsdp || pipeline_config.pipeline_parallel == 1,
+        "--fsdp is not supported with --pp yet"
+    );
     let layout = ParallelLayout {
         data: args.dp,
         expert: args.ep,
@@ -154,6 +167,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         pipeline: pipeline_config.pipeline_parallel,
         sequence_parallel: args.sequence_parallel,
         zero1: args.zero1,
+        fsdp: args.fsdp,
     };
     let batch_tokens = args.batch_tokens.unwrap_or(pipeline_config.batch_tokens);
     let micro_tokens = seq_len * micro_batch_rows * args.dp;
@@ -199,7 +213,9 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
     if layout.sequence_parallel {
         features.push("sequence parallel".to_string());
     }
-    if layout.zero1 {
+    if layout.fsdp {
+        features.push("fully sharded".to_string());
+    } else if layout.zero1 {
         features.push("ZeRO-1".to_string());
     }
     features.push(format!(
@@ -212,7 +228,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
          parameters per device: {}\n\
          {}\
          memory per device: parameters {:.2} GiB ({}), gradients {:.2} GiB, optimizer state \
-         {:.2} GiB, activations {:.2} GiB (estimate: {} x {} tokens per micro-batch)\n\
+         {:.2} GiB, {}activations {:.2} GiB (estimate: {} x {} tokens per micro-batch)\n\
          {alignment}\
          total per device: {:.2} GiB of {budget} GiB: {}\n\
          checkpoint staging (--async-checkpoint): {:.2} GiB of host memory (the model in f32 \
@@ -240,6 +256,18 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         args.precision,
         gib(memory.gradient_bytes),
         gib(memory.optimizer_bytes),
+        match (layout.fsdp, args.activation_checkpointing) {
+            (false, _) => String::new(),
+            (true, ActivationCheckpointing::Full) => format!(
+                "gathered weights {:.2} GiB (the largest layer at a time), ",
+                gib(memory.gathered_bytes)
+            ),
+            (true, _) => format!(
+                "gathered weights {:.2} GiB (every layer's, kept for the backward pass; \
+                 --activation-checkpointing full gathers one at a time), ",
+                gib(memory.gathered_bytes)
+            ),
+        },
         gib(memory.activation_bytes),
         micro_batch_rows,
         seq_len,

@@ -71,6 +71,11 @@ pub struct TrainArgs {
     /// each replica updates its slice, parameters all-gathered).
     #[arg(long)]
     pub zero1: bool,
+    /// Fully sharded data parallelism (FSDP2, ZeRO-3): parameters, gradients and AdamW state
+    /// partitioned over the --dp replicas, each layer's weights all-gathered just before use and
+    /// its gradients reduce-scattered (replaces --zero1).
+    #[arg(long)]
+    pub fsdp: bool,
     /// A mixture of experts' capacity factor: each expert takes at most F times its even share
     /// of the tokens, the rest dropped as GShard drops them (faster; default: dropless, exact).
     #[arg(long, value_name = "F", value_parser = super::ranges::positive)]
@@ -162,6 +167,9 @@ impl TrainArgs {
         }
         if self.zero1 {
             config.zero1 = true;
+        }
+        if self.fsdp {
+            config.fsdp = true;
         }
         if let Some(factor) = self.moe_capacity_factor {
             config.moe_capacity_factor = Some(factor);

@@ -195,7 +195,7 @@ impl Hlat {
                 input.clone().detach(),
                 (&rotary, seq),
                 exchange,
-                checkpointing,
+                (checkpointing, None),
             );
             // The micro-batch's total statistics: the last stage's own (its loss), the choices
             // passed back by the next stage otherwise.

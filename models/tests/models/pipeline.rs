@@ -44,6 +44,7 @@ fn one_device(model: &Hlat, micro_batches: &[MicroBatch]) -> (f32, Vec<(String, 
             None,
             &Unsharded,
             ActivationCheckpointing::None,
+            None,
         );
         let (loss, grads) = (step.objective, step.gradients);
         total += loss.into_scalar::<f32>();

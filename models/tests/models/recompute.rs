@@ -57,7 +57,8 @@ fn check_config(
         ActivationCheckpointing::Full,
         ActivationCheckpointing::Selective,
     ] {
-        let step = model.loss_and_gradients(inputs.clone(), targets.clone(), None, exchange, mode);
+        let step =
+            model.loss_and_gradients(inputs.clone(), targets.clone(), None, exchange, mode, None);
         let objectives = replicas(step.objective);
         for (objective, expected) in objectives.iter().zip(&expected_objective) {
             assert_close(objective, expected, 1e-5, &format!("{mode} objective"));

@@ -89,8 +89,13 @@ pub struct DeviceMemory {
     pub parameter_bytes: u64,
     /// One gradient per parameter, in the parameters' dtype.
     pub gradient_bytes: u64,
-    /// The AdamW moments (two f32 per element; a `1/dp` slice of each parameter under ZeRO-1).
+    /// The AdamW moments (two f32 per element; a `1/dp` slice of each parameter under ZeRO-1
+    /// and fully sharded data parallelism).
     pub optimizer_bytes: u64,
+    /// Under fully sharded data parallelism, the whole weights gathered during a step (in the
+    /// compute dtype): the largest layer (or embedding, or head) at a time with full activation
+    /// checkpointing, else every layer's, which the backward pass keeps; 0 otherwise.
+    pub gathered_bytes: u64,
     /// Activations kept for the backward pass of one micro-batch (an estimate).
     pub activation_bytes: u64,
 }
@@ -100,8 +105,14 @@ impl DeviceMemory {
     pub fn estimate(config: &HlatConfig, layout: &ParallelLayout, shape: &StepShape) -> Self {
         let tensor = layout.tensor as u64;
         // ZeRO-1 slices each moment over the data-parallel group, a split expert's over the
-        // replicas holding the same experts.
-        let zero_degree = if layout.zero1 { layout.data as u64 } else { 1 };
+        // replicas holding the same experts; fully sharded data parallelism slices the
+        // parameters, their gradients and their moments over it.
+        let zero_degree = if layout.zero1 || layout.fsdp {
+            layout.data as u64
+        } else {
+            1
+        };
+        let fsdp_degree = if layout.fsdp { layout.data as u64 } else { 1 };
         let expert_zero_degree = if layout.zero1 {
             (layout.data / layout.expert) as u64
         } else {
@@ -125,8 +136,9 @@ impl DeviceMemory {
             }
             _ => Some(per_device),
         };
-        // Elements per device of each parameter, with the ranks its moments are sliced over.
-        let parameters: Vec<(u64, u64)> = hlat::hf::tensor_specs(config)
+        // Elements per device of each parameter, with the ranks its moments are sliced over and
+        // the part of the model it is gathered with under fully sharded data parallelism.
+        let parameters: Vec<Held> = hlat::hf::tensor_specs(config)
             .filter_map(|spec| {
                 let elements = hlat::element_count(&spec.hf_shape);
                 let path: Vec<String> = spec.burn_path.split('.').map(str::to_string).collect();
@@ -140,7 +152,7 @@ impl DeviceMemory {
                     Some(_) => (per_device / layout.expert as u64, expert_zero_degree),
                     None => (per_device, zero_degree),
                 };
-                held(&path, per_device).map(|held| (held, sliced_over))
+                held(&path, per_device).map(|held| Held::new(held, sliced_over, &path))
             })
             .collect();
         // LoRA: the adapters alone train (A `[r, in]`, B `[out, r]`, split as their projection:
@@ -148,7 +160,7 @@ impl DeviceMemory {
         // mixture the MLP targets adapt the experts alone, and an expert's gate and up
         // projections share one A (PEFT's fused `gate_up_proj`).
         let mixture = config.moe.is_some();
-        let adapters: Vec<(u64, u64)> = match shape.lora {
+        let adapters: Vec<Held> = match shape.lora {
             None => Vec::new(),
             Some(lora) => hlat::hf::tensor_specs(config)
                 .filter_map(|spec| {
@@ -182,7 +194,7 @@ impl DeviceMemory {
                     } else {
                         (elements, zero_degree)
                     };
-                    held(&path, per_device).map(|held| (held, sliced_over))
+                    held(&path, per_device).map(|held| Held::new(held, sliced_over, &path))
                 })
                 .collect(),
         };
@@ -191,34 +203,92 @@ impl DeviceMemory {
         } else {
             &parameters
         };
-        let elements = |entries: &[(u64, u64)]| entries.iter().map(|(count, _)| count).sum::<u64>();
+        // What a device keeps: under fully sharded data parallelism, its slice of each.
+        let elements = |entries: &[Held]| {
+            entries
+                .iter()
+                .map(|held| held.elements.div_ceil(fsdp_degree))
+                .sum::<u64>()
+        };
         let trainable_per_device = elements(trainable);
         let parameters_per_device = elements(&parameters) + elements(&adapters);
         let stored = shape.precision.param_dtype().size() as u64;
-        let compute_copy = if shape.precision.compute_cast().is_some() {
-            2
-        } else {
-            0
-        };
+        let compute = shape
+            .precision
+            .compute_cast()
+            .map_or(stored, |dtype| dtype.size() as u64);
+        let compute_copy = if compute != stored { compute } else { 0 };
         let moments: u64 = trainable
             .iter()
-            .map(|(elements, sliced_over)| 2 * 4 * elements.div_ceil(*sliced_over))
+            .map(|held| 2 * 4 * held.elements.div_ceil(held.sliced_over))
             .sum();
+        // Under fully sharded data parallelism, the whole weights gathered for the step (every
+        // layer's are kept where the backward pass keeps their activations), and one part's
+        // whole gradients until they are reduce-scattered.
+        let (gathered_bytes, whole_gradient_bytes) = if layout.fsdp {
+            let all = parameters.iter().chain(&adapters);
+            let gathered = match shape.checkpointing {
+                ActivationCheckpointing::Full => largest_part(all),
+                _ => all.map(|held| held.elements).sum(),
+            };
+            (gathered * compute, largest_part(trainable.iter()) * stored)
+        } else {
+            (0, 0)
+        };
 
         Self {
             parameters_per_device,
             trainable_per_device,
             parameter_bytes: parameters_per_device * (stored + compute_copy),
-            gradient_bytes: trainable_per_device * stored,
+            gradient_bytes: trainable_per_device * stored + whole_gradient_bytes,
             optimizer_bytes: moments,
+            gathered_bytes,
             activation_bytes: activations(config, layout, shape),
         }
     }
 
     /// Everything together.
     pub fn total_bytes(&self) -> u64 {
-        self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.activation_bytes
+        self.parameter_bytes
+            + self.gradient_bytes
+            + self.optimizer_bytes
+            + self.gathered_bytes
+            + self.activation_bytes
     }
+}
+
+/// The elements one device holds of one parameter (before fully sharded data parallelism slices
+/// them), the ranks its moments are sliced over, and the part of the model it is gathered with.
+#[derive(Debug, Clone)]
+struct Held {
+    elements: u64,
+    sliced_over: u64,
+    part: String,
+}
+
+impl Held {
+    fn new(elements: u64, sliced_over: u64, path: &[String]) -> Self {
+        let part = match (path.first().map(String::as_str), path.get(1)) {
+            (Some("layers"), Some(index)) => format!("layers.{index}"),
+            (Some("embed_tokens"), _) => "embed_tokens".to_string(),
+            _ => "head".to_string(),
+        };
+        Self {
+            elements,
+            sliced_over,
+            part,
+        }
+    }
+}
+
+/// The elements of the largest part of the model (a layer, the embedding, or the final norm and
+/// head) among `entries`.
+fn largest_part<'a>(entries: impl Iterator<Item = &'a Held>) -> u64 {
+    let mut parts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for held in entries {
+        *parts.entry(&held.part).or_default() += held.elements;
+    }
+    parts.into_values().max().unwrap_or(0)
 }
 
 /// Host memory of one checkpoint of `config` trained with steps of `shape`, as
@@ -386,6 +456,7 @@ mod tests {
             pipeline: 1,
             sequence_parallel: tensor > 1,
             zero1,
+            fsdp: false,
         }
     }
 

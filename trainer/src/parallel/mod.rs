@@ -50,6 +50,10 @@ pub struct ParallelLayout {
     pub sequence_parallel: bool,
     /// Optimizer state partitioned over the data-parallel groups (ZeRO-1; needs `data > 1`).
     pub zero1: bool,
+    /// Parameters, gradients and optimizer state partitioned over the data-parallel groups
+    /// (fully sharded data parallelism; needs `data > 1`, and implies ZeRO-1's partitioning of
+    /// the optimizer state).
+    pub fsdp: bool,
 }
 
 impl ParallelLayout {
@@ -61,6 +65,7 @@ impl ParallelLayout {
         pipeline: 1,
         sequence_parallel: false,
         zero1: false,
+        fsdp: false,
     };
 
     /// The replicas the layout needs.
@@ -176,11 +181,18 @@ impl ParallelLayout {
     }
 
     /// How the optimizer state of the replicated parameters is partitioned, when it is: over
-    /// the data-parallel groups.
+    /// the data-parallel groups, under ZeRO-1 and under fully sharded data parallelism (whose
+    /// optimizer state has ZeRO-1's layout).
     pub fn zero1(&self) -> Option<Zero1> {
-        (self.zero1 && self.data > 1).then(|| Zero1 {
+        ((self.zero1 || self.fsdp) && self.data > 1).then(|| Zero1 {
             groups: self.data_groups(),
         })
+    }
+
+    /// The groups the parameters are sharded over under fully sharded data parallelism, when
+    /// they are: the data-parallel groups.
+    pub fn fully_sharded_groups(&self) -> Option<ReplicaGroups> {
+        (self.fsdp && self.data > 1).then(|| self.data_groups())
     }
 
     /// How the optimizer state of a mixture's split experts is partitioned, when it is: over the

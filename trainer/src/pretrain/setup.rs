@@ -6,6 +6,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use hlat::checkpoint::run_folder::MODEL_DIR;
+use hlat::fully_sharded::FullySharded;
 use hlat::lora::LoraConfig;
 use hlat::{Hlat, HlatConfig};
 
@@ -129,6 +130,7 @@ pub(super) fn start_run(
     };
     let (Some(dir), Some(state)) = (resume_from, resumed) else {
         let (model, optimizer) = split_experts(model, optimizer, &layout);
+        let model = shard_fully(model, config);
         return Ok(RunStart {
             model,
             optimizer,
@@ -158,6 +160,7 @@ pub(super) fn start_run(
         device,
     )?;
     let (model, optimizer) = split_experts(model, optimizer, &layout);
+    let model = shard_fully(model, config);
     if state.schedule != schedule {
         let next = state.progress.step + 1;
         log::warn!(
@@ -367,6 +370,33 @@ fn split_experts(
         LanguageModel { hlat, ..model },
         optimizer.load_record(record),
     )
+}
+
+/// `model` with its parameters cut into this rank's slices over the data-parallel groups under
+/// fully sharded data parallelism (the optimizer state, fresh or a checkpoint's split as
+/// ZeRO-1's, already has the slices' shapes); unchanged otherwise.
+fn shard_fully(model: LanguageModel, config: &TrainConfig) -> LanguageModel {
+    let Some(groups) = config.layout().fully_sharded_groups() else {
+        return model;
+    };
+    if config.zero1 {
+        log::warn!(
+            "fsdp replaces zero1: the optimizer state is partitioned over the data-parallel \
+             replicas with the parameters"
+        );
+    }
+    let (hlat, sharded) = FullySharded::shard(model.hlat, groups);
+    log::info!(
+        "fsdp: each replica keeps 1/{} of every parameter ({} elements), gathering each layer's \
+         whole just before it runs",
+        sharded.shards.degree(),
+        sharded.slice_elements(),
+    );
+    LanguageModel {
+        hlat,
+        fully_sharded: Some(sharded),
+        ..model
+    }
 }
 
 /// What a mixture-of-experts model does not train with, refused by the setting's name before

@@ -71,8 +71,11 @@ impl CheckpointSnapshot {
     ) -> Result<Self, TrainError> {
         let config = &outputs.config;
         let layout = config.layout();
-        // Experts split over ranks are saved whole, with their optimizer state.
+        // Experts split over ranks are saved whole, with their optimizer state, and so are
+        // parameters kept in slices (their state is joined as ZeRO-1's).
         let mut record = outputs.optimizer.lock().to_record();
+        let gathered = model.gathered();
+        let model = gathered.as_ref().unwrap_or(model);
         let joined = join_experts(model, &mut record, &layout);
         let model = joined.as_ref().unwrap_or(model);
         let model_snapshot = read_model(outputs, model)?;

@@ -1,0 +1,147 @@
+//! Fully sharded data parallelism through the pretraining job (`hlat pretrain --dp N --fsdp`):
+//! every replica keeps a slice of each parameter, and the runs equal one device's step by step,
+//! alone and with tensor parallelism and activation checkpointing, and across checkpoints.
+
+use burn::module::Module;
+use burn_trainium::{ExecutorKind, TrainiumDevice};
+use hlat::HlatConfig;
+use hlat::fully_sharded::FullySharded;
+use hlat_train::language_model::{LanguageModel, LmBatch};
+use hlat_train::parallel::{
+    ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape, split_rows,
+};
+use hlat_train::precision::Precision;
+
+use crate::parallel_training::{
+    HeldBytes, Layout, ONE_DEVICE, assert_layouts_run_as_one_device, assert_resumes_as_one_device,
+    exchanged_in_the_programs, one_step, token_rows,
+};
+use crate::support::trainium;
+
+/// Data parallel 2 and 4, data parallel 2 × tensor parallel 2 with sequence parallelism, and data
+/// parallel 2 with full and with selective activation checkpointing (the layers gathered again
+/// for their recomputation), all fully sharded, each against one device within 1e-4 over 10
+/// steps on `host` and `xla` (collectives compiled into the programs).
+#[test]
+fn fully_sharded_layouts_pretrain_as_one_device_on_host_and_xla() {
+    let _random = crate::support::exclusive_random();
+    let sharded = Layout {
+        data: 2,
+        fsdp: true,
+        ..ONE_DEVICE
+    };
+    let layouts = [
+        sharded,
+        Layout { data: 4, ..sharded },
+        Layout {
+            tensor: 2,
+            sequence_parallel: true,
+            ..sharded
+        },
+        Layout {
+            checkpointing: ActivationCheckpointing::Full,
+            ..sharded
+        },
+        Layout {
+            tensor: 2,
+            checkpointing: ActivationCheckpointing::Selective,
+            ..sharded
+        },
+    ];
+    assert_layouts_run_as_one_device(&layouts, None, |_, device, before| {
+        exchanged_in_the_programs(device, before)
+    });
+}
+
+/// A fully sharded run checkpoints the whole model and resumes in any layout, and any layout's
+/// checkpoint resumes fully sharded: fsdp pairs resumed on one device, one device resumed as
+/// fsdp quads, ZeRO-1 pairs as fsdp pairs with tensor parallelism, and fsdp pairs as tensor
+/// pairs, each continuing as one device would (the AdamW moments joined and split too).
+#[test]
+fn checkpoints_resume_across_fully_sharded_layouts() {
+    let _random = crate::support::exclusive_random();
+    let single = TrainiumDevice::new(ExecutorKind::Host, 0);
+    let pairs = TrainiumDevice::replicated(ExecutorKind::Host, 2);
+    let quads = TrainiumDevice::replicated(ExecutorKind::Host, 4);
+    let sharded_pairs = Layout {
+        data: 2,
+        fsdp: true,
+        ..ONE_DEVICE
+    };
+    let sharded_quads = Layout {
+        data: 4,
+        ..sharded_pairs
+    };
+    let zero_pairs = Layout {
+        data: 2,
+        zero1: true,
+        ..ONE_DEVICE
+    };
+    let sharded_tensor_quads = Layout {
+        tensor: 2,
+        ..sharded_pairs
+    };
+    let tensor_pairs = Layout {
+        tensor: 2,
+        ..ONE_DEVICE
+    };
+    let orders = [
+        ((&pairs, sharded_pairs), (&single, ONE_DEVICE)),
+        ((&single, ONE_DEVICE), (&quads, sharded_quads)),
+        ((&pairs, zero_pairs), (&quads, sharded_tensor_quads)),
+        ((&pairs, sharded_pairs), (&pairs, tensor_pairs)),
+    ];
+    assert_resumes_as_one_device(&orders, None, |_, _| {});
+}
+
+/// Under `--dp 2 --fsdp` a replica holds half of every parameter (its slice, padded) and half
+/// of its AdamW moments after a step, as `hlat info` counts them.
+#[test]
+fn a_fully_sharded_replica_holds_a_slice_of_every_parameter() {
+    let _random = crate::support::exclusive_random();
+    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2)).autodiff();
+    let config = HlatConfig::preset("hlat-test").unwrap();
+    let layout = ParallelLayout {
+        data: 2,
+        fsdp: true,
+        ..ParallelLayout::SINGLE
+    };
+    let whole = LanguageModel::new(config.init(&device), None);
+    let whole_bytes = whole.num_params() as u64 * 4;
+    let (hlat, sharded) = FullySharded::shard(whole.hlat, layout.data_groups());
+    let model = LanguageModel {
+        hlat,
+        fully_sharded: Some(sharded),
+        ..whole
+    };
+    let rows = token_rows(4, 9, 64);
+    let batch = LmBatch::from_replica_rows(&split_rows(&rows, 2), &device);
+    let (trained, record) = one_step(model, layout, batch);
+    let mut held = HeldBytes {
+        record,
+        parameter_bytes: 0,
+        optimizer_bytes: 0,
+    };
+    trained.visit(&mut held);
+    let shape = StepShape {
+        seq_len: 8,
+        micro_batch_rows: 2,
+        precision: Precision::F32,
+        checkpointing: ActivationCheckpointing::None,
+        pipeline: None,
+        lora: None,
+        moe_capacity_factor: None,
+    };
+    let estimate = DeviceMemory::estimate(&config, &layout, &shape);
+    assert_eq!(held.parameter_bytes, estimate.parameter_bytes);
+    assert_eq!(held.optimizer_bytes, estimate.optimizer_bytes);
+    assert_eq!(estimate.optimizer_bytes, 2 * estimate.parameter_bytes);
+    // Half of the whole model, and at most one element of padding per parameter.
+    let parameters = trained.num_params() as u64;
+    assert!(
+        held.parameter_bytes >= whole_bytes / 2
+            && held.parameter_bytes <= whole_bytes / 2 + 4 * parameters,
+        "a replica holds {} bytes of a {whole_bytes}-byte model",
+        held.parameter_bytes
+    );
+}
