@@ -100,6 +100,49 @@ fn compile_traces_a_parallel_layout_on_the_neuron_device_it_is_given() {
     assert!(stderr.contains("--device neuron"), "{stderr}");
 }
 
+/// A fully sharded layout (data parallel 2, each layer gathered again for its recomputation)
+/// passes the Neuron lint, and the programs the compiler receives gather the weights
+/// (`all-gather`) and reduce-scatter their gradients (`reduce-scatter`).
+#[test]
+fn compile_checks_a_fully_sharded_layout_with_its_gathers_and_scatters() {
+    let folder = tempfile::tempdir().unwrap();
+    let sharded = [
+        "--preset",
+        "hlat-test",
+        "--dp",
+        "2",
+        "--fsdp",
+        "--activation-checkpointing",
+        "full",
+        "--max-steps",
+        "1",
+    ];
+    let layout = [&sharded[..], &steps()].concat();
+    let checked = compile(
+        folder.path(),
+        &layout,
+        &["--check-only", "--out", "checked"],
+        &[("NEURON_CC", "/nonexistent/neuronx-cc")],
+    );
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success() && stdout.contains("programs checked: every one within"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let (_, cache) = compile_with_stand_in(folder.path(), &layout);
+    let opcodes: std::collections::BTreeSet<String> = cached_modules(&cache)
+        .iter()
+        .flat_map(|module| &module.computations)
+        .flat_map(|computation| &computation.instructions)
+        .map(|instruction| instruction.opcode.clone())
+        .collect();
+    assert!(
+        opcodes.contains("all-gather") && opcodes.contains("reduce-scatter"),
+        "{opcodes:?}"
+    );
+}
+
 /// A pipeline of two stages, each tensor parallel 2 with sequence parallelism, compiled for
 /// `neuron` with the stand-in compiler: the programs `neuronx-cc` receives pass activations
 /// between the stages as `collective-permute` between the replicas of each stage pair, and pass

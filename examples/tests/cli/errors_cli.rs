@@ -112,6 +112,43 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         },
         Case {
             environment: &[],
+            arguments: pretrain_one_step(&["--fsdp"]),
+            names: &["fsdp", "data-parallel degree above 1"],
+        },
+        Case {
+            environment: &[],
+            arguments: pretrain_one_step(&[
+                "--device", "host:0-3", "--dp", "2", "--pp", "2", "--fsdp",
+            ]),
+            names: &["fsdp", "pipeline parallelism"],
+        },
+        Case {
+            environment: &[],
+            arguments: pretrain_one_step(&[
+                "--init-from-hf",
+                MIXTRAL,
+                "--device",
+                "host:0-1",
+                "--dp",
+                "2",
+                "--ep",
+                "2",
+                "--fsdp",
+            ]),
+            names: &["fsdp", "expert parallelism"],
+        },
+        Case {
+            environment: &[],
+            arguments: vec!["info", "hlat-tiny", "--fsdp"],
+            names: &["--fsdp", "--dp"],
+        },
+        Case {
+            environment: &[],
+            arguments: vec!["info", "hlat-tiny", "--dp", "2", "--pp", "2", "--fsdp"],
+            names: &["--fsdp", "--pp"],
+        },
+        Case {
+            environment: &[],
             arguments: pretrain_one_step(&["--pp", "2", "--pp-layers", "3,3"]),
             names: &["--pp-layers", "6"],
         },

@@ -21,6 +21,11 @@ const DATA_PARALLEL: &[&str] = &["--dp", "2"];
 const TENSOR_INSIDE_DATA_ACROSS: &[&str] =
     &["--dp", "2", "--tp", "2", "--sequence-parallel", "--zero1"];
 
+/// Fully sharded data parallelism across the two processes, each layer gathered again for its
+/// recomputation.
+const FULLY_SHARDED_ACROSS: &[&str] =
+    &["--dp", "2", "--fsdp", "--activation-checkpointing", "full"];
+
 /// Pipeline stages across the two processes (one stage each), tensor parallel with sequence
 /// parallelism inside each.
 const STAGES_ACROSS_TENSOR_INSIDE: &[&str] = &["--pp", "2", "--tp", "2", "--sequence-parallel"];
@@ -198,6 +203,7 @@ fn two_processes_train_as_one_process_driving_every_replica() {
     for (name, layout) in [
         ("dp", DATA_PARALLEL),
         ("tp-inside-dp-across", TENSOR_INSIDE_DATA_ACROSS),
+        ("fsdp-across", FULLY_SHARDED_ACROSS),
         ("tp-inside-pp-across", STAGES_ACROSS_TENSOR_INSIDE),
     ] {
         let single = folder.path().join(name).join("single");

@@ -203,6 +203,44 @@ fn info_sizes_hlat_7b_in_the_papers_layout() {
     assert!(whole.contains("of 16 GiB: does not fit"), "{whole}");
 }
 
+/// Llama 3.1 8B fully sharded over 32 data-parallel devices with full activation checkpointing
+/// fits a 16 GiB device, where ZeRO-1 does not: each device holds ⌈n / 32⌉ elements of each of
+/// its 291 tensors, and gathers one part at a time (the largest is the embedding or the head,
+/// 128,256 × 4,096 in bf16).
+#[test]
+fn info_sizes_llama_8b_fully_sharded() {
+    let flags = [
+        "info",
+        "llama-3.1-8b",
+        "--dp",
+        "32",
+        "--seq-len",
+        "8192",
+        "--activation-checkpointing",
+        "full",
+    ];
+    let sharded = succeed(&[&flags[..], &["--fsdp"]].concat());
+    let total = 8_030_261_248u64;
+    let per_device: u64 = sharded
+        .lines()
+        .find_map(|line| line.strip_prefix("parameters per device: "))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("{sharded}"));
+    assert!(
+        (total / 32..=total / 32 + 291).contains(&per_device),
+        "{per_device}: {sharded}"
+    );
+    let gathered = 128_256.0 * 4096.0 * 2.0 / (1u64 << 30) as f64;
+    assert!(
+        sharded.contains(&format!("gathered weights {gathered:.2} GiB"))
+            && sharded.contains("fully sharded")
+            && sharded.contains("of 16 GiB: fits"),
+        "{sharded}"
+    );
+    let zero1 = succeed(&[&flags[..], &["--zero1"]].concat());
+    assert!(zero1.contains("of 16 GiB: does not fit"), "{zero1}");
+}
+
 /// Mixtral 8x7B with its experts split over 8 data-parallel ranks: each device holds the
 /// attention, the routers, the embedding and the head, and one expert of each layer's eight
 /// (32 layers × 3 projections of 4,096 × 14,336 each).

@@ -95,6 +95,7 @@ fn options(
             tensor_parallel: layout.tensor,
             sequence_parallel: layout.sequence_parallel,
             zero1: layout.zero1,
+            fsdp: layout.fsdp,
             precision: Precision::F32,
             seed: SEED,
             checkpoint_every,
@@ -242,9 +243,10 @@ fn assert_same_run(found: &Path, one: &Path, what: &str) {
 }
 
 /// DPO and ORPO under data parallelism, tensor parallelism with and without sequence
-/// parallelism, and ZeRO-1 over `host` replicas, with full and selective activation
-/// checkpointing (the stages' backward pass with the pairs' loss at the head), and LoRA on one
-/// device and under data and tensor parallelism, equal one `host` device within 1e-4 over 4
+/// parallelism, ZeRO-1 and fully sharded data parallelism (with and without selective activation
+/// checkpointing) over `host` replicas, with full and selective activation checkpointing (the
+/// stages' backward pass with the pairs' loss at the head), and LoRA on one device and under
+/// data, fully sharded and tensor parallelism, equal one `host` device within 1e-4 over 4
 /// steps of the job of two micro-batches each: the losses and every reward.
 #[test]
 fn preference_runs_under_every_layout_equal_one_device() {
@@ -290,7 +292,13 @@ fn preference_runs_under_every_layout_equal_one_device() {
                 single,
                 adapters.clone(),
             );
-            let mut layouts = vec![("dp2", data), ("tp2", tensor)];
+            let sharded = ParallelLayout { fsdp: true, ..data };
+            let mut layouts = vec![
+                ("dp2", data),
+                ("tp2", tensor),
+                ("dp2-fsdp", sharded),
+                ("dp2-fsdp-selective", sharded),
+            ];
             if adapters.is_none() {
                 let sequence = ParallelLayout {
                     sequence_parallel: true,
