@@ -94,7 +94,7 @@ enum Stage<'a> {
         recorded: Recorded,
         routes: bool,
         layer: usize,
-        weights: Option<DecoderLayer>,
+        weights: Option<Box<DecoderLayer>>,
     },
     /// What runs it again: its computation and the values that entered it (without graph), of
     /// layer `layer`; `routes`: its last output is a router's logits; `weighted`: it uses the
@@ -384,8 +384,8 @@ impl<'a> StagedLayers<'a> {
                 let (mut outputs, stage) = match treatment {
                     Treatment::Kept => {
                         let leaves: Vec<_> = inputs.into_iter().map(Tensor::require_grad).collect();
-                        let weights = gathered.map(|(_, leaves)| leaves.clone());
-                        let layer = weights.as_ref().unwrap_or(&model.layers[index]);
+                        let weights = gathered.map(|(_, leaves)| Box::new(leaves.clone()));
+                        let layer = weights.as_deref().unwrap_or(&model.layers[index]);
                         let outputs = run(layer, leaves.clone());
                         let recorded = Recorded {
                             leaves,
@@ -538,17 +538,17 @@ impl<'a> StagedLayers<'a> {
                     let (stage_leaves, fenced) = fence(inputs, upstream);
                     upstream = fenced;
                     let weights = match (sharded, open.as_mut()) {
-                        (Some(sharded), Some(open)) if weighted => Some(
+                        (Some(sharded), Some(open)) if weighted => Some(Box::new(
                             open.weights
                                 .get_or_insert_with(|| {
                                     sharded.gather_leaves(model.layers[layer].clone())
                                 })
                                 .clone(),
-                        ),
+                        )),
                         _ => None,
                     };
                     let outputs = run(
-                        weights.as_ref().unwrap_or(&model.layers[layer]),
+                        weights.as_deref().unwrap_or(&model.layers[layer]),
                         stage_leaves.clone(),
                     );
                     (stage_leaves, outputs, weights)
@@ -561,7 +561,7 @@ impl<'a> StagedLayers<'a> {
             };
             upstream = match (weights, open.as_mut()) {
                 (Some(weights), Some(open)) => {
-                    backpropagate(&weights, outputs, upstream, &stage_leaves, &mut open.whole)
+                    backpropagate(&*weights, outputs, upstream, &stage_leaves, &mut open.whole)
                 }
                 _ => backpropagate(leaves, outputs, upstream, &stage_leaves, gradients),
             };

@@ -259,7 +259,7 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         match (layout.fsdp, args.activation_checkpointing) {
             (false, _) => String::new(),
             (true, ActivationCheckpointing::Full) => format!(
-                "gathered weights {:.2} GiB (the largest layer at a time), ",
+                "gathered weights {:.2} GiB (one layer, the embedding or the head at a time), ",
                 gib(memory.gathered_bytes)
             ),
             (true, _) => format!(

@@ -514,6 +514,39 @@ mod tests {
         assert_eq!(memory.optimizer_bytes, 8 * (held_experts / 4 + others / 8));
     }
 
+    /// Fully sharded over 32 devices, each keeps ⌈n / 32⌉ elements of every tensor and of its
+    /// moments; with full checkpointing it gathers one part at a time (Llama 3.1 8B's largest is
+    /// its head with the final norm, in bf16), without it every layer's, kept for the backward
+    /// pass.
+    #[test]
+    fn fully_sharded_devices_keep_slices_and_gather_one_part_at_a_time() {
+        let config = HlatConfig::preset("llama-3.1-8b").unwrap();
+        let sharded = ParallelLayout {
+            fsdp: true,
+            ..layout(32, 1, false)
+        };
+        let full = DeviceMemory::estimate(&config, &sharded, &shape(ActivationCheckpointing::Full));
+        let kept = DeviceMemory::estimate(&config, &sharded, &shape(ActivationCheckpointing::None));
+        let whole = DeviceMemory::estimate(
+            &config,
+            &layout(1, 1, false),
+            &shape(ActivationCheckpointing::Full),
+        );
+        let tensors = hlat::hf::tensor_specs(&config).count() as u64;
+        let slices = whole.parameters_per_device / 32;
+        assert!(
+            (slices..=slices + tensors).contains(&full.parameters_per_device),
+            "{full:?}"
+        );
+        assert_eq!(full.optimizer_bytes, 8 * full.parameters_per_device);
+        // The head with the final norm's gain.
+        let head = (128_256 + 1) * 4096 * 2;
+        assert_eq!(full.gathered_bytes, head);
+        assert_eq!(kept.gathered_bytes, whole.parameter_bytes);
+        // The head's whole gradients wait for their reduce-scatter beside the slices.
+        assert_eq!(full.gradient_bytes, 2 * full.parameters_per_device + head);
+    }
+
     fn shape(checkpointing: ActivationCheckpointing) -> StepShape {
         StepShape {
             seq_len: 4096,
