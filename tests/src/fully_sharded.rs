@@ -7,14 +7,11 @@ use burn_trainium::{ExecutorKind, TrainiumDevice};
 use hlat::HlatConfig;
 use hlat::fully_sharded::FullySharded;
 use hlat_train::language_model::{LanguageModel, LmBatch};
-use hlat_train::parallel::{
-    ActivationCheckpointing, DeviceMemory, ParallelLayout, StepShape, split_rows,
-};
-use hlat_train::precision::Precision;
+use hlat_train::parallel::{ActivationCheckpointing, DeviceMemory, ParallelLayout, split_rows};
 
 use crate::parallel_training::{
-    HeldBytes, Layout, ONE_DEVICE, assert_layouts_run_as_one_device, assert_resumes_as_one_device,
-    exchanged_in_the_programs, one_step, token_rows,
+    HeldBytes, Layout, ONE_DEVICE, ROWS_OF_EIGHT, assert_layouts_run_as_one_device,
+    assert_resumes_as_one_device, exchanged_in_the_programs, one_step, token_rows,
 };
 use crate::support::trainium;
 
@@ -117,22 +114,8 @@ fn a_fully_sharded_replica_holds_a_slice_of_every_parameter() {
     let rows = token_rows(4, 9, 64);
     let batch = LmBatch::from_replica_rows(&split_rows(&rows, 2), &device);
     let (trained, record) = one_step(model, layout, batch);
-    let mut held = HeldBytes {
-        record,
-        parameter_bytes: 0,
-        optimizer_bytes: 0,
-    };
-    trained.visit(&mut held);
-    let shape = StepShape {
-        seq_len: 8,
-        micro_batch_rows: 2,
-        precision: Precision::F32,
-        checkpointing: ActivationCheckpointing::None,
-        pipeline: None,
-        lora: None,
-        moe_capacity_factor: None,
-    };
-    let estimate = DeviceMemory::estimate(&config, &layout, &shape);
+    let held = HeldBytes::of(&trained, record);
+    let estimate = DeviceMemory::estimate(&config, &layout, &ROWS_OF_EIGHT);
     assert_eq!(held.parameter_bytes, estimate.parameter_bytes);
     assert_eq!(held.optimizer_bytes, estimate.optimizer_bytes);
     assert_eq!(estimate.optimizer_bytes, 2 * estimate.parameter_bytes);

@@ -719,22 +719,8 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     let activation_bytes = stats(&fresh_trainium).live_bytes - before - loss_bytes;
     drop(loss);
 
-    let mut held = HeldBytes {
-        record,
-        parameter_bytes: 0,
-        optimizer_bytes: 0,
-    };
-    trained.visit(&mut held);
-    let shape = StepShape {
-        seq_len: 8,
-        micro_batch_rows: 2,
-        precision: Precision::F32,
-        checkpointing: ActivationCheckpointing::None,
-        pipeline: None,
-        lora: None,
-        moe_capacity_factor: None,
-    };
-    let estimate = DeviceMemory::estimate(&config, &layout, &shape);
+    let held = HeldBytes::of(&trained, record);
+    let estimate = DeviceMemory::estimate(&config, &layout, &ROWS_OF_EIGHT);
     for (what, held, estimated) in [
         ("parameters", held.parameter_bytes, estimate.parameter_bytes),
         (
@@ -753,12 +739,37 @@ fn memory_estimate_matches_the_bytes_a_replica_holds() {
     }
 }
 
+/// The step of [`token_rows`]`(4, 9, _)` cut into one micro-batch per data-parallel replica:
+/// rows of 8 tokens, 2 of them per micro-batch, in f32.
+pub(crate) const ROWS_OF_EIGHT: StepShape = StepShape {
+    seq_len: 8,
+    micro_batch_rows: 2,
+    precision: Precision::F32,
+    checkpointing: ActivationCheckpointing::None,
+    pipeline: None,
+    lora: None,
+    moe_capacity_factor: None,
+};
+
 /// Bytes of a replica's parameters and of their AdamW moments (every replica's tensors have the
 /// same shapes).
 pub(crate) struct HeldBytes {
-    pub record: OptimizerRecord,
+    record: OptimizerRecord,
     pub parameter_bytes: u64,
     pub optimizer_bytes: u64,
+}
+
+impl HeldBytes {
+    /// The bytes of `model`'s parameters and of their moments in `record`.
+    pub(crate) fn of(model: &LanguageModel, record: OptimizerRecord) -> Self {
+        let mut held = Self {
+            record,
+            parameter_bytes: 0,
+            optimizer_bytes: 0,
+        };
+        model.visit(&mut held);
+        held
+    }
 }
 
 impl ModuleVisitor for HeldBytes {
