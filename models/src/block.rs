@@ -61,13 +61,38 @@ impl DecoderLayer {
         context: Context<'_>,
         exchange: &dyn Exchange,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        let normed = exchange.enter(self.input_layernorm.forward(x.clone()));
-        let (queries, keys, values) = self.self_attn.project(normed, rotary);
+        let (queries, keys, values) = self.attention_inputs(x.clone(), rotary, exchange);
         let attended = self.self_attn.attend(queries, keys, values, context);
-        let x = x + self.self_attn.output(attended, exchange);
-        let normed = exchange.enter(self.post_attention_layernorm.forward(x.clone()));
+        let (h, normed) = self.after_attention(x, attended, exchange);
         let (transformed, router_logits) = self.feed_forward(normed, exchange);
-        (x + transformed, router_logits)
+        (h + transformed, router_logits)
+    }
+
+    /// The queries, keys and values `[batch, heads, seq, head_dim]` of the layer's input `x`:
+    /// its norm, entering `exchange`'s split region, then the attention's projections (rotated).
+    /// The first part of [`DecoderLayer::forward_routed`], and of activation checkpointing's
+    /// stages (`crate::recompute`).
+    pub fn attention_inputs(
+        &self,
+        x: Tensor<3>,
+        rotary: &RotaryTables,
+        exchange: &dyn Exchange,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let normed = exchange.enter(self.input_layernorm.forward(x));
+        self.self_attn.project(normed, rotary)
+    }
+
+    /// What follows the attention core: the residual stream `h = x + o_proj(attended)` and the
+    /// feed-forward network's normed input (entering `exchange`'s split region).
+    pub fn after_attention(
+        &self,
+        x: Tensor<3>,
+        attended: Tensor<3>,
+        exchange: &dyn Exchange,
+    ) -> (Tensor<3>, Tensor<3>) {
+        let h = x + self.self_attn.output(attended, exchange);
+        let normed = exchange.enter(self.post_attention_layernorm.forward(h.clone()));
+        (h, normed)
     }
 
     /// The layer's feed-forward network (dense or a mixture) applied to the normed `x`, with the

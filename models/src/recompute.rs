@@ -690,8 +690,7 @@ fn layer_stages<'a>(
 fn project_stage<'a>(rotary: &'a RotaryTables, exchange: &'a dyn Exchange) -> Run<'a> {
     Box::new(move |layer, inputs| {
         let x = inputs.into_iter().next().expect("a layer input");
-        let normed = exchange.enter(layer.input_layernorm.forward(x.clone()));
-        let (queries, keys, values) = layer.self_attn.project(normed, rotary);
+        let (queries, keys, values) = layer.attention_inputs(x.clone(), rotary, exchange);
         vec![x, flatten(queries), flatten(keys), flatten(values)]
     })
 }
@@ -717,8 +716,7 @@ fn attend_stage<'a>() -> Run<'a> {
 fn mix_stage<'a>(exchange: &'a dyn Exchange) -> Run<'a> {
     Box::new(move |layer, inputs| {
         let [x, output] = take(inputs);
-        let h = x + layer.self_attn.output(output, exchange);
-        let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
+        let (h, normed) = layer.after_attention(x, output, exchange);
         let (gate, up) = layer
             .dense_mlp()
             .expect("a dense layer's stage")
@@ -750,8 +748,7 @@ fn down_stage<'a>(exchange: &'a dyn Exchange) -> Run<'a> {
 fn mixture_stage<'a>(exchange: &'a dyn Exchange) -> Run<'a> {
     Box::new(move |layer, inputs| {
         let [x, output] = take(inputs);
-        let h = x + layer.self_attn.output(output, exchange);
-        let normed = exchange.enter(layer.post_attention_layernorm.forward(h.clone()));
+        let (h, normed) = layer.after_attention(x, output, exchange);
         let (transformed, router_logits) = layer.feed_forward(normed, exchange);
         let logits = router_logits.expect("a mixture layer routes its tokens");
         vec![h + transformed, logits.unsqueeze::<3>()]

@@ -91,40 +91,47 @@ fn checkpoints_resume_across_fully_sharded_layouts() {
     assert_resumes_as_one_device(&orders, None, |_, _| {});
 }
 
-/// Under `--dp 2 --fsdp` a replica holds half of every parameter (its slice, padded) and half
-/// of its AdamW moments after a step, as `hlat info` counts them.
+/// Under `--dp N --fsdp` a replica holds `1/N` of every parameter (its slice, padded) and of
+/// its AdamW moments after a step, as `hlat info` counts them: half with 2 replicas, a quarter
+/// with 4.
 #[test]
 fn a_fully_sharded_replica_holds_a_slice_of_every_parameter() {
     let _random = crate::support::exclusive_random();
-    let device = trainium(TrainiumDevice::replicated(ExecutorKind::Host, 2)).autodiff();
     let config = HlatConfig::preset("hlat-test").unwrap();
-    let layout = ParallelLayout {
-        data: 2,
-        fsdp: true,
-        ..ParallelLayout::SINGLE
-    };
-    let whole = LanguageModel::new(config.init(&device), None);
-    let whole_bytes = whole.num_params() as u64 * 4;
-    let (hlat, sharded) = FullySharded::shard(whole.hlat, layout.data_groups());
-    let model = LanguageModel {
-        hlat,
-        fully_sharded: Some(sharded),
-        ..whole
-    };
+    let tensors = hlat::hf::tensor_specs(&config).count() as u64;
     let rows = token_rows(4, 9, 64);
-    let batch = LmBatch::from_replica_rows(&split_rows(&rows, 2), &device);
-    let (trained, record) = one_step(model, layout, batch);
-    let held = HeldBytes::of(&trained, record);
-    let estimate = DeviceMemory::estimate(&config, &layout, &ROWS_OF_EIGHT);
-    assert_eq!(held.parameter_bytes, estimate.parameter_bytes);
-    assert_eq!(held.optimizer_bytes, estimate.optimizer_bytes);
-    assert_eq!(estimate.optimizer_bytes, 2 * estimate.parameter_bytes);
-    // Half of the whole model, and at most one element of padding per parameter.
-    let parameters = trained.num_params() as u64;
-    assert!(
-        held.parameter_bytes >= whole_bytes / 2
-            && held.parameter_bytes <= whole_bytes / 2 + 4 * parameters,
-        "a replica holds {} bytes of a {whole_bytes}-byte model",
-        held.parameter_bytes
-    );
+    for replicas in [2, 4] {
+        let device = trainium(TrainiumDevice::replicated(
+            ExecutorKind::Host,
+            replicas as u16,
+        ))
+        .autodiff();
+        let layout = ParallelLayout {
+            data: replicas,
+            fsdp: true,
+            ..ParallelLayout::SINGLE
+        };
+        let whole = LanguageModel::new(config.init(&device), None);
+        let whole_bytes = whole.num_params() as u64 * 4;
+        let (hlat, sharded) = FullySharded::shard(whole.hlat, layout.data_groups());
+        let model = LanguageModel {
+            hlat,
+            fully_sharded: Some(sharded),
+            ..whole
+        };
+        let batch = LmBatch::from_replica_rows(&split_rows(&rows, replicas), &device);
+        let (trained, record) = one_step(model, layout, batch);
+        let held = HeldBytes::of(&trained, record);
+        let estimate = DeviceMemory::estimate(&config, &layout, &ROWS_OF_EIGHT);
+        assert_eq!(held.parameter_bytes, estimate.parameter_bytes);
+        assert_eq!(held.optimizer_bytes, estimate.optimizer_bytes);
+        assert_eq!(estimate.optimizer_bytes, 2 * estimate.parameter_bytes);
+        // `1/N` of the whole model, and less than one element of padding per tensor.
+        let share = whole_bytes / replicas as u64;
+        assert!(
+            (share..share + 4 * tensors).contains(&held.parameter_bytes),
+            "a replica of {replicas} holds {} bytes of a {whole_bytes}-byte model",
+            held.parameter_bytes
+        );
+    }
 }

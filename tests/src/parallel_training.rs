@@ -85,8 +85,8 @@ pub(crate) fn run_from(
 }
 
 /// `run` in `out` (resuming from its newest checkpoint, else starting from the model in `start`
-/// or a fresh `hlat-test`) until step `max_steps`, with a checkpoint every 3 steps; the learning
-/// rate decays over `STEPS` whatever `max_steps`.
+/// or a fresh `hlat-test`) until step `max_steps`, with a checkpoint every 3 steps and the
+/// validation loss at the end; the learning rate decays over `STEPS` whatever `max_steps`.
 pub(crate) fn run_until(
     device: &TrainiumDevice,
     layout: Layout,
@@ -119,7 +119,7 @@ pub(crate) fn run_until(
             fsdp: layout.fsdp,
             activation_checkpointing: layout.checkpointing,
             lora: layout.lora.then(|| hlat::lora::LoraConfig::new(4, 8.0)),
-            eval_every: 0,
+            eval_every: STEPS,
             checkpoint_every: 3,
             progress: false,
             ..TrainConfig::quickstart()
@@ -183,7 +183,8 @@ pub(crate) fn exchanged_in_the_programs(device: &TrainiumDevice, before: &burn_t
     }
 }
 
-/// Losses and gradient norms step by step within `relative` of one device's.
+/// Losses and gradient norms step by step, and the validation loss at the end, within `relative`
+/// of one device's.
 pub(crate) fn assert_same_run(
     expected: &PretrainSummary,
     actual: &PretrainSummary,
@@ -191,6 +192,13 @@ pub(crate) fn assert_same_run(
     what: &str,
 ) {
     assert_eq!(actual.losses.len(), STEPS as usize, "{what}");
+    let (Some(e), Some(a)) = (expected.val_loss, actual.val_loss) else {
+        panic!("{what}: no validation loss");
+    };
+    assert!(
+        (e - a).abs() <= relative * e.abs(),
+        "{what}: validation loss {a}, one device {e}"
+    );
     let pairs = [
         ("loss", &expected.losses, &actual.losses),
         ("gradient norm", &expected.grad_norms, &actual.grad_norms),
@@ -372,8 +380,8 @@ fn tiny_mixtral_without_balancing(folder: &Path) -> std::path::PathBuf {
 /// `--dp 2`, `--dp 2 --ep 2` and `--dp 4 --ep 2` with ZeRO-1, dropless, against one
 /// device: the same losses and gradient norms over 10 steps (relative 1e-4), on `host` and
 /// `xla`. With the load-balancing loss (computed per replica's micro-batch, as data-parallel
-/// Megatron and transformers under DDP compute it), expert parallelism equals the same data
-/// parallelism without it.
+/// Megatron and transformers under DDP compute it), expert parallelism and full sharding (with
+/// and without full checkpointing) equal the same data parallelism without them.
 #[test]
 fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
     let _random = crate::support::exclusive_random();
@@ -397,6 +405,22 @@ fn expert_parallel_pretraining_equals_one_device_on_host_and_xla() {
         1e-5,
         "ep 2 against dp 2 with load balancing",
     );
+    // Fully sharded (the experts sliced as every parameter), whole and with its layers
+    // recomputed: the same data parallelism.
+    let sharded_pairs = Layout {
+        fsdp: true,
+        ..data_pairs
+    };
+    for layout in [
+        sharded_pairs,
+        Layout {
+            checkpointing: ActivationCheckpointing::Full,
+            ..sharded_pairs
+        },
+    ] {
+        let actual = run_from(&pairs, layout, Some(&mixtral));
+        assert_same_run(&expected, &actual, 1e-4, &format!("{layout:?}"));
+    }
     // Tensor parallelism keeps each micro-batch whole: with the load-balancing loss too, it is
     // one device's run.
     let single = TrainiumDevice::new(ExecutorKind::Host, 0);
