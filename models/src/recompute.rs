@@ -238,13 +238,9 @@ impl Hlat {
         let loss = (head.of_logits)(head_weights.head(last.clone(), exchange));
         let mut grads = loss.backward();
         let head_input = vec![last.grad_remove(&mut grads)];
-        let upstream = collect_sharded(
-            &head_weights,
-            sharded,
-            &mut grads,
-            &mut gradients,
-            head_input,
-        );
+        let upstream = into_slices(&head_weights, sharded, &mut gradients, |into| {
+            collect(&*head_weights, &mut grads, into, head_input)
+        });
         drop(head_weights);
         let upstream = staged.backward(self, self, upstream, &mut gradients);
         match embedded {
@@ -254,11 +250,9 @@ impl Hlat {
             None => {
                 let weights = self.outer_weights(sharded, OuterPart::Embedding);
                 let embedded = weights.embed(input_ids, exchange);
-                let mut whole = GradientsParams::new();
-                backpropagate(&*weights, vec![embedded], upstream, &[], &mut whole);
-                if let Some(sharded) = sharded {
-                    sharded.scatter_into(&*weights, whole, &mut gradients);
-                }
+                into_slices(&weights, sharded, &mut gradients, |into| {
+                    backpropagate(&*weights, vec![embedded], upstream, &[], into)
+                });
             }
         }
         let loss = loss.detach();
@@ -279,7 +273,7 @@ impl Hlat {
 
 /// The parts of the model outside its layers that one pass of the step uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OuterPart {
+pub(crate) enum OuterPart {
     /// The token embedding.
     Embedding,
     /// The final norm and the head (the embedding when they are tied).
@@ -289,7 +283,11 @@ enum OuterPart {
 impl Hlat {
     /// The model as a pass over `part` uses it: itself, or under fully sharded data parallelism
     /// a copy without layers whose `part` is gathered whole as leaves (the rest stays in slices).
-    fn outer_weights(&self, sharded: Option<&FullySharded>, part: OuterPart) -> Cow<'_, Hlat> {
+    pub(crate) fn outer_weights(
+        &self,
+        sharded: Option<&FullySharded>,
+        part: OuterPart,
+    ) -> Cow<'_, Hlat> {
         let Some(sharded) = sharded else {
             return Cow::Borrowed(self);
         };
@@ -310,22 +308,23 @@ impl Hlat {
     }
 }
 
-/// [`collect`] of `model`, whose parameters under fully sharded data parallelism (`sharded`) are
-/// gathered whole: their gradients join `gradients` as this rank's slices of their sums.
-fn collect_sharded(
+/// Runs `pass`, which adds the gradients of `model`'s parameters to the set it is given: to
+/// `gradients` itself, or under fully sharded data parallelism (`sharded`: `model`'s parameters
+/// gathered whole) to a set of whole gradients that then joins `gradients` as this rank's slices
+/// of their sums.
+pub(crate) fn into_slices<T>(
     model: &Hlat,
     sharded: Option<&FullySharded>,
-    grads: &mut Gradients,
     gradients: &mut GradientsParams,
-    inputs: Vec<Option<Tensor<3>>>,
-) -> Vec<Option<Tensor<3>>> {
+    pass: impl FnOnce(&mut GradientsParams) -> T,
+) -> T {
     let Some(sharded) = sharded else {
-        return collect(model, grads, gradients, inputs);
+        return pass(gradients);
     };
     let mut whole = GradientsParams::new();
-    let upstream = collect(model, grads, &mut whole, inputs);
+    let result = pass(&mut whole);
     sharded.scatter_into(model, whole, gradients);
-    upstream
+    result
 }
 
 /// Layers run forward through the stages activation checkpointing asks for, as the backward pass
@@ -503,7 +502,7 @@ impl<'a> StagedLayers<'a> {
                 let layer = stage.layer();
                 if open.as_ref().is_some_and(|open| open.layer != layer) {
                     let done = open.take().expect("checked");
-                    sharded.scatter_into(&leaves.layers[done.layer], done.whole, gradients);
+                    sharded.scatter_into(&model.layers[done.layer], done.whole, gradients);
                 }
                 open.get_or_insert_with(|| OpenLayer {
                     layer,
@@ -567,7 +566,7 @@ impl<'a> StagedLayers<'a> {
             };
         }
         if let (Some(sharded), Some(done)) = (sharded, open) {
-            sharded.scatter_into(&leaves.layers[done.layer], done.whole, gradients);
+            sharded.scatter_into(&model.layers[done.layer], done.whole, gradients);
         }
         upstream
     }

@@ -32,9 +32,9 @@ fn four_layers(dir: &Path) {
 }
 
 /// Two stages alone, with tensor parallelism, with data parallelism and ZeRO-1, with full
-/// activation checkpointing, with two chunks per stage (interleaved), and with tensor and
-/// sequence parallelism and selective checkpointing, each against one device over 10 steps
-/// (relative 1e-4).
+/// activation checkpointing, with two chunks per stage (interleaved), with tensor and sequence
+/// parallelism and selective checkpointing, and fully sharded (with and without full
+/// checkpointing), each against one device over 10 steps (relative 1e-4).
 #[test]
 fn pipelined_pretraining_equals_one_device_on_host_and_xla() {
     let _random = crate::support::exclusive_random();
@@ -69,6 +69,19 @@ fn pipelined_pretraining_equals_one_device_on_host_and_xla() {
             checkpointing: ActivationCheckpointing::Selective,
             ..two_stages
         },
+        // Fully sharded stages: each layer gathered for its forward pass and again for its
+        // backward pass, and with its recomputation.
+        Layout {
+            data: 2,
+            fsdp: true,
+            ..two_stages
+        },
+        Layout {
+            data: 2,
+            fsdp: true,
+            checkpointing: ActivationCheckpointing::Full,
+            ..two_stages
+        },
     ];
     // Stages pass activations inside the programs, nothing through the host.
     assert_layouts_run_as_one_device(&layouts, Some(start.path()), |_, device, before| {
@@ -79,8 +92,9 @@ fn pipelined_pretraining_equals_one_device_on_host_and_xla() {
 /// Checkpoints of pipelined runs hold one model file per stage × tensor rank, read from the
 /// stage's replica (`pipeline_parallel.json` lists each stage's layers; the files name layers as
 /// the whole model does), and the optimizer state (the AdamW moments of each stage's layers under
-/// the layers' own positions): pp 2 resumed on one device, pp 2 × tp 2 resumed as dp 2, and dp 2
-/// with ZeRO-1 resumed as an interleaved pp 2 continue as one device would.
+/// the layers' own positions): pp 2 resumed on one device, pp 2 × tp 2 resumed as dp 2, dp 2
+/// with ZeRO-1 resumed as an interleaved pp 2, and fully sharded pp 2 × dp 2 resumed as fully
+/// sharded dp 2 continue as one device would.
 #[test]
 fn pipelined_checkpoints_resume_under_any_layout() {
     let _random = crate::support::exclusive_random();
@@ -125,6 +139,25 @@ fn pipelined_checkpoints_resume_under_any_layout() {
                 Layout {
                     virtual_stages: 2,
                     ..two_stages
+                },
+            ),
+        ),
+        // Fully sharded stages resumed fully sharded without stages.
+        (
+            (
+                &quads,
+                Layout {
+                    data: 2,
+                    fsdp: true,
+                    ..two_stages
+                },
+            ),
+            (
+                &pairs,
+                Layout {
+                    data: 2,
+                    fsdp: true,
+                    ..ONE_DEVICE
                 },
             ),
         ),

@@ -240,7 +240,8 @@ impl TrainConfig {
     }
 
     /// The layouts fully sharded data parallelism trains with: data-parallel replicas to shard
-    /// over, without pipeline or expert parallelism (not supported with it yet).
+    /// over, without expert parallelism or the interleaved pipeline schedule (not supported with
+    /// them yet: their ranks hold other parameters than their layers' slices name).
     fn check_fully_sharded(&self) -> Result<(), TrainError> {
         let invalid = |message: &str| {
             Err(TrainError::InvalidConfig {
@@ -254,11 +255,11 @@ impl TrainConfig {
                  degree above 1",
             );
         }
-        if self.pipeline_parallel > 1 {
-            return invalid("is not supported with pipeline parallelism yet");
-        }
         if self.expert_parallel > 1 {
             return invalid("is not supported with expert parallelism yet");
+        }
+        if self.virtual_stages > 1 {
+            return invalid("is not supported with the interleaved pipeline schedule yet");
         }
         Ok(())
     }

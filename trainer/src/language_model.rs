@@ -138,8 +138,13 @@ impl LanguageModel {
         let targets = batch.targets.clone();
         let exchange = self.exchange();
         if let Some(pipeline) = &self.pipeline {
-            return self
-                .hlat
+            let gathered = self
+                .fully_sharded
+                .as_ref()
+                .map(|sharded| sharded.gather(self.hlat.clone()));
+            return gathered
+                .as_ref()
+                .unwrap_or(&self.hlat)
                 .pipeline_loss((inputs, targets), batch.ignore_id, exchange, pipeline)
                 .cast(DType::F32);
         }
@@ -345,6 +350,7 @@ impl LanguageModel {
             self.exchange(),
             pipeline,
             self.checkpointing,
+            self.fully_sharded.as_ref(),
         );
         sum_shared_gradients(self, &mut step.gradients, &pipeline.groups);
         (step, tokens)

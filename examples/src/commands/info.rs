@@ -157,8 +157,8 @@ fn describe_memory(config: &HlatConfig, args: &InfoArgs) -> anyhow::Result<Strin
         .map_err(|error| anyhow::anyhow!("--align: {error}"))?;
     }
     anyhow::ensure!(
-        !args.fsdp || pipeline_config.pipeline_parallel == 1,
-        "--fsdp is not supported with --pp yet"
+        !args.fsdp || pipeline_config.virtual_stages == 1,
+        "--fsdp is not supported with --virtual-stages above 1 yet"
     );
     let layout = ParallelLayout {
         data: args.dp,

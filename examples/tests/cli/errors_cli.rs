@@ -118,13 +118,6 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         Case {
             environment: &[],
             arguments: pretrain_one_step(&[
-                "--device", "host:0-3", "--dp", "2", "--pp", "2", "--fsdp",
-            ]),
-            names: &["fsdp", "pipeline parallelism"],
-        },
-        Case {
-            environment: &[],
-            arguments: pretrain_one_step(&[
                 "--init-from-hf",
                 MIXTRAL,
                 "--device",
@@ -144,8 +137,25 @@ fn bad_invocations_exit_with_status_2_and_a_message_naming_the_cause() {
         },
         Case {
             environment: &[],
-            arguments: vec!["info", "hlat-tiny", "--dp", "2", "--pp", "2", "--fsdp"],
-            names: &["--fsdp", "--pp"],
+            arguments: pretrain_one_step(&[
+                "--device",
+                "host:0-3",
+                "--dp",
+                "2",
+                "--pp",
+                "2",
+                "--pp-schedule",
+                "interleaved",
+                "--virtual-stages",
+                "2",
+                "--fsdp",
+            ]),
+            names: &["fsdp", "interleaved"],
+        },
+        Case {
+            environment: &[],
+            arguments: vec!["info", "mixtral-8x7b", "--dp", "2", "--ep", "2", "--fsdp"],
+            names: &["--fsdp", "--ep"],
         },
         Case {
             environment: &[],

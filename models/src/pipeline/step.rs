@@ -9,11 +9,13 @@ use burn_trainium::collective::{self, ReduceOp, ReplicaGroups};
 use super::stages::choose_chunk;
 use super::{PipelineParallel, Schedule};
 use crate::attention::Context;
+use crate::fully_sharded::FullySharded;
 use crate::model::{Hlat, loss_from_logits};
 use crate::moe::load_balancing_part;
 use crate::parallel::Exchange;
 use crate::recompute::{
-    ActivationCheckpointing, ObjectiveGradients, StagedLayers, backpropagate, collect,
+    ActivationCheckpointing, ObjectiveGradients, OuterPart, StagedLayers, backpropagate, collect,
+    into_slices,
 };
 
 /// Input ids and next-token targets `[rows, seq]` of one micro-batch.
@@ -89,7 +91,9 @@ impl Hlat {
     ///
     /// Each chunk runs forward without graph; its backward pass runs it again from the input the
     /// stage kept, through the stages of `checkpointing`. A mixture's load-balancing loss is
-    /// computed across the stages (see [`Routing`]).
+    /// computed across the stages (see [`Routing`]). Under fully sharded data parallelism
+    /// (`sharded`: the stage holds slices) each layer, the embedding and the head are gathered
+    /// whole where they run, and their gradients left as slices ([`crate::fully_sharded`]).
     ///
     /// # Panics
     /// When the model is not on an autodiff device (`Device::autodiff`).
@@ -100,6 +104,7 @@ impl Hlat {
         exchange: &dyn Exchange,
         pipeline: &PipelineParallel,
         checkpointing: ActivationCheckpointing,
+        sharded: Option<&FullySharded>,
     ) -> ObjectiveGradients {
         let (stages, chunks) = (pipeline.stages(), pipeline.virtual_stages);
         let schedule = Schedule::new(stages, chunks, micro_batches.len());
@@ -125,9 +130,11 @@ impl Hlat {
         let mut gradients = GradientsParams::new();
         for (tick, work) in schedule.ticks.iter().enumerate() {
             if work.has_forward() {
-                let embedded = schedule
-                    .embedding_forward(tick)
-                    .map(|index| without_gradients.embed(micro_batches[index].0.clone(), exchange));
+                let embedded = schedule.embedding_forward(tick).map(|index| {
+                    without_gradients
+                        .outer_weights(sharded, OuterPart::Embedding)
+                        .embed(micro_batches[index].0.clone(), exchange)
+                });
                 let starts = embedded.is_some();
                 let input = match (embedded, received.take()) {
                     (Some(embedded), Some(received)) => {
@@ -147,6 +154,8 @@ impl Hlat {
                 };
                 let mut router_logits = Vec::new();
                 let output = layers.iter().fold(input.clone(), |x, layer| {
+                    let gathered = sharded.map(|sharded| sharded.gather_leaves(layer.clone()));
+                    let layer = gathered.as_ref().unwrap_or(layer);
                     let (output, logits) =
                         layer.forward_routed(x, &rotary, Context::Full, exchange);
                     router_logits.extend(logits);
@@ -175,10 +184,13 @@ impl Hlat {
             }
             // This stage's kept chunk input, and the embedding when stage 0 starts a micro-batch.
             let leaf = table.kept(tick, &ring).require_grad();
-            let input = match schedule.embedding_backward(tick) {
-                Some(index) => {
+            let embedding = schedule
+                .embedding_backward(tick)
+                .map(|index| (index, self.outer_weights(sharded, OuterPart::Embedding)));
+            let input = match &embedding {
+                Some((index, weights)) => {
                     let mask = table.mask(tick, Field::BackwardEmbedding, leaf.dims());
-                    let embedded = self.embed(micro_batches[index].0.clone(), exchange);
+                    let embedded = weights.embed(micro_batches[*index].0.clone(), exchange);
                     leaf.clone().mask_where(mask, embedded)
                 }
                 None => leaf.clone(),
@@ -195,7 +207,7 @@ impl Hlat {
                 input.clone().detach(),
                 (&rotary, seq),
                 exchange,
-                (checkpointing, None),
+                (checkpointing, sharded),
             );
             // The micro-batch's total statistics: the last stage's own (its loss), the choices
             // passed back by the next stage otherwise.
@@ -222,10 +234,14 @@ impl Hlat {
                 totals
             });
             let last = staged.output.clone().require_grad();
+            let head_weights = schedule
+                .loss(tick)
+                .map(|_| self.outer_weights(sharded, OuterPart::Head));
             let loss = schedule.loss(tick).map(|index| {
                 let targets = micro_batches[index].1.clone();
+                let head = head_weights.as_ref().expect("gathered for the loss");
                 let loss = loss_from_logits(
-                    model.head(last.clone(), exchange),
+                    head.head(last.clone(), exchange),
                     targets,
                     ignore_id,
                     exchange,
@@ -259,9 +275,19 @@ impl Hlat {
             };
             let mut grads = surrogate.backward();
             let head_input = vec![last.grad_remove(&mut grads)];
-            let upstream = collect(self, &mut grads, &mut gradients, head_input);
+            let upstream = match &head_weights {
+                Some(weights) => into_slices(weights, sharded, &mut gradients, |into| {
+                    collect(&**weights, &mut grads, into, head_input)
+                }),
+                None => collect(self, &mut grads, &mut gradients, head_input),
+            };
             let upstream = staged.backward(&model, self, upstream, &mut gradients);
-            let upstream = backpropagate(self, vec![input], upstream, &[leaf], &mut gradients);
+            let upstream = match &embedding {
+                Some((_, weights)) => into_slices(weights, sharded, &mut gradients, |into| {
+                    backpropagate(&**weights, vec![input], upstream, &[leaf], into)
+                }),
+                None => backpropagate(self, vec![input], upstream, &[leaf], &mut gradients),
+            };
             returned = upstream
                 .into_iter()
                 .next()

@@ -100,6 +100,7 @@ fn check(
         &Unsharded,
         &pipeline,
         checkpointing,
+        None,
     );
     let (loss, grads) = (step.objective, step.gradients);
     for (replica, loss) in into_replicas(loss).unwrap().iter().enumerate() {

@@ -152,7 +152,7 @@ impl DeviceMemory {
                     Some(_) => (per_device / layout.expert as u64, expert_zero_degree),
                     None => (per_device, zero_degree),
                 };
-                held(&path, per_device).map(|held| Held::new(held, sliced_over, &path))
+                held(&path, per_device).map(|held| Held::new(held, sliced_over, &path, layer_slots))
             })
             .collect();
         // LoRA: the adapters alone train (A `[r, in]`, B `[out, r]`, split as their projection:
@@ -194,7 +194,8 @@ impl DeviceMemory {
                     } else {
                         (elements, zero_degree)
                     };
-                    held(&path, per_device).map(|held| Held::new(held, sliced_over, &path))
+                    held(&path, per_device)
+                        .map(|held| Held::new(held, sliced_over, &path, layer_slots))
                 })
                 .collect(),
         };
@@ -258,35 +259,39 @@ impl DeviceMemory {
 }
 
 /// The elements one device holds of one parameter (before fully sharded data parallelism slices
-/// them), the ranks its moments are sliced over, and the part of the model it is gathered with.
+/// them), the ranks its moments are sliced over, the part of the model it is gathered with, and
+/// how many layers' copies of it the elements count (a pipeline stage's slots, counted as layer
+/// 0's).
 #[derive(Debug, Clone)]
 struct Held {
     elements: u64,
     sliced_over: u64,
     part: String,
+    copies: u64,
 }
 
 impl Held {
-    fn new(elements: u64, sliced_over: u64, path: &[String]) -> Self {
-        let part = match (path.first().map(String::as_str), path.get(1)) {
-            (Some("layers"), Some(index)) => format!("layers.{index}"),
-            (Some("embed_tokens"), _) => "embed_tokens".to_string(),
-            _ => "head".to_string(),
+    fn new(elements: u64, sliced_over: u64, path: &[String], layer_slots: Option<u64>) -> Self {
+        let (part, copies) = match (path.first().map(String::as_str), path.get(1)) {
+            (Some("layers"), Some(index)) => (format!("layers.{index}"), layer_slots.unwrap_or(1)),
+            (Some("embed_tokens"), _) => ("embed_tokens".to_string(), 1),
+            _ => ("head".to_string(), 1),
         };
         Self {
             elements,
             sliced_over,
             part,
+            copies,
         }
     }
 }
 
-/// The elements of the largest part of the model (a layer, the embedding, or the final norm and
-/// head) among `entries`.
+/// The elements of the largest part of the model (one layer, the embedding, or the final norm
+/// and head) among `entries`.
 fn largest_part<'a>(entries: impl Iterator<Item = &'a Held>) -> u64 {
     let mut parts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
     for held in entries {
-        *parts.entry(&held.part).or_default() += held.elements;
+        *parts.entry(&held.part).or_default() += held.elements / held.copies;
     }
     parts.into_values().max().unwrap_or(0)
 }
