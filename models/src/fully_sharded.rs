@@ -78,7 +78,7 @@ impl FullySharded {
     pub fn gather<M: Module>(&self, module: M) -> M {
         module.map(&mut Gather {
             sharded: self,
-            leaves: false,
+            slices: None,
         })
     }
 
@@ -86,9 +86,42 @@ impl FullySharded {
     /// trains when its slice does): its gradients are whole, for
     /// [`FullySharded::scatter_into`] to cut.
     pub fn gather_leaves<M: Module>(&self, module: M) -> M {
+        let slices = self.slices_of(&module);
+        self.gather_leaves_from(module, slices)
+    }
+
+    /// This rank's slices of `module`'s sharded parameters, in visiting order, as `[1, 1, n]`
+    /// values without graph: what [`FullySharded::gather_leaves_from`] gathers, for a caller to
+    /// pass through an optimization barrier first (so that a compiler cannot gather a layer's
+    /// weights before the values it is fenced with exist).
+    pub fn slices_of<M: Module>(&self, module: &M) -> Vec<Tensor<3>> {
+        struct Slices<'a> {
+            sharded: &'a FullySharded,
+            slices: Vec<Tensor<3>>,
+        }
+        impl ModuleVisitor for Slices<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+                if self.sharded.whole_shape(param.id).is_some() {
+                    let slice = param.val().detach();
+                    let elements = slice.shape().num_elements();
+                    self.slices.push(slice.reshape([1, 1, elements]));
+                }
+            }
+        }
+        let mut visitor = Slices {
+            sharded: self,
+            slices: Vec::new(),
+        };
+        module.visit(&mut visitor);
+        visitor.slices
+    }
+
+    /// [`FullySharded::gather_leaves`] of `module` from `slices` ([`FullySharded::slices_of`]'s,
+    /// through a barrier, say) instead of its parameters' own values.
+    pub fn gather_leaves_from<M: Module>(&self, module: M, slices: Vec<Tensor<3>>) -> M {
         module.map(&mut Gather {
             sharded: self,
-            leaves: true,
+            slices: Some(slices.into_iter()),
         })
     }
 
@@ -137,10 +170,11 @@ impl FullySharded {
     }
 }
 
-/// Gathers the sharded parameters whole, through the graph or as leaves.
+/// Gathers the sharded parameters whole: through the graph, or as leaves from `slices` (one per
+/// sharded parameter, in visiting order).
 struct Gather<'a> {
     sharded: &'a FullySharded,
-    leaves: bool,
+    slices: Option<std::vec::IntoIter<Tensor<3>>>,
 }
 
 impl ModuleMapper for Gather<'_> {
@@ -149,13 +183,15 @@ impl ModuleMapper for Gather<'_> {
             return param;
         };
         let shards = &self.sharded.shards;
-        if !self.leaves {
+        let Some(slices) = self.slices.as_mut() else {
             return param.map(|slice| shards.gather(slice, shape));
-        }
+        };
         let require_grad = param.val().is_require_grad();
+        let fenced = slices.next().expect("one slice per sharded parameter");
         param.map(|slice| {
+            let slice = fenced.reshape(slice.shape());
             shards
-                .gather(slice.detach(), shape)
+                .gather(slice, shape)
                 .detach()
                 .set_require_grad(require_grad)
         })

@@ -534,16 +534,26 @@ impl<'a> StagedLayers<'a> {
                     weighted,
                     ..
                 } => {
-                    let (stage_leaves, fenced) = fence(inputs, upstream);
+                    // A layer gathered again passes its slices through the stage's barrier: a
+                    // compiler cannot gather it before the stage's gradients exist.
+                    let gathering = match (sharded, open.as_mut()) {
+                        (Some(sharded), Some(open)) if weighted && open.weights.is_none() => {
+                            Some((sharded, open))
+                        }
+                        _ => None,
+                    };
+                    let slices = gathering.as_ref().map_or_else(Vec::new, |(sharded, _)| {
+                        sharded.slices_of(&model.layers[layer])
+                    });
+                    let (stage_leaves, fenced, slices) = fence(inputs, upstream, slices);
                     upstream = fenced;
-                    let weights = match (sharded, open.as_mut()) {
-                        (Some(sharded), Some(open)) if weighted => Some(Box::new(
-                            open.weights
-                                .get_or_insert_with(|| {
-                                    sharded.gather_leaves(model.layers[layer].clone())
-                                })
-                                .clone(),
-                        )),
+                    if let Some((sharded, open)) = gathering {
+                        let slices = slices.into_iter().map(Tensor::autodiff).collect();
+                        let layer = model.layers[layer].clone();
+                        open.weights = Some(sharded.gather_leaves_from(layer, slices));
+                    }
+                    let weights = match open.as_ref() {
+                        Some(open) if weighted => open.weights.clone().map(Box::new),
                         _ => None,
                     };
                     let outputs = run(
@@ -792,7 +802,7 @@ fn attention_backward_by_block(
             Some(key_grad),
             Some(value_grad),
         ];
-        let (leaves, fenced) = fence(block_inputs, carried);
+        let (leaves, fenced, _) = fence(block_inputs, carried, Vec::new());
         let [block_output_grad, key_total, value_total] = take_present(fenced);
         let [query_leaf, key_leaf, value_leaf] = take(leaves);
         let output = attention.attend_rows(
@@ -826,11 +836,14 @@ fn attention_backward_by_block(
 /// through one optimization barrier: the compiler can neither merge the recomputation with the
 /// forward pass (its inputs are the barrier's outputs) nor schedule it before the gradients of
 /// the stage exist (so the recomputed activations live only while they are used).
+/// `also` (values without graph, such as a layer's slices under fully sharded data parallelism)
+/// pass the same barrier and come back, on the inner backend.
 #[allow(clippy::type_complexity)]
 fn fence(
     inputs: Vec<Tensor<3>>,
     upstream: Vec<Option<Tensor<3>>>,
-) -> (Vec<Tensor<3>>, Vec<Option<Tensor<3>>>) {
+    also: Vec<Tensor<3>>,
+) -> (Vec<Tensor<3>>, Vec<Option<Tensor<3>>>, Vec<Tensor<3>>) {
     let count = inputs.len();
     // The leaves join the inputs' graph: autodiff with their gradient-checkpointing strategy
     // (tensors of two strategies do not combine).
@@ -842,6 +855,7 @@ fn fence(
         .into_iter()
         .map(|x| x.inner())
         .chain(upstream.into_iter().flatten())
+        .chain(also.into_iter().map(|x| x.inner()))
         .collect();
     let mut fenced = collective::optimization_barrier(values).into_iter();
     let leaves = fenced
@@ -860,7 +874,7 @@ fn fence(
         .into_iter()
         .map(|present| if present { fenced.next() } else { None })
         .collect();
-    (leaves, gradients)
+    (leaves, gradients, fenced.collect())
 }
 
 /// Backpropagates the gradients `upstream` of `outputs` (a graph from `leaves` and `model`'s
