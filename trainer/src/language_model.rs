@@ -137,19 +137,12 @@ impl LanguageModel {
         let inputs = batch.inputs.clone();
         let targets = batch.targets.clone();
         let exchange = self.exchange();
-        if let Some(pipeline) = &self.pipeline {
-            let gathered = self
-                .fully_sharded
-                .as_ref()
-                .map(|sharded| sharded.gather(self.hlat.clone()));
-            return gathered
-                .as_ref()
-                .unwrap_or(&self.hlat)
-                .pipeline_loss((inputs, targets), batch.ignore_id, exchange, pipeline)
-                .cast(DType::F32);
-        }
-        let loss = self
-            .in_compute_dtype(|model| model.loss_with(inputs, targets, batch.ignore_id, exchange));
+        let loss = self.in_compute_dtype(|model| match &self.pipeline {
+            Some(pipeline) => {
+                model.pipeline_loss((inputs, targets), batch.ignore_id, exchange, pipeline)
+            }
+            None => model.loss_with(inputs, targets, batch.ignore_id, exchange),
+        });
         loss.cast(DType::F32)
     }
 
